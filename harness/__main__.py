@@ -1,0 +1,93 @@
+"""Command line: ``python -m harness {run,build-engine}``.
+
+``run`` does what ``pytest suites/`` does, without pytest: exit 0 when every cell passes,
+1 when a cell fails, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.config import OPTIONS, RunConfig, positive_int
+from harness.errors import HarnessError
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    for spec in OPTIONS:
+        kwargs = {"dest": spec.dest, "help": spec.help}
+        if spec.action:
+            kwargs["action"] = spec.action
+        else:
+            kwargs.update(type=spec.type or str, metavar=spec.metavar)
+        parser.add_argument(spec.flag, **kwargs)
+
+
+def _progress(total: int):
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, unit="seq", desc="generating", disable=not sys.stderr.isatty(),
+               leave=False)
+    return bar.update
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness.pipeline import run, summary_lines
+
+    values = {spec.dest: getattr(args, spec.dest) for spec in OPTIONS}
+    config = RunConfig.from_options(values, root=Path.cwd())
+    result = run(config, progress=_progress)
+    for line in summary_lines(result):
+        print(line)
+    for c in result.cells:
+        for check in c.limit_failures:
+            print(f"{c.cell.id}: build limit: {check.message}")
+        if c.analysis and c.analysis.degraded_positions:
+            print(c.analysis.message)
+    print(f"verdict: {result.verdict}  report: {result.report_dir}")
+    return 0 if result.verdict == "pass" else 1
+
+
+def cmd_build_engine(args: argparse.Namespace) -> int:
+    from harness.engines.emulator.build import BuildLimits, build_engine
+
+    limits = BuildLimits(max_batch_size=args.max_batch_size, max_beam_width=args.max_beam_width,
+                         max_input_len=args.max_input_len, max_seq_len=args.max_seq_len)
+    path = build_engine(Path(args.output), limits, model_dir=args.model,
+                        compute_dtype=args.compute_dtype)
+    print(f"built emulator engine {path} (max_batch_size {limits.max_batch_size}, max_beam_width "
+          f"{limits.max_beam_width}, max_input_len {limits.max_input_len}, max_seq_len "
+          f"{limits.max_seq_len})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p_run = sub.add_parser("run", help="run the batch-position suite without pytest")
+    _add_run_options(p_run)
+    p_run.set_defaults(func=cmd_run)
+
+    p_build = sub.add_parser("build-engine", help="build an emulator engine directory")
+    p_build.add_argument("--output", required=True, metavar="DIR")
+    p_build.add_argument("--max-batch-size", type=positive_int("--max-batch-size"), default=8)
+    p_build.add_argument("--max-beam-width", type=positive_int("--max-beam-width"), default=1)
+    p_build.add_argument("--max-input-len", type=positive_int("--max-input-len"), default=384)
+    p_build.add_argument("--max-seq-len", type=positive_int("--max-seq-len"), default=512)
+    p_build.add_argument("--model", type=Path, default=None, metavar="DIR",
+                         help="transformers Mistral model directory (default: the bundled model)")
+    p_build.add_argument("--compute-dtype", choices=("float64", "float32"), default="float64")
+    p_build.set_defaults(func=cmd_build_engine)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

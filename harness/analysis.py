@@ -1,0 +1,141 @@
+"""Per-position statistics and the degraded-position decision.
+
+For a cell with batch size B > 1 and position p, each prompt i contributes the paired
+difference d_i = s1_i - s_{p,i}, where s1_i is the prompt's ROUGE-L against the baseline at
+batch size 1 (same beam width) and s_{p,i} the same at position p. The rotation plan puts
+every prompt at every position once, so the pairs cancel prompt difficulty. A position is
+degraded when mean(d) > tolerance *and* a one-sided paired t-test rejects
+H0: mean(d) <= tolerance at level alpha after Holm's correction over every position tested
+in the run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from scipy import stats
+
+from harness.plan import Cell
+
+
+@dataclass(frozen=True)
+class PositionStats:
+    """One batch position of one cell."""
+
+    position: int
+    rouge_l: float  # mean ROUGE-L against the baseline
+    rouge_l_reference: float  # mean ROUGE-L against the reference summaries
+    drop: float  # mean paired drop below batch size 1
+    p_value: float | None  # None where nothing is tested (batch size 1)
+    p_adjusted: float | None
+    n: int
+    degraded: bool = False
+
+
+@dataclass(frozen=True)
+class CellScores:
+    """Scores of one cell, indexed [position][prompt] (prompts in dataset order)."""
+
+    cell: Cell
+    baseline: tuple[tuple[float, ...], ...]
+    reference: tuple[tuple[float, ...], ...]
+
+
+@dataclass(frozen=True)
+class CellAnalysis:
+    """Verdict of one cell's positions."""
+
+    cell: Cell
+    level: float  # mean ROUGE-L of batch size 1 against the baseline, same beam width
+    positions: tuple[PositionStats, ...]
+    degraded_positions: tuple[int, ...]
+    verdict: str  # pass | fail
+    message: str
+
+
+def one_sided_paired_p(diffs: Sequence[float], tolerance: float) -> float:
+    """p-value of H0: mean(diffs) <= tolerance against H1: mean(diffs) > tolerance."""
+    n = len(diffs)
+    mean = math.fsum(diffs) / n
+    if n < 2:
+        return 0.0 if mean > tolerance else 1.0
+    var = math.fsum((d - mean) ** 2 for d in diffs) / (n - 1)
+    if var <= 1e-24:  # every prompt moved by the same amount: no sampling noise to test
+        return 0.0 if mean > tolerance else 1.0
+    t = (mean - tolerance) / math.sqrt(var / n)
+    return float(stats.t.sf(t, n - 1))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (step-down, monotone, capped at 1)."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def ranges(positions: Sequence[int]) -> str:
+    """[2, 3, 4, 7] -> '2–4, 7'."""
+    out: list[str] = []
+    items = sorted(positions)
+    i = 0
+    while i < len(items):
+        j = i
+        while j + 1 < len(items) and items[j + 1] == items[j] + 1:
+            j += 1
+        out.append(str(items[i]) if i == j else f"{items[i]}–{items[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return math.fsum(xs) / len(xs) if xs else float("nan")
+
+
+def analyze(scores: Sequence[CellScores], level_scores: dict[int, Sequence[float]], *,
+            tolerance: float, alpha: float) -> list[CellAnalysis]:
+    """Analyse every cell; ``level_scores[beam_width]`` holds batch size 1's per-prompt scores."""
+    tests: list[tuple[int, int, float]] = []  # (cell index, position, p)
+    drafts: list[list[PositionStats]] = []
+    for ci, cs in enumerate(scores):
+        level = level_scores[cs.cell.beam_width]
+        stats_row = []
+        for p, (base, ref) in enumerate(zip(cs.baseline, cs.reference)):
+            diffs = [a - b for a, b in zip(level, base)]
+            p_value = None
+            if cs.cell.batch_size > 1:
+                p_value = one_sided_paired_p(diffs, tolerance)
+                tests.append((ci, p, p_value))
+            stats_row.append(PositionStats(position=p, rouge_l=_mean(base),
+                                           rouge_l_reference=_mean(ref), drop=_mean(diffs),
+                                           p_value=p_value, p_adjusted=None, n=len(base)))
+        drafts.append(stats_row)
+    adjusted = holm([t[2] for t in tests])
+    for (ci, p, _), adj in zip(tests, adjusted):
+        s = drafts[ci][p]
+        degraded = s.drop > tolerance and adj < alpha
+        drafts[ci][p] = PositionStats(**{**s.__dict__, "p_adjusted": adj, "degraded": degraded})
+
+    results = []
+    for cs, row in zip(scores, drafts):
+        level = _mean(level_scores[cs.cell.beam_width])
+        bad = tuple(s.position for s in row if s.degraded)
+        if bad:
+            lo = min(row[p].rouge_l for p in bad)
+            hi = max(row[p].rouge_l for p in bad)
+            span = f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}"
+            noun = "position" if len(bad) == 1 else "positions"
+            message = (f"{cs.cell.id}: {noun} {ranges(bad)} degraded (ROUGE-L {span} vs "
+                       f"{level:.2f} at batch size 1)")
+        else:
+            message = f"{cs.cell.id}: no degraded position (batch size 1 level {level:.2f})"
+        results.append(CellAnalysis(cell=cs.cell, level=level, positions=tuple(row),
+                                    degraded_positions=bad, verdict="fail" if bad else "pass",
+                                    message=message))
+    return results

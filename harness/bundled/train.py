@@ -1,0 +1,143 @@
+"""Build the bundled dataset, tokenizer and model (seeded; not run in CI).
+
+    python -m harness.bundled.train [--steps 1500] [--output harness/bundled]
+
+Writes ``news.jsonl`` (the evaluation set) and ``model/`` (a transformers
+``MistralForCausalLM`` with grouped-query attention, its tokenizer and safetensors
+weights). Training data comes from the same generator with another seed, never from the
+evaluation set. About ten minutes on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+from harness.bundled.synthetic import Example, generate
+
+EVAL_SEED = 20261130
+TRAIN_SEED = 7
+EVAL_COUNT = 64
+PROMPT_TEMPLATE = "{text} TL;DR: "
+HERE = Path(__file__).resolve().parent
+
+
+def write_dataset(path: Path, examples: list[Example]) -> None:
+    """One JSON object per line: id, text, summary, topic."""
+    with path.open("w", encoding="utf-8") as f:
+        for ex in examples:
+            f.write(json.dumps({"id": ex.id, "text": ex.text, "summary": ex.summary,
+                                "topic": ex.topic}, ensure_ascii=False) + "\n")
+
+
+def train_tokenizer(corpus: list[str], out_dir: Path):  # -> PreTrainedTokenizerFast
+    """A small BPE tokenizer: whole words for this vocabulary, digits one by one."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
+        pre_tokenizers.Punctuation(),
+        pre_tokenizers.Digits(individual_digits=True),
+    ])
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    trainer = trainers.BpeTrainer(vocab_size=1024, min_frequency=1,
+                                  special_tokens=["<unk>", "<s>", "</s>", "<pad>"])
+    tok.train_from_iterator(corpus, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                   eos_token="</s>", pad_token="<pad>",
+                                   model_max_length=1024, padding_side="left")
+    fast.save_pretrained(out_dir)
+    return fast
+
+
+def encode_pairs(tok, examples: list[Example]) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, summary ids + eos) for each example."""
+    prompts = tok([PROMPT_TEMPLATE.format(text=e.text) for e in examples],
+                  add_special_tokens=False)["input_ids"]
+    targets = tok([e.summary for e in examples], add_special_tokens=False)["input_ids"]
+    return [(p, t + [tok.eos_token_id]) for p, t in zip(prompts, targets)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=HERE)
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--train-count", type=int, default=30000)
+    args = parser.parse_args(argv)
+
+    import torch
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    random.seed(0)
+    torch.set_num_threads(2)
+    out: Path = args.output
+    model_dir = out / "model"
+    model_dir.mkdir(parents=True, exist_ok=True)
+
+    evals = generate(EVAL_COUNT, EVAL_SEED, prefix="news")
+    write_dataset(out / "news.jsonl", evals)
+    eval_texts = {e.text for e in evals}
+    train = [e for e in generate(args.train_count, TRAIN_SEED, prefix="train")
+             if e.text not in eval_texts]
+
+    corpus = [PROMPT_TEMPLATE.format(text=e.text) + e.summary for e in train]
+    tok = train_tokenizer(corpus, model_dir)
+    pairs = encode_pairs(tok, train)
+
+    config = MistralConfig(
+        vocab_size=len(tok), hidden_size=192, intermediate_size=512, num_hidden_layers=4,
+        num_attention_heads=6, num_key_value_heads=2, head_dim=32,
+        max_position_embeddings=512, rope_theta=10000.0, sliding_window=None,
+        tie_word_embeddings=False, bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )
+    model = MistralForCausalLM(config)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"{len(train)} training examples, vocab {len(tok)}, {params / 1e6:.2f}M parameters")
+
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01,
+                            betas=(0.9, 0.98))
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=args.steps,
+                                                pct_start=0.1)
+    rng = random.Random(1)
+    pad = tok.pad_token_id
+    start = time.time()
+    model.train()
+    for step in range(args.steps):
+        batch = rng.sample(pairs, args.batch)
+        seqs = [p + t for p, t in batch]
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+        labels = torch.full((len(seqs), width), -100, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, (p, t) in enumerate(batch):
+            s = p + t
+            ids[i, : len(s)] = torch.tensor(s)
+            mask[i, : len(s)] = 1
+            # loss on the summary only: the model learns to summarize, not to write news
+            labels[i, len(p) : len(s)] = torch.tensor(t)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        if step % 50 == 0 or step == args.steps - 1:
+            print(f"step {step:5d} loss {loss.item():.4f} {time.time() - start:7.1f}s",
+                  flush=True)
+
+    model.eval()
+    model.generation_config.pad_token_id = pad
+    model.save_pretrained(model_dir, safe_serialization=True)
+    print(f"saved {model_dir} in {time.time() - start:.0f}s")
+
+
+if __name__ == "__main__":
+    main()

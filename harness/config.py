@@ -1,0 +1,251 @@
+"""RunConfig: the one place where run options are parsed and cross-checked.
+
+The pytest plugin and the CLI both hand raw option values to ``RunConfig.from_options``;
+every later stage reads only the frozen dataclass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.errors import ConfigError
+
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8)
+DEFAULT_BEAM_WIDTHS = (1, 2, 4)
+DEFAULT_PROMPT_TEMPLATE = "{text} TL;DR: "
+BUNDLED = "bundled"
+
+
+def positive_int_list(option: str) -> Callable[[str], tuple[int, ...]]:
+    """An argparse ``type=`` for comma-separated, distinct, positive integers."""
+
+    def parse(value: str) -> tuple[int, ...]:
+        parts = [p.strip() for p in str(value).split(",")]
+        if not value or any(p == "" for p in parts):
+            raise argparse.ArgumentTypeError(
+                f"{option} {value!r}: expected comma-separated positive integers, e.g. 1,2,4,8")
+        numbers: list[int] = []
+        for p in parts:
+            try:
+                n = int(p)
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"{option} {value!r}: {p!r} is not an integer; use e.g. 1,2,4,8") from None
+            if n <= 0:
+                raise argparse.ArgumentTypeError(
+                    f"{option} {value!r}: {n} must be at least 1")
+            if n in numbers:
+                raise argparse.ArgumentTypeError(
+                    f"{option} {value!r}: {n} is given twice; list each value once")
+            numbers.append(n)
+        return tuple(sorted(numbers))
+
+    return parse
+
+
+def positive_int(option: str) -> Callable[[str], int]:
+    """An argparse ``type=`` for one positive integer."""
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"{option} {value!r}: expected a positive integer") from None
+        if n <= 0:
+            raise argparse.ArgumentTypeError(f"{option} {value!r}: must be at least 1")
+        return n
+
+    return parse
+
+
+def non_negative_int(option: str) -> Callable[[str], int]:
+    """An argparse ``type=`` for an integer >= 0 (seeds)."""
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"{option} {value!r}: expected an integer >= 0") from None
+        if n < 0:
+            raise argparse.ArgumentTypeError(f"{option} {value!r}: must be >= 0")
+        return n
+
+    return parse
+
+
+def fraction(option: str, *, low: float, high: float, open_low: bool = False) -> Callable[[str], float]:
+    """An argparse ``type=`` for a float within [low, high] (or (low, high])."""
+
+    def parse(value: str) -> float:
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"{option} {value!r}: expected a number") from None
+        bad_low = x <= low if open_low else x < low
+        if math.isnan(x) or bad_low or x > high:
+            bracket = "(" if open_low else "["
+            raise argparse.ArgumentTypeError(
+                f"{option} {value!r}: must be in {bracket}{low}, {high}]")
+        return x
+
+    return parse
+
+
+def real(option: str) -> Callable[[str], float]:
+    """An argparse ``type=`` for any finite float."""
+
+    def parse(value: str) -> float:
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"{option} {value!r}: expected a number") from None
+        if not math.isfinite(x):
+            raise argparse.ArgumentTypeError(f"{option} {value!r}: must be finite")
+        return x
+
+    return parse
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One run option, shared by the pytest plugin and the CLI so they cannot drift."""
+
+    flag: str
+    dest: str
+    help: str
+    type: Callable[[str], Any] | None = None
+    default: Any = None
+    action: str | None = None
+    metavar: str | None = None
+
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("--engine", "engine", "engine directory, hf model directory or module:Class "
+               "(default: the bundled emulator engine)", metavar="DIR"),
+    OptionSpec("--backend", "backend", "emulator, hf or module:Class (default: detected from "
+               "the engine directory)", metavar="NAME"),
+    OptionSpec("--batch-sizes", "batch_sizes", "comma-separated batch sizes (default 1,2,4,8, "
+               "capped at the engine's max_batch_size)", positive_int_list("--batch-sizes"),
+               metavar="LIST"),
+    OptionSpec("--beam-widths", "beam_widths", "comma-separated beam widths (default 1,2,4)",
+               positive_int_list("--beam-widths"), metavar="LIST"),
+    OptionSpec("--max-new-tokens", "max_new_tokens", "tokens generated per prompt (default 64)",
+               positive_int("--max-new-tokens"), 64, metavar="N"),
+    OptionSpec("--length-penalty", "length_penalty", "beam-search length penalty (default 1.0)",
+               real("--length-penalty"), 1.0, metavar="X"),
+    OptionSpec("--tolerance", "tolerance", "ROUGE-L drop below the batch-size-1 level that "
+               "counts as a regression (default 0.02)",
+               fraction("--tolerance", low=0.0, high=1.0), 0.02, metavar="X"),
+    OptionSpec("--alpha", "alpha", "significance level of the per-position test after "
+               "correction for the number of positions tested (default 0.01)",
+               fraction("--alpha", low=0.0, high=0.5, open_low=True), 0.01, metavar="P"),
+    OptionSpec("--dataset", "dataset", "JSONL, JSON, CSV or Parquet file of documents with "
+               "reference summaries (default: the bundled news set)", metavar="PATH"),
+    OptionSpec("--text-field", "text_field", "dataset field holding the document (default text)",
+               None, "text", metavar="NAME"),
+    OptionSpec("--summary-field", "summary_field", "dataset field holding the reference "
+               "summary (default summary)", None, "summary", metavar="NAME"),
+    OptionSpec("--prompt-template", "prompt_template", "prompt built from each document; must "
+               "contain {text} (default '{text} TL;DR: ')", None, DEFAULT_PROMPT_TEMPLATE,
+               metavar="TEMPLATE"),
+    OptionSpec("--seed", "seed", "seed for the order of prompts in batches (default 0)",
+               non_negative_int("--seed"), 0, metavar="N"),
+    OptionSpec("--report-dir", "report_dir", "folder under which each run writes a new report "
+               "folder (default reports/)", None, "reports", metavar="DIR"),
+    OptionSpec("--goldens-dir", "goldens_dir", "folder of goldens (default goldens/)", None,
+               "goldens", metavar="DIR"),
+    OptionSpec("--update-goldens", "update_goldens", "record goldens from this run (batch size 1 "
+               "of the engine, or --golden-engine) and write them after a complete run",
+               action="store_true", default=False),
+    OptionSpec("--golden-engine", "golden_engine", "engine or hf model directory whose batch-size-1 "
+               "outputs become the goldens with --update-goldens", metavar="DIR"),
+)
+
+
+@dataclass(frozen=True)
+class DecodingSettings:
+    """How every request is decoded; part of the goldens key."""
+
+    beam_width: int
+    max_new_tokens: int
+    length_penalty: float = 1.0
+    early_stopping: bool = True
+    prompt_template: str = DEFAULT_PROMPT_TEMPLATE
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs, validated; built once per session."""
+
+    engine: str = BUNDLED
+    backend: str | None = None
+    batch_sizes: tuple[int, ...] | None = None  # None: the default grid, capped by the engine
+    beam_widths: tuple[int, ...] = DEFAULT_BEAM_WIDTHS
+    max_new_tokens: int = 64
+    length_penalty: float = 1.0
+    tolerance: float = 0.02
+    alpha: float = 0.01
+    dataset: str | None = None
+    text_field: str = "text"
+    summary_field: str = "summary"
+    prompt_template: str = DEFAULT_PROMPT_TEMPLATE
+    seed: int = 0
+    report_dir: Path = Path("reports")
+    goldens_dir: Path = Path("goldens")
+    update_goldens: bool = False
+    golden_engine: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_options(cls, values: dict[str, Any], *, root: Path | None = None) -> "RunConfig":
+        """Build from parsed option values (dest -> value); relative folders resolve at root.
+
+        Values that arrive as strings (e.g. from an ini file or a notebook) are parsed with
+        the same parsers as the command line, so every error names the option.
+        """
+        kwargs: dict[str, Any] = {}
+        for spec in OPTIONS:
+            value = values.get(spec.dest)
+            if value is None:
+                continue
+            if isinstance(value, str) and spec.type is not None:
+                try:
+                    value = spec.type(value)
+                except argparse.ArgumentTypeError as exc:
+                    raise ConfigError(str(exc)) from None
+            kwargs[spec.dest] = value
+        for key in ("report_dir", "goldens_dir"):
+            if key in kwargs:
+                path = Path(kwargs[key]).expanduser()
+                kwargs[key] = path if path.is_absolute() or root is None else root / path
+            elif root is not None:
+                kwargs[key] = root / getattr(cls, key)
+        if "{text}" not in kwargs.get("prompt_template", DEFAULT_PROMPT_TEMPLATE):
+            raise ConfigError(
+                f"--prompt-template {kwargs['prompt_template']!r}: must contain {{text}}, "
+                "where each document goes")
+        if kwargs.get("golden_engine") and not kwargs.get("update_goldens"):
+            raise ConfigError("--golden-engine is used only to record goldens: add --update-goldens")
+        return cls(**kwargs)
+
+    def decoding(self, beam_width: int) -> DecodingSettings:
+        """The decoding settings of one beam width."""
+        return DecodingSettings(beam_width=beam_width, max_new_tokens=self.max_new_tokens,
+                                length_penalty=self.length_penalty,
+                                prompt_template=self.prompt_template)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Options as recorded in the report."""
+        out = {spec.dest: getattr(self, spec.dest) for spec in OPTIONS}
+        out["report_dir"] = str(self.report_dir)
+        out["goldens_dir"] = str(self.goldens_dir)
+        out["batch_sizes"] = list(self.batch_sizes) if self.batch_sizes else None
+        out["beam_widths"] = list(self.beam_widths)
+        return out

@@ -1,0 +1,69 @@
+"""Failure texts for the per-cell tests, with the likely cause where the pattern says it."""
+
+from __future__ import annotations
+
+from harness.analysis import ranges
+from harness.pipeline import CellResult
+from harness.preflight import EngineLimits
+
+
+def overflow_positions(batch_size: int, beam_width: int, limits: EngineLimits | None) -> tuple[int, ...]:
+    """Positions whose beam slots (s * W + b) fall beyond max_batch_size x max_beam_width."""
+    if limits is None or limits.max_batch_size is None or limits.max_beam_width is None:
+        return ()
+    slots = limits.max_batch_size * limits.max_beam_width
+    return tuple(p for p in range(batch_size) if (p + 1) * beam_width > slots)
+
+
+def likely_cause(result: CellResult, limits: EngineLimits | None) -> str | None:
+    """Name the cause when the degraded positions match a known signature."""
+    a = result.analysis
+    if a is None or not a.degraded_positions:
+        return None
+    cell = result.cell
+    expected = overflow_positions(cell.batch_size, cell.beam_width, limits)
+    if expected and limits is not None:
+        slots = (limits.max_batch_size or 0) * (limits.max_beam_width or 0)
+        fix = []
+        if limits.max_beam_width is not None and cell.beam_width > limits.max_beam_width:
+            fix.append(f"--max_beam_width {cell.beam_width}")
+        if limits.max_batch_size is not None and cell.batch_size > limits.max_batch_size:
+            fix.append(f"--max_batch_size {cell.batch_size}")
+        match = "matches" if set(expected) == set(a.degraded_positions) else "overlaps"
+        return (f"likely cause: KV beam-slot overflow ({match} the pattern): the engine holds "
+                f"max_batch_size {limits.max_batch_size} x max_beam_width {limits.max_beam_width} = "
+                f"{slots} beam slots, and at num_beams {cell.beam_width} positions "
+                f"{ranges(expected)} need slots beyond them; rebuild with "
+                + (" ".join(fix) or "larger limits"))
+    return None
+
+
+def positions_failure(result: CellResult, limits: EngineLimits | None) -> str | None:
+    """The positions test's failure message, or None when the cell passes."""
+    if result.error:
+        return f"{result.cell.id}: engine error: {result.error}"
+    a = result.analysis
+    if a is None or not a.degraded_positions:
+        return None
+    lines = [a.message]
+    cause = likely_cause(result, limits)
+    if cause:
+        lines.append(cause)
+    for s in a.positions:
+        if s.degraded:
+            lines.append(f"  position {s.position}: ROUGE-L {s.rouge_l:.3f} (drop {s.drop:.3f}, "
+                         f"adjusted p {s.p_adjusted:.2g}), vs reference {s.rouge_l_reference:.3f}")
+    return "\n".join(lines)
+
+
+def limits_failure(result: CellResult) -> str | None:
+    """The limits test's failure message, or None when every known limit holds."""
+    failures = result.limit_failures
+    if not failures:
+        return None
+    return "\n".join(f"{result.cell.id}: {c.message}" for c in failures)
+
+
+def limits_unknown(result: CellResult) -> bool:
+    """True when no limit could be checked (e.g. an hf model has no build limits)."""
+    return all(c.status == "unknown" for c in result.checks)

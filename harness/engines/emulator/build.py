@@ -1,0 +1,134 @@
+"""``build-engine``: write an emulator engine directory from a transformers Mistral model.
+
+The directory mirrors what ``trtllm-build --output_dir`` writes: a ``config.json`` in
+TensorRT-LLM's unified layout (``version``, ``pretrained_config``, ``build_config``) plus
+the weights, and, as the issue asks, the tokenizer. An extra ``emulator`` section marks it
+as an emulator engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.engines.emulator.engine import TOKENIZER_DIR, WEIGHTS_FILE
+from harness.errors import EngineError
+
+BUNDLED_MODEL = Path(__file__).resolve().parents[2] / "bundled" / "model"
+MIMICS_VERSION = "0.13.0"  # the TensorRT-LLM release whose config layout this follows
+
+
+@dataclass(frozen=True)
+class BuildLimits:
+    """The ``trtllm-build`` limits an engine is built with."""
+
+    max_batch_size: int = 8
+    max_beam_width: int = 4
+    max_input_len: int = 384
+    max_seq_len: int = 512
+
+
+def engine_config(model_config: dict[str, Any], limits: BuildLimits, compute_dtype: str) -> dict[str, Any]:
+    """config.json for an emulator engine, in TensorRT-LLM's unified layout."""
+    heads = model_config["num_attention_heads"]
+    head_size = model_config.get("head_dim") or model_config["hidden_size"] // heads
+    return {
+        "version": MIMICS_VERSION,
+        "pretrained_config": {
+            "architecture": "MistralForCausalLM",
+            "dtype": str(model_config.get("torch_dtype") or model_config.get("dtype") or "float32"),
+            "vocab_size": model_config["vocab_size"],
+            "hidden_size": model_config["hidden_size"],
+            "intermediate_size": model_config["intermediate_size"],
+            "num_hidden_layers": model_config["num_hidden_layers"],
+            "num_attention_heads": heads,
+            "num_key_value_heads": model_config.get("num_key_value_heads", heads),
+            "head_size": head_size,
+            "max_position_embeddings": model_config.get("max_position_embeddings"),
+            "rope_theta": model_config.get("rope_theta", 10000.0),
+            "rms_norm_eps": model_config.get("rms_norm_eps", 1e-6),
+            "hidden_act": model_config.get("hidden_act", "silu"),
+            "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1},
+            "quantization": {"quant_algo": None, "kv_cache_quant_algo": None},
+        },
+        "build_config": {
+            "max_batch_size": limits.max_batch_size,
+            "max_beam_width": limits.max_beam_width,
+            "max_input_len": limits.max_input_len,
+            "max_seq_len": limits.max_seq_len,
+            "max_num_tokens": limits.max_batch_size * limits.max_input_len,
+            "kv_cache_type": "CONTINUOUS",
+            "plugin_config": {"gpt_attention_plugin": "auto", "paged_kv_cache": False,
+                              "remove_input_padding": True, "context_fmha": True},
+        },
+        "emulator": {
+            "format": 1,
+            "built_by": f"batch-position-harness {__version__}",
+            "compute_dtype": compute_dtype,
+            "kv_cache": "one buffer of max_batch_size x max_beam_width beam slots; beam b of "
+                        "entry s in slot s * num_beams + b; no check of num_beams",
+        },
+    }
+
+
+def build_engine(output: Path, limits: BuildLimits, *, model_dir: Path | None = None,
+                 compute_dtype: str = "float64") -> Path:
+    """Write the engine directory (atomically: a half-built engine is never left behind)."""
+    src = Path(model_dir) if model_dir else BUNDLED_MODEL
+    config_file = src / "config.json"
+    weights = src / "model.safetensors"
+    if not config_file.is_file() or not weights.is_file():
+        raise EngineError(f"--model {src}: expected a transformers model directory with "
+                          "config.json and model.safetensors")
+    try:
+        model_config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise EngineError(f"{config_file}: cannot read ({exc})") from None
+    arch = model_config.get("architectures") or []
+    if model_config.get("model_type") not in ("mistral", "llama"):
+        raise EngineError(f"{config_file}: model_type {model_config.get('model_type')!r} with "
+                          f"architectures {arch}; the emulator runs Mistral/Llama models only")
+    if limits.max_seq_len <= limits.max_input_len:
+        raise EngineError(f"--max-seq-len {limits.max_seq_len} must exceed --max-input-len "
+                          f"{limits.max_input_len} (it counts prompt and output together)")
+    output = Path(output)
+    if output.exists() and any(output.iterdir()) and not (output / "config.json").is_file():
+        raise EngineError(f"--output {output}: exists and is not an engine directory; "
+                          "choose an empty or new folder")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        shutil.copyfile(weights, tmp / WEIGHTS_FILE)
+        tok = tmp / TOKENIZER_DIR
+        tok.mkdir()
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                     "tokenizer.model"):
+            if (src / name).is_file():
+                shutil.copyfile(src / name, tok / name)
+        config = engine_config(model_config, limits, compute_dtype)
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        if output.exists():
+            shutil.rmtree(output)
+        os.replace(tmp, output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return output
+
+
+def bundled_engine(cache_root: Path | None = None) -> Path:
+    """The bundled engine (max_batch_size 8, max_beam_width 4), built once into a cache folder."""
+    from harness.fingerprint import file_sha256
+
+    root = cache_root or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    key = file_sha256(BUNDLED_MODEL / "model.safetensors")[:12]
+    path = root / "batch-position-harness" / f"bundled-engine-{__version__}-{key}"
+    if not (path / "config.json").is_file():
+        build_engine(path, BuildLimits())
+    return path

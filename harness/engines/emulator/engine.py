@@ -1,0 +1,229 @@
+"""The emulator engine: batched greedy and beam-search decoding over a slot KV cache.
+
+Like a TensorRT-LLM engine it is bound by the limits it was built with (config.json's
+``build_config``) and allocates its KV cache once, at load. Like the engine of the
+incident it does *not* refuse ``num_beams > max_beam_width`` or a batch larger than
+``max_batch_size``: the extra beam slots simply do not exist (see ``model.py``). It does
+refuse a prompt plus ``max_new_tokens`` longer than ``max_seq_len``, as TensorRT-LLM does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from harness.config import DecodingSettings
+from harness.engines.base import EngineInfo, Generation
+from harness.engines.emulator.model import MistralEmulator, ModelShape, SlotKVCache
+from harness.errors import EngineError
+from harness.fingerprint import file_sha256
+
+WEIGHTS_FILE = "rank0.safetensors"
+TOKENIZER_DIR = "tokenizer"
+COMPUTE_DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+def _get(config: dict[str, Any], path: str, file: Path) -> Any:
+    node: Any = config
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            raise EngineError(f"{file}: missing key {path!r}; rebuild the engine with "
+                              "`python -m harness build-engine`")
+        node = node[key]
+    return node
+
+
+def _int(config: dict[str, Any], path: str, file: Path) -> int:
+    value = _get(config, path, file)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise EngineError(f"{file}: {path} must be a positive integer, found {value!r}")
+    return value
+
+
+class EmulatorEngine:
+    """An engine directory written by ``python -m harness build-engine``."""
+
+    def __init__(self, path: str | Path) -> None:
+        from safetensors.torch import load_file
+
+        self.path = Path(path)
+        file = self.path / "config.json"
+        try:
+            config = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise EngineError(f"{file}: cannot read engine config ({exc})") from None
+        self.config = config
+        pc = "pretrained_config"
+        self.shape = ModelShape(
+            vocab_size=_int(config, f"{pc}.vocab_size", file),
+            hidden_size=_int(config, f"{pc}.hidden_size", file),
+            intermediate_size=_int(config, f"{pc}.intermediate_size", file),
+            num_layers=_int(config, f"{pc}.num_hidden_layers", file),
+            num_heads=_int(config, f"{pc}.num_attention_heads", file),
+            num_kv_heads=_int(config, f"{pc}.num_key_value_heads", file),
+            head_size=_int(config, f"{pc}.head_size", file),
+            rope_theta=float(_get(config, f"{pc}.rope_theta", file)),
+            rms_norm_eps=float(_get(config, f"{pc}.rms_norm_eps", file)),
+        )
+        self.max_batch_size = _int(config, "build_config.max_batch_size", file)
+        self.max_beam_width = _int(config, "build_config.max_beam_width", file)
+        self.max_input_len = _int(config, "build_config.max_input_len", file)
+        self.max_seq_len = _int(config, "build_config.max_seq_len", file)
+        dtype_name = _get(config, "emulator.compute_dtype", file)
+        if dtype_name not in COMPUTE_DTYPES:
+            raise EngineError(f"{file}: emulator.compute_dtype {dtype_name!r} is not one of "
+                              f"{', '.join(COMPUTE_DTYPES)}")
+        dtype = COMPUTE_DTYPES[dtype_name]
+
+        weights_file = self.path / WEIGHTS_FILE
+        if not weights_file.is_file():
+            raise EngineError(f"{weights_file}: engine weights missing; rebuild the engine with "
+                              "`python -m harness build-engine`")
+        tok_dir = self.path / TOKENIZER_DIR
+        if not (tok_dir / "tokenizer.json").is_file() and not (tok_dir / "tokenizer_config.json").is_file():
+            raise EngineError(f"{tok_dir}: tokenizer missing; rebuild the engine with "
+                              "`python -m harness build-engine`")
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
+        if self.tokenizer.eos_token_id is None:
+            raise EngineError(f"{tok_dir}: the tokenizer has no eos token")
+        if len(self.tokenizer) < self.shape.vocab_size:
+            raise EngineError(f"{tok_dir}: the tokenizer knows {len(self.tokenizer)} tokens but the "
+                              f"engine's vocab_size is {self.shape.vocab_size}; use the model's "
+                              "own tokenizer")
+        try:
+            weights = load_file(str(weights_file))
+        except Exception as exc:  # safetensors raises its own error types
+            raise EngineError(f"{weights_file}: cannot read weights ({exc})") from None
+        try:
+            self.model = MistralEmulator(self.shape, weights, dtype)
+        except KeyError as exc:
+            raise EngineError(f"{weights_file}: tensor {exc} missing; the weights do not match "
+                              "a Mistral model") from None
+        # Allocated once, for max_batch_size x max_beam_width beam slots, as at engine build.
+        self.cache = SlotKVCache(self.shape, self.max_batch_size * self.max_beam_width,
+                                 self.max_seq_len, dtype)
+        self.info = EngineInfo(
+            backend="emulator", path=str(self.path), identity=f"sha256:{file_sha256(weights_file)}",
+            config=config, details={"compute_dtype": dtype_name,
+                                    "kv_cache_slots": self.cache.slots})
+
+    def count_tokens(self, prompts: Sequence[str]) -> list[int]:
+        return [len(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]
+
+    def close(self) -> None:
+        pass
+
+    @torch.inference_mode()
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
+        ids = self.tokenizer(list(prompts))["input_ids"]
+        longest = max(len(x) for x in ids)
+        if longest > self.max_input_len:
+            raise RuntimeError(f"input length {longest} exceeds the engine's max_input_len "
+                               f"{self.max_input_len}")
+        if longest + settings.max_new_tokens > self.max_seq_len:
+            raise RuntimeError(f"input length {longest} + max_new_tokens {settings.max_new_tokens} "
+                               f"exceeds the engine's max_seq_len {self.max_seq_len}")
+        if settings.beam_width == 1:
+            outs = self._greedy(ids, settings)
+            beams = [[o] for o in outs]
+        else:
+            beams = self._beam_search(ids, settings)
+        results = []
+        for entry in beams:
+            texts = tuple(self.tokenizer.decode(b, skip_special_tokens=True).strip() for b in entry)
+            results.append(Generation(text=texts[0], token_ids=tuple(entry[0]), beams=texts))
+        return results
+
+    def _context(self, ids: list[list[int]], beams: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prompt phase, once per entry; returns logits and input lengths per beam row."""
+        lengths = torch.tensor([len(x) for x in ids])
+        pad = self.tokenizer.pad_token_id or 0
+        batch = torch.full((len(ids), int(lengths.max())), pad, dtype=torch.long)
+        for r, x in enumerate(ids):
+            batch[r, : len(x)] = torch.tensor(x)
+        logits = self.model.context(batch, lengths, self.cache, beams)
+        return logits.repeat_interleave(beams, 0), lengths.repeat_interleave(beams, 0)
+
+    def _greedy(self, ids: list[list[int]], settings: DecodingSettings) -> list[list[int]]:
+        eos = self.tokenizer.eos_token_id
+        logits, lengths = self._context(ids, 1)
+        out: list[list[int]] = [[] for _ in ids]
+        done = [False] * len(ids)
+        for step in range(settings.max_new_tokens):
+            tokens = logits.argmax(-1)
+            for r, t in enumerate(tokens.tolist()):
+                if not done[r]:
+                    if t == eos:
+                        done[r] = True
+                    else:
+                        out[r].append(t)
+            if all(done) or step == settings.max_new_tokens - 1:
+                break
+            logits = self.model.decode(tokens, lengths + step, self.cache)
+        return out
+
+    def _beam_search(self, ids: list[list[int]], settings: DecodingSettings) -> list[list[list[int]]]:
+        """Beam search with early stopping: an entry ends once it holds W finished beams."""
+        eos = self.tokenizer.eos_token_id
+        width, entries = settings.beam_width, len(ids)
+        logits, lengths = self._context(ids, width)
+        scores = torch.full((entries, width), float("-inf"), dtype=torch.float64)
+        scores[:, 0] = 0.0  # all beams start equal: expand from beam 0 only
+        history: list[list[int]] = [[] for _ in range(entries * width)]
+        finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(entries)]
+        done = [False] * entries
+        vocab = logits.shape[-1]
+
+        def norm(score: float, length: int) -> float:
+            return score / (max(length, 1) ** settings.length_penalty)
+
+        for step in range(settings.max_new_tokens):
+            logp = torch.log_softmax(logits.to(torch.float64), dim=-1).view(entries, width, vocab)
+            cand = (scores[:, :, None] + logp).view(entries, width * vocab)
+            top_scores, top_idx = cand.topk(2 * width, dim=-1)
+            source = torch.arange(entries * width)
+            tokens = torch.full((entries * width,), eos, dtype=torch.long)
+            new_scores = torch.full((entries, width), float("-inf"), dtype=torch.float64)
+            new_history: list[list[int]] = [[] for _ in range(entries * width)]
+            for s in range(entries):
+                if done[s]:
+                    continue
+                slot = 0
+                for rank, (sc, ix) in enumerate(zip(top_scores[s].tolist(), top_idx[s].tolist())):
+                    parent, token = divmod(ix, vocab)
+                    row = s * width + parent
+                    if token == eos:
+                        if rank < width:
+                            finished[s].append((norm(sc, step + 1), history[row]))
+                        continue
+                    dst = s * width + slot
+                    source[dst], tokens[dst] = row, token
+                    new_scores[s, slot] = sc
+                    new_history[dst] = history[row] + [token]
+                    slot += 1
+                    if slot == width:
+                        break
+                if len(finished[s]) >= width:
+                    done[s] = True
+            scores, history = new_scores, new_history
+            if all(done) or step == settings.max_new_tokens - 1:
+                break
+            self.cache.reorder(entries * width, source, int(lengths.max()) + step)
+            logits = self.model.decode(tokens, lengths + step, self.cache)
+        results = []
+        for s in range(entries):
+            hyps = list(finished[s])
+            if not done[s]:
+                for b in range(width):
+                    sc = float(scores[s, b])
+                    if not math.isinf(sc):
+                        hyps.append((norm(sc, len(history[s * width + b])), history[s * width + b]))
+            hyps.sort(key=lambda h: -h[0])  # stable: ties keep discovery order
+            results.append([h[1] for h in hyps[:width]] or [[]])
+        return results

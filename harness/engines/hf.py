@@ -1,0 +1,76 @@
+"""The ``hf`` backend: a transformers causal LM directory, the reference for goldens.
+
+Batches are left-padded with an attention mask, as transformers expects for decoder-only
+generation; ``prompts[i]`` is row ``i`` of the batch. Weights load through safetensors
+only, and never with remote code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from harness.config import DecodingSettings
+from harness.engines.base import EngineInfo, Generation
+from harness.errors import EngineError
+from harness.fingerprint import files_sha256
+
+
+class HFEngine:
+    """Greedy and beam-search generation with ``model.generate``."""
+
+    def __init__(self, path: str | Path, *, device: str | None = None) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.path = Path(path)
+        weights = sorted(self.path.glob("*.safetensors"))
+        if not weights:
+            raise EngineError(f"{self.path}: no *.safetensors weights; the hf backend loads "
+                              "safetensors only (convert with `save_pretrained(safe_serialization=True)`)")
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(str(self.path), trust_remote_code=False)
+            self.model = AutoModelForCausalLM.from_pretrained(
+                str(self.path), trust_remote_code=False, use_safetensors=True).to(self.device)
+        except (OSError, ValueError) as exc:
+            raise EngineError(f"{self.path}: cannot load as a transformers model "
+                              f"({str(exc).splitlines()[0]})") from None
+        self.model.eval()
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.info = EngineInfo(backend="hf", path=str(self.path),
+                               identity=f"sha256:{files_sha256(weights)}",
+                               config=None, details={"device": self.device})
+
+    def count_tokens(self, prompts: Sequence[str]) -> list[int]:
+        return [len(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]
+
+    def close(self) -> None:
+        pass
+
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
+        import torch
+
+        enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True).to(self.device)
+        beam = settings.beam_width
+        with torch.inference_mode():
+            out = self.model.generate(
+                **enc, max_new_tokens=settings.max_new_tokens, do_sample=False,
+                num_beams=beam, num_return_sequences=beam,
+                length_penalty=settings.length_penalty,
+                early_stopping=settings.early_stopping if beam > 1 else False,
+                pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=self.tokenizer.eos_token_id)
+        new = out[:, enc["input_ids"].shape[1]:].view(len(prompts), beam, -1).tolist()
+        special = set(self.tokenizer.all_special_ids)
+        results = []
+        for entry in new:
+            beams = []
+            for ids in entry:
+                cut = [t for t in ids if t not in special]
+                beams.append(cut)
+            texts = tuple(self.tokenizer.decode(b, skip_special_tokens=True).strip() for b in beams)
+            results.append(Generation(text=texts[0], token_ids=tuple(beams[0]), beams=texts))
+        return results

@@ -1,0 +1,128 @@
+"""Backends by name as lazy ``module:attr`` strings, detection from a directory, user classes."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.config import BUNDLED
+from harness.engines.base import Engine, EngineInfo
+from harness.errors import EngineError
+
+BACKENDS: dict[str, str] = {
+    "emulator": "harness.engines.emulator.engine:EmulatorEngine",
+    "hf": "harness.engines.hf:HFEngine",
+}
+
+
+def _import(target: str, option: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise EngineError(f"{option} {target!r}: expected module:Class")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise EngineError(f"{option} {target!r}: cannot import {module_name!r} ({exc})") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise EngineError(f"{option} {target!r}: module {module_name!r} has no {attr!r}") from None
+
+
+def _is_class_spec(spec: str) -> bool:
+    return ":" in spec and not Path(spec).exists() and "/" not in spec.split(":", 1)[0]
+
+
+def detect_backend(path: Path) -> str:
+    """emulator or hf, from the directory's contents."""
+    if not path.exists():
+        raise EngineError(f"--engine {path}: no such directory; build one with "
+                          "`python -m harness build-engine --output DIR` or omit --engine")
+    if not path.is_dir():
+        raise EngineError(f"--engine {path}: is not a directory; give an engine or model folder")
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise EngineError(f"{config_file}: missing; an engine directory holds config.json "
+                          "(from trtllm-build or `python -m harness build-engine`)")
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EngineError(f"{config_file}: not valid JSON ({exc}); rebuild the engine") from None
+    if not isinstance(config, dict):
+        raise EngineError(f"{config_file}: expected a JSON object at the top level")
+    if "emulator" in config:
+        return "emulator"
+    if "model_type" in config or "architectures" in config:
+        return "hf"
+    if "version" in config or "builder_config" in config:
+        raise EngineError(
+            f"{path}: a TensorRT-LLM engine; this version of the harness reads its limits but "
+            "cannot run it yet (the trtllm backend is planned); use --backend module:Class "
+            "with your own runner, see the README")
+    raise EngineError(f"{config_file}: neither an engine config (pretrained_config/build_config) "
+                      "nor a transformers config (model_type); pass --backend explicitly")
+
+
+def resolve_backend(name: str) -> Any:
+    """The class behind a backend name or a module:Class string."""
+    if name in BACKENDS:
+        return _import(BACKENDS[name], "--backend")
+    if ":" in name:
+        return _import(name, "--backend")
+    close = difflib.get_close_matches(name, list(BACKENDS), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise EngineError(f"--backend {name!r}: unknown backend{hint} (known: {', '.join(BACKENDS)}, "
+                      "or module:Class)")
+
+
+def _bundled(spec: str, backend: str | None) -> tuple[str, str | None]:
+    if spec == BUNDLED and backend is None:
+        from harness.engines.emulator.build import bundled_engine
+
+        return str(bundled_engine()), "emulator"
+    return spec, backend
+
+
+def peek_config(spec: str, backend: str | None = None) -> dict[str, Any] | None:
+    """The engine's config.json without loading the engine (None for module:Class engines)."""
+    spec, backend = _bundled(spec, backend)
+    if (backend is None and _is_class_spec(spec)) or (backend and ":" in backend
+                                                         and not Path(spec).is_dir()):
+        return None
+    path = Path(spec).expanduser()
+    if backend is None or not path.is_dir():
+        detect_backend(path)  # the same checks and messages as loading
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def load_engine(spec: str, backend: str | None = None) -> Engine:
+    """Instantiate the engine named by --engine/--backend."""
+    spec, backend = _bundled(spec, backend)
+    if backend is None and _is_class_spec(spec):
+        cls, path, label = _import(spec, "--engine"), None, spec
+    else:
+        path = Path(spec).expanduser()
+        name = backend or detect_backend(path)
+        if backend is not None and not path.exists() and ":" not in name:
+            detect_backend(path)  # raises the missing-directory message
+        cls, label = resolve_backend(name), name
+    try:
+        engine = cls(str(path)) if path is not None else cls(None)
+    except EngineError:
+        raise
+    except TypeError as exc:
+        raise EngineError(f"{label}: cannot construct the engine ({exc}); a backend class "
+                          "takes one argument, the engine path (None for --engine module:Class)") from None
+    if not callable(getattr(engine, "generate", None)):
+        raise EngineError(f"{label}: {type(engine).__name__} has no generate(prompts, settings)")
+    if not isinstance(getattr(engine, "info", None), EngineInfo):
+        engine.info = EngineInfo(backend=label, path=str(path) if path else label,
+                                 identity=f"{label}:{path}" if path else label)
+    return engine

@@ -1,0 +1,93 @@
+"""Cells (batch size x beam width) and rotation batches.
+
+Within a cell, prompts are shuffled once (seeded) into a ring; batch k holds the B prompts
+starting at ring index k. Over the N batches of a cell every prompt sits at every position
+exactly once, and every batch is full, for any N >= B. Comparing a position with batch
+size 1 over the same prompts therefore removes prompt difficulty from the comparison.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from harness.config import DEFAULT_BATCH_SIZES
+from harness.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One batch size x beam width combination."""
+
+    batch_size: int
+    beam_width: int
+
+    @property
+    def id(self) -> str:
+        return f"bs{self.batch_size}-beam{self.beam_width}"
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One engine call: document indices in position order."""
+
+    cell: Cell
+    index: int
+    documents: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Cells under test plus the batch-size-1 reference cell of every beam width."""
+
+    cells: tuple[Cell, ...]
+    reference_cells: tuple[Cell, ...]
+    order: tuple[int, ...]
+    seed: int
+
+    def batches(self, cell: Cell) -> list[Batch]:
+        """The N rotation batches of a cell."""
+        n, b = len(self.order), cell.batch_size
+        return [Batch(cell, k, tuple(self.order[(k + j) % n] for j in range(b)))
+                for k in range(n)]
+
+    @property
+    def all_cells(self) -> tuple[Cell, ...]:
+        """Reference cells first (they are the baseline), then the cells under test."""
+        extra = tuple(c for c in self.cells if c not in self.reference_cells)
+        return self.reference_cells + extra
+
+    def sequences(self) -> int:
+        """Number of prompts sent to the engine over the whole plan."""
+        return sum(len(self.order) * c.batch_size for c in self.all_cells)
+
+
+def choose_batch_sizes(requested: tuple[int, ...] | None, max_batch_size: int | None) -> tuple[int, ...]:
+    """The requested batch sizes, or the default grid capped at the engine's maximum."""
+    if requested is not None:
+        return requested
+    if max_batch_size is None:
+        return DEFAULT_BATCH_SIZES
+    capped = tuple(b for b in DEFAULT_BATCH_SIZES if b <= max_batch_size)
+    return capped or (max_batch_size,)
+
+
+def cells_for(batch_sizes: tuple[int, ...], beam_widths: tuple[int, ...]) -> tuple[Cell, ...]:
+    """Cells in report order: by beam width, then batch size."""
+    return tuple(Cell(b, w) for w in beam_widths for b in batch_sizes)
+
+
+def make_plan(batch_sizes: tuple[int, ...], beam_widths: tuple[int, ...], num_documents: int,
+              seed: int) -> Plan:
+    """Cells and the seeded ring order of documents."""
+    largest = max(batch_sizes)
+    if num_documents < largest:
+        raise ConfigError(
+            f"--batch-sizes {','.join(map(str, batch_sizes))}: batch size {largest} needs at least "
+            f"{largest} prompts so that every batch holds distinct prompts, but the dataset has "
+            f"{num_documents}; use a larger --dataset or smaller --batch-sizes")
+    order = list(range(num_documents))
+    random.Random(seed).shuffle(order)
+    cells = cells_for(batch_sizes, beam_widths)
+    reference = tuple(Cell(1, w) for w in beam_widths)
+    return Plan(cells=cells, reference_cells=reference, order=tuple(order), seed=seed)

@@ -1,0 +1,154 @@
+"""pytest wiring only: options, one pipeline run per session, per-cell tests, summary.
+
+Registered through the ``pytest11`` entry point (and by the repository's conftest.py for
+runs from a checkout). Inert unless a collected test asks for ``harness_cell``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from harness.config import OPTIONS, RunConfig
+from harness.errors import HarnessError
+
+if TYPE_CHECKING:
+    from harness.pipeline import CellResult, RunResult
+    from harness.plan import Cell
+
+DEST_PREFIX = "harness_"
+
+
+@dataclass
+class HarnessState:
+    """Per-session state, kept in ``config.stash``."""
+
+    run_config: RunConfig
+    cells: list[Any] | None = None
+    error: str | None = None
+    result: "RunResult | None" = None
+    wanted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+STATE = pytest.StashKey[HarnessState]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("batch-position harness", "batch-position quality regression harness")
+    for spec in OPTIONS:
+        kwargs: dict[str, Any] = {"dest": DEST_PREFIX + spec.dest, "help": spec.help}
+        if spec.action:
+            kwargs.update(action=spec.action, default=spec.default)
+        else:
+            kwargs.update(type=spec.type or str, default=None, metavar=spec.metavar)
+        group.addoption(spec.flag, **kwargs)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    values = {spec.dest: config.getoption(DEST_PREFIX + spec.dest) for spec in OPTIONS}
+    try:
+        run_config = RunConfig.from_options(values, root=Path(str(config.rootpath)))
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[STATE] = HarnessState(run_config=run_config)
+
+
+def _state(config: pytest.Config) -> HarnessState:
+    return config.stash[STATE]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "harness_cell" not in metafunc.fixturenames:
+        return
+    state = _state(metafunc.config)
+    if state.cells is None:
+        from harness.pipeline import planned_cells
+
+        try:
+            state.cells = planned_cells(state.run_config)
+        except HarnessError as exc:  # reported once, after collection
+            state.cells, state.error = [], str(exc)
+    metafunc.parametrize("harness_cell", state.cells, ids=[c.id for c in state.cells])
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    error = _state(session.config).error
+    if error:
+        raise pytest.UsageError(error)
+
+
+def _progress_factory(config: pytest.Config):
+    quiet = config.get_verbosity() < 0 or not sys.stderr.isatty()
+
+    def factory(total: int):
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="seq", desc="batch-position harness", disable=quiet,
+                   leave=False, file=sys.stderr)
+        return bar.update
+
+    return factory
+
+
+def _run(config: pytest.Config) -> "RunResult":
+    state = _state(config)
+    if state.result is None:
+        from harness.pipeline import run
+
+        try:
+            state.result = run(state.run_config, progress=_progress_factory(config))
+        except HarnessError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return state.result
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """Run the engine once, before the per-cell tests, so bad input stops the session early."""
+    if session.config.option.collectonly:
+        return
+    if any("harness_cell" in getattr(item, "fixturenames", ()) for item in session.items):
+        _state(session.config).wanted = True
+        _run(session.config)
+
+
+@pytest.fixture(scope="session")
+def harness_result(request: pytest.FixtureRequest) -> "RunResult":
+    """The session's single pipeline run."""
+    return _run(request.config)
+
+
+@pytest.fixture
+def harness_cell_result(harness_result: "RunResult", harness_cell: "Cell") -> "CellResult":
+    """The result of the cell this test is parametrized with."""
+    for c in harness_result.cells:
+        if c.cell == harness_cell:
+            return c
+    raise LookupError(harness_cell)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    if state is None or state.result is None:
+        return
+    from harness.pipeline import summary_lines
+
+    result = state.result
+    tr = terminalreporter
+    tr.write_sep("=", "batch-position harness")
+    tr.write_line(f"engine {result.engine.path} ({result.engine.backend}); dataset "
+                  f"{result.dataset.name}, {len(result.dataset)} prompts, hash "
+                  f"{result.dataset.hash[:12]}")
+    for w, name in result.baseline.items():
+        tr.write_line(f"baseline beam {w}: {name}")
+    tr.write_line("ROUGE-L vs baseline by batch position (* = degraded):")
+    for line in summary_lines(result):
+        tr.write_line(line)
+    for path in result.goldens_written:
+        tr.write_line(f"goldens written: {path}")
+    tr.write_line(f"verdict: {result.verdict}   report: {result.report_dir}/report.md")

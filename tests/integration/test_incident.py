@@ -1,0 +1,78 @@
+"""The incident end to end: `pytest suites/` on emulator engines built with build-engine.
+
+Runs on the first 16 bundled prompts with 32 new tokens to stay quick; the full bundled set
+is the main job in .ci/run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import only_report, run_suites
+
+FAST = ("--max-new-tokens", "32")
+
+
+@pytest.fixture(scope="module")
+def incident_grid(tmp_path_factory, engine_factory, small_dataset):
+    """The broken engine (8 x 1 beam slots) over the default grid."""
+    out = tmp_path_factory.mktemp("grid")
+    proc = run_suites("--engine", str(engine_factory(8, 1)), "--dataset", str(small_dataset),
+                      "--report-dir", str(out), "-v", *FAST, cwd=out)
+    return proc, only_report(out)
+
+
+def test_incident_cell_fails_with_cause_and_positions(incident_grid):
+    proc, report = incident_grid
+    assert proc.returncode == 1
+    cells = {c["id"]: c for c in report["cells"]}
+    assert cells["bs8-beam4"]["degraded_positions"] == [2, 3, 4, 5, 6, 7]
+    assert "test_engine_limits[bs8-beam4] FAILED" in proc.stdout
+    assert "test_batch_positions[bs8-beam4] FAILED" in proc.stdout
+    assert "num_beams 4 exceeds the engine's max_beam_width 1" in proc.stdout
+    assert "--max_beam_width 4" in proc.stdout
+    assert "bs8-beam4: positions 2–7 degraded (ROUGE-L" in proc.stdout
+    assert "likely cause: KV beam-slot overflow (matches the pattern)" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_default_grid_localizes_every_damaged_cell_and_nothing_else(incident_grid):
+    _, report = incident_grid
+    degraded = {c["id"]: c["degraded_positions"] for c in report["cells"]}
+    expected = {cid: [] for cid in degraded}
+    expected.update({"bs8-beam2": [4, 5, 6, 7], "bs4-beam4": [2, 3], "bs8-beam4": [2, 3, 4, 5, 6, 7]})
+    assert degraded == expected
+    assert len(degraded) == 12  # 1,2,4,8 x 1,2,4
+    limits_failed = {c["id"] for c in report["cells"] if c["limits_verdict"] == "fail"}
+    assert limits_failed == {f"bs{b}-beam{w}" for b in (1, 2, 4, 8) for w in (2, 4)}
+    assert report["limits"]["max_beam_width"] == 1 and report["verdict"] == "fail"
+    for c in report["cells"]:
+        assert len(c["positions"]) == c["batch_size"]
+        for p in c["positions"]:
+            assert 0.0 <= p["rouge_l"] <= 1.0 and 0.0 <= p["rouge_l_reference"] <= 1.0
+
+
+def test_rebuilt_engine_passes(tmp_path: Path, engine_factory, small_dataset):
+    proc = run_suites("--engine", str(engine_factory(8, 4)), "--dataset", str(small_dataset),
+                      "--batch-sizes", "8", "--beam-widths", "4", "--report-dir", str(tmp_path),
+                      *FAST, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    report = only_report(tmp_path)
+    assert report["verdict"] == "pass"
+    [cell] = report["cells"]
+    assert cell["id"] == "bs8-beam4" and cell["degraded_positions"] == []
+    assert [p["rouge_l"] for p in cell["positions"]] == [1.0] * 8
+
+
+def test_cli_run_has_the_same_verdict(tmp_path: Path, engine_factory, small_dataset):
+    args = ["--engine", str(engine_factory(8, 1)), "--dataset", str(small_dataset),
+            "--batch-sizes", "8", "--beam-widths", "4", "--report-dir", str(tmp_path), *FAST]
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", *args], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=900)
+    assert proc.returncode == 1, proc.stderr
+    assert "bs8-beam4: positions 2–7 degraded" in proc.stdout
+    assert only_report(tmp_path)["cells"][0]["degraded_positions"] == [2, 3, 4, 5, 6, 7]

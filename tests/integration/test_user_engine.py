@@ -1,0 +1,46 @@
+"""pytest suites/ with a user's engine class: the plugin, plan, scoring and report, fast."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import REPO, only_report, run_suites
+
+HERE = Path(__file__).resolve().parent
+
+
+def _env(broken_from: int) -> dict[str, str]:
+    return {"PYTHONPATH": f"{HERE}:{REPO}", "TOY_BROKEN_FROM": str(broken_from)}
+
+
+def test_healthy_user_engine_passes(tmp_path: Path, small_dataset: Path):
+    proc = run_suites("--engine", "toy_engine:ToyEngine", "--dataset", str(small_dataset),
+                      "--batch-sizes", "1,4", "--beam-widths", "1,2", "--report-dir", str(tmp_path),
+                      cwd=tmp_path, env=_env(-1))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "test_batch_positions[bs4-beam2] PASSED" in proc.stdout or "passed" in proc.stdout
+    report = only_report(tmp_path)
+    assert report["verdict"] == "pass"
+    assert [c["id"] for c in report["cells"]] == ["bs1-beam1", "bs4-beam1", "bs1-beam2", "bs4-beam2"]
+    assert all(c["degraded_positions"] == [] for c in report["cells"])
+    assert (tmp_path / Path(next(tmp_path.glob("*/report.md")))).exists()
+
+
+def test_broken_positions_fail_with_ranges(tmp_path: Path, small_dataset: Path):
+    proc = run_suites("--engine", "toy_engine:ToyEngine", "--dataset", str(small_dataset),
+                      "--batch-sizes", "1,8", "--beam-widths", "1", "--report-dir", str(tmp_path),
+                      "-v", cwd=tmp_path, env=_env(5))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "test_batch_positions[bs8-beam1] FAILED" in proc.stdout
+    assert "bs8-beam1: positions 5–7 degraded (ROUGE-L" in proc.stdout
+    assert "vs 1.00 at batch size 1)" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    # no build limits for a user class: the limits tests are skipped, not passed silently
+    assert "test_engine_limits[bs8-beam1] SKIPPED" in proc.stdout
+    report = only_report(tmp_path)
+    cell = {c["id"]: c for c in report["cells"]}["bs8-beam1"]
+    assert cell["degraded_positions"] == [5, 6, 7] and cell["verdict"] == "fail"
+    assert [p["position"] for p in cell["positions"]] == list(range(8))
+    assert cell["positions"][0]["rouge_l"] == 1.0 and cell["positions"][6]["rouge_l"] < 0.2
+    assert report["dataset"]["hash"] and report["verdict"] == "fail"
+    assert "report:" in proc.stdout and str(tmp_path) in proc.stdout

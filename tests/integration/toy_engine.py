@@ -1,0 +1,28 @@
+"""A user's engine plugged in with --engine module:Class (the README's interface).
+
+It 'summarizes' by echoing the first words of the document. With ``BROKEN_FROM`` set, batch
+positions from that index on return off-topic text whenever the batch holds more than one
+prompt: a position-dependent fault with no model involved.
+"""
+
+from __future__ import annotations
+
+import os
+
+BROKEN_FROM = int(os.environ.get("TOY_BROKEN_FROM", "-1"))
+
+
+class ToyEngine:
+    def __init__(self, path):
+        self.path = path
+
+    def generate(self, prompts, settings):
+        from harness.engines.base import Generation
+
+        out = []
+        for position, prompt in enumerate(prompts):
+            words = prompt.split()[: 12 + settings.beam_width]
+            if 0 <= BROKEN_FROM <= position and len(prompts) > 1:
+                words = ["the", "the", "weather", "was", "nice"] * 3
+            out.append(Generation(text=" ".join(words)))
+        return out

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from harness.config import RunConfig, fraction, positive_int, positive_int_list
+from harness.errors import ConfigError
+
+
+@pytest.mark.parametrize("value, expected", [("1,2,4,8", (1, 2, 4, 8)), ("8,1", (1, 8)), ("4", (4,))])
+def test_positive_int_list_accepts(value, expected):
+    assert positive_int_list("--batch-sizes")(value) == expected
+
+
+@pytest.mark.parametrize("value, words", [
+    ("0", "at least 1"), ("-2", "at least 1"), ("a", "not an integer"), ("1,,2", "comma-separated"),
+    ("", "comma-separated"), ("2,2", "given twice"), ("1.5", "not an integer"),
+])
+def test_positive_int_list_rejects_with_option_name(value, words):
+    with pytest.raises(argparse.ArgumentTypeError) as exc:
+        positive_int_list("--batch-sizes")(value)
+    assert "--batch-sizes" in str(exc.value) and words in str(exc.value)
+
+
+def test_scalar_parsers_name_the_option():
+    with pytest.raises(argparse.ArgumentTypeError, match="--max-new-tokens"):
+        positive_int("--max-new-tokens")("0")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"--alpha.*\(0.0, 0.5\]"):
+        fraction("--alpha", low=0.0, high=0.5, open_low=True)("0")
+    with pytest.raises(argparse.ArgumentTypeError, match="--tolerance"):
+        fraction("--tolerance", low=0.0, high=1.0)("nan")
+
+
+def test_from_options_parses_strings_and_resolves_folders(tmp_path: Path):
+    cfg = RunConfig.from_options({"batch_sizes": "8", "beam_widths": "4", "report_dir": "out"},
+                                 root=tmp_path)
+    assert cfg.batch_sizes == (8,) and cfg.beam_widths == (4,)
+    assert cfg.report_dir == tmp_path / "out" and cfg.goldens_dir == tmp_path / "goldens"
+    assert cfg.decoding(4).beam_width == 4
+
+
+def test_from_options_errors():
+    with pytest.raises(ConfigError, match="--beam-widths"):
+        RunConfig.from_options({"beam_widths": "0"})
+    with pytest.raises(ConfigError, match=r"--prompt-template.*\{text\}"):
+        RunConfig.from_options({"prompt_template": "Summarize:"})
+    with pytest.raises(ConfigError, match="--update-goldens"):
+        RunConfig.from_options({"golden_engine": "x"})

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.config import DecodingSettings
+from harness.data import Dataset, Document, content_hash
+from harness.errors import GoldensError
+from harness.goldens import GoldenSet, GoldensStore
+
+
+def _dataset(text: str = "a") -> Dataset:
+    docs = (Document("d0", text, "s0"), Document("d1", "b", "s1"))
+    return Dataset(name="mine", path="mine.jsonl", documents=docs, hash=content_hash(docs))
+
+
+def _golden(ds: Dataset, settings: DecodingSettings) -> GoldenSet:
+    return GoldenSet(identity="sha256:" + "ab" * 32, dataset_name=ds.name, dataset_hash=ds.hash,
+                     settings=settings.as_dict(), outputs={"d0": "x", "d1": "y"}, source={})
+
+
+def test_round_trip_and_layout(tmp_path: Path):
+    store, ds, st = GoldensStore(tmp_path), _dataset(), DecodingSettings(4, 64)
+    path = store.write(_golden(ds, st), 4)
+    assert path.parent.parent == tmp_path and path.name == "mine-beam4.json"
+    assert store.load("sha256:" + "ab" * 32, ds, st).outputs == {"d0": "x", "d1": "y"}
+    assert store.load("sha256:" + "cd" * 32, ds, st) is None  # other model: no goldens
+
+
+def test_mismatches_fail_with_the_fix(tmp_path: Path):
+    store, ds, st = GoldensStore(tmp_path), _dataset(), DecodingSettings(4, 64)
+    store.write(_golden(ds, st), 4)
+    ident = "sha256:" + "ab" * 32
+    with pytest.raises(GoldensError, match=r"dataset hash.*--update-goldens"):
+        store.load(ident, _dataset("changed"), st)
+    with pytest.raises(GoldensError, match=r"max_new_tokens 64 \(run: 32\).*--update-goldens"):
+        store.load(ident, ds, DecodingSettings(4, 32))
+
+
+@pytest.mark.parametrize("mutate, words", [
+    (lambda p: p.write_text("{not json"), "corrupt"),
+    (lambda p: p.write_text(p.read_text()[:40]), "corrupt"),
+    (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "schema_version": 99})),
+     "schema_version 99"),
+    (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "outputs": {"d0": "x"}})),
+     "no golden for 1"),
+])
+def test_bad_goldens_files(tmp_path: Path, mutate, words):
+    store, ds, st = GoldensStore(tmp_path), _dataset(), DecodingSettings(4, 64)
+    path = store.write(_golden(ds, st), 4)
+    mutate(path)
+    with pytest.raises(GoldensError) as exc:
+        store.load("sha256:" + "ab" * 32, ds, st)
+    assert str(path) in str(exc.value) and words in str(exc.value)
+
+
+def test_names_stay_inside_the_folder(tmp_path: Path):
+    store = GoldensStore(tmp_path)
+    path = store.path_for("../../etc", "../../passwd", 1)
+    assert tmp_path in path.resolve().parents
