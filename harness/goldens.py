@@ -52,6 +52,9 @@ def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temporary file, fsync and rename: readers see old or new, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide goldens from the team
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

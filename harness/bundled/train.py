@@ -1,11 +1,11 @@
 """Build the bundled dataset, tokenizer and model (seeded; not run in CI).
 
-    python -m harness.bundled.train [--steps 1500] [--output harness/bundled]
+    python -m harness.bundled.train [--steps 1200] [--output harness/bundled]
 
 Writes ``news.jsonl`` (the evaluation set) and ``model/`` (a transformers
 ``MistralForCausalLM`` with grouped-query attention, its tokenizer and safetensors
 weights). Training data comes from the same generator with another seed, never from the
-evaluation set. About ten minutes on a 2-core CPU.
+evaluation set. 1200 steps took 21 minutes on a 2-core CPU (final loss 0.02).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def encode_pairs(tok, examples: list[Example]) -> list[tuple[list[int], list[int
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=HERE)
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=1200)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--train-count", type=int, default=30000)
     args = parser.parse_args(argv)

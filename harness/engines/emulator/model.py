@@ -131,12 +131,6 @@ class MistralEmulator:
         gate, up = (h @ layer["gate_up"]).chunk(2, dim=-1)
         return x + (torch.nn.functional.silu(gate) * up) @ layer["down"]
 
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """q ``[R, Hkv, G, Tq, D]``, k/v ``[R, Hkv, 1, Tk, D]``, mask ``[R, 1, 1, Tq, Tk]`` (True = keep)."""
-        scores = (q @ k.transpose(-1, -2)) * (self.shape.head_size ** -0.5)
-        scores = scores.masked_fill(~mask, float("-inf"))
-        return torch.softmax(scores, dim=-1) @ v
-
     def context(self, ids: torch.Tensor, lengths: torch.Tensor, cache: SlotKVCache,
                 beams: int = 1) -> torch.Tensor:
         """Run right-padded prompts ``[B, L]`` once each; give every beam slot of entry s
@@ -177,19 +171,21 @@ class MistralEmulator:
         length = int(positions.max()) + 1
         x = self.embed[tokens]
         cos, sin = self._rope(positions)  # [R, D]
-        cos_q, sin_q = cos[:, None, None, None, :], sin[:, None, None, None, :]
-        keep = torch.arange(length)[None, :] <= positions[:, None]  # [R, T]
-        mask = keep[:, None, None, None, :]
+        cos, sin = cos[:, None, :], sin[:, None, :]
+        # query heads of one KV group side by side: [R, Hkv, G, D] against keys [R, Hkv, T, D]
+        masked = (torch.arange(length)[None, :] > positions[:, None])[:, None, None, :]
+        scale = s.head_size ** -0.5
         for i, layer in enumerate(self.layers):
             h = self._rms(x, layer["ln1"])
             q, k, v = self._split(h, layer)
-            q = q.view(rows, s.num_kv_heads, groups, 1, s.head_size)
+            q = q.view(rows, s.num_heads, s.head_size)
             k = k.view(rows, s.num_kv_heads, s.head_size)
             v = v.view(rows, s.num_kv_heads, s.head_size)
-            q = q * cos_q + _rotate_half(q) * sin_q
-            k = k * cos[:, None, :] + _rotate_half(k) * sin[:, None, :]
+            q = (q * cos + _rotate_half(q) * sin).view(rows, s.num_kv_heads, groups, s.head_size)
+            k = k * cos + _rotate_half(k) * sin
             cache.write_at(i, positions, k, v)
             kc, vc = cache.read(i, rows, length)
-            out = self._attend(q, kc[:, :, None], vc[:, :, None], mask)  # [R,Hkv,G,1,D]
-            x = self._mlp(x + out.reshape(rows, s.num_heads * s.head_size) @ layer["o"], layer)
+            scores = (q @ kc.transpose(-1, -2)) * scale
+            attn = torch.softmax(scores.masked_fill(masked, float("-inf")), dim=-1) @ vc
+            x = self._mlp(x + attn.reshape(rows, s.num_heads * s.head_size) @ layer["o"], layer)
         return self._rms(x, self.norm) @ self.lm_head.t()

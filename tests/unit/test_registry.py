@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.engines.registry import detect_backend, load_engine, peek_config, resolve_backend
+from harness.errors import EngineError
+
+
+def test_detects_emulator_and_hf(engine_factory):
+    from harness.engines.emulator.build import BUNDLED_MODEL
+
+    assert detect_backend(engine_factory(8, 4)) == "emulator"
+    assert detect_backend(BUNDLED_MODEL) == "hf"
+    assert peek_config(str(engine_factory(8, 4)))["build_config"]["max_beam_width"] == 4
+
+
+def test_tensorrt_llm_engine_dir_is_recognised_but_not_run(tmp_path: Path):
+    (tmp_path / "config.json").write_text(json.dumps({"version": "0.13.0", "pretrained_config": {},
+                                                      "build_config": {}}))
+    with pytest.raises(EngineError, match="TensorRT-LLM engine"):
+        detect_backend(tmp_path)
+
+
+def test_unknown_backend_suggests():
+    with pytest.raises(EngineError, match="did you mean 'hf'"):
+        resolve_backend("hff")
+
+
+def test_user_class_without_generate(tmp_path: Path, monkeypatch):
+    (tmp_path / "nogen.py").write_text("class E:\n    def __init__(self, path): pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(EngineError, match="no generate"):
+        load_engine("nogen:E")
+    with pytest.raises(EngineError, match="has no 'Missing'"):
+        load_engine("nogen:Missing")
+
+
+def test_emulator_engine_missing_weights(engine_factory, tmp_path: Path):
+    import shutil
+
+    broken = tmp_path / "e"
+    shutil.copytree(engine_factory(8, 4), broken)
+    (broken / "rank0.safetensors").unlink()
+    with pytest.raises(EngineError, match="rank0.safetensors: engine weights missing"):
+        load_engine(str(broken))
+    cfg = json.loads((broken / "config.json").read_text())
+    cfg["build_config"]["max_beam_width"] = "four"
+    (broken / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(EngineError, match="max_beam_width must be a positive integer"):
+        load_engine(str(broken))
+
+
+def test_build_engine_cli_writes_unified_config(tmp_path: Path):
+    from harness.__main__ import main
+
+    assert main(["build-engine", "--output", str(tmp_path / "e"), "--max-batch-size", "4",
+                 "--max-beam-width", "2"]) == 0
+    cfg = json.loads((tmp_path / "e" / "config.json").read_text())
+    assert set(cfg) >= {"version", "pretrained_config", "build_config", "emulator"}
+    assert cfg["build_config"]["max_batch_size"] == 4 and cfg["build_config"]["max_beam_width"] == 2
+    assert cfg["pretrained_config"]["num_key_value_heads"] < cfg["pretrained_config"]["num_attention_heads"]
+    assert main(["build-engine", "--output", str(tmp_path / "x"), "--max-seq-len", "100",
+                 "--max-input-len", "200"]) == 2
