@@ -22,10 +22,13 @@ def file_sha256(path: str | Path) -> str:
     return _sha256(str(path), st.st_size, st.st_mtime_ns)
 
 
-def files_sha256(paths: list[Path]) -> str:
-    """One sha256 over several files, by name and content, in sorted order."""
+def weights_identity(paths: list[Path]) -> str:
+    """A model's identity from its weight files: the file's sha256 when there is one file
+    (so an engine that copies the weights unchanged shares the model's goldens), else one
+    sha256 over the files' hashes in name order."""
+    if len(paths) == 1:
+        return f"sha256:{file_sha256(paths[0])}"
     h = hashlib.sha256()
     for p in sorted(paths):
-        h.update(p.name.encode("utf-8"))
         h.update(file_sha256(p).encode("ascii"))
-    return h.hexdigest()
+    return f"sha256:{h.hexdigest()}"

@@ -13,7 +13,7 @@ from typing import Sequence
 from harness.config import DecodingSettings
 from harness.engines.base import EngineInfo, Generation
 from harness.errors import EngineError
-from harness.fingerprint import files_sha256
+from harness.fingerprint import weights_identity
 
 
 class HFEngine:
@@ -41,7 +41,7 @@ class HFEngine:
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.info = EngineInfo(backend="hf", path=str(self.path),
-                               identity=f"sha256:{files_sha256(weights)}",
+                               identity=weights_identity(weights),
                                config=None, details={"device": self.device})
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:

@@ -20,7 +20,7 @@ from harness.config import DecodingSettings
 from harness.engines.base import EngineInfo, Generation
 from harness.engines.emulator.model import MistralEmulator, ModelShape, SlotKVCache
 from harness.errors import EngineError
-from harness.fingerprint import file_sha256
+from harness.fingerprint import weights_identity
 
 WEIGHTS_FILE = "rank0.safetensors"
 TOKENIZER_DIR = "tokenizer"
@@ -109,7 +109,7 @@ class EmulatorEngine:
         self.cache = SlotKVCache(self.shape, self.max_batch_size * self.max_beam_width,
                                  self.max_seq_len, dtype)
         self.info = EngineInfo(
-            backend="emulator", path=str(self.path), identity=f"sha256:{file_sha256(weights_file)}",
+            backend="emulator", path=str(self.path), identity=weights_identity([weights_file]),
             config=config, details={"compute_dtype": dtype_name,
                                     "kv_cache_slots": self.cache.slots})
 
