@@ -12,8 +12,8 @@ in the run.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from scipy import stats
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from harness.errors import ConfigError
 
@@ -201,10 +202,9 @@ class RunConfig:
     goldens_dir: Path = Path("goldens")
     update_goldens: bool = False
     golden_engine: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
-    def from_options(cls, values: dict[str, Any], *, root: Path | None = None) -> "RunConfig":
+    def from_options(cls, values: dict[str, Any], *, root: Path | None = None) -> RunConfig:
         """Build from parsed option values (dest -> value); relative folders resolve at root.
 
         Values that arrive as strings (e.g. from an ini file or a notebook) are parsed with

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from harness.analysis import ranges
 from harness.pipeline import CellResult
-from harness.preflight import EngineLimits
+from harness.preflight import EngineLimits, LimitCheck
 
 
 def overflow_positions(batch_size: int, beam_width: int, limits: EngineLimits | None) -> tuple[int, ...]:
@@ -56,14 +58,14 @@ def positions_failure(result: CellResult, limits: EngineLimits | None) -> str | 
     return "\n".join(lines)
 
 
-def limits_failure(result: CellResult) -> str | None:
+def limits_failure(checks: Sequence[LimitCheck]) -> str | None:
     """The limits test's failure message, or None when every known limit holds."""
-    failures = result.limit_failures
+    failures = [c for c in checks if c.status == "fail"]
     if not failures:
         return None
-    return "\n".join(f"{result.cell.id}: {c.message}" for c in failures)
+    return "\n".join(f"{c.cell}: {c.message}" for c in failures)
 
 
-def limits_unknown(result: CellResult) -> bool:
+def limits_unknown(checks: Sequence[LimitCheck]) -> bool:
     """True when no limit could be checked (e.g. an hf model has no build limits)."""
-    return all(c.status == "unknown" for c in result.checks)
+    return all(c.status == "unknown" for c in checks)

@@ -6,10 +6,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
 
 from harness import __version__
 from harness.analysis import CellAnalysis, CellScores, analyze
@@ -68,7 +69,6 @@ class RunResult:
     seconds: float
     goldens_written: tuple[str, ...] = ()
     report_dir: Path | None = None
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def verdict(self) -> str:
@@ -79,12 +79,18 @@ class RunResult:
 Progress = Callable[[int], None]
 
 
-def _new_report_dir(root: Path, engine: EngineInfo, started: dt.datetime) -> Path:
+def _check_writable(root: Path) -> None:
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"--report-dir {root}: cannot create ({exc.strerror}); "
                           "choose a writable folder") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise ConfigError(f"--report-dir {root}: not writable; choose a writable folder")
+
+
+def _new_report_dir(root: Path, engine: EngineInfo, started: dt.datetime) -> Path:
+    _check_writable(root)
     stem = f"run-{started:%Y%m%d-%H%M%S}-{engine.backend.replace(':', '-').replace('.', '-')}"
     for i in range(1000):
         path = root / (stem if i == 0 else f"{stem}-{i}")
@@ -127,9 +133,28 @@ def planned_cells(config: RunConfig) -> list[Cell]:
     return list(cells_for(sizes, config.beam_widths))
 
 
-def run(config: RunConfig, *, progress: Callable[[int], Progress] | None = None,
-        engine: Engine | None = None) -> RunResult:
-    """Run the pipeline once and write the report; raises HarnessError for bad input."""
+@dataclass(frozen=True)
+class Prepared:
+    """Everything known before the engine generates anything (the preflight stage)."""
+
+    config: RunConfig
+    dataset: Dataset
+    engine: Engine
+    limits: EngineLimits | None
+    plan: Plan
+    prompts: tuple[str, ...]
+    checks: dict[Cell, tuple[LimitCheck, ...]]
+    goldens: dict[int, GoldenSet]
+    store: GoldensStore
+    started: dt.datetime
+    t0: float
+
+    def limit_failures(self) -> list[LimitCheck]:
+        return [c for checks in self.checks.values() for c in checks if c.status == "fail"]
+
+
+def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
+    """Load dataset and engine, plan the cells, check limits and goldens; generate nothing."""
     started = dt.datetime.now(dt.timezone.utc)
     t0 = time.perf_counter()
     dataset = load_dataset(config.dataset, text_field=config.text_field,
@@ -138,16 +163,17 @@ def run(config: RunConfig, *, progress: Callable[[int], Progress] | None = None,
     limits = read_limits(engine.info.config)
     batch_sizes = choose_batch_sizes(config.batch_sizes, limits.max_batch_size if limits else None)
     plan = make_plan(batch_sizes, config.beam_widths, len(dataset), config.seed)
-    prompts = [build_prompt(config.prompt_template, d) for d in dataset.documents]
+    prompts = tuple(build_prompt(config.prompt_template, d) for d in dataset.documents)
 
     counter = getattr(engine, "count_tokens", None)
-    lengths = counter(prompts) if callable(counter) else None
+    lengths = counter(list(prompts)) if callable(counter) else None
     longest = max(lengths) if lengths else None
     over = sum(1 for x in lengths if limits and limits.max_input_len and x > limits.max_input_len) \
         if lengths else 0
     checks = {c: tuple(check_cell(c, limits, longest_prompt=longest, prompts_over_input=over,
                                   max_new_tokens=config.max_new_tokens)) for c in plan.cells}
 
+    _check_writable(config.report_dir)
     store = GoldensStore(config.goldens_dir)
     goldens: dict[int, GoldenSet] = {}
     if not config.update_goldens:
@@ -155,61 +181,34 @@ def run(config: RunConfig, *, progress: Callable[[int], Progress] | None = None,
             found = store.load(engine.info.identity, dataset, config.decoding(w))
             if found is not None:
                 goldens[w] = found
-    report_dir = _new_report_dir(config.report_dir, engine.info, started)
+    return Prepared(config=config, dataset=dataset, engine=engine, limits=limits, plan=plan,
+                    prompts=prompts, checks=checks, goldens=goldens, store=store,
+                    started=started, t0=t0)
 
-    tick = progress(plan.sequences()) if progress else (lambda k: None)
-    outputs: dict[Cell, Outputs] = {}
-    errors: dict[Cell, str] = {}
-    for cell in plan.all_cells:
-        try:
-            outputs[cell] = _generate_cell(engine, cell, plan, prompts, config, tick)
-        except HarnessError:
-            raise
-        except Exception as exc:  # an engine fault fails its cell, not the run
-            errors[cell] = _error_text(exc)
 
-    written: list[str] = []
+def run(config: RunConfig, *, progress: Callable[[int], Progress] | None = None,
+        engine: Engine | None = None) -> RunResult:
+    """Run the pipeline once and write the report; raises HarnessError for bad input."""
+    return execute(prepare(config, engine=engine), progress=progress)
+
+
+def execute(prep: Prepared, *, progress: Callable[[int], Progress] | None = None) -> RunResult:
+    """Generate every planned batch, score, analyse and write the report."""
+    config, engine, plan = prep.config, prep.engine, prep.plan
+    report_dir = _new_report_dir(config.report_dir, engine.info, prep.started)
+    outputs, errors = _generate_all(prep, progress)
+    goldens, written = dict(prep.goldens), []
     if config.update_goldens:
-        goldens, written = _record_goldens(config, engine, dataset, plan, prompts, outputs, errors,
-                                           store)
-
-    baseline_names: dict[int, str] = {}
-    baseline_texts: dict[int, tuple[str, ...]] = {}
-    for w in config.beam_widths:
-        if w in goldens:
-            baseline_texts[w] = tuple(goldens[w].outputs[d.id] for d in dataset.documents)
-            baseline_names[w] = f"goldens {store.path_for(engine.info.identity, dataset.name, w)}"
-        elif Cell(1, w) in outputs:
-            baseline_texts[w] = outputs[Cell(1, w)].texts[0]
-            baseline_names[w] = "batch size 1 of this run"
-
-    references = [d.summary for d in dataset.documents]
-    scores: list[CellScores] = []
-    levels: dict[int, list[float]] = {}
-    for w, base in baseline_texts.items():
-        levels[w] = rouge_l(base, outputs[Cell(1, w)].texts[0]) if Cell(1, w) in outputs else []
-    for cell in plan.cells:
-        w = cell.beam_width
-        if cell in errors:
-            continue
-        if w not in baseline_texts or not levels.get(w):
-            errors[cell] = (f"no batch-size-1 baseline for beam width {w}: "
-                            f"{errors.get(Cell(1, w), 'batch size 1 produced nothing')}")
-            continue
-        out = outputs[cell]
-        scores.append(CellScores(
-            cell=cell,
-            baseline=tuple(tuple(rouge_l(baseline_texts[w], texts)) for texts in out.texts),
-            reference=tuple(tuple(rouge_l(references, texts)) for texts in out.texts)))
-    analyses = {a.cell: a for a in analyze(scores, levels, tolerance=config.tolerance,
-                                           alpha=config.alpha)}
-    cells = tuple(CellResult(cell=c, checks=checks[c], analysis=analyses.get(c),
+        goldens, written = _record_goldens(prep, outputs, errors)
+    baselines = _baselines(prep, goldens, outputs)
+    analyses = _score_and_analyse(prep, baselines, outputs, errors)
+    cells = tuple(CellResult(cell=c, checks=prep.checks[c], analysis=analyses.get(c),
                              error=errors.get(c)) for c in plan.cells)
-    result = RunResult(config=config, engine=engine.info, limits=limits, dataset=dataset,
-                       plan=plan, baseline=baseline_names, cells=cells,
-                       outputs=tuple(outputs[c] for c in plan.all_cells if c in outputs),
-                       started=started.isoformat(timespec="seconds"),
-                       seconds=time.perf_counter() - t0, goldens_written=tuple(written),
+    result = RunResult(config=config, engine=engine.info, limits=prep.limits, dataset=prep.dataset,
+                       plan=plan, baseline={w: name for w, (name, _) in baselines.items()},
+                       cells=cells, outputs=tuple(outputs[c] for c in plan.all_cells if c in outputs),
+                       started=prep.started.isoformat(timespec="seconds"),
+                       seconds=time.perf_counter() - prep.t0, goldens_written=tuple(written),
                        report_dir=report_dir)
     from harness.report.writer import write_report
 
@@ -217,17 +216,74 @@ def run(config: RunConfig, *, progress: Callable[[int], Progress] | None = None,
     return result
 
 
-def _record_goldens(config: RunConfig, engine: Engine, dataset: Dataset, plan: Plan,
-                    prompts: list[str], outputs: dict[Cell, Outputs], errors: dict[Cell, str],
-                    store: GoldensStore) -> tuple[dict[int, GoldenSet], list[str]]:
+def _generate_all(prep: Prepared, progress: Callable[[int], Progress] | None
+                  ) -> tuple[dict[Cell, Outputs], dict[Cell, str]]:
+    """Every cell's outputs; an engine fault fails its cell, not the run."""
+    tick = progress(prep.plan.sequences()) if progress else (lambda k: None)
+    outputs: dict[Cell, Outputs] = {}
+    errors: dict[Cell, str] = {}
+    for cell in prep.plan.all_cells:
+        try:
+            outputs[cell] = _generate_cell(prep.engine, cell, prep.plan, list(prep.prompts),
+                                           prep.config, tick)
+        except HarnessError:
+            raise
+        except Exception as exc:
+            errors[cell] = _error_text(exc)
+    return outputs, errors
+
+
+def _baselines(prep: Prepared, goldens: dict[int, GoldenSet], outputs: dict[Cell, Outputs]
+               ) -> dict[int, tuple[str, tuple[str, ...]]]:
+    """Per beam width: (where the baseline comes from, one text per document)."""
+    out: dict[int, tuple[str, tuple[str, ...]]] = {}
+    for w in prep.config.beam_widths:
+        if w in goldens:
+            path = prep.store.path_for(prep.engine.info.identity, prep.dataset.name, w)
+            out[w] = (f"goldens {path}",
+                      tuple(goldens[w].outputs[d.id] for d in prep.dataset.documents))
+        elif Cell(1, w) in outputs:
+            out[w] = ("batch size 1 of this run", outputs[Cell(1, w)].texts[0])
+    return out
+
+
+def _score_and_analyse(prep: Prepared, baselines: dict[int, tuple[str, tuple[str, ...]]],
+                       outputs: dict[Cell, Outputs], errors: dict[Cell, str]) -> dict[Cell, CellAnalysis]:
+    """ROUGE-L of every output against baseline and reference; cells without a batch-size-1
+    level are marked as errors in ``errors``."""
+    references = [d.summary for d in prep.dataset.documents]
+    levels = {w: rouge_l(texts, outputs[Cell(1, w)].texts[0])
+              for w, (_, texts) in baselines.items() if Cell(1, w) in outputs}
+    scores: list[CellScores] = []
+    for cell in prep.plan.cells:
+        w = cell.beam_width
+        if cell in errors:
+            continue
+        if w not in levels:
+            errors[cell] = (f"no batch-size-1 baseline for beam width {w}: "
+                            f"{errors.get(Cell(1, w), 'batch size 1 produced nothing')}")
+            continue
+        base = baselines[w][1]
+        texts = outputs[cell].texts
+        scores.append(CellScores(cell=cell,
+                                 baseline=tuple(tuple(rouge_l(base, t)) for t in texts),
+                                 reference=tuple(tuple(rouge_l(references, t)) for t in texts)))
+    return {a.cell: a for a in analyze(scores, levels, tolerance=prep.config.tolerance,
+                                       alpha=prep.config.alpha)}
+
+
+def _record_goldens(prep: Prepared, outputs: dict[Cell, Outputs], errors: dict[Cell, str]
+                    ) -> tuple[dict[int, GoldenSet], list[str]]:
     """Goldens from batch size 1 of this engine or of --golden-engine; written only when complete."""
+    config, engine, dataset, plan = prep.config, prep.engine, prep.dataset, prep.plan
     source_engine, source = engine, outputs
     if config.golden_engine:
         source_engine = load_engine(config.golden_engine, None)
         source = {}
         for w in config.beam_widths:
             cell = Cell(1, w)
-            source[cell] = _generate_cell(source_engine, cell, plan, prompts, config, lambda k: None)
+            source[cell] = _generate_cell(source_engine, cell, plan, list(prep.prompts), config,
+                                          lambda k: None)
     failed = {c: errors.get(c, "no output") for c in plan.reference_cells if c not in source}
     if failed:
         raise HarnessError(
@@ -243,7 +299,7 @@ def _record_goldens(config: RunConfig, engine: Engine, dataset: Dataset, plan: P
             source={"backend": source_engine.info.backend, "engine": source_engine.info.path,
                     "identity": source_engine.info.identity, "batch_size": 1,
                     "harness_version": __version__})
-    written = [str(store.write(g, w)) for w, g in goldens.items()]
+    written = [str(prep.store.write(g, w)) for w, g in goldens.items()]
     return goldens, written
 
 
@@ -259,11 +315,3 @@ def summary_lines(result: RunResult) -> list[str]:
         marks = " ".join(f"{'*' if s.degraded else ' '}{s.rouge_l:.2f}" for s in a.positions)
         lines.append(f"{c.cell.id:>12}  {a.verdict.upper():5}  {marks}")
     return lines
-
-
-def describe(result: RunResult) -> dict[str, Any]:
-    """Small facts for terminal headers."""
-    return {"engine": result.engine.path, "backend": result.engine.backend,
-            "dataset": f"{result.dataset.name} ({len(result.dataset)} prompts, "
-                       f"hash {result.dataset.hash[:12]})",
-            "baseline": result.baseline}

@@ -7,7 +7,7 @@ runs from a checkout). Inert unless a collected test asks for ``harness_cell``.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,8 +17,9 @@ from harness.config import OPTIONS, RunConfig
 from harness.errors import HarnessError
 
 if TYPE_CHECKING:
-    from harness.pipeline import CellResult, RunResult
+    from harness.pipeline import CellResult, Prepared, RunResult
     from harness.plan import Cell
+    from harness.preflight import LimitCheck
 
 DEST_PREFIX = "harness_"
 
@@ -30,9 +31,8 @@ class HarnessState:
     run_config: RunConfig
     cells: list[Any] | None = None
     error: str | None = None
-    result: "RunResult | None" = None
-    wanted: bool = False
-    notes: list[str] = field(default_factory=list)
+    prepared: Prepared | None = None
+    result: RunResult | None = None
 
 
 STATE = pytest.StashKey[HarnessState]()
@@ -95,13 +95,33 @@ def _progress_factory(config: pytest.Config):
     return factory
 
 
-def _run(config: pytest.Config) -> "RunResult":
+def _prepare(config: pytest.Config) -> Prepared:
     state = _state(config)
-    if state.result is None:
-        from harness.pipeline import run
+    if state.prepared is None:
+        from harness.pipeline import prepare
 
         try:
-            state.result = run(state.run_config, progress=_progress_factory(config))
+            state.prepared = prepare(state.run_config)
+        except HarnessError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        failures = state.prepared.limit_failures()
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if failures and reporter is not None:
+            cells = sorted({c.cell for c in failures})
+            reporter.write_line(f"preflight: build limits exceeded in {len(cells)} cell(s) "
+                                f"({', '.join(cells)}); see test_engine_limits. First: "
+                                f"{failures[0].message}", yellow=True)
+    return state.prepared
+
+
+def _run(config: pytest.Config) -> RunResult:
+    state = _state(config)
+    if state.result is None:
+        from harness.pipeline import execute
+
+        prepared = _prepare(config)
+        try:
+            state.result = execute(prepared, progress=_progress_factory(config))
         except HarnessError as exc:
             raise pytest.UsageError(str(exc)) from None
     return state.result
@@ -109,22 +129,32 @@ def _run(config: pytest.Config) -> "RunResult":
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> None:
-    """Run the engine once, before the per-cell tests, so bad input stops the session early."""
+    """Preflight, then run the engine once, before the per-cell tests, so bad input stops the
+    session early and limit failures show before any GPU time is spent. Generation runs only
+    when a positions test is selected."""
     if session.config.option.collectonly:
         return
-    if any("harness_cell" in getattr(item, "fixturenames", ()) for item in session.items):
-        _state(session.config).wanted = True
+    uses = [set(getattr(item, "fixturenames", ())) for item in session.items]
+    if any("harness_cell" in names for names in uses):
+        _prepare(session.config)
+    if any("harness_cell_result" in names for names in uses):
         _run(session.config)
 
 
 @pytest.fixture(scope="session")
-def harness_result(request: pytest.FixtureRequest) -> "RunResult":
+def harness_result(request: pytest.FixtureRequest) -> RunResult:
     """The session's single pipeline run."""
     return _run(request.config)
 
 
 @pytest.fixture
-def harness_cell_result(harness_result: "RunResult", harness_cell: "Cell") -> "CellResult":
+def harness_cell_checks(request: pytest.FixtureRequest, harness_cell: Cell) -> tuple[LimitCheck, ...]:
+    """The build-limit checks of this test's cell (from config.json; nothing generated)."""
+    return _prepare(request.config).checks[harness_cell]
+
+
+@pytest.fixture
+def harness_cell_result(harness_result: RunResult, harness_cell: Cell) -> CellResult:
     """The result of the cell this test is parametrized with."""
     for c in harness_result.cells:
         if c.cell == harness_cell:

@@ -1,4 +1,4 @@
-"""The engine's build limits against what each cell asks for."""
+"""The engine's build limits against what each cell asks for (needs no generation)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 from harness.diagnosis import limits_failure, limits_unknown
 
 
-def test_engine_limits(harness_cell_result):
-    if limits_unknown(harness_cell_result):
+def test_engine_limits(harness_cell_checks):
+    if limits_unknown(harness_cell_checks):
         pytest.skip("the engine records no build limits to check")
-    message = limits_failure(harness_cell_result)
+    message = limits_failure(harness_cell_checks)
     if message:
         pytest.fail(message, pytrace=False)

@@ -8,8 +8,9 @@ input-length preflight, and ``close()``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from harness.config import DecodingSettings
 

@@ -7,8 +7,8 @@ only, and never with remote code.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from harness.config import DecodingSettings
 from harness.engines.base import EngineInfo, Generation

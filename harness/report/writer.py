@@ -79,7 +79,7 @@ def markdown(report: dict[str, Any]) -> str:
               f"- Build limits: max_batch_size {lim.get('max_batch_size')}, max_beam_width "
               f"{lim.get('max_beam_width')}, max_input_len {lim.get('max_input_len')}, "
               f"max_seq_len {lim.get('max_seq_len')}",
-              f"- Baseline: " + "; ".join(f"beam {w}: {n}" for w, n in report["baseline"].items()),
+              "- Baseline: " + "; ".join(f"beam {w}: {n}" for w, n in report["baseline"].items()),
               f"- Method: tolerance {report['method']['tolerance']}, alpha "
               f"{report['method']['alpha']}, seed {report['method']['seed']}", ""]
     lines += ["## Findings", ""]

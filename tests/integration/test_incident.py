@@ -76,3 +76,17 @@ def test_cli_run_has_the_same_verdict(tmp_path: Path, engine_factory, small_data
     assert proc.returncode == 1, proc.stderr
     assert "bs8-beam4: positions 2–7 degraded" in proc.stdout
     assert only_report(tmp_path)["cells"][0]["degraded_positions"] == [2, 3, 4, 5, 6, 7]
+
+
+def test_limits_alone_need_no_generation(tmp_path: Path, engine_factory):
+    """Selecting only the limits tests reads config.json and the tokenizer, generates nothing."""
+    from tests.conftest import SUITES
+
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(SUITES / "test_preflight.py"),
+                           "-p", "no:cacheprovider", "--engine", str(engine_factory(8, 1)),
+                           "--beam-widths", "4", "--report-dir", str(tmp_path / "r")],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 1
+    assert "preflight: build limits exceeded in 4 cell(s)" in proc.stdout
+    assert "4 failed" in proc.stdout
+    assert not list((tmp_path / "r").glob("*/report.json"))  # the engine never ran
