@@ -1,7 +1,8 @@
-"""Command line: ``python -m harness {run,build-engine}``.
+"""Command line: ``python -m harness {run,build-engine,lint}``.
 
 ``run`` does what ``pytest suites/`` does, without pytest: exit 0 when every cell passes,
-1 when a cell fails, 2 for bad input.
+1 when a cell fails, 2 for bad input. ``lint`` exits 0 when the cell fits the engine, 1 when
+it does not, 2 for an unreadable engine directory.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.config import OPTIONS, RunConfig, positive_int
+from harness.config import DEFAULT_PROMPT_TEMPLATE, OPTIONS, RunConfig, positive_int, size
 from harness.errors import HarnessError
 
 
@@ -62,6 +63,19 @@ def cmd_build_engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lint(args: argparse.Namespace) -> int:
+    import json
+
+    from harness.lint import format_text, lint
+
+    result = lint(args.engine_dir, batch_size=args.batch_size, num_beams=args.num_beams,
+                  max_new_tokens=args.max_new_tokens, gpu=args.gpu_memory,
+                  tokenizer=args.tokenizer, dataset=args.dataset, text_field=args.text_field,
+                  summary_field=args.summary_field, prompt_template=args.prompt_template)
+    print(json.dumps(result.as_dict(), indent=2) if args.json else format_text(result))
+    return 0 if result.verdict == "pass" else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -80,6 +94,23 @@ def main(argv: list[str] | None = None) -> int:
                          help="transformers Mistral model directory (default: the bundled model)")
     p_build.add_argument("--compute-dtype", choices=("float64", "float32"), default="float64")
     p_build.set_defaults(func=cmd_build_engine)
+
+    p_lint = sub.add_parser("lint", help="check an engine's build limits and KV-cache memory")
+    p_lint.add_argument("engine_dir", metavar="ENGINE_DIR")
+    p_lint.add_argument("--batch-size", type=positive_int("--batch-size"), default=None,
+                        help="batch size to check (default: the engine's max_batch_size)")
+    p_lint.add_argument("--num-beams", type=positive_int("--num-beams"), default=1)
+    p_lint.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=64)
+    p_lint.add_argument("--gpu-memory", type=size("--gpu-memory"), default=None, metavar="SIZE",
+                        help="GPU memory, e.g. 80GiB (default: read from the GPU, else 80GiB)")
+    p_lint.add_argument("--tokenizer", default=None, metavar="DIR",
+                        help="tokenizer for prompt lengths (emulator engines carry their own)")
+    p_lint.add_argument("--dataset", default=None, metavar="PATH")
+    p_lint.add_argument("--text-field", default="text")
+    p_lint.add_argument("--summary-field", default="summary")
+    p_lint.add_argument("--prompt-template", default=DEFAULT_PROMPT_TEMPLATE)
+    p_lint.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p_lint.set_defaults(func=cmd_lint)
 
     args = parser.parse_args(argv)
     try:

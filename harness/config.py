@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -111,6 +112,35 @@ def real(option: str) -> Callable[[str], float]:
     return parse
 
 
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?)B?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str, option: str = "--gpu-memory") -> int:
+    """'80GiB', '141GB', '512M' or a byte count -> bytes (GB = 10^9, GiB = 2^30)."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ConfigError(f"{option} {text!r}: expected a size like 80GiB, 141GB or 512MiB")
+    number, unit, binary = float(m.group(1)), m.group(2).upper(), bool(m.group(3))
+    power = "KMGT".index(unit) + 1 if unit else 0
+    size = int(number * (1024 if binary else 1000) ** power)
+    if size <= 0:
+        raise ConfigError(f"{option} {text!r}: must be more than 0")
+    return size
+
+
+def size(option: str) -> Callable[[str], str]:
+    """An argparse ``type=`` that checks a memory size and keeps the text as given."""
+
+    def parse(value: str) -> str:
+        try:
+            parse_size(value, option)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    return parse
+
+
 @dataclass(frozen=True)
 class OptionSpec:
     """One run option, shared by the pytest plugin and the CLI so they cannot drift."""
@@ -153,6 +183,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--prompt-template", "prompt_template", "prompt built from each document; must "
                "contain {text} (default '{text} TL;DR: ')", None, DEFAULT_PROMPT_TEMPLATE,
                metavar="TEMPLATE"),
+    OptionSpec("--gpu-memory", "gpu_memory", "GPU memory for the KV-cache budget, e.g. 80GiB "
+               "(default: read from the GPU, else 80GiB)", size("--gpu-memory"),
+               metavar="SIZE"),
     OptionSpec("--seed", "seed", "seed for the order of prompts in batches (default 0)",
                non_negative_int("--seed"), 0, metavar="N"),
     OptionSpec("--report-dir", "report_dir", "folder under which each run writes a new report "
@@ -197,6 +230,7 @@ class RunConfig:
     text_field: str = "text"
     summary_field: str = "summary"
     prompt_template: str = DEFAULT_PROMPT_TEMPLATE
+    gpu_memory: str | None = None
     seed: int = 0
     report_dir: Path = Path("reports")
     goldens_dir: Path = Path("goldens")

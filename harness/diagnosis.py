@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from harness.analysis import ranges
+from harness.engine_config import EngineLimits
 from harness.pipeline import CellResult
-from harness.preflight import EngineLimits, LimitCheck
+from harness.preflight import LimitCheck
 
 
 def overflow_positions(batch_size: int, beam_width: int, limits: EngineLimits | None) -> tuple[int, ...]:

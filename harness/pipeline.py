@@ -16,12 +16,21 @@ from harness import __version__
 from harness.analysis import CellAnalysis, CellScores, analyze
 from harness.config import RunConfig
 from harness.data import Dataset, build_prompt, load_dataset
+from harness.engine_config import EngineLimits, read_limits, weights_bytes
 from harness.engines.base import Engine, EngineInfo
 from harness.engines.registry import load_engine, peek_config
 from harness.errors import ConfigError, HarnessError
 from harness.goldens import GoldenSet, GoldensStore
 from harness.plan import Cell, Plan, cells_for, choose_batch_sizes, make_plan
-from harness.preflight import EngineLimits, LimitCheck, check_cell, read_limits
+from harness.preflight import (
+    LimitCheck,
+    MemoryBudget,
+    check_cell,
+    engine_maxima_budget,
+    gpu_memory,
+    memory_budget,
+    world_size,
+)
 from harness.scoring import rouge_l
 
 
@@ -67,6 +76,7 @@ class RunResult:
     outputs: tuple[Outputs, ...]
     started: str
     seconds: float
+    memory: tuple[MemoryBudget, ...] = ()
     goldens_written: tuple[str, ...] = ()
     report_dir: Path | None = None
 
@@ -144,6 +154,7 @@ class Prepared:
     plan: Plan
     prompts: tuple[str, ...]
     checks: dict[Cell, tuple[LimitCheck, ...]]
+    memory: tuple[MemoryBudget, ...]
     goldens: dict[int, GoldenSet]
     store: GoldensStore
     started: dt.datetime
@@ -160,7 +171,7 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     dataset = load_dataset(config.dataset, text_field=config.text_field,
                            summary_field=config.summary_field)
     engine = engine or load_engine(config.engine, config.backend)
-    limits = read_limits(engine.info.config)
+    limits = read_limits(engine.info.config, str(Path(engine.info.path) / "config.json"))
     batch_sizes = choose_batch_sizes(config.batch_sizes, limits.max_batch_size if limits else None)
     plan = make_plan(batch_sizes, config.beam_widths, len(dataset), config.seed)
     prompts = tuple(build_prompt(config.prompt_template, d) for d in dataset.documents)
@@ -170,8 +181,19 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     longest = max(lengths) if lengths else None
     over = sum(1 for x in lengths if limits and limits.max_input_len and x > limits.max_input_len) \
         if lengths else 0
+    memory: dict[Cell, MemoryBudget] = {}
+    maxima: list[MemoryBudget] = []
+    if limits is not None:
+        weights = weights_bytes(engine.info.path)
+        gpu = gpu_memory(config.gpu_memory)
+        memory = {c: memory_budget(limits, c.batch_size, c.beam_width, label=c.id, weights=weights,
+                                   gpu=gpu, over="fail") for c in plan.cells}
+        top = engine_maxima_budget(limits, weights=weights, gpu=gpu)
+        maxima = [top] if top else []
+    processes = world_size()
     checks = {c: tuple(check_cell(c, limits, longest_prompt=longest, prompts_over_input=over,
-                                  max_new_tokens=config.max_new_tokens)) for c in plan.cells}
+                                  max_new_tokens=config.max_new_tokens, memory=memory.get(c),
+                                  processes=processes)) for c in plan.cells}
 
     _check_writable(config.report_dir)
     store = GoldensStore(config.goldens_dir)
@@ -182,7 +204,8 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
             if found is not None:
                 goldens[w] = found
     return Prepared(config=config, dataset=dataset, engine=engine, limits=limits, plan=plan,
-                    prompts=prompts, checks=checks, goldens=goldens, store=store,
+                    prompts=prompts, checks=checks, memory=tuple(memory.values()) + tuple(maxima),
+                    goldens=goldens, store=store,
                     started=started, t0=t0)
 
 
@@ -208,7 +231,8 @@ def execute(prep: Prepared, *, progress: Callable[[int], Progress] | None = None
                        plan=plan, baseline={w: name for w, (name, _) in baselines.items()},
                        cells=cells, outputs=tuple(outputs[c] for c in plan.all_cells if c in outputs),
                        started=prep.started.isoformat(timespec="seconds"),
-                       seconds=time.perf_counter() - prep.t0, goldens_written=tuple(written),
+                       seconds=time.perf_counter() - prep.t0, memory=prep.memory,
+                       goldens_written=tuple(written),
                        report_dir=report_dir)
     from harness.report.writer import write_report
 

@@ -1,52 +1,22 @@
-"""Engine build limits from config.json, checked against the cells a run asks for.
+"""Build limits and KV-cache memory checked against the cells a run asks for.
 
-Reads TensorRT-LLM's unified layout (``version``/``pretrained_config``/``build_config``,
-0.9 on, including the emulator's) and the legacy ``builder_config`` layout (0.5-0.8). A
-limit a layout does not record is ``None`` (unknown), and checks that need it say so.
+Every check reads config.json only (plus the tokenizer for prompt lengths): milliseconds,
+before any GPU time is spent. A limit the config does not record makes its check
+``unknown``, never a guess.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from harness.config import parse_size
+from harness.engine_config import EngineLimits
 from harness.plan import Cell
 
-Status = Literal["pass", "fail", "unknown"]
-
-
-@dataclass(frozen=True)
-class EngineLimits:
-    """What an engine was built to accept; None where the config does not say."""
-
-    layout: str
-    version: str | None = None
-    max_batch_size: int | None = None
-    max_beam_width: int | None = None
-    max_input_len: int | None = None
-    max_seq_len: int | None = None
-    max_output_len: int | None = None
-    dtype: str | None = None
-    num_layers: int | None = None
-    num_heads: int | None = None
-    num_kv_heads: int | None = None
-    head_size: int | None = None
-    vocab_size: int | None = None
-    tp_size: int | None = None
-    pp_size: int | None = None
-    emulator: bool = False
-
-    @property
-    def sequence_limit(self) -> int | None:
-        """Prompt + output tokens an engine holds: max_seq_len, else input + output."""
-        if self.max_seq_len is not None:
-            return self.max_seq_len
-        if self.max_input_len is not None and self.max_output_len is not None:
-            return self.max_input_len + self.max_output_len
-        return None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+Status = Literal["pass", "warn", "fail", "unknown"]
+_WORLD_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "WORLD_SIZE")
 
 
 @dataclass(frozen=True)
@@ -62,53 +32,111 @@ class LimitCheck:
         return asdict(self)
 
 
-def _int_or_none(section: dict[str, Any], key: str) -> int | None:
-    value = section.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+@dataclass(frozen=True)
+class MemoryBudget:
+    """KV cache plus weights on one GPU, against the GPU's memory."""
+
+    label: str
+    batch_size: int | None
+    beam_width: int | None
+    kv_cache_bytes: int | None
+    weights_bytes: int | None
+    gpu_bytes: int | None
+    gpu_source: str
+    status: Status
+    message: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
-def read_limits(config: dict[str, Any] | None) -> EngineLimits | None:
-    """EngineLimits from a config.json object; None when there is no engine config."""
-    if not config:
+def gib(n: int | float | None) -> str:
+    return "unknown" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+DEFAULT_GPU_MEMORY = "80GiB"  # an H100 80GB, the usual target, when no GPU can be read
+
+
+def gpu_memory(option: str | None) -> tuple[int | None, str]:
+    """The GPU's memory: --gpu-memory when given, else CUDA device 0's, else 80GiB."""
+    if option:
+        return parse_size(option), f"--gpu-memory {option}"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            return int(props.total_memory), f"cuda:0 {props.name}"
+    except Exception:  # no torch or no driver: the budget is still shown, unchecked
+        pass
+    return (parse_size(DEFAULT_GPU_MEMORY),
+            f"no GPU here: assumed {DEFAULT_GPU_MEMORY}, set --gpu-memory for your GPU")
+
+
+def world_size() -> int:
+    """Processes in this run, from the MPI or torchrun environment (1 when alone)."""
+    for var in _WORLD_VARS:
+        value = os.environ.get(var, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return 1
+
+
+def kv_cache_bytes(limits: EngineLimits, batch_size: int, beam_width: int) -> int | None:
+    """2 x layers x KV heads x head size x max_seq_len x batch x beams x bytes, per GPU."""
+    seq = limits.sequence_limit
+    parts = (limits.num_layers, limits.num_kv_heads, limits.head_size, seq,
+             limits.kv_bytes_per_element)
+    if any(p is None for p in parts):
         return None
-    if "build_config" in config and "pretrained_config" in config:
-        build, pre = config["build_config"] or {}, config["pretrained_config"] or {}
-        mapping = pre.get("mapping") or {}
-        heads = _int_or_none(pre, "num_attention_heads")
-        hidden = _int_or_none(pre, "hidden_size")
-        head_size = _int_or_none(pre, "head_size") or (hidden // heads if hidden and heads else None)
-        return EngineLimits(
-            layout="emulator" if "emulator" in config else "unified",
-            version=str(config.get("version")) if config.get("version") is not None else None,
-            max_batch_size=_int_or_none(build, "max_batch_size"),
-            max_beam_width=_int_or_none(build, "max_beam_width"),
-            max_input_len=_int_or_none(build, "max_input_len"),
-            max_seq_len=_int_or_none(build, "max_seq_len"),
-            max_output_len=_int_or_none(build, "max_output_len"),
-            dtype=pre.get("dtype"), num_layers=_int_or_none(pre, "num_hidden_layers"),
-            num_heads=heads, num_kv_heads=_int_or_none(pre, "num_key_value_heads"),
-            head_size=head_size, vocab_size=_int_or_none(pre, "vocab_size"),
-            tp_size=_int_or_none(mapping, "tp_size"), pp_size=_int_or_none(mapping, "pp_size"),
-            emulator="emulator" in config)
-    if "builder_config" in config:
-        b = config["builder_config"] or {}
-        return EngineLimits(
-            layout="legacy", version=b.get("tensorrt_llm_version"),
-            max_batch_size=_int_or_none(b, "max_batch_size"),
-            max_beam_width=_int_or_none(b, "max_beam_width"),  # absent in 0.5: unknown, not 1
-            max_input_len=_int_or_none(b, "max_input_len"),
-            max_output_len=_int_or_none(b, "max_output_len"),
-            dtype=b.get("precision"), num_layers=_int_or_none(b, "num_layers"),
-            num_heads=_int_or_none(b, "num_heads"), num_kv_heads=_int_or_none(b, "num_kv_heads"),
-            head_size=_int_or_none(b, "head_size"), vocab_size=_int_or_none(b, "vocab_size"),
-            tp_size=_int_or_none(b, "tensor_parallel"), pp_size=_int_or_none(b, "pipeline_parallel"))
-    return None
+    layers, kv_heads, head, seq_len, per = parts  # type: ignore[misc]
+    ranks = (limits.tp_size or 1) * (limits.pp_size or 1)
+    return int(2 * layers * kv_heads * head * seq_len * batch_size * beam_width * per / ranks)
+
+
+def memory_budget(limits: EngineLimits, batch_size: int, beam_width: int, *, label: str,
+                  weights: int | None, gpu: tuple[int | None, str], over: Status) -> MemoryBudget:
+    """KV cache for batch x beams at max_seq_len plus weights; ``over`` is the status when it
+    does not fit (fail for a requested cell, warn for the engine's maxima)."""
+    kv = kv_cache_bytes(limits, batch_size, beam_width)
+    gpu_bytes, source = gpu
+    what = f"KV cache {gib(kv)} + weights {gib(weights)}"
+    if kv is None:
+        status: Status = "unknown"
+        message = (f"{label}: KV cache size unknown (config.json lacks layers, KV heads, head "
+                   "size, sequence length or dtype)")
+    elif limits.emulator:
+        status, message = "pass", f"{label}: {what} (emulator: runs on the CPU, no GPU budget)"
+    elif gpu_bytes is None:
+        status, message = "unknown", f"{label}: {what}; {source}"
+    else:
+        total = kv + (weights or 0)
+        fits = total <= gpu_bytes
+        status = "pass" if fits else over
+        message = (f"{label}: {what} = {gib(total)} {'fits in' if fits else 'exceeds'} "
+                   f"{gib(gpu_bytes)} ({source})")
+        if not fits and limits.paged_kv_cache and over == "warn":
+            message += "; with paged KV cache the runtime allocates a fraction of free memory instead"
+    return MemoryBudget(label=label, batch_size=batch_size, beam_width=beam_width,
+                        kv_cache_bytes=kv, weights_bytes=weights, gpu_bytes=gpu_bytes,
+                        gpu_source=source, status=status, message=message)
+
+
+def engine_maxima_budget(limits: EngineLimits, *, weights: int | None,
+                         gpu: tuple[int | None, str]) -> MemoryBudget | None:
+    """The budget at max_batch_size x max_beam_width (a warning when it does not fit)."""
+    if limits.max_batch_size is None or limits.max_beam_width is None:
+        return None
+    return memory_budget(limits, limits.max_batch_size, limits.max_beam_width,
+                         label=f"engine maxima {limits.max_batch_size} x {limits.max_beam_width}",
+                         weights=weights, gpu=gpu, over="warn")
 
 
 def _rebuild(limits: EngineLimits, **changes: int) -> str:
     """The trtllm-build flags that fix a limit, with the other limits kept as they were."""
-    flags = {"max_batch_size": limits.max_batch_size, "max_beam_width": limits.max_beam_width,
-             "max_input_len": limits.max_input_len}
+    flags: dict[str, int | None] = {"max_batch_size": limits.max_batch_size,
+                                    "max_beam_width": limits.max_beam_width,
+                                    "max_input_len": limits.max_input_len}
     if limits.max_seq_len is not None or limits.max_output_len is None:
         flags["max_seq_len"] = limits.max_seq_len
     else:
@@ -125,70 +153,82 @@ def _rebuild(limits: EngineLimits, **changes: int) -> str:
 
 
 def check_cell(cell: Cell, limits: EngineLimits | None, *, longest_prompt: int | None,
-               prompts_over_input: int, max_new_tokens: int) -> list[LimitCheck]:
-    """Batch size, beam width, input length and sequence length of one cell."""
+               prompts_over_input: int, max_new_tokens: int,
+               memory: MemoryBudget | None = None, processes: int = 1) -> list[LimitCheck]:
+    """Batch size, beam width, input and sequence length, memory and ranks of one cell."""
     cid = cell.id
+    names = ("max_batch_size", "max_beam_width", "max_input_len", "max_seq_len")
     if limits is None:
         return [LimitCheck(cid, name, "unknown", f"{name}: the engine records no build limits")
-                for name in ("max_batch_size", "max_beam_width", "max_input_len", "max_seq_len")]
+                for name in names]
     checks: list[LimitCheck] = []
 
-    def unknown(name: str) -> None:
-        checks.append(LimitCheck(cid, name, "unknown",
-                                 f"{name}: not recorded in this {limits.layout} config.json; "
-                                 "cannot check"))
+    def add(name: str, status: Status, message: str) -> None:
+        checks.append(LimitCheck(cid, name, status, message))
+
+    def unknown(name: str, why: str = "") -> None:
+        add(name, "unknown", f"{name}: {why or f'not recorded in this {limits.layout} config.json'}; "
+                             "cannot check")
 
     if limits.max_batch_size is None:
         unknown("max_batch_size")
     elif cell.batch_size > limits.max_batch_size:
-        checks.append(LimitCheck(cid, "max_batch_size", "fail",
-                                 f"batch size {cell.batch_size} exceeds the engine's max_batch_size "
-                                 f"{limits.max_batch_size}; "
-                                 + _rebuild(limits, max_batch_size=cell.batch_size)))
+        add("max_batch_size", "fail", f"batch size {cell.batch_size} exceeds the engine's "
+            f"max_batch_size {limits.max_batch_size}; "
+            + _rebuild(limits, max_batch_size=cell.batch_size))
     else:
-        checks.append(LimitCheck(cid, "max_batch_size", "pass",
-                                 f"batch size {cell.batch_size} <= max_batch_size {limits.max_batch_size}"))
+        add("max_batch_size", "pass",
+            f"batch size {cell.batch_size} <= max_batch_size {limits.max_batch_size}")
 
     if limits.max_beam_width is None:
-        unknown("max_beam_width")
+        unknown("max_beam_width", "not recorded in this config.json (TensorRT-LLM 0.5 engines "
+                                  "do not record it; it is not assumed to be 1)")
     elif cell.beam_width > limits.max_beam_width:
         slots = (limits.max_batch_size or 0) * limits.max_beam_width
-        checks.append(LimitCheck(cid, "max_beam_width", "fail",
-                                 f"num_beams {cell.beam_width} exceeds the engine's max_beam_width "
-                                 f"{limits.max_beam_width} (KV cache holds {slots} beam slots, the "
-                                 f"cell needs {cell.batch_size * cell.beam_width}); "
-                                 + _rebuild(limits, max_beam_width=cell.beam_width)))
+        add("max_beam_width", "fail", f"num_beams {cell.beam_width} exceeds the engine's "
+            f"max_beam_width {limits.max_beam_width} (KV cache holds {slots} beam slots, the cell "
+            f"needs {cell.batch_size * cell.beam_width}); "
+            + _rebuild(limits, max_beam_width=cell.beam_width))
     else:
-        checks.append(LimitCheck(cid, "max_beam_width", "pass",
-                                 f"num_beams {cell.beam_width} <= max_beam_width {limits.max_beam_width}"))
+        add("max_beam_width", "pass",
+            f"num_beams {cell.beam_width} <= max_beam_width {limits.max_beam_width}")
 
     if longest_prompt is None:
-        unknown("max_input_len") if limits.max_input_len is None else checks.append(
-            LimitCheck(cid, "max_input_len", "unknown", "the engine cannot count prompt tokens"))
+        unknown("max_input_len", "no tokenizer to count prompt tokens (pass --tokenizer DIR)")
     elif limits.max_input_len is None:
         unknown("max_input_len")
     elif longest_prompt > limits.max_input_len:
-        checks.append(LimitCheck(cid, "max_input_len", "fail",
-                                 f"the longest prompt has {longest_prompt} tokens, over the engine's "
-                                 f"max_input_len {limits.max_input_len} ({prompts_over_input} prompts "
-                                 "too long); " + _rebuild(limits, max_input_len=longest_prompt)))
+        add("max_input_len", "fail", f"the longest prompt has {longest_prompt} tokens, over the "
+            f"engine's max_input_len {limits.max_input_len} ({prompts_over_input} prompts would be "
+            "truncated); " + _rebuild(limits, max_input_len=longest_prompt))
     else:
-        checks.append(LimitCheck(cid, "max_input_len", "pass",
-                                 f"longest prompt {longest_prompt} <= max_input_len {limits.max_input_len}"))
+        add("max_input_len", "pass",
+            f"longest prompt {longest_prompt} <= max_input_len {limits.max_input_len}")
 
     limit = limits.sequence_limit
     if longest_prompt is None or limit is None:
-        unknown("max_seq_len")
+        unknown("max_seq_len", "" if limit is None else "no tokenizer to count prompt tokens")
     elif longest_prompt + max_new_tokens > limit:
         need = longest_prompt + max_new_tokens
-        fix = (_rebuild(limits, max_seq_len=need) if limits.max_seq_len is not None or
-               limits.max_output_len is None else
-               _rebuild(limits, max_output_len=need - (limits.max_input_len or 0)))
-        checks.append(LimitCheck(cid, "max_seq_len", "fail",
-                                 f"longest prompt {longest_prompt} + max_new_tokens {max_new_tokens} = "
-                                 f"{need} exceeds the engine's sequence limit {limit}; {fix}"))
+        if limits.max_seq_len is not None or limits.max_output_len is None:
+            fix = _rebuild(limits, max_seq_len=need)
+        else:
+            fix = _rebuild(limits, max_output_len=need - (limits.max_input_len or 0))
+        add("max_seq_len", "fail", f"longest prompt {longest_prompt} + max_new_tokens "
+            f"{max_new_tokens} = {need} exceeds the engine's sequence limit {limit}; {fix}")
     else:
-        checks.append(LimitCheck(cid, "max_seq_len", "pass",
-                                 f"longest prompt {longest_prompt} + max_new_tokens {max_new_tokens} "
-                                 f"<= {limit}"))
+        add("max_seq_len", "pass",
+            f"longest prompt {longest_prompt} + max_new_tokens {max_new_tokens} <= {limit}")
+
+    if limits.tp_size is not None or limits.pp_size is not None:
+        ranks = (limits.tp_size or 1) * (limits.pp_size or 1)
+        if ranks != processes:
+            add("ranks", "fail", f"the engine is mapped to tp {limits.tp_size or 1} x pp "
+                f"{limits.pp_size or 1} = {ranks} ranks but this run has {processes} process(es); "
+                f"run under `mpirun -n {ranks}`")
+        else:
+            add("ranks", "pass", f"tp x pp = {ranks} = processes {processes}")
+
+    if memory is not None:
+        add("kv_cache_memory", memory.status, memory.message)
     return checks

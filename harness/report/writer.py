@@ -54,6 +54,7 @@ def report_dict(result: RunResult) -> dict[str, Any]:
         "engine": {"path": result.engine.path, "backend": result.engine.backend,
                    "identity": result.engine.identity, "details": result.engine.details},
         "limits": result.limits.as_dict() if result.limits else None,
+        "memory": [m.as_dict() for m in result.memory],
         "dataset": {"name": result.dataset.name, "path": result.dataset.path,
                     "count": len(result.dataset), "hash": result.dataset.hash},
         "baseline": {str(w): name for w, name in result.baseline.items()},
@@ -79,6 +80,7 @@ def markdown(report: dict[str, Any]) -> str:
               f"- Build limits: max_batch_size {lim.get('max_batch_size')}, max_beam_width "
               f"{lim.get('max_beam_width')}, max_input_len {lim.get('max_input_len')}, "
               f"max_seq_len {lim.get('max_seq_len')}",
+              *[f"- Memory per GPU: {m['message']}" for m in report["memory"]],
               "- Baseline: " + "; ".join(f"beam {w}: {n}" for w, n in report["baseline"].items()),
               f"- Method: tolerance {report['method']['tolerance']}, alpha "
               f"{report['method']['alpha']}, seed {report['method']['seed']}", ""]

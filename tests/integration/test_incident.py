@@ -66,6 +66,13 @@ def test_rebuilt_engine_passes(tmp_path: Path, engine_factory, small_dataset):
     [cell] = report["cells"]
     assert cell["id"] == "bs8-beam4" and cell["degraded_positions"] == []
     assert [p["rouge_l"] for p in cell["positions"]] == [1.0] * 8
+    # the limits and the KV-cache budget travel with the report
+    assert report["limits"]["layout"] == "emulator" and report["limits"]["max_beam_width"] == 4
+    [requested, maxima] = report["memory"]
+    assert requested["label"] == "bs8-beam4" and requested["kv_cache_bytes"] == 2 * 4 * 2 * 32 * 512 * 8 * 4 * 8
+    assert maxima["label"].startswith("engine maxima 8 x 4")
+    md = next(tmp_path.glob("*/report.md")).read_text()
+    assert "Memory per GPU: bs8-beam4: KV cache" in md
 
 
 def test_cli_run_has_the_same_verdict(tmp_path: Path, engine_factory, small_dataset):

@@ -8,9 +8,10 @@ from harness.diagnosis import (
     overflow_positions,
     positions_failure,
 )
+from harness.engine_config import EngineLimits
 from harness.pipeline import CellResult
 from harness.plan import Cell
-from harness.preflight import EngineLimits, LimitCheck
+from harness.preflight import LimitCheck
 
 LIMITS = EngineLimits(layout="unified", max_batch_size=8, max_beam_width=1, max_input_len=384,
                       max_seq_len=512)

@@ -13,11 +13,11 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from harness.config import DecodingSettings
+from harness.engine_config import ConfigSection
 from harness.engines.base import EngineInfo, Generation
 from harness.engines.emulator.model import MistralEmulator, ModelShape, SlotKVCache
 from harness.errors import EngineError
@@ -26,23 +26,6 @@ from harness.fingerprint import weights_identity
 WEIGHTS_FILE = "rank0.safetensors"
 TOKENIZER_DIR = "tokenizer"
 COMPUTE_DTYPES = {"float64": torch.float64, "float32": torch.float32}
-
-
-def _get(config: dict[str, Any], path: str, file: Path) -> Any:
-    node: Any = config
-    for key in path.split("."):
-        if not isinstance(node, dict) or key not in node:
-            raise EngineError(f"{file}: missing key {path!r}; rebuild the engine with "
-                              "`python -m harness build-engine`")
-        node = node[key]
-    return node
-
-
-def _int(config: dict[str, Any], path: str, file: Path) -> int:
-    value = _get(config, path, file)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise EngineError(f"{file}: {path} must be a positive integer, found {value!r}")
-    return value
 
 
 class EmulatorEngine:
@@ -58,23 +41,28 @@ class EmulatorEngine:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise EngineError(f"{file}: cannot read engine config ({exc})") from None
         self.config = config
-        pc = "pretrained_config"
+        root = ConfigSection(config, str(file), "")
+        pre = root.section("pretrained_config", required=True)
+        build = root.section("build_config", required=True)
+        emu = root.section("emulator", required=True)
+        assert pre is not None and build is not None and emu is not None
+
+        def need(section: ConfigSection, key: str) -> int:
+            return section.int(key, required=True)  # type: ignore[return-value]
+
         self.shape = ModelShape(
-            vocab_size=_int(config, f"{pc}.vocab_size", file),
-            hidden_size=_int(config, f"{pc}.hidden_size", file),
-            intermediate_size=_int(config, f"{pc}.intermediate_size", file),
-            num_layers=_int(config, f"{pc}.num_hidden_layers", file),
-            num_heads=_int(config, f"{pc}.num_attention_heads", file),
-            num_kv_heads=_int(config, f"{pc}.num_key_value_heads", file),
-            head_size=_int(config, f"{pc}.head_size", file),
-            rope_theta=float(_get(config, f"{pc}.rope_theta", file)),
-            rms_norm_eps=float(_get(config, f"{pc}.rms_norm_eps", file)),
+            vocab_size=need(pre, "vocab_size"), hidden_size=need(pre, "hidden_size"),
+            intermediate_size=need(pre, "intermediate_size"),
+            num_layers=need(pre, "num_hidden_layers"), num_heads=need(pre, "num_attention_heads"),
+            num_kv_heads=need(pre, "num_key_value_heads"), head_size=need(pre, "head_size"),
+            rope_theta=pre.float("rope_theta", required=True),  # type: ignore[arg-type]
+            rms_norm_eps=pre.float("rms_norm_eps", required=True),  # type: ignore[arg-type]
         )
-        self.max_batch_size = _int(config, "build_config.max_batch_size", file)
-        self.max_beam_width = _int(config, "build_config.max_beam_width", file)
-        self.max_input_len = _int(config, "build_config.max_input_len", file)
-        self.max_seq_len = _int(config, "build_config.max_seq_len", file)
-        dtype_name = _get(config, "emulator.compute_dtype", file)
+        self.max_batch_size = need(build, "max_batch_size")
+        self.max_beam_width = need(build, "max_beam_width")
+        self.max_input_len = need(build, "max_input_len")
+        self.max_seq_len = need(build, "max_seq_len")
+        dtype_name = emu.str("compute_dtype")
         if dtype_name not in COMPUTE_DTYPES:
             raise EngineError(f"{file}: emulator.compute_dtype {dtype_name!r} is not one of "
                               f"{', '.join(COMPUTE_DTYPES)}")
