@@ -238,11 +238,18 @@ def parse_config(config: Any, file: str = "config.json") -> EngineLimits:
                       "'pretrained_config' and no legacy 'builder_config')")
 
 
-def read_engine_config(engine_dir: str | Path) -> tuple[dict[str, Any], EngineLimits]:
-    """config.json of an engine directory, parsed and read; EngineError when unreadable."""
+def load_config_json(engine_dir: str | Path, *, option: str = "") -> dict[str, Any]:
+    """The parsed config.json of an engine or model directory; EngineError when unreadable.
+
+    ``option`` (e.g. "--engine") prefixes messages about the directory itself.
+    """
     path = Path(engine_dir)
+    label = f"{option} {path}" if option else str(path)
+    if not path.exists():
+        raise EngineError(f"{label}: no such engine directory; build one with "
+                          "`python -m harness build-engine --output DIR` or check the path")
     if not path.is_dir():
-        raise EngineError(f"{path}: no such engine directory")
+        raise EngineError(f"{label}: is not a directory; give an engine or model folder")
     file = path / "config.json"
     if not file.is_file():
         raise EngineError(f"{file}: missing; an engine directory holds the config.json that "
@@ -254,7 +261,15 @@ def read_engine_config(engine_dir: str | Path) -> tuple[dict[str, Any], EngineLi
     except json.JSONDecodeError as exc:
         raise EngineError(f"{file}: invalid JSON at line {exc.lineno} column {exc.colno} "
                           f"({exc.msg}); rebuild the engine") from None
-    return config, parse_config(config, str(file))
+    if not isinstance(config, dict):
+        raise EngineError(f"{file}: expected a JSON object at the top level")
+    return config
+
+
+def read_engine_config(engine_dir: str | Path) -> tuple[dict[str, Any], EngineLimits]:
+    """config.json of an engine directory, parsed and read; EngineError when unreadable."""
+    config = load_config_json(engine_dir)
+    return config, parse_config(config, str(Path(engine_dir) / "config.json"))
 
 
 def weights_bytes(engine_dir: str | Path) -> int | None:

@@ -21,7 +21,8 @@ from harness.errors import GoldensError
 
 SCHEMA_VERSION = 1
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
-FIX = "re-record them with `pytest suites/ --engine ENGINE --update-goldens` (same options as this run)"
+FIX = ("re-record them by adding --update-goldens to this run's command (same options), or keep "
+       "them and point --goldens-dir elsewhere for these settings")
 
 
 @dataclass(frozen=True)

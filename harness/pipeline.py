@@ -136,11 +136,16 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def planned_cells(config: RunConfig) -> list[Cell]:
-    """The cells a run will test, known from options and config.json alone (for test ids)."""
+def planned_batch_sizes(config: RunConfig) -> tuple[int, ...]:
+    """Batch sizes from options and config.json alone (no engine load), so that test ids at
+    collection and the cells of the run are the same."""
     limits = read_limits(peek_config(config.engine, config.backend))
-    sizes = choose_batch_sizes(config.batch_sizes, limits.max_batch_size if limits else None)
-    return list(cells_for(sizes, config.beam_widths))
+    return choose_batch_sizes(config.batch_sizes, limits.max_batch_size if limits else None)
+
+
+def planned_cells(config: RunConfig) -> list[Cell]:
+    """The cells a run will test (for test ids)."""
+    return list(cells_for(planned_batch_sizes(config), config.beam_widths))
 
 
 @dataclass(frozen=True)
@@ -172,8 +177,7 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
                            summary_field=config.summary_field)
     engine = engine or load_engine(config.engine, config.backend)
     limits = read_limits(engine.info.config, str(Path(engine.info.path) / "config.json"))
-    batch_sizes = choose_batch_sizes(config.batch_sizes, limits.max_batch_size if limits else None)
-    plan = make_plan(batch_sizes, config.beam_widths, len(dataset), config.seed)
+    plan = make_plan(planned_batch_sizes(config), config.beam_widths, len(dataset), config.seed)
     prompts = tuple(build_prompt(config.prompt_template, d) for d in dataset.documents)
 
     counter = getattr(engine, "count_tokens", None)

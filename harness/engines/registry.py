@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import json
 from pathlib import Path
 from typing import Any
 
 from harness.config import BUNDLED
+from harness.engine_config import load_config_json
 from harness.engines.base import Engine, EngineInfo
 from harness.errors import EngineError
 
@@ -38,21 +38,8 @@ def _is_class_spec(spec: str) -> bool:
 
 def detect_backend(path: Path) -> str:
     """emulator or hf, from the directory's contents."""
-    if not path.exists():
-        raise EngineError(f"--engine {path}: no such directory; build one with "
-                          "`python -m harness build-engine --output DIR` or omit --engine")
-    if not path.is_dir():
-        raise EngineError(f"--engine {path}: is not a directory; give an engine or model folder")
+    config = load_config_json(path, option="--engine")
     config_file = path / "config.json"
-    if not config_file.is_file():
-        raise EngineError(f"{config_file}: missing; an engine directory holds config.json "
-                          "(from trtllm-build or `python -m harness build-engine`)")
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EngineError(f"{config_file}: not valid JSON ({exc}); rebuild the engine") from None
-    if not isinstance(config, dict):
-        raise EngineError(f"{config_file}: expected a JSON object at the top level")
     if "emulator" in config:
         return "emulator"
     if "model_type" in config or "architectures" in config:
@@ -87,19 +74,19 @@ def _bundled(spec: str, backend: str | None) -> tuple[str, str | None]:
 
 
 def peek_config(spec: str, backend: str | None = None) -> dict[str, Any] | None:
-    """The engine's config.json without loading the engine (None for module:Class engines)."""
+    """The engine config.json (build limits) without loading the engine; None for engines
+    that have none (hf model directories, module:Class engines without a directory)."""
     spec, backend = _bundled(spec, backend)
-    if (backend is None and _is_class_spec(spec)) or (backend and ":" in backend
-                                                         and not Path(spec).is_dir()):
+    if backend is None and _is_class_spec(spec):
         return None
+    if backend is not None and backend not in BACKENDS and ":" not in backend:
+        resolve_backend(backend)  # raises the "did you mean" message
     path = Path(spec).expanduser()
-    if backend is None or not path.is_dir():
-        detect_backend(path)  # the same checks and messages as loading
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    name = backend or detect_backend(path)  # the same checks and messages as loading
+    if name == "hf" or (":" in name and not path.is_dir()):
         return None
-    return config if isinstance(config, dict) else None
+    config = load_config_json(path, option="--engine")
+    return config if ("build_config" in config or "builder_config" in config) else None
 
 
 def load_engine(spec: str, backend: str | None = None) -> Engine:

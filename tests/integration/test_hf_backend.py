@@ -1,0 +1,20 @@
+"""`pytest suites/ --engine <transformers model dir>`: the hf backend end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import only_report, run_suites
+
+
+def test_hf_model_directory_runs_and_skips_limits(tmp_path: Path, small_dataset: Path):
+    from harness.engines.emulator.build import BUNDLED_MODEL
+
+    proc = run_suites("--engine", str(BUNDLED_MODEL), "--dataset", str(small_dataset), "--batch-sizes", "1,2",
+                      "--beam-widths", "1,2", "--max-new-tokens", "24", "--report-dir", str(tmp_path), "-v",
+                      cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "test_engine_limits[bs2-beam2] SKIPPED" in proc.stdout
+    report = only_report(tmp_path)
+    assert report["engine"]["backend"] == "hf" and report["limits"] is None and report["memory"] == []
+    assert all(c["degraded_positions"] == [] for c in report["cells"])
