@@ -9,18 +9,10 @@ from typing import Any
 
 from harness.config import DEFAULT_PROMPT_TEMPLATE
 from harness.data import build_prompt, load_dataset
-from harness.engine_config import EngineLimits, read_engine_config, weights_bytes
+from harness.engine_config import EngineLimits, read_engine_config
 from harness.errors import EngineError
 from harness.plan import Cell
-from harness.preflight import (
-    LimitCheck,
-    MemoryBudget,
-    check_cell,
-    engine_maxima_budget,
-    gpu_memory,
-    memory_budget,
-    world_size,
-)
+from harness.preflight import LimitCheck, MemoryBudget, preflight
 
 LIMIT_FIELDS = ("max_batch_size", "max_beam_width", "max_input_len", "max_seq_len",
                 "max_output_len", "max_num_tokens", "dtype", "kv_cache_dtype", "quant_algo",
@@ -81,17 +73,10 @@ def lint(engine_dir: str | Path, *, batch_size: int | None = None, num_beams: in
     cell = Cell(batch_size or limits.max_batch_size or 1, num_beams)
     lengths, source = _prompt_lengths(path, tokenizer, dataset, text_field, summary_field,
                                       prompt_template)
-    longest = max(lengths) if lengths else None
-    over = sum(1 for n in lengths or () if limits.max_input_len and n > limits.max_input_len)
-    weights, memory = weights_bytes(path), gpu_memory(gpu)
-    budget = memory_budget(limits, cell.batch_size, cell.beam_width,
-                           label=f"requested {cell.batch_size} x {cell.beam_width}",
-                           weights=weights, gpu=memory, over="fail")
-    maxima = engine_maxima_budget(limits, weights=weights, gpu=memory)
-    checks = check_cell(cell, limits, longest_prompt=longest, prompts_over_input=over,
-                        max_new_tokens=max_new_tokens, memory=budget, processes=world_size())
-    return LintResult(engine=str(path), limits=limits, cell=cell, checks=tuple(checks),
-                      memory=(budget, maxima) if maxima else (budget,), prompt_source=source)
+    found = preflight([cell], limits, engine_dir=path, prompt_lengths=lengths,
+                      max_new_tokens=max_new_tokens, gpu_option=gpu)
+    return LintResult(engine=str(path), limits=limits, cell=cell, checks=found.checks[cell],
+                      memory=found.memory, prompt_source=source)
 
 
 def format_text(result: LintResult) -> str:

@@ -16,21 +16,13 @@ from harness import __version__
 from harness.analysis import CellAnalysis, CellScores, analyze
 from harness.config import RunConfig
 from harness.data import Dataset, build_prompt, load_dataset
-from harness.engine_config import EngineLimits, read_limits, weights_bytes
+from harness.engine_config import EngineLimits, read_limits
 from harness.engines.base import Engine, EngineInfo
 from harness.engines.registry import load_engine, peek_config
 from harness.errors import ConfigError, HarnessError
 from harness.goldens import GoldenSet, GoldensStore
 from harness.plan import Cell, Plan, cells_for, choose_batch_sizes, make_plan
-from harness.preflight import (
-    LimitCheck,
-    MemoryBudget,
-    check_cell,
-    engine_maxima_budget,
-    gpu_memory,
-    memory_budget,
-    world_size,
-)
+from harness.preflight import LimitCheck, MemoryBudget, preflight
 from harness.scoring import rouge_l
 
 
@@ -181,23 +173,9 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     prompts = tuple(build_prompt(config.prompt_template, d) for d in dataset.documents)
 
     counter = getattr(engine, "count_tokens", None)
-    lengths = counter(list(prompts)) if callable(counter) else None
-    longest = max(lengths) if lengths else None
-    over = sum(1 for x in lengths if limits and limits.max_input_len and x > limits.max_input_len) \
-        if lengths else 0
-    memory: dict[Cell, MemoryBudget] = {}
-    maxima: list[MemoryBudget] = []
-    if limits is not None:
-        weights = weights_bytes(engine.info.path)
-        gpu = gpu_memory(config.gpu_memory)
-        memory = {c: memory_budget(limits, c.batch_size, c.beam_width, label=c.id, weights=weights,
-                                   gpu=gpu, over="fail") for c in plan.cells}
-        top = engine_maxima_budget(limits, weights=weights, gpu=gpu)
-        maxima = [top] if top else []
-    processes = world_size()
-    checks = {c: tuple(check_cell(c, limits, longest_prompt=longest, prompts_over_input=over,
-                                  max_new_tokens=config.max_new_tokens, memory=memory.get(c),
-                                  processes=processes)) for c in plan.cells}
+    checked = preflight(plan.cells, limits, engine_dir=engine.info.path,
+                      prompt_lengths=counter(list(prompts)) if callable(counter) else None,
+                      max_new_tokens=config.max_new_tokens, gpu_option=config.gpu_memory)
 
     _check_writable(config.report_dir)
     store = GoldensStore(config.goldens_dir)
@@ -208,7 +186,7 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
             if found is not None:
                 goldens[w] = found
     return Prepared(config=config, dataset=dataset, engine=engine, limits=limits, plan=plan,
-                    prompts=prompts, checks=checks, memory=tuple(memory.values()) + tuple(maxima),
+                    prompts=prompts, checks=checked.checks, memory=checked.memory,
                     goldens=goldens, store=store,
                     started=started, t0=t0)
 

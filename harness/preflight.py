@@ -8,11 +8,13 @@ before any GPU time is spent. A limit the config does not record makes its check
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from harness.config import parse_size
-from harness.engine_config import EngineLimits
+from harness.engine_config import EngineLimits, weights_bytes
 from harness.plan import Cell
 
 Status = Literal["pass", "warn", "fail", "unknown"]
@@ -232,3 +234,33 @@ def check_cell(cell: Cell, limits: EngineLimits | None, *, longest_prompt: int |
     if memory is not None:
         add("kv_cache_memory", memory.status, memory.message)
     return checks
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """Every check of every cell, and the memory budgets (per cell, then the maxima)."""
+
+    checks: dict[Cell, tuple[LimitCheck, ...]]
+    memory: tuple[MemoryBudget, ...]
+
+
+def preflight(cells: Sequence[Cell], limits: EngineLimits | None, *, engine_dir: str | Path,
+              prompt_lengths: Sequence[int] | None, max_new_tokens: int,
+              gpu_option: str | None) -> Preflight:
+    """The checks the suites, the report and ``lint`` share."""
+    longest = max(prompt_lengths) if prompt_lengths else None
+    cap = limits.max_input_len if limits else None
+    over = sum(1 for n in prompt_lengths or () if cap and n > cap)
+    memory: dict[Cell, MemoryBudget] = {}
+    maxima: tuple[MemoryBudget, ...] = ()
+    if limits is not None:
+        weights, gpu = weights_bytes(engine_dir), gpu_memory(gpu_option)
+        memory = {c: memory_budget(limits, c.batch_size, c.beam_width, label=c.id, weights=weights,
+                                   gpu=gpu, over="fail") for c in cells}
+        top = engine_maxima_budget(limits, weights=weights, gpu=gpu)
+        maxima = (top,) if top else ()
+    processes = world_size()
+    checks = {c: tuple(check_cell(c, limits, longest_prompt=longest, prompts_over_input=over,
+                                  max_new_tokens=max_new_tokens, memory=memory.get(c),
+                                  processes=processes)) for c in cells}
+    return Preflight(checks=checks, memory=tuple(memory.values()) + maxima)
