@@ -1,8 +1,9 @@
-"""Command line: ``python -m harness {run,build-engine,lint}``.
+"""Command line: ``python -m harness {run,build-engine,lint,compare}``.
 
 ``run`` does what ``pytest suites/`` does, without pytest: exit 0 when every cell passes,
 1 when a cell fails, 2 for bad input. ``lint`` exits 0 when the cell fits the engine, 1 when
-it does not, 2 for an unreadable engine directory.
+it does not, 2 for an unreadable engine directory. ``compare`` exits 1 when NEW is worse
+than OLD beyond the tolerance.
 """
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.config import DEFAULT_PROMPT_TEMPLATE, OPTIONS, RunConfig, positive_int, size
+from harness.config import (
+    DEFAULT_PROMPT_TEMPLATE,
+    OPTIONS,
+    RunConfig,
+    fraction,
+    positive_int,
+    size,
+)
 from harness.errors import HarnessError
 
 
@@ -76,6 +84,21 @@ def cmd_lint(args: argparse.Namespace) -> int:
     return 0 if result.verdict == "pass" else 1
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from harness.goldens import atomic_write_text
+    from harness.report.compare import compare, load_report
+    from harness.report.html import render_compare
+
+    result = compare(load_report(args.old), load_report(args.new), tolerance=args.tolerance)
+    for line in result["lines"]:
+        print(line)
+    if args.html:
+        atomic_write_text(Path(args.html), render_compare(result))
+        print(f"page: {args.html}")
+    print(f"verdict: {result['verdict']} (new against old, tolerance {result['tolerance']})")
+    return 1 if result["verdict"] == "worse" else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -111,6 +134,14 @@ def main(argv: list[str] | None = None) -> int:
     p_lint.add_argument("--prompt-template", default=DEFAULT_PROMPT_TEMPLATE)
     p_lint.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p_lint.set_defaults(func=cmd_lint)
+
+    p_cmp = sub.add_parser("compare", help="what changed between two runs' reports")
+    p_cmp.add_argument("old", metavar="OLD", help="report folder or report.json")
+    p_cmp.add_argument("new", metavar="NEW", help="report folder or report.json")
+    p_cmp.add_argument("--tolerance", type=fraction("--tolerance", low=0.0, high=1.0), default=None,
+                       help="ROUGE-L change that counts (default: NEW's --tolerance)")
+    p_cmp.add_argument("--html", metavar="FILE", help="also write the comparison as a page")
+    p_cmp.set_defaults(func=cmd_compare)
 
     args = parser.parse_args(argv)
     try:

@@ -32,6 +32,8 @@ class PositionStats:
     p_adjusted: float | None
     n: int
     degraded: bool = False
+    ci_low: float | None = None  # 95% t-interval of the mean ROUGE-L against the baseline
+    ci_high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,17 @@ def _mean(xs: Sequence[float]) -> float:
     return math.fsum(xs) / len(xs) if xs else float("nan")
 
 
+def mean_ci(xs: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """Two-sided t confidence interval of the mean, clipped to [0, 1] like ROUGE-L itself."""
+    n = len(xs)
+    mean = _mean(xs)
+    if n < 2:
+        return mean, mean
+    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+    return max(0.0, mean - half), min(1.0, mean + half)
+
+
 def analyze(scores: Sequence[CellScores], level_scores: dict[int, Sequence[float]], *,
             tolerance: float, alpha: float) -> list[CellAnalysis]:
     """Analyse every cell; ``level_scores[beam_width]`` holds batch size 1's per-prompt scores."""
@@ -112,9 +125,11 @@ def analyze(scores: Sequence[CellScores], level_scores: dict[int, Sequence[float
             if cs.cell.batch_size > 1:
                 p_value = one_sided_paired_p(diffs, tolerance)
                 tests.append((ci, p, p_value))
+            low, high = mean_ci(base)
             stats_row.append(PositionStats(position=p, rouge_l=_mean(base),
                                            rouge_l_reference=_mean(ref), drop=_mean(diffs),
-                                           p_value=p_value, p_adjusted=None, n=len(base)))
+                                           p_value=p_value, p_adjusted=None, n=len(base),
+                                           ci_low=low, ci_high=high))
         drafts.append(stats_row)
     adjusted = holm([t[2] for t in tests])
     for (ci, p, _), adj in zip(tests, adjusted):

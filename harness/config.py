@@ -192,6 +192,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "folder (default reports/)", None, "reports", metavar="DIR"),
     OptionSpec("--goldens-dir", "goldens_dir", "folder of goldens (default goldens/)", None,
                "goldens", metavar="DIR"),
+    OptionSpec("--signoff-by", "signoff_by", "name recorded in the report's sign-off block",
+               metavar="NAME"),
     OptionSpec("--update-goldens", "update_goldens", "record goldens from this run (batch size 1 "
                "of the engine, or --golden-engine) and write them after a complete run",
                action="store_true", default=False),
@@ -234,6 +236,7 @@ class RunConfig:
     seed: int = 0
     report_dir: Path = Path("reports")
     goldens_dir: Path = Path("goldens")
+    signoff_by: str | None = None
     update_goldens: bool = False
     golden_engine: str | None = None
 

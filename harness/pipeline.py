@@ -9,7 +9,7 @@ import datetime as dt
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import __version__
@@ -18,7 +18,7 @@ from harness.config import RunConfig
 from harness.data import Dataset, build_prompt, load_dataset
 from harness.engine_config import EngineLimits, read_limits
 from harness.engines.base import Engine, EngineInfo
-from harness.engines.registry import load_engine, peek_config
+from harness.engines.registry import adopt, load_engine, peek_config
 from harness.errors import ConfigError, HarnessError
 from harness.goldens import GoldenSet, GoldensStore
 from harness.plan import Cell, Plan, cells_for, choose_batch_sizes, make_plan
@@ -69,6 +69,9 @@ class RunResult:
     started: str
     seconds: float
     memory: tuple[MemoryBudget, ...] = ()
+    baseline_texts: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    goldens_paths: dict[int, str] = field(default_factory=dict)
+    finished: str = ""
     goldens_written: tuple[str, ...] = ()
     report_dir: Path | None = None
 
@@ -167,7 +170,7 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     t0 = time.perf_counter()
     dataset = load_dataset(config.dataset, text_field=config.text_field,
                            summary_field=config.summary_field)
-    engine = engine or load_engine(config.engine, config.backend)
+    engine = adopt(engine) if engine is not None else load_engine(config.engine, config.backend)
     limits = read_limits(engine.info.config, str(Path(engine.info.path) / "config.json"))
     plan = make_plan(planned_batch_sizes(config), config.beam_widths, len(dataset), config.seed)
     prompts = tuple(build_prompt(config.prompt_template, d) for d in dataset.documents)
@@ -214,6 +217,11 @@ def execute(prep: Prepared, *, progress: Callable[[int], Progress] | None = None
                        cells=cells, outputs=tuple(outputs[c] for c in plan.all_cells if c in outputs),
                        started=prep.started.isoformat(timespec="seconds"),
                        seconds=time.perf_counter() - prep.t0, memory=prep.memory,
+                       baseline_texts={w: texts for w, (_, texts) in baselines.items()},
+                       goldens_paths={w: str(prep.store.path_for(engine.info.identity,
+                                                                 prep.dataset.name, w))
+                                      for w in goldens},
+                       finished=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                        goldens_written=tuple(written),
                        report_dir=report_dir)
     from harness.report.writer import write_report

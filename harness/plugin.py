@@ -150,14 +150,26 @@ def harness_result(request: pytest.FixtureRequest) -> RunResult:
 @pytest.fixture
 def harness_cell_checks(request: pytest.FixtureRequest, harness_cell: Cell) -> tuple[LimitCheck, ...]:
     """The build-limit checks of this test's cell (from config.json; nothing generated)."""
-    return _prepare(request.config).checks[harness_cell]
+    checks = _prepare(request.config).checks[harness_cell]
+    for c in checks:  # JUnit properties, for CI dashboards (--junitxml)
+        request.node.user_properties.append((f"limit_{c.name}", c.status))
+    return checks
 
 
 @pytest.fixture
-def harness_cell_result(harness_result: RunResult, harness_cell: Cell) -> CellResult:
+def harness_cell_result(request: pytest.FixtureRequest, harness_result: RunResult,
+                        harness_cell: Cell) -> CellResult:
     """The result of the cell this test is parametrized with."""
     for c in harness_result.cells:
         if c.cell == harness_cell:
+            props = request.node.user_properties
+            props += [("cell", c.cell.id), ("verdict", c.verdict),
+                      ("report", str(harness_result.report_dir))]
+            if c.analysis:
+                props.append(("degraded_positions",
+                              ",".join(map(str, c.analysis.degraded_positions))))
+                props += [(f"rouge_l_position_{s.position}", f"{s.rouge_l:.4f}")
+                          for s in c.analysis.positions]
             return c
     raise LookupError(harness_cell)
 
@@ -181,4 +193,5 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(line)
     for path in result.goldens_written:
         tr.write_line(f"goldens written: {path}")
-    tr.write_line(f"verdict: {result.verdict}   report: {result.report_dir}/report.md")
+    tr.write_line(f"verdict: {result.verdict}   report: {result.report_dir}/report.html "
+                  f"(also report.md, report.json)")

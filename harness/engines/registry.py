@@ -107,9 +107,15 @@ def load_engine(spec: str, backend: str | None = None) -> Engine:
     except TypeError as exc:
         raise EngineError(f"{label}: cannot construct the engine ({exc}); a backend class "
                           "takes one argument, the engine path (None for --engine module:Class)") from None
+    return adopt(engine, label, str(path) if path is not None else None)
+
+
+def adopt(engine: Any, label: str | None = None, path: str | None = None) -> Engine:
+    """Check a backend object's interface and give it an EngineInfo when it has none."""
+    label = label or f"{type(engine).__module__}:{type(engine).__qualname__}"
     if not callable(getattr(engine, "generate", None)):
         raise EngineError(f"{label}: {type(engine).__name__} has no generate(prompts, settings)")
     if not isinstance(getattr(engine, "info", None), EngineInfo):
-        engine.info = EngineInfo(backend=label, path=str(path) if path else label,
+        engine.info = EngineInfo(backend=label, path=path or label,
                                  identity=f"{label}:{path}" if path else label)
     return engine

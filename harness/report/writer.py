@@ -1,32 +1,69 @@
-"""report.json, report.md and generations.jsonl for one run."""
+"""report.json (versioned, self-hashed), report.md, report.html and generations.jsonl."""
 
 from __future__ import annotations
 
+import hashlib
 import json
-import platform
-import sys
 from pathlib import Path
 from typing import Any
 
 from harness import __version__
 from harness.analysis import ranges
+from harness.diagnosis import likely_cause
 from harness.goldens import atomic_write_text
 from harness.pipeline import RunResult
+from harness.report.provenance import engine_files, environment
 
 SCHEMA_VERSION = 1
+EXAMPLES_PER_CELL = 3
+PROMPT_CHARS = 600
 
 
 def _round(x: float | None, digits: int = 6) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
-def report_dict(result: RunResult) -> dict[str, Any]:
-    """The report.json document."""
-    import torch
-    import transformers
+def canonical_hash(report: dict[str, Any]) -> str:
+    """sha256 of the report without its ``integrity`` block, keys sorted, compact."""
+    body = {k: v for k, v in report.items() if k != "integrity"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
+
+def verify(report: dict[str, Any]) -> bool:
+    """True when the report is exactly as written (its recorded hash still matches)."""
+    recorded = (report.get("integrity") or {}).get("sha256")
+    return recorded == canonical_hash(report)
+
+
+def _examples(result: RunResult, cell_index: int) -> list[dict[str, Any]]:
+    """A few prompts at the worst degraded position: prompt, baseline and damaged output."""
+    c = result.cells[cell_index]
+    a = c.analysis
+    if a is None or not a.degraded_positions:
+        return []
+    outputs = {o.cell: o for o in result.outputs}.get(c.cell)
+    base = result.baseline_texts.get(c.cell.beam_width)
+    if outputs is None or base is None:
+        return []
+    worst = min(a.degraded_positions, key=lambda p: a.positions[p].rouge_l)
+    docs = result.dataset.documents
+    template = result.config.prompt_template
+    picks = []
+    for i in range(len(docs)):
+        if outputs.texts[worst][i] != base[i]:
+            picks.append(i)
+        if len(picks) == EXAMPLES_PER_CELL:
+            break
+    return [{"position": worst, "id": docs[i].id,
+             "prompt": template.replace("{text}", docs[i].text)[:PROMPT_CHARS],
+             "baseline": base[i], "output": outputs.texts[worst][i]} for i in picks]
+
+
+def report_dict(result: RunResult) -> dict[str, Any]:
+    """The report.json document (see report.schema.json)."""
     cells = []
-    for c in result.cells:
+    for index, c in enumerate(result.cells):
         a = c.analysis
         cells.append({
             "id": c.cell.id,
@@ -36,28 +73,42 @@ def report_dict(result: RunResult) -> dict[str, Any]:
             "limits_verdict": "fail" if c.limit_failures else "pass",
             "error": c.error,
             "message": c.error or (a.message if a else ""),
+            "cause": likely_cause(c, result.limits),
             "baseline_level": _round(a.level) if a else None,
             "degraded_positions": list(a.degraded_positions) if a else [],
             "positions": [{
                 "position": s.position, "rouge_l": _round(s.rouge_l),
+                "ci_low": _round(s.ci_low), "ci_high": _round(s.ci_high),
                 "rouge_l_reference": _round(s.rouge_l_reference), "drop": _round(s.drop),
                 "p_value": _round(s.p_value, 12), "p_adjusted": _round(s.p_adjusted, 12),
                 "n": s.n, "degraded": s.degraded} for s in (a.positions if a else ())],
             "limit_checks": [ch.as_dict() for ch in c.checks],
+            "examples": _examples(result, index),
         })
-    return {
+    goldens = {}
+    for w, path in result.goldens_paths.items():
+        file = Path(path)
+        goldens[str(w)] = {"path": path, "sha256": hashlib.sha256(file.read_bytes()).hexdigest()
+                           if file.is_file() else None}
+    report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "verdict": result.verdict,
         "started": result.started,
+        "finished": result.finished,
         "seconds": round(result.seconds, 2),
         "harness_version": __version__,
+        "signoff": {"by": result.config.signoff_by, "at": result.finished,
+                    "engine": result.engine.path, "identity": result.engine.identity,
+                    "verdict": result.verdict},
         "engine": {"path": result.engine.path, "backend": result.engine.backend,
-                   "identity": result.engine.identity, "details": result.engine.details},
+                   "identity": result.engine.identity, "details": result.engine.details,
+                   "files": engine_files(result.engine.path)},
         "limits": result.limits.as_dict() if result.limits else None,
         "memory": [m.as_dict() for m in result.memory],
-        "dataset": {"name": result.dataset.name, "path": result.dataset.path,
+        "dataset": {"name": result.dataset.name, "path": result.dataset.path, "split": None,
                     "count": len(result.dataset), "hash": result.dataset.hash},
         "baseline": {str(w): name for w, name in result.baseline.items()},
+        "goldens": goldens,
         "goldens_written": list(result.goldens_written),
         "method": {"tolerance": result.config.tolerance, "alpha": result.config.alpha,
                    "test": "one-sided paired t-test of the drop below batch size 1, "
@@ -65,14 +116,17 @@ def report_dict(result: RunResult) -> dict[str, Any]:
                    "plan": "cyclic rotation: every prompt at every position once per cell",
                    "seed": result.plan.seed, "sequences": result.plan.sequences()},
         "options": result.config.as_dict(),
-        "environment": {"python": sys.version.split()[0], "platform": platform.platform(),
-                        "torch": torch.__version__, "transformers": transformers.__version__},
+        "environment": environment(),
         "cells": cells,
     }
+    report["integrity"] = {"sha256": canonical_hash(report),
+                           "method": "sha256 of this JSON without 'integrity', keys sorted, "
+                                     "separators (',', ':'), UTF-8"}
+    return report
 
 
 def markdown(report: dict[str, Any]) -> str:
-    """report.md: verdict, per-cell position table, diagnosis."""
+    """report.md: verdict, per-cell position table, diagnosis; fits a pull-request comment."""
     lines = [f"# Batch-position report: **{report['verdict'].upper()}**", ""]
     eng, ds, lim = report["engine"], report["dataset"], report["limits"] or {}
     lines += [f"- Engine: `{eng['path']}` ({eng['backend']}, {eng['identity'][:19]})",
@@ -85,13 +139,16 @@ def markdown(report: dict[str, Any]) -> str:
               f"- Method: tolerance {report['method']['tolerance']}, alpha "
               f"{report['method']['alpha']}, seed {report['method']['seed']}", ""]
     lines += ["## Findings", ""]
+    findings = 0
     for c in report["cells"]:
         if c["verdict"] != "pass":
-            lines.append(f"- **{c['id']}**: {c['message']}")
+            lines.append(f"- **{c['id']}**: {c['message']}" + (f" — {c['cause']}" if c["cause"] else ""))
+            findings += 1
         for ch in c["limit_checks"]:
             if ch["status"] == "fail":
                 lines.append(f"- **{c['id']}** build limit: {ch['message']}")
-    if lines[-1] == "":
+                findings += 1
+    if not findings:
         lines.append("No degraded position and no exceeded build limit.")
     lines += ["", "## ROUGE-L by batch position (vs baseline; * = degraded)", ""]
     width = max((len(c["positions"]) for c in report["cells"]), default=1)
@@ -112,14 +169,21 @@ def markdown(report: dict[str, Any]) -> str:
     if degraded:
         lines += ["", "Degraded positions (0-indexed): " + "; ".join(
             f"{c['id']} {ranges(c['degraded_positions'])}" for c in degraded)]
+    s = report["signoff"]
+    lines += ["", "## Sign-off", "",
+              f"{s['verdict'].upper()} for `{s['engine']}` ({s['identity'][:19]}) at {s['at']}, "
+              f"run by {s['by'] or '(no --signoff-by given)'}; report sha256 "
+              f"`{report['integrity']['sha256']}`"]
     return "\n".join(lines) + "\n"
 
 
 def write_report(result: RunResult, folder: Path) -> dict[str, Path]:
-    """Write the three files atomically; returns their paths."""
+    """Write every file atomically; report.json last, so its presence means a whole report."""
+    from harness.report.html import render_report
+
     report = report_dict(result)
-    paths = {"json": folder / "report.json", "md": folder / "report.md",
-             "generations": folder / "generations.jsonl"}
+    paths = {"generations": folder / "generations.jsonl", "md": folder / "report.md",
+             "html": folder / "report.html", "json": folder / "report.json"}
     rows = []
     docs = result.dataset.documents
     for out in result.outputs:
@@ -129,5 +193,6 @@ def write_report(result: RunResult, folder: Path) -> dict[str, Path]:
                                         "id": docs[i].id, "output": text}, ensure_ascii=False))
     atomic_write_text(paths["generations"], "\n".join(rows) + "\n")
     atomic_write_text(paths["md"], markdown(report))
+    atomic_write_text(paths["html"], render_report(report))
     atomic_write_text(paths["json"], json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return paths

@@ -44,3 +44,18 @@ def test_broken_positions_fail_with_ranges(tmp_path: Path, small_dataset: Path):
     assert cell["positions"][0]["rouge_l"] == 1.0 and cell["positions"][6]["rouge_l"] < 0.2
     assert report["dataset"]["hash"] and report["verdict"] == "fail"
     assert "report:" in proc.stdout and str(tmp_path) in proc.stdout
+
+
+def test_cell_results_are_junit_properties(tmp_path: Path, small_dataset: Path):
+    import xml.etree.ElementTree as ET
+
+    xml = tmp_path / "junit.xml"
+    proc = run_suites("--engine", "toy_engine:ToyEngine", "--dataset", str(small_dataset),
+                      "--batch-sizes", "1,4", "--beam-widths", "1", "--report-dir", str(tmp_path / "r"),
+                      f"--junitxml={xml}", cwd=tmp_path, env=_env(2))
+    assert proc.returncode == 1
+    cases = {c.get("name"): c for c in ET.parse(xml).getroot().iter("testcase")}
+    props = {p.get("name"): p.get("value") for p in cases["test_batch_positions[bs4-beam1]"].iter("property")}
+    assert props["cell"] == "bs4-beam1" and props["verdict"] == "fail"
+    assert props["degraded_positions"] == "2,3" and props["rouge_l_position_0"] == "1.0000"
+    assert "report.html" in proc.stdout

@@ -13,8 +13,9 @@ BROKEN_FROM = int(os.environ.get("TOY_BROKEN_FROM", "-1"))
 
 
 class ToyEngine:
-    def __init__(self, path):
+    def __init__(self, path, broken_from=None):
         self.path = path
+        self.broken_from = BROKEN_FROM if broken_from is None else broken_from
 
     def generate(self, prompts, settings):
         from harness.engines.base import Generation
@@ -22,7 +23,7 @@ class ToyEngine:
         out = []
         for position, prompt in enumerate(prompts):
             words = prompt.split()[: 12 + settings.beam_width]
-            if 0 <= BROKEN_FROM <= position and len(prompts) > 1:
+            if 0 <= self.broken_from <= position and len(prompts) > 1:
                 words = ["the", "the", "weather", "was", "nice"] * 3
             out.append(Generation(text=" ".join(words)))
         return out

@@ -1,0 +1,41 @@
+"""report.html: one self-contained page (inline CSS and SVG, no scripts, no network).
+
+Every string that comes from a model, a dataset or a path goes through jinja2's
+autoescaping; only the SVG that matplotlib drew from numbers is inserted as markup.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+
+from harness.analysis import ranges
+from harness.report.plots import heatmap_svg
+
+
+def _env() -> Environment:
+    env = Environment(loader=PackageLoader("harness.report", "templates"),
+                      autoescape=select_autoescape(default=True, default_for_string=True))
+    env.filters["gib"] = lambda n: "unknown" if n is None else f"{n / 2**30:.2f} GiB"
+    env.filters["ranges"] = ranges
+    env.filters["f2"] = lambda x: "–" if x is None else f"{x:.2f}"
+    env.filters["f3"] = lambda x: "–" if x is None else f"{x:.3f}"
+    env.filters["p"] = lambda x: "–" if x is None else f"{x:.2g}"
+    return env
+
+
+def render_report(report: dict[str, Any]) -> str:
+    """The sign-off page for one run."""
+    by_beam: dict[int, list[dict[str, Any]]] = {}
+    for c in report["cells"]:
+        by_beam.setdefault(c["beam_width"], []).append(c)
+    heatmaps = [(w, Markup(heatmap_svg(w, cells))) for w, cells in sorted(by_beam.items())
+                if any(c["positions"] for c in cells)]
+    return _env().get_template("report.html.j2").render(r=report, heatmaps=heatmaps)
+
+
+def render_compare(comparison: dict[str, Any]) -> str:
+    """The page for ``python -m harness compare --html``."""
+    return _env().get_template("compare.html.j2").render(c=comparison)

@@ -1,0 +1,119 @@
+"""report.json (schema, integrity), report.html (self-contained, escaped), compare, JUnit."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.config import RunConfig
+from harness.pipeline import run
+from harness.report.compare import compare, load_report
+from harness.report.writer import verify
+from tests.integration.toy_engine import ToyEngine
+
+SCHEMA = Path(__file__).resolve().parents[2] / "harness" / "report" / "report.schema.json"
+MARKUP = "<script>alert(1)</script> <img src=x onerror=alert(2)> <b>bold</b> &amp;"
+
+
+@pytest.fixture(scope="module")
+def hostile_dataset(tmp_path_factory) -> Path:
+    """Documents and summaries full of markup; the toy engine echoes it into its outputs."""
+    path = tmp_path_factory.mktemp("data") / "hostile.jsonl"
+    rows = [{"id": f"<i>d{i}</i>", "text": f"{MARKUP} story number {i} about the harbour and the council",
+             "summary": f"{MARKUP} summary {i}"} for i in range(12)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _run(tmp: Path, dataset: Path, broken_from: int, name: str, **options) -> Path:
+    config = RunConfig.from_options({"dataset": str(dataset), "batch_sizes": "1,4,8", "beam_widths": "1,2",
+                                     "report_dir": str(tmp / name), "goldens_dir": str(tmp / "g"),
+                                     **options})
+    result = run(config, engine=ToyEngine(None, broken_from=broken_from))
+    return result.report_dir
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory, hostile_dataset):
+    tmp = tmp_path_factory.mktemp("reports")
+    return {"broken": _run(tmp, hostile_dataset, 2, "broken", signoff_by="QA <qa@example.com>"),
+            "fixed": _run(tmp, hostile_dataset, -1, "fixed")}
+
+
+def test_report_json_validates_against_the_versioned_schema(reports):
+    import jsonschema
+
+    schema = json.loads(SCHEMA.read_text())
+    for folder in reports.values():
+        report = json.loads((folder / "report.json").read_text())
+        jsonschema.validate(report, schema)
+        assert report["schema_version"] == 1 == schema["properties"]["schema_version"]["const"]
+    bad = json.loads((reports["broken"] / "report.json").read_text())
+    bad["cells"][0]["positions"][0]["rouge_l"] = 1.5
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+
+
+def test_signoff_and_integrity(reports):
+    report = json.loads((reports["broken"] / "report.json").read_text())
+    assert report["signoff"]["by"] == "QA <qa@example.com>" and report["signoff"]["verdict"] == "fail"
+    assert verify(report)
+    report["cells"][0]["positions"][0]["rouge_l"] = 0.5  # someone edits a number
+    assert not verify(report)
+    assert report["integrity"]["sha256"] in (reports["broken"] / "report.md").read_text()
+
+
+def test_html_is_self_contained_and_escapes_everything(reports):
+    html = (reports["broken"] / "report.html").read_text()
+    assert "<script" not in html.lower()  # no live script at all, hostile or ours
+    assert "<img" not in html.lower() and "<b>bold</b>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", html)  # nothing fetched from the network
+    assert html.count("<svg") == 2  # one heatmap per beam width
+    assert "bs8-beam1" in html and "positions 2–7 degraded" in html
+    assert "Examples at position" in html
+
+
+def test_compare_lists_fixed_cells_and_exits_by_direction(reports, capsys):
+    from harness.__main__ import main
+
+    result = compare(load_report(reports["broken"]), load_report(reports["fixed"]))
+    assert result["verdict"] == "better"
+    assert any(line.startswith("bs8-beam1: fixed at positions 2, 3, 4, 5, 6, 7") for line in result["lines"])
+    assert main(["compare", str(reports["broken"]), str(reports["fixed"])]) == 0
+    page = reports["fixed"].parent / "cmp.html"
+    assert main(["compare", str(reports["fixed"]), str(reports["broken"] / "report.json"),
+                 "--html", str(page)]) == 1
+    out = capsys.readouterr().out
+    assert "new degradation at positions 2, 3, 4, 5, 6, 7" in out and "verdict: worse" in out
+    assert "<script" not in page.read_text().lower()
+
+
+def test_compare_flags_an_edited_report(reports, tmp_path):
+    edited = json.loads((reports["fixed"] / "report.json").read_text())
+    edited["verdict"] = "pass"
+    edited["seconds"] = 0.0
+    file = tmp_path / "report.json"
+    file.write_text(json.dumps(edited))
+    result = compare(load_report(reports["fixed"]), load_report(file))
+    assert any("changed after it was written" in line for line in result["lines"])
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="Chromium is not installed")
+def test_report_renders_in_headless_chromium(reports, tmp_path):
+    from PIL import Image
+
+    png = tmp_path / "report.png"
+    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}", "--window-size=1280,1600",
+                    (reports["broken"] / "report.html").as_uri()], capture_output=True, timeout=120, check=True)
+    image = Image.open(png).convert("RGB")
+    assert image.size == (1280, 1600)
+    r, g, b = image.getpixel((20, 20))  # the verdict banner: red for a failing run
+    assert r > 150 and g < 80 and b < 80
