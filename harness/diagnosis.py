@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from harness.analysis import ranges
 from harness.engine_config import EngineLimits
-from harness.pipeline import CellResult
 from harness.preflight import LimitCheck
+
+if TYPE_CHECKING:  # typing only: diagnosis must not import the pipeline that reports use
+    from harness.pipeline import CellResult
 
 
 def overflow_positions(batch_size: int, beam_width: int, limits: EngineLimits | None) -> tuple[int, ...]:

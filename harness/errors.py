@@ -19,9 +19,5 @@ class EngineError(HarnessError):
     """The engine directory or backend cannot be loaded."""
 
 
-class MissingPackageError(EngineError):
-    """An optional package a backend needs is not installed."""
-
-
 class GoldensError(HarnessError):
     """Goldens are missing, corrupt, or recorded for another run."""

@@ -7,6 +7,7 @@ never rewritten unless ``--update-goldens`` asks for it, and then only after a c
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -75,7 +76,11 @@ class GoldensStore:
         self.root = Path(root)
 
     def path_for(self, identity: str, dataset_name: str, beam_width: int) -> Path:
-        ident = _slug(identity.replace("sha256:", "sha256-")[:23])
+        if identity.startswith("sha256:"):
+            ident = "sha256-" + _slug(identity[7:23])
+        else:  # e.g. "module:Class:/path": a readable stem plus a hash, so paths never collide
+            digest = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:16]
+            ident = f"{_slug(identity)[:40]}-{digest}"
         return self.root / ident / f"{_slug(dataset_name)}-beam{beam_width}.json"
 
     def load(self, identity: str, dataset: Dataset, settings: DecodingSettings) -> GoldenSet | None:
@@ -97,6 +102,10 @@ class GoldensStore:
                                outputs=raw["outputs"], source=raw.get("source", {}))
         except (KeyError, TypeError) as exc:
             raise GoldensError(f"{path}: goldens lack key {exc}; {FIX}") from None
+        if golden.identity != identity:
+            raise GoldensError(f"{path}: recorded for model {golden.identity}, not {identity}; {FIX}")
+        if not isinstance(golden.settings, dict):
+            raise GoldensError(f"{path}: 'settings' must be an object; {FIX}")
         if not isinstance(golden.outputs, dict) or not all(
                 isinstance(v, str) for v in golden.outputs.values()):
             raise GoldensError(f"{path}: 'outputs' must map document ids to texts; {FIX}")

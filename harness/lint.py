@@ -74,7 +74,7 @@ def lint(engine_dir: str | Path, *, batch_size: int | None = None, num_beams: in
     lengths, source = _prompt_lengths(path, tokenizer, dataset, text_field, summary_field,
                                       prompt_template)
     found = preflight([cell], limits, engine_dir=path, prompt_lengths=lengths,
-                      max_new_tokens=max_new_tokens, gpu_option=gpu)
+                      max_new_tokens=max_new_tokens, gpu_option=gpu, check_ranks=False)
     return LintResult(engine=str(path), limits=limits, cell=cell, checks=found.checks[cell],
                       memory=found.memory, prompt_source=source)
 

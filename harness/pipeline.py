@@ -134,6 +134,8 @@ def _error_text(exc: BaseException) -> str:
 def planned_batch_sizes(config: RunConfig) -> tuple[int, ...]:
     """Batch sizes from options and config.json alone (no engine load), so that test ids at
     collection and the cells of the run are the same."""
+    if config.batch_sizes is not None:
+        return config.batch_sizes
     limits = read_limits(peek_config(config.engine, config.backend))
     return choose_batch_sizes(config.batch_sizes, limits.max_batch_size if limits else None)
 
@@ -159,6 +161,7 @@ class Prepared:
     store: GoldensStore
     started: dt.datetime
     t0: float
+    golden_engine: Engine | None = None
 
     def limit_failures(self) -> list[LimitCheck]:
         return [c for checks in self.checks.values() for c in checks if c.status == "fail"]
@@ -170,9 +173,14 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     t0 = time.perf_counter()
     dataset = load_dataset(config.dataset, text_field=config.text_field,
                            summary_field=config.summary_field)
+    given = engine is not None
     engine = adopt(engine) if engine is not None else load_engine(config.engine, config.backend)
     limits = read_limits(engine.info.config, str(Path(engine.info.path) / "config.json"))
-    plan = make_plan(planned_batch_sizes(config), config.beam_widths, len(dataset), config.seed)
+    # test ids were made from config.json alone (planned_batch_sizes); an engine handed in
+    # directly has no test ids to agree with, so its own limits cap the grid
+    sizes = (choose_batch_sizes(config.batch_sizes, limits.max_batch_size if limits else None)
+             if given else planned_batch_sizes(config))
+    plan = make_plan(sizes, config.beam_widths, len(dataset), config.seed)
     prompts = tuple(build_prompt(config.prompt_template, d) for d in dataset.documents)
 
     counter = getattr(engine, "count_tokens", None)
@@ -188,10 +196,11 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
             found = store.load(engine.info.identity, dataset, config.decoding(w))
             if found is not None:
                 goldens[w] = found
+    golden_engine = load_engine(config.golden_engine, None) if config.golden_engine else None
     return Prepared(config=config, dataset=dataset, engine=engine, limits=limits, plan=plan,
                     prompts=prompts, checks=checked.checks, memory=checked.memory,
                     goldens=goldens, store=store,
-                    started=started, t0=t0)
+                    started=started, t0=t0, golden_engine=golden_engine)
 
 
 def run(config: RunConfig, *, progress: Callable[[int], Progress] | None = None,
@@ -204,12 +213,19 @@ def execute(prep: Prepared, *, progress: Callable[[int], Progress] | None = None
     """Generate every planned batch, score, analyse and write the report."""
     config, engine, plan = prep.config, prep.engine, prep.plan
     report_dir = _new_report_dir(config.report_dir, engine.info, prep.started)
-    outputs, errors = _generate_all(prep, progress)
-    goldens, written = dict(prep.goldens), []
-    if config.update_goldens:
-        goldens, written = _record_goldens(prep, outputs, errors)
+    try:
+        outputs, errors = _generate_all(prep, progress)
+        goldens, written = dict(prep.goldens), []
+        if config.update_goldens:
+            goldens, written = _record_goldens(prep, outputs, errors)
+    finally:
+        for used in (engine, prep.golden_engine):
+            close = getattr(used, "close", None)
+            if callable(close):
+                close()
     baselines = _baselines(prep, goldens, outputs)
-    analyses = _score_and_analyse(prep, baselines, outputs, errors)
+    analyses, unscored = _score_and_analyse(prep, baselines, outputs, errors)
+    errors = {**errors, **unscored}
     cells = tuple(CellResult(cell=c, checks=prep.checks[c], analysis=analyses.get(c),
                              error=errors.get(c)) for c in plan.cells)
     result = RunResult(config=config, engine=engine.info, limits=prep.limits, dataset=prep.dataset,
@@ -262,9 +278,11 @@ def _baselines(prep: Prepared, goldens: dict[int, GoldenSet], outputs: dict[Cell
 
 
 def _score_and_analyse(prep: Prepared, baselines: dict[int, tuple[str, tuple[str, ...]]],
-                       outputs: dict[Cell, Outputs], errors: dict[Cell, str]) -> dict[Cell, CellAnalysis]:
-    """ROUGE-L of every output against baseline and reference; cells without a batch-size-1
-    level are marked as errors in ``errors``."""
+                       outputs: dict[Cell, Outputs], errors: dict[Cell, str]
+                       ) -> tuple[dict[Cell, CellAnalysis], dict[Cell, str]]:
+    """ROUGE-L of every output against baseline and reference, analysed; plus the cells that
+    could not be scored (no batch-size-1 level for their beam width) with the reason."""
+    unscored: dict[Cell, str] = {}
     references = [d.summary for d in prep.dataset.documents]
     levels = {w: rouge_l(texts, outputs[Cell(1, w)].texts[0])
               for w, (_, texts) in baselines.items() if Cell(1, w) in outputs}
@@ -274,16 +292,16 @@ def _score_and_analyse(prep: Prepared, baselines: dict[int, tuple[str, tuple[str
         if cell in errors:
             continue
         if w not in levels:
-            errors[cell] = (f"no batch-size-1 baseline for beam width {w}: "
-                            f"{errors.get(Cell(1, w), 'batch size 1 produced nothing')}")
+            unscored[cell] = (f"no batch-size-1 baseline for beam width {w}: "
+                              f"{errors.get(Cell(1, w), 'batch size 1 produced nothing')}")
             continue
         base = baselines[w][1]
         texts = outputs[cell].texts
         scores.append(CellScores(cell=cell,
                                  baseline=tuple(tuple(rouge_l(base, t)) for t in texts),
                                  reference=tuple(tuple(rouge_l(references, t)) for t in texts)))
-    return {a.cell: a for a in analyze(scores, levels, tolerance=prep.config.tolerance,
-                                       alpha=prep.config.alpha)}
+    analyses = analyze(scores, levels, tolerance=prep.config.tolerance, alpha=prep.config.alpha)
+    return {a.cell: a for a in analyses}, unscored
 
 
 def _record_goldens(prep: Prepared, outputs: dict[Cell, Outputs], errors: dict[Cell, str]
@@ -291,13 +309,16 @@ def _record_goldens(prep: Prepared, outputs: dict[Cell, Outputs], errors: dict[C
     """Goldens from batch size 1 of this engine or of --golden-engine; written only when complete."""
     config, engine, dataset, plan = prep.config, prep.engine, prep.dataset, prep.plan
     source_engine, source = engine, outputs
-    if config.golden_engine:
-        source_engine = load_engine(config.golden_engine, None)
-        source = {}
+    if prep.golden_engine is not None:
+        source_engine, source = prep.golden_engine, {}
         for w in config.beam_widths:
             cell = Cell(1, w)
-            source[cell] = _generate_cell(source_engine, cell, plan, list(prep.prompts), config,
-                                          lambda k: None)
+            try:
+                source[cell] = _generate_cell(source_engine, cell, plan, list(prep.prompts), config,
+                                              lambda k: None)
+            except Exception as exc:
+                raise HarnessError(f"--golden-engine {config.golden_engine}: {cell.id} failed "
+                                   f"({_error_text(exc)}); goldens were left unchanged") from None
     failed = {c: errors.get(c, "no output") for c in plan.reference_cells if c not in source}
     if failed:
         raise HarnessError(

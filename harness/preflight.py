@@ -156,7 +156,7 @@ def _rebuild(limits: EngineLimits, **changes: int) -> str:
 
 def check_cell(cell: Cell, limits: EngineLimits | None, *, longest_prompt: int | None,
                prompts_over_input: int, max_new_tokens: int,
-               memory: MemoryBudget | None = None, processes: int = 1) -> list[LimitCheck]:
+               memory: MemoryBudget | None = None, processes: int | None = 1) -> list[LimitCheck]:
     """Batch size, beam width, input and sequence length, memory and ranks of one cell."""
     cid = cell.id
     names = ("max_batch_size", "max_beam_width", "max_input_len", "max_seq_len")
@@ -222,7 +222,7 @@ def check_cell(cell: Cell, limits: EngineLimits | None, *, longest_prompt: int |
         add("max_seq_len", "pass",
             f"longest prompt {longest_prompt} + max_new_tokens {max_new_tokens} <= {limit}")
 
-    if limits.tp_size is not None or limits.pp_size is not None:
+    if processes is not None and (limits.tp_size is not None or limits.pp_size is not None):
         ranks = (limits.tp_size or 1) * (limits.pp_size or 1)
         if ranks != processes:
             add("ranks", "fail", f"the engine is mapped to tp {limits.tp_size or 1} x pp "
@@ -246,8 +246,9 @@ class Preflight:
 
 def preflight(cells: Sequence[Cell], limits: EngineLimits | None, *, engine_dir: str | Path,
               prompt_lengths: Sequence[int] | None, max_new_tokens: int,
-              gpu_option: str | None) -> Preflight:
-    """The checks the suites, the report and ``lint`` share."""
+              gpu_option: str | None, check_ranks: bool = True) -> Preflight:
+    """The checks the suites, the report and ``lint`` share (``lint`` runs outside mpirun, so
+    it leaves the rank check to the run)."""
     longest = max(prompt_lengths) if prompt_lengths else None
     cap = limits.max_input_len if limits else None
     over = sum(1 for n in prompt_lengths or () if cap and n > cap)
@@ -259,7 +260,7 @@ def preflight(cells: Sequence[Cell], limits: EngineLimits | None, *, engine_dir:
                                    gpu=gpu, over="fail") for c in cells}
         top = engine_maxima_budget(limits, weights=weights, gpu=gpu)
         maxima = (top,) if top else ()
-    processes = world_size()
+    processes = world_size() if check_ranks else None
     checks = {c: tuple(check_cell(c, limits, longest_prompt=longest, prompts_over_input=over,
                                   max_new_tokens=max_new_tokens, memory=memory.get(c),
                                   processes=processes)) for c in cells}

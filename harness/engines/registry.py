@@ -83,7 +83,7 @@ def peek_config(spec: str, backend: str | None = None) -> dict[str, Any] | None:
         resolve_backend(backend)  # raises the "did you mean" message
     path = Path(spec).expanduser()
     name = backend or detect_backend(path)  # the same checks and messages as loading
-    if name == "hf" or (":" in name and not path.is_dir()):
+    if name == "hf" or (":" in name and not (path / "config.json").is_file()):
         return None
     config = load_config_json(path, option="--engine")
     return config if ("build_config" in config or "builder_config" in config) else None
@@ -107,6 +107,9 @@ def load_engine(spec: str, backend: str | None = None) -> Engine:
     except TypeError as exc:
         raise EngineError(f"{label}: cannot construct the engine ({exc}); a backend class "
                           "takes one argument, the engine path (None for --engine module:Class)") from None
+    except Exception as exc:  # a user's or a library's constructor: one line, not a traceback
+        raise EngineError(f"{label}: loading the engine failed: {type(exc).__name__}: "
+                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
     return adopt(engine, label, str(path) if path is not None else None)
 
 

@@ -12,13 +12,14 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from harness.analysis import ranges
+from harness.preflight import gib
 from harness.report.plots import heatmap_svg
 
 
 def _env() -> Environment:
     env = Environment(loader=PackageLoader("harness.report", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True))
-    env.filters["gib"] = lambda n: "unknown" if n is None else f"{n / 2**30:.2f} GiB"
+    env.filters["gib"] = gib
     env.filters["ranges"] = ranges
     env.filters["f2"] = lambda x: "–" if x is None else f"{x:.2f}"
     env.filters["f3"] = lambda x: "–" if x is None else f"{x:.3f}"

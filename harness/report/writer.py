@@ -9,6 +9,7 @@ from typing import Any
 
 from harness import __version__
 from harness.analysis import ranges
+from harness.data import build_prompt
 from harness.diagnosis import likely_cause
 from harness.goldens import atomic_write_text
 from harness.pipeline import RunResult
@@ -48,7 +49,6 @@ def _examples(result: RunResult, cell_index: int) -> list[dict[str, Any]]:
         return []
     worst = min(a.degraded_positions, key=lambda p: a.positions[p].rouge_l)
     docs = result.dataset.documents
-    template = result.config.prompt_template
     picks = []
     for i in range(len(docs)):
         if outputs.texts[worst][i] != base[i]:
@@ -56,7 +56,7 @@ def _examples(result: RunResult, cell_index: int) -> list[dict[str, Any]]:
         if len(picks) == EXAMPLES_PER_CELL:
             break
     return [{"position": worst, "id": docs[i].id,
-             "prompt": template.replace("{text}", docs[i].text)[:PROMPT_CHARS],
+             "prompt": build_prompt(result.config.prompt_template, docs[i])[:PROMPT_CHARS],
              "baseline": base[i], "output": outputs.texts[worst][i]} for i in picks]
 
 

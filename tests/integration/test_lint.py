@@ -77,3 +77,13 @@ def test_unreadable_engine_exits_2_with_one_line(tmp_path: Path, content, words)
     assert proc.returncode == 2
     assert words in proc.stderr and str(d) in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_lint_leaves_the_rank_check_to_the_run(tmp_path: Path):
+    d = tmp_path / "tp2"
+    d.mkdir()
+    src = Path(__file__).resolve().parents[1] / "data" / "configs" / "unified_1.0_mistral_sq_fp8kv_tp2.json"
+    (d / "config.json").write_text(src.read_text())
+    proc = lint(str(d), "--batch-size", "8", "--num-beams", "4", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ranks" not in {c["name"] for c in json.loads(proc.stdout)["checks"]}

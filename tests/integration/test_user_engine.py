@@ -59,3 +59,23 @@ def test_cell_results_are_junit_properties(tmp_path: Path, small_dataset: Path):
     assert props["cell"] == "bs4-beam1" and props["verdict"] == "fail"
     assert props["degraded_positions"] == "2,3" and props["rouge_l_position_0"] == "1.0000"
     assert "report.html" in proc.stdout
+
+
+def test_backend_class_with_a_plain_directory(tmp_path: Path, small_dataset: Path):
+    """--backend module:Class --engine DIR, DIR without config.json (the README's form)."""
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    proc = run_suites("--backend", "toy_engine:ToyEngine", "--engine", str(folder), "--dataset",
+                      str(small_dataset), "--batch-sizes", "1,2", "--beam-widths", "1",
+                      "--report-dir", str(tmp_path / "r"), cwd=tmp_path, env=_env(-1))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert only_report(tmp_path / "r")["engine"]["path"] == str(folder)
+
+
+def test_bad_golden_engine_stops_before_generating(tmp_path: Path, small_dataset: Path):
+    proc = run_suites("--engine", "toy_engine:ToyEngine", "--dataset", str(small_dataset),
+                      "--update-goldens", "--golden-engine", str(tmp_path / "missing"),
+                      "--report-dir", str(tmp_path / "r"), cwd=tmp_path, env=_env(-1))
+    assert proc.returncode == 4
+    assert "no such engine directory" in proc.stdout + proc.stderr
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())

@@ -60,3 +60,20 @@ def test_names_stay_inside_the_folder(tmp_path: Path):
     store = GoldensStore(tmp_path)
     path = store.path_for("../../etc", "../../passwd", 1)
     assert tmp_path in path.resolve().parents
+
+
+def test_other_identities_never_share_a_file(tmp_path: Path):
+    store = GoldensStore(tmp_path)
+    a = store.path_for("mypkg.mod:MyEngine:/models/llama-a", "news", 1)
+    b = store.path_for("mypkg.mod:MyEngine:/models/llama-b", "news", 1)
+    assert a != b
+
+
+def test_goldens_of_another_model_are_refused(tmp_path: Path):
+    store, ds, st = GoldensStore(tmp_path), _dataset(), DecodingSettings(4, 64)
+    path = store.write(_golden(ds, st), 4)
+    raw = json.loads(path.read_text())
+    raw["identity"] = "sha256:" + "ab" * 31 + "ff"  # same folder prefix, other weights
+    path.write_text(json.dumps(raw))
+    with pytest.raises(GoldensError, match="recorded for model"):
+        store.load("sha256:" + "ab" * 32, ds, st)

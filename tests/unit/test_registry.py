@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -39,8 +40,6 @@ def test_user_class_without_generate(tmp_path: Path, monkeypatch):
 
 
 def test_emulator_engine_missing_weights(engine_factory, tmp_path: Path):
-    import shutil
-
     broken = tmp_path / "e"
     shutil.copytree(engine_factory(8, 4), broken)
     (broken / "rank0.safetensors").unlink()
@@ -64,3 +63,20 @@ def test_build_engine_cli_writes_unified_config(tmp_path: Path):
     assert cfg["pretrained_config"]["num_key_value_heads"] < cfg["pretrained_config"]["num_attention_heads"]
     assert main(["build-engine", "--output", str(tmp_path / "x"), "--max-seq-len", "100",
                  "--max-input-len", "200"]) == 2
+
+
+def test_build_engine_never_replaces_what_it_did_not_build(tmp_path: Path):
+    from harness.engines.emulator.build import BUNDLED_MODEL, BuildLimits, build_engine
+
+    model = tmp_path / "model"
+    shutil.copytree(BUNDLED_MODEL, model)
+    (model / "notes.txt").write_text("mine")
+    with pytest.raises(EngineError, match="not an emulator engine directory"):
+        build_engine(model, BuildLimits(), model_dir=model)
+    assert (model / "model.safetensors").is_file() and (model / "notes.txt").read_text() == "mine"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(EngineError, match="is a file"):
+        build_engine(tmp_path / "file", BuildLimits())
+    built = build_engine(tmp_path / "e", BuildLimits(max_beam_width=1))
+    assert build_engine(built, BuildLimits(max_beam_width=4)) == built  # a rebuild replaces it
+    assert json.loads((built / "config.json").read_text())["build_config"]["max_beam_width"] == 4

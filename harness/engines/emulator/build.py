@@ -77,6 +77,15 @@ def engine_config(model_config: dict[str, Any], limits: BuildLimits, compute_dty
     }
 
 
+def _is_emulator_engine(path: Path) -> bool:
+    """Only a folder that build-engine wrote may be replaced by a rebuild."""
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(config, dict) and "emulator" in config
+
+
 def build_engine(output: Path, limits: BuildLimits, *, model_dir: Path | None = None,
                  compute_dtype: str = "float64") -> Path:
     """Write the engine directory (atomically: a half-built engine is never left behind)."""
@@ -98,9 +107,13 @@ def build_engine(output: Path, limits: BuildLimits, *, model_dir: Path | None = 
         raise EngineError(f"--max-seq-len {limits.max_seq_len} must exceed --max-input-len "
                           f"{limits.max_input_len} (it counts prompt and output together)")
     output = Path(output)
-    if output.exists() and any(output.iterdir()) and not (output / "config.json").is_file():
-        raise EngineError(f"--output {output}: exists and is not an engine directory; "
-                          "choose an empty or new folder")
+    if output.exists() and not output.is_dir():
+        raise EngineError(f"--output {output}: is a file; choose a new folder")
+    if output.exists() and any(output.iterdir()) and not _is_emulator_engine(output):
+        raise EngineError(f"--output {output}: exists and is not an emulator engine directory; "
+                          "choose an empty or new folder (nothing was changed)")
+    if output.resolve() == src.resolve():
+        raise EngineError(f"--output {output}: is the model directory itself; choose another folder")
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     try:

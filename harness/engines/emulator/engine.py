@@ -78,7 +78,11 @@ class EmulatorEngine:
                               "`python -m harness build-engine`")
         from transformers import AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir), trust_remote_code=False)
+        except (OSError, ValueError) as exc:
+            raise EngineError(f"{tok_dir}: cannot load the tokenizer ({str(exc).splitlines()[0]}); "
+                              "rebuild the engine") from None
         if self.tokenizer.eos_token_id is None:
             raise EngineError(f"{tok_dir}: the tokenizer has no eos token")
         if len(self.tokenizer) < self.shape.vocab_size:
