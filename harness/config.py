@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +193,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "folder (default reports/)", None, "reports", metavar="DIR"),
     OptionSpec("--goldens-dir", "goldens_dir", "folder of goldens (default goldens/)", None,
                "goldens", metavar="DIR"),
+    OptionSpec("--cache-dir", "cache_dir", "generation cache folder (default "
+               "~/.cache/batch-position-harness/generations)", metavar="DIR"),
+    OptionSpec("--no-cache", "no_cache", "neither read nor write the generation cache",
+               action="store_true", default=False),
     OptionSpec("--signoff-by", "signoff_by", "name recorded in the report's sign-off block",
                metavar="NAME"),
     OptionSpec("--update-goldens", "update_goldens", "record goldens from this run (batch size 1 "
@@ -237,6 +242,9 @@ class RunConfig:
     report_dir: Path = Path("reports")
     goldens_dir: Path = Path("goldens")
     signoff_by: str | None = None
+    cache_dir: Path = field(default_factory=lambda: Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "batch-position-harness" / "generations")
+    no_cache: bool = False
     update_goldens: bool = False
     golden_engine: str | None = None
 
@@ -258,6 +266,8 @@ class RunConfig:
                 except argparse.ArgumentTypeError as exc:
                     raise ConfigError(str(exc)) from None
             kwargs[spec.dest] = value
+        if kwargs.get("cache_dir") is not None:
+            kwargs["cache_dir"] = Path(kwargs["cache_dir"]).expanduser().absolute()
         for key in ("report_dir", "goldens_dir"):
             if key in kwargs:
                 path = Path(kwargs[key]).expanduser()
@@ -283,6 +293,7 @@ class RunConfig:
         out = {spec.dest: getattr(self, spec.dest) for spec in OPTIONS}
         out["report_dir"] = str(self.report_dir)
         out["goldens_dir"] = str(self.goldens_dir)
+        out["cache_dir"] = str(self.cache_dir)
         out["batch_sizes"] = list(self.batch_sizes) if self.batch_sizes else None
         out["beam_widths"] = list(self.beam_widths)
         return out

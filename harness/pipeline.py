@@ -11,9 +11,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness import __version__
 from harness.analysis import CellAnalysis, CellScores, analyze
+from harness.cache import GenerationCache, engine_fingerprint
 from harness.config import RunConfig
 from harness.data import Dataset, build_prompt, load_dataset
 from harness.engine_config import EngineLimits, read_limits
@@ -69,6 +71,7 @@ class RunResult:
     started: str
     seconds: float
     memory: tuple[MemoryBudget, ...] = ()
+    cache: dict[str, Any] = field(default_factory=dict)
     baseline_texts: dict[int, tuple[str, ...]] = field(default_factory=dict)
     goldens_paths: dict[int, str] = field(default_factory=dict)
     finished: str = ""
@@ -111,17 +114,23 @@ def _new_report_dir(root: Path, engine: EngineInfo, started: dt.datetime) -> Pat
 
 
 def _generate_cell(engine: Engine, cell: Cell, plan: Plan, prompts: list[str], config: RunConfig,
-                   tick: Progress) -> Outputs:
+                   tick: Progress, cache: GenerationCache | None = None) -> Outputs:
     n = len(plan.order)
     texts: list[list[str]] = [[""] * n for _ in range(cell.batch_size)]
     settings = config.decoding(cell.beam_width)
     for batch in plan.batches(cell):
-        gens = engine.generate([prompts[d] for d in batch.documents], settings)
-        if len(gens) != len(batch.documents):
-            raise RuntimeError(f"the engine returned {len(gens)} outputs for a batch of "
-                               f"{len(batch.documents)}")
-        for position, (doc, gen) in enumerate(zip(batch.documents, gens)):
-            texts[position][doc] = gen.text if isinstance(gen.text, str) else ""
+        batch_prompts = [prompts[d] for d in batch.documents]
+        outs = cache.get(settings, batch_prompts) if cache else None
+        if outs is None:
+            gens = engine.generate(batch_prompts, settings)
+            if len(gens) != len(batch.documents):
+                raise RuntimeError(f"the engine returned {len(gens)} outputs for a batch of "
+                                   f"{len(batch.documents)}")
+            outs = [g.text if isinstance(g.text, str) else "" for g in gens]
+            if cache:
+                cache.put(settings, batch_prompts, outs)
+        for position, (doc, text) in enumerate(zip(batch.documents, outs)):
+            texts[position][doc] = text
         tick(len(batch.documents))
     return Outputs(cell=cell, texts=tuple(tuple(t) for t in texts))
 
@@ -162,6 +171,7 @@ class Prepared:
     started: dt.datetime
     t0: float
     golden_engine: Engine | None = None
+    cache: GenerationCache | None = None
 
     def limit_failures(self) -> list[LimitCheck]:
         return [c for checks in self.checks.values() for c in checks if c.status == "fail"]
@@ -197,10 +207,16 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
             if found is not None:
                 goldens[w] = found
     golden_engine = load_engine(config.golden_engine, None) if config.golden_engine else None
+    if config.no_cache:
+        cache = GenerationCache(None, None, "off (--no-cache)")
+    else:
+        fingerprint = engine_fingerprint(engine.info)
+        cache = GenerationCache(config.cache_dir, fingerprint,
+                                "" if fingerprint else "off (the engine has no directory to fingerprint)")
     return Prepared(config=config, dataset=dataset, engine=engine, limits=limits, plan=plan,
                     prompts=prompts, checks=checked.checks, memory=checked.memory,
                     goldens=goldens, store=store,
-                    started=started, t0=t0, golden_engine=golden_engine)
+                    started=started, t0=t0, golden_engine=golden_engine, cache=cache)
 
 
 def run(config: RunConfig, *, progress: Callable[[int], Progress] | None = None,
@@ -233,6 +249,7 @@ def execute(prep: Prepared, *, progress: Callable[[int], Progress] | None = None
                        cells=cells, outputs=tuple(outputs[c] for c in plan.all_cells if c in outputs),
                        started=prep.started.isoformat(timespec="seconds"),
                        seconds=time.perf_counter() - prep.t0, memory=prep.memory,
+                       cache=prep.cache.stats.as_dict() if prep.cache else {},
                        baseline_texts={w: texts for w, (_, texts) in baselines.items()},
                        goldens_paths={w: str(prep.store.path_for(engine.info.identity,
                                                                  prep.dataset.name, w))
@@ -255,7 +272,7 @@ def _generate_all(prep: Prepared, progress: Callable[[int], Progress] | None
     for cell in prep.plan.all_cells:
         try:
             outputs[cell] = _generate_cell(prep.engine, cell, prep.plan, list(prep.prompts),
-                                           prep.config, tick)
+                                           prep.config, tick, prep.cache)
         except HarnessError:
             raise
         except Exception as exc:

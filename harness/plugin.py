@@ -191,6 +191,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr.write_line("ROUGE-L vs baseline by batch position (* = degraded):")
     for line in summary_lines(result):
         tr.write_line(line)
+    if result.cache:
+        tr.write_line(f"generation cache {result.cache['reason']}: "
+                      f"{result.cache['generations_from_cache']} generations from the cache, "
+                      f"{result.cache['batches_generated']} batches generated")
     for path in result.goldens_written:
         tr.write_line(f"goldens written: {path}")
     tr.write_line(f"verdict: {result.verdict}   report: {result.report_dir}/report.html "

@@ -105,6 +105,7 @@ def report_dict(result: RunResult) -> dict[str, Any]:
                    "files": engine_files(result.engine.path)},
         "limits": result.limits.as_dict() if result.limits else None,
         "memory": [m.as_dict() for m in result.memory],
+        "cache": result.cache,
         "dataset": {"name": result.dataset.name, "path": result.dataset.path, "split": None,
                     "count": len(result.dataset), "hash": result.dataset.hash},
         "baseline": {str(w): name for w, name in result.baseline.items()},
@@ -136,6 +137,9 @@ def markdown(report: dict[str, Any]) -> str:
               f"max_seq_len {lim.get('max_seq_len')}",
               *[f"- Memory per GPU: {m['message']}" for m in report["memory"]],
               "- Baseline: " + "; ".join(f"beam {w}: {n}" for w, n in report["baseline"].items()),
+              f"- Generation cache: {report['cache'].get('reason', 'off')}, "
+              f"{report['cache'].get('generations_from_cache', 0)} generations from the cache, "
+              f"{report['cache'].get('batches_generated', 0)} batches generated",
               f"- Method: tolerance {report['method']['tolerance']}, alpha "
               f"{report['method']['alpha']}, seed {report['method']['seed']}", ""]
     lines += ["## Findings", ""]

@@ -1,0 +1,88 @@
+"""Generation cache: each batch's outputs on disk as soon as they exist.
+
+Keyed by the engine fingerprint (every file of the engine directory, the backend and the
+harness version), the decoding settings and the batch composition (the prompts in position
+order), so a rerun with other tolerances or report options, or after a crash, asks the
+engine only for what is missing. Engines without a directory (module:Class) have no
+fingerprint and are never cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.config import DecodingSettings
+from harness.engines.base import EngineInfo
+from harness.fingerprint import file_sha256
+from harness.goldens import atomic_write_text
+
+
+def engine_fingerprint(info: EngineInfo) -> str | None:
+    """sha256 over the backend, the harness version and every file of the engine directory."""
+    folder = Path(info.path)
+    if not folder.is_dir():
+        return None
+    h = hashlib.sha256(f"{info.backend}\n{__version__}\n".encode())
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(f"{file.relative_to(folder).as_posix()}\n{file_sha256(file)}\n".encode())
+    return h.hexdigest()
+
+
+@dataclass
+class CacheStats:
+    """What the cache did during one run (reported)."""
+
+    folder: str | None
+    enabled: bool
+    reason: str
+    batches_from_cache: int = 0
+    batches_generated: int = 0
+    generations_from_cache: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class GenerationCache:
+    """One JSON file per batch under ``root/<fingerprint>/``, written atomically."""
+
+    def __init__(self, root: Path | None, fingerprint: str | None, reason: str = "") -> None:
+        self.folder = root / fingerprint[:24] if root is not None and fingerprint else None
+        self.fingerprint = fingerprint
+        self.stats = CacheStats(folder=str(self.folder) if self.folder else None,
+                                enabled=self.folder is not None,
+                                reason=reason or ("on" if self.folder else "off"))
+
+    def _path(self, settings: DecodingSettings, prompts: Sequence[str]) -> Path:
+        assert self.folder is not None
+        key = hashlib.sha256(json.dumps([self.fingerprint, settings.as_dict(), list(prompts)],
+                                        ensure_ascii=False).encode("utf-8")).hexdigest()
+        return self.folder / key[:2] / f"{key}.json"
+
+    def get(self, settings: DecodingSettings, prompts: Sequence[str]) -> list[str] | None:
+        """The batch's outputs when cached and intact, else None."""
+        if self.folder is None:
+            return None
+        path = self._path(settings, prompts)
+        try:
+            texts = json.loads(path.read_text(encoding="utf-8"))["outputs"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # missing or damaged: generate again, and overwrite
+        if not isinstance(texts, list) or len(texts) != len(prompts) or not all(
+                isinstance(t, str) for t in texts):
+            return None
+        self.stats.batches_from_cache += 1
+        self.stats.generations_from_cache += len(texts)
+        return texts
+
+    def put(self, settings: DecodingSettings, prompts: Sequence[str], texts: Sequence[str]) -> None:
+        self.stats.batches_generated += 1
+        if self.folder is not None:
+            atomic_write_text(self._path(settings, prompts),
+                              json.dumps({"outputs": list(texts)}, ensure_ascii=False))
