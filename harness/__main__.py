@@ -9,6 +9,7 @@ than OLD beyond the tolerance.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -52,22 +53,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     for c in result.cells:
         for check in c.limit_failures:
             print(f"{c.cell.id}: build limit: {check.message}")
-        if c.analysis and c.analysis.degraded_positions:
+        if c.analysis and c.analysis.verdict == "fail":
             print(c.analysis.message)
+            if c.finding:
+                print(f"  likely cause ({c.finding.kind}): {c.finding.text}")
     print(f"verdict: {result.verdict}  report: {result.report_dir}")
     return 0 if result.verdict == "pass" else 1
 
 
 def cmd_build_engine(args: argparse.Namespace) -> int:
     from harness.engines.emulator.build import BuildLimits, build_engine
+    from harness.engines.emulator.faults import parse_fault
 
     limits = BuildLimits(max_batch_size=args.max_batch_size, max_beam_width=args.max_beam_width,
                          max_input_len=args.max_input_len, max_seq_len=args.max_seq_len)
+    fault = (parse_fault(args.fault, max_batch_size=limits.max_batch_size)
+             if args.fault else None)
     path = build_engine(Path(args.output), limits, model_dir=args.model,
-                        compute_dtype=args.compute_dtype)
+                        compute_dtype=args.compute_dtype, fault=fault)
     print(f"built emulator engine {path} (max_batch_size {limits.max_batch_size}, max_beam_width "
           f"{limits.max_beam_width}, max_input_len {limits.max_input_len}, max_seq_len "
-          f"{limits.max_seq_len})")
+          f"{limits.max_seq_len}" + (f"; fault: {fault.describe()}" if fault else "") + ")")
     return 0
 
 
@@ -99,6 +105,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if result["verdict"] == "worse" else 0
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from harness.calibrate import Settings, Targets, run_calibration, table
+
+    settings = Settings(trials=args.trials, seed=args.seed, prompts=args.prompts, pool=args.pool,
+                        rounds=args.rounds, max_new_tokens=args.max_new_tokens,
+                        tolerance=args.tolerance, alpha=args.alpha, jobs=args.jobs,
+                        cache_dir=None if args.no_cache else (args.cache_dir or RunConfig().cache_dir),
+                        only=tuple(args.only.split(",")) if args.only else ())
+    outcomes = run_calibration(settings, say=lambda line: print(line, flush=True))
+    lines, ok = table(outcomes, settings, Targets())
+    print("\n".join(lines))
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -116,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     p_build.add_argument("--model", type=Path, default=None, metavar="DIR",
                          help="transformers Mistral model directory (default: the bundled model)")
     p_build.add_argument("--compute-dtype", choices=("float64", "float32"), default="float64")
+    p_build.add_argument("--fault", default=None, metavar="KIND[:k=v,...]",
+                         help="build a faulty engine: drift[:scale=,seed=], full-batch[:slot=], "
+                              "padding, stride, partial[:position=,fraction=,seed=] "
+                              "(see docs/method.md)")
     p_build.set_defaults(func=cmd_build_engine)
 
     p_lint = sub.add_parser("lint", help="check an engine's build limits and KV-cache memory")
@@ -142,6 +166,30 @@ def main(argv: list[str] | None = None) -> int:
                        help="ROUGE-L change that counts (default: NEW's --tolerance)")
     p_cmp.add_argument("--html", metavar="FILE", help="also write the comparison as a page")
     p_cmp.set_defaults(func=cmd_compare)
+
+    p_cal = sub.add_parser("calibrate", help="measure false-alarm and detection rates on the "
+                                              "emulator's fault models (docs/method.md)")
+    p_cal.add_argument("--trials", type=positive_int("--trials"), default=200)
+    p_cal.add_argument("--seed", type=int, default=0)
+    p_cal.add_argument("--prompts", type=positive_int("--prompts"), default=64,
+                       help="prompts per trial (the default dataset size)")
+    p_cal.add_argument("--pool", type=positive_int("--pool"), default=128,
+                       help="generated prompts the trials draw from")
+    p_cal.add_argument("--rounds", type=positive_int("--rounds"), default=2,
+                       help="rotation rounds per cell for drift, padding and stride")
+    p_cal.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=64)
+    p_cal.add_argument("--tolerance", type=fraction("--tolerance", low=0.0, high=1.0), default=0.02)
+    p_cal.add_argument("--alpha", type=fraction("--alpha", low=0.0, high=1.0, open_low=True),
+                       default=0.01)
+    p_cal.add_argument("--jobs", type=positive_int("--jobs"), default=min(2, os.cpu_count() or 1),
+                       help="worker processes for generation")
+    p_cal.add_argument("--only", default=None, metavar="NAMES",
+                       help="comma-separated models: healthy,drift,overflow,full-batch,padding,"
+                            "stride,partial")
+    p_cal.add_argument("--cache-dir", type=Path, default=None,
+                       help="generation cache folder (default: the run's cache folder)")
+    p_cal.add_argument("--no-cache", action="store_true")
+    p_cal.set_defaults(func=cmd_calibrate)
 
     args = parser.parse_args(argv)
     try:

@@ -5,8 +5,12 @@ difference d_i = s1_i - s_{p,i}, where s1_i is the prompt's ROUGE-L against the 
 batch size 1 (same beam width) and s_{p,i} the same at position p. The rotation plan puts
 every prompt at every position once, so the pairs cancel prompt difficulty. A position is
 degraded when mean(d) > tolerance *and* a one-sided paired t-test rejects
-H0: mean(d) <= tolerance at level alpha after Holm's correction over every position tested
-in the run.
+H0: mean(d) <= tolerance at level alpha after Holm's correction over every test in the run.
+
+Besides the positions, every cell gets one omnibus test of the same form on the per-prompt
+mean drop over all of its positions, so that damage spread thinly over many positions (none
+significant alone) still fails the cell. Its p-value joins the same Holm family.
+docs/method.md explains the method and its calibration.
 """
 
 from __future__ import annotations
@@ -55,7 +59,9 @@ class CellAnalysis:
     degraded_positions: tuple[int, ...]
     verdict: str  # pass | fail
     message: str
-
+    cell_drop: float | None = None  # mean drop over all positions (the omnibus test)
+    cell_p_adjusted: float | None = None
+    spread: bool = False  # the omnibus test failed the cell
 
 def one_sided_paired_p(diffs: Sequence[float], tolerance: float) -> float:
     """p-value of H0: mean(diffs) <= tolerance against H1: mean(diffs) > tolerance."""
@@ -114,11 +120,17 @@ def mean_ci(xs: Sequence[float], level: float = 0.95) -> tuple[float, float]:
 def analyze(scores: Sequence[CellScores], level_scores: dict[int, Sequence[float]], *,
             tolerance: float, alpha: float) -> list[CellAnalysis]:
     """Analyse every cell; ``level_scores[beam_width]`` holds batch size 1's per-prompt scores."""
-    tests: list[tuple[int, int, float]] = []  # (cell index, position, p)
+    tests: list[tuple[int, int, float]] = []  # (cell index, position or -1 for the cell, p)
     drafts: list[list[PositionStats]] = []
+    omnibus: dict[int, float] = {}  # cell index -> mean drop over positions
     for ci, cs in enumerate(scores):
         level = level_scores[cs.cell.beam_width]
         stats_row = []
+        if cs.cell.batch_size > 1:
+            per_prompt = [level[i] - math.fsum(row[i] for row in cs.baseline) / len(cs.baseline)
+                          for i in range(len(level))]
+            omnibus[ci] = _mean(per_prompt)
+            tests.append((ci, -1, one_sided_paired_p(per_prompt, tolerance)))
         for p, (base, ref) in enumerate(zip(cs.baseline, cs.reference)):
             diffs = [a - b for a, b in zip(level, base)]
             p_value = None
@@ -132,15 +144,21 @@ def analyze(scores: Sequence[CellScores], level_scores: dict[int, Sequence[float
                                            ci_low=low, ci_high=high))
         drafts.append(stats_row)
     adjusted = holm([t[2] for t in tests])
+    cell_adjusted: dict[int, float] = {}
     for (ci, p, _), adj in zip(tests, adjusted):
+        if p < 0:
+            cell_adjusted[ci] = adj
+            continue
         s = drafts[ci][p]
         degraded = s.drop > tolerance and adj < alpha
         drafts[ci][p] = PositionStats(**{**s.__dict__, "p_adjusted": adj, "degraded": degraded})
 
     results = []
-    for cs, row in zip(scores, drafts):
+    for ci, (cs, row) in enumerate(zip(scores, drafts)):
         level = _mean(level_scores[cs.cell.beam_width])
         bad = tuple(s.position for s in row if s.degraded)
+        drop, adj = omnibus.get(ci), cell_adjusted.get(ci)
+        spread = drop is not None and adj is not None and drop > tolerance and adj < alpha
         if bad:
             lo = min(row[p].rouge_l for p in bad)
             hi = max(row[p].rouge_l for p in bad)
@@ -148,9 +166,15 @@ def analyze(scores: Sequence[CellScores], level_scores: dict[int, Sequence[float
             noun = "position" if len(bad) == 1 else "positions"
             message = (f"{cs.cell.id}: {noun} {ranges(bad)} degraded (ROUGE-L {span} vs "
                        f"{level:.2f} at batch size 1)")
+        elif spread:
+            message = (f"{cs.cell.id}: quality drops across positions (mean drop {drop:.3f} over "
+                       f"{len(row)} positions, adjusted p {adj:.2g}) though no single position "
+                       "is significant alone")
         else:
             message = f"{cs.cell.id}: no degraded position (batch size 1 level {level:.2f})"
         results.append(CellAnalysis(cell=cs.cell, level=level, positions=tuple(row),
-                                    degraded_positions=bad, verdict="fail" if bad else "pass",
-                                    message=message))
+                                    degraded_positions=bad,
+                                    verdict="fail" if bad or spread else "pass",
+                                    message=message, cell_drop=drop, cell_p_adjusted=adj,
+                                    spread=spread))
     return results

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from harness.analysis import ranges
 from harness.engine_config import EngineLimits
 from harness.preflight import LimitCheck
 
@@ -21,44 +20,31 @@ def overflow_positions(batch_size: int, beam_width: int, limits: EngineLimits | 
     return tuple(p for p in range(batch_size) if (p + 1) * beam_width > slots)
 
 
-def likely_cause(result: CellResult, limits: EngineLimits | None) -> str | None:
-    """Name the cause when the degraded positions match a known signature."""
-    a = result.analysis
-    if a is None or not a.degraded_positions:
+def likely_cause(result: CellResult) -> str | None:
+    """The known fault signature the cell's damage matches (see harness.patterns), if any."""
+    if result.finding is None:
         return None
-    cell = result.cell
-    expected = overflow_positions(cell.batch_size, cell.beam_width, limits)
-    if expected and limits is not None:
-        slots = (limits.max_batch_size or 0) * (limits.max_beam_width or 0)
-        fix = []
-        if limits.max_beam_width is not None and cell.beam_width > limits.max_beam_width:
-            fix.append(f"--max_beam_width {cell.beam_width}")
-        if limits.max_batch_size is not None and cell.batch_size > limits.max_batch_size:
-            fix.append(f"--max_batch_size {cell.batch_size}")
-        match = "matches" if set(expected) == set(a.degraded_positions) else "overlaps"
-        return (f"likely cause: KV beam-slot overflow ({match} the pattern): the engine holds "
-                f"max_batch_size {limits.max_batch_size} x max_beam_width {limits.max_beam_width} = "
-                f"{slots} beam slots, and at num_beams {cell.beam_width} positions "
-                f"{ranges(expected)} need slots beyond them; rebuild with "
-                + (" ".join(fix) or "larger limits"))
-    return None
+    return f"likely cause ({result.finding.kind}): {result.finding.text}"
 
 
-def positions_failure(result: CellResult, limits: EngineLimits | None) -> str | None:
+def positions_failure(result: CellResult) -> str | None:
     """The positions test's failure message, or None when the cell passes."""
     if result.error:
         return f"{result.cell.id}: engine error: {result.error}"
     a = result.analysis
-    if a is None or not a.degraded_positions:
+    if a is None or a.verdict == "pass":
         return None
     lines = [a.message]
-    cause = likely_cause(result, limits)
+    cause = likely_cause(result)
     if cause:
         lines.append(cause)
     for s in a.positions:
         if s.degraded:
             lines.append(f"  position {s.position}: ROUGE-L {s.rouge_l:.3f} (drop {s.drop:.3f}, "
                          f"adjusted p {s.p_adjusted:.2g}), vs reference {s.rouge_l_reference:.3f}")
+    if a.spread and a.cell_drop is not None:
+        lines.append(f"  all positions: mean drop {a.cell_drop:.3f} (adjusted p "
+                     f"{a.cell_p_adjusted:.2g})")
     return "\n".join(lines)
 
 

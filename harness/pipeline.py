@@ -23,6 +23,7 @@ from harness.engines.base import Engine, EngineInfo
 from harness.engines.registry import adopt, load_engine, peek_config
 from harness.errors import ConfigError, HarnessError
 from harness.goldens import GoldenSet, GoldensStore
+from harness.patterns import CellEvidence, Finding, match, shortfall
 from harness.plan import Cell, Plan, cells_for, choose_batch_sizes, make_plan
 from harness.preflight import LimitCheck, MemoryBudget, preflight
 from harness.scoring import rouge_l
@@ -36,6 +37,7 @@ class CellResult:
     checks: tuple[LimitCheck, ...]
     analysis: CellAnalysis | None
     error: str | None = None
+    finding: Finding | None = None  # the known fault signature the damage matches, if any
 
     @property
     def verdict(self) -> str:
@@ -172,6 +174,7 @@ class Prepared:
     t0: float
     golden_engine: Engine | None = None
     cache: GenerationCache | None = None
+    prompt_lengths: tuple[int, ...] | None = None  # tokens, from the engine's tokenizer
 
     def limit_failures(self) -> list[LimitCheck]:
         return [c for checks in self.checks.values() for c in checks if c.status == "fail"]
@@ -194,8 +197,9 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     prompts = tuple(build_prompt(config.prompt_template, d) for d in dataset.documents)
 
     counter = getattr(engine, "count_tokens", None)
+    lengths = tuple(counter(list(prompts))) if callable(counter) else None
     checked = preflight(plan.cells, limits, engine_dir=engine.info.path,
-                      prompt_lengths=counter(list(prompts)) if callable(counter) else None,
+                      prompt_lengths=list(lengths) if lengths is not None else None,
                       max_new_tokens=config.max_new_tokens, gpu_option=config.gpu_memory)
 
     _check_writable(config.report_dir)
@@ -216,7 +220,8 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     return Prepared(config=config, dataset=dataset, engine=engine, limits=limits, plan=plan,
                     prompts=prompts, checks=checked.checks, memory=checked.memory,
                     goldens=goldens, store=store,
-                    started=started, t0=t0, golden_engine=golden_engine, cache=cache)
+                    started=started, t0=t0, golden_engine=golden_engine, cache=cache,
+                    prompt_lengths=lengths)
 
 
 def run(config: RunConfig, *, progress: Callable[[int], Progress] | None = None,
@@ -240,10 +245,11 @@ def execute(prep: Prepared, *, progress: Callable[[int], Progress] | None = None
             if callable(close):
                 close()
     baselines = _baselines(prep, goldens, outputs)
-    analyses, unscored = _score_and_analyse(prep, baselines, outputs, errors)
+    analyses, scores, unscored = _score_and_analyse(prep, baselines, outputs, errors)
     errors = {**errors, **unscored}
+    findings = _findings(prep, analyses, scores)
     cells = tuple(CellResult(cell=c, checks=prep.checks[c], analysis=analyses.get(c),
-                             error=errors.get(c)) for c in plan.cells)
+                             error=errors.get(c), finding=findings.get(c)) for c in plan.cells)
     result = RunResult(config=config, engine=engine.info, limits=prep.limits, dataset=prep.dataset,
                        plan=plan, baseline={w: name for w, (name, _) in baselines.items()},
                        cells=cells, outputs=tuple(outputs[c] for c in plan.all_cells if c in outputs),
@@ -294,9 +300,26 @@ def _baselines(prep: Prepared, goldens: dict[int, GoldenSet], outputs: dict[Cell
     return out
 
 
+def _findings(prep: Prepared, analyses: dict[Cell, CellAnalysis],
+              scores: dict[Cell, tuple[CellScores, tuple[float, ...]]]) -> dict[Cell, Finding]:
+    """Match the failing cells against known fault signatures (harness.patterns)."""
+    if not any(a.verdict == "fail" for a in analyses.values()):
+        return {}
+    lengths = prep.prompt_lengths or tuple(len(p.split()) for p in prep.prompts)
+    evidence = []
+    for cell, analysis in analyses.items():
+        cell_scores, level = scores[cell]
+        drops = tuple(tuple(lv - s for lv, s in zip(level, row)) for row in cell_scores.baseline)
+        evidence.append(CellEvidence(analysis=analysis, drops=drops,
+                                     shorter=shortfall(prep.plan, cell, lengths)))
+    return match(evidence, prep.limits)
+
+
 def _score_and_analyse(prep: Prepared, baselines: dict[int, tuple[str, tuple[str, ...]]],
                        outputs: dict[Cell, Outputs], errors: dict[Cell, str]
-                       ) -> tuple[dict[Cell, CellAnalysis], dict[Cell, str]]:
+                       ) -> tuple[dict[Cell, CellAnalysis],
+                                  dict[Cell, tuple[CellScores, tuple[float, ...]]],
+                                  dict[Cell, str]]:
     """ROUGE-L of every output against baseline and reference, analysed; plus the cells that
     could not be scored (no batch-size-1 level for their beam width) with the reason."""
     unscored: dict[Cell, str] = {}
@@ -318,7 +341,8 @@ def _score_and_analyse(prep: Prepared, baselines: dict[int, tuple[str, tuple[str
                                  baseline=tuple(tuple(rouge_l(base, t)) for t in texts),
                                  reference=tuple(tuple(rouge_l(references, t)) for t in texts)))
     analyses = analyze(scores, levels, tolerance=prep.config.tolerance, alpha=prep.config.alpha)
-    return {a.cell: a for a in analyses}, unscored
+    by_cell = {cs.cell: (cs, tuple(levels[cs.cell.beam_width])) for cs in scores}
+    return {a.cell: a for a in analyses}, by_cell, unscored
 
 
 def _record_goldens(prep: Prepared, outputs: dict[Cell, Outputs], errors: dict[Cell, str]

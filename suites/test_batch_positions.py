@@ -8,6 +8,6 @@ from harness.diagnosis import positions_failure
 
 
 def test_batch_positions(harness_cell_result, harness_result):
-    message = positions_failure(harness_cell_result, harness_result.limits)
+    message = positions_failure(harness_cell_result)
     if message:
         pytest.fail(message, pytrace=False)

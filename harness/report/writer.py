@@ -73,9 +73,12 @@ def report_dict(result: RunResult) -> dict[str, Any]:
             "limits_verdict": "fail" if c.limit_failures else "pass",
             "error": c.error,
             "message": c.error or (a.message if a else ""),
-            "cause": likely_cause(c, result.limits),
+            "cause": likely_cause(c),
+            "pattern": c.finding.kind if c.finding else None,
             "baseline_level": _round(a.level) if a else None,
             "degraded_positions": list(a.degraded_positions) if a else [],
+            "omnibus": ({"drop": _round(a.cell_drop), "p_adjusted": _round(a.cell_p_adjusted, 12),
+                         "failed": a.spread} if a and a.cell_drop is not None else None),
             "positions": [{
                 "position": s.position, "rouge_l": _round(s.rouge_l),
                 "ci_low": _round(s.ci_low), "ci_high": _round(s.ci_high),
@@ -112,8 +115,9 @@ def report_dict(result: RunResult) -> dict[str, Any]:
         "goldens": goldens,
         "goldens_written": list(result.goldens_written),
         "method": {"tolerance": result.config.tolerance, "alpha": result.config.alpha,
-                   "test": "one-sided paired t-test of the drop below batch size 1, "
-                           "Holm-corrected over all positions tested",
+                   "test": "one-sided paired t-test of the drop below batch size 1 against "
+                           "the tolerance, per position and per cell (mean over positions), "
+                           "Holm-corrected over all tests of the run (docs/method.md)",
                    "plan": "cyclic rotation: every prompt at every position once per cell",
                    "seed": result.plan.seed, "sequences": result.plan.sequences()},
         "options": result.config.as_dict(),

@@ -9,6 +9,7 @@ from harness.diagnosis import (
     positions_failure,
 )
 from harness.engine_config import EngineLimits
+from harness.patterns import Finding
 from harness.pipeline import CellResult
 from harness.plan import Cell
 from harness.preflight import LimitCheck
@@ -25,26 +26,37 @@ def test_overflow_positions_follow_the_slot_arithmetic():
     assert overflow_positions(8, 4, EngineLimits(layout="legacy", max_batch_size=8)) == ()
 
 
-def _result(cell, degraded, error=None):
+def _result(cell, degraded, error=None, finding=None):
     stats = tuple(PositionStats(p, 0.1 if p in degraded else 1.0, 0.1, 0.9 if p in degraded else 0.0,
                                 0.0, 0.0, 64, p in degraded) for p in range(cell.batch_size))
     analysis = CellAnalysis(cell, 1.0, stats, tuple(degraded), "fail" if degraded else "pass",
                             f"{cell.id}: positions ... degraded")
-    return CellResult(cell=cell, checks=(), analysis=None if error else analysis, error=error)
+    return CellResult(cell=cell, checks=(), analysis=None if error else analysis, error=error,
+                      finding=finding)
 
 
-def test_cause_names_the_slots_and_the_flag():
-    cause = likely_cause(_result(Cell(8, 4), [2, 3, 4, 5, 6, 7]), LIMITS)
-    assert "matches the pattern" in cause and "8 beam slots" in cause and "--max_beam_width 4" in cause
-    assert likely_cause(_result(Cell(8, 1), [3]), LIMITS) is None  # no overflow at beam 1
+def test_cause_is_the_matched_signature():
+    finding = Finding("overflow", "positions >= 2 degraded at beam width 4: matches ...")
+    assert likely_cause(_result(Cell(8, 4), [2, 3], finding=finding)) == \
+        "likely cause (overflow): positions >= 2 degraded at beam width 4: matches ..."
+    assert likely_cause(_result(Cell(8, 1), [3])) is None
 
 
 def test_positions_failure_texts():
-    assert positions_failure(_result(Cell(8, 4), []), LIMITS) is None
-    text = positions_failure(_result(Cell(8, 4), [2, 3, 4, 5, 6, 7]), LIMITS)
+    assert positions_failure(_result(Cell(8, 4), [])) is None
+    text = positions_failure(_result(Cell(8, 4), [2, 3, 4, 5, 6, 7]))
     assert "position 7: ROUGE-L 0.100" in text
-    assert positions_failure(_result(Cell(4, 2), [], error="RuntimeError: boom"), LIMITS) == \
+    assert positions_failure(_result(Cell(4, 2), [], error="RuntimeError: boom")) == \
         "bs4-beam2: engine error: RuntimeError: boom"
+
+
+def test_a_cell_failed_by_the_omnibus_test_alone_fails_its_test():
+    cell = Cell(8, 1)
+    stats = tuple(PositionStats(p, 0.95, 0.5, 0.05, 0.05, 0.2, 64, False) for p in range(8))
+    analysis = CellAnalysis(cell, 1.0, stats, (), "fail", "bs8-beam1: quality drops across ...",
+                            cell_drop=0.05, cell_p_adjusted=1e-4, spread=True)
+    text = positions_failure(CellResult(cell=cell, checks=(), analysis=analysis))
+    assert text.startswith("bs8-beam1: quality drops across") and "mean drop 0.050" in text
 
 
 def test_limits_texts():

@@ -19,6 +19,7 @@ import torch
 from harness.config import DecodingSettings
 from harness.engine_config import ConfigSection
 from harness.engines.base import EngineInfo, Generation
+from harness.engines.emulator.faults import Fault, fault_from_config
 from harness.engines.emulator.model import MistralEmulator, ModelShape, SlotKVCache
 from harness.errors import EngineError
 from harness.fingerprint import weights_identity
@@ -67,6 +68,8 @@ class EmulatorEngine:
             raise EngineError(f"{file}: emulator.compute_dtype {dtype_name!r} is not one of "
                               f"{', '.join(COMPUTE_DTYPES)}")
         dtype = COMPUTE_DTYPES[dtype_name]
+        self.fault: Fault | None = fault_from_config(config["emulator"].get("fault"),
+                                                     str(file))
 
         weights_file = self.path / WEIGHTS_FILE
         if not weights_file.is_file():
@@ -122,11 +125,18 @@ class EmulatorEngine:
         if longest + settings.max_new_tokens > self.max_seq_len:
             raise RuntimeError(f"input length {longest} + max_new_tokens {settings.max_new_tokens} "
                                f"exceeds the engine's max_seq_len {self.max_seq_len}")
-        if settings.beam_width == 1:
-            outs = self._greedy(ids, settings)
-            beams = [[o] for o in outs]
-        else:
-            beams = self._beam_search(ids, settings)
+        width = settings.beam_width
+        dead = self.fault.dead_entries(prompts, self.max_batch_size) if self.fault else set()
+        slots = [s * width + b for s in sorted(dead) for b in range(width)]
+        slots = [x for x in slots if x < self.cache.slots]
+        self.cache.dead = torch.tensor(slots, dtype=torch.long) if slots else None
+        try:
+            if width == 1:
+                beams = [[o] for o in self._greedy(ids, settings)]
+            else:
+                beams = self._beam_search(ids, settings)
+        finally:
+            self.cache.dead = self.cache.read_map = None
         results = []
         for entry in beams:
             texts = tuple(self.tokenizer.decode(b, skip_special_tokens=True).strip() for b in entry)
@@ -140,8 +150,15 @@ class EmulatorEngine:
         batch = torch.full((len(ids), int(lengths.max())), pad, dtype=torch.long)
         for r, x in enumerate(ids):
             batch[r, : len(x)] = torch.tensor(x)
+        if self.fault is not None and self.fault.pads_unmasked and len(ids) > 1:
+            # the padding bug: every prompt is taken to end where the longest one ends, so
+            # shorter ones see (and continue after) the padding appended to them
+            lengths = torch.full_like(lengths, int(lengths.max()))
         logits = self.model.context(batch, lengths, self.cache, beams)
         return logits.repeat_interleave(beams, 0), lengths.repeat_interleave(beams, 0)
+
+    def _perturb(self, logits: torch.Tensor, entries: int, step: int) -> torch.Tensor:
+        return self.fault.perturb(logits, entries, step) if self.fault else logits
 
     def _greedy(self, ids: list[list[int]], settings: DecodingSettings) -> list[list[int]]:
         eos = self.tokenizer.eos_token_id
@@ -149,7 +166,7 @@ class EmulatorEngine:
         out: list[list[int]] = [[] for _ in ids]
         done = [False] * len(ids)
         for step in range(settings.max_new_tokens):
-            tokens = logits.argmax(-1)
+            tokens = self._perturb(logits, len(ids), step).argmax(-1)
             for r, t in enumerate(tokens.tolist()):
                 if not done[r]:
                     if t == eos:
@@ -177,6 +194,7 @@ class EmulatorEngine:
             return score / (max(length, 1) ** settings.length_penalty)
 
         for step in range(settings.max_new_tokens):
+            logits = self._perturb(logits, entries, step)
             logp = torch.log_softmax(logits.to(torch.float64), dim=-1).view(entries, width, vocab)
             cand = (scores[:, :, None] + logp).view(entries, width * vocab)
             top_scores, top_idx = cand.topk(2 * width, dim=-1)
@@ -208,6 +226,8 @@ class EmulatorEngine:
             if all(done) or step == settings.max_new_tokens - 1:
                 break
             self.cache.reorder(entries * width, source, int(lengths.max()) + step)
+            if self.fault is not None and self.fault.strided and any(done):
+                self.cache.read_map = _strided_rows(done, width)
             logits = self.model.decode(tokens, lengths + step, self.cache)
         results = []
         for s in range(entries):
@@ -220,3 +240,12 @@ class EmulatorEngine:
             hyps.sort(key=lambda h: -h[0])  # stable: ties keep discovery order
             results.append([h[1] for h in hyps[:width]] or [[]])
         return results
+
+
+def _strided_rows(done: list[bool], width: int) -> torch.Tensor:
+    """The stride fault: with F entries of the batch finished, entry s reads the rows of
+    entry max(0, s - F), an offset computed from the active batch size instead of the
+    maximum; entry 0 keeps its own rows, every later one reads another's."""
+    finished = sum(done)
+    return torch.tensor([max(0, s - finished) * width + b for s in range(len(done))
+                         for b in range(width)], dtype=torch.long)

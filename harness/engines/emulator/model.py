@@ -39,6 +39,13 @@ class SlotKVCache:
         self.v = torch.zeros(dims, dtype=dtype)
         self.slots = slots
         self.max_seq_len = max_seq_len
+        self.dead: torch.Tensor | None = None  # slots whose KV is lost (fault models)
+        self.read_map: torch.Tensor | None = None  # row -> slot read by decode (fault models)
+
+    def _drop_dead(self, layer: int) -> None:
+        if self.dead is not None:
+            self.k[layer, self.dead] = 0
+            self.v[layer, self.dead] = 0
 
     def write(self, layer: int, rows: int, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store k/v ``[rows, kv_heads, T, D]`` at positions start..start+T-1 of slots 0..rows-1.
@@ -49,6 +56,7 @@ class SlotKVCache:
         end = start + k.shape[2]
         self.k[layer, :n, :, start:end] = k[:n]
         self.v[layer, :n, :, start:end] = v[:n]
+        self._drop_dead(layer)
 
     def write_at(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store one new position per row (row r at ``positions[r]``); k/v ``[rows, kv_heads, D]``."""
@@ -56,9 +64,17 @@ class SlotKVCache:
         idx = torch.arange(n)
         self.k[layer, idx, :, positions[:n]] = k[:n]
         self.v[layer, idx, :, positions[:n]] = v[:n]
+        self._drop_dead(layer)
 
     def read(self, layer: int, rows: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """k/v of slots 0..rows-1 for positions 0..length-1; unallocated slots read zeros."""
+        if self.read_map is not None:  # a fault model reads other rows than its own
+            slots = self.read_map[:rows]
+            k = self.k[layer, slots.clamp(max=self.slots - 1), :, :length].clone()
+            v = self.v[layer, slots.clamp(max=self.slots - 1), :, :length].clone()
+            k[slots >= self.slots] = 0
+            v[slots >= self.slots] = 0
+            return k, v
         n = min(rows, self.slots)
         k = self.k[layer, :n, :, :length]
         v = self.v[layer, :n, :, :length]
