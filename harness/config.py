@@ -21,6 +21,7 @@ DEFAULT_BATCH_SIZES = (1, 2, 4, 8)
 DEFAULT_BEAM_WIDTHS = (1, 2, 4)
 DEFAULT_PROMPT_TEMPLATE = "{text} TL;DR: "
 BUNDLED = "bundled"
+TRTLLM_RUNTIMES = ("cpp", "python")
 
 
 def positive_int_list(option: str) -> Callable[[str], tuple[int, ...]]:
@@ -76,6 +77,18 @@ def non_negative_int(option: str) -> Callable[[str], int]:
         if n < 0:
             raise argparse.ArgumentTypeError(f"{option} {value!r}: must be >= 0")
         return n
+
+    return parse
+
+
+def choice(option: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
+    """An argparse ``type=`` for one of a few words."""
+
+    def parse(value: str) -> str:
+        if value not in allowed:
+            raise argparse.ArgumentTypeError(
+                f"{option} {value!r}: expected one of {', '.join(allowed)}")
+        return value
 
     return parse
 
@@ -156,10 +169,10 @@ class OptionSpec:
 
 
 OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec("--engine", "engine", "engine directory, hf model directory or module:Class "
-               "(default: the bundled emulator engine)", metavar="DIR"),
-    OptionSpec("--backend", "backend", "emulator, hf or module:Class (default: detected from "
-               "the engine directory)", metavar="NAME"),
+    OptionSpec("--engine", "engine", "engine directory (emulator or TensorRT-LLM), hf model "
+               "directory or module:Class (default: the bundled emulator engine)", metavar="DIR"),
+    OptionSpec("--backend", "backend", "emulator, hf, trtllm, llmapi or module:Class (default: "
+               "detected from the engine directory)", metavar="NAME"),
     OptionSpec("--batch-sizes", "batch_sizes", "comma-separated batch sizes (default 1,2,4,8, "
                "capped at the engine's max_batch_size)", positive_int_list("--batch-sizes"),
                metavar="LIST"),
@@ -204,7 +217,29 @@ OPTIONS: tuple[OptionSpec, ...] = (
                action="store_true", default=False),
     OptionSpec("--golden-engine", "golden_engine", "engine or hf model directory whose batch-size-1 "
                "outputs become the goldens with --update-goldens", metavar="DIR"),
+    OptionSpec("--trtllm-runtime", "trtllm_runtime", "TensorRT-LLM runner of the trtllm backend: cpp "
+               "(ModelRunnerCpp, default) or python (ModelRunner)",
+               choice("--trtllm-runtime", TRTLLM_RUNTIMES), "cpp", metavar="{cpp,python}"),
+    OptionSpec("--tokenizer", "tokenizer", "transformers tokenizer folder for the trtllm and llmapi "
+               "backends (default: the engine or checkpoint folder, when it holds one)", metavar="DIR"),
+    OptionSpec("--trust-remote-code", "trust_remote_code", "let the tokenizer (and the LLM API) run "
+               "code shipped with the model; off unless given", action="store_true", default=False),
+    OptionSpec("--end-id", "end_id", "end-of-sequence token id (default: the tokenizer's eos)",
+               non_negative_int("--end-id"), metavar="ID"),
+    OptionSpec("--pad-id", "pad_id", "padding token id (default: the tokenizer's pad, else the end id)",
+               non_negative_int("--pad-id"), metavar="ID"),
 )
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """What a backend reads when it loads an engine (passed to classes that take ``options``)."""
+
+    tokenizer: str | None = None
+    trust_remote_code: bool = False
+    end_id: int | None = None
+    pad_id: int | None = None
+    trtllm_runtime: str = "cpp"
 
 
 @dataclass(frozen=True)
@@ -247,6 +282,11 @@ class RunConfig:
     no_cache: bool = False
     update_goldens: bool = False
     golden_engine: str | None = None
+    trtllm_runtime: str = "cpp"
+    tokenizer: str | None = None
+    trust_remote_code: bool = False
+    end_id: int | None = None
+    pad_id: int | None = None
 
     @classmethod
     def from_options(cls, values: dict[str, Any], *, root: Path | None = None) -> RunConfig:
@@ -281,6 +321,12 @@ class RunConfig:
         if kwargs.get("golden_engine") and not kwargs.get("update_goldens"):
             raise ConfigError("--golden-engine is used only to record goldens: add --update-goldens")
         return cls(**kwargs)
+
+    def engine_options(self) -> EngineOptions:
+        """The options backends read at load time."""
+        return EngineOptions(tokenizer=self.tokenizer, trust_remote_code=self.trust_remote_code,
+                             end_id=self.end_id, pad_id=self.pad_id,
+                             trtllm_runtime=self.trtllm_runtime)
 
     def decoding(self, beam_width: int) -> DecodingSettings:
         """The decoding settings of one beam width."""

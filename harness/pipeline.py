@@ -187,7 +187,8 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     dataset = load_dataset(config.dataset, text_field=config.text_field,
                            summary_field=config.summary_field)
     given = engine is not None
-    engine = adopt(engine) if engine is not None else load_engine(config.engine, config.backend)
+    engine = adopt(engine) if engine is not None else load_engine(config.engine, config.backend,
+                                                                      config.engine_options())
     limits = read_limits(engine.info.config, str(Path(engine.info.path) / "config.json"))
     # test ids were made from config.json alone (planned_batch_sizes); an engine handed in
     # directly has no test ids to agree with, so its own limits cap the grid
@@ -210,7 +211,8 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
             found = store.load(engine.info.identity, dataset, config.decoding(w))
             if found is not None:
                 goldens[w] = found
-    golden_engine = load_engine(config.golden_engine, None) if config.golden_engine else None
+    golden_engine = (load_engine(config.golden_engine, None, config.engine_options())
+                     if config.golden_engine else None)
     if config.no_cache:
         cache = GenerationCache(None, None, "off (--no-cache)")
     else:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 from pathlib import Path
 from typing import Any
 
-from harness.config import BUNDLED
+from harness.config import BUNDLED, EngineOptions
 from harness.engine_config import load_config_json
 from harness.engines.base import Engine, EngineInfo
 from harness.errors import EngineError
@@ -15,6 +16,8 @@ from harness.errors import EngineError
 BACKENDS: dict[str, str] = {
     "emulator": "harness.engines.emulator.engine:EmulatorEngine",
     "hf": "harness.engines.hf:HFEngine",
+    "trtllm": "harness.engines.trtllm:TrtllmEngine",
+    "llmapi": "harness.engines.llmapi:LlmApiEngine",
 }
 
 
@@ -37,18 +40,15 @@ def _is_class_spec(spec: str) -> bool:
 
 
 def detect_backend(path: Path) -> str:
-    """emulator or hf, from the directory's contents."""
+    """emulator, trtllm (a TensorRT-LLM engine directory) or hf, from the directory's contents."""
     config = load_config_json(path, option="--engine")
     config_file = path / "config.json"
     if "emulator" in config:
         return "emulator"
     if "model_type" in config or "architectures" in config:
         return "hf"
-    if "version" in config or "builder_config" in config:
-        raise EngineError(
-            f"{path}: a TensorRT-LLM engine; this version of the harness reads its limits but "
-            "cannot run it yet (the trtllm backend is planned); use --backend module:Class "
-            "with your own runner, see the README")
+    if "build_config" in config or "builder_config" in config or "version" in config:
+        return "trtllm"  # a TensorRT-LLM engine; its backend reports a damaged config
     raise EngineError(f"{config_file}: neither an engine config (pretrained_config/build_config) "
                       "nor a transformers config (model_type); pass --backend explicitly")
 
@@ -89,8 +89,16 @@ def peek_config(spec: str, backend: str | None = None) -> dict[str, Any] | None:
     return config if ("build_config" in config or "builder_config" in config) else None
 
 
-def load_engine(spec: str, backend: str | None = None) -> Engine:
-    """Instantiate the engine named by --engine/--backend."""
+def _takes_options(cls: Any) -> bool:
+    try:
+        return "options" in inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def load_engine(spec: str, backend: str | None = None, options: EngineOptions | None = None) -> Engine:
+    """Instantiate the engine named by --engine/--backend; a class whose constructor has an
+    ``options`` parameter also gets the EngineOptions (tokenizer, special ids, runtime)."""
     spec, backend = _bundled(spec, backend)
     if backend is None and _is_class_spec(spec):
         cls, path, label = _import(spec, "--engine"), None, spec
@@ -100,8 +108,9 @@ def load_engine(spec: str, backend: str | None = None) -> Engine:
         if backend is not None and not path.exists() and ":" not in name:
             detect_backend(path)  # raises the missing-directory message
         cls, label = resolve_backend(name), name
+    extra = {"options": options or EngineOptions()} if _takes_options(cls) else {}
     try:
-        engine = cls(str(path)) if path is not None else cls(None)
+        engine = cls(str(path) if path is not None else None, **extra)
     except EngineError:
         raise
     except TypeError as exc:

@@ -18,11 +18,12 @@ def test_detects_emulator_and_hf(engine_factory):
     assert peek_config(str(engine_factory(8, 4)))["build_config"]["max_beam_width"] == 4
 
 
-def test_tensorrt_llm_engine_dir_is_recognised_but_not_run(tmp_path: Path):
+def test_tensorrt_llm_engine_dir_is_the_trtllm_backend(tmp_path: Path):
     (tmp_path / "config.json").write_text(json.dumps({"version": "0.13.0", "pretrained_config": {},
                                                       "build_config": {}}))
-    with pytest.raises(EngineError, match="TensorRT-LLM engine"):
-        detect_backend(tmp_path)
+    assert detect_backend(tmp_path) == "trtllm"
+    assert resolve_backend("trtllm").__name__ == "TrtllmEngine"
+    assert resolve_backend("llmapi").__name__ == "LlmApiEngine"
 
 
 def test_unknown_backend_suggests():

@@ -1,0 +1,70 @@
+"""The transformers tokenizer and special token ids of an engine that does not carry its own.
+
+TensorRT-LLM engine directories usually hold no tokenizer: it comes from ``--tokenizer DIR``
+or, when present, the engine (or checkpoint) folder itself. Only local folders are read,
+never the model hub, and model code runs only with ``--trust-remote-code``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.config import EngineOptions
+from harness.errors import EngineError
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+
+@dataclass(frozen=True)
+class LoadedTokenizer:
+    """A tokenizer with the ids the runner needs to end and pad sequences."""
+
+    tokenizer: Any
+    folder: Path
+    end_id: int
+    pad_id: int
+
+
+def has_tokenizer(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in TOKENIZER_FILES)
+
+
+def tokenizer_folder(model_dir: Path, options: EngineOptions, *, backend: str) -> Path:
+    """--tokenizer, else the model folder when it holds a tokenizer; EngineError otherwise."""
+    if options.tokenizer:
+        folder = Path(options.tokenizer).expanduser()
+        if not folder.is_dir():
+            raise EngineError(f"--tokenizer {options.tokenizer}: not a folder; give the folder of "
+                              "the model's transformers tokenizer (tokenizer.json, tokenizer_config.json)")
+        if not has_tokenizer(folder):
+            raise EngineError(f"--tokenizer {options.tokenizer}: holds none of "
+                              f"{', '.join(TOKENIZER_FILES)}; give the model's tokenizer folder")
+        return folder
+    if has_tokenizer(model_dir):
+        return model_dir
+    raise EngineError(f"{model_dir}: no tokenizer in the folder; the {backend} backend needs the "
+                      "model's tokenizer: pass --tokenizer DIR (e.g. the Hugging Face checkpoint "
+                      "the engine was built from)")
+
+
+def load_tokenizer(model_dir: Path, options: EngineOptions, *, backend: str) -> LoadedTokenizer:
+    """The tokenizer and end/pad ids (--end-id/--pad-id, else eos and pad, else pad = end)."""
+    from transformers import AutoTokenizer
+
+    folder = tokenizer_folder(model_dir, options, backend=backend)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder),
+                                                  trust_remote_code=options.trust_remote_code)
+    except Exception as exc:  # transformers raises OSError, ValueError, ImportError, ...
+        first = (str(exc).strip().splitlines() or [""])[0]
+        hint = ("; if it ships its own code, add --trust-remote-code"
+                if not options.trust_remote_code and "trust_remote_code" in str(exc) else "")
+        raise EngineError(f"{folder}: cannot load the tokenizer ({type(exc).__name__}: {first}){hint}") from None
+    end_id = options.end_id if options.end_id is not None else tokenizer.eos_token_id
+    if end_id is None:
+        raise EngineError(f"{folder}: the tokenizer has no eos token; pass --end-id ID")
+    pad_id = options.pad_id if options.pad_id is not None else tokenizer.pad_token_id
+    return LoadedTokenizer(tokenizer=tokenizer, folder=folder, end_id=int(end_id),
+                           pad_id=int(pad_id if pad_id is not None else end_id))
