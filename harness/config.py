@@ -23,6 +23,11 @@ DEFAULT_PROMPT_TEMPLATE = "{text} TL;DR: "
 BUNDLED = "bundled"
 
 
+def is_url(spec: str) -> bool:
+    """True for an OpenAI-compatible server address (http:// or https://)."""
+    return spec.lower().startswith(("http://", "https://"))
+
+
 def positive_int_list(option: str) -> Callable[[str], tuple[int, ...]]:
     """An argparse ``type=`` for comma-separated, distinct, positive integers."""
 
@@ -108,6 +113,18 @@ def real(option: str) -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(f"{option} {value!r}: expected a number") from None
         if not math.isfinite(x):
             raise argparse.ArgumentTypeError(f"{option} {value!r}: must be finite")
+        return x
+
+    return parse
+
+
+def positive_real(option: str) -> Callable[[str], float]:
+    """An argparse ``type=`` for a finite float > 0 (seconds)."""
+
+    def parse(value: str) -> float:
+        x = real(option)(value)
+        if x <= 0:
+            raise argparse.ArgumentTypeError(f"{option} {value!r}: must be more than 0")
         return x
 
     return parse
@@ -204,7 +221,17 @@ OPTIONS: tuple[OptionSpec, ...] = (
                action="store_true", default=False),
     OptionSpec("--golden-engine", "golden_engine", "engine or hf model directory whose batch-size-1 "
                "outputs become the goldens with --update-goldens", metavar="DIR"),
+    OptionSpec("--model", "model", "model name sent to an OpenAI-compatible server (--engine "
+               "http://HOST:PORT/v1; default: the first model of GET /v1/models)", metavar="NAME"),
+    OptionSpec("--request-timeout", "request_timeout", "seconds to wait for a server's answer "
+               "(--engine http://...; default 600)", positive_real("--request-timeout"),
+               metavar="SECONDS"),
+    OptionSpec("--retries", "retries", "times a server batch is resent after a connection error or "
+               "an HTTP 5xx answer, with backoff; never after a 4xx (--engine http://...; default 2)",
+               non_negative_int("--retries"), metavar="N"),
 )
+
+SERVER_OPTIONS = ("model", "request_timeout", "retries")
 
 
 @dataclass(frozen=True)
@@ -247,6 +274,9 @@ class RunConfig:
     no_cache: bool = False
     update_goldens: bool = False
     golden_engine: str | None = None
+    model: str | None = None
+    request_timeout: float = 600.0
+    retries: int = 2
 
     @classmethod
     def from_options(cls, values: dict[str, Any], *, root: Path | None = None) -> RunConfig:
@@ -280,6 +310,12 @@ class RunConfig:
                 "where each document goes")
         if kwargs.get("golden_engine") and not kwargs.get("update_goldens"):
             raise ConfigError("--golden-engine is used only to record goldens: add --update-goldens")
+        server = is_url(str(kwargs.get("engine", ""))) or kwargs.get("backend") == "openai"
+        for dest in SERVER_OPTIONS:
+            if kwargs.get(dest) is not None and not server:
+                flag = "--" + dest.replace("_", "-")
+                raise ConfigError(f"{flag} applies only to an OpenAI-compatible server: use it with "
+                                  "--engine http://HOST:PORT/v1")
         return cls(**kwargs)
 
     def decoding(self, beam_width: int) -> DecodingSettings:
@@ -287,6 +323,11 @@ class RunConfig:
         return DecodingSettings(beam_width=beam_width, max_new_tokens=self.max_new_tokens,
                                 length_penalty=self.length_penalty,
                                 prompt_template=self.prompt_template)
+
+    def engine_options(self) -> dict[str, Any]:
+        """Keyword options for backends that take them (the openai backend's server options)."""
+        return {"model": self.model, "request_timeout": self.request_timeout,
+                "retries": self.retries}
 
     def as_dict(self) -> dict[str, Any]:
         """Options as recorded in the report."""

@@ -7,7 +7,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from harness.config import BUNDLED
+from harness.config import BUNDLED, is_url
 from harness.engine_config import load_config_json
 from harness.engines.base import Engine, EngineInfo
 from harness.errors import EngineError
@@ -15,7 +15,9 @@ from harness.errors import EngineError
 BACKENDS: dict[str, str] = {
     "emulator": "harness.engines.emulator.engine:EmulatorEngine",
     "hf": "harness.engines.hf:HFEngine",
+    "openai": "harness.engines.openai:OpenAIEngine",
 }
+URL_BACKEND = "openai"  # chosen for --engine http://... and https://...
 
 
 def _import(target: str, option: str) -> Any:
@@ -77,6 +79,8 @@ def peek_config(spec: str, backend: str | None = None) -> dict[str, Any] | None:
     """The engine config.json (build limits) without loading the engine; None for engines
     that have none (hf model directories, module:Class engines without a directory)."""
     spec, backend = _bundled(spec, backend)
+    if is_url(spec) or backend == URL_BACKEND:
+        return None  # a server has no config.json; its limits are the server's business
     if backend is None and _is_class_spec(spec):
         return None
     if backend is not None and backend not in BACKENDS and ":" not in backend:
@@ -89,9 +93,13 @@ def peek_config(spec: str, backend: str | None = None) -> dict[str, Any] | None:
     return config if ("build_config" in config or "builder_config" in config) else None
 
 
-def load_engine(spec: str, backend: str | None = None) -> Engine:
-    """Instantiate the engine named by --engine/--backend."""
+def load_engine(spec: str, backend: str | None = None, *,
+                options: dict[str, Any] | None = None) -> Engine:
+    """Instantiate the engine named by --engine/--backend; ``options`` (RunConfig.engine_options)
+    go to the backends that take keyword options (openai)."""
     spec, backend = _bundled(spec, backend)
+    if is_url(spec) or backend == URL_BACKEND:
+        return _load_url(spec, backend, options or {})
     if backend is None and _is_class_spec(spec):
         cls, path, label = _import(spec, "--engine"), None, spec
     else:
@@ -111,6 +119,21 @@ def load_engine(spec: str, backend: str | None = None) -> Engine:
         raise EngineError(f"{label}: loading the engine failed: {type(exc).__name__}: "
                           f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
     return adopt(engine, label, str(path) if path is not None else None)
+
+
+def _load_url(spec: str, backend: str | None, options: dict[str, Any]) -> Engine:
+    """A server address: the openai backend (or a user's class, given the URL unchanged)."""
+    name = backend or URL_BACKEND
+    cls = resolve_backend(name)
+    kwargs = {k: v for k, v in options.items() if v is not None} if name == URL_BACKEND else {}
+    try:
+        engine = cls(spec, **kwargs)
+    except EngineError:
+        raise
+    except Exception as exc:
+        raise EngineError(f"{name}: loading the engine failed: {type(exc).__name__}: "
+                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+    return adopt(engine, name, spec)
 
 
 def adopt(engine: Any, label: str | None = None, path: str | None = None) -> Engine:
