@@ -175,7 +175,7 @@ class OptionSpec:
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--engine", "engine", "engine directory, hf model directory or module:Class "
                "(default: the bundled emulator engine)", metavar="DIR"),
-    OptionSpec("--backend", "backend", "emulator, hf or module:Class (default: detected from "
+    OptionSpec("--backend", "backend", "emulator, hf, openai or module:Class (default: detected from "
                "the engine directory)", metavar="NAME"),
     OptionSpec("--batch-sizes", "batch_sizes", "comma-separated batch sizes (default 1,2,4,8, "
                "capped at the engine's max_batch_size)", positive_int_list("--batch-sizes"),

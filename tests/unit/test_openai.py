@@ -32,9 +32,10 @@ BEAM2 = DecodingSettings(beam_width=2, max_new_tokens=8, length_penalty=0.5)
 
 
 class ScriptedServer(ThreadingHTTPServer):
-    """Test double of an OpenAI-compatible server: GET /v1/models lists "m"; each POST to
-    /v1/completions takes the next (status, delay) from the script (the last one repeats) and
-    answers the prompt reversed, or an error body in vLLM's format."""
+    """Test double of an OpenAI-compatible server: GET /v1/models lists "m"; the k-th
+    POST connection accepted takes the k-th (status, delay) of the script (the last one
+    repeats) and answers a POST to /v1/completions with the prompt reversed, or an error body in vLLM's
+    format. ``posts`` holds the request bodies in accept order."""
 
     daemon_threads = True
     request_queue_size = 64
@@ -42,8 +43,20 @@ class ScriptedServer(ThreadingHTTPServer):
     def __init__(self, script: Sequence[tuple[int, float]]) -> None:
         super().__init__(("127.0.0.1", 0), _ScriptedHandler)
         self.script = list(script)
-        self.posts: list[dict] = []
+        self.received: dict[int, dict] = {}
+        self.accepted: dict = {}
+        self.gets = 0
         self.lock = threading.Lock()
+
+    def process_request(self, request, client_address) -> None:
+        with self.lock:  # the accept loop: numbers follow accept order
+            self.accepted[request] = len(self.accepted)
+        super().process_request(request, client_address)
+
+    @property
+    def posts(self) -> list[dict]:
+        with self.lock:
+            return [self.received[k] for k in sorted(self.received)]
 
     @property
     def url(self) -> str:
@@ -64,13 +77,15 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:
+        with self.server.lock:
+            self.server.gets += 1
         self._send(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         with self.server.lock:
-            n = len(self.server.posts)
-            self.server.posts.append(body)
+            n = self.server.accepted[self.request] - self.server.gets  # GETs come first, at load
+            self.server.received[n] = body
             status, delay = self.server.script[min(n, len(self.server.script) - 1)]
         time.sleep(delay)
         if status != 200:
