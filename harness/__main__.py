@@ -1,4 +1,4 @@
-"""Command line: ``python -m harness {run,build-engine,lint,compare}``.
+"""Command line: ``python -m harness {run,build-engine,lint,compare,serve}``.
 
 ``run`` does what ``pytest suites/`` does, without pytest: exit 0 when every cell passes,
 1 when a cell fails, 2 for bad input. ``lint`` exits 0 when the cell fits the engine, 1 when
@@ -14,11 +14,14 @@ import sys
 from pathlib import Path
 
 from harness.config import (
+    BUNDLED,
     DEFAULT_PROMPT_TEMPLATE,
     OPTIONS,
     RunConfig,
     fraction,
+    non_negative_int,
     positive_int,
+    real,
     size,
 )
 from harness.errors import HarnessError
@@ -119,6 +122,21 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from harness.serve import serve
+
+    return serve(args.engine, backend=args.backend, host=args.host, port=args.port,
+                 max_batch_size=args.max_batch_size, window_ms=args.batch_window_ms,
+                 model_name=args.model_name, quiet=not args.verbose)
+
+
+def _non_negative_ms(value: str) -> float:
+    x = real("--batch-window-ms")(value)
+    if x < 0:
+        raise argparse.ArgumentTypeError(f"--batch-window-ms {value!r}: must be >= 0")
+    return x
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -190,6 +208,26 @@ def main(argv: list[str] | None = None) -> int:
                        help="generation cache folder (default: the run's cache folder)")
     p_cal.add_argument("--no-cache", action="store_true")
     p_cal.set_defaults(func=cmd_calibrate)
+
+    p_serve = sub.add_parser("serve", help="serve an emulator or hf engine through an "
+                             "OpenAI-compatible /v1/completions on loopback")
+    p_serve.add_argument("--engine", default=BUNDLED, metavar="DIR",
+                         help="engine or hf model directory (default: the bundled engine)")
+    p_serve.add_argument("--backend", default=None, metavar="NAME",
+                         help="emulator, hf or module:Class (default: detected)")
+    p_serve.add_argument("--port", required=True, type=non_negative_int("--port"),
+                         help="port to listen on (0: any free port; the ready line names it)")
+    p_serve.add_argument("--host", default="127.0.0.1", help="loopback address (default 127.0.0.1)")
+    p_serve.add_argument("--max-batch-size", type=positive_int("--max-batch-size"), default=None,
+                         metavar="N", help="largest engine batch (default: the engine's "
+                         "max_batch_size, else 8)")
+    p_serve.add_argument("--batch-window-ms", type=_non_negative_ms, default=100.0, metavar="MS",
+                         help="how long the first request of a batch waits for others with the "
+                         "same settings (default 100)")
+    p_serve.add_argument("--model-name", default=None, metavar="NAME",
+                         help="model id in /v1/models (default: the engine directory's name)")
+    p_serve.add_argument("--verbose", action="store_true", help="log every request")
+    p_serve.set_defaults(func=cmd_serve)
 
     args = parser.parse_args(argv)
     try:

@@ -24,6 +24,11 @@ BUNDLED = "bundled"
 TRTLLM_RUNTIMES = ("cpp", "python")
 
 
+def is_url(spec: str) -> bool:
+    """True for an OpenAI-compatible server address (http:// or https://)."""
+    return spec.lower().startswith(("http://", "https://"))
+
+
 def positive_int_list(option: str) -> Callable[[str], tuple[int, ...]]:
     """An argparse ``type=`` for comma-separated, distinct, positive integers."""
 
@@ -126,6 +131,18 @@ def real(option: str) -> Callable[[str], float]:
     return parse
 
 
+def positive_real(option: str) -> Callable[[str], float]:
+    """An argparse ``type=`` for a finite float > 0 (seconds)."""
+
+    def parse(value: str) -> float:
+        x = real(option)(value)
+        if x <= 0:
+            raise argparse.ArgumentTypeError(f"{option} {value!r}: must be more than 0")
+        return x
+
+    return parse
+
+
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?)B?\s*$", re.IGNORECASE)
 
 
@@ -170,9 +187,10 @@ class OptionSpec:
 
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--engine", "engine", "engine directory (emulator or TensorRT-LLM), hf model "
-               "directory or module:Class (default: the bundled emulator engine)", metavar="DIR"),
-    OptionSpec("--backend", "backend", "emulator, hf, trtllm, llmapi or module:Class (default: "
-               "detected from the engine directory)", metavar="NAME"),
+               "directory, module:Class or a server's http://HOST:PORT/v1 (default: the "
+               "bundled emulator engine)", metavar="DIR"),
+    OptionSpec("--backend", "backend", "emulator, hf, trtllm, llmapi, openai or module:Class "
+               "(default: detected from the engine)", metavar="NAME"),
     OptionSpec("--batch-sizes", "batch_sizes", "comma-separated batch sizes (default 1,2,4,8, "
                "capped at the engine's max_batch_size)", positive_int_list("--batch-sizes"),
                metavar="LIST"),
@@ -228,7 +246,17 @@ OPTIONS: tuple[OptionSpec, ...] = (
                non_negative_int("--end-id"), metavar="ID"),
     OptionSpec("--pad-id", "pad_id", "padding token id (default: the tokenizer's pad, else the end id)",
                non_negative_int("--pad-id"), metavar="ID"),
+    OptionSpec("--model", "model", "model name sent to an OpenAI-compatible server (--engine "
+               "http://HOST:PORT/v1; default: the first model of GET /v1/models)", metavar="NAME"),
+    OptionSpec("--request-timeout", "request_timeout", "seconds to wait for a server's answer "
+               "(--engine http://...; default 600)", positive_real("--request-timeout"),
+               metavar="SECONDS"),
+    OptionSpec("--retries", "retries", "times a server batch is resent after a connection error or "
+               "an HTTP 5xx answer, with backoff; never after a 4xx (--engine http://...; default 2)",
+               non_negative_int("--retries"), metavar="N"),
 )
+
+SERVER_OPTIONS = ("model", "request_timeout", "retries")
 
 
 @dataclass(frozen=True)
@@ -240,6 +268,14 @@ class EngineOptions:
     end_id: int | None = None
     pad_id: int | None = None
     trtllm_runtime: str = "cpp"
+    model: str | None = None  # openai: the server's model name
+    request_timeout: float = 600.0
+    retries: int = 2
+
+    def server_kwargs(self) -> dict[str, Any]:
+        """The openai backend's keyword options."""
+        return {"model": self.model, "request_timeout": self.request_timeout,
+                "retries": self.retries}
 
 
 @dataclass(frozen=True)
@@ -287,6 +323,9 @@ class RunConfig:
     trust_remote_code: bool = False
     end_id: int | None = None
     pad_id: int | None = None
+    model: str | None = None
+    request_timeout: float = 600.0
+    retries: int = 2
 
     @classmethod
     def from_options(cls, values: dict[str, Any], *, root: Path | None = None) -> RunConfig:
@@ -320,13 +359,20 @@ class RunConfig:
                 "where each document goes")
         if kwargs.get("golden_engine") and not kwargs.get("update_goldens"):
             raise ConfigError("--golden-engine is used only to record goldens: add --update-goldens")
+        server = is_url(str(kwargs.get("engine", ""))) or kwargs.get("backend") == "openai"
+        for dest in SERVER_OPTIONS:
+            if kwargs.get(dest) is not None and not server:
+                flag = "--" + dest.replace("_", "-")
+                raise ConfigError(f"{flag} applies only to an OpenAI-compatible server: use it with "
+                                  "--engine http://HOST:PORT/v1")
         return cls(**kwargs)
 
     def engine_options(self) -> EngineOptions:
         """The options backends read at load time."""
         return EngineOptions(tokenizer=self.tokenizer, trust_remote_code=self.trust_remote_code,
                              end_id=self.end_id, pad_id=self.pad_id,
-                             trtllm_runtime=self.trtllm_runtime)
+                             trtllm_runtime=self.trtllm_runtime, model=self.model,
+                             request_timeout=self.request_timeout, retries=self.retries)
 
     def decoding(self, beam_width: int) -> DecodingSettings:
         """The decoding settings of one beam width."""

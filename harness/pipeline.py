@@ -187,8 +187,8 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     dataset = load_dataset(config.dataset, text_field=config.text_field,
                            summary_field=config.summary_field)
     given = engine is not None
-    engine = adopt(engine) if engine is not None else load_engine(config.engine, config.backend,
-                                                                      config.engine_options())
+    engine = adopt(engine) if engine is not None else load_engine(
+        config.engine, config.backend, options=config.engine_options())
     limits = read_limits(engine.info.config, str(Path(engine.info.path) / "config.json"))
     # test ids were made from config.json alone (planned_batch_sizes); an engine handed in
     # directly has no test ids to agree with, so its own limits cap the grid
@@ -217,8 +217,9 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
         cache = GenerationCache(None, None, "off (--no-cache)")
     else:
         fingerprint = engine_fingerprint(engine.info)
-        cache = GenerationCache(config.cache_dir, fingerprint,
-                                "" if fingerprint else "off (the engine has no directory to fingerprint)")
+        cache = GenerationCache(config.cache_dir, fingerprint, "" if fingerprint else (
+            "off (a server's answers are not cached)" if engine.info.backend == "openai"
+            else "off (the engine has no directory to fingerprint)"))
     return Prepared(config=config, dataset=dataset, engine=engine, limits=limits, plan=plan,
                     prompts=prompts, checks=checked.checks, memory=checked.memory,
                     goldens=goldens, store=store,

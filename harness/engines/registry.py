@@ -8,7 +8,7 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from harness.config import BUNDLED, EngineOptions
+from harness.config import BUNDLED, EngineOptions, is_url
 from harness.engine_config import load_config_json
 from harness.engines.base import Engine, EngineInfo
 from harness.errors import EngineError
@@ -18,7 +18,9 @@ BACKENDS: dict[str, str] = {
     "hf": "harness.engines.hf:HFEngine",
     "trtllm": "harness.engines.trtllm:TrtllmEngine",
     "llmapi": "harness.engines.llmapi:LlmApiEngine",
+    "openai": "harness.engines.openai:OpenAIEngine",
 }
+URL_BACKEND = "openai"  # chosen for --engine http://... and https://...
 
 
 def _import(target: str, option: str) -> Any:
@@ -77,6 +79,8 @@ def peek_config(spec: str, backend: str | None = None) -> dict[str, Any] | None:
     """The engine config.json (build limits) without loading the engine; None for engines
     that have none (hf model directories, module:Class engines without a directory)."""
     spec, backend = _bundled(spec, backend)
+    if is_url(spec) or backend == URL_BACKEND:
+        return None  # a server has no config.json; its limits are the server's business
     if backend is None and _is_class_spec(spec):
         return None
     if backend is not None and backend not in BACKENDS and ":" not in backend:
@@ -100,6 +104,8 @@ def load_engine(spec: str, backend: str | None = None, options: EngineOptions | 
     """Instantiate the engine named by --engine/--backend; a class whose constructor has an
     ``options`` parameter also gets the EngineOptions (tokenizer, special ids, runtime)."""
     spec, backend = _bundled(spec, backend)
+    if is_url(spec) or backend == URL_BACKEND:
+        return _load_url(spec, backend, options or EngineOptions())
     if backend is None and _is_class_spec(spec):
         cls, path, label = _import(spec, "--engine"), None, spec
     else:
@@ -120,6 +126,22 @@ def load_engine(spec: str, backend: str | None = None, options: EngineOptions | 
         raise EngineError(f"{label}: loading the engine failed: {type(exc).__name__}: "
                           f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
     return adopt(engine, label, str(path) if path is not None else None)
+
+
+def _load_url(spec: str, backend: str | None, options: EngineOptions) -> Engine:
+    """A server address: the openai backend (or a user's class, given the URL unchanged)."""
+    name = backend or URL_BACKEND
+    cls = resolve_backend(name)
+    kwargs = ({k: v for k, v in options.server_kwargs().items() if v is not None}
+              if name == URL_BACKEND else {})
+    try:
+        engine = cls(spec, **kwargs)
+    except EngineError:
+        raise
+    except Exception as exc:
+        raise EngineError(f"{name}: loading the engine failed: {type(exc).__name__}: "
+                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+    return adopt(engine, name, spec)
 
 
 def adopt(engine: Any, label: str | None = None, path: str | None = None) -> Engine:

@@ -134,7 +134,9 @@ def markdown(report: dict[str, Any]) -> str:
     """report.md: verdict, per-cell position table, diagnosis; fits a pull-request comment."""
     lines = [f"# Batch-position report: **{report['verdict'].upper()}**", ""]
     eng, ds, lim = report["engine"], report["dataset"], report["limits"] or {}
+    semantics = (eng.get("details") or {}).get("position_semantics")
     lines += [f"- Engine: `{eng['path']}` ({eng['backend']}, {eng['identity'][:19]})",
+              *([f"- Batch position: {semantics}"] if semantics else []),
               f"- Dataset: {ds['name']}, {ds['count']} prompts, hash `{ds['hash'][:12]}`",
               f"- Build limits: max_batch_size {lim.get('max_batch_size')}, max_beam_width "
               f"{lim.get('max_beam_width')}, max_input_len {lim.get('max_input_len')}, "

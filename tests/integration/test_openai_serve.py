@@ -1,0 +1,141 @@
+"""`pytest suites/ --engine http://127.0.0.1:P/v1` against `python -m harness serve`.
+
+Real processes and real HTTP: the server is `python -m harness serve` on an emulator engine,
+the suites run as a user runs them. 8 prompts and 32 new tokens keep each run short.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, only_report, run_suites
+
+FAST = ("--max-new-tokens", "32")
+ENV = {"PYTHONPATH": str(REPO)}  # this checkout's harness, in the server and in the suites
+WINDOW_MS = "200"
+
+
+class Servers:
+    """`python -m harness serve` processes on free ports, stopped with Ctrl-C (SIGINT)."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, engine_dir: Path) -> str:
+        """The base URL, once the server has printed its ready line."""
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness", "serve", "--engine", str(engine_dir), "--port", "0",
+             "--batch-window-ms", WINDOW_MS],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=self.cwd,
+            env={**os.environ, **ENV})
+        self.procs.append(proc)
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            ready = sel.select(timeout=180)
+        line = proc.stdout.readline() if ready else ""
+        match = re.match(r"serving \S+ at (http://127\.0\.0\.1:\d+/v1)", line)
+        assert match, f"no ready line: {line!r}"
+        return match.group(1)
+
+    def stop(self) -> list[str]:
+        """Ctrl-C every server; each must exit 0 without a traceback. Their stderr."""
+        errs = []
+        while self.procs:
+            proc = self.procs.pop()
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0 and "Traceback" not in err, err
+            errs.append(err)
+        return errs
+
+
+@pytest.fixture(scope="module")
+def eight_prompts(small_dataset: Path, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "eight.jsonl"
+    path.write_text("".join(small_dataset.read_text().splitlines(keepends=True)[:8]))
+    return path
+
+
+@pytest.fixture
+def servers(tmp_path: Path):
+    running = Servers(tmp_path)
+    yield running
+    running.stop()
+
+
+def test_healthy_engine_passes_through_the_server(tmp_path: Path, servers, engine_factory,
+                                                  eight_prompts):
+    url = servers.start(engine_factory(8, 4))
+    proc = run_suites("--engine", url, "--dataset", str(eight_prompts), "--batch-sizes", "1,4",
+                      "--beam-widths", "1,4", "--report-dir", str(tmp_path / "r"), "-v", *FAST,
+                      cwd=tmp_path, env=ENV)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    report = only_report(tmp_path / "r")
+    assert report["verdict"] == "pass"
+    assert [c["id"] for c in report["cells"]] == ["bs1-beam1", "bs4-beam1", "bs1-beam4", "bs4-beam4"]
+    for c in report["cells"]:
+        assert [p["rouge_l"] for p in c["positions"]] == [1.0] * c["batch_size"], c["id"]
+    engine = report["engine"]
+    assert engine["backend"] == "openai" and engine["path"] == url
+    assert engine["identity"].startswith("server:bs8-bw4@sha256:")
+    note = ("arrival slot: requests are sent concurrently in position order; the server's "
+            "scheduler decides the real batch")
+    assert engine["details"]["position_semantics"] == note
+    assert report["limits"] is None and report["cache"]["enabled"] is False
+    folder = next((tmp_path / "r").glob("run-*"))
+    assert f"- Batch position: {note}" in (folder / "report.md").read_text()
+    assert "arrival slot: requests are sent concurrently in position order" in (
+        folder / "report.html").read_text()
+    # 8 prompts: 8 batches per cell, two cells per beam width -> 32 planned batches, and the
+    # server ran exactly 32 engine batches: none split, none merged
+    assert report["cache"]["batches_generated"] == 32
+    [err] = servers.stop()
+    assert "stopped after 32 engine batches" in err
+
+
+def test_faulty_engine_is_caught_through_the_server(tmp_path: Path, servers, engine_factory,
+                                                    eight_prompts):
+    """Built with max beam width 1, run with 4 beams at batch size 8: positions 2-7, as the
+    emulator gives them directly."""
+    broken = engine_factory(8, 1)
+    url = servers.start(broken)
+    proc = run_suites("--engine", url, "--dataset", str(eight_prompts), "--batch-sizes", "8",
+                      "--beam-widths", "4", "--report-dir", str(tmp_path / "r"), "-v", *FAST,
+                      cwd=tmp_path, env=ENV)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "test_batch_positions[bs8-beam4] FAILED" in proc.stdout
+    assert "bs8-beam4: positions 2–7 degraded (ROUGE-L" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    report = only_report(tmp_path / "r")
+    [cell] = report["cells"]
+    assert cell["id"] == "bs8-beam4" and cell["error"] is None
+    assert cell["degraded_positions"] == [2, 3, 4, 5, 6, 7]
+
+    # byte for byte what the emulator gives directly for the first planned batch of the cell
+    from harness.data import build_prompt, load_dataset
+    from harness.engines.emulator.engine import EmulatorEngine
+    from harness.pipeline import RunConfig
+    from harness.plan import Cell, make_plan
+
+    config = RunConfig(beam_widths=(4,), max_new_tokens=32)
+    dataset = load_dataset(str(eight_prompts))
+    plan = make_plan((8,), (4,), len(dataset), config.seed)
+    batch = plan.batches(Cell(8, 4))[0]
+    docs = [dataset.documents[d] for d in batch.documents]
+    direct = EmulatorEngine(broken).generate([build_prompt(config.prompt_template, d) for d in docs],
+                                             config.decoding(4))
+    folder = next((tmp_path / "r").glob("run-*"))
+    served = {(r["position"], r["id"]): r["output"] for r in map(
+        json.loads, (folder / "generations.jsonl").read_text().splitlines()) if r["cell"] == "bs8-beam4"}
+    assert [served[(p, d.id)] for p, d in enumerate(docs)] == [g.text for g in direct]
