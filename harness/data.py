@@ -343,7 +343,7 @@ def load_dataset(path: str | None = None, *, text_field: str | None = None,
 
 
 def _rank_key(seed: int, doc_id: str) -> str:
-    return hashlib.sha256(f"{seed}\0{doc_id}".encode("utf-8")).hexdigest()
+    return hashlib.sha256(f"{seed}\0{doc_id}".encode()).hexdigest()
 
 
 def select_subset(dataset: Dataset, num_prompts: int, seed: int) -> Dataset:

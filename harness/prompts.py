@@ -16,6 +16,7 @@ from harness.config import check_template
 from harness.data import Document, build_prompt
 from harness.errors import ConfigError
 
+
 def chat_tokenizer(engine: Any) -> Any:
     """The engine's tokenizer, when it has a chat template; a ConfigError naming the fix."""
     info = getattr(engine, "info", None)

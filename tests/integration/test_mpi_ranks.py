@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, only_report, run_suites
+from tests.conftest import REPO, only_report
 
 HERE = Path(__file__).resolve().parent
 FAST = ("--batch-sizes", "1,2", "--beam-widths", "1,2", "--max-new-tokens", "6", "--num-prompts", "4")
