@@ -260,7 +260,8 @@ def _load_hub(given: str, hub_ids: tuple[str, ...], *, config: str | None, split
               revision: str | None) -> tuple[Any, str]:
     """A hub dataset from the local `datasets` cache (or the hub when downloads are allowed)."""
     datasets = _quiet_datasets()
-    what = f"{hub_ids[0]}" + (f" (config {config}, split {split})" if config else f" (split {split})")
+    where = f"config {config}, split {split}" if config else f"split {split}"
+    what = f"{hub_ids[0]} ({where})"
     unreachable: list[str] = []  # not cached (offline) or not reachable
     found: list[tuple[str, str]] = []  # (hub id, why): cached or on the hub, but not as asked
     with _hub_access() as online:
@@ -278,8 +279,8 @@ def _load_hub(given: str, hub_ids: tuple[str, ...], *, config: str | None, split
         hub_id, why = found[0]
         option = ("--split" if re.search(r"split", why, re.IGNORECASE) else
                   "--dataset-config" if re.search(r"config", why, re.IGNORECASE) else "--dataset")
-        raise DatasetError(f"--dataset {given}: {hub_id} (config {config}, split {split}) cannot "
-                           f"be loaded: {why}; check {option}")
+        raise DatasetError(f"--dataset {given}: {hub_id} ({where}) cannot be loaded: {why}; "
+                           f"check {option}")
     reason = unreachable[0] if unreachable else "not found"
     local = " (and no local file or folder has that name)" if "/" in given else ""
     fetch = fetch_command(hub_ids[0], config, split, revision)
