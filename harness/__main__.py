@@ -46,11 +46,14 @@ def _progress(total: int):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.pipeline import run, summary_lines
+    from harness.pipeline import FollowerRun, run, summary_lines
 
     values = {spec.dest: getattr(args, spec.dest) for spec in OPTIONS}
     config = RunConfig.from_options(values, root=Path.cwd())
     result = run(config, progress=_progress)
+    if isinstance(result, FollowerRun):  # under MPI, rank 0's exit status is the verdict
+        print(result.message)
+        return 0
     for line in summary_lines(result):
         print(line)
     for c in result.cells:
@@ -88,7 +91,8 @@ def cmd_lint(args: argparse.Namespace) -> int:
     result = lint(args.engine_dir, batch_size=args.batch_size, num_beams=args.num_beams,
                   max_new_tokens=args.max_new_tokens, gpu=args.gpu_memory,
                   tokenizer=args.tokenizer, dataset=args.dataset, text_field=args.text_field,
-                  summary_field=args.summary_field, prompt_template=args.prompt_template)
+                  summary_field=args.summary_field, prompt_template=args.prompt_template,
+                  dataset_config=args.dataset_config, split=args.split)
     print(json.dumps(result.as_dict(), indent=2) if args.json else format_text(result))
     return 0 if result.verdict == "pass" else 1
 
@@ -171,8 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     p_lint.add_argument("--tokenizer", default=None, metavar="DIR",
                         help="tokenizer for prompt lengths (emulator engines carry their own)")
     p_lint.add_argument("--dataset", default=None, metavar="PATH")
-    p_lint.add_argument("--text-field", default="text")
-    p_lint.add_argument("--summary-field", default="summary")
+    p_lint.add_argument("--dataset-config", default=None, metavar="NAME")
+    p_lint.add_argument("--split", default=None, metavar="NAME")
+    p_lint.add_argument("--text-field", default=None, help="default: the preset's, else text")
+    p_lint.add_argument("--summary-field", default=None,
+                        help="default: the preset's, else summary")
     p_lint.add_argument("--prompt-template", default=DEFAULT_PROMPT_TEMPLATE)
     p_lint.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p_lint.set_defaults(func=cmd_lint)

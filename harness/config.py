@@ -29,6 +29,14 @@ def is_url(spec: str) -> bool:
     return spec.lower().startswith(("http://", "https://"))
 
 
+def check_template(template: str, option: str = "--prompt-template") -> str:
+    """The template, when it has a place for the document; a ConfigError otherwise."""
+    if not isinstance(template, str) or "{text}" not in template:
+        raise ConfigError(f"{option} {template!r}: must contain {{text}}, where each document "
+                          "goes, e.g. 'Article: {text} Summary: '")
+    return template
+
+
 def positive_int_list(option: str) -> Callable[[str], tuple[int, ...]]:
     """An argparse ``type=`` for comma-separated, distinct, positive integers."""
 
@@ -206,19 +214,32 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--alpha", "alpha", "significance level of the per-position test after "
                "correction for the number of positions tested (default 0.01)",
                fraction("--alpha", low=0.0, high=0.5, open_low=True), 0.01, metavar="P"),
-    OptionSpec("--dataset", "dataset", "JSONL, JSON, CSV or Parquet file of documents with "
-               "reference summaries (default: the bundled news set)", metavar="PATH"),
-    OptionSpec("--text-field", "text_field", "dataset field holding the document (default text)",
-               None, "text", metavar="NAME"),
+    OptionSpec("--dataset", "dataset", "documents with reference summaries: a JSONL, JSON, CSV "
+               "or Parquet file, a save_to_disk folder, a preset (cnn_dailymail, xsum, samsum) or "
+               "a datasets hub name read from the local cache (default: the bundled news set)",
+               metavar="PATH|NAME"),
+    OptionSpec("--dataset-config", "dataset_config", "configuration of a hub dataset (default: "
+               "the preset's, e.g. 3.0.0 for cnn_dailymail)", metavar="NAME"),
+    OptionSpec("--split", "split", "split of a hub dataset or a saved DatasetDict (default: the "
+               "preset's, else test)", metavar="NAME"),
+    OptionSpec("--text-field", "text_field", "dataset field holding the document (default: the "
+               "preset's, else text)", metavar="NAME"),
     OptionSpec("--summary-field", "summary_field", "dataset field holding the reference "
-               "summary (default summary)", None, "summary", metavar="NAME"),
+               "summary (default: the preset's, else summary)", metavar="NAME"),
+    OptionSpec("--num-prompts", "num_prompts", "use N documents of the dataset, chosen "
+               "reproducibly from --seed (default: all)", positive_int("--num-prompts"),
+               metavar="N"),
     OptionSpec("--prompt-template", "prompt_template", "prompt built from each document; must "
                "contain {text} (default '{text} TL;DR: ')", None, DEFAULT_PROMPT_TEMPLATE,
                metavar="TEMPLATE"),
+    OptionSpec("--chat", "chat", "wrap each prompt in the engine tokenizer's chat template "
+               "(as the user's message, with the generation prompt)", action="store_true",
+               default=False),
     OptionSpec("--gpu-memory", "gpu_memory", "GPU memory for the KV-cache budget, e.g. 80GiB "
                "(default: read from the GPU, else 80GiB)", size("--gpu-memory"),
                metavar="SIZE"),
-    OptionSpec("--seed", "seed", "seed for the order of prompts in batches (default 0)",
+    OptionSpec("--seed", "seed", "seed for the order of prompts in batches and the "
+               "--num-prompts subset (default 0)",
                non_negative_int("--seed"), 0, metavar="N"),
     OptionSpec("--report-dir", "report_dir", "folder under which each run writes a new report "
                "folder (default reports/)", None, "reports", metavar="DIR"),
@@ -287,9 +308,13 @@ class DecodingSettings:
     length_penalty: float = 1.0
     early_stopping: bool = True
     prompt_template: str = DEFAULT_PROMPT_TEMPLATE
+    chat: bool = False  # prompts wrapped in the tokenizer's chat template
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if not self.chat:  # goldens recorded before --chat existed stay valid
+            del out["chat"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -305,9 +330,13 @@ class RunConfig:
     tolerance: float = 0.02
     alpha: float = 0.01
     dataset: str | None = None
-    text_field: str = "text"
-    summary_field: str = "summary"
+    dataset_config: str | None = None
+    split: str | None = None
+    text_field: str | None = None  # None: the preset's field, else text
+    summary_field: str | None = None  # None: the preset's field, else summary
+    num_prompts: int | None = None  # None: every document
     prompt_template: str = DEFAULT_PROMPT_TEMPLATE
+    chat: bool = False
     gpu_memory: str | None = None
     seed: int = 0
     report_dir: Path = Path("reports")
@@ -353,10 +382,7 @@ class RunConfig:
                 kwargs[key] = path if path.is_absolute() or root is None else root / path
             elif root is not None:
                 kwargs[key] = root / getattr(cls, key)
-        if "{text}" not in kwargs.get("prompt_template", DEFAULT_PROMPT_TEMPLATE):
-            raise ConfigError(
-                f"--prompt-template {kwargs['prompt_template']!r}: must contain {{text}}, "
-                "where each document goes")
+        check_template(kwargs.get("prompt_template", DEFAULT_PROMPT_TEMPLATE))
         if kwargs.get("golden_engine") and not kwargs.get("update_goldens"):
             raise ConfigError("--golden-engine is used only to record goldens: add --update-goldens")
         server = is_url(str(kwargs.get("engine", ""))) or kwargs.get("backend") == "openai"
@@ -378,7 +404,7 @@ class RunConfig:
         """The decoding settings of one beam width."""
         return DecodingSettings(beam_width=beam_width, max_new_tokens=self.max_new_tokens,
                                 length_penalty=self.length_penalty,
-                                prompt_template=self.prompt_template)
+                                prompt_template=self.prompt_template, chat=self.chat)
 
     def as_dict(self) -> dict[str, Any]:
         """Options as recorded in the report."""

@@ -46,8 +46,10 @@ class LintResult:
                 "prompts": self.prompt_source, "verdict": self.verdict}
 
 
-def _prompt_lengths(engine_dir: Path, tokenizer: str | None, dataset: str | None, text_field: str,
-                    summary_field: str, template: str) -> tuple[list[int] | None, str]:
+def _prompt_lengths(engine_dir: Path, tokenizer: str | None, dataset: str | None,
+                    text_field: str | None, summary_field: str | None, template: str,
+                    dataset_config: str | None = None,
+                    split: str | None = None) -> tuple[list[int] | None, str]:
     tok_dir = Path(tokenizer) if tokenizer else engine_dir / "tokenizer"
     if not tok_dir.is_dir():
         return None, "no tokenizer (pass --tokenizer DIR to check prompt lengths)"
@@ -58,21 +60,23 @@ def _prompt_lengths(engine_dir: Path, tokenizer: str | None, dataset: str | None
     except (OSError, ValueError) as exc:
         raise EngineError(f"--tokenizer {tok_dir}: cannot load a tokenizer "
                           f"({str(exc).splitlines()[0]})") from None
-    ds = load_dataset(dataset, text_field=text_field, summary_field=summary_field)
+    ds = load_dataset(dataset, text_field=text_field, summary_field=summary_field,
+                      config=dataset_config, split=split)
     prompts = [build_prompt(template, d) for d in ds.documents]
     return [len(x) for x in tok(prompts)["input_ids"]], f"{ds.name} ({len(ds)} prompts) via {tok_dir}"
 
 
 def lint(engine_dir: str | Path, *, batch_size: int | None = None, num_beams: int = 1,
          max_new_tokens: int = 64, gpu: str | None = None, tokenizer: str | None = None,
-         dataset: str | None = None, text_field: str = "text", summary_field: str = "summary",
-         prompt_template: str = DEFAULT_PROMPT_TEMPLATE) -> LintResult:
+         dataset: str | None = None, text_field: str | None = None,
+         summary_field: str | None = None, prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
+         dataset_config: str | None = None, split: str | None = None) -> LintResult:
     """Check one cell (default: the engine's max_batch_size, greedy) against an engine."""
     path = Path(engine_dir)
     _, limits = read_engine_config(path)
     cell = Cell(batch_size or limits.max_batch_size or 1, num_beams)
     lengths, source = _prompt_lengths(path, tokenizer, dataset, text_field, summary_field,
-                                      prompt_template)
+                                      prompt_template, dataset_config, split)
     found = preflight([cell], limits, engine_dir=path, prompt_lengths=lengths,
                       max_new_tokens=max_new_tokens, gpu_option=gpu, check_ranks=False)
     return LintResult(engine=str(path), limits=limits, cell=cell, checks=found.checks[cell],

@@ -17,7 +17,7 @@ from harness import __version__
 from harness.analysis import CellAnalysis, CellScores, analyze
 from harness.cache import GenerationCache, engine_fingerprint
 from harness.config import RunConfig
-from harness.data import Dataset, build_prompt, load_dataset
+from harness.data import Dataset, load_dataset, select_subset
 from harness.engine_config import EngineLimits, read_limits
 from harness.engines.base import Engine, EngineInfo
 from harness.engines.registry import adopt, load_engine, peek_config
@@ -26,6 +26,8 @@ from harness.goldens import GoldenSet, GoldensStore
 from harness.patterns import CellEvidence, Finding, match, shortfall
 from harness.plan import Cell, Plan, cells_for, choose_batch_sizes, make_plan
 from harness.preflight import LimitCheck, MemoryBudget, preflight
+from harness.prompts import build_prompts
+from harness.ranks import Ranks, current, require_world
 from harness.scoring import rouge_l
 
 
@@ -79,11 +81,33 @@ class RunResult:
     finished: str = ""
     goldens_written: tuple[str, ...] = ()
     report_dir: Path | None = None
+    prompts: tuple[str, ...] = ()  # as sent to the engine, in dataset order
+    ranks: Ranks = field(default_factory=Ranks)
 
     @property
     def verdict(self) -> str:
         bad = any(c.verdict != "pass" or c.limit_failures for c in self.cells)
         return "fail" if bad else "pass"
+
+
+@dataclass(frozen=True)
+class FollowerRun:
+    """What a rank other than 0 did under MPI: it drove the engine through every batch rank 0
+    ran, in the same order; it scores, asserts and writes nothing."""
+
+    ranks: Ranks
+    engine: EngineInfo
+    batches: int
+    sequences: int
+    seconds: float
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def message(self) -> str:
+        failed = f"; {len(self.errors)} cell(s) raised here too" if self.errors else ""
+        return (f"{self.ranks.label}: drove the engine through {self.batches} batches "
+                f"({self.sequences} sequences) in step with rank 0{failed}; rank 0 scores, "
+                "asserts and writes the report")
 
 
 Progress = Callable[[int], None]
@@ -175,6 +199,7 @@ class Prepared:
     golden_engine: Engine | None = None
     cache: GenerationCache | None = None
     prompt_lengths: tuple[int, ...] | None = None  # tokens, from the engine's tokenizer
+    ranks: Ranks = field(default_factory=Ranks)
 
     def limit_failures(self) -> list[LimitCheck]:
         return [c for checks in self.checks.values() for c in checks if c.status == "fail"]
@@ -185,17 +210,28 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     started = dt.datetime.now(dt.timezone.utc)
     t0 = time.perf_counter()
     dataset = load_dataset(config.dataset, text_field=config.text_field,
-                           summary_field=config.summary_field)
+                           summary_field=config.summary_field, config=config.dataset_config,
+                           split=config.split)
+    if config.num_prompts is not None:
+        dataset = select_subset(dataset, config.num_prompts, config.seed)
     given = engine is not None
+    ranks = current()
+    if not given:  # one process per engine rank: checked before a multi-GPU engine loads
+        peeked = read_limits(peek_config(config.engine, config.backend))
+        if peeked is not None:
+            require_world(ranks, peeked.tp_size, peeked.pp_size, engine=config.engine)
     engine = adopt(engine) if engine is not None else load_engine(
         config.engine, config.backend, options=config.engine_options())
     limits = read_limits(engine.info.config, str(Path(engine.info.path) / "config.json"))
+    require_world(ranks, limits.tp_size if limits else None, limits.pp_size if limits else None,
+                  engine=config.engine if not given else engine.info.path)
     # test ids were made from config.json alone (planned_batch_sizes); an engine handed in
     # directly has no test ids to agree with, so its own limits cap the grid
     sizes = (choose_batch_sizes(config.batch_sizes, limits.max_batch_size if limits else None)
              if given else planned_batch_sizes(config))
     plan = make_plan(sizes, config.beam_widths, len(dataset), config.seed)
-    prompts = tuple(build_prompt(config.prompt_template, d) for d in dataset.documents)
+    prompts = build_prompts(dataset.documents, config.prompt_template, chat=config.chat,
+                            engine=engine)
 
     counter = getattr(engine, "count_tokens", None)
     lengths = tuple(counter(list(prompts))) if callable(counter) else None
@@ -212,9 +248,12 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
             if found is not None:
                 goldens[w] = found
     golden_engine = (load_engine(config.golden_engine, None, config.engine_options())
-                     if config.golden_engine else None)
+                     if config.golden_engine and ranks.is_root else None)
     if config.no_cache:
         cache = GenerationCache(None, None, "off (--no-cache)")
+    elif ranks.world > 1:  # a rank that skipped a cached batch would leave the others waiting
+        cache = GenerationCache(None, None, f"off (MPI world of {ranks.world}: every rank "
+                                            "generates every batch)")
     else:
         fingerprint = engine_fingerprint(engine.info)
         cache = GenerationCache(config.cache_dir, fingerprint, "" if fingerprint else (
@@ -224,17 +263,36 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
                     prompts=prompts, checks=checked.checks, memory=checked.memory,
                     goldens=goldens, store=store,
                     started=started, t0=t0, golden_engine=golden_engine, cache=cache,
-                    prompt_lengths=lengths)
+                    prompt_lengths=lengths, ranks=ranks)
 
 
 def run(config: RunConfig, *, progress: Callable[[int], Progress] | None = None,
-        engine: Engine | None = None) -> RunResult:
-    """Run the pipeline once and write the report; raises HarnessError for bad input."""
+        engine: Engine | None = None) -> RunResult | FollowerRun:
+    """Run the pipeline once and write the report; raises HarnessError for bad input.
+    Under MPI, ranks other than 0 return a FollowerRun (see ``execute``)."""
     return execute(prepare(config, engine=engine), progress=progress)
 
 
-def execute(prep: Prepared, *, progress: Callable[[int], Progress] | None = None) -> RunResult:
-    """Generate every planned batch, score, analyse and write the report."""
+def follow(prep: Prepared, progress: Callable[[int], Progress] | None = None) -> FollowerRun:
+    """A rank other than 0: the same generate calls as rank 0, nothing scored or written."""
+    try:
+        _, errors = _generate_all(prep, progress)
+    finally:
+        close = getattr(prep.engine, "close", None)
+        if callable(close):
+            close()
+    return FollowerRun(ranks=prep.ranks, engine=prep.engine.info,
+                       batches=sum(len(prep.plan.batches(c)) for c in prep.plan.all_cells),
+                       sequences=prep.plan.sequences(), seconds=time.perf_counter() - prep.t0,
+                       errors={c.id: e for c, e in errors.items()})
+
+
+def execute(prep: Prepared, *, progress: Callable[[int], Progress] | None = None
+            ) -> RunResult | FollowerRun:
+    """Generate every planned batch, score, analyse and write the report (rank 0); other
+    ranks only generate, in step (``follow``)."""
+    if not prep.ranks.is_root:
+        return follow(prep, progress)
     config, engine, plan = prep.config, prep.engine, prep.plan
     report_dir = _new_report_dir(config.report_dir, engine.info, prep.started)
     try:
@@ -265,7 +323,7 @@ def execute(prep: Prepared, *, progress: Callable[[int], Progress] | None = None
                                       for w in goldens},
                        finished=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                        goldens_written=tuple(written),
-                       report_dir=report_dir)
+                       report_dir=report_dir, prompts=prep.prompts, ranks=prep.ranks)
     from harness.report.writer import write_report
 
     write_report(result, report_dir)

@@ -17,7 +17,7 @@ from harness.config import OPTIONS, RunConfig
 from harness.errors import HarnessError
 
 if TYPE_CHECKING:
-    from harness.pipeline import CellResult, Prepared, RunResult
+    from harness.pipeline import CellResult, FollowerRun, Prepared, RunResult
     from harness.plan import Cell
     from harness.preflight import LimitCheck
 
@@ -32,7 +32,7 @@ class HarnessState:
     cells: list[Any] | None = None
     error: str | None = None
     prepared: Prepared | None = None
-    result: RunResult | None = None
+    result: RunResult | FollowerRun | None = None
 
 
 STATE = pytest.StashKey[HarnessState]()
@@ -114,7 +114,7 @@ def _prepare(config: pytest.Config) -> Prepared:
     return state.prepared
 
 
-def _run(config: pytest.Config) -> RunResult:
+def _run(config: pytest.Config) -> RunResult | FollowerRun:
     state = _state(config)
     if state.result is None:
         from harness.pipeline import execute
@@ -141,15 +141,26 @@ def pytest_runtestloop(session: pytest.Session) -> None:
         _run(session.config)
 
 
+def _skip_unless_root(prepared: Prepared) -> None:
+    """Under MPI only rank 0 asserts: the other ranks' per-cell tests are skipped, so that
+    mpirun's exit status is rank 0's verdict."""
+    if not prepared.ranks.is_root:
+        pytest.skip(f"{prepared.ranks.label}: this rank drives the engine; rank 0 scores, "
+                    "asserts and writes the report")
+
+
 @pytest.fixture(scope="session")
 def harness_result(request: pytest.FixtureRequest) -> RunResult:
-    """The session's single pipeline run."""
-    return _run(request.config)
+    """The session's single pipeline run (rank 0's; other ranks skip, see _skip_unless_root)."""
+    _run(request.config)
+    _skip_unless_root(_prepare(request.config))
+    return _state(request.config).result  # type: ignore[return-value]
 
 
 @pytest.fixture
 def harness_cell_checks(request: pytest.FixtureRequest, harness_cell: Cell) -> tuple[LimitCheck, ...]:
     """The build-limit checks of this test's cell (from config.json; nothing generated)."""
+    _skip_unless_root(_prepare(request.config))
     checks = _prepare(request.config).checks[harness_cell]
     for c in checks:  # JUnit properties, for CI dashboards (--junitxml)
         request.node.user_properties.append((f"limit_{c.name}", c.status))
@@ -178,10 +189,14 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     state = config.stash.get(STATE, None)
     if state is None or state.result is None:
         return
-    from harness.pipeline import summary_lines
+    from harness.pipeline import FollowerRun, summary_lines
 
     result = state.result
     tr = terminalreporter
+    if isinstance(result, FollowerRun):
+        tr.write_sep("=", "batch-position harness")
+        tr.write_line(result.message)
+        return
     tr.write_sep("=", "batch-position harness")
     tr.write_line(f"engine {result.engine.path} ({result.engine.backend}); dataset "
                   f"{result.dataset.name}, {len(result.dataset)} prompts, hash "

@@ -7,7 +7,6 @@ before any GPU time is spent. A limit the config does not record makes its check
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -16,9 +15,9 @@ from typing import Any, Literal
 from harness.config import parse_size
 from harness.engine_config import EngineLimits, weights_bytes
 from harness.plan import Cell
+from harness.ranks import engine_ranks, world_size
 
 Status = Literal["pass", "warn", "fail", "unknown"]
-_WORLD_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "WORLD_SIZE")
 
 
 @dataclass(frozen=True)
@@ -73,15 +72,6 @@ def gpu_memory(option: str | None) -> tuple[int | None, str]:
         pass
     return (parse_size(DEFAULT_GPU_MEMORY),
             f"no GPU here: assumed {DEFAULT_GPU_MEMORY}, set --gpu-memory for your GPU")
-
-
-def world_size() -> int:
-    """Processes in this run, from the MPI or torchrun environment (1 when alone)."""
-    for var in _WORLD_VARS:
-        value = os.environ.get(var, "")
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    return 1
 
 
 def kv_cache_bytes(limits: EngineLimits, batch_size: int, beam_width: int) -> int | None:
@@ -223,7 +213,7 @@ def check_cell(cell: Cell, limits: EngineLimits | None, *, longest_prompt: int |
             f"longest prompt {longest_prompt} + max_new_tokens {max_new_tokens} <= {limit}")
 
     if processes is not None and (limits.tp_size is not None or limits.pp_size is not None):
-        ranks = (limits.tp_size or 1) * (limits.pp_size or 1)
+        ranks = engine_ranks(limits.tp_size, limits.pp_size)
         if ranks != processes:
             add("ranks", "fail", f"the engine is mapped to tp {limits.tp_size or 1} x pp "
                 f"{limits.pp_size or 1} = {ranks} ranks but this run has {processes} process(es); "

@@ -96,6 +96,7 @@ class TrtllmEngine:
         self.tokenizer = self.tokens.tokenizer
         mpi_rank = getattr(trt, "mpi_rank", None)
         rank = int(mpi_rank()) if callable(mpi_rank) else 0
+        self.rank = rank
         self.runner: Any = runner_cls.from_dir(engine_dir=str(self.path), rank=rank)
         self.info = EngineInfo(
             backend="trtllm", path=str(self.path), identity=weights_identity(files), config=config,
@@ -130,6 +131,10 @@ class TrtllmEngine:
                 max_new_tokens=settings.max_new_tokens, end_id=self.tokens.end_id,
                 pad_id=self.tokens.pad_id, output_sequence_lengths=True, return_dict=True,
                 **sampling)
+        if self.rank != 0 and not out:
+            # ModelRunnerCpp returns outputs on the leader rank only; the others took part
+            # in the same call and have nothing to score (harness.pipeline.follow ignores it)
+            return [Generation(text="", token_ids=(), beams=("",)) for _ in prompts]
         if not isinstance(out, dict) or "output_ids" not in out or "sequence_lengths" not in out:
             raise RuntimeError("the runner returned no output_ids/sequence_lengths (return_dict=True, "
                                "output_sequence_lengths=True were asked for)")

@@ -55,8 +55,12 @@ def _examples(result: RunResult, cell_index: int) -> list[dict[str, Any]]:
             picks.append(i)
         if len(picks) == EXAMPLES_PER_CELL:
             break
-    return [{"position": worst, "id": docs[i].id,
-             "prompt": build_prompt(result.config.prompt_template, docs[i])[:PROMPT_CHARS],
+    def prompt(i: int) -> str:
+        if result.prompts:
+            return result.prompts[i]
+        return build_prompt(result.config.prompt_template, docs[i])
+
+    return [{"position": worst, "id": docs[i].id, "prompt": prompt(i)[:PROMPT_CHARS],
              "baseline": base[i], "output": outputs.texts[worst][i]} for i in picks]
 
 
@@ -109,8 +113,8 @@ def report_dict(result: RunResult) -> dict[str, Any]:
         "limits": result.limits.as_dict() if result.limits else None,
         "memory": [m.as_dict() for m in result.memory],
         "cache": result.cache,
-        "dataset": {"name": result.dataset.name, "path": result.dataset.path, "split": None,
-                    "count": len(result.dataset), "hash": result.dataset.hash},
+        "dataset": result.dataset.describe(),
+        "ranks": {"world_size": result.ranks.world, "source": result.ranks.source},
         "baseline": {str(w): name for w, name in result.baseline.items()},
         "goldens": goldens,
         "goldens_written": list(result.goldens_written),
@@ -137,7 +141,9 @@ def markdown(report: dict[str, Any]) -> str:
     semantics = (eng.get("details") or {}).get("position_semantics")
     lines += [f"- Engine: `{eng['path']}` ({eng['backend']}, {eng['identity'][:19]})",
               *([f"- Batch position: {semantics}"] if semantics else []),
-              f"- Dataset: {ds['name']}, {ds['count']} prompts, hash `{ds['hash'][:12]}`",
+              f"- Dataset: {ds['name']}, {ds['count']} prompts, hash `{ds['hash'][:12]}`"
+              + (f" (subset of {ds['subset']['of']}, seed {ds['subset']['seed']})"
+                 if ds.get("subset") else ""),
               f"- Build limits: max_batch_size {lim.get('max_batch_size')}, max_beam_width "
               f"{lim.get('max_beam_width')}, max_input_len {lim.get('max_input_len')}, "
               f"max_seq_len {lim.get('max_seq_len')}",

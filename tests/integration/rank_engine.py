@@ -1,0 +1,26 @@
+"""An emulator engine that logs every generate call, for the MPI tests.
+
+Not a TensorRT-LLM double: it runs the emulator as usual and appends one line per call
+(this process's rank, beam width and the prompts in position order) to
+``RANK_ENGINE_LOG.rank<r>``, so a test can check that every rank drove the engine through
+the same batches in the same order, as TensorRT-LLM's multi-GPU runners require.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+from harness.engines.emulator.engine import EmulatorEngine
+from harness.ranks import current
+
+
+class RecordingEngine(EmulatorEngine):
+    def generate(self, prompts, settings):
+        rank = current().rank
+        line = {"rank": rank, "beam_width": settings.beam_width,
+                "prompts": [hashlib.sha256(p.encode()).hexdigest()[:16] for p in prompts]}
+        with open(f"{os.environ['RANK_ENGINE_LOG']}.rank{rank}", "a", encoding="utf-8") as log:
+            log.write(json.dumps(line) + "\n")
+        return super().generate(prompts, settings)

@@ -1,0 +1,143 @@
+"""Multi-GPU engines under MPI, with the launcher's environment set as mpirun sets it.
+
+There is no MPI here: each rank is a `pytest suites/` (or `python -m harness run`) process
+started with OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE, which is all mpirun gives a rank
+that the harness reads. The engine is an emulator engine whose config.json claims tp_size 2
+(the emulator loader does not read the mapping), logging every generate call per rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, only_report
+
+HERE = Path(__file__).resolve().parent
+FAST = ("--batch-sizes", "1,2", "--beam-widths", "1,2", "--max-new-tokens", "6", "--num-prompts", "4")
+LAUNCHER = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "PMIX_RANK",
+            "PMIX_SIZE", "SLURM_STEP_ID", "RANK", "WORLD_SIZE")
+
+
+@pytest.fixture(scope="module")
+def tp2_engine(tmp_path_factory, engine_factory) -> Path:
+    """An emulator engine whose config.json says tp_size 2 (as a 2-GPU TensorRT-LLM build)."""
+    target = tmp_path_factory.mktemp("tp2") / "engine"
+    shutil.copytree(engine_factory(2, 2), target)
+    config = json.loads((target / "config.json").read_text())
+    config["pretrained_config"]["mapping"] = {"world_size": 2, "tp_size": 2, "pp_size": 1}
+    (target / "config.json").write_text(json.dumps(config, indent=1))
+    return target
+
+
+def _env(tmp_path: Path, rank: int | None, world: int | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER}
+    env.update(PYTHONPATH=f"{HERE}:{REPO}", RANK_ENGINE_LOG=str(tmp_path / "calls"))
+    if rank is not None:
+        env.update(OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_SIZE=str(world))
+    return env
+
+
+def _suites(tmp_path: Path, engine: Path, small_dataset: Path, rank: int | None, world: int | None,
+            *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", str(REPO / "suites"), "-p", "no:cacheprovider", "-rs", "-v",
+         "--backend", "rank_engine:RecordingEngine", "--engine", str(engine),
+         "--dataset", str(small_dataset), "--report-dir", str(tmp_path / "r"), *FAST, *extra],
+        cwd=tmp_path, env=_env(tmp_path, rank, world), capture_output=True, text=True, timeout=600)
+
+
+def _calls(tmp_path: Path, rank: int) -> list[dict]:
+    path = tmp_path / f"calls.rank{rank}"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_every_rank_drives_the_engine_only_rank_0_scores(tmp_path: Path, tp2_engine, small_dataset):
+    follower = _suites(tmp_path, tp2_engine, small_dataset, 1, 2)
+    out = follower.stdout + follower.stderr
+    assert follower.returncode == 0, out[-3000:]
+    assert "rank 1 of 2: this rank drives the engine; rank 0 scores, asserts and writes the report" in out
+    assert "passed" not in out.splitlines()[-1] and "failed" not in out.splitlines()[-1]
+    assert "8 skipped" in out.splitlines()[-1]  # 4 cells x (limits + positions)
+    assert "rank 1 of 2: drove the engine through" in out
+    assert not (tmp_path / "r").exists() or not list((tmp_path / "r").glob("*/report.json"))
+
+    root = _suites(tmp_path, tp2_engine, small_dataset, 0, 2)
+    assert root.returncode == 0, (root.stdout + root.stderr)[-3000:]
+    assert "8 passed" in root.stdout
+    report = only_report(tmp_path / "r")
+    assert report["verdict"] == "pass" and report["ranks"] == {
+        "world_size": 2, "source": "OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE"}
+    assert report["limits"]["tp_size"] == 2
+    assert report["cache"]["reason"].startswith("off (MPI world of 2")
+    checks = {c["name"]: c for cell in report["cells"] for c in cell["limit_checks"]}
+    assert checks["ranks"]["status"] == "pass"
+
+    rank0, rank1 = _calls(tmp_path, 0), _calls(tmp_path, 1)
+    assert len(rank0) == 16  # 4 cells x 4 batches (4 prompts, each at every position once)
+    assert [(c["beam_width"], c["prompts"]) for c in rank0] == [(c["beam_width"], c["prompts"]) for c in rank1]
+
+
+def test_single_process_on_a_tp2_engine_stops_before_generating(tmp_path: Path, tp2_engine, small_dataset):
+    proc = _suites(tmp_path, tp2_engine, small_dataset, None, None)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 4, out[-3000:]
+    assert (f"--engine {tp2_engine}: the engine is mapped to tp 2 x pp 1 = 2 rank(s) but this run "
+            "has a single process") in out
+    assert f"mpirun -n 2 pytest suites/ --engine {tp2_engine}" in out
+    assert "Traceback" not in out
+    assert _calls(tmp_path, 0) == [] and not list((tmp_path / "r").glob("*/report.json"))
+
+
+@pytest.fixture
+def launcher(monkeypatch, tmp_path: Path):
+    """set(rank, world): this process looks like one rank of an mpirun job."""
+    for var in LAUNCHER:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RANK_ENGINE_LOG", str(tmp_path / "calls"))
+
+    def set_rank(rank: int, world: int) -> None:
+        monkeypatch.setenv("OMPI_COMM_WORLD_RANK", str(rank))
+        monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", str(world))
+
+    return set_rank
+
+
+def _cli(tmp_path: Path, engine: Path, small_dataset: Path, *extra: str) -> int:
+    from harness.__main__ import main
+
+    return main(["run", "--engine", str(engine), "--dataset", str(small_dataset), "--report-dir",
+                 str(tmp_path / "r"), *FAST, *extra])
+
+
+def test_cli_follower_exits_0_without_a_report(tmp_path: Path, tp2_engine, small_dataset, launcher, capsys):
+    launcher(1, 2)
+    assert _cli(tmp_path, tp2_engine, small_dataset,
+                "--backend", "tests.integration.rank_engine:RecordingEngine") == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith("rank 1 of 2: drove the engine through 16 batches (24 sequences)")
+    assert len(_calls(tmp_path, 1)) == 16
+    assert not list((tmp_path / "r").glob("*/report.json"))
+
+
+def test_cli_wrong_world_size_exits_2(tmp_path: Path, tp2_engine, small_dataset, launcher, capsys):
+    launcher(0, 4)
+    assert _cli(tmp_path, tp2_engine, small_dataset) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "= 2 rank(s) but this run has 4 processes (OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE)" in line
+    assert "mpirun -n 2 python -m harness run" in line
+
+
+def test_single_gpu_engine_under_mpirun_is_an_error(tmp_path: Path, engine_factory, small_dataset,
+                                                    launcher, capsys):
+    launcher(0, 2)
+    assert _cli(tmp_path, engine_factory(2, 2), small_dataset) == 2
+    err = capsys.readouterr().err
+    assert "mapped to tp 1 x pp 1 = 1 rank(s) but this run has 2 processes" in err
+    assert "without mpirun" in err

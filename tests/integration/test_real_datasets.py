@@ -1,0 +1,143 @@
+"""A JSONL, a CSV and a save_to_disk dataset with custom field names, a hub dataset from the
+local cache, --num-prompts and --chat, each run end to end on a small emulator engine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.data import Document, content_hash, load_dataset, select_subset
+from tests.conftest import REPO, only_report
+from tests.conftest import run_suites as _run_suites
+from tests.hub_cache import cache_hub_dataset
+
+SCHEMA = Path(__file__).resolve().parents[2] / "harness" / "report" / "report.schema.json"
+FAST = ("--batch-sizes", "1,2", "--beam-widths", "1", "--max-new-tokens", "8", "--no-cache")
+N = 8
+HERE = {"PYTHONPATH": str(REPO)}  # the subprocesses import this checkout's harness
+
+
+def run_suites(*args: str, cwd: Path, env: dict[str, str] | None = None):
+    return _run_suites(*args, cwd=cwd, env={**HERE, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def documents() -> tuple[Document, ...]:
+    return load_dataset(None).documents[:N]
+
+
+def _rows(docs, text: str, summary: str, key: str = "id") -> list[dict]:
+    return [{key: d.id, text: d.text, summary: d.summary} for d in docs]
+
+
+def _check(report: dict, docs, **expected) -> None:
+    import jsonschema
+
+    jsonschema.validate(report, json.loads(SCHEMA.read_text()))
+    ds = report["dataset"]
+    for key, value in expected.items():
+        assert ds[key] == value, (key, ds)
+    assert ds["count"] == len(docs) and ds["hash"] == content_hash(list(docs))
+    assert report["verdict"] == "pass"
+    assert {c["id"] for c in report["cells"]} == {"bs1-beam1", "bs2-beam1"}
+    assert all(p["rouge_l"] == 1.0 for c in report["cells"] for p in c["positions"])
+
+
+def test_jsonl_with_custom_fields(tmp_path: Path, engine_factory, documents):
+    path = tmp_path / "news.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _rows(documents, "body", "abstract")))
+    proc = run_suites("--engine", str(engine_factory(2, 1)), "--dataset", str(path),
+                      "--text-field", "body", "--summary-field", "abstract",
+                      "--report-dir", str(tmp_path / "r"), *FAST, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    _check(only_report(tmp_path / "r"), documents, source="file", name="news",
+           text_field="body", summary_field="abstract", split=None, subset=None)
+
+
+def test_csv_with_custom_fields(tmp_path: Path, engine_factory, documents):
+    import datasets
+
+    path = tmp_path / "news.csv"
+    datasets.Dataset.from_list(_rows(documents, "article", "highlights")).to_csv(str(path), index=False)
+    proc = run_suites("--engine", str(engine_factory(2, 1)), "--dataset", str(path),
+                      "--text-field", "article", "--summary-field", "highlights",
+                      "--report-dir", str(tmp_path / "r"), *FAST, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    _check(only_report(tmp_path / "r"), documents, source="file", text_field="article",
+           summary_field="highlights")
+
+
+def test_save_to_disk_with_custom_fields_split_and_subset(tmp_path: Path, engine_factory, documents):
+    import datasets
+
+    folder = tmp_path / "saved"
+    datasets.DatasetDict({
+        "train": datasets.Dataset.from_list(_rows(documents[:3], "dialogue", "gist")),
+        "eval": datasets.Dataset.from_list(_rows(documents, "dialogue", "gist")),
+    }).save_to_disk(str(folder))
+    proc = run_suites("--engine", str(engine_factory(2, 1)), "--dataset", str(folder),
+                      "--split", "eval", "--text-field", "dialogue", "--summary-field", "gist",
+                      "--num-prompts", "6", "--seed", "5", "--report-dir", str(tmp_path / "r"),
+                      *FAST, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    report = only_report(tmp_path / "r")
+    full = load_dataset(str(folder), split="eval", text_field="dialogue", summary_field="gist")
+    chosen = select_subset(full, 6, 5)
+    _check(report, chosen.documents, source="disk", split="eval", name="saved-eval-n6-seed5")
+    subset = report["dataset"]["subset"]
+    assert subset["ids"] == [d.id for d in chosen.documents] and len(subset["ids"]) == 6
+    assert subset["hash"] == report["dataset"]["hash"] and subset["source_hash"] == full.hash
+    assert (subset["num_prompts"], subset["seed"], subset["of"]) == (6, 5, N)
+    rows = [json.loads(x) for x in next((tmp_path / "r").glob("*/generations.jsonl")).read_text().splitlines()]
+    assert {r["id"] for r in rows} == set(subset["ids"])
+
+
+def test_hub_dataset_from_the_local_cache_and_the_not_cached_message(tmp_path: Path, engine_factory,
+                                                                     documents):
+    """The CLI, offline, reads a hub dataset from HF_DATASETS_CACHE; an uncached one is one line."""
+    cache = tmp_path / "hf"
+    cache_hub_dataset(cache, "newsums", "v1", {"test": _rows(documents, "document", "summary")})
+    env = {"HF_DATASETS_CACHE": str(cache), "HF_DATASETS_OFFLINE": "1", **HERE}
+    args = [sys.executable, "-m", "harness", "run", "--engine", str(engine_factory(2, 1)),
+            "--report-dir", str(tmp_path / "r"), *FAST]
+    import os
+
+    full_env = {**os.environ, **env}
+    proc = subprocess.run([*args, "--dataset", "newsums", "--dataset-config", "v1",
+                           "--text-field", "document"], capture_output=True, text=True,
+                          cwd=tmp_path, env=full_env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _check(only_report(tmp_path / "r"), documents, source="hub", config="v1", split="test",
+           name="newsums-v1-test")
+
+    proc = subprocess.run([*args, "--dataset", "cnn_dailymail"], capture_output=True, text=True,
+                          cwd=tmp_path, env=full_env, timeout=600)
+    assert proc.returncode == 2
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("error: --dataset cnn_dailymail: abisee/cnn_dailymail (config 3.0.0, "
+                           "split test) is not in the local datasets cache")
+    assert "datasets.load_dataset('abisee/cnn_dailymail', '3.0.0', split='test')" in line
+
+
+def test_chat_template_prompts_reach_the_engine(tmp_path: Path, engine_factory, small_dataset):
+    from harness.config import RunConfig
+    from harness.engines.emulator.engine import EmulatorEngine
+    from harness.pipeline import run
+
+    engine = EmulatorEngine(engine_factory(2, 1))
+    engine.tokenizer.chat_template = ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n"
+                                      "{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}")
+    config = RunConfig.from_options({"dataset": str(small_dataset), "num_prompts": "4", "chat": True,
+                                     "batch_sizes": "1,2", "beam_widths": "1", "max_new_tokens": "4",
+                                     "no_cache": True, "report_dir": str(tmp_path / "r"),
+                                     "goldens_dir": str(tmp_path / "g")})
+    result = run(config, engine=engine)
+    docs = result.dataset.documents
+    assert result.prompts == tuple(f"[user] {d.text} TL;DR: \n[assistant] " for d in docs)
+    assert result.verdict == "pass"
+    report = json.loads((result.report_dir / "report.json").read_text())
+    assert report["options"]["chat"] is True and report["dataset"]["subset"]["num_prompts"] == 4
