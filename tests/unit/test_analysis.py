@@ -67,3 +67,30 @@ def test_analyze_batch_size_one_is_not_tested():
     [a] = analyze([_cell_scores(Cell(1, 1), [[0.5] * 10])], {1: [0.5] * 10},
                   tolerance=0.02, alpha=0.01)
     assert a.positions[0].p_value is None and a.verdict == "pass"
+
+
+def test_damage_spread_thinly_fails_the_cell_through_the_omnibus_test():
+    """Six positions each lose 0.6 on a different 4 of 64 prompts: no position is
+    significant alone (mean drop 0.0375 each), the cell's mean over positions is."""
+    cell = Cell(8, 1)
+    rows = []
+    for p in range(8):
+        row = [1.0] * 64
+        if p >= 2:
+            for i in range(4):
+                row[(p * 7 + i * 16) % 64] = 0.4
+        rows.append(row)
+    # the same prompts' drops, spread: the per-prompt means carry the damage
+    [a] = analyze([_cell_scores(cell, rows)], {1: [1.0] * 64}, tolerance=0.0, alpha=0.05)
+    assert a.degraded_positions == ()
+    assert a.spread and a.verdict == "fail"
+    assert a.cell_drop == pytest.approx(6 * 4 * 0.6 / (8 * 64))
+    assert "quality drops across positions" in a.message
+
+
+def test_omnibus_joins_the_holm_family_and_stays_quiet_on_a_clean_cell():
+    cell = Cell(4, 2)
+    [a] = analyze([_cell_scores(cell, [[1.0] * 20] * 4)], {2: [1.0] * 20}, tolerance=0.02,
+                  alpha=0.01)
+    assert a.verdict == "pass" and not a.spread and a.cell_drop == 0.0
+    assert a.cell_p_adjusted == 1.0
