@@ -1,9 +1,10 @@
-"""Command line: ``python -m harness {run,build-engine,lint,compare,serve}``.
+"""Command line: ``python -m harness {run,build-engine,lint,compare,serve,calibrate,bench,merge}``.
 
 ``run`` does what ``pytest suites/`` does, without pytest: exit 0 when every cell passes,
 1 when a cell fails, 2 for bad input. ``lint`` exits 0 when the cell fits the engine, 1 when
 it does not, 2 for an unreadable engine directory. ``compare`` exits 1 when NEW is worse
-than OLD beyond the tolerance.
+than OLD beyond the tolerance. ``bench`` times a run against the engine's own generate
+time. ``merge`` combines ``--shard K/N`` reports into the unsharded report (exit as ``run``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 from harness.config import (
@@ -25,6 +27,8 @@ from harness.config import (
     size,
 )
 from harness.errors import HarnessError
+
+_IMPORTED = time.perf_counter()  # bench's fallback start where /proc cannot say when the process began
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +67,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(c.analysis.message)
             if c.finding:
                 print(f"  likely cause ({c.finding.kind}): {c.finding.text}")
+    if config.shard:
+        print(f"shard {config.shard[0]}/{config.shard[1]}: this shard's verdict only; combine all "
+              "shard reports with `python -m harness merge` for the run's")
     print(f"verdict: {result.verdict}  report: {result.report_dir}")
     return 0 if result.verdict == "pass" else 1
 
@@ -139,6 +146,87 @@ def _non_negative_ms(value: str) -> float:
     if x < 0:
         raise argparse.ArgumentTypeError(f"--batch-window-ms {value!r}: must be >= 0")
     return x
+
+
+def _since_process_start() -> float:
+    """Seconds since this process started (Linux /proc), else since this module was imported."""
+    now = time.perf_counter()
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            start_ticks = int(f.read().rpartition(")")[2].split()[19])
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        age = uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+        return max(age, now - _IMPORTED)
+    except (OSError, ValueError, IndexError):
+        return now - _IMPORTED
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import json
+    import tempfile
+
+    from harness.pipeline import FollowerRun, run
+
+    values = {spec.dest: getattr(args, spec.dest) for spec in OPTIONS}
+    values["no_cache"] = True  # the engine must really generate
+    if values["report_dir"] is None:
+        values["report_dir"] = tempfile.mkdtemp(prefix="harness-bench-")
+    config = RunConfig.from_options(values, root=Path.cwd())
+    t_run = time.perf_counter()
+    startup = _since_process_start()  # interpreter, imports and option parsing so far
+    result = run(config, progress=_progress)
+    wall = startup + (time.perf_counter() - t_run)
+    if isinstance(result, FollowerRun):  # under MPI rank 0 reports the figures
+        print(result.message)
+        return 0
+    timing = dict(result.timing)
+    engine = float(timing.get("engine_generate_s", 0.0))
+    breakdown = {
+        "startup_s": round(startup, 3),  # process start -> run() called
+        "prepare_s": timing.get("prepare_s"),  # dataset, engine load, preflight, goldens
+        "engine_load_s": timing.get("engine_load_s"),  # (part of prepare_s)
+        "engine_generate_s": round(engine, 3),
+        "generate_stage_other_s": round(float(timing.get("generate_stage_s", 0.0)) - engine, 3),
+        "scoring_s": timing.get("scoring_s"),  # CPU time; overlapped with generation when True below
+        "scoring_overlapped": timing.get("scoring_overlapped"),
+        "after_generation_s": timing.get("after_generation_s"),  # scoring left over + analysis
+        # run() returned -> the report is written; harness_total_s ends where writing begins
+        "report_s": round(wall - startup - float(timing.get("harness_total_s", 0.0)), 3),
+    }
+    out = {"engine": result.engine.path, "backend": result.engine.backend,
+           "cells": [c.cell.id for c in result.cells], "sequences": result.plan.sequences(),
+           "engine_calls": timing.get("engine_calls"),
+           "engine_generate_s": round(engine, 3), "harness_wall_s": round(wall, 3),
+           "ratio": round(wall / engine, 4) if engine > 0 else None, "target_ratio": 1.10,
+           "breakdown": breakdown, "report_dir": str(result.report_dir)}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"engine {out['engine']} ({out['backend']}), {len(out['cells'])} cells, "
+          f"{out['sequences']} sequences, {out['engine_calls']} engine calls")
+    print(f"engine generate time: {engine:.2f} s")
+    print(f"harness wall time:    {wall:.2f} s (process start to report written)")
+    ratio = f"{wall / engine:.3f}" if engine > 0 else "n/a (the engine generated nothing)"
+    print(f"ratio:                {ratio} (target <= 1.10)")
+    print("where the rest goes: " + ", ".join(f"{k} {v}" for k, v in breakdown.items()
+                                               if k != "engine_generate_s"))
+    print(f"report: {result.report_dir}")
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from harness.report.merge import default_output, merge, prepare_output, summary_lines
+    from harness.report.writer import write_files
+
+    report, rows = merge(args.reports)
+    first = Path(report["shard"]["merged_from"][0])
+    folder = prepare_output(Path(args.output) if args.output else default_output(first))
+    write_files(report, rows, folder)
+    for line in summary_lines(report):
+        print(line)
+    print(f"merged {report['shard']['count']} shards; verdict: {report['verdict']}  report: {folder}")
+    return 0 if report["verdict"] == "pass" else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,6 +324,20 @@ def main(argv: list[str] | None = None) -> int:
     p_serve.add_argument("--verbose", action="store_true", help="log every request")
     p_serve.set_defaults(func=cmd_serve)
 
+    p_bench = sub.add_parser("bench", help="time a run (no cache) against the engine's own "
+                             "generate time")
+    _add_run_options(p_bench)
+    p_bench.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p_bench.set_defaults(func=cmd_bench)
+
+    p_merge = sub.add_parser("merge", help="combine the reports of --shard K/N runs into one")
+    p_merge.add_argument("reports", nargs="+", metavar="REPORT_DIR",
+                         help="the report folder of every shard")
+    p_merge.add_argument("--output", metavar="DIR", default=None,
+                         help="folder for the merged report (default: a new merged-<time> "
+                              "folder next to the first shard's)")
+    p_merge.set_defaults(func=cmd_merge)
+
     args = parser.parse_args(argv)
     try:
         return args.func(args)
@@ -245,4 +347,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Interpreter exit would walk every object torch and friends created (about 0.5 s on the
+    # 2-core machine, docs/performance.md); frozen objects are skipped. Nothing is left to run.
+    import gc
+
+    gc.freeze()
+    sys.exit(code)

@@ -151,6 +151,25 @@ def positive_real(option: str) -> Callable[[str], float]:
     return parse
 
 
+def shard(option: str) -> Callable[[str], tuple[int, int]]:
+    """An argparse ``type=`` for ``K/N``: shard K (1-based) of N."""
+
+    def parse(value: str) -> tuple[int, int]:
+        m = re.fullmatch(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*", str(value))
+        if not m:
+            raise argparse.ArgumentTypeError(
+                f"{option} {value!r}: expected K/N (shard K of N), e.g. 1/2")
+        k, n = int(m.group(1)), int(m.group(2))
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{option} {value!r}: N must be at least 1")
+        if not 1 <= k <= n:
+            raise argparse.ArgumentTypeError(
+                f"{option} {value!r}: K must be between 1 and N ({n}); shards are numbered 1..{n}")
+        return k, n
+
+    return parse
+
+
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?)B?\s*$", re.IGNORECASE)
 
 
@@ -254,6 +273,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--update-goldens", "update_goldens", "record goldens from this run (batch size 1 "
                "of the engine, or --golden-engine) and write them after a complete run",
                action="store_true", default=False),
+    OptionSpec("--shard", "shard", "run only shard K of N of the cells (for CI matrices); "
+               "combine the shard reports with `python -m harness merge`", shard("--shard"),
+               metavar="K/N"),
     OptionSpec("--golden-engine", "golden_engine", "engine or hf model directory whose batch-size-1 "
                "outputs become the goldens with --update-goldens", metavar="DIR"),
     OptionSpec("--trtllm-runtime", "trtllm_runtime", "TensorRT-LLM runner of the trtllm backend: cpp "
@@ -355,6 +377,7 @@ class RunConfig:
     model: str | None = None
     request_timeout: float = 600.0
     retries: int = 2
+    shard: tuple[int, int] | None = None  # (K, N): shard K of N, 1-based
 
     @classmethod
     def from_options(cls, values: dict[str, Any], *, root: Path | None = None) -> RunConfig:
@@ -391,6 +414,9 @@ class RunConfig:
                 flag = "--" + dest.replace("_", "-")
                 raise ConfigError(f"{flag} applies only to an OpenAI-compatible server: use it with "
                                   "--engine http://HOST:PORT/v1")
+        if kwargs.get("shard") and kwargs.get("update_goldens"):
+            raise ConfigError("--update-goldens records goldens from a whole run: run it once "
+                              "without --shard, then shard the runs that use them")
         return cls(**kwargs)
 
     def engine_options(self) -> EngineOptions:
@@ -414,4 +440,5 @@ class RunConfig:
         out["cache_dir"] = str(self.cache_dir)
         out["batch_sizes"] = list(self.batch_sizes) if self.batch_sizes else None
         out["beam_widths"] = list(self.beam_widths)
+        out["shard"] = f"{self.shard[0]}/{self.shard[1]}" if self.shard else None
         return out

@@ -8,8 +8,9 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from harness.engines.registry import adopt, load_engine, peek_config
 from harness.errors import ConfigError, HarnessError
 from harness.goldens import GoldenSet, GoldensStore
 from harness.patterns import CellEvidence, Finding, match, shortfall
-from harness.plan import Cell, Plan, cells_for, choose_batch_sizes, make_plan
+from harness.plan import Cell, Plan, cells_for, choose_batch_sizes, make_plan, shard_cells
 from harness.preflight import LimitCheck, MemoryBudget, preflight
 from harness.prompts import build_prompts
 from harness.ranks import Ranks, current, require_world
@@ -83,6 +84,11 @@ class RunResult:
     report_dir: Path | None = None
     prompts: tuple[str, ...] = ()  # as sent to the engine, in dataset order
     ranks: Ranks = field(default_factory=Ranks)
+    timing: dict[str, Any] = field(default_factory=dict)
+    scores: tuple[CellScores, ...] = ()  # per-prompt scores, for shard reports and merge
+    levels: dict[int, tuple[float, ...]] = field(default_factory=dict)  # batch size 1's, per beam
+    grid: tuple[Cell, ...] = ()  # every cell of the unsharded grid (= plan.cells unless --shard)
+    prompt_lengths: tuple[int, ...] = ()  # what the fault signatures measured padding in
 
     @property
     def verdict(self) -> str:
@@ -113,6 +119,24 @@ class FollowerRun:
 Progress = Callable[[int], None]
 
 
+@dataclass
+class Timing:
+    """Where a run's time goes; every figure in seconds (see docs/performance.md)."""
+
+    engine_generate_s: float = 0.0  # wall time inside engine.generate, summed
+    engine_calls: int = 0
+    engine_load_s: float = 0.0  # loading the engine (and the golden engine) in prepare()
+    prepare_s: float = 0.0  # prepare(): dataset, engine load, preflight, goldens check
+    generate_stage_s: float = 0.0  # wall time of the generation loop (engine + cache + hand-off)
+    scoring_s: float = 0.0  # ROUGE-L CPU time, summed over cells (overlapped or not)
+    scoring_overlapped: bool = False
+    after_generation_s: float = 0.0  # end of generation -> analysis done (what overlap shortens)
+    harness_total_s: float = 0.0  # start of prepare() -> analysis done (report writing excluded)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in self.__dict__.items()}
+
+
 def _check_writable(root: Path) -> None:
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -140,7 +164,8 @@ def _new_report_dir(root: Path, engine: EngineInfo, started: dt.datetime) -> Pat
 
 
 def _generate_cell(engine: Engine, cell: Cell, plan: Plan, prompts: list[str], config: RunConfig,
-                   tick: Progress, cache: GenerationCache | None = None) -> Outputs:
+                   tick: Progress, cache: GenerationCache | None = None,
+                   timing: Timing | None = None) -> Outputs:
     n = len(plan.order)
     texts: list[list[str]] = [[""] * n for _ in range(cell.batch_size)]
     settings = config.decoding(cell.beam_width)
@@ -148,7 +173,11 @@ def _generate_cell(engine: Engine, cell: Cell, plan: Plan, prompts: list[str], c
         batch_prompts = [prompts[d] for d in batch.documents]
         outs = cache.get(settings, batch_prompts) if cache else None
         if outs is None:
+            t = time.perf_counter()
             gens = engine.generate(batch_prompts, settings)
+            if timing is not None:
+                timing.engine_generate_s += time.perf_counter() - t
+                timing.engine_calls += 1
             if len(gens) != len(batch.documents):
                 raise RuntimeError(f"the engine returned {len(gens)} outputs for a batch of "
                                    f"{len(batch.documents)}")
@@ -176,8 +205,9 @@ def planned_batch_sizes(config: RunConfig) -> tuple[int, ...]:
 
 
 def planned_cells(config: RunConfig) -> list[Cell]:
-    """The cells a run will test (for test ids)."""
-    return list(cells_for(planned_batch_sizes(config), config.beam_widths))
+    """The cells a run will test (for test ids): this shard's only, with --shard."""
+    cells = cells_for(planned_batch_sizes(config), config.beam_widths)
+    return list(shard_cells(cells, *config.shard) if config.shard else cells)
 
 
 @dataclass(frozen=True)
@@ -200,6 +230,8 @@ class Prepared:
     cache: GenerationCache | None = None
     prompt_lengths: tuple[int, ...] | None = None  # tokens, from the engine's tokenizer
     ranks: Ranks = field(default_factory=Ranks)
+    timing: Timing = field(default_factory=Timing)
+    grid: tuple[Cell, ...] = ()  # every cell of the unsharded grid
 
     def limit_failures(self) -> list[LimitCheck]:
         return [c for checks in self.checks.values() for c in checks if c.status == "fail"]
@@ -220,8 +252,11 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
         peeked = read_limits(peek_config(config.engine, config.backend))
         if peeked is not None:
             require_world(ranks, peeked.tp_size, peeked.pp_size, engine=config.engine)
+    timing = Timing()
+    t_load = time.perf_counter()
     engine = adopt(engine) if engine is not None else load_engine(
         config.engine, config.backend, options=config.engine_options())
+    timing.engine_load_s = time.perf_counter() - t_load
     limits = read_limits(engine.info.config, str(Path(engine.info.path) / "config.json"))
     require_world(ranks, limits.tp_size if limits else None, limits.pp_size if limits else None,
                   engine=config.engine if not given else engine.info.path)
@@ -235,9 +270,13 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
 
     counter = getattr(engine, "count_tokens", None)
     lengths = tuple(counter(list(prompts))) if callable(counter) else None
+    # preflight covers the whole grid, so every shard's report carries the same checks and budgets
     checked = preflight(plan.cells, limits, engine_dir=engine.info.path,
                       prompt_lengths=list(lengths) if lengths is not None else None,
                       max_new_tokens=config.max_new_tokens, gpu_option=config.gpu_memory)
+    grid = plan.cells
+    if config.shard:
+        plan = plan.shard(*config.shard)
 
     _check_writable(config.report_dir)
     store = GoldensStore(config.goldens_dir)
@@ -247,8 +286,10 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
             found = store.load(engine.info.identity, dataset, config.decoding(w))
             if found is not None:
                 goldens[w] = found
+    t_load = time.perf_counter()
     golden_engine = (load_engine(config.golden_engine, None, config.engine_options())
                      if config.golden_engine and ranks.is_root else None)
+    timing.engine_load_s += time.perf_counter() - t_load
     if config.no_cache:
         cache = GenerationCache(None, None, "off (--no-cache)")
     elif ranks.world > 1:  # a rank that skipped a cached batch would leave the others waiting
@@ -259,11 +300,12 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
         cache = GenerationCache(config.cache_dir, fingerprint, "" if fingerprint else (
             "off (a server's answers are not cached)" if engine.info.backend == "openai"
             else "off (the engine has no directory to fingerprint)"))
+    timing.prepare_s = time.perf_counter() - t0
     return Prepared(config=config, dataset=dataset, engine=engine, limits=limits, plan=plan,
                     prompts=prompts, checks=checked.checks, memory=checked.memory,
                     goldens=goldens, store=store,
                     started=started, t0=t0, golden_engine=golden_engine, cache=cache,
-                    prompt_lengths=lengths, ranks=ranks)
+                    prompt_lengths=lengths, ranks=ranks, timing=timing, grid=grid)
 
 
 def run(config: RunConfig, *, progress: Callable[[int], Progress] | None = None,
@@ -287,28 +329,50 @@ def follow(prep: Prepared, progress: Callable[[int], Progress] | None = None) ->
                        errors={c.id: e for c, e in errors.items()})
 
 
-def execute(prep: Prepared, *, progress: Callable[[int], Progress] | None = None
-            ) -> RunResult | FollowerRun:
+def execute(prep: Prepared, *, progress: Callable[[int], Progress] | None = None,
+            overlap: bool = True) -> RunResult | FollowerRun:
     """Generate every planned batch, score, analyse and write the report (rank 0); other
-    ranks only generate, in step (``follow``)."""
+    ranks only generate, in step (``follow``).
+
+    With ``overlap`` each cell is scored in a worker thread as soon as it and its baseline
+    exist, while the engine generates the next cells; the scores are the same as scoring
+    afterwards (same function, same texts). The analysis waits for every cell (Holm's
+    correction spans all tests). Runs that record goldens score afterwards: their baseline
+    exists only once the run is complete.
+    """
     if not prep.ranks.is_root:
         return follow(prep, progress)
     config, engine, plan = prep.config, prep.engine, prep.plan
+    timing = replace(prep.timing)
     report_dir = _new_report_dir(config.report_dir, engine.info, prep.started)
+    early = _EarlyScorer(prep) if overlap and not config.update_goldens else None
     try:
-        outputs, errors = _generate_all(prep, progress)
+        t_gen = time.perf_counter()
+        outputs, errors = _generate_all(prep, progress, timing=timing,
+                                        on_cell=early.add if early else None)
+        timing.generate_stage_s = time.perf_counter() - t_gen
         goldens, written = dict(prep.goldens), []
         if config.update_goldens:
-            goldens, written = _record_goldens(prep, outputs, errors)
+            goldens, written = _record_goldens(prep, outputs, errors, timing)
+    except BaseException:
+        if early:
+            early.close()
+        raise
     finally:
         for used in (engine, prep.golden_engine):
             close = getattr(used, "close", None)
             if callable(close):
                 close()
+    t_after = time.perf_counter()
     baselines = _baselines(prep, goldens, outputs)
-    analyses, scores, unscored = _score_and_analyse(prep, baselines, outputs, errors)
+    analyses, scores, unscored = _score_and_analyse(prep, baselines, outputs, errors, early, timing)
     errors = {**errors, **unscored}
-    findings = _findings(prep, analyses, scores)
+    lengths = _lengths(prep)
+    findings = match_findings(analyses, scores, plan, lengths, prep.limits)
+    now = time.perf_counter()
+    timing.after_generation_s = now - t_after
+    timing.harness_total_s = now - prep.t0
+    timing.scoring_overlapped = early is not None
     cells = tuple(CellResult(cell=c, checks=prep.checks[c], analysis=analyses.get(c),
                              error=errors.get(c), finding=findings.get(c)) for c in plan.cells)
     result = RunResult(config=config, engine=engine.info, limits=prep.limits, dataset=prep.dataset,
@@ -323,27 +387,36 @@ def execute(prep: Prepared, *, progress: Callable[[int], Progress] | None = None
                                       for w in goldens},
                        finished=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                        goldens_written=tuple(written),
-                       report_dir=report_dir, prompts=prep.prompts, ranks=prep.ranks)
+                       report_dir=report_dir, prompts=prep.prompts, ranks=prep.ranks,
+                       timing=timing.as_dict(), scores=tuple(cs for cs, _ in scores.values()),
+                       levels={cs.cell.beam_width: level for cs, level in scores.values()},
+                       grid=prep.grid or plan.cells, prompt_lengths=lengths)
     from harness.report.writer import write_report
 
     write_report(result, report_dir)
     return result
 
 
-def _generate_all(prep: Prepared, progress: Callable[[int], Progress] | None
+def _generate_all(prep: Prepared, progress: Callable[[int], Progress] | None,
+                  timing: Timing | None = None,
+                  on_cell: Callable[[Cell, Outputs], None] | None = None
                   ) -> tuple[dict[Cell, Outputs], dict[Cell, str]]:
-    """Every cell's outputs; an engine fault fails its cell, not the run."""
+    """Every cell's outputs, each handed to ``on_cell`` as soon as it is complete; an engine
+    fault fails its cell, not the run."""
     tick = progress(prep.plan.sequences()) if progress else (lambda k: None)
     outputs: dict[Cell, Outputs] = {}
     errors: dict[Cell, str] = {}
     for cell in prep.plan.all_cells:
         try:
             outputs[cell] = _generate_cell(prep.engine, cell, prep.plan, list(prep.prompts),
-                                           prep.config, tick, prep.cache)
+                                           prep.config, tick, prep.cache, timing)
         except HarnessError:
             raise
         except Exception as exc:
             errors[cell] = _error_text(exc)
+            continue
+        if on_cell is not None:
+            on_cell(cell, outputs[cell])
     return outputs, errors
 
 
@@ -361,53 +434,136 @@ def _baselines(prep: Prepared, goldens: dict[int, GoldenSet], outputs: dict[Cell
     return out
 
 
-def _findings(prep: Prepared, analyses: dict[Cell, CellAnalysis],
-              scores: dict[Cell, tuple[CellScores, tuple[float, ...]]]) -> dict[Cell, Finding]:
-    """Match the failing cells against known fault signatures (harness.patterns)."""
+def _lengths(prep: Prepared) -> tuple[int, ...]:
+    """Prompt lengths for the padding signature: tokens, else words."""
+    return prep.prompt_lengths or tuple(len(p.split()) for p in prep.prompts)
+
+
+def match_findings(analyses: dict[Cell, CellAnalysis],
+                   scores: dict[Cell, tuple[CellScores, tuple[float, ...]]], plan: Plan,
+                   lengths: Sequence[int], limits: EngineLimits | None) -> dict[Cell, Finding]:
+    """Match the failing cells against known fault signatures (harness.patterns); ``merge``
+    calls it too, over every shard's cells."""
     if not any(a.verdict == "fail" for a in analyses.values()):
         return {}
-    lengths = prep.prompt_lengths or tuple(len(p.split()) for p in prep.prompts)
     evidence = []
     for cell, analysis in analyses.items():
         cell_scores, level = scores[cell]
         drops = tuple(tuple(lv - s for lv, s in zip(level, row)) for row in cell_scores.baseline)
         evidence.append(CellEvidence(analysis=analysis, drops=drops,
-                                     shorter=shortfall(prep.plan, cell, lengths)))
-    return match(evidence, prep.limits)
+                                     shorter=shortfall(plan, cell, lengths)))
+    return match(evidence, limits)
+
+
+def _level(base: Sequence[str], bs1: Sequence[str]) -> tuple[tuple[float, ...], float]:
+    """Batch size 1's per-prompt ROUGE-L against the baseline, and the CPU seconds it took."""
+    start = time.thread_time()
+    return tuple(rouge_l(base, bs1)), time.thread_time() - start
+
+
+def _score_cell(cell: Cell, base: Sequence[str], references: Sequence[str],
+                texts: tuple[tuple[str, ...], ...]) -> tuple[CellScores, float]:
+    """One cell's ROUGE-L against baseline and references, and the CPU seconds it took."""
+    start = time.thread_time()
+    scores = CellScores(cell=cell, baseline=tuple(tuple(rouge_l(base, t)) for t in texts),
+                        reference=tuple(tuple(rouge_l(references, t)) for t in texts))
+    return scores, time.thread_time() - start
+
+
+class _EarlyScorer:
+    """Scores each cell in one worker thread as soon as its outputs and its baseline exist.
+
+    Baselines are goldens (known from the start) or batch size 1 of this run, whose cells
+    ``Plan.all_cells`` puts first. Data flows one way: the generation loop hands over
+    finished outputs; ``_score_and_analyse`` takes a result only when it was computed from
+    the very baseline texts it would use itself, and scores anything else on the spot.
+    """
+
+    def __init__(self, prep: Prepared) -> None:
+        docs = prep.dataset.documents
+        self.references = tuple(d.summary for d in docs)
+        self.bases = {w: tuple(g.outputs[d.id] for d in docs) for w, g in prep.goldens.items()}
+        self.under_test = set(prep.plan.cells)
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-scoring")
+        self.cells: dict[Cell, tuple[tuple[str, ...], Future[tuple[CellScores, float]]]] = {}
+        self.levels: dict[int, tuple[tuple[str, ...], Future[tuple[tuple[float, ...], float]]]] = {}
+        self.waiting: list[tuple[Cell, Outputs]] = []
+
+    def add(self, cell: Cell, outputs: Outputs) -> None:
+        w = cell.beam_width
+        if cell == Cell(1, w):
+            base = self.bases.setdefault(w, outputs.texts[0])
+            self.levels[w] = (base, self.pool.submit(_level, base, outputs.texts[0]))
+        if cell in self.under_test:
+            self.waiting.append((cell, outputs))
+        still = []
+        for c, out in self.waiting:
+            base = self.bases.get(c.beam_width)
+            if base is None:
+                still.append((c, out))
+            else:
+                self.cells[c] = (base, self.pool.submit(_score_cell, c, base, self.references,
+                                                        out.texts))
+        self.waiting = still
+
+    def level(self, w: int, base: tuple[str, ...]) -> tuple[tuple[float, ...], float] | None:
+        got = self.levels.get(w)
+        return got[1].result() if got and got[0] == base else None
+
+    def cell(self, cell: Cell, base: tuple[str, ...]) -> tuple[CellScores, float] | None:
+        got = self.cells.get(cell)
+        return got[1].result() if got and got[0] == base else None
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _score_and_analyse(prep: Prepared, baselines: dict[int, tuple[str, tuple[str, ...]]],
-                       outputs: dict[Cell, Outputs], errors: dict[Cell, str]
+                       outputs: dict[Cell, Outputs], errors: dict[Cell, str],
+                       early: _EarlyScorer | None = None, timing: Timing | None = None
                        ) -> tuple[dict[Cell, CellAnalysis],
                                   dict[Cell, tuple[CellScores, tuple[float, ...]]],
                                   dict[Cell, str]]:
     """ROUGE-L of every output against baseline and reference, analysed; plus the cells that
-    could not be scored (no batch-size-1 level for their beam width) with the reason."""
+    could not be scored (no batch-size-1 level for their beam width) with the reason. Scores
+    ``early`` computed while the engine was generating are used where they rest on the same
+    baseline."""
     unscored: dict[Cell, str] = {}
-    references = [d.summary for d in prep.dataset.documents]
-    levels = {w: rouge_l(texts, outputs[Cell(1, w)].texts[0])
-              for w, (_, texts) in baselines.items() if Cell(1, w) in outputs}
+    references = tuple(d.summary for d in prep.dataset.documents)
+    spent = 0.0
+    levels: dict[int, tuple[float, ...]] = {}
     scores: list[CellScores] = []
-    for cell in prep.plan.cells:
-        w = cell.beam_width
-        if cell in errors:
-            continue
-        if w not in levels:
-            unscored[cell] = (f"no batch-size-1 baseline for beam width {w}: "
-                              f"{errors.get(Cell(1, w), 'batch size 1 produced nothing')}")
-            continue
-        base = baselines[w][1]
-        texts = outputs[cell].texts
-        scores.append(CellScores(cell=cell,
-                                 baseline=tuple(tuple(rouge_l(base, t)) for t in texts),
-                                 reference=tuple(tuple(rouge_l(references, t)) for t in texts)))
+    try:
+        for w, (_, texts) in baselines.items():
+            if Cell(1, w) in outputs:
+                got = (early.level(w, texts) if early else None) or _level(
+                    texts, outputs[Cell(1, w)].texts[0])
+                levels[w], spent = got[0], spent + got[1]
+        for cell in prep.plan.cells:
+            w = cell.beam_width
+            if cell in errors:
+                continue
+            if w not in levels:
+                unscored[cell] = (f"no batch-size-1 baseline for beam width {w}: "
+                                  f"{errors.get(Cell(1, w), 'batch size 1 produced nothing')}")
+                continue
+            base = baselines[w][1]
+            got_cell = (early.cell(cell, base) if early else None) or _score_cell(
+                cell, base, references, outputs[cell].texts)
+            scores.append(got_cell[0])
+            spent += got_cell[1]
+    finally:
+        if early:
+            early.close()
+    if timing is not None:
+        timing.scoring_s += spent
     analyses = analyze(scores, levels, tolerance=prep.config.tolerance, alpha=prep.config.alpha)
-    by_cell = {cs.cell: (cs, tuple(levels[cs.cell.beam_width])) for cs in scores}
+    by_cell = {cs.cell: (cs, levels[cs.cell.beam_width]) for cs in scores}
     return {a.cell: a for a in analyses}, by_cell, unscored
 
 
-def _record_goldens(prep: Prepared, outputs: dict[Cell, Outputs], errors: dict[Cell, str]
-                    ) -> tuple[dict[int, GoldenSet], list[str]]:
+def _record_goldens(prep: Prepared, outputs: dict[Cell, Outputs], errors: dict[Cell, str],
+                    timing: Timing | None = None) -> tuple[dict[int, GoldenSet], list[str]]:
     """Goldens from batch size 1 of this engine or of --golden-engine; written only when complete."""
     config, engine, dataset, plan = prep.config, prep.engine, prep.dataset, prep.plan
     source_engine, source = engine, outputs
@@ -417,7 +573,7 @@ def _record_goldens(prep: Prepared, outputs: dict[Cell, Outputs], errors: dict[C
             cell = Cell(1, w)
             try:
                 source[cell] = _generate_cell(source_engine, cell, plan, list(prep.prompts), config,
-                                              lambda k: None)
+                                              lambda k: None, timing=timing)
             except Exception as exc:
                 raise HarnessError(f"--golden-engine {config.golden_engine}: {cell.id} failed "
                                    f"({_error_text(exc)}); goldens were left unchanged") from None

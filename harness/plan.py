@@ -57,6 +57,16 @@ class Plan:
         extra = tuple(c for c in self.cells if c not in self.reference_cells)
         return self.reference_cells + extra
 
+    def shard(self, index: int, count: int) -> Plan:
+        """The plan of shard ``index`` (1-based) of ``count``: its cells (see ``shard_cells``) plus
+        the batch-size-1 reference cell of each beam width among them, which every shard
+        generates for itself because its baseline level comes from it."""
+        cells = shard_cells(self.cells, index, count)
+        widths = {c.beam_width for c in cells}
+        return Plan(cells=cells, reference_cells=tuple(c for c in self.reference_cells
+                                                       if c.beam_width in widths),
+                    order=self.order, seed=self.seed)
+
     def sequences(self) -> int:
         """Number of prompts sent to the engine over the whole plan."""
         return sum(len(self.order) * c.batch_size for c in self.all_cells)
@@ -91,3 +101,25 @@ def make_plan(batch_sizes: tuple[int, ...], beam_widths: tuple[int, ...], num_do
     cells = cells_for(batch_sizes, beam_widths)
     reference = tuple(Cell(1, w) for w in beam_widths)
     return Plan(cells=cells, reference_cells=reference, order=tuple(order), seed=seed)
+
+
+def shard_cells(cells: tuple[Cell, ...], index: int, count: int) -> tuple[Cell, ...]:
+    """The cells of shard ``index`` (1-based) of ``count``, in the order given.
+
+    Deterministic and balanced by work: cells are dealt largest first (batch size x beam
+    width, then report order) to the shard with the least work so far, ties to the lower
+    shard number. Every cell lands in exactly one shard.
+    """
+    if not 1 <= index <= count:
+        raise ConfigError(f"--shard {index}/{count}: K must be between 1 and N")
+    if count > len(cells):
+        raise ConfigError(f"--shard {index}/{count}: the grid has {len(cells)} cell(s) "
+                          f"({', '.join(c.id for c in cells)}), so {count} shards would leave "
+                          f"some empty; use at most {len(cells)} shards")
+    load = [0] * count
+    owner: dict[Cell, int] = {}
+    for i in sorted(range(len(cells)), key=lambda i: (-cells[i].batch_size * cells[i].beam_width, i)):
+        k = min(range(count), key=lambda s: (load[s], s))
+        owner[cells[i]] = k + 1
+        load[k] += cells[i].batch_size * cells[i].beam_width
+    return tuple(c for c in cells if owner[c] == index)

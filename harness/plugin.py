@@ -17,6 +17,7 @@ from harness.config import OPTIONS, RunConfig
 from harness.errors import HarnessError
 
 if TYPE_CHECKING:
+    from harness.engines.base import Engine
     from harness.pipeline import CellResult, FollowerRun, Prepared, RunResult
     from harness.plan import Cell
     from harness.preflight import LimitCheck
@@ -33,6 +34,7 @@ class HarnessState:
     error: str | None = None
     prepared: Prepared | None = None
     result: RunResult | FollowerRun | None = None
+    engine: Engine | None = None  # a second engine, loaded after the run closed the first
 
 
 STATE = pytest.StashKey[HarnessState]()
@@ -134,7 +136,8 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     when a positions test is selected."""
     if session.config.option.collectonly:
         return
-    uses = [set(getattr(item, "fixturenames", ())) for item in session.items]
+    uses = [set(getattr(item, "fixturenames", ())) for item in session.items
+            if item.get_closest_marker("skip") is None]  # e.g. throughput tests not asked for
     if any("harness_cell" in names for names in uses):
         _prepare(session.config)
     if any("harness_cell_result" in names for names in uses):
@@ -155,6 +158,32 @@ def harness_result(request: pytest.FixtureRequest) -> RunResult:
     _run(request.config)
     _skip_unless_root(_prepare(request.config))
     return _state(request.config).result  # type: ignore[return-value]
+
+
+@pytest.fixture(scope="session")
+def harness_prepared(request: pytest.FixtureRequest) -> Prepared:
+    """The session's preflight stage: config, dataset, plan (this shard's), prompts."""
+    return _prepare(request.config)
+
+
+@pytest.fixture(scope="session")
+def harness_engine(request: pytest.FixtureRequest) -> Engine:
+    """An open engine for tests that call it directly (throughput): the prepared one while
+    the run has not closed it, else a fresh load of the same engine, closed at session end."""
+    state = _state(request.config)
+    prepared = _prepare(request.config)
+    if state.result is None:
+        return prepared.engine
+    if state.engine is None:
+        from harness.engines.registry import load_engine
+
+        try:
+            cfg = state.run_config
+            state.engine = load_engine(cfg.engine, cfg.backend, options=cfg.engine_options())
+        except HarnessError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        request.addfinalizer(getattr(state.engine, "close", lambda: None))
+    return state.engine
 
 
 @pytest.fixture
@@ -212,5 +241,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                       f"{result.cache['batches_generated']} batches generated")
     for path in result.goldens_written:
         tr.write_line(f"goldens written: {path}")
+    if result.config.shard:
+        k, n = result.config.shard
+        tr.write_line(f"shard {k}/{n}: this shard's verdict only; combine all {n} reports with "
+                      "`python -m harness merge REPORT_DIR...` for the run's")
     tr.write_line(f"verdict: {result.verdict}   report: {result.report_dir}/report.html "
                   f"(also report.md, report.json)")

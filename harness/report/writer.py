@@ -12,7 +12,7 @@ from harness.analysis import ranges
 from harness.data import build_prompt
 from harness.diagnosis import likely_cause
 from harness.goldens import atomic_write_text
-from harness.pipeline import RunResult
+from harness.pipeline import CellResult, RunResult
 from harness.report.provenance import engine_files, environment
 
 SCHEMA_VERSION = 1
@@ -37,17 +37,26 @@ def verify(report: dict[str, Any]) -> bool:
     return recorded == canonical_hash(report)
 
 
+def worst_position(c: CellResult) -> int | None:
+    """The degraded position with the lowest ROUGE-L (the one the examples show)."""
+    a = c.analysis
+    if a is None or not a.degraded_positions:
+        return None
+    return min(a.degraded_positions, key=lambda p: a.positions[p].rouge_l)
+
+
 def _examples(result: RunResult, cell_index: int) -> list[dict[str, Any]]:
     """A few prompts at the worst degraded position: prompt, baseline and damaged output."""
     c = result.cells[cell_index]
-    a = c.analysis
-    if a is None or not a.degraded_positions:
-        return []
+    worst = worst_position(c)
+    return [] if worst is None else _examples_at(result, c, worst)
+
+
+def _examples_at(result: RunResult, c: CellResult, worst: int) -> list[dict[str, Any]]:
     outputs = {o.cell: o for o in result.outputs}.get(c.cell)
     base = result.baseline_texts.get(c.cell.beam_width)
     if outputs is None or base is None:
         return []
-    worst = min(a.degraded_positions, key=lambda p: a.positions[p].rouge_l)
     docs = result.dataset.documents
     picks = []
     for i in range(len(docs)):
@@ -64,34 +73,64 @@ def _examples(result: RunResult, cell_index: int) -> list[dict[str, Any]]:
              "baseline": base[i], "output": outputs.texts[worst][i]} for i in picks]
 
 
+def cell_dict(c: CellResult, examples: list[dict[str, Any]]) -> dict[str, Any]:
+    """One entry of report.json's ``cells`` (shared with ``merge``)."""
+    a = c.analysis
+    return {
+        "id": c.cell.id,
+        "batch_size": c.cell.batch_size,
+        "beam_width": c.cell.beam_width,
+        "verdict": c.verdict,
+        "limits_verdict": "fail" if c.limit_failures else "pass",
+        "error": c.error,
+        "message": c.error or (a.message if a else ""),
+        "cause": likely_cause(c),
+        "pattern": c.finding.kind if c.finding else None,
+        "baseline_level": _round(a.level) if a else None,
+        "degraded_positions": list(a.degraded_positions) if a else [],
+        "omnibus": ({"drop": _round(a.cell_drop), "p_adjusted": _round(a.cell_p_adjusted, 12),
+                     "failed": a.spread} if a and a.cell_drop is not None else None),
+        "positions": [{
+            "position": s.position, "rouge_l": _round(s.rouge_l),
+            "ci_low": _round(s.ci_low), "ci_high": _round(s.ci_high),
+            "rouge_l_reference": _round(s.rouge_l_reference), "drop": _round(s.drop),
+            "p_value": _round(s.p_value, 12), "p_adjusted": _round(s.p_adjusted, 12),
+            "n": s.n, "degraded": s.degraded} for s in (a.positions if a else ())],
+        "limit_checks": [ch.as_dict() for ch in c.checks],
+        "examples": examples,
+    }
+
+
+def _shard_blocks(result: RunResult) -> dict[str, Any]:
+    """For --shard runs: which cells this shard ran, and what ``merge`` needs to analyse the
+    union as one run: per-prompt scores (unrounded), batch size 1's levels, the prompt
+    order and lengths the fault signatures use, and the examples of every degraded position
+    (Holm over more tests can only clear positions, never add them, so the worst merged
+    position is always among them)."""
+    if not result.config.shard:
+        return {}
+    k, n = result.config.shard
+    by_cell = {c.cell: c for c in result.cells}
+    scored = {}
+    for cs in result.scores:
+        c = by_cell[cs.cell]
+        examples = {str(p): _examples_at(result, c, p)
+                    for p in (c.analysis.degraded_positions if c.analysis else ())}
+        scored[cs.cell.id] = {"baseline": [list(row) for row in cs.baseline],
+                              "reference": [list(row) for row in cs.reference],
+                              "examples": examples}
+    return {
+        "shard": {"index": k, "count": n, "cells": [c.cell.id for c in result.cells],
+                  "grid": [c.id for c in result.grid]},
+        "scores": {"levels": {str(w): list(v) for w, v in result.levels.items()},
+                   "order": list(result.plan.order), "prompt_lengths": list(result.prompt_lengths),
+                   "cells": scored},
+    }
+
+
 def report_dict(result: RunResult) -> dict[str, Any]:
     """The report.json document (see report.schema.json)."""
-    cells = []
-    for index, c in enumerate(result.cells):
-        a = c.analysis
-        cells.append({
-            "id": c.cell.id,
-            "batch_size": c.cell.batch_size,
-            "beam_width": c.cell.beam_width,
-            "verdict": c.verdict,
-            "limits_verdict": "fail" if c.limit_failures else "pass",
-            "error": c.error,
-            "message": c.error or (a.message if a else ""),
-            "cause": likely_cause(c),
-            "pattern": c.finding.kind if c.finding else None,
-            "baseline_level": _round(a.level) if a else None,
-            "degraded_positions": list(a.degraded_positions) if a else [],
-            "omnibus": ({"drop": _round(a.cell_drop), "p_adjusted": _round(a.cell_p_adjusted, 12),
-                         "failed": a.spread} if a and a.cell_drop is not None else None),
-            "positions": [{
-                "position": s.position, "rouge_l": _round(s.rouge_l),
-                "ci_low": _round(s.ci_low), "ci_high": _round(s.ci_high),
-                "rouge_l_reference": _round(s.rouge_l_reference), "drop": _round(s.drop),
-                "p_value": _round(s.p_value, 12), "p_adjusted": _round(s.p_adjusted, 12),
-                "n": s.n, "degraded": s.degraded} for s in (a.positions if a else ())],
-            "limit_checks": [ch.as_dict() for ch in c.checks],
-            "examples": _examples(result, index),
-        })
+    cells = [cell_dict(c, _examples(result, index)) for index, c in enumerate(result.cells)]
     goldens = {}
     for w, path in result.goldens_paths.items():
         file = Path(path)
@@ -126,8 +165,16 @@ def report_dict(result: RunResult) -> dict[str, Any]:
                    "seed": result.plan.seed, "sequences": result.plan.sequences()},
         "options": result.config.as_dict(),
         "environment": environment(),
+        "timing": result.timing,
         "cells": cells,
+        **_shard_blocks(result),
     }
+    return seal(report)
+
+
+def seal(report: dict[str, Any]) -> dict[str, Any]:
+    """Add (or renew) the ``integrity`` block; last step before writing."""
+    report = {k: v for k, v in report.items() if k != "integrity"}
     report["integrity"] = {"sha256": canonical_hash(report),
                            "method": "sha256 of this JSON without 'integrity', keys sorted, "
                                      "separators (',', ':'), UTF-8"}
@@ -153,8 +200,15 @@ def markdown(report: dict[str, Any]) -> str:
               f"{report['cache'].get('generations_from_cache', 0)} generations from the cache, "
               f"{report['cache'].get('batches_generated', 0)} batches generated",
               f"- Method: tolerance {report['method']['tolerance']}, alpha "
-              f"{report['method']['alpha']}, seed {report['method']['seed']}", ""]
-    lines += ["## Findings", ""]
+              f"{report['method']['alpha']}, seed {report['method']['seed']}"]
+    shard = report.get("shard") or {}
+    if shard.get("index"):
+        lines.append(f"- Shard {shard['index']}/{shard['count']}: cells {', '.join(shard['cells'])}; "
+                     "verdict of this shard alone (Holm over its positions); "
+                     "`python -m harness merge` of all shards gives the run's")
+    elif shard.get("merged_from"):
+        lines.append(f"- Merged from {shard['count']} shard reports")
+    lines += ["", "## Findings", ""]
     findings = 0
     for c in report["cells"]:
         if c["verdict"] != "pass":
@@ -195,11 +249,6 @@ def markdown(report: dict[str, Any]) -> str:
 
 def write_report(result: RunResult, folder: Path) -> dict[str, Path]:
     """Write every file atomically; report.json last, so its presence means a whole report."""
-    from harness.report.html import render_report
-
-    report = report_dict(result)
-    paths = {"generations": folder / "generations.jsonl", "md": folder / "report.md",
-             "html": folder / "report.html", "json": folder / "report.json"}
     rows = []
     docs = result.dataset.documents
     for out in result.outputs:
@@ -207,7 +256,16 @@ def write_report(result: RunResult, folder: Path) -> dict[str, Path]:
             for i, text in enumerate(texts):
                 rows.append(json.dumps({"cell": out.cell.id, "position": position,
                                         "id": docs[i].id, "output": text}, ensure_ascii=False))
-    atomic_write_text(paths["generations"], "\n".join(rows) + "\n")
+    return write_files(report_dict(result), rows, folder)
+
+
+def write_files(report: dict[str, Any], generation_rows: list[str], folder: Path) -> dict[str, Path]:
+    """generations.jsonl, report.md, report.html, then report.json (of a sealed report)."""
+    from harness.report.html import render_report
+
+    paths = {"generations": folder / "generations.jsonl", "md": folder / "report.md",
+             "html": folder / "report.html", "json": folder / "report.json"}
+    atomic_write_text(paths["generations"], "\n".join(generation_rows) + "\n")
     atomic_write_text(paths["md"], markdown(report))
     atomic_write_text(paths["html"], render_report(report))
     atomic_write_text(paths["json"], json.dumps(report, indent=2, ensure_ascii=False) + "\n")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import RunConfig, fraction, positive_int, positive_int_list
+from harness.config import RunConfig, fraction, positive_int, positive_int_list, shard
 from harness.errors import ConfigError
 
 
@@ -48,3 +48,28 @@ def test_from_options_errors():
         RunConfig.from_options({"prompt_template": "Summarize:"})
     with pytest.raises(ConfigError, match="--update-goldens"):
         RunConfig.from_options({"golden_engine": "x"})
+
+
+@pytest.mark.parametrize("value, expected", [("1/2", (1, 2)), ("3/3", (3, 3)), (" 2 / 5 ", (2, 5)), ("1/1", (1, 1))])
+def test_shard_accepts(value, expected):
+    assert shard("--shard")(value) == expected
+    assert RunConfig.from_options({"shard": value}).shard == expected
+
+
+@pytest.mark.parametrize("value, words", [
+    ("0/2", "between 1 and N (2)"), ("3/2", "between 1 and N (2)"), ("1/0", "N must be at least 1"),
+    ("1", "expected K/N"), ("a/b", "expected K/N"), ("-1/2", "expected K/N"), ("1/2/3", "expected K/N"),
+])
+def test_shard_rejects_with_option_name(value, words):
+    with pytest.raises(argparse.ArgumentTypeError) as exc:
+        shard("--shard")(value)
+    assert "--shard" in str(exc.value) and words in str(exc.value)
+    with pytest.raises(ConfigError, match="--shard"):
+        RunConfig.from_options({"shard": value})
+
+
+def test_shard_is_recorded_and_excludes_recording_goldens():
+    assert RunConfig.from_options({"shard": "2/3"}).as_dict()["shard"] == "2/3"
+    assert RunConfig().as_dict()["shard"] is None
+    with pytest.raises(ConfigError, match="--update-goldens.*without --shard"):
+        RunConfig.from_options({"shard": "1/2", "update_goldens": True})

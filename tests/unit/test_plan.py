@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from harness.errors import ConfigError
-from harness.plan import Cell, choose_batch_sizes, make_plan
+from harness.plan import Cell, choose_batch_sizes, make_plan, shard_cells
 
 
 @pytest.mark.parametrize("n, b", [(8, 8), (64, 8), (13, 4), (5, 2), (7, 1)])
@@ -41,3 +41,33 @@ def test_default_batch_sizes_capped_by_engine():
     assert choose_batch_sizes(None, 4) == (1, 2, 4)
     assert choose_batch_sizes(None, None) == (1, 2, 4, 8)
     assert choose_batch_sizes((16,), 4) == (16,)  # explicit sizes are kept; the limits test fails them
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5, 12])
+def test_shards_partition_the_grid_deterministically(count):
+    plan = make_plan((1, 2, 4, 8), (1, 2, 4), 64, 0)
+    parts = [shard_cells(plan.cells, k, count) for k in range(1, count + 1)]
+    assert sorted(c.id for part in parts for c in part) == sorted(c.id for c in plan.cells)  # once each
+    assert all(parts) and parts == [shard_cells(plan.cells, k, count) for k in range(1, count + 1)]
+    for part in parts:  # report order kept
+        assert list(part) == [c for c in plan.cells if c in part]
+    work = [sum(c.batch_size * c.beam_width for c in part) for part in parts]
+    assert max(work) - min(work) <= max(c.batch_size * c.beam_width for c in plan.cells)
+
+
+def test_shard_plan_generates_the_reference_cells_it_needs():
+    plan = make_plan((1, 2, 4, 8), (1, 2, 4), 64, 0)
+    shards = [plan.shard(k, 2) for k in (1, 2)]
+    for s in shards:
+        widths = {c.beam_width for c in s.cells}
+        assert s.reference_cells == tuple(Cell(1, w) for w in (1, 2, 4) if w in widths)
+        assert s.all_cells[: len(s.reference_cells)] == s.reference_cells
+        assert s.order == plan.order
+    only_beam4 = make_plan((2, 8), (1, 4), 16, 0).shard(1, 4)
+    assert only_beam4.cells == (Cell(8, 4),) and only_beam4.reference_cells == (Cell(1, 4),)
+    assert only_beam4.all_cells == (Cell(1, 4), Cell(8, 4))
+
+
+def test_more_shards_than_cells_is_a_clear_error():
+    with pytest.raises(ConfigError, match=r"--shard 1/5: the grid has 4 cell\(s\).*at most 4 shards"):
+        shard_cells(make_plan((1, 2), (1, 2), 8, 0).cells, 1, 5)

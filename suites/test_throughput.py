@@ -1,0 +1,63 @@
+"""Engine throughput per cell: sequences/s and generated tokens/s, with pytest-benchmark.
+
+Off unless asked for (see suites/conftest.py). Each cell's rotation batches (the same
+batches the quality run sends) are timed one engine call per round, in pedantic mode, after
+one warm-up call. ``extra_info`` carries the cell, the rates and the engine fingerprint,
+so saved runs (``--benchmark-autosave``) compare like with like and
+``--benchmark-compare-fail`` turns a slowdown into a failing exit.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from harness.cache import engine_fingerprint
+
+pytestmark = pytest.mark.throughput
+
+
+def _generated_tokens(engine, gens) -> int | None:
+    """Tokens of the returned (best-beam) outputs: the engine's ids, else recounted."""
+    if all(g.token_ids for g in gens):
+        return sum(len(g.token_ids) for g in gens)
+    counter = getattr(engine, "count_tokens", None)
+    return sum(counter([g.text for g in gens])) if callable(counter) else None
+
+
+def test_throughput(benchmark, harness_cell, harness_prepared, harness_engine):
+    prep, engine, cell = harness_prepared, harness_engine, harness_cell
+    settings = prep.config.decoding(cell.beam_width)
+    batches = [[prep.prompts[d] for d in b.documents] for b in prep.plan.batches(cell)]
+    feed = itertools.cycle(batches)
+    calls: list[tuple[int, int | None]] = []  # (sequences, generated tokens) per engine call
+
+    def next_batch():
+        return (next(feed),), {}
+
+    def generate(prompts):
+        gens = engine.generate(prompts, settings)
+        assert len(gens) == len(prompts), (
+            f"{cell.id}: the engine returned {len(gens)} outputs for a batch of {len(prompts)}")
+        calls.append((len(prompts), _generated_tokens(engine, gens)))
+
+    warmup = 1
+    benchmark.group = "throughput"
+    benchmark.pedantic(generate, setup=next_batch, rounds=len(batches), warmup_rounds=warmup,
+                       iterations=1)
+    measured = calls[warmup:warmup + len(batches)]
+    seconds = benchmark.stats.stats.total
+    sequences = sum(n for n, _ in measured)
+    tokens = None if any(t is None for _, t in measured) else sum(t for _, t in measured)
+    info = engine.info
+    benchmark.extra_info.update({
+        "cell": cell.id, "batch_size": cell.batch_size, "beam_width": cell.beam_width,
+        "max_new_tokens": settings.max_new_tokens, "batches": len(measured),
+        "sequences": sequences, "generated_tokens": tokens,
+        "sequences_per_s": round(sequences / seconds, 3),
+        "tokens_per_s": round(tokens / seconds, 3) if tokens is not None else None,
+        "engine": info.path, "backend": info.backend, "identity": info.identity,
+        "engine_fingerprint": engine_fingerprint(info),
+        "dataset": prep.dataset.name, "dataset_hash": prep.dataset.hash,
+    })
