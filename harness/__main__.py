@@ -50,11 +50,13 @@ def _progress(total: int):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.pipeline import FollowerRun, run, summary_lines
+    from harness.pipeline import FollowerRun, execute, prepare, summary_lines
 
     values = {spec.dest: getattr(args, spec.dest) for spec in OPTIONS}
     config = RunConfig.from_options(values, root=Path.cwd())
-    result = run(config, progress=_progress)
+    prepared = prepare(config)
+    print(prepared.plan.describe(), flush=True)
+    result = execute(prepared, progress=_progress)
     if isinstance(result, FollowerRun):  # under MPI, rank 0's exit status is the verdict
         print(result.message)
         return 0
@@ -126,7 +128,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                         rounds=args.rounds, max_new_tokens=args.max_new_tokens,
                         tolerance=args.tolerance, alpha=args.alpha, jobs=args.jobs,
                         cache_dir=None if args.no_cache else (args.cache_dir or RunConfig().cache_dir),
-                        only=tuple(args.only.split(",")) if args.only else ())
+                        only=tuple(args.only.split(",")) if args.only else (),
+                        rotation=args.rotation)
     outcomes = run_calibration(settings, say=lambda line: print(line, flush=True))
     lines, ok = table(outcomes, settings, Targets())
     print("\n".join(lines))
@@ -302,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     p_cal.add_argument("--cache-dir", type=Path, default=None,
                        help="generation cache folder (default: the run's cache folder)")
     p_cal.add_argument("--no-cache", action="store_true")
+    p_cal.add_argument("--rotation", choices=("full", "sparse"), default="full",
+                       help="the plan the trials analyse (sparse: each prompt at one position "
+                            "per cell, as with run --rotation sparse)")
     p_cal.set_defaults(func=cmd_calibrate)
 
     p_serve = sub.add_parser("serve", help="serve an emulator or hf engine through an "

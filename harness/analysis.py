@@ -42,7 +42,8 @@ class PositionStats:
 
 @dataclass(frozen=True)
 class CellScores:
-    """Scores of one cell, indexed [position][prompt] (prompts in dataset order)."""
+    """Scores of one cell, indexed [position][prompt] (prompts in dataset order); NaN where
+    the prompt never sat at that position (``--rotation sparse``)."""
 
     cell: Cell
     baseline: tuple[tuple[float, ...], ...]
@@ -127,12 +128,19 @@ def analyze(scores: Sequence[CellScores], level_scores: dict[int, Sequence[float
         level = level_scores[cs.cell.beam_width]
         stats_row = []
         if cs.cell.batch_size > 1:
-            per_prompt = [level[i] - math.fsum(row[i] for row in cs.baseline) / len(cs.baseline)
-                          for i in range(len(level))]
+            per_prompt = []
+            for i in range(len(level)):
+                seen = [row[i] for row in cs.baseline if not math.isnan(row[i])]
+                if seen:  # every prompt is seen somewhere, unless the cell is empty
+                    per_prompt.append(level[i] - math.fsum(seen) / len(seen))
             omnibus[ci] = _mean(per_prompt)
             tests.append((ci, -1, one_sided_paired_p(per_prompt, tolerance)))
-        for p, (base, ref) in enumerate(zip(cs.baseline, cs.reference)):
-            diffs = [a - b for a, b in zip(level, base)]
+        for p, (base_row, ref_row) in enumerate(zip(cs.baseline, cs.reference)):
+            # NaN marks prompts that never sat at this position (--rotation sparse)
+            seen_at = [i for i, b in enumerate(base_row) if not math.isnan(b)]
+            base = [base_row[i] for i in seen_at]
+            ref = [ref_row[i] for i in seen_at]
+            diffs = [level[i] - base_row[i] for i in seen_at]
             p_value = None
             if cs.cell.batch_size > 1:
                 p_value = one_sided_paired_p(diffs, tolerance)

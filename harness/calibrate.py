@@ -189,7 +189,7 @@ def _shortfall(order: Sequence[int], cell: Cell, lengths: Sequence[int]) -> np.n
 def trial(model: Model, obs: Observations, healthy: Observations | None,
           level_pool: dict[int, np.ndarray], rng: np.random.Generator,
           *, pool: int, prompts: int, fraction: float, position: int, tolerance: float,
-          alpha: float) -> tuple[bool, bool, bool]:
+          alpha: float, rotation: str = "full") -> tuple[bool, bool, bool]:
     """One trial: (flagged, localized exactly, signature named)."""
     subset = np.sort(rng.choice(pool, size=prompts, replace=False))
     cells = model.cells + model.extra
@@ -213,6 +213,12 @@ def trial(model: Model, obs: Observations, healthy: Observations | None,
             keep[position] = hits
             picked = np.where(keep, picked, base)
         shorter[cell] = source.shorter[cell][rounds, rows, cols]
+        if rotation == "sparse" and cell.batch_size > 1:
+            # each prompt at one position: its index in the trial's ring, modulo B
+            ring = rng.permutation(prompts)
+            seat = np.empty(prompts, dtype=np.int64)
+            seat[ring] = np.arange(prompts) % cell.batch_size
+            picked = np.where(rows == seat[None, :], picked, np.nan)
         zeros = tuple(tuple(0.0 for _ in range(prompts)) for _ in range(cell.batch_size))
         scores.append(CellScores(cell=cell, baseline=tuple(tuple(map(float, r)) for r in picked),
                                  reference=zeros))
@@ -260,6 +266,7 @@ class Settings:
     cache_dir: Path | None = None
     work_dir: Path | None = None
     only: tuple[str, ...] = ()
+    rotation: str = "full"
 
 
 def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Outcome]:
@@ -362,7 +369,7 @@ def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Out
             rng = np.random.default_rng([s.seed, index, t])
             f, e, n = trial(m, obs, healthy, level, rng, pool=s.pool, prompts=s.prompts,
                             fraction=s.fraction, position=s.position, tolerance=s.tolerance,
-                            alpha=s.alpha)
+                            alpha=s.alpha, rotation=s.rotation)
             flagged, exact, named = flagged + f, exact + e, named + n
         outcomes.append(Outcome(m, s.trials, flagged, exact, named))
     return outcomes
@@ -389,7 +396,9 @@ def table(outcomes: Sequence[Outcome], s: Settings, targets: Targets) -> tuple[l
                  f"for every position, one of {s.rounds} rotation rounds (own shuffle; own drift "
                  f"seed for benign drift); for partial, which {s.fraction:.0%} of the prompts are "
                  f"hit at position {s.position}. tolerance {s.tolerance}, alpha {s.alpha}, "
-                 f"max_new_tokens {s.max_new_tokens}, seed {s.seed}. flagged = the model's grid "
+                 f"max_new_tokens {s.max_new_tokens}, seed {s.seed}, {s.rotation} rotation"
+                 + (" (each prompt at one position per cell)" if s.rotation == "sparse" else "")
+                 + ". flagged = the model's grid "
                  "fails; exact = every cell's degraded positions are exactly the damaged ones; "
                  "named = the failure names the right signature.")
     healthy = [o for o in outcomes if not o.model.should_fail]

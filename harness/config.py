@@ -276,6 +276,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--shard", "shard", "run only shard K of N of the cells (for CI matrices); "
                "combine the shard reports with `python -m harness merge`", shard("--shard"),
                metavar="K/N"),
+    OptionSpec("--rotation", "rotation", "full (default: every prompt at every position of every "
+               "cell, N x B sequences per cell) or sparse (each prompt at one position per cell, "
+               "N sequences per cell: B times cheaper, less sensitive; see docs/method.md)",
+               choice("--rotation", ("full", "sparse")), "full", metavar="{full,sparse}"),
     OptionSpec("--golden-engine", "golden_engine", "engine or hf model directory whose batch-size-1 "
                "outputs become the goldens with --update-goldens", metavar="DIR"),
     OptionSpec("--trtllm-runtime", "trtllm_runtime", "TensorRT-LLM runner of the trtllm backend: cpp "
@@ -378,6 +382,7 @@ class RunConfig:
     request_timeout: float = 600.0
     retries: int = 2
     shard: tuple[int, int] | None = None  # (K, N): shard K of N, 1-based
+    rotation: str = "full"
 
     @classmethod
     def from_options(cls, values: dict[str, Any], *, root: Path | None = None) -> RunConfig:

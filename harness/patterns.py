@@ -41,6 +41,7 @@ class CellEvidence:
 
     analysis: CellAnalysis
     drops: tuple[tuple[float, ...], ...]  # [position][document]: batch-size-1 level - score
+    # (NaN where the document never sat at that position, --rotation sparse)
     shorter: tuple[tuple[int, ...], ...] | None = None  # [position][document]: tokens short of
     # the longest prompt of the batch it sat in
 
@@ -51,6 +52,11 @@ class Finding:
 
     kind: str
     text: str
+
+
+def _seen(row: Sequence[float]) -> list[float]:
+    """Drops of the prompts that sat at this position (NaN: not there, --rotation sparse)."""
+    return [d for d in row if not math.isnan(d)]
 
 
 def shortfall(plan: Plan, cell: Cell, lengths: Sequence[int]) -> tuple[tuple[int, ...], ...]:
@@ -135,8 +141,9 @@ def _padding(e: CellEvidence) -> Finding | None:
     """The longest prompt of each batch needs no padding: a padding fault spares it."""
     if e.shorter is None:
         return None
-    drops = [d for row in e.drops for d in row]
-    short = [s for row in e.shorter for s in row]
+    pairs = [(d, s) for drow, srow in zip(e.drops, e.shorter) for d, s in zip(drow, srow)
+             if not math.isnan(d)]
+    drops, short = [d for d, _ in pairs], [s for _, s in pairs]
     longest = [d > HIT for d, s in zip(drops, short) if s == 0]
     shorter = [d > HIT for d, s in zip(drops, short) if s > 0]
     if len(longest) < 5 or not shorter:
@@ -162,10 +169,10 @@ def _stride(e: CellEvidence, analyses: Sequence[CellAnalysis]) -> Finding | None
     greedy = [b for b in analyses if b.cell.beam_width == 1 and b.cell.batch_size == a.cell.batch_size]
     if any(b.verdict != "pass" for b in greedy):
         return None
-    first = [d for d in e.drops[0]]
+    first = _seen(e.drops[0])
     if sum(d > HIT for d in first) > 0.02 * len(first):
         return None
-    means = [math.fsum(row) / len(row) for row in e.drops]
+    means = [math.fsum(_seen(row)) / max(1, len(_seen(row))) for row in e.drops]
     return Finding("stride", f"beam search only: position 0 intact, positions "
                              f"{ranges(a.degraded_positions)} degraded (mean drop by position "
                              f"{', '.join(f'{m:.2f}' for m in means)}): suspect a stride or offset "
@@ -180,7 +187,8 @@ def _single(e: CellEvidence) -> Finding | None:
     if len(a.degraded_positions) != 1:
         return None
     p = a.degraded_positions[0]
-    share = sum(d > HIT for d in e.drops[p]) / len(e.drops[p])
+    seen = _seen(e.drops[p])
+    share = sum(d > HIT for d in seen) / max(1, len(seen))
     if share >= 0.9:
         return Finding("single", f"only position {p} degraded, on {share:.0%} of prompts: a "
                                  "fault tied to that batch slot")

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -58,7 +59,7 @@ class Outputs:
     """Texts generated for one cell, indexed [position][document index]."""
 
     cell: Cell
-    texts: tuple[tuple[str, ...], ...]
+    texts: tuple[tuple[str | None, ...], ...]  # None: the prompt never sat there (sparse)
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,8 @@ def _generate_cell(engine: Engine, cell: Cell, plan: Plan, prompts: list[str], c
                    tick: Progress, cache: GenerationCache | None = None,
                    timing: Timing | None = None) -> Outputs:
     n = len(plan.order)
-    texts: list[list[str]] = [[""] * n for _ in range(cell.batch_size)]
+    # None where the plan puts no prompt at a position (--rotation sparse)
+    texts: list[list[str | None]] = [[None] * n for _ in range(cell.batch_size)]
     settings = config.decoding(cell.beam_width)
     for batch in plan.batches(cell):
         batch_prompts = [prompts[d] for d in batch.documents]
@@ -264,7 +266,7 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     # directly has no test ids to agree with, so its own limits cap the grid
     sizes = (choose_batch_sizes(config.batch_sizes, limits.max_batch_size if limits else None)
              if given else planned_batch_sizes(config))
-    plan = make_plan(sizes, config.beam_widths, len(dataset), config.seed)
+    plan = make_plan(sizes, config.beam_widths, len(dataset), config.seed, config.rotation)
     prompts = build_prompts(dataset.documents, config.prompt_template, chat=config.chat,
                             engine=engine)
 
@@ -461,12 +463,22 @@ def _level(base: Sequence[str], bs1: Sequence[str]) -> tuple[tuple[float, ...], 
     return tuple(rouge_l(base, bs1)), time.thread_time() - start
 
 
+def _visited_rouge(targets: Sequence[str], row: Sequence[str | None]) -> tuple[float, ...]:
+    """ROUGE-L per prompt; NaN where the prompt never sat at this position."""
+    seen = [i for i, t in enumerate(row) if t is not None]
+    got = rouge_l([targets[i] for i in seen], [row[i] for i in seen])  # type: ignore[misc]
+    out = [math.nan] * len(row)
+    for i, value in zip(seen, got):
+        out[i] = value
+    return tuple(out)
+
+
 def _score_cell(cell: Cell, base: Sequence[str], references: Sequence[str],
-                texts: tuple[tuple[str, ...], ...]) -> tuple[CellScores, float]:
+                texts: tuple[tuple[str | None, ...], ...]) -> tuple[CellScores, float]:
     """One cell's ROUGE-L against baseline and references, and the CPU seconds it took."""
     start = time.thread_time()
-    scores = CellScores(cell=cell, baseline=tuple(tuple(rouge_l(base, t)) for t in texts),
-                        reference=tuple(tuple(rouge_l(references, t)) for t in texts))
+    scores = CellScores(cell=cell, baseline=tuple(_visited_rouge(base, t) for t in texts),
+                        reference=tuple(_visited_rouge(references, t) for t in texts))
     return scores, time.thread_time() - start
 
 

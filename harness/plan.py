@@ -4,6 +4,12 @@ Within a cell, prompts are shuffled once (seeded) into a ring; batch k holds the
 starting at ring index k. Over the N batches of a cell every prompt sits at every position
 exactly once, and every batch is full, for any N >= B. Comparing a position with batch
 size 1 over the same prompts therefore removes prompt difficulty from the comparison.
+
+``--rotation sparse`` is the cheap mode for pull-request checks: a cell takes only every
+B-th of those batches (ceil(N / B) disjoint batches), so each prompt sits at one position
+per cell and the cell costs N sequences instead of N x B. Each position is still compared
+with batch size 1 on the same prompts (paired), but over N / B prompts only; its detection
+and false-alarm rates are in docs/method.md.
 """
 
 from __future__ import annotations
@@ -44,12 +50,14 @@ class Plan:
     reference_cells: tuple[Cell, ...]
     order: tuple[int, ...]
     seed: int
+    rotation: str = "full"
 
     def batches(self, cell: Cell) -> list[Batch]:
-        """The N rotation batches of a cell."""
+        """The N rotation batches of a cell (full), or every B-th of them (sparse)."""
         n, b = len(self.order), cell.batch_size
+        step = b if self.rotation == "sparse" else 1
         return [Batch(cell, k, tuple(self.order[(k + j) % n] for j in range(b)))
-                for k in range(n)]
+                for k in range(0, n, step)]
 
     @property
     def all_cells(self) -> tuple[Cell, ...]:
@@ -65,11 +73,20 @@ class Plan:
         widths = {c.beam_width for c in cells}
         return Plan(cells=cells, reference_cells=tuple(c for c in self.reference_cells
                                                        if c.beam_width in widths),
-                    order=self.order, seed=self.seed)
+                    order=self.order, seed=self.seed, rotation=self.rotation)
+
+    def describe(self) -> str:
+        """One line printed before the run: what the plan costs, and in the other mode."""
+        other = "sparse" if self.rotation == "full" else "full"
+        alt = Plan(self.cells, self.reference_cells, self.order, self.seed, other)
+        batches = sum(len(self.batches(c)) for c in self.all_cells)
+        return (f"plan: {self.sequences():,} sequences in {batches:,} batches over "
+                f"{len(self.all_cells)} cells ({self.rotation} rotation; --rotation {other} would "
+                f"need {alt.sequences():,})")
 
     def sequences(self) -> int:
         """Number of prompts sent to the engine over the whole plan."""
-        return sum(len(self.order) * c.batch_size for c in self.all_cells)
+        return sum(len(self.batches(c)) * c.batch_size for c in self.all_cells)
 
 
 def choose_batch_sizes(requested: tuple[int, ...] | None, max_batch_size: int | None) -> tuple[int, ...]:
@@ -87,8 +104,11 @@ def cells_for(batch_sizes: tuple[int, ...], beam_widths: tuple[int, ...]) -> tup
     return tuple(Cell(b, w) for w in beam_widths for b in batch_sizes)
 
 
+ROTATIONS = ("full", "sparse")
+
+
 def make_plan(batch_sizes: tuple[int, ...], beam_widths: tuple[int, ...], num_documents: int,
-              seed: int) -> Plan:
+              seed: int, rotation: str = "full") -> Plan:
     """Cells and the seeded ring order of documents."""
     largest = max(batch_sizes)
     if num_documents < largest:
@@ -100,7 +120,8 @@ def make_plan(batch_sizes: tuple[int, ...], beam_widths: tuple[int, ...], num_do
     random.Random(seed).shuffle(order)
     cells = cells_for(batch_sizes, beam_widths)
     reference = tuple(Cell(1, w) for w in beam_widths)
-    return Plan(cells=cells, reference_cells=reference, order=tuple(order), seed=seed)
+    return Plan(cells=cells, reference_cells=reference, order=tuple(order), seed=seed,
+                rotation=rotation)
 
 
 def shard_cells(cells: tuple[Cell, ...], index: int, count: int) -> tuple[Cell, ...]:

@@ -108,6 +108,8 @@ def _prepare(config: pytest.Config) -> Prepared:
             raise pytest.UsageError(str(exc)) from None
         failures = state.prepared.limit_failures()
         reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(state.prepared.plan.describe())
         if failures and reporter is not None:
             cells = sorted({c.cell for c in failures})
             reporter.write_line(f"preflight: build limits exceeded in {len(cells)} cell(s) "

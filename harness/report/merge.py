@@ -11,6 +11,8 @@ outputs in every shard, which merge checks.
 
 from __future__ import annotations
 
+import math
+
 import datetime as dt
 import json
 from collections.abc import Sequence
@@ -141,6 +143,11 @@ def _agreeing(loaded: list[tuple[Path, dict[str, Any], list[dict[str, Any]]]], b
     return {w: levels[w] for w in order}, rows
 
 
+def _nans(row: list[float | None]) -> tuple[float, ...]:
+    """null in a shard report: the prompt never sat at that position (--rotation sparse)."""
+    return tuple(math.nan if x is None else float(x) for x in row)
+
+
 def merge(paths: Sequence[str | Path]) -> tuple[dict[str, Any], list[str]]:
     """The sealed report.json document of the whole run, and its generations.jsonl lines."""
     if not paths:
@@ -162,8 +169,8 @@ def merge(paths: Sequence[str | Path]) -> tuple[dict[str, Any], list[str]]:
                                   "is damaged, rerun that shard")
             shard_cells[c["id"]] = (c, scored.get(c["id"]))
     grid = [_cell(cid) for cid in base["shard"]["grid"]]
-    scores = [CellScores(cell=cell, baseline=tuple(tuple(r) for r in s["baseline"]),
-                         reference=tuple(tuple(r) for r in s["reference"]))
+    scores = [CellScores(cell=cell, baseline=tuple(_nans(r) for r in s["baseline"]),
+                         reference=tuple(_nans(r) for r in s["reference"]))
               for cell in grid for _, s in [shard_cells[cell.id]] if s is not None]
     analyses = {a.cell: a for a in analyze(scores, levels, tolerance=float(options["tolerance"]),
                                            alpha=float(options["alpha"]))}

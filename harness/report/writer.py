@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +62,7 @@ def _examples_at(result: RunResult, c: CellResult, worst: int) -> list[dict[str,
     docs = result.dataset.documents
     picks = []
     for i in range(len(docs)):
-        if outputs.texts[worst][i] != base[i]:
+        if outputs.texts[worst][i] is not None and outputs.texts[worst][i] != base[i]:
             picks.append(i)
         if len(picks) == EXAMPLES_PER_CELL:
             break
@@ -101,6 +103,11 @@ def cell_dict(c: CellResult, examples: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _nulls(row: Sequence[float]) -> list[float | None]:
+    """JSON has no NaN: a prompt that never sat at a position (sparse) is null."""
+    return [None if math.isnan(x) else x for x in row]
+
+
 def _shard_blocks(result: RunResult) -> dict[str, Any]:
     """For --shard runs: which cells this shard ran, and what ``merge`` needs to analyse the
     union as one run: per-prompt scores (unrounded), batch size 1's levels, the prompt
@@ -116,8 +123,8 @@ def _shard_blocks(result: RunResult) -> dict[str, Any]:
         c = by_cell[cs.cell]
         examples = {str(p): _examples_at(result, c, p)
                     for p in (c.analysis.degraded_positions if c.analysis else ())}
-        scored[cs.cell.id] = {"baseline": [list(row) for row in cs.baseline],
-                              "reference": [list(row) for row in cs.reference],
+        scored[cs.cell.id] = {"baseline": [_nulls(row) for row in cs.baseline],
+                              "reference": [_nulls(row) for row in cs.reference],
                               "examples": examples}
     return {
         "shard": {"index": k, "count": n, "cells": [c.cell.id for c in result.cells],
@@ -161,7 +168,10 @@ def report_dict(result: RunResult) -> dict[str, Any]:
                    "test": "one-sided paired t-test of the drop below batch size 1 against "
                            "the tolerance, per position and per cell (mean over positions), "
                            "Holm-corrected over all tests of the run (docs/method.md)",
-                   "plan": "cyclic rotation: every prompt at every position once per cell",
+                   "plan": ("cyclic rotation: every prompt at every position once per cell"
+                            if result.plan.rotation == "full" else
+                            "sparse rotation: every prompt at one position per cell"),
+                   "rotation": result.plan.rotation,
                    "seed": result.plan.seed, "sequences": result.plan.sequences()},
         "options": result.config.as_dict(),
         "environment": environment(),
@@ -254,6 +264,8 @@ def write_report(result: RunResult, folder: Path) -> dict[str, Path]:
     for out in result.outputs:
         for position, texts in enumerate(out.texts):
             for i, text in enumerate(texts):
+                if text is None:  # never sat there (--rotation sparse)
+                    continue
                 rows.append(json.dumps({"cell": out.cell.id, "position": position,
                                         "id": docs[i].id, "output": text}, ensure_ascii=False))
     return write_files(report_dict(result), rows, folder)

@@ -16,11 +16,11 @@ from harness.pipeline import run
 
 CASES = [
     # fault, build limits (batch, beam), batch sizes, beam widths, {cell: degraded}, signature
-    ("healthy", (8, 4), "4,8", "1,2", {}, None),
+    ("healthy", (8, 4), "4", "1,2", {}, None),
     ("drift", (8, 4), "8", "1", {}, None),
     ("full-batch", (8, 4), "4,8", "1", {"bs8-beam1": [7]}, "full-batch"),
     ("padding", (8, 4), "4", "1", {"bs4-beam1": [0, 1, 2, 3]}, "padding"),
-    ("stride", (8, 4), "4", "1,2", {"bs4-beam2": [1, 2, 3]}, "stride"),
+    ("stride", (8, 4), "8", "1,2", {"bs8-beam2": [1, 2, 3, 4, 5, 6, 7]}, "stride"),
     ("partial:fraction=1.0,position=3", (8, 4), "8", "1", {"bs8-beam1": [3]}, "single"),
     ("overflow", (8, 1), "4,8", "2", {"bs8-beam2": [4, 5, 6, 7]}, "overflow"),
 ]
@@ -35,8 +35,9 @@ def test_each_fault_fails_exactly_where_it_damages(tmp_path, small_dataset, faul
                                                            max_beam_width=limits[1]), fault=spec)
     config = RunConfig.from_options({
         "engine": str(engine), "dataset": str(small_dataset), "batch_sizes": sizes,
-        "beam_widths": widths, "max_new_tokens": "24", "report_dir": str(tmp_path / "r"),
-        "goldens_dir": str(tmp_path / "g"), "no_cache": True})
+        "beam_widths": widths, "report_dir": str(tmp_path / "r"), "goldens_dir": str(tmp_path / "g"),
+        # stride needs requests that finish before max_new_tokens, unevenly
+        "max_new_tokens": "48" if fault == "stride" else "24", "no_cache": True})
     result = run(config)
     found = {c.cell.id: list(c.analysis.degraded_positions) for c in result.cells
              if c.analysis and c.analysis.verdict == "fail"}
@@ -44,3 +45,18 @@ def test_each_fault_fails_exactly_where_it_damages(tmp_path, small_dataset, faul
     assert all(c.error is None for c in result.cells)
     kinds = {c.finding.kind for c in result.cells if c.finding}
     assert kinds == ({signature} if signature else set())
+
+
+def test_sparse_rotation_still_catches_the_incident_at_a_fraction_of_the_cost(tmp_path, engine_factory):
+    """--rotation sparse on the bundled 64 prompts: 8 prompts per position, 64 sequences for
+    bs8-beam4 instead of 512, and the overflow positions are still found exactly."""
+    config = RunConfig.from_options({
+        "engine": str(engine_factory(8, 1)), "batch_sizes": "8", "beam_widths": "4",
+        "max_new_tokens": "24", "rotation": "sparse", "report_dir": str(tmp_path / "r"),
+        "goldens_dir": str(tmp_path / "g"), "no_cache": True})
+    result = run(config)
+    [cell] = result.cells
+    assert cell.analysis.degraded_positions == (2, 3, 4, 5, 6, 7)
+    assert [s.n for s in cell.analysis.positions] == [8] * 8
+    assert result.plan.sequences() == 64 + 64
+    assert cell.finding is not None and cell.finding.kind == "overflow"

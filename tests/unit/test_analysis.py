@@ -94,3 +94,16 @@ def test_omnibus_joins_the_holm_family_and_stays_quiet_on_a_clean_cell():
                   alpha=0.01)
     assert a.verdict == "pass" and not a.spread and a.cell_drop == 0.0
     assert a.cell_p_adjusted == 1.0
+
+
+def test_sparse_cells_test_each_position_on_its_own_prompts():
+    """NaN marks a prompt that never sat at a position (--rotation sparse)."""
+    nan = float("nan")
+    cell = Cell(2, 1)
+    pos0 = [1.0 if i % 2 == 0 else nan for i in range(40)]
+    pos1 = [nan if i % 2 == 0 else 0.1 for i in range(40)]
+    [a] = analyze([_cell_scores(cell, [pos0, pos1])], {1: [1.0] * 40}, tolerance=0.02, alpha=0.01)
+    assert [s.n for s in a.positions] == [20, 20]
+    assert a.degraded_positions == (1,)
+    assert a.positions[1].drop == pytest.approx(0.9) and a.positions[0].drop == 0.0
+    assert a.cell_drop == pytest.approx(0.45)

@@ -71,3 +71,29 @@ def test_shard_plan_generates_the_reference_cells_it_needs():
 def test_more_shards_than_cells_is_a_clear_error():
     with pytest.raises(ConfigError, match=r"--shard 1/5: the grid has 4 cell\(s\).*at most 4 shards"):
         shard_cells(make_plan((1, 2), (1, 2), 8, 0).cells, 1, 5)
+
+
+def test_sparse_rotation_puts_each_prompt_at_one_position_per_cell():
+    from harness.plan import make_plan
+
+    full = make_plan((1, 4, 8), (1, 2), 64, seed=3)
+    sparse = make_plan((1, 4, 8), (1, 2), 64, seed=3, rotation="sparse")
+    for cell in sparse.cells:
+        batches = sparse.batches(cell)
+        assert len(batches) == 64 // cell.batch_size
+        seen = [d for b in batches for d in b.documents]
+        assert sorted(seen) == list(range(64))  # every prompt once, at one position
+    assert [len(sparse.batches(c)) for c in sparse.reference_cells] == [64, 64]  # bs1 stays full
+    assert sparse.sequences() == 64 * 2 + 2 * (64 + 64)
+    assert full.sequences() == 64 * 2 + 2 * (64 * 4 + 64 * 8)
+    assert "--rotation sparse would need 384" in full.describe()
+    assert "sparse rotation; --rotation full would need 1,664" in sparse.describe()
+
+
+def test_sparse_rotation_wraps_when_the_batch_size_does_not_divide():
+    from harness.plan import Cell, make_plan
+
+    plan = make_plan((4,), (1,), 10, seed=0, rotation="sparse")
+    batches = plan.batches(Cell(4, 1))
+    assert len(batches) == 3 and all(len(b.documents) == 4 for b in batches)
+    assert set(d for b in batches for d in b.documents) == set(range(10))
