@@ -1,0 +1,55 @@
+"""calibrate on a tiny seeded setting: real engines, real generations, the run's analysis."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from harness.calibrate import Settings, Targets, min_detectable_drop, run_calibration, table
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("calibrate")
+    settings = Settings(trials=20, seed=5, prompts=12, pool=16, rounds=1, max_new_tokens=12,
+                        jobs=1, cache_dir=root / "cache", work_dir=root / "engines",
+                        only=("healthy", "full-batch"))
+    return settings, run_calibration(settings, say=lambda line: None)
+
+
+def test_rates_and_table(tiny):
+    settings, outcomes = tiny
+    by = {o.model.name: o for o in outcomes}
+    assert by["healthy"].flagged == 0
+    assert by["full-batch"].flagged == 20 and by["full-batch"].exact == 20
+    assert by["full-batch"].named == 20
+    lines, ok = table(outcomes, settings, Targets())
+    assert ok and lines[-1].startswith("calibrate: false alarms 0.0% healthy; worst detection "
+                                       "100.0% (full-batch)")
+    assert "12 prompts drawn from a pool of 16" in "\n".join(lines)
+
+
+def test_same_seed_same_results_and_a_missed_target_is_reported(tiny):
+    settings, outcomes = tiny
+    again = run_calibration(settings, say=lambda line: None)  # generations from the cache
+    assert [(o.flagged, o.exact, o.named) for o in again] == \
+        [(o.flagged, o.exact, o.named) for o in outcomes]
+    lines, ok = table(outcomes, settings, Targets(exact=1.01))
+    assert not ok and lines[-1].endswith("TARGETS MISSED") and "MISSED" in lines[2]
+
+
+def test_cli_refuses_unknown_models_in_one_line():
+    proc = subprocess.run([sys.executable, "-m", "harness", "calibrate", "--only", "gremlins"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "--only gremlins: unknown model(s) gremlins" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_minimum_detectable_drop_matches_the_documented_table():
+    assert min_detectable_drop(64, 0.1, tolerance=0.02, alpha=0.01, tests=51) == \
+        pytest.approx(0.077, abs=5e-4)
+    assert min_detectable_drop(512, 0.3, tolerance=0.02, alpha=0.01, tests=51) == \
+        pytest.approx(0.078, abs=5e-4)
