@@ -66,23 +66,37 @@ class GenerationCache:
         return self.folder / key[:2] / f"{key}.json"
 
     def get(self, settings: DecodingSettings, prompts: Sequence[str]) -> list[str] | None:
-        """The batch's outputs when cached and intact, else None."""
+        """The batch's outputs (best beams) when cached and intact, else None."""
+        entry = self.get_entry(settings, prompts)
+        return entry[0] if entry is not None else None
+
+    def get_entry(self, settings: DecodingSettings, prompts: Sequence[str]
+                  ) -> tuple[list[str], list[list[str]] | None] | None:
+        """The batch's outputs and, where stored, every beam of each; None when missing."""
         if self.folder is None:
             return None
         path = self._path(settings, prompts)
         try:
-            texts = json.loads(path.read_text(encoding="utf-8"))["outputs"]
+            stored = json.loads(path.read_text(encoding="utf-8"))
+            texts = stored["outputs"]
         except (OSError, ValueError, KeyError, TypeError):
             return None  # missing or damaged: generate again, and overwrite
         if not isinstance(texts, list) or len(texts) != len(prompts) or not all(
                 isinstance(t, str) for t in texts):
             return None
+        beams = stored.get("beams")
+        if not (isinstance(beams, list) and len(beams) == len(prompts) and all(
+                isinstance(b, list) and all(isinstance(t, str) for t in b) for b in beams)):
+            beams = None
         self.stats.batches_from_cache += 1
         self.stats.generations_from_cache += len(texts)
-        return texts
+        return texts, beams
 
-    def put(self, settings: DecodingSettings, prompts: Sequence[str], texts: Sequence[str]) -> None:
+    def put(self, settings: DecodingSettings, prompts: Sequence[str], texts: Sequence[str],
+            beams: Sequence[Sequence[str]] | None = None) -> None:
         self.stats.batches_generated += 1
         if self.folder is not None:
-            atomic_write_text(self._path(settings, prompts),
-                              json.dumps({"outputs": list(texts)}, ensure_ascii=False))
+            entry: dict[str, Any] = {"outputs": list(texts)}
+            if beams is not None:
+                entry["beams"] = [list(b) for b in beams]
+            atomic_write_text(self._path(settings, prompts), json.dumps(entry, ensure_ascii=False))

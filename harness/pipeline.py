@@ -60,6 +60,7 @@ class Outputs:
 
     cell: Cell
     texts: tuple[tuple[str | None, ...], ...]  # None: the prompt never sat there (sparse)
+    beams: tuple[tuple[tuple[str, ...] | None, ...], ...] = ()  # [position][doc], beam search
 
 
 @dataclass(frozen=True)
@@ -170,10 +171,13 @@ def _generate_cell(engine: Engine, cell: Cell, plan: Plan, prompts: list[str], c
     n = len(plan.order)
     # None where the plan puts no prompt at a position (--rotation sparse)
     texts: list[list[str | None]] = [[None] * n for _ in range(cell.batch_size)]
+    # every beam of every output (beam search only): kept in generations.jsonl, not scored
+    beams: list[list[tuple[str, ...] | None]] = [[None] * n for _ in range(cell.batch_size)]
     settings = config.decoding(cell.beam_width)
     for batch in plan.batches(cell):
         batch_prompts = [prompts[d] for d in batch.documents]
-        outs = cache.get(settings, batch_prompts) if cache else None
+        entry = cache.get_entry(settings, batch_prompts) if cache else None
+        outs, all_beams = entry if entry is not None else (None, None)
         if outs is None:
             t = time.perf_counter()
             gens = engine.generate(batch_prompts, settings)
@@ -184,12 +188,19 @@ def _generate_cell(engine: Engine, cell: Cell, plan: Plan, prompts: list[str], c
                 raise RuntimeError(f"the engine returned {len(gens)} outputs for a batch of "
                                    f"{len(batch.documents)}")
             outs = [g.text if isinstance(g.text, str) else "" for g in gens]
+            all_beams = None
+            if cell.beam_width > 1:
+                all_beams = [[b if isinstance(b, str) else "" for b in (g.beams or (text,))]
+                             for g, text in zip(gens, outs)]
             if cache:
-                cache.put(settings, batch_prompts, outs)
+                cache.put(settings, batch_prompts, outs, all_beams)
         for position, (doc, text) in enumerate(zip(batch.documents, outs)):
             texts[position][doc] = text
+            if all_beams is not None:
+                beams[position][doc] = tuple(all_beams[position])
         tick(len(batch.documents))
-    return Outputs(cell=cell, texts=tuple(tuple(t) for t in texts))
+    kept = tuple(tuple(b) for b in beams) if cell.beam_width > 1 else ()
+    return Outputs(cell=cell, texts=tuple(tuple(t) for t in texts), beams=kept)
 
 
 def _error_text(exc: BaseException) -> str:

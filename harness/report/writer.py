@@ -266,8 +266,11 @@ def write_report(result: RunResult, folder: Path) -> dict[str, Path]:
             for i, text in enumerate(texts):
                 if text is None:  # never sat there (--rotation sparse)
                     continue
-                rows.append(json.dumps({"cell": out.cell.id, "position": position,
-                                        "id": docs[i].id, "output": text}, ensure_ascii=False))
+                row: dict[str, Any] = {"cell": out.cell.id, "position": position,
+                                       "id": docs[i].id, "output": text}
+                if out.beams and out.beams[position][i] is not None:
+                    row["beams"] = list(out.beams[position][i])  # type: ignore[arg-type]
+                rows.append(json.dumps(row, ensure_ascii=False))
     return write_files(report_dict(result), rows, folder)
 
 
