@@ -68,8 +68,8 @@ def one_sided_paired_p(diffs: Sequence[float], tolerance: float) -> float:
     """p-value of H0: mean(diffs) <= tolerance against H1: mean(diffs) > tolerance."""
     n = len(diffs)
     mean = math.fsum(diffs) / n
-    if n < 2:
-        return 0.0 if mean > tolerance else 1.0
+    if n < 2:  # one prompt: no sampling noise can be estimated, so nothing is tested
+        return 1.0
     var = math.fsum((d - mean) ** 2 for d in diffs) / (n - 1)
     if var <= 1e-24:  # every prompt moved by the same amount: no sampling noise to test
         return 0.0 if mean > tolerance else 1.0
@@ -119,8 +119,11 @@ def mean_ci(xs: Sequence[float], level: float = 0.95) -> tuple[float, float]:
 
 
 def analyze(scores: Sequence[CellScores], level_scores: dict[int, Sequence[float]], *,
-            tolerance: float, alpha: float) -> list[CellAnalysis]:
-    """Analyse every cell; ``level_scores[beam_width]`` holds batch size 1's per-prompt scores."""
+            tolerance: float, alpha: float, family: int | None = None) -> list[CellAnalysis]:
+    """Analyse every cell; ``level_scores[beam_width]`` holds batch size 1's per-prompt scores.
+
+    ``family`` (calibrate only) sizes the Holm family as if a larger grid had been run whose
+    other tests all came out clean (p = 1): the correction of that grid, for these cells."""
     tests: list[tuple[int, int, float]] = []  # (cell index, position or -1 for the cell, p)
     drafts: list[list[PositionStats]] = []
     omnibus: dict[int, float] = {}  # cell index -> mean drop over positions
@@ -151,7 +154,8 @@ def analyze(scores: Sequence[CellScores], level_scores: dict[int, Sequence[float
                                            p_value=p_value, p_adjusted=None, n=len(base),
                                            ci_low=low, ci_high=high))
         drafts.append(stats_row)
-    adjusted = holm([t[2] for t in tests])
+    nulls = max(0, (family or 0) - len(tests))
+    adjusted = holm([t[2] for t in tests] + [1.0] * nulls)[:len(tests)]
     cell_adjusted: dict[int, float] = {}
     for (ci, p, _), adj in zip(tests, adjusted):
         if p < 0:

@@ -5,18 +5,22 @@ beam-slot overflow of the incident, an emulator engine is built and run over a p
 generated prompts: ``rounds`` rotation rounds per cell, each with its own seeded shuffle
 (and, for benign drift, its own drift seed), so every pool prompt sits at every position in
 ``rounds`` different batches. A trial then draws ``prompts`` documents from the pool and,
-for every position, one of the rounds; its scores go through ``harness.analysis.analyze``
-and ``harness.patterns.match``, the same code as a real run, with the same tolerance, alpha
-and Holm family (all positions and cells of the model's grid).
+for every position and prompt, one of the rounds; its scores go through
+``harness.analysis.analyze`` and ``harness.patterns.match``, the same code as a real run,
+with the same tolerance and alpha. The Holm family is sized as in a run of the default grid
+(51 tests): the model's own tests plus, for the cells it does not run, tests that come out
+clean (p = 1), which is exact for the healthy engine and conservative for detection.
 
 Batch size 1 is generated once, by the healthy engine, and is the baseline of every model:
 no fault model changes batch size 1 (tests/unit/test_faults.py checks it), as on real engines.
 For partial degradation the engine is built to hit every prompt at its position; a trial
-draws which ``fraction`` of its prompts take the damaged output and which the healthy one.
+hits each of its prompts with probability ``fraction`` (damaged output) or not (healthy one).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import time
@@ -65,8 +69,8 @@ def models(rounds: int, fraction: float, position: int) -> tuple[Model, ...]:
     c81, c41, c82, c44 = Cell(8, 1), Cell(4, 1), Cell(8, 2), Cell(4, 4)
     return (
         Model("healthy", "healthy", None, (c81, c82), {c81: frozenset(), c82: frozenset()}, None),
-        Model("drift", "benign drift", Fault("drift"), (c81,), {c81: frozenset()}, None,
-              rounds=rounds),
+        Model("drift", "benign drift", Fault("drift"), (c81, Cell(4, 2)),
+              {c81: frozenset(), Cell(4, 2): frozenset()}, None, rounds=rounds),
         Model("overflow", "beam-slot overflow (8x1 slots)", None, (c82, c44),
               {c82: frozenset(range(4, 8)), c44: frozenset({2, 3})}, "overflow",
               limits=BuildLimits(max_beam_width=1)),
@@ -189,14 +193,14 @@ def _shortfall(order: Sequence[int], cell: Cell, lengths: Sequence[int]) -> np.n
 def trial(model: Model, obs: Observations, healthy: Observations | None,
           level_pool: dict[int, np.ndarray], rng: np.random.Generator,
           *, pool: int, prompts: int, fraction: float, position: int, tolerance: float,
-          alpha: float, rotation: str = "full") -> tuple[bool, bool, bool]:
+          alpha: float, rotation: str = "full", family: int | None = None
+          ) -> tuple[bool, bool, bool]:
     """One trial: (flagged, localized exactly, signature named)."""
     subset = np.sort(rng.choice(pool, size=prompts, replace=False))
     cells = model.cells + model.extra
     hits = None
-    if model.name == "partial":
-        hits = np.zeros(prompts, dtype=bool)
-        hits[rng.choice(prompts, size=round(fraction * prompts), replace=False)] = True
+    if model.name == "partial":  # each prompt hit with probability ``fraction``, as the fault does
+        hits = rng.random(prompts) < fraction
     scores: list[CellScores] = []
     shorter: dict[Cell, np.ndarray] = {}
     for cell in cells:
@@ -223,7 +227,7 @@ def trial(model: Model, obs: Observations, healthy: Observations | None,
         scores.append(CellScores(cell=cell, baseline=tuple(tuple(map(float, r)) for r in picked),
                                  reference=zeros))
     level = {w: [float(x) for x in level_pool[w][subset]] for w in {c.beam_width for c in cells}}
-    analyses = analyze(scores, level, tolerance=tolerance, alpha=alpha)
+    analyses = analyze(scores, level, tolerance=tolerance, alpha=alpha, family=family)
     flagged = any(a.verdict == "fail" for a in analyses)
     exact = all(set(a.degraded_positions) == set(model.damaged.get(a.cell, frozenset()))
                 and (a.verdict == "fail") == bool(model.damaged.get(a.cell))
@@ -267,6 +271,21 @@ class Settings:
     work_dir: Path | None = None
     only: tuple[str, ...] = ()
     rotation: str = "full"
+    family: int = 0  # Holm family size; 0: the default grid's (see default_family)
+
+
+def default_family() -> int:
+    """Tests in a run of the default grid: every position of every cell with batch size > 1,
+    plus one omnibus test per such cell (51 for batch sizes 1,2,4,8 and beam widths 1,2,4)."""
+    from harness.config import DEFAULT_BATCH_SIZES, DEFAULT_BEAM_WIDTHS
+
+    sizes = [b for b in DEFAULT_BATCH_SIZES if b > 1]
+    return (sum(sizes) + len(sizes)) * len(DEFAULT_BEAM_WIDTHS)
+
+
+def _model_key(name: str) -> int:
+    """A stable number per model, so ``--only`` does not change a model's trials."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
 
 
 def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Outcome]:
@@ -301,8 +320,10 @@ def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Out
         fault = model.fault
         if fault is not None and fault.kind == "drift":
             fault = replace(fault, seed=r)
-        name = model.name + (f"-seed{r}" if fault is not None and fault.kind == "drift" else "")
-        path = work / name
+        # the folder says what was built, so changed parameters never reuse an old engine
+        recipe = json.dumps([fault.as_dict() if fault else None, model.limits.__dict__],
+                            sort_keys=True)
+        path = work / f"{model.name}-{hashlib.sha256(recipe.encode()).hexdigest()[:10]}"
         if not (path / "config.json").is_file():
             build_engine(path, model.limits, fault=fault)
         return path
@@ -358,7 +379,7 @@ def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Out
 
     healthy = observe([(0, base_out)], healthy_cells)
     outcomes = []
-    for index, m in enumerate(chosen):
+    for m in chosen:
         if m.name == "healthy":
             obs = healthy
         else:
@@ -366,10 +387,11 @@ def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Out
             obs = observe(runs, m.cells)
         flagged = exact = named = 0
         for t in range(s.trials):
-            rng = np.random.default_rng([s.seed, index, t])
+            rng = np.random.default_rng([s.seed, _model_key(m.name), t])
             f, e, n = trial(m, obs, healthy, level, rng, pool=s.pool, prompts=s.prompts,
                             fraction=s.fraction, position=s.position, tolerance=s.tolerance,
-                            alpha=s.alpha, rotation=s.rotation)
+                            alpha=s.alpha, rotation=s.rotation,
+                            family=s.family or default_family())
             flagged, exact, named = flagged + f, exact + e, named + n
         outcomes.append(Outcome(m, s.trials, flagged, exact, named))
     return outcomes
@@ -393,9 +415,11 @@ def table(outcomes: Sequence[Outcome], s: Settings, targets: Targets) -> tuple[l
                      f"{target}: {'ok' if ok else 'MISSED'}")
     lines.append("")
     lines.append(f"each trial: {s.prompts} prompts drawn from a pool of {s.pool} generated ones; "
-                 f"for every position, one of {s.rounds} rotation rounds (own shuffle; own drift "
-                 f"seed for benign drift); for partial, which {s.fraction:.0%} of the prompts are "
-                 f"hit at position {s.position}. tolerance {s.tolerance}, alpha {s.alpha}, "
+                 f"for every position and prompt, one of {s.rounds} rotation rounds (own shuffle; "
+                 f"own drift seed for benign drift); for partial, which prompts are hit at "
+                 f"position {s.position} (each with probability {s.fraction:.0%}). Holm family of "
+                 f"{s.family or default_family()} tests (the default grid's; tests outside the "
+                 f"model's cells count as clean). tolerance {s.tolerance}, alpha {s.alpha}, "
                  f"max_new_tokens {s.max_new_tokens}, seed {s.seed}, {s.rotation} rotation"
                  + (" (each prompt at one position per cell)" if s.rotation == "sparse" else "")
                  + ". flagged = the model's grid "

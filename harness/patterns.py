@@ -189,6 +189,8 @@ def _single(e: CellEvidence) -> Finding | None:
     p = a.degraded_positions[0]
     seen = _seen(e.drops[p])
     share = sum(d > HIT for d in seen) / max(1, len(seen))
+    if share == 0:  # small drops spread over many prompts: no slot-shaped signature
+        return None
     if share >= 0.9:
         return Finding("single", f"only position {p} degraded, on {share:.0%} of prompts: a "
                                  "fault tied to that batch slot")

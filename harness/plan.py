@@ -6,8 +6,9 @@ exactly once, and every batch is full, for any N >= B. Comparing a position with
 size 1 over the same prompts therefore removes prompt difficulty from the comparison.
 
 ``--rotation sparse`` is the cheap mode for pull-request checks: a cell takes only every
-B-th of those batches (ceil(N / B) disjoint batches), so each prompt sits at one position
-per cell and the cell costs N sequences instead of N x B. Each position is still compared
+B-th of those batches (ceil(N / B) batches), so each prompt sits at one position per cell
+(when B does not divide N, the last batch wraps around and a few prompts sit at two) and
+the cell costs about N sequences instead of N x B. Each position is still compared
 with batch size 1 on the same prompts (paired), but over N / B prompts only; its detection
 and false-alarm rates are in docs/method.md.
 """
@@ -105,6 +106,7 @@ def cells_for(batch_sizes: tuple[int, ...], beam_widths: tuple[int, ...]) -> tup
 
 
 ROTATIONS = ("full", "sparse")
+SPARSE_MIN = 5  # prompts per position below which --rotation sparse is refused
 
 
 def make_plan(batch_sizes: tuple[int, ...], beam_widths: tuple[int, ...], num_documents: int,
@@ -116,6 +118,12 @@ def make_plan(batch_sizes: tuple[int, ...], beam_widths: tuple[int, ...], num_do
             f"--batch-sizes {','.join(map(str, batch_sizes))}: batch size {largest} needs at least "
             f"{largest} prompts so that every batch holds distinct prompts, but the dataset has "
             f"{num_documents}; use a larger --dataset or smaller --batch-sizes")
+    if rotation == "sparse" and num_documents < SPARSE_MIN * largest:
+        raise ConfigError(
+            f"--rotation sparse: batch size {largest} with {num_documents} prompts leaves "
+            f"{num_documents // largest} prompt(s) per position, and a position needs at least "
+            f"{SPARSE_MIN} to be tested; use at least {SPARSE_MIN * largest} prompts, smaller "
+            "--batch-sizes, or --rotation full")
     order = list(range(num_documents))
     random.Random(seed).shuffle(order)
     cells = cells_for(batch_sizes, beam_widths)

@@ -44,6 +44,14 @@ def _status(old: dict[str, Any] | None, new: dict[str, Any] | None, tol: float) 
 def compare(old: dict[str, Any], new: dict[str, Any], tolerance: float | None = None) -> dict[str, Any]:
     """The comparison document; ``verdict`` is worse, better or same."""
     tol = tolerance if tolerance is not None else float(new["method"]["tolerance"])
+    rotations = [r["method"].get("rotation", "full") for r in (old, new)]
+    if rotations[0] != rotations[1] or ("sparse" in rotations
+                                         and old["method"]["seed"] != new["method"]["seed"]):
+        raise ConfigError(
+            f"compare: OLD used --rotation {rotations[0]} (seed {old['method']['seed']}) and NEW "
+            f"--rotation {rotations[1]} (seed {new['method']['seed']}), so their positions saw "
+            "different prompts and their scores measure prompt difficulty, not the engine; "
+            "compare runs made with the same --rotation (and, for sparse, the same --seed)")
     old_cells = {c["id"]: c for c in old["cells"]}
     new_cells = {c["id"]: c for c in new["cells"]}
     order = list(new_cells) + [cid for cid in old_cells if cid not in new_cells]

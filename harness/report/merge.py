@@ -175,7 +175,8 @@ def merge(paths: Sequence[str | Path]) -> tuple[dict[str, Any], list[str]]:
     analyses = {a.cell: a for a in analyze(scores, levels, tolerance=float(options["tolerance"]),
                                            alpha=float(options["alpha"]))}
     plan = Plan(cells=tuple(grid), reference_cells=tuple(Cell(1, w) for w in beam_widths),
-                order=tuple(base["scores"]["order"]), seed=int(options["seed"]))
+                order=tuple(base["scores"]["order"]), seed=int(options["seed"]),
+                rotation=str(options.get("rotation") or "full"))
     findings = match_findings(analyses, {cs.cell: (cs, levels[cs.cell.beam_width])
                                          for cs in scores},
                               plan, base["scores"]["prompt_lengths"], limits)
@@ -205,7 +206,7 @@ def merge(paths: Sequence[str | Path]) -> tuple[dict[str, Any], list[str]]:
         baseline={str(w): name for r in reports for w, name in r["baseline"].items()},
         goldens={w: g for r in reports for w, g in r["goldens"].items()},
         goldens_written=[],
-        method={**base["method"], "sequences": _sequences(grid, beam_widths, base["dataset"]["count"])},
+        method={**base["method"], "sequences": plan.sequences()},
         options={**options, "shard": None},
         timing=_timing([r.get("timing") or {} for r in reports]),
         cells=cells,
@@ -217,12 +218,6 @@ def merge(paths: Sequence[str | Path]) -> tuple[dict[str, Any], list[str]]:
     order = refs + [c for c in grid if c not in refs]  # as the unsharded run's Plan.all_cells
     lines = [json.dumps(row, ensure_ascii=False) for c in order for row in rows.get(c.id, [])]
     return seal(report), lines
-
-
-def _sequences(grid: list[Cell], beam_widths: list[int], prompts: int) -> int:
-    """Sequences the unsharded run sends: every cell plus the batch-size-1 reference cells."""
-    cells = set(grid) | {Cell(1, w) for w in beam_widths}
-    return sum(prompts * c.batch_size for c in cells)
 
 
 def _timing(parts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -103,6 +103,14 @@ def cell_dict(c: CellResult, examples: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _per_position(report: dict[str, Any]) -> str:
+    """The range of prompts per position over the cells under test (sparse runs)."""
+    ns = [p["n"] for c in report["cells"] if c["batch_size"] > 1 for p in c["positions"]]
+    if not ns:
+        return "?"
+    return str(min(ns)) if min(ns) == max(ns) else f"{min(ns)}-{max(ns)}"
+
+
 def _nulls(row: Sequence[float]) -> list[float | None]:
     """JSON has no NaN: a prompt that never sat at a position (sparse) is null."""
     return [None if math.isnan(x) else x for x in row]
@@ -210,7 +218,10 @@ def markdown(report: dict[str, Any]) -> str:
               f"{report['cache'].get('generations_from_cache', 0)} generations from the cache, "
               f"{report['cache'].get('batches_generated', 0)} batches generated",
               f"- Method: tolerance {report['method']['tolerance']}, alpha "
-              f"{report['method']['alpha']}, seed {report['method']['seed']}"]
+              f"{report['method']['alpha']}, seed {report['method']['seed']}, "
+              + (f"sparse rotation (each prompt at one position per cell: "
+                 f"{_per_position(report)} prompts per position)"
+                 if report['method'].get('rotation') == 'sparse' else "full rotation")]
     shard = report.get("shard") or {}
     if shard.get("index"):
         lines.append(f"- Shard {shard['index']}/{shard['count']}: cells {', '.join(shard['cells'])}; "

@@ -94,6 +94,20 @@ def test_omnibus_joins_the_holm_family_and_stays_quiet_on_a_clean_cell():
                   alpha=0.01)
     assert a.verdict == "pass" and not a.spread and a.cell_drop == 0.0
     assert a.cell_p_adjusted == 1.0
+    # one damaged position: its p-value is adjusted over 4 positions + 1 cell test = 5
+    rng = random.Random(1)
+    rows = [[1.0] * 30 for _ in range(3)] + [[rng.uniform(0.5, 0.9) for _ in range(30)]]
+    [b] = analyze([_cell_scores(cell, rows)], {2: [1.0] * 30}, tolerance=0.02, alpha=0.01)
+    smallest = min(b.positions[3].p_value, one_sided_paired_p(
+        [1.0 - sum(r[i] for r in rows) / 4 for i in range(30)], 0.02))
+    assert min(b.positions[3].p_adjusted, b.cell_p_adjusted) == pytest.approx(5 * smallest)
+    [c] = analyze([_cell_scores(cell, rows)], {2: [1.0] * 30}, tolerance=0.02, alpha=0.01,
+                  family=51)
+    assert min(c.positions[3].p_adjusted, c.cell_p_adjusted) == pytest.approx(51 * smallest)
+
+
+def test_a_position_with_one_prompt_is_never_flagged():
+    assert one_sided_paired_p([0.9], 0.02) == 1.0
 
 
 def test_sparse_cells_test_each_position_on_its_own_prompts():

@@ -93,7 +93,15 @@ def test_sparse_rotation_puts_each_prompt_at_one_position_per_cell():
 def test_sparse_rotation_wraps_when_the_batch_size_does_not_divide():
     from harness.plan import Cell, make_plan
 
-    plan = make_plan((4,), (1,), 10, seed=0, rotation="sparse")
+    plan = make_plan((4,), (1,), 22, seed=0, rotation="sparse")
     batches = plan.batches(Cell(4, 1))
-    assert len(batches) == 3 and all(len(b.documents) == 4 for b in batches)
-    assert set(d for b in batches for d in b.documents) == set(range(10))
+    assert len(batches) == 6 and all(len(b.documents) == 4 for b in batches)
+    assert set(d for b in batches for d in b.documents) == set(range(22))
+
+
+def test_sparse_rotation_refuses_too_few_prompts_per_position():
+    from harness.errors import ConfigError
+    from harness.plan import make_plan
+
+    with pytest.raises(ConfigError, match="leaves 2 prompt.s. per position.*at least 40 prompts"):
+        make_plan((1, 8), (1,), 16, seed=0, rotation="sparse")

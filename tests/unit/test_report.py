@@ -117,3 +117,16 @@ def test_report_renders_in_headless_chromium(reports, tmp_path):
     assert image.size == (1280, 1600)
     r, g, b = image.getpixel((20, 20))  # the verdict banner: red for a failing run
     assert r > 150 and g < 80 and b < 80
+
+
+def test_compare_refuses_runs_whose_positions_saw_different_prompts():
+    from harness.errors import ConfigError
+    from harness.report.compare import compare
+
+    full = {"method": {"tolerance": 0.02, "rotation": "full", "seed": 0}}
+    sparse = {"method": {"tolerance": 0.02, "rotation": "sparse", "seed": 0}}
+    other_seed = {"method": {"tolerance": 0.02, "rotation": "sparse", "seed": 1}}
+    with pytest.raises(ConfigError, match="OLD used --rotation full .* NEW --rotation sparse"):
+        compare(full, sparse)
+    with pytest.raises(ConfigError, match="same --rotation"):
+        compare(sparse, other_seed)
