@@ -232,19 +232,27 @@ class GoldensStore:
             self._apply(moves)
             journal.unlink()
             fsync_dir(self.root)
-        if self.root.is_dir():
-            for stray in [*self.root.glob(".*"), *self.root.glob("*/.*")]:
-                if TEMP_NAME.match(stray.name) and stray.is_file():
-                    stray.unlink()
+        for stray in self._strays():
+            stray.unlink()
+
+    def _strays(self) -> list[Path]:
+        if not self.root.is_dir():
+            return []
+        return [p for p in [*self.root.glob(".*"), *self.root.glob("*/.*")]
+                if TEMP_NAME.match(p.name) and p.is_file()]
 
     def recover(self) -> None:
-        """Roll an interrupted update forward before reading (a no-op without a journal)."""
-        if not (self.root / JOURNAL_FILE).exists():
+        """Before reading: roll an interrupted update forward and remove the temporary files
+        of one that never committed (a no-op, without the lock, when there is neither)."""
+        journal = (self.root / JOURNAL_FILE).exists()
+        if not journal and not self._strays():
             return
         try:
             with file_lock(self.root / LOCK_FILE, purpose="finishing an interrupted goldens update"):
                 self._recover()
         except OSError as exc:
-            raise GoldensError(f"{self.root / JOURNAL_FILE}: an interrupted goldens update could "
-                               f"not be finished ({exc.strerror}); make {self.root} writable and "
-                               "rerun, or re-record with --update-goldens") from None
+            if journal:
+                raise GoldensError(f"{self.root / JOURNAL_FILE}: an interrupted goldens update could "
+                                   f"not be finished ({exc.strerror}); make {self.root} writable and "
+                                   "rerun, or re-record with --update-goldens") from None
+            # leftover temporary files in a folder this run cannot write are harmless
