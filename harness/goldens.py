@@ -84,8 +84,8 @@ def _durable_temp(path: Path, text: str) -> Path:
     umask = os.umask(0)
     os.umask(umask)
     try:
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide goldens from the team
         with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide goldens from the team
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
