@@ -19,7 +19,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, overload
 
-
 # The position read last, whichever cell it belongs to: repeated reads of one position (as in
 # ``texts[p][i]`` over i) cost one read, and memory holds one position's texts, not one per cell.
 _LAST: list[tuple[tuple[str, int], tuple[str | None, ...]]] = []
