@@ -5,12 +5,18 @@ harness version), the decoding settings and the batch composition (the prompts i
 order), so a rerun with other tolerances or report options, or after a crash, asks the
 engine only for what is missing. Engines without a directory (module:Class) have no
 fingerprint and are never cached.
+
+Each file is written atomically, so runs sharing a cache never see half a batch, whatever
+kills them. Writers hold the folder's lock shared (they never wait for each other); a new
+cache object takes it exclusively, without waiting, to remove temporary files that killed
+runs left behind. A cache folder that cannot be written stops the cache, not the run.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +26,10 @@ from harness import __version__
 from harness.config import DecodingSettings
 from harness.engines.base import EngineInfo
 from harness.fingerprint import file_sha256
-from harness.goldens import atomic_write_text
+from harness.goldens import TEMP_NAME, atomic_write_text
+from harness.locks import file_lock, try_lock
+
+LOCK_FILE = ".lock"
 
 
 def engine_fingerprint(info: EngineInfo) -> str | None:
@@ -58,6 +67,18 @@ class GenerationCache:
         self.stats = CacheStats(folder=str(self.folder) if self.folder else None,
                                 enabled=self.folder is not None,
                                 reason=reason or ("on" if self.folder else "off"))
+        self.writable = self.folder is not None
+        if self.folder is not None and self.folder.is_dir():
+            self._remove_strays()
+
+    def _remove_strays(self) -> None:
+        """Temporary files of runs killed mid-write; only when no other run is writing."""
+        assert self.folder is not None
+        with try_lock(self.folder / LOCK_FILE) as locked:
+            if locked:
+                for stray in self.folder.glob("*/.*"):
+                    if TEMP_NAME.match(stray.name):
+                        stray.unlink(missing_ok=True)
 
     def _path(self, settings: DecodingSettings, prompts: Sequence[str]) -> Path:
         assert self.folder is not None
@@ -95,8 +116,17 @@ class GenerationCache:
     def put(self, settings: DecodingSettings, prompts: Sequence[str], texts: Sequence[str],
             beams: Sequence[Sequence[str]] | None = None) -> None:
         self.stats.batches_generated += 1
-        if self.folder is not None:
-            entry: dict[str, Any] = {"outputs": list(texts)}
-            if beams is not None:
-                entry["beams"] = [list(b) for b in beams]
-            atomic_write_text(self._path(settings, prompts), json.dumps(entry, ensure_ascii=False))
+        if self.folder is None or not self.writable:
+            return
+        entry: dict[str, Any] = {"outputs": list(texts)}
+        if beams is not None:
+            entry["beams"] = [list(b) for b in beams]
+        try:
+            with file_lock(self.folder / LOCK_FILE, purpose="writing the generation cache",
+                           shared=True):
+                atomic_write_text(self._path(settings, prompts), json.dumps(entry, ensure_ascii=False))
+        except OSError as exc:  # disk full, folder made read-only: keep the run going
+            self.writable = False
+            self.stats.reason = f"on, writing stopped ({exc.strerror or exc}) at {self.folder}"
+            print(f"warning: generation cache {self.folder}: cannot write ({exc.strerror or exc}); "
+                  "the run goes on without storing batches", file=sys.stderr, flush=True)

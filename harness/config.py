@@ -301,6 +301,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--retries", "retries", "times a server batch is resent after a connection error or "
                "an HTTP 5xx answer, with backoff; never after a 4xx (--engine http://...; default 2)",
                non_negative_int("--retries"), metavar="N"),
+    OptionSpec("--batch-timeout", "batch_timeout", "seconds one engine batch may take; a batch "
+               "that runs longer fails its cell and the run goes on (default: no limit)",
+               positive_real("--batch-timeout"), metavar="SECONDS"),
 )
 
 SERVER_OPTIONS = ("model", "request_timeout", "retries")
@@ -383,6 +386,7 @@ class RunConfig:
     retries: int = 2
     shard: tuple[int, int] | None = None  # (K, N): shard K of N, 1-based
     rotation: str = "full"
+    batch_timeout: float | None = None  # seconds; None: wait for every batch
 
     @classmethod
     def from_options(cls, values: dict[str, Any], *, root: Path | None = None) -> RunConfig:

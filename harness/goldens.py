@@ -3,6 +3,13 @@
 Layout: ``GOLDENS/<identity>/<dataset name>-beam<W>.json``. A file that exists but was
 recorded for other content or settings is an error with the command that fixes it; it is
 never rewritten unless ``--update-goldens`` asks for it, and then only after a complete run.
+
+An update replaces every file of the run at once or none of them: each new file is written
+to a fsynced temporary file, then a journal naming the renames is written atomically (the
+commit point), then the renames run and the journal is removed. A run killed before the
+journal exists leaves the previous goldens byte for byte; one killed after it is rolled
+forward by the next run that touches the folder. Writers hold the folder's lock
+(``harness.locks``), so two runs never interleave their updates.
 """
 
 from __future__ import annotations
@@ -19,9 +26,13 @@ from typing import Any
 from harness.config import DecodingSettings
 from harness.data import Dataset
 from harness.errors import GoldensError
+from harness.locks import file_lock
 
 SCHEMA_VERSION = 1
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+LOCK_FILE = ".lock"
+JOURNAL_FILE = ".commit.json"
+TEMP_NAME = re.compile(r"^\..+\.json\.[A-Za-z0-9_]{8}$")  # atomic_write_text's temporary files
 FIX = ("re-record them by adding --update-goldens to this run's command (same options), or keep "
        "them and point --goldens-dir elsewhere for these settings")
 
@@ -44,29 +55,59 @@ class GoldenSet:
                 "settings": self.settings, "source": self.source, "outputs": self.outputs}
 
 
-def _slug(text: str) -> str:
+def safe_name(text: str) -> str:
     """A name that stays inside its folder whatever the input holds."""
     s = _SAFE.sub("-", text).strip("-.")
     return s[:80] or "unnamed"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary file, fsync and rename: readers see old or new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def fsync_dir(folder: Path) -> None:
+    """Make a rename or a new file in ``folder`` durable (a no-op where directories refuse fsync)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _durable_temp(path: Path, text: str) -> Path:
+    """``text`` in a fsynced temporary file next to ``path`` (hidden, same file system)."""
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fsync_dir(path.parent.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide goldens from the team
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide goldens from the team
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    return Path(tmp)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temporary file, fsync, rename and fsync of the folder: readers see the old
+    or the new file, never half of one, and a crash after return keeps the new one."""
+    path = Path(path)
+    tmp = _durable_temp(path, text)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        if tmp.exists():
+            tmp.unlink()
+        raise
+    fsync_dir(path.parent)
 
 
 class GoldensStore:
@@ -77,14 +118,15 @@ class GoldensStore:
 
     def path_for(self, identity: str, dataset_name: str, beam_width: int) -> Path:
         if identity.startswith("sha256:"):
-            ident = "sha256-" + _slug(identity[7:23])
+            ident = "sha256-" + safe_name(identity[7:23])
         else:  # e.g. "module:Class:/path": a readable stem plus a hash, so paths never collide
             digest = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:16]
-            ident = f"{_slug(identity)[:40]}-{digest}"
-        return self.root / ident / f"{_slug(dataset_name)}-beam{beam_width}.json"
+            ident = f"{safe_name(identity)[:40]}-{digest}"
+        return self.root / ident / f"{safe_name(dataset_name)}-beam{beam_width}.json"
 
     def load(self, identity: str, dataset: Dataset, settings: DecodingSettings) -> GoldenSet | None:
         """The matching golden set; None when none was recorded; GoldensError on mismatch."""
+        self.recover()
         path = self.path_for(identity, dataset.name, settings.beam_width)
         if not path.exists():
             return None
@@ -126,7 +168,91 @@ class GoldensStore:
         return golden
 
     def write(self, golden: GoldenSet, beam_width: int) -> Path:
-        path = self.path_for(golden.identity, golden.dataset_name, beam_width)
-        atomic_write_text(path, json.dumps(golden.as_dict(), indent=1, ensure_ascii=False,
-                                           sort_keys=True) + "\n")
-        return path
+        """Write one golden set (see ``write_all``)."""
+        return self.write_all({beam_width: golden})[0]
+
+    def write_all(self, goldens: dict[int, GoldenSet]) -> list[Path]:
+        """Replace the files of every beam width at once: all of them or, if the process dies
+        before the commit point, none (see the module docstring)."""
+        with file_lock(self.root / LOCK_FILE, purpose="writing goldens"):
+            self._recover()
+            moves: list[tuple[Path, Path]] = []
+            try:
+                for w, golden in goldens.items():
+                    path = self.path_for(golden.identity, golden.dataset_name, w)
+                    text = json.dumps(golden.as_dict(), indent=1, ensure_ascii=False,
+                                      sort_keys=True) + "\n"
+                    moves.append((_durable_temp(path, text), path))
+            except BaseException:
+                for tmp, _ in moves:
+                    tmp.unlink(missing_ok=True)
+                raise
+            journal = self.root / JOURNAL_FILE
+            atomic_write_text(journal, json.dumps({"moves": [
+                [tmp.relative_to(self.root).as_posix(), path.relative_to(self.root).as_posix()]
+                for tmp, path in moves]}))
+            self._apply(moves)
+            journal.unlink()
+            fsync_dir(self.root)
+        return [path for _, path in moves]
+
+    def _apply(self, moves: list[tuple[Path, Path]]) -> None:
+        for tmp, path in moves:
+            if tmp.exists():
+                os.replace(tmp, path)
+        for folder in {path.parent for _, path in moves}:
+            fsync_dir(folder)
+
+    def _inside(self, relative: Any) -> Path | None:
+        """A journal entry as a path two levels under the root (identity/file), else None."""
+        if not isinstance(relative, str):
+            return None
+        parts = Path(relative).parts
+        if len(parts) != 2 or any(p in ("", ".", "..") for p in parts):
+            return None
+        return self.root / parts[0] / parts[1]
+
+    def _recover(self) -> None:
+        """Under the lock: finish an update whose journal exists (it committed before its
+        process died), then remove temporary files of updates that never committed."""
+        journal = self.root / JOURNAL_FILE
+        if journal.exists():
+            try:
+                entries = json.loads(journal.read_text(encoding="utf-8"))["moves"]
+            except (OSError, ValueError, KeyError, TypeError):
+                entries = []  # journals are written atomically; an unreadable one is not ours
+            moves = []
+            for entry in entries if isinstance(entries, list) else []:
+                pair = [self._inside(x) for x in entry] if isinstance(entry, list) else []
+                # only our own renames: hidden temporary file -> <name>-beam<W>.json, same folder
+                if (len(pair) == 2 and pair[0] is not None and pair[1] is not None
+                        and pair[0].parent == pair[1].parent and TEMP_NAME.match(pair[0].name)
+                        and pair[0].name.startswith(f".{pair[1].name}.")):
+                    moves.append((pair[0], pair[1]))
+            self._apply(moves)
+            journal.unlink()
+            fsync_dir(self.root)
+        for stray in self._strays():
+            stray.unlink()
+
+    def _strays(self) -> list[Path]:
+        if not self.root.is_dir():
+            return []
+        return [p for p in [*self.root.glob(".*"), *self.root.glob("*/.*")]
+                if TEMP_NAME.match(p.name) and p.is_file()]
+
+    def recover(self) -> None:
+        """Before reading: roll an interrupted update forward and remove the temporary files
+        of one that never committed (a no-op, without the lock, when there is neither)."""
+        journal = (self.root / JOURNAL_FILE).exists()
+        if not journal and not self._strays():
+            return
+        try:
+            with file_lock(self.root / LOCK_FILE, purpose="finishing an interrupted goldens update"):
+                self._recover()
+        except OSError as exc:
+            if journal:
+                raise GoldensError(f"{self.root / JOURNAL_FILE}: an interrupted goldens update could "
+                                   f"not be finished ({exc.strerror}); make {self.root} writable and "
+                                   "rerun, or re-record with --update-goldens") from None
+            # leftover temporary files in a folder this run cannot write are harmless

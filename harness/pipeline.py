@@ -23,8 +23,10 @@ from harness.data import Dataset, load_dataset, select_subset
 from harness.engine_config import EngineLimits, read_limits
 from harness.engines.base import Engine, EngineInfo
 from harness.engines.registry import adopt, load_engine, peek_config
+from harness.engines.watchdog import BatchTimeoutEngine
 from harness.errors import ConfigError, HarnessError
-from harness.goldens import GoldenSet, GoldensStore
+from harness.generations import GenerationsLog
+from harness.goldens import GoldenSet, GoldensStore, safe_name
 from harness.patterns import CellEvidence, Finding, match, shortfall
 from harness.plan import Cell, Plan, cells_for, choose_batch_sizes, make_plan, shard_cells
 from harness.preflight import LimitCheck, MemoryBudget, preflight
@@ -56,11 +58,14 @@ class CellResult:
 
 @dataclass(frozen=True)
 class Outputs:
-    """Texts generated for one cell, indexed [position][document index]."""
+    """Texts generated for one cell, indexed [position][document index]; once the cell is
+    complete they live in generations.jsonl (``harness.generations.SpilledTexts``)."""
 
     cell: Cell
-    texts: tuple[tuple[str | None, ...], ...]  # None: the prompt never sat there (sparse)
-    beams: tuple[tuple[tuple[str, ...] | None, ...], ...] = ()  # [position][doc], beam search
+    texts: Sequence[Sequence[str | None]]  # None: the prompt never sat there (sparse)
+    # every beam of every output, [position][doc], beam search only; () once the cell is in
+    # generations.jsonl, which keeps them
+    beams: tuple[tuple[tuple[str, ...] | None, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,19 +144,19 @@ class Timing:
         return {k: round(v, 4) if isinstance(v, float) else v for k, v in self.__dict__.items()}
 
 
-def _check_writable(root: Path) -> None:
+def _check_writable(root: Path, option: str = "--report-dir", fix: str = "choose a writable folder"
+                    ) -> None:
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"--report-dir {root}: cannot create ({exc.strerror}); "
-                          "choose a writable folder") from None
+        raise ConfigError(f"{option} {root}: cannot create ({exc.strerror}); {fix}") from None
     if not os.access(root, os.W_OK | os.X_OK):
-        raise ConfigError(f"--report-dir {root}: not writable; choose a writable folder")
+        raise ConfigError(f"{option} {root}: not writable; {fix}")
 
 
 def _new_report_dir(root: Path, engine: EngineInfo, started: dt.datetime) -> Path:
     _check_writable(root)
-    stem = f"run-{started:%Y%m%d-%H%M%S}-{engine.backend.replace(':', '-').replace('.', '-')}"
+    stem = f"run-{started:%Y%m%d-%H%M%S}-{safe_name(engine.backend.replace(':', '-').replace('.', '-'))}"
     for i in range(1000):
         path = root / (stem if i == 0 else f"{stem}-{i}")
         try:
@@ -184,13 +189,15 @@ def _generate_cell(engine: Engine, cell: Cell, plan: Plan, prompts: list[str], c
             if timing is not None:
                 timing.engine_generate_s += time.perf_counter() - t
                 timing.engine_calls += 1
-            if len(gens) != len(batch.documents):
-                raise RuntimeError(f"the engine returned {len(gens)} outputs for a batch of "
-                                   f"{len(batch.documents)}")
-            outs = [g.text if isinstance(g.text, str) else "" for g in gens]
+            listed = isinstance(gens, Sequence) and not isinstance(gens, str)
+            if not listed or len(gens) != len(batch.documents):
+                got = len(gens) if listed else type(gens).__name__
+                raise RuntimeError(f"the engine returned {got} outputs for a batch of "
+                                   f"{len(batch.documents)}; generate returns one Generation per prompt")
+            outs = [_text(g) for g in gens]
             all_beams = None
             if cell.beam_width > 1:
-                all_beams = [[b if isinstance(b, str) else "" for b in (g.beams or (text,))]
+                all_beams = [[_text(b) for b in (getattr(g, "beams", None) or (text,))]
                              for g, text in zip(gens, outs)]
             if cache:
                 cache.put(settings, batch_prompts, outs, all_beams)
@@ -201,6 +208,15 @@ def _generate_cell(engine: Engine, cell: Cell, plan: Plan, prompts: list[str], c
         tick(len(batch.documents))
     kept = tuple(tuple(b) for b in beams) if cell.beam_width > 1 else ()
     return Outputs(cell=cell, texts=tuple(tuple(t) for t in texts), beams=kept)
+
+
+def _text(generation: Any) -> str:
+    """The text to score: "" for a missing one; lone surrogates (undecodable bytes) replaced,
+    so that odd output is scored (low) and stored, never a crash."""
+    text = getattr(generation, "text", generation)
+    if not isinstance(text, str):
+        return ""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _error_text(exc: BaseException) -> str:
@@ -292,6 +308,9 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
         plan = plan.shard(*config.shard)
 
     _check_writable(config.report_dir)
+    if config.update_goldens:
+        _check_writable(config.goldens_dir, "--goldens-dir", "choose a writable folder for the "
+                        "goldens, or drop --update-goldens")
     store = GoldensStore(config.goldens_dir)
     goldens: dict[int, GoldenSet] = {}
     if not config.update_goldens:
@@ -310,9 +329,16 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
                                             "generates every batch)")
     else:
         fingerprint = engine_fingerprint(engine.info)
+        if fingerprint:
+            _check_writable(config.cache_dir, "--cache-dir", "choose a writable folder, or run "
+                            "with --no-cache")
         cache = GenerationCache(config.cache_dir, fingerprint, "" if fingerprint else (
             "off (a server's answers are not cached)" if engine.info.backend == "openai"
             else "off (the engine has no directory to fingerprint)"))
+    if config.batch_timeout is not None:
+        engine = BatchTimeoutEngine(engine, config.batch_timeout)
+        if golden_engine is not None:
+            golden_engine = BatchTimeoutEngine(golden_engine, config.batch_timeout)
     timing.prepare_s = time.perf_counter() - t0
     return Prepared(config=config, dataset=dataset, engine=engine, limits=limits, plan=plan,
                     prompts=prompts, checks=checked.checks, memory=checked.memory,
@@ -359,10 +385,11 @@ def execute(prep: Prepared, *, progress: Callable[[int], Progress] | None = None
     timing = replace(prep.timing)
     report_dir = _new_report_dir(config.report_dir, engine.info, prep.started)
     early = _EarlyScorer(prep) if overlap and not config.update_goldens else None
+    log = GenerationsLog(report_dir / "generations.jsonl", [d.id for d in prep.dataset.documents])
     try:
         t_gen = time.perf_counter()
         outputs, errors = _generate_all(prep, progress, timing=timing,
-                                        on_cell=early.add if early else None)
+                                        on_cell=early.add if early else None, log=log)
         timing.generate_stage_s = time.perf_counter() - t_gen
         goldens, written = dict(prep.goldens), []
         if config.update_goldens:
@@ -372,6 +399,7 @@ def execute(prep: Prepared, *, progress: Callable[[int], Progress] | None = None
             early.close()
         raise
     finally:
+        log.close()
         for used in (engine, prep.golden_engine):
             close = getattr(used, "close", None)
             if callable(close):
@@ -406,16 +434,23 @@ def execute(prep: Prepared, *, progress: Callable[[int], Progress] | None = None
                        grid=prep.grid or plan.cells, prompt_lengths=lengths)
     from harness.report.writer import write_report
 
-    write_report(result, report_dir)
+    try:
+        write_report(result, report_dir)
+    except OSError as exc:  # disk full, folder removed: one line naming the folder
+        raise HarnessError(f"--report-dir: writing the report to {report_dir} failed "
+                           f"({exc.strerror or exc}); free space or choose another folder") from None
     return result
 
 
 def _generate_all(prep: Prepared, progress: Callable[[int], Progress] | None,
                   timing: Timing | None = None,
-                  on_cell: Callable[[Cell, Outputs], None] | None = None
+                  on_cell: Callable[[Cell, Outputs], None] | None = None,
+                  log: GenerationsLog | None = None
                   ) -> tuple[dict[Cell, Outputs], dict[Cell, str]]:
     """Every cell's outputs, each handed to ``on_cell`` as soon as it is complete; an engine
-    fault fails its cell, not the run."""
+    fault fails its cell, not the run. With ``log`` each complete cell's texts (and beams) go
+    to generations.jsonl first and are read back from there, so memory does not grow with
+    the run."""
     tick = progress(prep.plan.sequences()) if progress else (lambda k: None)
     outputs: dict[Cell, Outputs] = {}
     errors: dict[Cell, str] = {}
@@ -428,6 +463,9 @@ def _generate_all(prep: Prepared, progress: Callable[[int], Progress] | None,
         except Exception as exc:
             errors[cell] = _error_text(exc)
             continue
+        if log is not None:
+            outputs[cell] = Outputs(cell=cell, texts=log.add(cell.id, outputs[cell].texts,
+                                                             outputs[cell].beams))
         if on_cell is not None:
             on_cell(cell, outputs[cell])
     return outputs, errors
@@ -615,7 +653,7 @@ def _record_goldens(prep: Prepared, outputs: dict[Cell, Outputs], errors: dict[C
             source={"backend": source_engine.info.backend, "engine": source_engine.info.path,
                     "identity": source_engine.info.identity, "batch_size": 1,
                     "harness_version": __version__})
-    written = [str(prep.store.write(g, w)) for w, g in goldens.items()]
+    written = [str(path) for path in prep.store.write_all(goldens)]
     return goldens, written
 
 

@@ -46,6 +46,8 @@ def engine_factory(tmp_path_factory):
 def run_suites(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`pytest suites/ ARGS` in a subprocess, as a user runs it."""
     full_env = {**os.environ, **(env or {})}
+    # the checkout under test, not whichever copy of the harness is installed
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), full_env.get("PYTHONPATH")) if p)
     return subprocess.run([sys.executable, "-m", "pytest", str(SUITES), "-p", "no:cacheprovider",
                            *args], cwd=cwd, env=full_env, capture_output=True, text=True,
                           timeout=1800)

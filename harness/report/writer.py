@@ -269,29 +269,35 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def write_report(result: RunResult, folder: Path) -> dict[str, Path]:
-    """Write every file atomically; report.json last, so its presence means a whole report."""
-    rows = []
-    docs = result.dataset.documents
-    for out in result.outputs:
-        for position, texts in enumerate(out.texts):
-            for i, text in enumerate(texts):
-                if text is None:  # never sat there (--rotation sparse)
-                    continue
-                row: dict[str, Any] = {"cell": out.cell.id, "position": position,
-                                       "id": docs[i].id, "output": text}
-                if out.beams and out.beams[position][i] is not None:
-                    row["beams"] = list(out.beams[position][i])  # type: ignore[arg-type]
-                rows.append(json.dumps(row, ensure_ascii=False))
+    """Write every file atomically (generations.jsonl only where the pipeline did not stream
+    it already); report.json last, so its presence means a whole report."""
+    rows: list[str] | None = None
+    if not (folder / "generations.jsonl").exists():  # the pipeline streams it as cells complete
+        rows = []
+        docs = result.dataset.documents
+        for out in result.outputs:
+            for position, texts in enumerate(out.texts):
+                for i, text in enumerate(texts):
+                    if text is None:  # never sat there (--rotation sparse)
+                        continue
+                    row: dict[str, Any] = {"cell": out.cell.id, "position": position,
+                                           "id": docs[i].id, "output": text}
+                    if out.beams and out.beams[position][i] is not None:
+                        row["beams"] = list(out.beams[position][i])  # type: ignore[arg-type]
+                    rows.append(json.dumps(row, ensure_ascii=False))
     return write_files(report_dict(result), rows, folder)
 
 
-def write_files(report: dict[str, Any], generation_rows: list[str], folder: Path) -> dict[str, Path]:
-    """generations.jsonl, report.md, report.html, then report.json (of a sealed report)."""
+def write_files(report: dict[str, Any], generation_rows: list[str] | None, folder: Path
+                ) -> dict[str, Path]:
+    """generations.jsonl (unless None: already written), report.md, report.html, then
+    report.json (of a sealed report)."""
     from harness.report.html import render_report
 
     paths = {"generations": folder / "generations.jsonl", "md": folder / "report.md",
              "html": folder / "report.html", "json": folder / "report.json"}
-    atomic_write_text(paths["generations"], "\n".join(generation_rows) + "\n")
+    if generation_rows is not None:
+        atomic_write_text(paths["generations"], "\n".join(generation_rows) + "\n")
     atomic_write_text(paths["md"], markdown(report))
     atomic_write_text(paths["html"], render_report(report))
     atomic_write_text(paths["json"], json.dumps(report, indent=2, ensure_ascii=False) + "\n")

@@ -49,3 +49,36 @@ def test_rerun_comes_from_the_cache_with_identical_numbers(tmp_path: Path, engin
 def test_engines_without_a_directory_are_not_cached(tmp_path: Path, small_dataset):
     result = run(_run(None, small_dataset, tmp_path, "r"), engine=ToyEngine(None, broken_from=-1))
     assert not result.cache["enabled"] and "no directory" in result.cache["reason"]
+
+
+def test_a_cache_that_cannot_be_written_stops_caching_not_the_run(tmp_path: Path, capsys):
+    from harness.cache import GenerationCache
+    from harness.config import DecodingSettings
+
+    cache = GenerationCache(tmp_path, "f" * 64)
+    assert cache.folder is not None
+    cache.folder.parent.mkdir(parents=True, exist_ok=True)
+    cache.folder.write_text("a file where the folder should be")  # root ignores chmod; this stops anyone
+    settings = DecodingSettings(1, 8)
+    cache.put(settings, ["p"], ["out"])
+    cache.put(settings, ["q"], ["out"])
+    assert cache.stats.batches_generated == 2 and not cache.writable
+    assert "writing stopped (File exists)" in cache.stats.reason
+    assert capsys.readouterr().err.count("cannot write (File exists)") == 1
+
+
+def test_temporaries_of_killed_runs_are_removed_unless_a_run_is_writing(tmp_path: Path):
+    from harness.cache import LOCK_FILE, GenerationCache
+    from harness.locks import file_lock
+
+    folder = tmp_path / ("f" * 24) / "ab"
+    folder.mkdir(parents=True)
+    stray = folder / ".abc.json.k2j4h5g6"
+    stray.write_text('{"outputs": ["half')
+    kept = folder / "abc.json"
+    kept.write_text('{"outputs": []}')
+    with file_lock(tmp_path / ("f" * 24) / LOCK_FILE, purpose="test", shared=True):
+        GenerationCache(tmp_path, "f" * 64)  # another run is writing: leave its files alone
+    assert stray.exists()
+    GenerationCache(tmp_path, "f" * 64)
+    assert not stray.exists() and kept.exists()

@@ -77,3 +77,33 @@ def test_goldens_of_another_model_are_refused(tmp_path: Path):
     path.write_text(json.dumps(raw))
     with pytest.raises(GoldensError, match="recorded for model"):
         store.load("sha256:" + "ab" * 32, ds, st)
+
+
+def test_update_writes_every_file_and_leaves_no_journal_or_temporaries(tmp_path: Path):
+    from harness.goldens import JOURNAL_FILE
+
+    store, ds = GoldensStore(tmp_path), _dataset()
+    paths = store.write_all({w: _golden(ds, DecodingSettings(w, 64)) for w in (1, 2)})
+    assert [p.name for p in paths] == ["mine-beam1.json", "mine-beam2.json"]
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == [
+        ".lock", "mine-beam1.json", "mine-beam2.json"]
+    assert not (tmp_path / JOURNAL_FILE).exists()
+
+
+def test_a_hostile_journal_moves_nothing_outside_or_unexpected(tmp_path: Path):
+    """A committed goldens folder could carry a journal crafted to rename files elsewhere."""
+    from harness.goldens import JOURNAL_FILE
+
+    root = tmp_path / "goldens"
+    (root / "m").mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    (root / "m" / "notes.txt").write_text("keep")
+    (root / JOURNAL_FILE).write_text(json.dumps({"moves": [
+        ["../victim.txt", "m/x-beam1.json"], ["m/notes.txt", "m/x-beam1.json"],
+        ["m/.x-beam1.json.abcdefgh", "../../etc/x-beam1.json"], "junk", [1, 2]]}))
+    (root / "m" / ".x-beam1.json.abcdefgh").write_text("temp")
+    GoldensStore(root).recover()
+    assert victim.read_text() == "keep" and (root / "m" / "notes.txt").read_text() == "keep"
+    assert not (root / JOURNAL_FILE).exists() and not (root / "m" / "x-beam1.json").exists()
+    assert not (root / "m" / ".x-beam1.json.abcdefgh").exists()  # a temporary of no commit

@@ -95,7 +95,8 @@ class EmulatorEngine:
         try:
             weights = load_file(str(weights_file))
         except Exception as exc:  # safetensors raises its own error types
-            raise EngineError(f"{weights_file}: cannot read weights ({exc})") from None
+            raise EngineError(f"{weights_file}: cannot read weights ({exc}); rebuild the engine with "
+                              "`python -m harness build-engine`") from None
         try:
             self.model = MistralEmulator(self.shape, weights, dtype)
         except KeyError as exc:

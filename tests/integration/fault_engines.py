@@ -1,0 +1,92 @@
+"""Test-only engines (doubles of a user's ``module:Class`` engine, no model) for run-time faults.
+
+They echo the first words of each prompt, as ``toy_engine.ToyEngine`` does, and misbehave in
+one chosen way. Configured by keyword or, for ``--engine fault_engines:Class`` in a
+subprocess, by environment variables:
+
+- ``FAULT_HANG_CELL`` "BxW": the first call of that cell (batch size B, beam width W) sleeps
+  ``FAULT_HANG_SECONDS`` (default 600) before answering;
+- ``FAULT_SLEEP`` seconds every call sleeps (to kill a run in the middle of generating);
+- ``FAULT_VARIANT`` a word appended to every output (so that two recordings differ).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from harness.engines.base import Generation
+
+
+def echo(prompt: str, beam_width: int, variant: str = "") -> str:
+    words = prompt.split()[: 12 + beam_width]
+    return " ".join(words + ([variant] if variant else []))
+
+
+class Echo:
+    """A healthy engine: the same text at every position; optional sleep and variant."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path
+        self.sleep = float(os.environ.get("FAULT_SLEEP", "0"))
+        self.variant = os.environ.get("FAULT_VARIANT", "")
+        self.calls = 0
+
+    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        if self.sleep:
+            time.sleep(self.sleep)
+        return [Generation(text=echo(p, settings.beam_width, self.variant)) for p in prompts]
+
+
+class Hangs(Echo):
+    """The first call of one cell takes ``seconds`` (or until ``release`` is set)."""
+
+    def __init__(self, path: str | None = None, *, cell: str | None = None,
+                 seconds: float | None = None) -> None:
+        super().__init__(path)
+        spec = cell or os.environ.get("FAULT_HANG_CELL", "2x1")
+        self.cell = tuple(int(x) for x in spec.split("x"))
+        self.seconds = seconds if seconds is not None else float(os.environ.get("FAULT_HANG_SECONDS", "600"))
+        self.release = threading.Event()
+        self.hung = 0
+        self.finished_hung_call = threading.Event()
+
+    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+        if (len(prompts), settings.beam_width) == self.cell and not self.hung:
+            self.hung += 1
+            self.release.wait(self.seconds)
+            self.finished_hung_call.set()
+        return super().generate(prompts, settings)
+
+
+class OddOutputs(Echo):
+    """Batch size 1 answers normally; in larger batches each position returns something odd."""
+
+    ODD = (
+        lambda p: Generation(text=""),  # empty
+        lambda p: None,  # no Generation at all
+        lambda p: Generation(text=None),  # type: ignore[arg-type]  # no text
+        lambda p: "a plain string " + p.split()[0],  # a str instead of a Generation
+        lambda p: Generation(text="bad bytes \udcff\udcfe " + p.split()[0]),  # lone surrogates
+        lambda p: Generation(text="\x00\x1b[31m<script>alert(1)</script>\u202e\ufeff"),
+        lambda p: Generation(text=" ".join(["word"] * 20000)),  # very long
+        lambda p: Generation(text="<pad> <pad> <pad>"),  # padding decoded as text
+    )
+
+    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+        good = super().generate(prompts, settings)
+        if len(prompts) == 1:
+            return good
+        return [self.ODD[i % len(self.ODD)](p) for i, p in enumerate(prompts)]
+
+
+class WrongCount(Echo):
+    """Batches larger than 1 get one output too few, or None instead of a list."""
+
+    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+        good = super().generate(prompts, settings)
+        if len(prompts) == 1:
+            return good
+        return None if settings.beam_width == 2 else good[:-1]

@@ -1,0 +1,315 @@
+"""Every bad input of issue #7, case by case, through both entry points.
+
+Each case runs ``python -m harness run ARGS`` (exit 2, ``error: <one line>``) and
+``pytest suites/ ARGS`` (exit 4, a usage error) in this process, and asserts the exit
+status, the words of the one message (the file, option or key it names and the fix) and
+that no traceback is printed. Every case fails before anything is generated, so the matrix
+takes seconds; ``test_bad_input.py`` runs a few of the same through a real subprocess.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from collections.abc import Callable
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from harness.__main__ import main
+from harness.engines.emulator.build import BUNDLED_MODEL
+from tests.conftest import SUITES
+
+HERE = Path(__file__).resolve().parent
+TOY = ("--engine", "toy_engine:ToyEngine")
+
+
+@dataclass
+class Setup:
+    """What a case builds its arguments from (fresh per case, shared engine and dataset)."""
+
+    tmp: Path
+    engine: Path  # an emulator engine directory, 8 x 4 (shared: copy before changing it)
+    dataset: Path  # 16 documents
+    goldens: Path  # goldens recorded for TOY on `dataset` at batch size 1, beam 1
+
+    def engine_copy(self, change: Callable[[Path], object]) -> str:
+        folder = self.tmp / "engine"
+        shutil.copytree(self.engine, folder)
+        change(folder)
+        return str(folder)
+
+    def config_copy(self, change: Callable[[dict], object]) -> str:
+        def edit(folder: Path) -> None:
+            config = json.loads((folder / "config.json").read_text())
+            change(config)
+            (folder / "config.json").write_text(json.dumps(config))
+        return self.engine_copy(edit)
+
+    def file(self, name: str, content: str | bytes) -> str:
+        path = self.tmp / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+        return str(path)
+
+    def regular_file(self) -> Path:
+        path = self.tmp / "plain-file"
+        path.write_text("not a folder")
+        return path
+
+    def goldens_copy(self, change: Callable[[Path], object]) -> list[str]:
+        folder = self.tmp / "goldens"
+        shutil.copytree(self.goldens, folder)
+        [path] = folder.glob("*/*.json")
+        change(path)
+        return [*TOY, "--dataset", str(self.dataset), "--batch-sizes", "1", "--beam-widths", "1",
+                "--goldens-dir", str(folder)]
+
+    def hf_pickle_model(self) -> str:
+        """A transformers folder whose only weights are a pickle (pytorch_model.bin)."""
+        folder = self.tmp / "hf-pickle"
+        folder.mkdir()
+        for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(BUNDLED_MODEL / name, folder / name)
+        # a pickle that would create a file if anything unpickled it
+        marker = self.tmp / "unpickled"
+        (folder / "pytorch_model.bin").write_bytes(
+            b"cos\nsystem\n(S'touch " + str(marker).encode() + b"'\ntR.")
+        return str(folder)
+
+
+def _edit_json(path: Path, **changes: object) -> None:
+    raw = json.loads(path.read_text())
+    for key, value in changes.items():
+        if "." in key:
+            outer, inner = key.split(".")
+            raw[outer][inner] = value
+        else:
+            raw[key] = value
+    path.write_text(json.dumps(raw))
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    args: Callable[[Setup], list[str]]
+    words: tuple[str, ...]
+
+
+def _pretrained(key: str, value: object) -> Callable[[dict], None]:
+    return lambda c: c["pretrained_config"].__setitem__(key, value)
+
+
+def _bigger_vocab(c: dict) -> None:
+    c["pretrained_config"]["vocab_size"] += 1000
+
+
+CASES = [
+    # the engine directory and its config.json
+    Case("engine-missing", lambda s: ["--engine", str(s.tmp / "nope")],
+         ("--engine", "nope: no such engine directory", "build-engine")),
+    Case("engine-not-a-directory", lambda s: ["--engine", str(s.regular_file())],
+         ("--engine", "plain-file: is not a directory", "give an engine or model folder")),
+    Case("config-missing", lambda s: ["--engine", s.engine_copy(lambda f: (f / "config.json").unlink())],
+         ("config.json: missing", "trtllm-build")),
+    Case("config-invalid-json", lambda s: ["--engine", s.engine_copy(
+        lambda f: (f / "config.json").write_text("{oops"))],
+         ("config.json: invalid JSON at line 1", "rebuild the engine")),
+    Case("config-not-an-object", lambda s: ["--engine", s.engine_copy(
+        lambda f: (f / "config.json").write_text("[1, 2]"))],
+         ("config.json: expected a JSON object at the top level",)),
+    Case("config-limit-wrong-type", lambda s: ["--engine", s.config_copy(
+        lambda c: c["build_config"].__setitem__("max_beam_width", "four"))],
+         ("config.json: build_config.max_beam_width must be a positive integer, found 'four'",)),
+    Case("config-section-wrong-type", lambda s: ["--engine", s.config_copy(
+        lambda c: c.__setitem__("pretrained_config", [1]))],
+         ("config.json: pretrained_config must be a JSON object, found list",)),
+    Case("config-model-key-wrong-type", lambda s: ["--engine", s.config_copy(_pretrained("vocab_size", "big"))],
+         ("config.json: pretrained_config.vocab_size must be a positive integer, found 'big'",)),
+    Case("weights-missing", lambda s: ["--engine", s.engine_copy(lambda f: (f / "rank0.safetensors").unlink())],
+         ("rank0.safetensors: engine weights missing", "rebuild the engine")),
+    Case("weights-unreadable", lambda s: ["--engine", s.engine_copy(
+        lambda f: (f / "rank0.safetensors").write_bytes(b"garbage"))],
+         ("rank0.safetensors: cannot read weights", "rebuild the engine")),
+    Case("tokenizer-missing", lambda s: ["--engine", s.engine_copy(lambda f: shutil.rmtree(f / "tokenizer"))],
+         ("tokenizer: tokenizer missing", "rebuild the engine")),
+    Case("tokenizer-smaller-than-vocab", lambda s: ["--engine", s.config_copy(_bigger_vocab)],
+         ("tokenizer: the tokenizer knows 1024 tokens but the engine's vocab_size is 2024",
+          "use the model's own tokenizer")),
+    Case("hf-pickle-weights-refused", lambda s: ["--engine", s.hf_pickle_model()],
+         ("hf-pickle: no *.safetensors weights", "loads safetensors only", "safe_serialization=True")),
+    Case("backend-unknown", lambda s: ["--backend", "emulater", "--engine", str(s.engine)],
+         ("--backend 'emulater': unknown backend; did you mean 'emulator'?",)),
+    Case("backend-class-not-importable", lambda s: ["--engine", "nosuch_module:Engine"],
+         ("--engine 'nosuch_module:Engine': cannot import 'nosuch_module'",)),
+    # the dataset
+    Case("dataset-missing", lambda s: [*TOY, "--dataset", str(s.tmp / "none.jsonl")],
+         ("--dataset", "none.jsonl: no such file",)),
+    Case("dataset-empty", lambda s: [*TOY, "--dataset", s.file("empty.jsonl", "")],
+         ("--dataset", "empty.jsonl: holds no rows")),
+    Case("dataset-blank-lines", lambda s: [*TOY, "--dataset", s.file("blank.jsonl", "\n  \n")],
+         ("--dataset", "blank.jsonl: holds no rows")),
+    Case("dataset-not-utf8", lambda s: [*TOY, "--dataset", s.file(
+        "latin1.jsonl", '{"text": "caf\xe9 au lait", "summary": "x"}\n'.encode("latin-1"))],
+         ("--dataset", "latin1.jsonl: not UTF-8 text (byte 13)", "re-save the file as UTF-8")),
+    Case("dataset-text-field-missing", lambda s: [*TOY, "--dataset", s.file(
+        "article.jsonl", json.dumps({"article": "a b c", "summary": "x"}) + "\n")],
+         ("article.jsonl: no field 'text' (fields: article, summary)", "--text-field")),
+    Case("dataset-summary-field-missing", lambda s: [*TOY, "--dataset", str(s.dataset),
+                                                     "--summary-field", "abstract"],
+         ("no field 'abstract'", "name the right one with --summary-field")),
+    Case("dataset-empty-text", lambda s: [*TOY, "--dataset", s.file(
+        "blanktext.jsonl", json.dumps({"text": " ", "summary": "x"}) + "\n")],
+         ("blanktext.jsonl: row 0 has an empty or non-text 'text'", "fix or drop that row")),
+    Case("dataset-duplicate-ids", lambda s: [*TOY, "--dataset", s.file("dup.jsonl", "".join(
+        json.dumps({"id": "same", "text": "a b", "summary": "x"}) + "\n" for _ in range(2)))],
+         ("dup.jsonl: id 'same' appears twice", "ids must be unique")),
+    Case("dataset-unknown-type", lambda s: [*TOY, "--dataset", s.file("notes.txt", "hello")],
+         ("notes.txt: unknown file type '.txt'", ".jsonl")),
+    Case("fewer-prompts-than-positions", lambda s: [*TOY, "--dataset", str(s.dataset), "--batch-sizes", "32"],
+         ("needs at least 32 prompts",)),
+    # option values: zero, negative, not a number, duplicated, bad combinations
+    Case("batch-sizes-zero", lambda s: ["--batch-sizes", "0"], ("--batch-sizes '0': 0 must be at least 1",)),
+    Case("batch-sizes-negative", lambda s: ["--batch-sizes=-2"], ("--batch-sizes '-2': -2 must be at least 1",)),
+    Case("batch-sizes-not-numbers", lambda s: ["--batch-sizes", "1,two"],
+         ("--batch-sizes '1,two': 'two' is not an integer", "e.g. 1,2,4,8")),
+    Case("batch-sizes-duplicated", lambda s: ["--batch-sizes", "1,4,1"],
+         ("--batch-sizes '1,4,1': 1 is given twice", "list each value once")),
+    Case("beam-widths-duplicated", lambda s: ["--beam-widths", "2,2"], ("--beam-widths '2,2': 2 is given twice",)),
+    Case("beam-widths-zero", lambda s: ["--beam-widths", "0"], ("--beam-widths '0': 0 must be at least 1",)),
+    Case("max-new-tokens-zero", lambda s: ["--max-new-tokens", "0"], ("--max-new-tokens '0': must be at least 1",)),
+    Case("max-new-tokens-negative", lambda s: ["--max-new-tokens=-1"], ("--max-new-tokens '-1': must be at least 1",)),
+    Case("max-new-tokens-not-a-number", lambda s: ["--max-new-tokens", "many"],
+         ("--max-new-tokens 'many': expected a positive integer",)),
+    Case("seed-negative", lambda s: ["--seed=-1"], ("--seed '-1': must be >= 0",)),
+    Case("tolerance-not-a-number", lambda s: ["--tolerance", "abc"], ("--tolerance 'abc': expected a number",)),
+    Case("tolerance-negative", lambda s: ["--tolerance=-0.1"], ("--tolerance '-0.1': must be in [0.0, 1.0]",)),
+    Case("alpha-zero", lambda s: ["--alpha", "0"], ("--alpha '0': must be in (0.0, 0.5]",)),
+    Case("gpu-memory-not-a-size", lambda s: ["--gpu-memory", "lots"],
+         ("--gpu-memory 'lots': expected a size like 80GiB",)),
+    Case("batch-timeout-zero", lambda s: ["--batch-timeout", "0"], ("--batch-timeout '0': must be more than 0",)),
+    Case("batch-timeout-not-a-number", lambda s: ["--batch-timeout", "soon"],
+         ("--batch-timeout 'soon': expected a number",)),
+    Case("prompt-template-without-text", lambda s: ["--prompt-template", "Summarize"],
+         ("--prompt-template 'Summarize': must contain {text}",)),
+    Case("golden-engine-without-update", lambda s: ["--golden-engine", str(s.engine)],
+         ("--golden-engine is used only to record goldens: add --update-goldens",)),
+    Case("server-option-without-server", lambda s: ["--model", "llama"],
+         ("--model applies only to an OpenAI-compatible server",)),
+    # goldens that cannot be used
+    Case("goldens-corrupt", lambda s: s.goldens_copy(lambda p: p.write_text("{not json")),
+         ("-beam1.json: corrupt goldens", "--update-goldens")),
+    Case("goldens-truncated", lambda s: s.goldens_copy(lambda p: p.write_bytes(p.read_bytes()[:100])),
+         ("-beam1.json: corrupt goldens", "--update-goldens")),
+    Case("goldens-empty-file", lambda s: s.goldens_copy(lambda p: p.write_text("")),
+         ("-beam1.json: corrupt goldens", "--update-goldens")),
+    Case("goldens-other-schema-version", lambda s: s.goldens_copy(lambda p: _edit_json(p, schema_version=2)),
+         ("-beam1.json: goldens schema_version 2, this harness reads 1", "--update-goldens")),
+    Case("goldens-other-dataset-hash", lambda s: s.goldens_copy(lambda p: _edit_json(p, **{"dataset.hash": "0" * 64})),
+         ("-beam1.json: recorded for dataset hash 000000000000", "(its content changed)", "--update-goldens")),
+    Case("goldens-other-settings", lambda s: s.goldens_copy(
+        lambda p: _edit_json(p, **{"settings.max_new_tokens": 7})),
+         ("-beam1.json: recorded with other decoding settings: max_new_tokens 7 (run: 64)", "--update-goldens")),
+    Case("goldens-missing-key", lambda s: s.goldens_copy(lambda p: _edit_json(p, outputs=["x"])),
+         ("-beam1.json: 'outputs' must map document ids to texts", "--update-goldens")),
+    # folders that cannot be written (this runs as root, where chmod stops nothing: a path
+    # under a regular file cannot be created by anyone)
+    Case("report-dir-under-a-file", lambda s: [*TOY, "--report-dir", str(s.regular_file() / "reports")],
+         ("--report-dir", "plain-file/reports: cannot create (Not a directory)", "choose a writable folder")),
+    Case("report-dir-is-a-file", lambda s: [*TOY, "--report-dir", str(s.regular_file())],
+         ("--report-dir", "plain-file: cannot create (File exists)", "choose a writable folder")),
+    Case("goldens-dir-under-a-file", lambda s: [*TOY, "--dataset", str(s.dataset), "--update-goldens",
+                                                "--goldens-dir", str(s.regular_file() / "g")],
+         ("--goldens-dir", "plain-file/g: cannot create (Not a directory)", "drop --update-goldens")),
+    Case("cache-dir-under-a-file", lambda s: ["--engine", str(s.engine), "--dataset", str(s.dataset),
+                                              "--cache-dir", str(s.regular_file() / "cache")],
+         ("--cache-dir", "plain-file/cache: cannot create (Not a directory)", "--no-cache")),
+]
+
+
+@pytest.fixture(scope="module")
+def recorded_goldens(tmp_path_factory, small_dataset: Path) -> Path:
+    """Goldens of the toy engine at beam 1, recorded once through the CLI."""
+    tmp = tmp_path_factory.mktemp("recorded")
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, redirect_stdout(out), redirect_stderr(out):
+        mp.syspath_prepend(str(HERE))
+        code = main(["run", *TOY, "--dataset", str(small_dataset), "--batch-sizes", "1",
+                     "--beam-widths", "1", "--update-goldens", "--goldens-dir", str(tmp / "goldens"),
+                     "--report-dir", str(tmp / "reports")])
+    assert code == 0, out.getvalue()
+    return tmp / "goldens"
+
+
+def _cli(args: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(out):
+        try:
+            code = main(["run", *args])
+        except SystemExit as exc:  # argparse: usage line and exit 2
+            code = int(exc.code or 0)
+    return code, out.getvalue()
+
+
+def _pytest(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, str]:
+    capsys.readouterr()
+    code = pytest.main([str(SUITES), "-p", "no:cacheprovider", "-q",
+                        "-W", "ignore::pytest.PytestAssertRewriteWarning", *args])
+    captured = capsys.readouterr()
+    return int(code), captured.out + captured.err
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case: Case, tmp_path: Path, engine_factory, small_dataset: Path,
+                   recorded_goldens: Path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(HERE))
+    setup = Setup(tmp=tmp_path, engine=engine_factory(8, 4), dataset=small_dataset,
+                  goldens=recorded_goldens)
+    args = case.args(setup)
+    if not any(a.startswith("--report-dir") for a in args):
+        args += ["--report-dir", str(tmp_path / "reports")]
+    if "--goldens-dir" not in args:
+        args += ["--goldens-dir", str(tmp_path / "no-goldens")]
+    if "--cache-dir" not in args:
+        args += ["--cache-dir", str(tmp_path / "cache")]
+
+    code, out = _cli(args)
+    assert code == 2, out
+    lines = [line for line in out.splitlines() if "error:" in line]
+    assert len(lines) == 1, out
+    for words in case.words:
+        assert words in lines[0], out
+    assert "Traceback" not in out
+
+    code, out = _pytest(capsys, args)
+    assert code == 4, out
+    assert "Traceback" not in out
+    for words in case.words:
+        assert words in out, out
+    assert not (tmp_path / "unpickled").exists()  # the pickle was never loaded
+    assert not list((tmp_path / "reports").glob("*/generations.jsonl"))  # nothing was generated
+
+
+def test_batch_size_above_the_engine_maximum(tmp_path: Path, engine_factory, small_dataset: Path,
+                                             capsys):
+    """A failing test (not a usage error): the limits suite and lint name the trtllm-build flag.
+    `run` itself goes on and generates, as the emulator accepts the batch (see the incident)."""
+    engine = str(engine_factory(8, 4))
+    capsys.readouterr()
+    code = pytest.main([str(SUITES / "test_preflight.py"), "-p", "no:cacheprovider", "-q",
+                        "-W", "ignore::pytest.PytestAssertRewriteWarning", "--engine", engine,
+                        "--batch-sizes", "16", "--beam-widths", "1", "--dataset", str(small_dataset),
+                        "--report-dir", str(tmp_path / "reports")])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "FAILED" in out and "test_engine_limits[bs16-beam1]" in out
+    assert "batch size 16 exceeds the engine's max_batch_size 8; rebuild with trtllm-build --max_batch_size 16" in out
+    assert "Traceback" not in out
+    code = main(["lint", engine, "--batch-size", "16"])
+    out = capsys.readouterr().out
+    assert code == 1 and "FAIL    max_batch_size   batch size 16 exceeds" in out and "Traceback" not in out

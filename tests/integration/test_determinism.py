@@ -1,0 +1,42 @@
+"""Two runs with the same seed give the same numbers in report.json (issue #7 item 5).
+
+The generation cache is off, so both runs really generate. The engine is built with the
+emulator's "drift" fault (a logit perturbation that depends on the batch shape), so outputs
+diverge from batch size 1 here and there and the scores, confidence intervals and p-values
+compared are ordinary fractions, not only 1.0 and 0.0. A run killed and resumed from the cache is compared with an
+uninterrupted one in test_nothing_lost.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.config import RunConfig
+from harness.engines.emulator.build import BuildLimits, build_engine
+from harness.engines.emulator.faults import Fault
+from harness.pipeline import run
+
+
+def _numbers(report_dir: Path) -> dict:
+    report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
+    return {"verdict": report["verdict"], "cells": report["cells"], "method": report["method"],
+            "baseline": report["baseline"], "dataset_hash": report["dataset"]["hash"]}
+
+
+def test_same_seed_same_numbers(tmp_path: Path, small_dataset: Path):
+    engine = build_engine(tmp_path / "drift", BuildLimits(max_batch_size=4, max_beam_width=2),
+                          fault=Fault("drift", scale=3.0))
+
+    def once(name: str, seed: int) -> dict:
+        config = RunConfig(engine=str(engine), dataset=str(small_dataset),
+                           batch_sizes=(1, 4), beam_widths=(1, 2), max_new_tokens=16, seed=seed,
+                           no_cache=True, report_dir=tmp_path / name)
+        return _numbers(run(config).report_dir)
+
+    first, second = once("a", 7), once("b", 7)
+    assert first == second
+    assert first["method"]["seed"] == 7
+    positions = [p for c in first["cells"] for p in c["positions"] if p["p_value"] is not None]
+    assert any(0 < p["p_value"] < 1 for p in positions)
+    assert any(0 < p["rouge_l"] < 1 for p in positions)

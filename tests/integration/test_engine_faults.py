@@ -1,0 +1,148 @@
+"""Engine faults at run time fail one cell, never the run (issue #7 item 2).
+
+A hung ``generate`` under ``--batch-timeout``, outputs that are empty, missing, not text or
+odd, and the wrong number of outputs: each ends as a scored output or as that cell's error
+with its message; the other cells run and the report is written.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.config import RunConfig
+from harness.pipeline import run
+from tests.conftest import REPO, run_suites
+from tests.integration.fault_engines import Hangs, OddOutputs, WrongCount
+
+HERE = Path(__file__).resolve().parent
+
+
+def _config(tmp_path: Path, dataset: Path, **extra) -> RunConfig:
+    return RunConfig(dataset=str(dataset), batch_sizes=(1, 2, 4), beam_widths=(1,),
+                     report_dir=tmp_path / "reports", goldens_dir=tmp_path / "goldens",
+                     cache_dir=tmp_path / "cache", **extra)
+
+
+def _cells(result) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    return {c.cell.id: c for c in result.cells}
+
+
+def test_a_slow_batch_fails_its_cell_and_the_engine_recovers(tmp_path: Path, small_dataset: Path):
+    """bs2's first call takes 1.5 s under --batch-timeout 1: bs2 is an error; bs4 waits for
+    the late call to finish (never two calls at once) and then passes."""
+    engine = Hangs(cell="2x1", seconds=1.5)
+    t0 = time.perf_counter()
+    result = run(_config(tmp_path, small_dataset, batch_timeout=1.0), engine=engine)
+    cells = _cells(result)
+    assert cells["bs2-beam1"].verdict == "error"
+    assert "BatchTimeout: generate did not return within --batch-timeout 1s (batch of 2 at beam " \
+           "width 1)" in cells["bs2-beam1"].error
+    assert cells["bs1-beam1"].verdict == "pass" and cells["bs4-beam1"].verdict == "pass"
+    assert engine.finished_hung_call.is_set()  # bs4 started only after the late call ended
+    assert time.perf_counter() - t0 < 30
+    report = json.loads((result.report_dir / "report.json").read_text())
+    assert {c["id"]: c["verdict"] for c in report["cells"]} == {
+        "bs1-beam1": "pass", "bs2-beam1": "error", "bs4-beam1": "pass"}
+    assert report["options"]["batch_timeout"] == 1.0
+
+
+def test_a_hung_engine_costs_two_timeouts_and_the_report_is_written(tmp_path: Path, small_dataset: Path):
+    engine = Hangs(cell="2x1", seconds=60)
+    try:
+        t0 = time.perf_counter()
+        result = run(_config(tmp_path, small_dataset, batch_timeout=0.5), engine=engine)
+        assert time.perf_counter() - t0 < 20
+    finally:
+        engine.release.set()  # let the abandoned call end
+    cells = _cells(result)
+    assert cells["bs1-beam1"].verdict == "pass"
+    assert "--batch-timeout 0.5s" in cells["bs2-beam1"].error
+    assert "not sent: the engine is still busy with the batch of 2 at beam width 1 that passed " \
+           "--batch-timeout 0.5s" in cells["bs4-beam1"].error
+    assert result.verdict == "fail" and (result.report_dir / "report.json").is_file()
+
+
+def test_batch_timeout_through_pytest_and_the_process_exits(tmp_path: Path, small_dataset: Path):
+    """The hung call sleeps 600 s; the pytest run still ends in seconds and fails that cell."""
+    t0 = time.perf_counter()
+    proc = run_suites("--engine", "fault_engines:Hangs", "--dataset", str(small_dataset),
+                      "--batch-sizes", "1,2", "--beam-widths", "1", "--batch-timeout", "1",
+                      "--report-dir", str(tmp_path / "r"), "-v", cwd=tmp_path,
+                      env={"PYTHONPATH": str(HERE), "FAULT_HANG_CELL": "2x1"})
+    out = proc.stdout + proc.stderr
+    assert time.perf_counter() - t0 < 120
+    assert proc.returncode == 1, out
+    assert "test_batch_positions[bs1-beam1] PASSED" in proc.stdout
+    assert "test_batch_positions[bs2-beam1] FAILED" in proc.stdout
+    assert "generate did not return within --batch-timeout 1s" in proc.stdout
+    assert "Traceback" not in out
+
+
+def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path):
+    config = RunConfig(dataset=str(small_dataset), batch_sizes=(1, 8), beam_widths=(1,),
+                       report_dir=tmp_path / "reports", no_cache=True)
+    result = run(config, engine=OddOutputs())
+    cells = _cells(result)
+    assert all(c.error is None for c in result.cells), [c.error for c in result.cells]
+    bs8 = cells["bs8-beam1"].analysis
+    # positions 0-2 hold "", None and text=None in every batch: all score 0
+    assert [s.rouge_l for s in bs8.positions[:3]] == [0.0, 0.0, 0.0]
+    assert bs8.positions[3].rouge_l > 0  # the plain string is scored as text
+    assert cells["bs8-beam1"].verdict == "fail" and cells["bs1-beam1"].verdict == "pass"
+    folder = result.report_dir
+    rows = [json.loads(line) for line in (folder / "generations.jsonl").read_text(encoding="utf-8").splitlines()]
+    by_position = {(r["position"], r["id"]): r["output"] for r in rows if r["cell"] == "bs8-beam1"}
+    doc = rows[0]["id"]
+    assert by_position[(0, doc)] == by_position[(1, doc)] == by_position[(2, doc)] == ""
+    assert by_position[(3, doc)].startswith("a plain string ")
+    assert by_position[(4, doc)].startswith("bad bytes ?? ")  # lone surrogates replaced
+    assert by_position[(6, doc)].count("word") == 20000
+    assert json.loads((folder / "report.json").read_text(encoding="utf-8"))["verdict"] == "fail"
+
+
+def test_wrong_number_of_outputs_fails_the_cell_with_a_message(tmp_path: Path, small_dataset: Path):
+    config = RunConfig(dataset=str(small_dataset), batch_sizes=(1, 2), beam_widths=(1, 2),
+                       report_dir=tmp_path / "reports", no_cache=True)
+    cells = _cells(run(config, engine=WrongCount()))
+    assert "the engine returned 1 outputs for a batch of 2; generate returns one Generation per " \
+           "prompt" in cells["bs2-beam1"].error
+    assert "the engine returned NoneType outputs for a batch of 2" in cells["bs2-beam2"].error
+    assert cells["bs1-beam1"].verdict == "pass" and cells["bs1-beam2"].verdict == "pass"
+
+
+@pytest.mark.parametrize("ids, text", [
+    ([2, 2, 2, 2], ""),  # all end/pad ids: nothing generated
+    ([5, 10_000_000, -1, 6], None),  # ids outside the vocabulary are dropped, the rest decoded
+])
+def test_trtllm_outputs_of_padding_or_outside_the_vocabulary(tmp_path: Path, monkeypatch, ids, text):
+    from harness.config import EngineOptions
+    from harness.engines.trtllm import TrtllmEngine, cut_generations
+    from tests.doubles import tensorrt_llm_double as double
+
+    double.install(monkeypatch)
+    engine = TrtllmEngine(double.make_engine_dir(tmp_path / "e", with_tokenizer=True), options=EngineOptions())
+    end = engine.tokens.end_id
+    row = [7, 8] + [end if t == 2 else t for t in ids]
+    cut = cut_generations([[row]], [[len(row)]], [2], 1, end)
+    generation = engine._generation(cut[0])
+    expected = text if text is not None else engine.tokenizer.decode([5, 6], skip_special_tokens=True).strip()
+    assert generation.text == expected
+
+
+def test_hung_call_does_not_keep_the_cli_alive(tmp_path: Path, small_dataset: Path):
+    """`python -m harness run` returns once the report is written, abandoned call or not."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", "--engine", "fault_engines:Hangs",
+                           "--dataset", str(small_dataset), "--batch-sizes", "1,2", "--beam-widths", "1",
+                           "--batch-timeout", "0.5", "--report-dir", str(tmp_path / "r")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "PYTHONPATH": f"{HERE}:{REPO}"})
+    assert proc.returncode == 1, proc.stderr
+    assert "bs2-beam1  ERROR  BatchTimeout: generate did not return within --batch-timeout 0.5s" in proc.stdout
+    assert time.perf_counter() - t0 < 60
