@@ -90,3 +90,27 @@ class WrongCount(Echo):
         if len(prompts) == 1:
             return good
         return None if settings.beam_width == 2 else good[:-1]
+
+
+RAISES = {
+    # what CUDA-backed engines raise, by kind (the texts of torch and TensorRT-LLM)
+    "oom": lambda: MemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.11 GiB "
+                               "total capacity; 77.02 GiB already allocated)"),
+    "cuda": lambda: RuntimeError("CUDA error: an illegal memory access was encountered"),
+    "refusal": lambda: RuntimeError("Num beams (2) exceeds the engine or specified limit (1)"),
+    "value": lambda: ValueError("max_new_tokens must be positive"),
+}
+
+
+class Raises(Echo):
+    """``generate`` raises ``FAULT_RAISE`` (a key of RAISES) for cell ``FAULT_RAISE_CELL`` "BxW"."""
+
+    def __init__(self, path: str | None = None) -> None:
+        super().__init__(path)
+        self.kind = os.environ.get("FAULT_RAISE", "oom")
+        self.cell = tuple(int(x) for x in os.environ.get("FAULT_RAISE_CELL", "4x2").split("x"))
+
+    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+        if (len(prompts), settings.beam_width) == self.cell:
+            raise RAISES[self.kind]()
+        return super().generate(prompts, settings)

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.__main__ import main
 from harness.config import RunConfig
 from harness.pipeline import run
-from tests.conftest import REPO, run_suites
-from tests.integration.fault_engines import Hangs, OddOutputs, WrongCount
+from tests.conftest import REPO, SUITES, run_suites
+from tests.integration.fault_engines import RAISES, Hangs, OddOutputs, WrongCount
 
 HERE = Path(__file__).resolve().parent
 
@@ -82,6 +83,40 @@ def test_batch_timeout_through_pytest_and_the_process_exits(tmp_path: Path, smal
     assert "test_batch_positions[bs2-beam1] FAILED" in proc.stdout
     assert "generate did not return within --batch-timeout 1s" in proc.stdout
     assert "Traceback" not in out
+
+
+@pytest.mark.parametrize("kind", sorted(RAISES))
+def test_a_raising_generate_fails_its_cell_through_both_entry_points(
+        kind: str, tmp_path: Path, small_dataset: Path, monkeypatch, capsys):
+    """Out of memory, a CUDA error, a refusal, any exception: that cell is an error with the
+    message, the other cells run and pass, the report is written; exit 1, no traceback."""
+    monkeypatch.syspath_prepend(str(HERE))
+    monkeypatch.setenv("FAULT_RAISE", kind)
+    monkeypatch.setenv("FAULT_RAISE_CELL", "4x2")
+    message = str(RAISES[kind]())
+    args = ["--engine", "fault_engines:Raises", "--dataset", str(small_dataset), "--batch-sizes", "1,4",
+            "--beam-widths", "1,2", "--no-cache"]
+
+    capsys.readouterr()
+    code = main(["run", *args, "--report-dir", str(tmp_path / "cli")])
+    out = "".join(capsys.readouterr())
+    assert code == 1, out
+    assert message in out and "Traceback" not in out
+    report = json.loads(next((tmp_path / "cli").glob("*/report.json")).read_text())
+    verdicts = {c["id"]: c["verdict"] for c in report["cells"]}
+    assert verdicts == {"bs1-beam1": "pass", "bs1-beam2": "pass", "bs4-beam1": "pass", "bs4-beam2": "error"}
+    error = next(c["error"] for c in report["cells"] if c["id"] == "bs4-beam2")
+    assert message in error and type(RAISES[kind]()).__name__ in error
+
+    code = pytest.main([str(SUITES), "-p", "no:cacheprovider", "-q", "-rf",
+                        "-W", "ignore::pytest.PytestAssertRewriteWarning", *args,
+                        "--report-dir", str(tmp_path / "suites")])
+    out = "".join(capsys.readouterr())
+    assert code == 1, out
+    assert "FAILED" in out and "test_batch_positions[bs4-beam2]" in out and message in out
+    assert "test_batch_positions[bs4-beam1]" not in out.split("short test summary")[-1]
+    assert "Traceback" not in out
+    assert next((tmp_path / "suites").glob("*/report.json")).is_file()
 
 
 def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path):
