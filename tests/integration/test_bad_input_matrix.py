@@ -83,6 +83,19 @@ class Setup:
         return str(folder)
 
 
+def _tokenizer_ships_code(marker: Path) -> Callable[[Path], None]:
+    """The engine's tokenizer points at code in its folder, which would create ``marker``."""
+    def change(folder: Path) -> None:
+        tok = folder / "tokenizer"
+        (tok / "evil.py").write_text(
+            f"open({str(marker)!r}, 'w').write('ran')\n"
+            "from transformers import PreTrainedTokenizerFast\n"
+            "class EvilTokenizer(PreTrainedTokenizerFast):\n    pass\n")
+        _edit_json(tok / "tokenizer_config.json", tokenizer_class="EvilTokenizer",
+                   auto_map={"AutoTokenizer": ["evil.EvilTokenizer", "evil.EvilTokenizer"]})
+    return change
+
+
 def _edit_json(path: Path, **changes: object) -> None:
     raw = json.loads(path.read_text())
     for key, value in changes.items():
@@ -143,6 +156,9 @@ CASES = [
           "use the model's own tokenizer")),
     Case("hf-pickle-weights-refused", lambda s: ["--engine", s.hf_pickle_model()],
          ("hf-pickle: no *.safetensors weights", "loads safetensors only", "safe_serialization=True")),
+    Case("tokenizer-ships-code", lambda s: ["--engine", s.engine_copy(_tokenizer_ships_code(s.tmp / "unpickled"))],
+         ("tokenizer: the tokenizer ships its own code", "which the emulator never runs",
+          "rebuild the engine")),
     Case("backend-unknown", lambda s: ["--backend", "emulater", "--engine", str(s.engine)],
          ("--backend 'emulater': unknown backend; did you mean 'emulator'?",)),
     Case("backend-class-not-importable", lambda s: ["--engine", "nosuch_module:Engine"],
@@ -291,7 +307,7 @@ def test_bad_input(case: Case, tmp_path: Path, engine_factory, small_dataset: Pa
     assert "Traceback" not in out
     for words in case.words:
         assert words in out, out
-    assert not (tmp_path / "unpickled").exists()  # the pickle was never loaded
+    assert not (tmp_path / "unpickled").exists()  # no pickle was loaded, no shipped code ran
     assert not list((tmp_path / "reports").glob("*/generations.jsonl"))  # nothing was generated
 
 

@@ -84,6 +84,10 @@ class EmulatorEngine:
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir), trust_remote_code=False)
         except (OSError, ValueError) as exc:
+            if "custom code" in str(exc) or "trust_remote_code" in str(exc):
+                raise EngineError(f"{tok_dir}: the tokenizer ships its own code (auto_map in "
+                                  "tokenizer_config.json), which the emulator never runs; rebuild "
+                                  "the engine with `python -m harness build-engine`") from None
             raise EngineError(f"{tok_dir}: cannot load the tokenizer ({str(exc).splitlines()[0]}); "
                               "rebuild the engine") from None
         if self.tokenizer.eos_token_id is None:
