@@ -18,9 +18,9 @@ beam widths 1,2,4: 45 generations per prompt) with the generation cache off, and
 
 ``--engine echo`` swaps the model for an engine that echoes the prompt's first 40 words: no
 model time, so the harness's own memory can be measured at 2,000 prompts in a minute.
-The bundled engine at 2,000 prompts and 64 new tokens takes hours on a 2-core CPU; run it at
-fewer prompts and smaller ``--max-new-tokens`` and compare the growth per generation
-(docs/performance.md, "Memory").
+The bundled engine at 2,000 prompts takes about 35 minutes at ``--max-new-tokens 8`` on one
+idle CPU core (several times that at 64); run it alone, as other jobs on the machine slow it
+down several-fold. Figures in docs/performance.md, "Memory".
 """
 
 from __future__ import annotations
