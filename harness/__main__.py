@@ -95,7 +95,7 @@ def cmd_build_engine(args: argparse.Namespace) -> int:
 def cmd_lint(args: argparse.Namespace) -> int:
     import json
 
-    from harness.lint import format_text, lint
+    from harness.limits.lint import format_text, lint
 
     result = lint(args.engine_dir, batch_size=args.batch_size, num_beams=args.num_beams,
                   max_new_tokens=args.max_new_tokens, gpu=args.gpu_memory,
@@ -107,9 +107,9 @@ def cmd_lint(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from harness.goldens import atomic_write_text
     from harness.report.compare import compare, load_report
     from harness.report.html import render_compare
+    from harness.storage.atomic import atomic_write_text
 
     result = compare(load_report(args.old), load_report(args.new), tolerance=args.tolerance)
     for line in result["lines"]:
@@ -122,7 +122,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from harness.calibrate import Settings, Targets, run_calibration, table
+    from harness.tools.calibrate import Settings, Targets, run_calibration, table
 
     settings = Settings(trials=args.trials, seed=args.seed, prompts=args.prompts, pool=args.pool,
                         rounds=args.rounds, max_new_tokens=args.max_new_tokens,
@@ -137,7 +137,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from harness.serve import serve
+    from harness.tools.serve import serve
 
     return serve(args.engine, backend=args.backend, host=args.host, port=args.port,
                  max_batch_size=args.max_batch_size, window_ms=args.batch_window_ms,

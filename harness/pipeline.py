@@ -16,23 +16,24 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.analysis import CellAnalysis, CellScores, analyze
-from harness.cache import GenerationCache, engine_fingerprint
 from harness.config import RunConfig
-from harness.data import Dataset, load_dataset, select_subset
-from harness.engine_config import EngineLimits, read_limits
 from harness.engines.base import Engine, EngineInfo
+from harness.engines.ranks import Ranks, current, require_world
 from harness.engines.registry import adopt, load_engine, peek_config
 from harness.engines.watchdog import BatchTimeoutEngine
 from harness.errors import ConfigError, HarnessError
-from harness.generations import GenerationsLog
-from harness.goldens import GoldenSet, GoldensStore, safe_name
-from harness.patterns import CellEvidence, Finding, match, shortfall
+from harness.inputs.data import Dataset, load_dataset, select_subset
+from harness.inputs.prompts import build_prompts
+from harness.limits.engine_config import EngineLimits, read_limits
+from harness.limits.preflight import LimitCheck, MemoryBudget, preflight
 from harness.plan import Cell, Plan, cells_for, choose_batch_sizes, make_plan, shard_cells
-from harness.preflight import LimitCheck, MemoryBudget, preflight
-from harness.prompts import build_prompts
-from harness.ranks import Ranks, current, require_world
-from harness.scoring import rouge_l
+from harness.storage.atomic import safe_name
+from harness.storage.cache import GenerationCache, engine_fingerprint
+from harness.storage.generations import GenerationsLog
+from harness.storage.goldens import GoldenSet, GoldensStore
+from harness.verdict.scoring import rouge_l
+from harness.verdict.signatures import CellEvidence, Finding, match, shortfall
+from harness.verdict.statistics import CellAnalysis, CellScores, analyze
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class CellResult:
 @dataclass(frozen=True)
 class Outputs:
     """Texts generated for one cell, indexed [position][document index]; once the cell is
-    complete they live in generations.jsonl (``harness.generations.SpilledTexts``)."""
+    complete they live in generations.jsonl (``harness.storage.generations.SpilledTexts``)."""
 
     cell: Cell
     texts: Sequence[Sequence[str | None]]  # None: the prompt never sat there (sparse)
@@ -493,7 +494,7 @@ def _lengths(prep: Prepared) -> tuple[int, ...]:
 def match_findings(analyses: dict[Cell, CellAnalysis],
                    scores: dict[Cell, tuple[CellScores, tuple[float, ...]]], plan: Plan,
                    lengths: Sequence[int], limits: EngineLimits | None) -> dict[Cell, Finding]:
-    """Match the failing cells against known fault signatures (harness.patterns); ``merge``
+    """Match the failing cells against known fault signatures (harness.verdict.signatures); ``merge``
     calls it too, over every shard's cells."""
     if not any(a.verdict == "fail" for a in analyses.values()):
         return {}

@@ -18,9 +18,9 @@ from harness.errors import HarnessError
 
 if TYPE_CHECKING:
     from harness.engines.base import Engine
+    from harness.limits.preflight import LimitCheck
     from harness.pipeline import CellResult, FollowerRun, Prepared, RunResult
     from harness.plan import Cell
-    from harness.preflight import LimitCheck
 
 DEST_PREFIX = "harness_"
 

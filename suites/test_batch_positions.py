@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.diagnosis import positions_failure
+from harness.verdict.failures import positions_failure
 
 
 def test_batch_positions(harness_cell_result, harness_result):

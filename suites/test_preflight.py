@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.diagnosis import limits_failure, limits_unknown
+from harness.verdict.failures import limits_failure, limits_unknown
 
 
 def test_engine_limits(harness_cell_checks):

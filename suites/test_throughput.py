@@ -13,7 +13,7 @@ import itertools
 
 import pytest
 
-from harness.cache import engine_fingerprint
+from harness.storage.cache import engine_fingerprint
 
 pytestmark = pytest.mark.throughput
 

@@ -17,7 +17,7 @@ SUITES = REPO / "suites"
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory) -> Path:
     """The first 16 bundled documents, as a user's JSONL file."""
-    from harness.data import load_dataset
+    from harness.inputs.data import load_dataset
 
     path = tmp_path_factory.mktemp("data") / "small16.jsonl"
     docs = load_dataset(None).documents[:16]

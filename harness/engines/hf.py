@@ -13,7 +13,7 @@ from pathlib import Path
 from harness.config import DecodingSettings
 from harness.engines.base import EngineInfo, Generation
 from harness.errors import EngineError
-from harness.fingerprint import weights_identity
+from harness.storage.fingerprint import weights_identity
 
 
 class HFEngine:

@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import DecodingSettings, EngineOptions
-from harness.engine_config import load_config_json, read_engine_config
 from harness.engines.base import EngineInfo, Generation
 from harness.engines.tokenizer import load_tokenizer
 from harness.engines.trtllm import engine_files, require_tensorrt_llm
 from harness.errors import EngineError
-from harness.fingerprint import weights_identity
+from harness.limits.engine_config import load_config_json, read_engine_config
+from harness.storage.fingerprint import weights_identity
 
 CHECKPOINT_WEIGHTS = ("*.safetensors", "*.bin")
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import BUNDLED, EngineOptions, is_url
-from harness.engine_config import load_config_json
 from harness.engines.base import Engine, EngineInfo
 from harness.errors import EngineError
+from harness.limits.engine_config import load_config_json
 
 BACKENDS: dict[str, str] = {
     "emulator": "harness.engines.emulator.engine:EmulatorEngine",

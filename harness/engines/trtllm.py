@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import TRTLLM_RUNTIMES, DecodingSettings, EngineOptions
-from harness.engine_config import read_engine_config
 from harness.engines.base import EngineInfo, Generation
 from harness.engines.lazy import require
 from harness.engines.tokenizer import load_tokenizer
 from harness.errors import EngineError
-from harness.fingerprint import weights_identity
+from harness.limits.engine_config import read_engine_config
+from harness.storage.fingerprint import weights_identity
 
 RUNNERS = {"cpp": "ModelRunnerCpp", "python": "ModelRunner"}
 

@@ -11,9 +11,9 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
-from harness.analysis import ranges
-from harness.preflight import gib
+from harness.limits.preflight import gib
 from harness.report.plots import heatmap_svg
+from harness.verdict.statistics import ranges
 
 
 def _env() -> Environment:

@@ -2,7 +2,7 @@
 
 Holm's correction spans every test of a run, and the fault signatures compare cells with
 each other, so a shard's own verdict is not the run's: merge re-runs
-``harness.analysis.analyze`` and the signature match over the union of the shards'
+``harness.verdict.statistics.analyze`` and the signature match over the union of the shards'
 per-prompt scores (report.json's ``scores`` block) and rebuilds each cell's entry with the
 writer's own code. The result equals the report of the same run without ``--shard`` (cells,
 positions, p-values, causes, verdict), provided the engine gives the same batch-size-1
@@ -11,22 +11,21 @@ outputs in every shard, which merge checks.
 
 from __future__ import annotations
 
-import math
-
 import datetime as dt
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.analysis import CellScores, analyze
-from harness.engine_config import EngineLimits
 from harness.errors import ConfigError
+from harness.limits.engine_config import EngineLimits
+from harness.limits.preflight import LimitCheck
 from harness.pipeline import CellResult, match_findings
 from harness.plan import Cell, Plan
-from harness.preflight import LimitCheck
 from harness.report.compare import load_report
 from harness.report.writer import cell_dict, seal, verify, worst_position
+from harness.verdict.statistics import CellScores, analyze
 
 # Options that do not change what a run measures (paths differ between CI jobs; the engine's
 # and the dataset's contents are compared by hash instead): shards may differ in them.

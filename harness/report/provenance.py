@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.fingerprint import file_sha256
+from harness.storage.fingerprint import file_sha256
 
 ENGINE_FILE_PATTERNS = ("config.json", "*.engine", "*.safetensors")
 

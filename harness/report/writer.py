@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.analysis import ranges
-from harness.data import build_prompt
-from harness.diagnosis import likely_cause
-from harness.goldens import atomic_write_text
+from harness.inputs.data import build_prompt
 from harness.pipeline import CellResult, RunResult
 from harness.report.provenance import engine_files, environment
+from harness.storage.atomic import atomic_write_text
+from harness.verdict.failures import likely_cause
+from harness.verdict.statistics import ranges
 
 SCHEMA_VERSION = 1
 EXAMPLES_PER_CELL = 3

@@ -1,4 +1,4 @@
-"""Benchmark: harness.scoring.rouge_l against rouge-score, pairs/s at 100 and 512 words.
+"""Benchmark: harness.verdict.scoring.rouge_l against rouge-score, pairs/s at 100 and 512 words.
 
     python tests/benchmarks/rouge_speed.py [--pairs 200]
 
@@ -14,7 +14,7 @@ import time
 
 from rouge_score import rouge_scorer
 
-from harness.scoring import rouge_l
+from harness.verdict.scoring import rouge_l
 
 VOCAB = [f"w{i}" for i in range(2000)]
 

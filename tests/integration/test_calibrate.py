@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from harness.calibrate import Settings, Targets, min_detectable_drop, run_calibration, table
+from harness.tools.calibrate import Settings, Targets, min_detectable_drop, run_calibration, table
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_preflight import MISTRAL
+from tests.unit.limits.test_preflight import MISTRAL
 
 
 def lint(*args: str) -> subprocess.CompletedProcess:

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from harness.__main__ import main
-from harness.goldens import JOURNAL_FILE, LOCK_FILE, TEMP_NAME, GoldensStore
-from harness.locks import file_lock
+from harness.storage.atomic import TEMP_NAME
+from harness.storage.goldens import JOURNAL_FILE, LOCK_FILE, GoldensStore
+from harness.storage.locks import file_lock
 from tests.conftest import REPO
 
 HERE = Path(__file__).resolve().parent

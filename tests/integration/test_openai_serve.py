@@ -123,8 +123,8 @@ def test_faulty_engine_is_caught_through_the_server(tmp_path: Path, servers, eng
     assert cell["degraded_positions"] == [2, 3, 4, 5, 6, 7]
 
     # byte for byte what the emulator gives directly for the first planned batch of the cell
-    from harness.data import build_prompt, load_dataset
     from harness.engines.emulator.engine import EmulatorEngine
+    from harness.inputs.data import build_prompt, load_dataset
     from harness.pipeline import RunConfig
     from harness.plan import Cell, make_plan
 

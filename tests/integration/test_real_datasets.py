@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.data import Document, content_hash, load_dataset, select_subset
+from harness.inputs.data import Document, content_hash, load_dataset, select_subset
 from tests.conftest import REPO, only_report
 from tests.conftest import run_suites as _run_suites
 from tests.hub_cache import cache_hub_dataset

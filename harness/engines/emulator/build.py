@@ -140,7 +140,7 @@ def build_engine(output: Path, limits: BuildLimits, *, model_dir: Path | None = 
 
 def bundled_engine(cache_root: Path | None = None) -> Path:
     """The bundled engine (max_batch_size 8, max_beam_width 4), built once into a cache folder."""
-    from harness.fingerprint import file_sha256
+    from harness.storage.fingerprint import file_sha256
 
     root = cache_root or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     key = file_sha256(BUNDLED_MODEL / "model.safetensors")[:12]

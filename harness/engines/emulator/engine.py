@@ -17,12 +17,12 @@ from pathlib import Path
 import torch
 
 from harness.config import DecodingSettings
-from harness.engine_config import ConfigSection
 from harness.engines.base import EngineInfo, Generation
 from harness.engines.emulator.faults import Fault, fault_from_config
 from harness.engines.emulator.model import MistralEmulator, ModelShape, SlotKVCache
 from harness.errors import EngineError
-from harness.fingerprint import weights_identity
+from harness.limits.engine_config import ConfigSection
+from harness.storage.fingerprint import weights_identity
 
 WEIGHTS_FILE = "rank0.safetensors"
 TOKENIZER_DIR = "tokenizer"

@@ -5,7 +5,7 @@ stored in config.json (``emulator.fault``) and applied by the engine's decoding 
 beam-slot overflow of the incident needs no fault: it follows from the build limits
 (``--max-beam-width 1`` run at ``--beam-widths 4``).
 
-None of them touches batch size 1 (tests/unit/test_faults.py checks it), so batch size 1
+None of them touches batch size 1 (tests/unit/engines/test_faults.py checks it), so batch size 1
 stays the trusted level, as on real engines.
 
 ==============  ==========================================================================

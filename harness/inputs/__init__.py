@@ -1,0 +1,1 @@
+"""What a run asks: the dataset and the prompts built from it."""

@@ -1,0 +1,200 @@
+"""Goldens: trusted per-prompt outputs, keyed by model identity, dataset and decoding settings.
+
+Layout: ``GOLDENS/<identity>/<dataset name>-beam<W>.json``. A file that exists but was
+recorded for other content or settings is an error with the command that fixes it; it is
+never rewritten unless ``--update-goldens`` asks for it, and then only after a complete run.
+
+An update replaces every file of the run at once or none of them: each new file is written
+to a fsynced temporary file, then a journal naming the renames is written atomically (the
+commit point), then the renames run and the journal is removed. A run killed before the
+journal exists leaves the previous goldens byte for byte; one killed after it is rolled
+forward by the next run that touches the folder. Writers hold the folder's lock
+(``harness.storage.locks``), so two runs never interleave their updates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.config import DecodingSettings
+from harness.errors import GoldensError
+from harness.inputs.data import Dataset
+from harness.storage.atomic import TEMP_NAME, atomic_write_text, durable_temp, fsync_dir, safe_name
+from harness.storage.locks import file_lock
+
+SCHEMA_VERSION = 1
+LOCK_FILE = ".lock"
+JOURNAL_FILE = ".commit.json"
+FIX = ("re-record them by adding --update-goldens to this run's command (same options), or keep "
+       "them and point --goldens-dir elsewhere for these settings")
+
+
+@dataclass(frozen=True)
+class GoldenSet:
+    """Golden outputs of one beam width for one model and one dataset."""
+
+    identity: str
+    dataset_name: str
+    dataset_hash: str
+    settings: dict[str, Any]
+    outputs: dict[str, str]  # document id -> golden text
+    source: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, "identity": self.identity,
+                "dataset": {"name": self.dataset_name, "hash": self.dataset_hash,
+                            "count": len(self.outputs)},
+                "settings": self.settings, "source": self.source, "outputs": self.outputs}
+
+
+class GoldensStore:
+    """Reads and writes golden sets under one folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def path_for(self, identity: str, dataset_name: str, beam_width: int) -> Path:
+        if identity.startswith("sha256:"):
+            ident = "sha256-" + safe_name(identity[7:23])
+        else:  # e.g. "module:Class:/path": a readable stem plus a hash, so paths never collide
+            digest = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:16]
+            ident = f"{safe_name(identity)[:40]}-{digest}"
+        return self.root / ident / f"{safe_name(dataset_name)}-beam{beam_width}.json"
+
+    def load(self, identity: str, dataset: Dataset, settings: DecodingSettings) -> GoldenSet | None:
+        """The matching golden set; None when none was recorded; GoldensError on mismatch."""
+        self.recover()
+        path = self.path_for(identity, dataset.name, settings.beam_width)
+        if not path.exists():
+            return None
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise GoldensError(f"{path}: corrupt goldens ({exc}); {FIX}") from None
+        if not isinstance(raw, dict) or raw.get("schema_version") != SCHEMA_VERSION:
+            found = raw.get("schema_version") if isinstance(raw, dict) else None
+            raise GoldensError(f"{path}: goldens schema_version {found!r}, this harness reads "
+                               f"{SCHEMA_VERSION}; {FIX}")
+        try:
+            golden = GoldenSet(identity=raw["identity"], dataset_name=raw["dataset"]["name"],
+                               dataset_hash=raw["dataset"]["hash"], settings=raw["settings"],
+                               outputs=raw["outputs"], source=raw.get("source", {}))
+        except (KeyError, TypeError) as exc:
+            raise GoldensError(f"{path}: goldens lack key {exc}; {FIX}") from None
+        if golden.identity != identity:
+            raise GoldensError(f"{path}: recorded for model {golden.identity}, not {identity}; {FIX}")
+        if not isinstance(golden.settings, dict):
+            raise GoldensError(f"{path}: 'settings' must be an object; {FIX}")
+        if not isinstance(golden.outputs, dict) or not all(
+                isinstance(v, str) for v in golden.outputs.values()):
+            raise GoldensError(f"{path}: 'outputs' must map document ids to texts; {FIX}")
+        if golden.dataset_hash != dataset.hash:
+            raise GoldensError(
+                f"{path}: recorded for dataset hash {golden.dataset_hash[:12]}, but this run's "
+                f"dataset {dataset.path} hashes to {dataset.hash[:12]} (its content changed); {FIX}")
+        want = settings.as_dict()
+        diff = [f"{k} {golden.settings.get(k)!r} (run: {v!r})" for k, v in want.items()
+                if golden.settings.get(k) != v]
+        if diff:
+            raise GoldensError(f"{path}: recorded with other decoding settings: {', '.join(diff)}; "
+                               f"{FIX}")
+        missing = [d.id for d in dataset.documents if d.id not in golden.outputs]
+        if missing:
+            raise GoldensError(f"{path}: no golden for {len(missing)} documents (e.g. "
+                               f"{missing[0]!r}); {FIX}")
+        return golden
+
+    def write(self, golden: GoldenSet, beam_width: int) -> Path:
+        """Write one golden set (see ``write_all``)."""
+        return self.write_all({beam_width: golden})[0]
+
+    def write_all(self, goldens: dict[int, GoldenSet]) -> list[Path]:
+        """Replace the files of every beam width at once: all of them or, if the process dies
+        before the commit point, none (see the module docstring)."""
+        with file_lock(self.root / LOCK_FILE, purpose="writing goldens"):
+            self._recover()
+            moves: list[tuple[Path, Path]] = []
+            try:
+                for w, golden in goldens.items():
+                    path = self.path_for(golden.identity, golden.dataset_name, w)
+                    text = json.dumps(golden.as_dict(), indent=1, ensure_ascii=False,
+                                      sort_keys=True) + "\n"
+                    moves.append((durable_temp(path, text), path))
+            except BaseException:
+                for tmp, _ in moves:
+                    tmp.unlink(missing_ok=True)
+                raise
+            journal = self.root / JOURNAL_FILE
+            atomic_write_text(journal, json.dumps({"moves": [
+                [tmp.relative_to(self.root).as_posix(), path.relative_to(self.root).as_posix()]
+                for tmp, path in moves]}))
+            self._apply(moves)
+            journal.unlink()
+            fsync_dir(self.root)
+        return [path for _, path in moves]
+
+    def _apply(self, moves: list[tuple[Path, Path]]) -> None:
+        for tmp, path in moves:
+            if tmp.exists():
+                os.replace(tmp, path)
+        for folder in {path.parent for _, path in moves}:
+            fsync_dir(folder)
+
+    def _inside(self, relative: Any) -> Path | None:
+        """A journal entry as a path two levels under the root (identity/file), else None."""
+        if not isinstance(relative, str):
+            return None
+        parts = Path(relative).parts
+        if len(parts) != 2 or any(p in ("", ".", "..") for p in parts):
+            return None
+        return self.root / parts[0] / parts[1]
+
+    def _recover(self) -> None:
+        """Under the lock: finish an update whose journal exists (it committed before its
+        process died), then remove temporary files of updates that never committed."""
+        journal = self.root / JOURNAL_FILE
+        if journal.exists():
+            try:
+                entries = json.loads(journal.read_text(encoding="utf-8"))["moves"]
+            except (OSError, ValueError, KeyError, TypeError):
+                entries = []  # journals are written atomically; an unreadable one is not ours
+            moves = []
+            for entry in entries if isinstance(entries, list) else []:
+                pair = [self._inside(x) for x in entry] if isinstance(entry, list) else []
+                # only our own renames: hidden temporary file -> <name>-beam<W>.json, same folder
+                if (len(pair) == 2 and pair[0] is not None and pair[1] is not None
+                        and pair[0].parent == pair[1].parent and TEMP_NAME.match(pair[0].name)
+                        and pair[0].name.startswith(f".{pair[1].name}.")):
+                    moves.append((pair[0], pair[1]))
+            self._apply(moves)
+            journal.unlink()
+            fsync_dir(self.root)
+        for stray in self._strays():
+            stray.unlink()
+
+    def _strays(self) -> list[Path]:
+        if not self.root.is_dir():
+            return []
+        return [p for p in [*self.root.glob(".*"), *self.root.glob("*/.*")]
+                if TEMP_NAME.match(p.name) and p.is_file()]
+
+    def recover(self) -> None:
+        """Before reading: roll an interrupted update forward and remove the temporary files
+        of one that never committed (a no-op, without the lock, when there is neither)."""
+        journal = (self.root / JOURNAL_FILE).exists()
+        if not journal and not self._strays():
+            return
+        try:
+            with file_lock(self.root / LOCK_FILE, purpose="finishing an interrupted goldens update"):
+                self._recover()
+        except OSError as exc:
+            if journal:
+                raise GoldensError(f"{self.root / JOURNAL_FILE}: an interrupted goldens update could "
+                                   f"not be finished ({exc.strerror}); make {self.root} writable and "
+                                   "rerun, or re-record with --update-goldens") from None
+            # leftover temporary files in a folder this run cannot write are harmless

@@ -1,0 +1,431 @@
+"""``python -m harness serve``: an engine behind an OpenAI-compatible API on loopback.
+
+``/v1/models`` and ``/v1/completions`` (greedy, or beam search through ``use_beam_search``,
+``n``, ``best_of``, ``length_penalty``, ``early_stopping``, as trtllm-serve and vLLM take them),
+standard library only (``http.server``). One engine thread does all the generating: it gathers
+requests with identical decoding settings that arrive within the batch window (or until the
+maximum batch size) into ONE ``engine.generate`` call, in arrival order, so a request's arrival
+slot is its batch position. Arrival is the order connections are accepted. Each answer says
+where its request went (``harness_batch``: engine batch id, size, position), which the openai
+backend checks. Lets the openai backend be tested end to end against a real HTTP server.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import queue
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from harness.config import DecodingSettings
+from harness.engines.base import Engine, Generation
+from harness.errors import ConfigError
+
+DEFAULT_WINDOW_MS = 100.0
+DEFAULT_MAX_BATCH = 8  # when the engine records no max_batch_size
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+MAX_BODY = 16 << 20
+BEAM_FIELDS = ("use_beam_search", "n", "best_of", "length_penalty", "early_stopping")
+
+
+class BadRequest(Exception):
+    """A request the server cannot serve: answered 400 with the message."""
+
+
+def _error_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+@dataclass
+class Pending:
+    """One prompt waiting for the engine thread."""
+
+    arrival: tuple[int, int]  # (connection accept order, index within the request's prompt list)
+    prompt: str
+    settings: DecodingSettings
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Generation | None = None
+    error: str | None = None
+    status: int = 500
+    batch: dict[str, int] | None = None  # {"id", "size", "position"} once generated
+
+
+def parse_completion(body: Any, model_name: str) -> tuple[list[str], DecodingSettings, int]:
+    """(prompts, settings, choices per prompt) from a /v1/completions body; BadRequest if not
+    servable. A prompt list is served as consecutive slots."""
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    model = body.get("model")
+    if model is not None and model != model_name:
+        raise BadRequest(f"model {model!r} is not served here; GET /v1/models lists {model_name!r}")
+    prompt = body.get("prompt")
+    prompts = [prompt] if isinstance(prompt, str) else prompt
+    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
+        raise BadRequest("prompt must be a string or a non-empty list of strings")
+    for key, bad in (("stream", True), ("echo", True)):
+        if body.get(key) == bad:
+            raise BadRequest(f"{key} is not supported by this server")
+    for key in ("suffix", "logprobs", "stop", "logit_bias"):
+        if body.get(key):
+            raise BadRequest(f"{key} is not supported by this server")
+
+    def integer(key: str, default: int | None) -> int | None:
+        value = body.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise BadRequest(f"{key} must be a positive integer, got {value!r}")
+        return value
+
+    max_tokens = integer("max_tokens", 16)
+    n, best_of = integer("n", 1), integer("best_of", None)
+    temperature = body.get("temperature", 0)
+    if temperature not in (0, 0.0, None) or isinstance(temperature, bool):
+        raise BadRequest(f"temperature {temperature!r}: this server decodes greedily or with beam "
+                         "search only; send temperature 0")
+    beam_search = body.get("use_beam_search", False)
+    if not isinstance(beam_search, bool):
+        raise BadRequest("use_beam_search must be true or false")
+    assert n is not None and max_tokens is not None
+    if beam_search:
+        width = best_of or n  # trtllm-serve: best_of, else n; vLLM: n (clients send both equal)
+        if n > width:
+            raise BadRequest(f"n {n} is more than the beam width best_of {width}")
+    else:
+        if n != 1 or best_of not in (None, 1):
+            raise BadRequest("n or best_of above 1 needs use_beam_search true (greedy decoding "
+                             "gives one output)")
+        width = 1
+    length_penalty = body.get("length_penalty", 1.0)
+    if length_penalty is None:
+        length_penalty = 1.0
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
+        raise BadRequest(f"length_penalty must be a number, got {length_penalty!r}")
+    early_stopping = body.get("early_stopping", True)
+    if early_stopping is None:
+        early_stopping = True
+    if not isinstance(early_stopping, bool):
+        raise BadRequest(f"early_stopping must be true or false, got {early_stopping!r}")
+    settings = DecodingSettings(beam_width=width, max_new_tokens=max_tokens,
+                                length_penalty=float(length_penalty), early_stopping=early_stopping)
+    return prompts, settings, n
+
+
+class Batcher:
+    """The one engine thread: same-settings requests within the window -> one generate call."""
+
+    def __init__(self, engine: Engine, *, max_batch_size: int, window_s: float) -> None:
+        self.engine = engine
+        self.max_batch_size = max_batch_size
+        self.window_s = window_s
+        self.batches = 0
+        self._queue: queue.Queue[Pending | None] = queue.Queue()
+        self._held: list[Pending] = []  # arrived with other settings: first in the next batch
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, items: list[Pending]) -> None:
+        if self._stopping:
+            for item in items:
+                item.error, item.status = "the server is shutting down", 503
+                item.done.set()
+            return
+        for item in items:
+            self._queue.put(item)
+
+    def stop(self) -> None:
+        """Finish the batch in hand, fail what waits (503), end the thread."""
+        self._stopping = True
+        self._queue.put(None)
+        self._thread.join()
+        leftovers = list(self._held)
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                leftovers.append(item)
+        for item in leftovers:
+            item.error, item.status = "the server is shutting down", 503
+            item.done.set()
+
+    def _take(self, timeout: float | None) -> Pending | None:
+        """The next queued item (None: nothing within timeout, or stop asked)."""
+        try:
+            item = self._queue.get(timeout=timeout) if timeout is None or timeout > 0 \
+                else self._queue.get_nowait()
+        except queue.Empty:
+            return None
+        if item is None:
+            self._stopping = True
+        return item
+
+    def next_batch(self) -> list[Pending] | None:
+        """Gather one batch; None once stop is asked (stop() answers what still waits)."""
+        if self._stopping:
+            return None
+        if self._held:
+            first = self._held.pop(0)
+        else:
+            first = self._take(None)
+            if first is None:
+                return None
+        batch, later = [first], []
+        for item in self._held:
+            (batch if item.settings == first.settings and len(batch) < self.max_batch_size
+             else later).append(item)
+        self._held = later
+        deadline = time.monotonic() + self.window_s
+        while len(batch) < self.max_batch_size and not self._stopping:
+            item = self._take(deadline - time.monotonic())
+            if item is None:
+                break
+            if item.settings == first.settings:
+                batch.append(item)
+            else:
+                self._held.append(item)
+        self._held.sort(key=lambda p: p.arrival)
+        return sorted(batch, key=lambda p: p.arrival)
+
+    def _run(self) -> None:
+        while True:
+            batch = self.next_batch()
+            if batch is None:
+                return
+            self.run_batch(batch)
+
+    def run_batch(self, batch: list[Pending]) -> None:
+        batch_id = self.batches
+        self.batches += 1
+        try:
+            outputs = self.engine.generate([p.prompt for p in batch], batch[0].settings)
+            if len(outputs) != len(batch):
+                raise RuntimeError(f"the engine returned {len(outputs)} outputs for a batch of "
+                                   f"{len(batch)}")
+            for position, (item, out) in enumerate(zip(batch, outputs)):
+                item.result = out
+                item.batch = {"id": batch_id, "size": len(batch), "position": position}
+        except Exception as exc:  # the engine's fault: every request of the batch gets a 500
+            for item in batch:
+                item.error, item.status = _error_line(exc), 500
+        finally:
+            for item in batch:
+                item.done.set()
+
+
+class CompletionServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer that numbers connections in accept order (the arrival order)."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128  # a full batch connects at once; the default 5 would drop SYNs
+
+    def __init__(self, address: tuple[str, int], engine: Engine, *, model_name: str,
+                 max_batch_size: int, window_s: float, quiet: bool = True) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, CompletionHandler)
+        self.engine = engine
+        self.model_name = model_name
+        self.created = int(time.time())
+        self.quiet = quiet
+        self.batcher = Batcher(engine, max_batch_size=max_batch_size, window_s=window_s)
+        self._arrivals = itertools.count()
+        self._arrival_of: dict[Any, int] = {}
+        self._lock = threading.Lock()
+        self.batcher.start()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._lock:  # runs in the accept loop, so the numbers follow accept order
+            self._arrival_of[request] = next(self._arrivals)
+        super().process_request(request, client_address)
+
+    def arrival(self, request: Any) -> int:
+        with self._lock:
+            return self._arrival_of.pop(request, -1)
+
+    def models(self) -> dict[str, Any]:
+        info = self.engine.info
+        return {"object": "list", "data": [{
+            "id": self.model_name, "object": "model", "created": self.created,
+            "owned_by": "batch-position-harness", "root": info.identity,
+            "backend": info.backend, "max_batch_size": self.batcher.max_batch_size,
+            "batch_window_ms": self.batcher.window_s * 1000.0}]}
+
+    def close(self) -> None:
+        """Stop listening, finish the engine thread, close the engine."""
+        self.server_close()
+        self.batcher.stop()
+        close = getattr(self.engine, "close", None)
+        if callable(close):
+            close()
+
+
+class CompletionHandler(BaseHTTPRequestHandler):
+    """GET /v1/models, GET /health, POST /v1/completions; one request per connection."""
+
+    server: CompletionServer
+    server_version = "batch-position-harness-serve"
+
+    def setup(self) -> None:
+        super().setup()
+        self.arrival = self.server.arrival(self.request)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the stdlib's name)
+        if not self.server.quiet:
+            super().log_message(format, *args)
+
+    def _json(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, message: str) -> None:
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        self._json(status, {"error": {"message": message, "type": kind, "code": status}})
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        path = urlsplit(self.path).path.rstrip("/")
+        if path == "/v1/models":
+            self._json(200, self.server.models())
+        elif path == "/health":
+            self._json(200, {"status": "ok"})
+        else:
+            self._error(404, f"no such endpoint {path or '/'}; try /v1/models or /v1/completions")
+
+    def do_POST(self) -> None:  # noqa: N802
+        path = urlsplit(self.path).path.rstrip("/")
+        if path != "/v1/completions":
+            self._error(404, f"no such endpoint {path or '/'}; POST /v1/completions")
+            return
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            self._error(411, "a Content-Length header is required")
+            return
+        if not 0 <= length <= MAX_BODY:
+            self._error(413, f"the body must be at most {MAX_BODY} bytes")
+            return
+        try:
+            body = json.loads(self.rfile.read(length) or b"null")
+        except ValueError as exc:
+            self._error(400, f"the body is not JSON ({exc})")
+            return
+        try:
+            prompts, settings, n = parse_completion(body, self.server.model_name)
+        except BadRequest as exc:
+            self._error(400, str(exc))
+            return
+        items = [Pending(arrival=(self.arrival, i), prompt=p, settings=settings)
+                 for i, p in enumerate(prompts)]
+        self.server.batcher.submit(items)
+        for item in items:
+            item.done.wait()
+        failed = next((item for item in items if item.error is not None), None)
+        if failed is not None:
+            self._error(failed.status, failed.error or "")
+            return
+        choices, completion_tokens = [], 0
+        for i, item in enumerate(items):
+            assert item.result is not None
+            beams = (item.result.text, *item.result.beams[1:])  # choice 0: the text scored
+            finish = "length" if len(item.result.token_ids) >= settings.max_new_tokens else "stop"
+            for j, text in enumerate(beams[:n]):
+                choices.append({"index": i * n + j, "text": text, "logprobs": None,
+                                "finish_reason": finish})
+            completion_tokens += len(item.result.token_ids)
+        self._json(200, {
+            "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
+            "created": int(time.time()), "model": self.server.model_name, "choices": choices,
+            "usage": {"completion_tokens": completion_tokens},
+            # not part of the OpenAI API: where each prompt went (clients ignore extra fields)
+            "harness_batch": items[0].batch if len(items) == 1 else None,
+            "harness_batches": [item.batch for item in items]})
+
+
+def check_host(host: str) -> str:
+    """Loopback only: the server has no authentication."""
+    if host not in LOOPBACK and not host.startswith("127."):
+        raise ConfigError(f"--host {host}: serve listens on loopback only (127.0.0.1, ::1, "
+                          "localhost); it has no authentication")
+    return host
+
+
+def make_server(engine: Engine, *, host: str = "127.0.0.1", port: int = 0, model_name: str,
+                max_batch_size: int, window_ms: float = DEFAULT_WINDOW_MS,
+                quiet: bool = True) -> CompletionServer:
+    """A listening server around a loaded engine (port 0: any free port)."""
+    check_host(host)
+    try:
+        return CompletionServer((host, port), engine, model_name=model_name,
+                                max_batch_size=max_batch_size, window_s=window_ms / 1000.0,
+                                quiet=quiet)
+    except OSError as exc:
+        raise ConfigError(f"--port {port}: cannot listen on {host}:{port} "
+                          f"({exc.strerror or exc}); pick another port, or 0 for any free one") from None
+
+
+def base_url(server: CompletionServer) -> str:
+    host, port = server.server_address[:2]
+    shown = f"[{host}]" if ":" in str(host) else host
+    return f"http://{shown}:{port}/v1"
+
+
+def serve(spec: str, *, backend: str | None = None, host: str = "127.0.0.1", port: int = 0,
+          max_batch_size: int | None = None, window_ms: float = DEFAULT_WINDOW_MS,
+          model_name: str | None = None, quiet: bool = True) -> int:
+    """Load the engine, print the ready line, serve until Ctrl-C (or SIGTERM)."""
+    from harness.engines.registry import load_engine
+    from harness.limits.engine_config import read_limits
+
+    check_host(host)
+    engine = load_engine(spec, backend)
+    limits = read_limits(engine.info.config, str(Path(engine.info.path) / "config.json"))
+    size = max_batch_size or (limits.max_batch_size if limits and limits.max_batch_size else None) \
+        or DEFAULT_MAX_BATCH
+    name = model_name or Path(engine.info.path).name or engine.info.backend
+    try:
+        server = make_server(engine, host=host, port=port, model_name=name, max_batch_size=size,
+                             window_ms=window_ms, quiet=quiet)
+    except ConfigError:
+        close = getattr(engine, "close", None)
+        if callable(close):
+            close()
+        raise
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    # Ctrl-C and SIGTERM both end serve_forever (SIGINT explicitly: a background job may have
+    # inherited it ignored)
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    print(f"serving {spec} at {base_url(server)} (model {name!r}, {engine.info.backend}, "
+          f"max batch {size}, window {window_ms:g} ms)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        server.close()
+        print(f"stopped after {server.batcher.batches} engine batches", file=sys.stderr, flush=True)
+    return 0

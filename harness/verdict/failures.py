@@ -1,0 +1,61 @@
+"""Failure texts for the per-cell tests, with the likely cause where the pattern says it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from harness.limits.engine_config import EngineLimits
+from harness.limits.preflight import LimitCheck
+
+if TYPE_CHECKING:  # typing only: diagnosis must not import the pipeline that reports use
+    from harness.pipeline import CellResult
+
+
+def overflow_positions(batch_size: int, beam_width: int, limits: EngineLimits | None) -> tuple[int, ...]:
+    """Positions whose beam slots (s * W + b) fall beyond max_batch_size x max_beam_width."""
+    if limits is None or limits.max_batch_size is None or limits.max_beam_width is None:
+        return ()
+    slots = limits.max_batch_size * limits.max_beam_width
+    return tuple(p for p in range(batch_size) if (p + 1) * beam_width > slots)
+
+
+def likely_cause(result: CellResult) -> str | None:
+    """The known fault signature the cell's damage matches (see harness.verdict.signatures), if any."""
+    if result.finding is None:
+        return None
+    return f"likely cause ({result.finding.kind}): {result.finding.text}"
+
+
+def positions_failure(result: CellResult) -> str | None:
+    """The positions test's failure message, or None when the cell passes."""
+    if result.error:
+        return f"{result.cell.id}: engine error: {result.error}"
+    a = result.analysis
+    if a is None or a.verdict == "pass":
+        return None
+    lines = [a.message]
+    cause = likely_cause(result)
+    if cause:
+        lines.append(cause)
+    for s in a.positions:
+        if s.degraded:
+            lines.append(f"  position {s.position}: ROUGE-L {s.rouge_l:.3f} (drop {s.drop:.3f}, "
+                         f"adjusted p {s.p_adjusted:.2g}), vs reference {s.rouge_l_reference:.3f}")
+    if a.spread and a.cell_drop is not None:
+        lines.append(f"  all positions: mean drop {a.cell_drop:.3f} (adjusted p "
+                     f"{a.cell_p_adjusted:.2g})")
+    return "\n".join(lines)
+
+
+def limits_failure(checks: Sequence[LimitCheck]) -> str | None:
+    """The limits test's failure message, or None when every known limit holds."""
+    failures = [c for c in checks if c.status == "fail"]
+    if not failures:
+        return None
+    return "\n".join(f"{c.cell}: {c.message}" for c in failures)
+
+
+def limits_unknown(checks: Sequence[LimitCheck]) -> bool:
+    """True when no limit could be checked (e.g. an hf model has no build limits)."""
+    return all(c.status == "unknown" for c in checks)

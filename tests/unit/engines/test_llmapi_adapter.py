@@ -1,0 +1,161 @@
+"""Contract tests of the llmapi backend against a TEST DOUBLE of TensorRT-LLM's LLM API.
+
+``tests/doubles/tensorrt_llm_double.py`` stands in for ``tensorrt_llm.LLM`` and
+``SamplingParams`` (trtllm-facts §3): keyword-only SamplingParams with the real names, the
+real refusal of a beam width above an engine's max_beam_width, and the PyTorch backend's
+rule that a request's beam width equals the LLM's max_beam_width.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from harness.config import DecodingSettings, EngineOptions, RunConfig
+from harness.engines.llmapi import LlmApiEngine
+from harness.engines.registry import load_engine
+from harness.errors import EngineError
+from harness.inputs.data import build_prompt
+from harness.storage.fingerprint import weights_identity
+from tests.doubles import tensorrt_llm_double as double
+from tests.doubles.tensorrt_llm_double import BUNDLED_MODEL, continuation, make_engine_dir
+
+TOKENIZER = EngineOptions(tokenizer=str(BUNDLED_MODEL))
+PROMPTS = ["One. TL;DR: ", "Two words and then many more words than the first. TL;DR: ",
+           "Three, a middle one. TL;DR: "]
+
+
+@pytest.fixture
+def trt(monkeypatch):
+    return double.install(monkeypatch)
+
+
+def _expected(engine: LlmApiEngine, prompt: str, beams: int, new: int) -> tuple[str, ...]:
+    ids = engine.tokenizer(prompt)["input_ids"]
+    return tuple(engine.tokenizer.decode(continuation(ids, k, new, 2), skip_special_tokens=True).strip()
+                 for k in range(beams))
+
+
+def test_missing_tensorrt_llm_is_one_line(tmp_path: Path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorrt_llm", None)
+    engine = make_engine_dir(tmp_path / "e", with_tokenizer=True)
+    with pytest.raises(EngineError) as exc:
+        load_engine(str(engine), "llmapi")
+    assert str(exc.value) == 'the llmapi backend needs TensorRT-LLM: pip install "batch-position-harness[trtllm]"'
+
+
+def test_engine_dir_beam_search_one_call_per_batch(tmp_path: Path, trt):
+    engine = LlmApiEngine(make_engine_dir(tmp_path / "e", max_beam_width=4), options=TOKENIZER)
+    [load] = trt.loads
+    assert load["runner"] == "tensorrt_llm._tensorrt_engine.LLM"  # 1.x: the TensorRT-engine LLM
+    assert load["model"] == str(tmp_path / "e") and load["tokenizer"] == str(BUNDLED_MODEL)
+    assert load["trust_remote_code"] is False and "max_beam_width" not in load
+    gens = engine.generate(PROMPTS, DecodingSettings(beam_width=4, max_new_tokens=9, length_penalty=0.7))
+    [call] = trt.calls
+    assert call["prompts"] == PROMPTS and call["use_tqdm"] is False
+    sp = call["sampling_params"]
+    assert (sp.use_beam_search, sp.n, sp.best_of, sp.max_tokens) == (True, 4, 4, 9)
+    assert (sp.end_id, sp.pad_id, sp.length_penalty, sp.early_stopping) == (2, 3, 0.7, 1)
+    for gen, prompt in zip(gens, PROMPTS):
+        texts = _expected(engine, prompt, 4, 9)
+        assert gen.beams == texts and gen.text == texts[0] and len(set(texts)) > 1
+
+
+def test_greedy(tmp_path: Path, trt):
+    engine = LlmApiEngine(make_engine_dir(tmp_path / "e"), options=TOKENIZER)
+    gens = engine.generate(PROMPTS[:2], DecodingSettings(beam_width=1, max_new_tokens=6))
+    sp = trt.calls[0]["sampling_params"]
+    assert (sp.use_beam_search, sp.n, sp.best_of, sp.top_k) == (False, 1, None, 1)
+    assert [g.beams for g in gens] == [_expected(engine, p, 1, 6) for p in PROMPTS[:2]]
+
+
+def test_engine_refusal_keeps_its_message(tmp_path: Path, trt):
+    engine = LlmApiEngine(make_engine_dir(tmp_path / "e", max_beam_width=2), options=TOKENIZER)
+    with pytest.raises(ValueError) as exc:
+        engine.generate(PROMPTS, DecodingSettings(beam_width=4, max_new_tokens=8))
+    assert str(exc.value) == "sampling_params's beam_width (4) should not exceed max_beam_width (2)"
+
+
+def test_before_1_0_engines_load_with_the_plain_llm(tmp_path: Path, monkeypatch):
+    trt = double.install(monkeypatch, engine_llm_module=False)
+    engine = LlmApiEngine(make_engine_dir(tmp_path / "e"), options=TOKENIZER)
+    assert trt.loads[0]["runner"] == "tests.doubles.tensorrt_llm_double.LLM"
+    assert engine.info.details["llm_class"] == "tests.doubles.tensorrt_llm_double.LLM"
+
+
+def test_checkpoint_gets_an_llm_per_beam_width(trt):
+    engine = LlmApiEngine(BUNDLED_MODEL)  # a Hugging Face checkpoint with its tokenizer
+    assert engine.info.identity == weights_identity([BUNDLED_MODEL / "model.safetensors"])  # as hf
+    assert engine.info.config is None and engine.info.details["model"] == "checkpoint"
+    for w in (1, 2, 2, 4, 1):
+        gens = engine.generate(PROMPTS[:2], DecodingSettings(beam_width=w, max_new_tokens=5))
+        assert [g.beams for g in gens] == [_expected(engine, p, w, 5) for p in PROMPTS[:2]]
+    assert [load.get("max_beam_width") for load in trt.loads] == [1, 2, 4, 1]
+    assert trt.shutdowns == 3
+    engine.close()
+    assert trt.shutdowns == 4
+
+
+def test_checkpoint_reload_failure_is_a_cell_error_once(trt, monkeypatch):
+    engine = LlmApiEngine(BUNDLED_MODEL)
+    attempts = []
+
+    def broken(**kwargs):
+        attempts.append(kwargs["max_beam_width"])
+        raise RuntimeError("CUDA out of memory\nmore lines")
+
+    monkeypatch.setattr(engine, "llm_class", broken)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match=r"max_beam_width 2 failed: RuntimeError: CUDA out of memory$"):
+            engine.generate(PROMPTS[:1], DecodingSettings(beam_width=2, max_new_tokens=5))
+    assert attempts == [2]
+
+
+def test_old_sampling_params_are_refused_clearly(tmp_path: Path, trt):
+    @dataclass(kw_only=True)
+    class OldSamplingParams:  # 0.12-style: beam_width instead of use_beam_search/best_of
+        end_id: int | None = None
+        max_new_tokens: int = 32
+        beam_width: int = 1
+
+    sys.modules["tensorrt_llm"].SamplingParams = OldSamplingParams
+    with pytest.raises(EngineError, match=r"needs TensorRT-LLM 0\.15 or later .* this is 0\.13\.0.*--backend trtllm"):
+        LlmApiEngine(make_engine_dir(tmp_path / "e"), options=TOKENIZER)
+
+
+def test_trust_remote_code_is_passed_through(tmp_path: Path, trt):
+    path = make_engine_dir(tmp_path / "e", with_tokenizer=True)
+    LlmApiEngine(path)
+    LlmApiEngine(path, options=EngineOptions(trust_remote_code=True))
+    assert [load["trust_remote_code"] for load in trt.loads] == [False, True]
+
+
+def test_pipeline_with_llmapi(tmp_path: Path, small_dataset: Path, trt):
+    from harness.pipeline import run
+
+    engine = make_engine_dir(tmp_path / "e", max_beam_width=1)
+    config = RunConfig.from_options({
+        "engine": str(engine), "backend": "llmapi", "dataset": str(small_dataset),
+        "tokenizer": str(BUNDLED_MODEL), "batch_sizes": "1,4", "beam_widths": "1,2",
+        "report_dir": str(tmp_path / "reports"), "goldens_dir": str(tmp_path / "goldens"),
+        "no_cache": True, "max_new_tokens": 16})
+    result = run(config)
+    assert result.engine.backend == "llmapi"
+    cells = {c.cell.id: c for c in result.cells}
+    assert cells["bs1-beam1"].verdict == cells["bs4-beam1"].verdict == "pass"
+    for cell in ("bs1-beam2", "bs4-beam2"):
+        assert cells[cell].error == ("ValueError: sampling_params's beam_width (2) should not exceed "
+                                     "max_beam_width (1)")
+    prompts = [build_prompt(config.prompt_template, d) for d in result.dataset.documents]
+    expected = []
+    for cell in result.plan.all_cells:
+        batches = result.plan.batches(cell)
+        for batch in batches[:1] if cell.beam_width == 2 else batches:
+            expected.append([prompts[d] for d in batch.documents])
+    assert [c["prompts"] for c in trt.calls] == expected
+    report = json.loads(next((tmp_path / "reports").glob("*/report.json")).read_text())
+    assert "submission order" in report["engine"]["details"]["batch_position"]

@@ -1,0 +1,336 @@
+"""The openai backend and `python -m harness serve`, over real HTTP on loopback.
+
+The servers here are real ``http.server`` servers in this process. Two stand-ins are test
+doubles, labelled where they are defined: ``ScriptedServer`` (answers from a script, to
+make 503s, 400s and slow answers) and ``RecordingEngine`` (records each generate call).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from harness.config import DecodingSettings, EngineOptions, RunConfig
+from harness.engines.base import EngineInfo, Generation
+from harness.engines.openai import POSITION_SEMANTICS, OpenAIEngine, ServerError
+from harness.engines.registry import load_engine, peek_config
+from harness.errors import ConfigError, EngineError
+from harness.tools.serve import BadRequest, Batcher, Pending, make_server, parse_completion
+
+REPO = Path(__file__).resolve().parents[3]
+GREEDY = DecodingSettings(beam_width=1, max_new_tokens=8)
+BEAM2 = DecodingSettings(beam_width=2, max_new_tokens=8, length_penalty=0.5)
+
+
+class ScriptedServer(ThreadingHTTPServer):
+    """Test double of an OpenAI-compatible server: GET /v1/models lists "m"; the k-th
+    POST connection accepted takes the k-th (status, delay) of the script (the last one
+    repeats) and answers a POST to /v1/completions with the prompt reversed, or an error body in vLLM's
+    format. ``posts`` holds the request bodies in accept order."""
+
+    daemon_threads = True
+    request_queue_size = 64
+
+    def __init__(self, script: Sequence[tuple[int, float]]) -> None:
+        super().__init__(("127.0.0.1", 0), _ScriptedHandler)
+        self.script = list(script)
+        self.received: dict[int, dict] = {}
+        self.accepted: dict = {}
+        self.gets = 0
+        self.lock = threading.Lock()
+
+    def process_request(self, request, client_address) -> None:
+        with self.lock:  # the accept loop: numbers follow accept order
+            self.accepted[request] = len(self.accepted)
+        super().process_request(request, client_address)
+
+    @property
+    def posts(self) -> list[dict]:
+        with self.lock:
+            return [self.received[k] for k in sorted(self.received)]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class _ScriptedHandler(BaseHTTPRequestHandler):
+    server: ScriptedServer
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def _send(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        with self.server.lock:
+            self.server.gets += 1
+        self._send(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with self.server.lock:
+            n = self.server.accepted[self.request] - self.server.gets  # GETs come first, at load
+            self.server.received[n] = body
+            status, delay = self.server.script[min(n, len(self.server.script) - 1)]
+        time.sleep(delay)
+        if status != 200:
+            self._send(status, {"object": "error", "message": f"scripted {status}", "code": status})
+        else:
+            self._send(200, {"choices": [{"index": 0, "text": " " + body["prompt"][::-1]}]})
+
+
+@pytest.fixture
+def scripted() -> Iterator:
+    servers: list[ScriptedServer] = []
+
+    def start(*script: tuple[int, float]) -> ScriptedServer:
+        server = ScriptedServer(script)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+class RecordingEngine:
+    """Test double of an engine (the Engine protocol: generate(prompts, settings) -> one
+    Generation per prompt, in order): records every call, answers each prompt upper-cased,
+    raises for a prompt that says "boom"."""
+
+    def __init__(self) -> None:
+        self.info = EngineInfo(backend="recording-double", path="double", identity="double:1")
+        self.calls: list[tuple[list[str], DecodingSettings]] = []
+
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
+        assert isinstance(settings, DecodingSettings)
+        self.calls.append((list(prompts), settings))
+        if any("boom" in p for p in prompts):
+            raise RuntimeError("the engine broke on purpose\nsecond line")
+        return [Generation(text=p.upper(), token_ids=(1, 2),
+                           beams=tuple(f"{p.upper()}#{b}" for b in range(settings.beam_width)))
+                for p in prompts]
+
+
+@pytest.fixture
+def served() -> Iterator:
+    servers = []
+
+    def start(engine, **kwargs):
+        kwargs.setdefault("window_ms", 300)
+        kwargs.setdefault("max_batch_size", 8)
+        server = make_server(engine, model_name="double", **kwargs)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        host, port = server.server_address[:2]
+        return server, f"http://{host}:{port}/v1"
+
+    yield start
+    for s in servers:
+        s.shutdown()
+        s.close()
+
+
+# --- the server ---------------------------------------------------------------------------
+
+def test_server_batches_concurrent_requests_into_one_call_in_arrival_order(served):
+    engine = RecordingEngine()
+    _, url = served(engine)
+    client = OpenAIEngine(url, retries=0)
+    prompts = ["p0", "p1", "p2", "p3"]
+    out = client.generate(prompts, GREEDY)
+    assert engine.calls == [(prompts, GREEDY)]  # one engine batch, slot i = position i
+    assert [g.text for g in out] == ["P0", "P1", "P2", "P3"]
+    out = client.generate(prompts[::-1], BEAM2)
+    assert engine.calls[1] == (prompts[::-1], BEAM2)
+    assert [g.beams for g in out] == [(p.upper(), f"{p.upper()}#1") for p in prompts[::-1]]
+
+
+def test_client_identity_and_position_note(served):
+    _, url = served(RecordingEngine())
+    client = OpenAIEngine(url)
+    assert client.info.backend == "openai" and client.info.path == url
+    assert client.info.identity == "server:double@double:1"  # model id @ the root it reports
+    assert client.info.details["position_semantics"] == POSITION_SEMANTICS
+    assert client.info.config is None
+
+
+def test_server_keeps_different_settings_apart():
+    engine = RecordingEngine()
+    batcher = Batcher(engine, max_batch_size=8, window_s=0.05)
+    items = [Pending(arrival=(i, 0), prompt=f"p{i}", settings=GREEDY if i % 2 else BEAM2)
+             for i in (3, 0, 2, 1)]  # handler threads may enqueue out of accept order
+    batcher.submit(items)
+    first = batcher.next_batch()  # the settings of the first request taken, in arrival order
+    assert [p.prompt for p in first] == ["p1", "p3"]
+    second = batcher.next_batch()
+    assert [p.prompt for p in second] == ["p0", "p2"]
+    batcher.run_batch(first)
+    assert engine.calls == [(["p1", "p3"], GREEDY)]
+    assert [p.batch for p in first] == [{"id": 0, "size": 2, "position": 0},
+                                        {"id": 0, "size": 2, "position": 1}]
+
+
+def test_server_caps_batches_at_max_batch_size():
+    batcher = Batcher(RecordingEngine(), max_batch_size=3, window_s=0.05)
+    batcher.submit([Pending(arrival=(i, 0), prompt=f"p{i}", settings=GREEDY) for i in range(5)])
+    assert [p.prompt for p in batcher.next_batch()] == ["p0", "p1", "p2"]
+    assert [p.prompt for p in batcher.next_batch()] == ["p3", "p4"]
+
+
+def test_engine_exception_is_a_500_with_its_message(served):
+    _, url = served(RecordingEngine())
+    client = OpenAIEngine(url, retries=0)
+    with pytest.raises(ServerError, match=r"last: HTTP 500 at position 0: RuntimeError: the "
+                                          r"engine broke on purpose$"):
+        client.generate(["boom"], GREEDY)
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"prompt": "x", "temperature": 0.7}, "send temperature 0"),
+    ({"prompt": "x", "n": 2}, "needs use_beam_search"),
+    ({"prompt": "x", "use_beam_search": True, "n": 4, "best_of": 2}, "more than the beam width"),
+    ({"prompt": 3}, "prompt must be a string"),
+    ({"prompt": "x", "max_tokens": 0}, "max_tokens must be a positive integer"),
+    ({"prompt": "x", "model": "other"}, "not served here"),
+    ({"prompt": "x", "stream": True}, "stream is not supported"),
+    ([1, 2], "JSON object"),
+])
+def test_bad_requests(body, message):
+    with pytest.raises(BadRequest, match=message):
+        parse_completion(body, "double")
+
+
+def test_beam_fields_as_trtllm_serve_and_vllm_send_them():
+    _, s, n = parse_completion({"prompt": "x", "use_beam_search": True, "n": 1, "best_of": 4,
+                                "max_tokens": 5}, "double")  # trtllm-serve: width from best_of
+    assert (s.beam_width, s.max_new_tokens, n) == (4, 5, 1)
+    _, s, n = parse_completion({"prompt": "x", "use_beam_search": True, "n": 3,
+                                "length_penalty": 0.6, "early_stopping": False}, "double")  # vLLM
+    assert (s.beam_width, s.length_penalty, s.early_stopping, n) == (3, 0.6, False, 3)
+
+
+def test_bad_request_over_http_is_a_400_and_not_retried(served):
+    server, url = served(RecordingEngine())
+    import http.client
+
+    conn = http.client.HTTPConnection(*server.server_address[:2], timeout=10)
+    conn.request("POST", "/v1/completions", body=b"{not json", headers={"Content-Length": "9"})
+    response = conn.getresponse()
+    assert response.status == 400
+    assert "not JSON" in json.loads(response.read())["error"]["message"]
+
+
+def test_serve_refuses_a_non_loopback_host():
+    with pytest.raises(ConfigError, match="--host 0.0.0.0: serve listens on loopback only"):
+        make_server(RecordingEngine(), host="0.0.0.0", model_name="x", max_batch_size=1)
+
+
+# --- the client against scripted answers ----------------------------------------------------
+
+def test_retries_a_503_then_succeeds(scripted):
+    server = scripted((503, 0), (503, 0), (200, 0))
+    client = OpenAIEngine(server.url, retries=2, backoff=0.01)
+    out = client.generate(["ab", "cd"], GREEDY)
+    assert [g.text for g in out] == ["ba", "dc"]
+    # attempt 1: both sent, a 503 came back -> the whole batch again, in order, so slots hold
+    assert [p["prompt"] for p in server.posts] == ["ab", "cd", "ab", "cd"]
+    assert server.posts[0] == {"model": "m", "prompt": "ab", "max_tokens": 8, "temperature": 0.0,
+                               "n": 1}
+
+
+def test_gives_up_after_the_retries(scripted):
+    server = scripted((503, 0))
+    client = OpenAIEngine(server.url, retries=1, backoff=0.01)
+    with pytest.raises(ServerError, match=r"failed 2 time\(s\) \(--retries 1\); last: HTTP 503 "
+                                          r"at position 0: scripted 503"):
+        client.generate(["ab"], GREEDY)
+    assert len(server.posts) == 2
+
+
+def test_never_retries_a_400(scripted):
+    server = scripted((400, 0))
+    client = OpenAIEngine(server.url, retries=3, backoff=0.01)
+    with pytest.raises(ServerError, match="HTTP 400 at position 0: scripted 400"):
+        client.generate(["ab"], BEAM2)
+    assert len(server.posts) == 1
+    assert server.posts[0] == {"model": "m", "prompt": "ab", "max_tokens": 8, "temperature": 0.0,
+                               "n": 2, "best_of": 2, "use_beam_search": True,
+                               "length_penalty": 0.5, "early_stopping": True}
+
+
+def test_timeout_names_the_option(scripted):
+    server = scripted((200, 2.0))
+    client = OpenAIEngine(server.url, request_timeout=0.3, retries=2, backoff=0.01)
+    with pytest.raises(ServerError, match=r"no answer within 0.3 s \(--request-timeout 0.3\)"):
+        client.generate(["ab"], GREEDY)
+    assert len(server.posts) == 1  # a timed-out batch may still be running there: not resent
+
+
+def test_model_option_must_be_served(scripted):
+    server = scripted((200, 0))
+    with pytest.raises(EngineError, match="--model 'x': the server at .* serves m; pass one"):
+        OpenAIEngine(server.url, model="x")
+    assert OpenAIEngine(server.url, model="m").model == "m"
+
+
+def test_unreachable_server_fails_at_load_with_the_address():
+    with pytest.raises(EngineError) as err:
+        OpenAIEngine("http://127.0.0.1:1/v1", retries=1, backoff=0.01)
+    message = str(err.value)
+    assert message.startswith("--engine http://127.0.0.1:1/v1: cannot reach the server at "
+                              "127.0.0.1:1 after 2 attempts (")
+    assert "python -m harness serve --engine DIR --port 1" in message and "\n" not in message
+
+
+def test_unreachable_server_cli_one_line_no_traceback(tmp_path: Path):
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", "--engine",
+                           "http://127.0.0.1:1/v1", "--report-dir", str(tmp_path)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("error: --engine http://127.0.0.1:1/v1: cannot reach the server at "
+                               "127.0.0.1:1")
+    assert not list(tmp_path.glob("*/report.json"))
+
+
+# --- registry and options -------------------------------------------------------------------
+
+def test_urls_select_the_openai_backend_without_config(scripted):
+    server = scripted((200, 0))
+    assert peek_config(server.url) is None
+    assert peek_config(server.url, "openai") is None
+    engine = load_engine(server.url, options=EngineOptions(request_timeout=5.0, retries=0))
+    assert isinstance(engine, OpenAIEngine) and engine.request_timeout == 5.0 and engine.retries == 0
+
+
+def test_server_options_need_a_server():
+    with pytest.raises(ConfigError, match="--model applies only to an OpenAI-compatible server"):
+        RunConfig.from_options({"model": "m"})
+    with pytest.raises(ConfigError, match="--retries applies only"):
+        RunConfig.from_options({"engine": "some/dir", "retries": "3"})
+    config = RunConfig.from_options({"engine": "http://h:1/v1", "request_timeout": "2.5",
+                                     "retries": "0"})
+    assert config.engine_options().server_kwargs() == {"model": None, "request_timeout": 2.5,
+                                                        "retries": 0}
+    with pytest.raises(ConfigError, match="--request-timeout '0': must be more than 0"):
+        RunConfig.from_options({"engine": "http://h:1/v1", "request_timeout": "0"})

@@ -1,0 +1,84 @@
+"""The generation cache: a rerun asks the engine only for what is missing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.config import RunConfig
+from harness.pipeline import run
+from tests.integration.toy_engine import ToyEngine
+
+
+def _run(engine: str | None, dataset: Path, tmp: Path, name: str, **options):
+    values = {"dataset": str(dataset), "batch_sizes": "1,2", "beam_widths": "1", "max_new_tokens": "16",
+              "report_dir": str(tmp / name), "goldens_dir": str(tmp / "g"), "cache_dir": str(tmp / "cache"),
+              **options}
+    if engine:
+        values["engine"] = engine
+    return RunConfig.from_options(values)
+
+
+def _numbers(result) -> list:
+    report = json.loads((result.report_dir / "report.json").read_text())
+    return [[p["rouge_l"] for p in c["positions"]] for c in report["cells"]]
+
+
+def test_rerun_comes_from_the_cache_with_identical_numbers(tmp_path: Path, engine_factory, small_dataset):
+    engine = str(engine_factory(8, 4))
+    first = run(_run(engine, small_dataset, tmp_path, "r1"))
+    assert first.cache["enabled"] and first.cache["batches_generated"] == 32  # 16 x bs1 + 16 x bs2
+    assert first.cache["generations_from_cache"] == 0
+    second = run(_run(engine, small_dataset, tmp_path, "r2", tolerance="0.05"))
+    assert second.cache["batches_generated"] == 0  # the engine was not called
+    assert second.cache["generations_from_cache"] == 16 + 32
+    assert _numbers(first) == _numbers(second)
+    assert "48 generations from the cache" in (second.report_dir / "report.md").read_text()
+
+    entries = sorted(Path(first.cache["folder"]).rglob("*.json"))
+    entries[0].write_text("{truncated")  # a damaged entry is generated again, and rewritten
+    third = run(_run(engine, small_dataset, tmp_path, "r3"))
+    assert third.cache["batches_generated"] == 1 and _numbers(third) == _numbers(first)
+    assert json.loads(entries[0].read_text())["outputs"]
+
+    off = run(_run(engine, small_dataset, tmp_path, "r4", no_cache=True))
+    assert not off.cache["enabled"] and off.cache["batches_generated"] == 32
+    assert off.cache["reason"] == "off (--no-cache)"
+
+
+def test_engines_without_a_directory_are_not_cached(tmp_path: Path, small_dataset):
+    result = run(_run(None, small_dataset, tmp_path, "r"), engine=ToyEngine(None, broken_from=-1))
+    assert not result.cache["enabled"] and "no directory" in result.cache["reason"]
+
+
+def test_a_cache_that_cannot_be_written_stops_caching_not_the_run(tmp_path: Path, capsys):
+    from harness.config import DecodingSettings
+    from harness.storage.cache import GenerationCache
+
+    cache = GenerationCache(tmp_path, "f" * 64)
+    assert cache.folder is not None
+    cache.folder.parent.mkdir(parents=True, exist_ok=True)
+    cache.folder.write_text("a file where the folder should be")  # root ignores chmod; this stops anyone
+    settings = DecodingSettings(1, 8)
+    cache.put(settings, ["p"], ["out"])
+    cache.put(settings, ["q"], ["out"])
+    assert cache.stats.batches_generated == 2 and not cache.writable
+    assert "writing stopped (File exists)" in cache.stats.reason
+    assert capsys.readouterr().err.count("cannot write (File exists)") == 1
+
+
+def test_temporaries_of_killed_runs_are_removed_unless_a_run_is_writing(tmp_path: Path):
+    from harness.storage.cache import LOCK_FILE, GenerationCache
+    from harness.storage.locks import file_lock
+
+    folder = tmp_path / ("f" * 24) / "ab"
+    folder.mkdir(parents=True)
+    stray = folder / ".abc.json.k2j4h5g6"
+    stray.write_text('{"outputs": ["half')
+    kept = folder / "abc.json"
+    kept.write_text('{"outputs": []}')
+    with file_lock(tmp_path / ("f" * 24) / LOCK_FILE, purpose="test", shared=True):
+        GenerationCache(tmp_path, "f" * 64)  # another run is writing: leave its files alone
+    assert stray.exists()
+    GenerationCache(tmp_path, "f" * 64)
+    assert not stray.exists() and kept.exists()

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+from harness.limits.engine_config import EngineLimits
+from harness.limits.preflight import LimitCheck
+from harness.pipeline import CellResult
+from harness.plan import Cell
+from harness.verdict.failures import (
+    likely_cause,
+    limits_failure,
+    limits_unknown,
+    overflow_positions,
+    positions_failure,
+)
+from harness.verdict.signatures import Finding
+from harness.verdict.statistics import CellAnalysis, PositionStats
+
+LIMITS = EngineLimits(layout="unified", max_batch_size=8, max_beam_width=1, max_input_len=384,
+                      max_seq_len=512)
+
+
+def test_overflow_positions_follow_the_slot_arithmetic():
+    assert overflow_positions(8, 4, LIMITS) == (2, 3, 4, 5, 6, 7)
+    assert overflow_positions(8, 2, LIMITS) == (4, 5, 6, 7)
+    assert overflow_positions(4, 4, LIMITS) == (2, 3)
+    assert overflow_positions(2, 4, LIMITS) == ()
+    assert overflow_positions(8, 4, EngineLimits(layout="legacy", max_batch_size=8)) == ()
+
+
+def _result(cell, degraded, error=None, finding=None):
+    stats = tuple(PositionStats(p, 0.1 if p in degraded else 1.0, 0.1, 0.9 if p in degraded else 0.0,
+                                0.0, 0.0, 64, p in degraded) for p in range(cell.batch_size))
+    analysis = CellAnalysis(cell, 1.0, stats, tuple(degraded), "fail" if degraded else "pass",
+                            f"{cell.id}: positions ... degraded")
+    return CellResult(cell=cell, checks=(), analysis=None if error else analysis, error=error,
+                      finding=finding)
+
+
+def test_cause_is_the_matched_signature():
+    finding = Finding("overflow", "positions >= 2 degraded at beam width 4: matches ...")
+    assert likely_cause(_result(Cell(8, 4), [2, 3], finding=finding)) == \
+        "likely cause (overflow): positions >= 2 degraded at beam width 4: matches ..."
+    assert likely_cause(_result(Cell(8, 1), [3])) is None
+
+
+def test_positions_failure_texts():
+    assert positions_failure(_result(Cell(8, 4), [])) is None
+    text = positions_failure(_result(Cell(8, 4), [2, 3, 4, 5, 6, 7]))
+    assert "position 7: ROUGE-L 0.100" in text
+    assert positions_failure(_result(Cell(4, 2), [], error="RuntimeError: boom")) == \
+        "bs4-beam2: engine error: RuntimeError: boom"
+
+
+def test_a_cell_failed_by_the_omnibus_test_alone_fails_its_test():
+    cell = Cell(8, 1)
+    stats = tuple(PositionStats(p, 0.95, 0.5, 0.05, 0.05, 0.2, 64, False) for p in range(8))
+    analysis = CellAnalysis(cell, 1.0, stats, (), "fail", "bs8-beam1: quality drops across ...",
+                            cell_drop=0.05, cell_p_adjusted=1e-4, spread=True)
+    text = positions_failure(CellResult(cell=cell, checks=(), analysis=analysis))
+    assert text.startswith("bs8-beam1: quality drops across") and "mean drop 0.050" in text
+
+
+def test_limits_texts():
+    checks = (LimitCheck("bs8-beam4", "max_beam_width", "fail", "num_beams 4 exceeds ..."),
+              LimitCheck("bs8-beam4", "max_batch_size", "pass", "ok"))
+    assert limits_failure(checks) == "bs8-beam4: num_beams 4 exceeds ..."
+    assert not limits_unknown(checks)
+    assert limits_unknown((LimitCheck("c", "max_seq_len", "unknown", "?"),))
