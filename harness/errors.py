@@ -21,3 +21,18 @@ class EngineError(HarnessError):
 
 class GoldensError(HarnessError):
     """Goldens are missing, corrupt, or recorded for another run."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message ("" when it has none)."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: first line`` of an exception, for one-line messages (``Type`` alone when the
+    message is empty)."""
+    text = first_line(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
