@@ -3,11 +3,15 @@
 A backend is a class with ``generate(prompts, settings) -> list[Generation]``: one call is
 one engine batch, ``prompts[i]`` sits at batch position ``i``, and result ``i`` belongs to
 prompt ``i``. Optional: ``info`` (an ``EngineInfo``), ``count_tokens(prompts)`` for the
-input-length preflight, and ``close()``.
+input-length preflight, and ``close()``. The harness's own backends subclass ``EngineBase``,
+which gives the optional methods their defaults; any other object with ``generate`` is
+wrapped in ``AdoptedEngine`` when it is loaded, so later stages call the same methods on
+every engine and never probe for them.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -44,8 +48,53 @@ class Engine(Protocol):
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         ...
 
-    def count_tokens(self, prompts: Sequence[str]) -> list[int]:
+    def count_tokens(self, prompts: Sequence[str]) -> list[int] | None:
         ...
 
     def close(self) -> None:
         ...
+
+
+class EngineBase(ABC):
+    """What every backend shares: ``generate`` to implement, the optional methods with their
+    defaults (a backend overrides what it can do). The harness calls only these methods."""
+
+    info: EngineInfo
+    tokenizer: Any = None  # a transformers tokenizer, where the backend has one (--chat)
+
+    @abstractmethod
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
+        """One engine batch: ``prompts[i]`` at batch position ``i``, result ``i`` for it."""
+
+    def count_tokens(self, prompts: Sequence[str]) -> list[int] | None:
+        """Prompt lengths in tokens, for the input-length preflight; None: cannot count."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 (a default, not an abstract method)
+        """Free the engine's resources (GPU memory, server connections); nothing by default."""
+
+
+class AdoptedEngine(EngineBase):
+    """Any object with ``generate`` (a user's class), seen through ``EngineBase``: its own
+    ``count_tokens``, ``close`` and other attributes where it has them, the defaults where not."""
+
+    def __init__(self, engine: Any, info: EngineInfo) -> None:
+        self.engine = engine
+        self.info = info
+
+    def __getattr__(self, name: str) -> Any:  # tokenizer and the backend's own attributes
+        if name == "engine":  # not set yet (copy, pickle): never recurse
+            raise AttributeError(name)
+        return getattr(self.engine, name)
+
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
+        return self.engine.generate(prompts, settings)
+
+    def count_tokens(self, prompts: Sequence[str]) -> list[int] | None:
+        counter = getattr(self.engine, "count_tokens", None)
+        return list(counter(prompts)) if callable(counter) else None
+
+    def close(self) -> None:
+        close = getattr(self.engine, "close", None)
+        if callable(close):
+            close()
