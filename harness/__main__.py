@@ -50,7 +50,9 @@ def _progress(total: int):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.pipeline import FollowerRun, execute, prepare, summary_lines
+    from harness.pipeline import execute, prepare
+    from harness.report.summary import cell_lines, closing_lines, finding_lines
+    from harness.results import FollowerRun
 
     values = {spec.dest: getattr(args, spec.dest) for spec in OPTIONS}
     config = RunConfig.from_options(values, root=Path.cwd())
@@ -60,19 +62,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if isinstance(result, FollowerRun):  # under MPI, rank 0's exit status is the verdict
         print(result.message)
         return 0
-    for line in summary_lines(result):
+    assert result.report is not None
+    for line in [*cell_lines(result.report), *finding_lines(result.report),
+                 *closing_lines(result.report, result.report_dir)]:
         print(line)
-    for c in result.cells:
-        for check in c.limit_failures:
-            print(f"{c.cell.id}: build limit: {check.message}")
-        if c.analysis and c.analysis.verdict == "fail":
-            print(c.analysis.message)
-            if c.finding:
-                print(f"  likely cause ({c.finding.kind}): {c.finding.text}")
-    if config.shard:
-        print(f"shard {config.shard[0]}/{config.shard[1]}: this shard's verdict only; combine all "
-              "shard reports with `python -m harness merge` for the run's")
-    print(f"verdict: {result.verdict}  report: {result.report_dir}")
     return 0 if result.verdict == "pass" else 1
 
 
@@ -107,18 +100,19 @@ def cmd_lint(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from harness.report.compare import compare, load_report
+    from harness.report.compare import compare
     from harness.report.html import render_compare
+    from harness.report.model import load_report
     from harness.storage.atomic import atomic_write_text
 
     result = compare(load_report(args.old), load_report(args.new), tolerance=args.tolerance)
-    for line in result["lines"]:
+    for line in result.lines:
         print(line)
     if args.html:
         atomic_write_text(Path(args.html), render_compare(result))
         print(f"page: {args.html}")
-    print(f"verdict: {result['verdict']} (new against old, tolerance {result['tolerance']})")
-    return 1 if result["verdict"] == "worse" else 0
+    print(f"verdict: {result.verdict} (new against old, tolerance {result.tolerance})")
+    return 1 if result.verdict == "worse" else 0
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -169,7 +163,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import json
     import tempfile
 
-    from harness.pipeline import FollowerRun, run
+    from harness.pipeline import run
+    from harness.results import FollowerRun
 
     values = {spec.dest: getattr(args, spec.dest) for spec in OPTIONS}
     values["no_cache"] = True  # the engine must really generate
@@ -183,23 +178,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if isinstance(result, FollowerRun):  # under MPI rank 0 reports the figures
         print(result.message)
         return 0
-    timing = dict(result.timing)
-    engine = float(timing.get("engine_generate_s", 0.0))
+    timing = result.timing
+    engine = timing.engine_generate_s
     breakdown = {
         "startup_s": round(startup, 3),  # process start -> run() called
-        "prepare_s": timing.get("prepare_s"),  # dataset, engine load, preflight, goldens
-        "engine_load_s": timing.get("engine_load_s"),  # (part of prepare_s)
+        "prepare_s": round(timing.prepare_s, 4),  # dataset, engine load, preflight, goldens
+        "engine_load_s": round(timing.engine_load_s, 4),  # (part of prepare_s)
         "engine_generate_s": round(engine, 3),
-        "generate_stage_other_s": round(float(timing.get("generate_stage_s", 0.0)) - engine, 3),
-        "scoring_s": timing.get("scoring_s"),  # CPU time; overlapped with generation when True below
-        "scoring_overlapped": timing.get("scoring_overlapped"),
-        "after_generation_s": timing.get("after_generation_s"),  # scoring left over + analysis
+        "generate_stage_other_s": round(timing.generate_stage_s - engine, 3),
+        "scoring_s": round(timing.scoring_s, 4),  # CPU time; overlapped with generation when True below
+        "scoring_overlapped": timing.scoring_overlapped,
+        "after_generation_s": round(timing.after_generation_s, 4),  # scoring left over + analysis
         # run() returned -> the report is written; harness_total_s ends where writing begins
-        "report_s": round(wall - startup - float(timing.get("harness_total_s", 0.0)), 3),
+        "report_s": round(wall - startup - timing.harness_total_s, 3),
     }
     out = {"engine": result.engine.path, "backend": result.engine.backend,
            "cells": [c.cell.id for c in result.cells], "sequences": result.plan.sequences(),
-           "engine_calls": timing.get("engine_calls"),
+           "engine_calls": timing.engine_calls,
            "engine_generate_s": round(engine, 3), "harness_wall_s": round(wall, 3),
            "ratio": round(wall / engine, 4) if engine > 0 else None, "target_ratio": 1.10,
            "breakdown": breakdown, "report_dir": str(result.report_dir)}
@@ -219,17 +214,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from harness.report.merge import default_output, merge, prepare_output, summary_lines
-    from harness.report.writer import write_files
+    from harness.report.files import write_files
+    from harness.report.merge import default_output, merge, prepare_output
+    from harness.report.summary import cell_lines
 
     report, rows = merge(args.reports)
-    first = Path(report["shard"]["merged_from"][0])
+    assert report.shard is not None and report.shard.merged_from
+    first = Path(report.shard.merged_from[0])
     folder = prepare_output(Path(args.output) if args.output else default_output(first))
     write_files(report, rows, folder)
-    for line in summary_lines(report):
+    for line in cell_lines(report):
         print(line)
-    print(f"merged {report['shard']['count']} shards; verdict: {report['verdict']}  report: {folder}")
-    return 0 if report["verdict"] == "pass" else 1
+    print(f"merged {report.shard.count} shards; verdict: {report.verdict}  report: {folder}")
+    return 0 if report.verdict == "pass" else 1
 
 
 def main(argv: list[str] | None = None) -> int:

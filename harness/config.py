@@ -265,7 +265,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--goldens-dir", "goldens_dir", "folder of goldens (default goldens/)", None,
                "goldens", metavar="DIR"),
     OptionSpec("--cache-dir", "cache_dir", "generation cache folder (default "
-               "~/.cache/batch-position-harness/storage/generations)", metavar="DIR"),
+               "~/.cache/batch-position-harness/generations)", metavar="DIR"),
     OptionSpec("--no-cache", "no_cache", "neither read nor write the generation cache",
                action="store_true", default=False),
     OptionSpec("--signoff-by", "signoff_by", "name recorded in the report's sign-off block",

@@ -19,8 +19,8 @@ from harness.errors import HarnessError
 if TYPE_CHECKING:
     from harness.engines.base import Engine
     from harness.limits.preflight import LimitCheck
-    from harness.pipeline import CellResult, FollowerRun, Prepared, RunResult
     from harness.plan import Cell
+    from harness.results import CellResult, FollowerRun, Prepared, RunResult
 
 DEST_PREFIX = "harness_"
 
@@ -69,7 +69,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     state = _state(metafunc.config)
     if state.cells is None:
-        from harness.pipeline import planned_cells
+        from harness.stages.prepare import planned_cells
 
         try:
             state.cells = planned_cells(state.run_config)
@@ -100,7 +100,7 @@ def _progress_factory(config: pytest.Config):
 def _prepare(config: pytest.Config) -> Prepared:
     state = _state(config)
     if state.prepared is None:
-        from harness.pipeline import prepare
+        from harness.stages.prepare import prepare
 
         try:
             state.prepared = prepare(state.run_config)
@@ -184,7 +184,7 @@ def harness_engine(request: pytest.FixtureRequest) -> Engine:
             state.engine = load_engine(cfg.engine, cfg.backend, options=cfg.engine_options())
         except HarnessError as exc:
             raise pytest.UsageError(str(exc)) from None
-        request.addfinalizer(getattr(state.engine, "close", lambda: None))
+        request.addfinalizer(state.engine.close)
     return state.engine
 
 
@@ -220,32 +220,19 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     state = config.stash.get(STATE, None)
     if state is None or state.result is None:
         return
-    from harness.pipeline import FollowerRun, summary_lines
+    from harness.report.summary import cell_lines, footer_lines, header_lines
+    from harness.results import FollowerRun
 
     result = state.result
     tr = terminalreporter
+    tr.write_sep("=", "batch-position harness")
     if isinstance(result, FollowerRun):
-        tr.write_sep("=", "batch-position harness")
         tr.write_line(result.message)
         return
-    tr.write_sep("=", "batch-position harness")
-    tr.write_line(f"engine {result.engine.path} ({result.engine.backend}); dataset "
-                  f"{result.dataset.name}, {len(result.dataset)} prompts, hash "
-                  f"{result.dataset.hash[:12]}")
-    for w, name in result.baseline.items():
-        tr.write_line(f"baseline beam {w}: {name}")
-    tr.write_line("ROUGE-L vs baseline by batch position (* = degraded):")
-    for line in summary_lines(result):
+    report = result.report
+    assert report is not None
+    for line in header_lines(report):
         tr.write_line(line)
-    if result.cache:
-        tr.write_line(f"generation cache {result.cache['reason']}: "
-                      f"{result.cache['generations_from_cache']} generations from the cache, "
-                      f"{result.cache['batches_generated']} batches generated")
-    for path in result.goldens_written:
-        tr.write_line(f"goldens written: {path}")
-    if result.config.shard:
-        k, n = result.config.shard
-        tr.write_line(f"shard {k}/{n}: this shard's verdict only; combine all {n} reports with "
-                      "`python -m harness merge REPORT_DIR...` for the run's")
-    tr.write_line(f"verdict: {result.verdict}   report: {result.report_dir}/report.html "
-                  f"(also report.md, report.json)")
+    tr.write_line("ROUGE-L vs baseline by batch position (* = degraded):")
+    for line in [*cell_lines(report), *footer_lines(report, result.report_dir)]:
+        tr.write_line(line)

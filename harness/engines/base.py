@@ -87,6 +87,10 @@ class AdoptedEngine(EngineBase):
             raise AttributeError(name)
         return getattr(self.engine, name)
 
+    @property
+    def tokenizer(self) -> Any:  # type: ignore[override]
+        return getattr(self.engine, "tokenizer", None)
+
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         return self.engine.generate(prompts, settings)
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import DecodingSettings, EngineOptions
-from harness.engines.base import EngineInfo, Generation
+from harness.engines.base import EngineBase, EngineInfo, Generation
 from harness.engines.tokenizer import load_tokenizer
 from harness.engines.trtllm import engine_files, require_tensorrt_llm
 from harness.errors import EngineError
@@ -62,7 +62,7 @@ def _engine_llm_class(trt: Any) -> Any:
         return trt.LLM
 
 
-class LlmApiEngine:
+class LlmApiEngine(EngineBase):
     """An engine directory or checkpoint driven through ``LLM.generate``."""
 
     def __init__(self, path: str | Path, *, options: EngineOptions | None = None) -> None:

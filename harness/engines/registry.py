@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import BUNDLED, EngineOptions, is_url
-from harness.engines.base import Engine, EngineInfo
+from harness.engines.base import AdoptedEngine, Engine, EngineBase, EngineInfo
 from harness.errors import EngineError
 from harness.limits.engine_config import load_config_json
 
@@ -145,11 +145,13 @@ def _load_url(spec: str, backend: str | None, options: EngineOptions) -> Engine:
 
 
 def adopt(engine: Any, label: str | None = None, path: str | None = None) -> Engine:
-    """Check a backend object's interface and give it an EngineInfo when it has none."""
+    """Check a backend object's interface and give it an EngineInfo when it has none; an
+    object that is not an ``EngineBase`` is wrapped in ``AdoptedEngine``, so later stages call
+    the same methods on every engine."""
     label = label or f"{type(engine).__module__}:{type(engine).__qualname__}"
     if not callable(getattr(engine, "generate", None)):
         raise EngineError(f"{label}: {type(engine).__name__} has no generate(prompts, settings)")
     if not isinstance(getattr(engine, "info", None), EngineInfo):
         engine.info = EngineInfo(backend=label, path=path or label,
                                  identity=f"{label}:{path}" if path else label)
-    return engine
+    return engine if isinstance(engine, EngineBase) else AdoptedEngine(engine, engine.info)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import TRTLLM_RUNTIMES, DecodingSettings, EngineOptions
-from harness.engines.base import EngineInfo, Generation
+from harness.engines.base import EngineBase, EngineInfo, Generation
 from harness.engines.lazy import require
 from harness.engines.tokenizer import load_tokenizer
 from harness.errors import EngineError
@@ -71,7 +71,7 @@ def cut_generations(output_ids: Any, sequence_lengths: Any, input_lengths: Seque
     return out
 
 
-class TrtllmEngine:
+class TrtllmEngine(EngineBase):
     """A TensorRT-LLM engine directory (config.json and rank*.engine) on one GPU."""
 
     def __init__(self, path: str | Path, *, options: EngineOptions | None = None) -> None:

@@ -24,14 +24,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.config import DecodingSettings
-from harness.engines.base import Generation
+from harness.engines.base import EngineBase, Generation
 
 
 class BatchTimeout(RuntimeError):
     """A generate call ran past --batch-timeout (the cell fails with this message)."""
 
 
-class BatchTimeoutEngine:
+class BatchTimeoutEngine(EngineBase):
     """Wraps an engine so that every ``generate`` waits at most ``seconds``."""
 
     def __init__(self, engine: Any, seconds: float) -> None:
@@ -42,8 +42,17 @@ class BatchTimeoutEngine:
         self._hung_batch = ""
         self._stuck = False
 
-    def __getattr__(self, name: str) -> Any:  # count_tokens, tokenizer, ...
+    def __getattr__(self, name: str) -> Any:  # the wrapped backend's own attributes
+        if name == "engine":
+            raise AttributeError(name)
         return getattr(self.engine, name)
+
+    @property
+    def tokenizer(self) -> Any:  # type: ignore[override]
+        return self.engine.tokenizer
+
+    def count_tokens(self, prompts: Sequence[str]) -> list[int] | None:
+        return self.engine.count_tokens(prompts)
 
     def _wait_for_hung_call(self) -> None:
         hung = self._hung
@@ -83,6 +92,4 @@ class BatchTimeoutEngine:
     def close(self) -> None:
         if self._hung is not None and self._hung.is_alive():
             return  # closing under a running call could crash the engine; the process ends it
-        close = getattr(self.engine, "close", None)
-        if callable(close):
-            close()
+        self.engine.close()

@@ -55,6 +55,13 @@ class EngineLimits:
     emulator: bool = False
 
     @property
+    def beam_slots(self) -> int | None:
+        """KV-cache beam slots the engine allocated: max_batch_size x max_beam_width."""
+        if self.max_batch_size is None or self.max_beam_width is None:
+            return None
+        return self.max_batch_size * self.max_beam_width
+
+    @property
     def sequence_limit(self) -> int | None:
         """Prompt + output tokens an engine holds: max_seq_len, else input + output."""
         if self.max_seq_len is not None:
@@ -69,6 +76,14 @@ class EngineLimits:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def overflow_positions(batch_size: int, beam_width: int, slots: int | None) -> tuple[int, ...]:
+    """Batch positions whose beam slots (``position * beam_width + beam``) lie beyond ``slots``:
+    the ones a KV cache of that many beam slots cannot hold (None: unknown, none)."""
+    if slots is None:
+        return ()
+    return tuple(p for p in range(batch_size) if (p + 1) * beam_width > slots)
 
 
 class ConfigSection:

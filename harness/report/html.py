@@ -6,13 +6,15 @@ autoescaping; only the SVG that matplotlib drew from numbers is inserted as mark
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from harness.limits.preflight import gib
+from harness.report.compare import Comparison
 from harness.report.plots import heatmap_svg
+from harness.results import CellEntry, Report
 from harness.verdict.statistics import ranges
 
 
@@ -27,16 +29,17 @@ def _env() -> Environment:
     return env
 
 
-def render_report(report: dict[str, Any]) -> str:
+def render_report(report: Report) -> str:
     """The sign-off page for one run."""
-    by_beam: dict[int, list[dict[str, Any]]] = {}
-    for c in report["cells"]:
-        by_beam.setdefault(c["beam_width"], []).append(c)
+    by_beam: dict[int, list[CellEntry]] = {}
+    for c in report.cells:
+        by_beam.setdefault(c.beam_width, []).append(c)
     heatmaps = [(w, Markup(heatmap_svg(w, cells))) for w, cells in sorted(by_beam.items())
-                if any(c["positions"] for c in cells)]
-    return _env().get_template("report.html.j2").render(r=report, heatmaps=heatmaps)
+                if any(c.positions for c in cells)]
+    limits = dataclasses.asdict(report.limits) if report.limits else None
+    return _env().get_template("report.html.j2").render(r=report, heatmaps=heatmaps, limits=limits)
 
 
-def render_compare(comparison: dict[str, Any]) -> str:
+def render_compare(comparison: Comparison) -> str:
     """The page for ``python -m harness compare --html``."""
     return _env().get_template("compare.html.j2").render(c=comparison)

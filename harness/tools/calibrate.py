@@ -34,9 +34,10 @@ import numpy as np
 from harness.config import DEFAULT_PROMPT_TEMPLATE, DecodingSettings
 from harness.engines.emulator.build import BuildLimits
 from harness.engines.emulator.faults import Fault
-from harness.plan import Cell
-from harness.verdict.signatures import CellEvidence, match
-from harness.verdict.statistics import CellScores, analyze
+from harness.plan import Cell, Plan
+from harness.results import CellScores
+from harness.verdict.signatures import CellEvidence, match, shortfall
+from harness.verdict.statistics import analyze
 
 POOL_SEED = 20261130  # the prompt pool is fixed; --seed drives rounds and trials
 
@@ -99,33 +100,30 @@ class Job:
     cache_dir: str | None
 
 
+def _ring(order: Sequence[int], cells: Sequence[Cell]) -> Plan:
+    """The full rotation of ``cells`` over the pool in ``order``, as a run plans it."""
+    return Plan(cells=tuple(cells), reference_cells=(), order=tuple(order), seed=0)
+
+
 def _generate(job: Job) -> dict[Cell, list[list[str]]]:
     """texts[cell][position][document] for one rotation round over the pool."""
     import torch
 
     from harness.engines.emulator.engine import EmulatorEngine
+    from harness.stages.generate import generate_cell
     from harness.storage.cache import GenerationCache, engine_fingerprint
 
     torch.set_num_threads(1)
     engine = EmulatorEngine(job.engine_dir)
     cache = GenerationCache(Path(job.cache_dir) if job.cache_dir else None,
                             engine_fingerprint(engine.info))
-    n = len(job.order)
+    plan = _ring(job.order, job.cells)
     out: dict[Cell, list[list[str]]] = {}
     for cell in job.cells:
         settings = DecodingSettings(max_new_tokens=job.max_new_tokens, beam_width=cell.beam_width,
                                     length_penalty=1.0)
-        texts = [[""] * n for _ in range(cell.batch_size)]
-        for k in range(n):
-            docs = [job.order[(k + j) % n] for j in range(cell.batch_size)]
-            prompts = [job.prompts[d] for d in docs]
-            got = cache.get(settings, prompts)
-            if got is None:
-                got = [g.text for g in engine.generate(prompts, settings)]
-                cache.put(settings, prompts, got)
-            for position, (d, t) in enumerate(zip(docs, got)):
-                texts[position][d] = t
-        out[cell] = texts
+        got = generate_cell(engine, cell, plan, job.prompts, settings, cache=cache)
+        out[cell] = [list(row) for row in got.texts]  # type: ignore[arg-type]
     return out
 
 
@@ -177,17 +175,6 @@ class Targets:
                     f"detected >= {self.partial_detection:.0%}")
         ok = o.flagged_rate >= self.detection and o.exact_rate >= self.exact
         return ok, f"detected >= {self.detection:.0%}, exact >= {self.exact:.0%}"
-
-
-def _shortfall(order: Sequence[int], cell: Cell, lengths: Sequence[int]) -> np.ndarray:
-    n = len(order)
-    out = np.zeros((cell.batch_size, n), dtype=np.int64)
-    for k in range(n):
-        docs = [order[(k + j) % n] for j in range(cell.batch_size)]
-        longest = max(lengths[d] for d in docs)
-        for position, d in enumerate(docs):
-            out[position, d] = longest - lengths[d]
-    return out
 
 
 def trial(model: Model, obs: Observations, healthy: Observations | None,
@@ -372,7 +359,7 @@ def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Out
             arr, sh = [], []
             for r, out in per_round:
                 arr.append([rouge_l(baseline[cell.beam_width], row) for row in out[cell]])
-                sh.append(_shortfall(orders[r], cell, lengths))
+                sh.append(np.asarray(shortfall(_ring(orders[r], (cell,)), cell, lengths)))
             scores[cell] = np.asarray(arr, dtype=np.float64)
             shorter[cell] = np.asarray(sh)
         return Observations(scores, shorter)

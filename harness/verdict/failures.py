@@ -3,21 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from harness.limits.engine_config import EngineLimits
 from harness.limits.preflight import LimitCheck
-
-if TYPE_CHECKING:  # typing only: diagnosis must not import the pipeline that reports use
-    from harness.pipeline import CellResult
-
-
-def overflow_positions(batch_size: int, beam_width: int, limits: EngineLimits | None) -> tuple[int, ...]:
-    """Positions whose beam slots (s * W + b) fall beyond max_batch_size x max_beam_width."""
-    if limits is None or limits.max_batch_size is None or limits.max_beam_width is None:
-        return ()
-    slots = limits.max_batch_size * limits.max_beam_width
-    return tuple(p for p in range(batch_size) if (p + 1) * beam_width > slots)
+from harness.results import CellResult, Verdict
 
 
 def likely_cause(result: CellResult) -> str | None:
@@ -32,7 +20,7 @@ def positions_failure(result: CellResult) -> str | None:
     if result.error:
         return f"{result.cell.id}: engine error: {result.error}"
     a = result.analysis
-    if a is None or a.verdict == "pass":
+    if a is None or a.verdict == Verdict.PASS:
         return None
     lines = [a.message]
     cause = likely_cause(result)

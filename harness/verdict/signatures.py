@@ -28,9 +28,10 @@ from dataclasses import dataclass
 
 from scipy import stats
 
-from harness.limits.engine_config import EngineLimits
+from harness.limits.engine_config import EngineLimits, overflow_positions
 from harness.plan import Cell, Plan
-from harness.verdict.statistics import CellAnalysis, ranges
+from harness.results import CellAnalysis, Finding, Verdict
+from harness.verdict.statistics import ranges
 
 HIT = 0.1  # a prompt counts as hit at a position when its ROUGE-L drops by more than this
 
@@ -44,14 +45,6 @@ class CellEvidence:
     # (NaN where the document never sat at that position, --rotation sparse)
     shorter: tuple[tuple[int, ...], ...] | None = None  # [position][document]: tokens short of
     # the longest prompt of the batch it sat in
-
-
-@dataclass(frozen=True)
-class Finding:
-    """A named signature and the sentence that goes into the failure and the report."""
-
-    kind: str
-    text: str
 
 
 def _seen(row: Sequence[float]) -> list[float]:
@@ -72,13 +65,12 @@ def shortfall(plan: Plan, cell: Cell, lengths: Sequence[int]) -> tuple[tuple[int
 
 
 def _inferred_slots(failing: Sequence[CellAnalysis]) -> int | None:
-    """A slot count S with degraded == {p : (p + 1) * W > S} in every failing beam cell."""
+    """A slot count S whose overflow positions are the degraded ones in every failing beam cell."""
     beam = [a for a in failing if a.cell.beam_width > 1 and a.degraded_positions]
     if not beam or len(beam) != len(failing):
         return None
     for slots in range(1, max(a.cell.batch_size * a.cell.beam_width for a in beam)):
-        if all(set(a.degraded_positions) == {p for p in range(a.cell.batch_size)
-                                             if (p + 1) * a.cell.beam_width > slots}
+        if all(a.degraded_positions == overflow_positions(a.cell.batch_size, a.cell.beam_width, slots)
                for a in beam):
             return slots
     return None
@@ -86,14 +78,12 @@ def _inferred_slots(failing: Sequence[CellAnalysis]) -> int | None:
 
 def _overflow(a: CellAnalysis, failing: Sequence[CellAnalysis], limits: EngineLimits | None
               ) -> Finding | None:
-    known = (limits is not None and limits.max_batch_size is not None
-             and limits.max_beam_width is not None)
-    slots = (limits.max_batch_size * limits.max_beam_width  # type: ignore[operator, union-attr]
-             if known else _inferred_slots(failing))
+    known = limits is not None and limits.beam_slots is not None
+    slots = limits.beam_slots if known else _inferred_slots(failing)  # type: ignore[union-attr]
     if slots is None or a.cell.beam_width == 1:
         return None
-    expected = {p for p in range(a.cell.batch_size) if (p + 1) * a.cell.beam_width > slots}
-    if not expected or expected != set(a.degraded_positions):
+    expected = overflow_positions(a.cell.batch_size, a.cell.beam_width, slots)
+    if not expected or set(expected) != set(a.degraded_positions):
         return None
     beams = sorted({f.cell.beam_width for f in failing if f.cell.beam_width > 1}, reverse=True)
     firsts = []
@@ -126,9 +116,9 @@ def _full_batch(a: CellAnalysis, analyses: Sequence[CellAnalysis], limits: Engin
         return None
     smaller = [b for b in analyses if b.cell.beam_width == a.cell.beam_width
                and 1 < b.cell.batch_size < full]
-    if not smaller or any(b.verdict != "pass" for b in smaller):
+    if not smaller or any(b.verdict != Verdict.PASS for b in smaller):
         return None
-    if any(b.verdict != "pass" and b.cell.batch_size != full for b in analyses):
+    if any(b.verdict != Verdict.PASS and b.cell.batch_size != full for b in analyses):
         return None
     sizes = ", ".join(str(b.cell.batch_size) for b in smaller)
     return Finding("full-batch", f"only when the batch is full (batch size {full} = the engine's "
@@ -167,7 +157,7 @@ def _stride(e: CellEvidence, analyses: Sequence[CellAnalysis]) -> Finding | None
     if a.cell.beam_width == 1 or 0 in a.degraded_positions or len(a.degraded_positions) < 2:
         return None
     greedy = [b for b in analyses if b.cell.beam_width == 1 and b.cell.batch_size == a.cell.batch_size]
-    if any(b.verdict != "pass" for b in greedy):
+    if any(b.verdict != Verdict.PASS for b in greedy):
         return None
     first = _seen(e.drops[0])
     if sum(d > HIT for d in first) > 0.02 * len(first):
@@ -202,11 +192,11 @@ def _single(e: CellEvidence) -> Finding | None:
 def match(evidence: Sequence[CellEvidence], limits: EngineLimits | None) -> dict[Cell, Finding]:
     """The finding for every failing cell that fits a known signature."""
     analyses = [e.analysis for e in evidence]
-    failing = [a for a in analyses if a.verdict == "fail"]
+    failing = [a for a in analyses if a.verdict == Verdict.FAIL]
     out: dict[Cell, Finding] = {}
     for e in evidence:
         a = e.analysis
-        if a.verdict != "fail":
+        if a.verdict != Verdict.FAIL:
             continue
         if not a.degraded_positions:
             out[a.cell] = Finding("spread", f"no single position is significant but the cell's "

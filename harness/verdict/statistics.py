@@ -17,52 +17,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from scipy import stats
 
-from harness.plan import Cell
+from harness.results import CellAnalysis, CellScores, PositionStats, Verdict
 
-
-@dataclass(frozen=True)
-class PositionStats:
-    """One batch position of one cell."""
-
-    position: int
-    rouge_l: float  # mean ROUGE-L against the baseline
-    rouge_l_reference: float  # mean ROUGE-L against the reference summaries
-    drop: float  # mean paired drop below batch size 1
-    p_value: float | None  # None where nothing is tested (batch size 1)
-    p_adjusted: float | None
-    n: int
-    degraded: bool = False
-    ci_low: float | None = None  # 95% t-interval of the mean ROUGE-L against the baseline
-    ci_high: float | None = None
-
-
-@dataclass(frozen=True)
-class CellScores:
-    """Scores of one cell, indexed [position][prompt] (prompts in dataset order); NaN where
-    the prompt never sat at that position (``--rotation sparse``)."""
-
-    cell: Cell
-    baseline: tuple[tuple[float, ...], ...]
-    reference: tuple[tuple[float, ...], ...]
-
-
-@dataclass(frozen=True)
-class CellAnalysis:
-    """Verdict of one cell's positions."""
-
-    cell: Cell
-    level: float  # mean ROUGE-L of batch size 1 against the baseline, same beam width
-    positions: tuple[PositionStats, ...]
-    degraded_positions: tuple[int, ...]
-    verdict: str  # pass | fail
-    message: str
-    cell_drop: float | None = None  # mean drop over all positions (the omnibus test)
-    cell_p_adjusted: float | None = None
-    spread: bool = False  # the omnibus test failed the cell
 
 def one_sided_paired_p(diffs: Sequence[float], tolerance: float) -> float:
     """p-value of H0: mean(diffs) <= tolerance against H1: mean(diffs) > tolerance."""
@@ -186,7 +145,7 @@ def analyze(scores: Sequence[CellScores], level_scores: dict[int, Sequence[float
             message = f"{cs.cell.id}: no degraded position (batch size 1 level {level:.2f})"
         results.append(CellAnalysis(cell=cs.cell, level=level, positions=tuple(row),
                                     degraded_positions=bad,
-                                    verdict="fail" if bad or spread else "pass",
+                                    verdict=Verdict.FAIL if bad or spread else Verdict.PASS,
                                     message=message, cell_drop=drop, cell_p_adjusted=adj,
                                     spread=spread))
     return results

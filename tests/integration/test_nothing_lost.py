@@ -209,12 +209,12 @@ def test_report_folders_of_runs_started_the_same_second_differ(tmp_path: Path):
     import datetime as dt
 
     from harness.engines.base import EngineInfo
-    from harness.pipeline import _new_report_dir
+    from harness.storage.folders import new_report_dir
 
     started = dt.datetime(2030, 1, 1, 12, 0, 0)
     info = EngineInfo(backend="emulator", path="e", identity="x")
     made: list[Path] = []
-    threads = [threading.Thread(target=lambda: made.append(_new_report_dir(tmp_path, info, started)))
+    threads = [threading.Thread(target=lambda: made.append(new_report_dir(tmp_path, info.backend, started)))
                for _ in range(8)]
     for t in threads:
         t.start()

@@ -123,9 +123,9 @@ def test_faulty_engine_is_caught_through_the_server(tmp_path: Path, servers, eng
     assert cell["degraded_positions"] == [2, 3, 4, 5, 6, 7]
 
     # byte for byte what the emulator gives directly for the first planned batch of the cell
+    from harness.config import RunConfig
     from harness.engines.emulator.engine import EmulatorEngine
     from harness.inputs.data import build_prompt, load_dataset
-    from harness.pipeline import RunConfig
     from harness.plan import Cell, make_plan
 
     config = RunConfig(beam_widths=(4,), max_new_tokens=32)

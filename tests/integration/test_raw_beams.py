@@ -24,5 +24,5 @@ def test_all_beams_are_kept_and_survive_the_cache(tmp_path, small_dataset, engin
                              for r in beam_rows)
     assert all("beams" not in r for r in first if r["cell"].endswith("beam1"))
     second = run(config)
-    assert second.cache["batches_generated"] == 0
+    assert second.cache.batches_generated == 0
     assert _rows(second) == first

@@ -92,11 +92,11 @@ def test_two_shards_merge_into_the_unsharded_report(borderline, tmp_path, capsys
 def test_shard_and_merged_reports_follow_the_schema(borderline, tmp_path):
     import jsonschema
 
-    from harness.report.writer import verify
+    from harness.report.model import to_json, verify
 
     schema = json.loads(SCHEMA.read_text())
     report, _ = merge(borderline["shards"])
-    for doc in (report, *(_json(s) for s in borderline["shards"])):
+    for doc in (to_json(report), *(_json(s) for s in borderline["shards"])):
         jsonschema.validate(doc, schema)
         assert verify(doc)
     shard = _json(borderline["shards"][0])

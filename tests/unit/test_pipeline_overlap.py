@@ -3,15 +3,17 @@ runs while the engine still generates, and the run's timing is recorded."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from pathlib import Path
 
 import pytest
 
-import harness.pipeline as pipeline
+import harness.stages.score as score_stage
 from harness.config import RunConfig
 from harness.pipeline import execute, prepare
+from harness.report.build import rounded
 from tests.unit.noisy_engine import NoisyEngine, write_dataset
 
 
@@ -29,13 +31,13 @@ def _config(tmp: Path, dataset: Path, **options) -> RunConfig:
 def _both(config: RunConfig, engine_args: dict, monkeypatch) -> tuple:
     """The same run overlapped and serial, with the thread that scored each cell."""
     threads: list[str] = []
-    real = pipeline._score_cell
+    real = score_stage.score_cell
 
     def spy(*args):
         threads.append(threading.current_thread().name)
         return real(*args)
 
-    monkeypatch.setattr(pipeline, "_score_cell", spy)
+    monkeypatch.setattr(score_stage, "score_cell", spy)
     fast = execute(prepare(config, engine=NoisyEngine(**engine_args)))
     fast_threads, threads[:] = list(threads), []
     slow = execute(prepare(config, engine=NoisyEngine(**engine_args)), overlap=False)
@@ -56,9 +58,9 @@ def test_overlapped_scoring_is_bit_identical_to_serial(tmp_path, dataset, golden
     # every cell scored once, in the worker (no fallback), against the baseline the serial path uses
     assert fast_threads == ["harness-scoring_0"] * len(fast.cells)
     assert slow_threads == ["MainThread"] * len(slow.cells)
-    assert fast.timing["scoring_overlapped"] and not slow.timing["scoring_overlapped"]
-    assert fast.baseline == slow.baseline
-    assert fast.baseline[1].startswith("goldens" if goldens else "batch size 1")
+    assert fast.timing.scoring_overlapped and not slow.timing.scoring_overlapped
+    assert fast.baselines == slow.baselines
+    assert fast.baselines[1].source.startswith("goldens" if goldens else "batch size 1")
     assert fast.scores == slow.scores and fast.levels == slow.levels  # every float, exactly
     if goldens:
         assert any(v != 1.0 for v in fast.levels[1])
@@ -69,7 +71,7 @@ def test_overlapped_scoring_is_bit_identical_to_serial(tmp_path, dataset, golden
 
 def test_cells_are_scored_in_a_worker_while_the_engine_generates(tmp_path, dataset, monkeypatch):
     scored: list[tuple[str, str, float]] = []
-    real = pipeline._score_cell
+    real = score_stage.score_cell
 
     def spy(cell, *args):
         import time
@@ -77,7 +79,7 @@ def test_cells_are_scored_in_a_worker_while_the_engine_generates(tmp_path, datas
         scored.append((cell.id, threading.current_thread().name, time.perf_counter()))
         return real(cell, *args)
 
-    monkeypatch.setattr(pipeline, "_score_cell", spy)
+    monkeypatch.setattr(score_stage, "score_cell", spy)
     engine = NoisyEngine(delay=0.004)
     result = execute(prepare(_config(tmp_path, dataset), engine=engine))
     assert {name for _, name, _ in scored} == {"harness-scoring_0"}
@@ -89,14 +91,14 @@ def test_cells_are_scored_in_a_worker_while_the_engine_generates(tmp_path, datas
 
 def test_runs_that_record_goldens_score_afterwards(tmp_path, dataset):
     result = execute(prepare(_config(tmp_path, dataset, update_goldens=True), engine=NoisyEngine()))
-    assert result.goldens_written and not result.timing["scoring_overlapped"]
+    assert result.goldens_written and not result.timing.scoring_overlapped
 
 
 def test_timing_is_recorded(tmp_path, dataset):
     engine = NoisyEngine(delay=0.002)
     result = execute(prepare(_config(tmp_path, dataset), engine=engine))
     t = _report(result)["timing"]
-    assert t == result.timing
+    assert t == {k: v for k, v in dataclasses.asdict(rounded(result.timing)).items() if v is not None}
     assert t["engine_calls"] == len(engine.calls) == 24 * 8  # 24 rotation batches x 8 cells
     assert t["engine_generate_s"] >= 0.002 * len(engine.calls)
     assert t["generate_stage_s"] >= t["engine_generate_s"]
@@ -108,7 +110,7 @@ def test_a_scoring_failure_surfaces_and_the_worker_stops(tmp_path, dataset, monk
     def broken(*args):
         raise ValueError("scorer broke")
 
-    monkeypatch.setattr(pipeline, "_score_cell", broken)
+    monkeypatch.setattr(score_stage, "score_cell", broken)
     with pytest.raises(ValueError, match="scorer broke"):
         execute(prepare(_config(tmp_path, dataset), engine=NoisyEngine()))
     assert not [t for t in threading.enumerate() if t.name.startswith("harness-scoring")]

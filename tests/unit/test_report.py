@@ -12,8 +12,8 @@ import pytest
 
 from harness.config import RunConfig
 from harness.pipeline import run
-from harness.report.compare import compare, load_report
-from harness.report.writer import verify
+from harness.report.compare import compare
+from harness.report.model import load_report, verify
 from tests.integration.toy_engine import ToyEngine
 
 SCHEMA = Path(__file__).resolve().parents[2] / "harness" / "report" / "report.schema.json"
@@ -83,8 +83,8 @@ def test_compare_lists_fixed_cells_and_exits_by_direction(reports, capsys):
     from harness.__main__ import main
 
     result = compare(load_report(reports["broken"]), load_report(reports["fixed"]))
-    assert result["verdict"] == "better"
-    assert any(line.startswith("bs8-beam1: fixed at positions 2, 3, 4, 5, 6, 7") for line in result["lines"])
+    assert result.verdict == "better"
+    assert any(line.startswith("bs8-beam1: fixed at positions 2, 3, 4, 5, 6, 7") for line in result.lines)
     assert main(["compare", str(reports["broken"]), str(reports["fixed"])]) == 0
     page = reports["fixed"].parent / "cmp.html"
     assert main(["compare", str(reports["fixed"]), str(reports["broken"] / "report.json"),
@@ -101,7 +101,7 @@ def test_compare_flags_an_edited_report(reports, tmp_path):
     file = tmp_path / "report.json"
     file.write_text(json.dumps(edited))
     result = compare(load_report(reports["fixed"]), load_report(file))
-    assert any("changed after it was written" in line for line in result["lines"])
+    assert any("changed after it was written" in line for line in result.lines)
 
 
 @pytest.mark.skipif(not shutil.which("chromium"), reason="Chromium is not installed")
@@ -121,12 +121,13 @@ def test_report_renders_in_headless_chromium(reports, tmp_path):
 
 def test_compare_refuses_runs_whose_positions_saw_different_prompts():
     from harness.errors import ConfigError
-    from harness.report.compare import compare
+    from harness.report.compare import check_same_rotation
+    from harness.results import Method
 
-    full = {"method": {"tolerance": 0.02, "rotation": "full", "seed": 0}}
-    sparse = {"method": {"tolerance": 0.02, "rotation": "sparse", "seed": 0}}
-    other_seed = {"method": {"tolerance": 0.02, "rotation": "sparse", "seed": 1}}
+    full = Method(tolerance=0.02, alpha=0.01, rotation="full", seed=0, sequences=1)
+    sparse = Method(tolerance=0.02, alpha=0.01, rotation="sparse", seed=0, sequences=1)
+    other_seed = Method(tolerance=0.02, alpha=0.01, rotation="sparse", seed=1, sequences=1)
     with pytest.raises(ConfigError, match="OLD used --rotation full .* NEW --rotation sparse"):
-        compare(full, sparse)
+        check_same_rotation(full, sparse)
     with pytest.raises(ConfigError, match="same --rotation"):
-        compare(sparse, other_seed)
+        check_same_rotation(sparse, other_seed)

@@ -27,28 +27,28 @@ def _numbers(result) -> list:
 def test_rerun_comes_from_the_cache_with_identical_numbers(tmp_path: Path, engine_factory, small_dataset):
     engine = str(engine_factory(8, 4))
     first = run(_run(engine, small_dataset, tmp_path, "r1"))
-    assert first.cache["enabled"] and first.cache["batches_generated"] == 32  # 16 x bs1 + 16 x bs2
-    assert first.cache["generations_from_cache"] == 0
+    assert first.cache.enabled and first.cache.batches_generated == 32  # 16 x bs1 + 16 x bs2
+    assert first.cache.generations_from_cache == 0
     second = run(_run(engine, small_dataset, tmp_path, "r2", tolerance="0.05"))
-    assert second.cache["batches_generated"] == 0  # the engine was not called
-    assert second.cache["generations_from_cache"] == 16 + 32
+    assert second.cache.batches_generated == 0  # the engine was not called
+    assert second.cache.generations_from_cache == 16 + 32
     assert _numbers(first) == _numbers(second)
     assert "48 generations from the cache" in (second.report_dir / "report.md").read_text()
 
-    entries = sorted(Path(first.cache["folder"]).rglob("*.json"))
+    entries = sorted(Path(first.cache.folder).rglob("*.json"))
     entries[0].write_text("{truncated")  # a damaged entry is generated again, and rewritten
     third = run(_run(engine, small_dataset, tmp_path, "r3"))
-    assert third.cache["batches_generated"] == 1 and _numbers(third) == _numbers(first)
+    assert third.cache.batches_generated == 1 and _numbers(third) == _numbers(first)
     assert json.loads(entries[0].read_text())["outputs"]
 
     off = run(_run(engine, small_dataset, tmp_path, "r4", no_cache=True))
-    assert not off.cache["enabled"] and off.cache["batches_generated"] == 32
-    assert off.cache["reason"] == "off (--no-cache)"
+    assert not off.cache.enabled and off.cache.batches_generated == 32
+    assert off.cache.reason == "off (--no-cache)"
 
 
 def test_engines_without_a_directory_are_not_cached(tmp_path: Path, small_dataset):
     result = run(_run(None, small_dataset, tmp_path, "r"), engine=ToyEngine(None, broken_from=-1))
-    assert not result.cache["enabled"] and "no directory" in result.cache["reason"]
+    assert not result.cache.enabled and "no directory" in result.cache.reason
 
 
 def test_a_cache_that_cannot_be_written_stops_caching_not_the_run(tmp_path: Path, capsys):

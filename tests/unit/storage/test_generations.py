@@ -55,8 +55,9 @@ def test_streamed_file_equals_the_rows_of_the_run_in_memory(tmp_path: Path, smal
     from outputs kept in memory, beams and sparse positions included; the run keeps only
     offsets into it."""
     from harness.config import RunConfig
-    from harness.pipeline import _generate_all, execute, prepare
-    from harness.report.writer import write_report
+    from harness.pipeline import execute, prepare
+    from harness.report.files import write_report
+    from harness.stages.generate import generate_all
     from harness.storage.generations import SpilledTexts
 
     config = RunConfig(dataset=str(small_dataset), batch_sizes=(1, 2), beam_widths=(1, 2),
@@ -65,7 +66,7 @@ def test_streamed_file_equals_the_rows_of_the_run_in_memory(tmp_path: Path, smal
     assert all(isinstance(o.texts, SpilledTexts) for o in streamed.outputs)
 
     prep = prepare(RunConfig(**{**config.__dict__, "report_dir": tmp_path / "memory"}), engine=BeamEcho())
-    outputs, _ = _generate_all(prep, None)  # no log: texts and beams stay in memory
+    outputs = generate_all(prep, None).outputs  # no log: texts and beams stay in memory
     folder = tmp_path / "memory-report"
     folder.mkdir()
     write_report(streamed.__class__(**{**streamed.__dict__, "outputs": tuple(

@@ -1,29 +1,26 @@
 from __future__ import annotations
 
-from harness.limits.engine_config import EngineLimits
+from harness.limits.engine_config import EngineLimits, overflow_positions
 from harness.limits.preflight import LimitCheck
-from harness.pipeline import CellResult
 from harness.plan import Cell
+from harness.results import CellAnalysis, CellResult, Finding, PositionStats
 from harness.verdict.failures import (
     likely_cause,
     limits_failure,
     limits_unknown,
-    overflow_positions,
     positions_failure,
 )
-from harness.verdict.signatures import Finding
-from harness.verdict.statistics import CellAnalysis, PositionStats
 
 LIMITS = EngineLimits(layout="unified", max_batch_size=8, max_beam_width=1, max_input_len=384,
                       max_seq_len=512)
 
 
 def test_overflow_positions_follow_the_slot_arithmetic():
-    assert overflow_positions(8, 4, LIMITS) == (2, 3, 4, 5, 6, 7)
-    assert overflow_positions(8, 2, LIMITS) == (4, 5, 6, 7)
-    assert overflow_positions(4, 4, LIMITS) == (2, 3)
-    assert overflow_positions(2, 4, LIMITS) == ()
-    assert overflow_positions(8, 4, EngineLimits(layout="legacy", max_batch_size=8)) == ()
+    assert overflow_positions(8, 4, LIMITS.beam_slots) == (2, 3, 4, 5, 6, 7)
+    assert overflow_positions(8, 2, LIMITS.beam_slots) == (4, 5, 6, 7)
+    assert overflow_positions(4, 4, LIMITS.beam_slots) == (2, 3)
+    assert overflow_positions(2, 4, LIMITS.beam_slots) == ()
+    assert overflow_positions(8, 4, EngineLimits(layout="legacy", max_batch_size=8).beam_slots) == ()
 
 
 def _result(cell, degraded, error=None, finding=None):

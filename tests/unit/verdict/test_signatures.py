@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from harness.limits.engine_config import EngineLimits
 from harness.plan import Cell, make_plan
+from harness.results import CellAnalysis, PositionStats
 from harness.verdict.signatures import CellEvidence, match, shortfall
-from harness.verdict.statistics import CellAnalysis, PositionStats
 
 LIMITS_8x1 = EngineLimits(layout="unified", max_batch_size=8, max_beam_width=1)
 LIMITS_8x4 = EngineLimits(layout="unified", max_batch_size=8, max_beam_width=4)

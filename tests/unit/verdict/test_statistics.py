@@ -6,7 +6,8 @@ import pytest
 from scipy import stats
 
 from harness.plan import Cell
-from harness.verdict.statistics import CellScores, analyze, holm, one_sided_paired_p, ranges
+from harness.results import CellScores
+from harness.verdict.statistics import analyze, holm, one_sided_paired_p, ranges
 
 
 def test_one_sided_p_matches_scipy_ttest():

@@ -1,0 +1,183 @@
+"""The report stage's first half: a run's results as a typed, sealed ``Report``.
+
+``cell_entry`` is shared with ``merge``, which rebuilds every cell from the union of its
+shards' scores with the same code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness import __version__
+from harness.inputs.data import Dataset, build_prompt
+from harness.report.model import seal
+from harness.report.provenance import engine_files, environment
+from harness.results import (
+    SCHEMA_VERSION,
+    CellEntry,
+    CellResult,
+    DatasetInfo,
+    EngineFile,
+    EngineSection,
+    Example,
+    GoldenFile,
+    Method,
+    Omnibus,
+    PositionEntry,
+    RanksInfo,
+    Report,
+    RunResult,
+    ShardCellScores,
+    ShardInfo,
+    ShardScores,
+    Signoff,
+    SubsetInfo,
+    Timing,
+    Verdict,
+)
+from harness.storage.cache import CacheStats
+from harness.verdict.failures import likely_cause
+
+EXAMPLES_PER_CELL = 3
+PROMPT_CHARS = 600
+TEST = ("one-sided paired t-test of the drop below batch size 1 against the tolerance, per "
+        "position and per cell (mean over positions), Holm-corrected over all tests of the run "
+        "(docs/method.md)")
+PLANS = {"full": "cyclic rotation: every prompt at every position once per cell",
+         "sparse": "sparse rotation: every prompt at one position per cell"}
+
+
+def _round(x: float | None, digits: int = 6) -> float | None:
+    return None if x is None else round(float(x), digits)
+
+
+def worst_position(c: CellResult) -> int | None:
+    """The degraded position with the lowest ROUGE-L (the one the examples show)."""
+    a = c.analysis
+    if a is None or not a.degraded_positions:
+        return None
+    return min(a.degraded_positions, key=lambda p: a.positions[p].rouge_l)
+
+
+def examples_at(result: RunResult, c: CellResult, position: int) -> tuple[Example, ...]:
+    """A few prompts at ``position`` whose output differs from the baseline."""
+    outputs = {o.cell: o for o in result.outputs}.get(c.cell)
+    base = result.baselines.get(c.cell.beam_width)
+    if outputs is None or base is None:
+        return ()
+    docs, row = result.dataset.documents, outputs.texts[position]
+    picks = [i for i in range(len(docs)) if row[i] is not None and row[i] != base.texts[i]]
+    return tuple(Example(position=position, id=docs[i].id,
+                         prompt=(result.prompts[i] if result.prompts else
+                                 build_prompt(result.config.prompt_template, docs[i]))[:PROMPT_CHARS],
+                         baseline=base.texts[i], output=row[i])  # type: ignore[arg-type]
+                 for i in picks[:EXAMPLES_PER_CELL])
+
+
+def cell_entry(c: CellResult, examples: Sequence[Example]) -> CellEntry:
+    """One entry of the report's ``cells`` (shared with ``merge``)."""
+    a = c.analysis
+    positions = tuple(PositionEntry(
+        position=s.position, rouge_l=_round(s.rouge_l), ci_low=_round(s.ci_low),  # type: ignore[arg-type]
+        ci_high=_round(s.ci_high), rouge_l_reference=_round(s.rouge_l_reference),  # type: ignore[arg-type]
+        drop=_round(s.drop), p_value=_round(s.p_value, 12),  # type: ignore[arg-type]
+        p_adjusted=_round(s.p_adjusted, 12), n=s.n, degraded=s.degraded)
+        for s in (a.positions if a else ()))
+    omnibus = (Omnibus(drop=_round(a.cell_drop), p_adjusted=_round(a.cell_p_adjusted, 12),
+                       failed=a.spread) if a and a.cell_drop is not None else None)
+    return CellEntry(
+        id=c.cell.id, batch_size=c.cell.batch_size, beam_width=c.cell.beam_width,
+        verdict=c.verdict, limits_verdict=Verdict.FAIL if c.limit_failures else Verdict.PASS,
+        error=c.error, message=c.error or (a.message if a else ""), cause=likely_cause(c),
+        pattern=c.finding.kind if c.finding else None,
+        baseline_level=_round(a.level) if a else None,
+        degraded_positions=a.degraded_positions if a else (), omnibus=omnibus,
+        positions=positions, limit_checks=c.checks, examples=tuple(examples))
+
+
+def _nulls(row: Sequence[float]) -> tuple[float | None, ...]:
+    """JSON has no NaN: a prompt that never sat at a position (sparse) is null."""
+    return tuple(None if math.isnan(x) else x for x in row)
+
+
+def _shard_blocks(result: RunResult) -> tuple[ShardInfo | None, ShardScores | None]:
+    """For --shard runs: which cells this shard ran, and what ``merge`` needs to analyse the
+    union as one run: per-prompt scores (unrounded), batch size 1's levels, the prompt
+    order and lengths the fault signatures use, and the examples of every degraded position
+    (Holm over more tests can only clear positions, never add them, so the worst merged
+    position is always among them)."""
+    if not result.config.shard:
+        return None, None
+    k, n = result.config.shard
+    by_cell = {c.cell: c for c in result.cells}
+    scored = {}
+    for cs in result.scores:
+        c = by_cell[cs.cell]
+        examples = {str(p): examples_at(result, c, p)
+                    for p in (c.analysis.degraded_positions if c.analysis else ())}
+        scored[cs.cell.id] = ShardCellScores(baseline=tuple(_nulls(r) for r in cs.baseline),
+                                             reference=tuple(_nulls(r) for r in cs.reference),
+                                             examples=examples)
+    info = ShardInfo(index=k, count=n, cells=tuple(c.cell.id for c in result.cells),
+                     grid=tuple(c.id for c in result.grid))
+    return info, ShardScores(levels=dict(result.levels), cells=scored, order=result.plan.order,
+                             prompt_lengths=tuple(result.prompt_lengths))
+
+
+def dataset_info(dataset: Dataset) -> DatasetInfo:
+    s = dataset.subset
+    subset = SubsetInfo(**s.as_dict()) if s else None  # type: ignore[arg-type]
+    return DatasetInfo(name=dataset.name, path=dataset.path, count=len(dataset), hash=dataset.hash,
+                       source=dataset.source, config=dataset.config, split=dataset.split,
+                       revision=dataset.revision, text_field=dataset.text_field,
+                       summary_field=dataset.summary_field, subset=subset)
+
+
+def rounded(timing: Timing) -> Timing:
+    """Timing figures to 0.1 ms, as reported."""
+    return dataclasses.replace(timing, **{
+        f.name: round(v, 4) for f in dataclasses.fields(timing)
+        if isinstance(v := getattr(timing, f.name), float)})
+
+
+def _goldens(result: RunResult) -> dict[int, GoldenFile]:
+    out = {}
+    for w, base in result.baselines.items():
+        if base.goldens_path is not None:
+            file = Path(base.goldens_path)
+            out[w] = GoldenFile(path=base.goldens_path, sha256=hashlib.sha256(
+                file.read_bytes()).hexdigest() if file.is_file() else None)
+    return out
+
+
+def build_report(result: RunResult) -> Report:
+    """The sealed report of one run."""
+    cells = tuple(cell_entry(c, () if (w := worst_position(c)) is None else examples_at(result, c, w))
+                  for c in result.cells)
+    shard, scores = _shard_blocks(result)
+    info = result.engine
+    plan = result.plan
+    report = Report(
+        schema_version=SCHEMA_VERSION, verdict=result.verdict, started=result.started,
+        finished=result.finished, seconds=round(result.seconds, 2), harness_version=__version__,
+        signoff=Signoff(by=result.config.signoff_by, at=result.finished, engine=info.path,
+                        identity=info.identity, verdict=result.verdict),
+        engine=EngineSection(path=info.path, backend=info.backend, identity=info.identity,
+                             details=info.details,
+                             files=tuple(EngineFile(**f) for f in engine_files(info.path))),
+        limits=result.limits, memory=result.memory,
+        cache=result.cache or CacheStats(folder=None, enabled=False, reason="off"),
+        dataset=dataset_info(result.dataset),
+        ranks=RanksInfo(world_size=result.ranks.world, source=result.ranks.source),
+        baseline={w: b.source for w, b in result.baselines.items()}, goldens=_goldens(result),
+        goldens_written=result.goldens_written,
+        method=Method(tolerance=result.config.tolerance, alpha=result.config.alpha,
+                      seed=plan.seed, sequences=plan.sequences(), test=TEST,
+                      plan=PLANS[plan.rotation], rotation=plan.rotation),
+        options=result.config.as_dict(), environment=environment(),
+        timing=rounded(result.timing), cells=cells, shard=shard, scores=scores)
+    return seal(report)

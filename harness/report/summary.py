@@ -1,0 +1,60 @@
+"""The lines a terminal shows for a report: the same for ``python -m harness run``, the pytest
+plugin's summary and ``merge`` (as syrupy's report yields its terminal lines)."""
+
+from __future__ import annotations
+
+from harness.results import Report
+
+
+def cell_lines(report: Report) -> list[str]:
+    """Per-cell, per-position ROUGE-L against the baseline (* = degraded)."""
+    lines = []
+    for c in report.cells:
+        if c.error:
+            lines.append(f"{c.id:>12}  ERROR  {c.error}")
+            continue
+        marks = " ".join(f"{'*' if p.degraded else ' '}{p.rouge_l:.2f}" for p in c.positions)
+        lines.append(f"{c.id:>12}  {str(c.verdict).upper():5}  {marks}")
+    return lines
+
+
+def finding_lines(report: Report) -> list[str]:
+    """Every exceeded build limit and every failing cell with its likely cause."""
+    lines = []
+    for c in report.cells:
+        lines += [f"{c.id}: build limit: {ch.message}" for ch in c.limit_checks if ch.status == "fail"]
+        if c.verdict == "fail":
+            lines.append(c.message)
+            if c.cause:
+                lines.append(f"  {c.cause}")
+    return lines
+
+
+def header_lines(report: Report) -> list[str]:
+    """Engine, dataset and baselines."""
+    ds = report.dataset
+    return [f"engine {report.engine.path} ({report.engine.backend}); dataset {ds.name}, "
+            f"{ds.count} prompts, hash {ds.hash[:12]}",
+            *[f"baseline beam {w}: {name}" for w, name in report.baseline.items()]]
+
+
+def closing_lines(report: Report, folder: object) -> list[str]:
+    """The shard note (a shard's verdict is provisional) and the verdict with the report."""
+    lines = []
+    shard = report.shard
+    if shard is not None and shard.index:
+        lines.append(f"shard {shard.index}/{shard.count}: this shard's verdict only; combine all "
+                     f"{shard.count} reports with `python -m harness merge REPORT_DIR...` for the "
+                     "run's")
+    lines.append(f"verdict: {report.verdict}   report: {folder}/report.html "
+                 "(also report.md, report.json)")
+    return lines
+
+
+def footer_lines(report: Report, folder: object) -> list[str]:
+    """Cache and goldens written, then ``closing_lines``."""
+    cache = report.cache
+    return [f"generation cache {cache.reason}: {cache.generations_from_cache} generations from "
+            f"the cache, {cache.batches_generated} batches generated",
+            *[f"goldens written: {path}" for path in report.goldens_written],
+            *closing_lines(report, folder)]

@@ -1,0 +1,452 @@
+"""The data that crosses stage boundaries, in one module that no stage owns.
+
+prepare -> ``Prepared``; generate -> ``Generated`` (``CellOutputs`` plus each failed cell's
+error); score -> ``Baseline`` and ``CellScores`` per cell (and batch size 1's ``levels``);
+analyse -> ``CellAnalysis`` and ``Finding`` -> ``CellResult``; the orchestrator gathers them in
+a ``RunResult`` that the report stage and the plugin read. Stages import this module; it
+imports no stage, only the leaf libraries whose types it holds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from harness.config import RunConfig
+from harness.engines.base import Engine, EngineInfo
+from harness.engines.ranks import Ranks
+from harness.inputs.data import Dataset
+from harness.limits.engine_config import EngineLimits
+from harness.limits.preflight import LimitCheck, MemoryBudget
+from harness.plan import Cell, Plan
+from harness.storage.cache import CacheStats, GenerationCache
+from harness.storage.goldens import GoldenSet, GoldensStore
+
+
+class Verdict(str, Enum):
+    """The outcome of a cell or a run."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"  # a cell the engine could not run (its message says why)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def run_verdict(cells: Sequence[CellResult]) -> Verdict:
+    """A run passes when every cell passes and no build limit is exceeded."""
+    bad = any(c.verdict != Verdict.PASS or c.limit_failures for c in cells)
+    return Verdict.FAIL if bad else Verdict.PASS
+
+
+@dataclass
+class Timing:
+    """Where a run's time goes; every figure in seconds (see docs/performance.md)."""
+
+    engine_generate_s: float = 0.0  # wall time inside engine.generate, summed
+    engine_calls: int = 0
+    engine_load_s: float = 0.0  # loading the engine (and the golden engine) in prepare()
+    prepare_s: float = 0.0  # prepare(): dataset, engine load, preflight, goldens check
+    generate_stage_s: float = 0.0  # wall time of the generation loop (engine + cache + hand-off)
+    scoring_s: float = 0.0  # ROUGE-L CPU time, summed over cells (overlapped or not)
+    scoring_overlapped: bool = False
+    after_generation_s: float = 0.0  # end of generation -> analysis done (what overlap shortens)
+    harness_total_s: float = 0.0  # start of prepare() -> analysis done (report writing excluded)
+    merged_shards: int | None = None  # a merged report: how many shard timings were summed
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything known before the engine generates anything (the prepare stage)."""
+
+    config: RunConfig
+    dataset: Dataset
+    engine: Engine
+    limits: EngineLimits | None
+    plan: Plan
+    prompts: tuple[str, ...]
+    checks: dict[Cell, tuple[LimitCheck, ...]]
+    memory: tuple[MemoryBudget, ...]
+    goldens: dict[int, GoldenSet]
+    store: GoldensStore
+    started: dt.datetime
+    t0: float
+    golden_engine: Engine | None = None
+    cache: GenerationCache | None = None
+    prompt_lengths: tuple[int, ...] | None = None  # tokens, from the engine's tokenizer
+    ranks: Ranks = field(default_factory=Ranks)
+    timing: Timing = field(default_factory=Timing)
+    grid: tuple[Cell, ...] = ()  # every cell of the unsharded grid
+
+    def limit_failures(self) -> list[LimitCheck]:
+        return [c for checks in self.checks.values() for c in checks if c.status == "fail"]
+
+    def lengths(self) -> tuple[int, ...]:
+        """Prompt lengths for the padding signature: tokens, else words."""
+        return self.prompt_lengths or tuple(len(p.split()) for p in self.prompts)
+
+
+Texts = Sequence[Sequence[str | None]]  # [position][document]; None: never sat there (sparse)
+Beams = tuple[tuple[tuple[str, ...] | None, ...], ...]  # [position][document] -> every beam
+
+
+@dataclass(frozen=True)
+class CellOutputs:
+    """Texts generated for one cell, indexed [position][document index]; once the cell is
+    complete they live in generations.jsonl (``harness.storage.generations.SpilledTexts``)."""
+
+    cell: Cell
+    texts: Texts
+    # every beam of every output, beam search only; () once the cell is in generations.jsonl,
+    # which keeps them
+    beams: Beams = ()
+
+
+@dataclass(frozen=True)
+class Generated:
+    """What the generate stage produced: outputs of the cells that ran, errors of the rest."""
+
+    outputs: dict[Cell, CellOutputs]
+    errors: dict[Cell, str]
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What one beam width's outputs are compared with: goldens, else batch size 1 of the run."""
+
+    beam_width: int
+    source: str  # said in the report: "goldens PATH" or "batch size 1 of this run"
+    texts: tuple[str, ...]  # one per document, in dataset order
+    goldens_path: str | None = None
+
+
+@dataclass(frozen=True)
+class CellScores:
+    """Scores of one cell, indexed [position][prompt] (prompts in dataset order); NaN where
+    the prompt never sat at that position (``--rotation sparse``)."""
+
+    cell: Cell
+    baseline: tuple[tuple[float, ...], ...]
+    reference: tuple[tuple[float, ...], ...]
+
+
+@dataclass(frozen=True)
+class Scored:
+    """What the score stage produced: every scorable cell's scores, batch size 1's per-prompt
+    level against the baseline per beam width, and the cells that could not be scored."""
+
+    cells: dict[Cell, CellScores]
+    levels: dict[int, tuple[float, ...]]
+    unscored: dict[Cell, str]
+
+
+@dataclass(frozen=True)
+class PositionStats:
+    """One batch position of one cell."""
+
+    position: int
+    rouge_l: float  # mean ROUGE-L against the baseline
+    rouge_l_reference: float  # mean ROUGE-L against the reference summaries
+    drop: float  # mean paired drop below batch size 1
+    p_value: float | None  # None where nothing is tested (batch size 1)
+    p_adjusted: float | None
+    n: int
+    degraded: bool = False
+    ci_low: float | None = None  # 95% t-interval of the mean ROUGE-L against the baseline
+    ci_high: float | None = None
+
+
+@dataclass(frozen=True)
+class CellAnalysis:
+    """Verdict of one cell's positions."""
+
+    cell: Cell
+    level: float  # mean ROUGE-L of batch size 1 against the baseline, same beam width
+    positions: tuple[PositionStats, ...]
+    degraded_positions: tuple[int, ...]
+    verdict: Verdict  # pass | fail
+    message: str
+    cell_drop: float | None = None  # mean drop over all positions (the omnibus test)
+    cell_p_adjusted: float | None = None
+    spread: bool = False  # the omnibus test failed the cell
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A named fault signature and the sentence that goes into the failure and the report."""
+
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """Everything known about one cell under test."""
+
+    cell: Cell
+    checks: tuple[LimitCheck, ...]
+    analysis: CellAnalysis | None
+    error: str | None = None
+    finding: Finding | None = None  # the known fault signature the damage matches, if any
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.error or self.analysis is None:
+            return Verdict.ERROR
+        return self.analysis.verdict
+
+    @property
+    def limit_failures(self) -> tuple[LimitCheck, ...]:
+        return tuple(c for c in self.checks if c.status == "fail")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run produced; the report stage and the plugin read only this."""
+
+    config: RunConfig
+    engine: EngineInfo
+    limits: EngineLimits | None
+    dataset: Dataset
+    plan: Plan
+    baselines: dict[int, Baseline]
+    cells: tuple[CellResult, ...]
+    outputs: tuple[CellOutputs, ...]
+    started: str
+    seconds: float
+    memory: tuple[MemoryBudget, ...] = ()
+    cache: CacheStats | None = None
+    finished: str = ""
+    goldens_written: tuple[str, ...] = ()
+    report_dir: Path | None = None
+    prompts: tuple[str, ...] = ()  # as sent to the engine, in dataset order
+    ranks: Ranks = field(default_factory=Ranks)
+    timing: Timing = field(default_factory=Timing)
+    scores: tuple[CellScores, ...] = ()  # per-prompt scores, for shard reports and merge
+    levels: dict[int, tuple[float, ...]] = field(default_factory=dict)  # batch size 1's, per beam
+    grid: tuple[Cell, ...] = ()  # every cell of the unsharded grid (= plan.cells unless --shard)
+    prompt_lengths: tuple[int, ...] = ()  # what the fault signatures measured padding in
+    report: Report | None = None  # the report written for it (set once it is written)
+
+    @property
+    def verdict(self) -> Verdict:
+        return run_verdict(self.cells)
+
+
+@dataclass(frozen=True)
+class FollowerRun:
+    """What a rank other than 0 did under MPI: it drove the engine through every batch rank 0
+    ran, in the same order; it scores, asserts and writes nothing."""
+
+    ranks: Ranks
+    engine: EngineInfo
+    batches: int
+    sequences: int
+    seconds: float
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def message(self) -> str:
+        failed = f"; {len(self.errors)} cell(s) raised here too" if self.errors else ""
+        return (f"{self.ranks.label}: drove the engine through {self.batches} batches "
+                f"({self.sequences} sequences) in step with rank 0{failed}; rank 0 scores, "
+                "asserts and writes the report")
+
+
+# The report: what the report stage builds from a RunResult; writers, compare and merge read it.
+
+SCHEMA_VERSION = 1
+HASH_METHOD = "sha256 of this JSON without 'integrity', keys sorted, separators (',', ':'), UTF-8"
+
+
+@dataclass(frozen=True)
+class Signoff:
+    by: str | None
+    at: str
+    engine: str
+    identity: str
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class EngineFile:
+    name: str
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class EngineSection:
+    path: str
+    backend: str
+    identity: str
+    details: dict[str, Any] = field(default_factory=dict)
+    files: tuple[EngineFile, ...] = ()
+
+
+@dataclass(frozen=True)
+class SubsetInfo:
+    num_prompts: int
+    seed: int
+    of: int
+    source_hash: str
+    ids: tuple[str, ...]
+    hash: str
+    method: str = ""
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    name: str
+    path: str
+    count: int
+    hash: str
+    source: str = "file"
+    config: str | None = None
+    split: str | None = None
+    revision: str | None = None
+    text_field: str = "text"
+    summary_field: str = "summary"
+    subset: SubsetInfo | None = None
+
+
+@dataclass(frozen=True)
+class RanksInfo:
+    world_size: int
+    source: str
+
+
+@dataclass(frozen=True)
+class GoldenFile:
+    path: str
+    sha256: str | None
+
+
+@dataclass(frozen=True)
+class Method:
+    tolerance: float
+    alpha: float
+    seed: int
+    sequences: int
+    test: str = ""
+    plan: str = ""
+    rotation: str = "full"
+
+
+@dataclass(frozen=True)
+class PositionEntry:
+    position: int
+    rouge_l: float
+    ci_low: float | None
+    ci_high: float | None
+    rouge_l_reference: float
+    drop: float
+    p_value: float | None
+    p_adjusted: float | None
+    n: int
+    degraded: bool
+
+
+@dataclass(frozen=True)
+class Omnibus:
+    drop: float | None
+    p_adjusted: float | None
+    failed: bool
+
+
+@dataclass(frozen=True)
+class Example:
+    position: int
+    id: str
+    prompt: str
+    baseline: str
+    output: str
+
+
+@dataclass(frozen=True)
+class CellEntry:
+    id: str
+    batch_size: int
+    beam_width: int
+    verdict: Verdict
+    limits_verdict: Verdict
+    error: str | None
+    message: str
+    cause: str | None
+    pattern: str | None
+    baseline_level: float | None
+    degraded_positions: tuple[int, ...]
+    omnibus: Omnibus | None
+    positions: tuple[PositionEntry, ...]
+    limit_checks: tuple[LimitCheck, ...]
+    examples: tuple[Example, ...]
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """A --shard run's own cells and the whole grid; a merged report's sources."""
+
+    count: int
+    index: int | None = None
+    cells: tuple[str, ...] | None = None
+    grid: tuple[str, ...] | None = None
+    merged_from: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ShardCellScores:
+    """Per-prompt scores of one cell (None: the prompt never sat there) and the examples of
+    every degraded position, for ``merge``."""
+
+    baseline: tuple[tuple[float | None, ...], ...]
+    reference: tuple[tuple[float | None, ...], ...]
+    examples: dict[str, tuple[Example, ...]]
+
+
+@dataclass(frozen=True)
+class ShardScores:
+    levels: dict[int, tuple[float, ...]]
+    cells: dict[str, ShardCellScores]
+    order: tuple[int, ...] = ()
+    prompt_lengths: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Integrity:
+    sha256: str
+    method: str = HASH_METHOD
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything report.json holds, in its order."""
+
+    schema_version: int
+    verdict: Verdict
+    started: str
+    finished: str
+    seconds: float
+    harness_version: str
+    signoff: Signoff
+    engine: EngineSection
+    limits: EngineLimits | None
+    memory: tuple[MemoryBudget, ...]
+    cache: CacheStats
+    dataset: DatasetInfo
+    ranks: RanksInfo
+    baseline: dict[int, str]
+    goldens: dict[int, GoldenFile]
+    goldens_written: tuple[str, ...]
+    method: Method
+    options: dict[str, Any]
+    environment: dict[str, Any]
+    timing: Timing
+    cells: tuple[CellEntry, ...]
+    shard: ShardInfo | None = None
+    scores: ShardScores | None = None
+    integrity: Integrity | None = None

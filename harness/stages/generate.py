@@ -1,0 +1,122 @@
+"""Stage 2, generate: every planned batch through the engine (or the generation cache), in
+position order; an engine fault fails its cell, not the run. Ranks other than 0 under MPI
+only ``follow``: the same calls, nothing kept."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from harness.config import DecodingSettings
+from harness.engines.base import Engine
+from harness.errors import HarnessError, describe
+from harness.plan import Cell, Plan
+from harness.results import CellOutputs, FollowerRun, Generated, Prepared, Timing
+from harness.storage.cache import GenerationCache
+from harness.storage.generations import GenerationsLog
+
+Progress = Callable[[int], None]
+ProgressFactory = Callable[[int], Progress]
+
+
+def output_text(generation: Any) -> str:
+    """The text to score: "" for a missing one; lone surrogates (undecodable bytes) replaced,
+    so that odd output is scored (low) and stored, never a crash."""
+    text = getattr(generation, "text", generation)
+    if not isinstance(text, str):
+        return ""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _call(engine: Engine, prompts: list[str], settings: DecodingSettings,
+          timing: Timing | None) -> tuple[list[str], list[list[str]] | None]:
+    """One engine batch: the texts, and every beam of each (beam search only)."""
+    t = time.perf_counter()
+    gens = engine.generate(prompts, settings)
+    if timing is not None:
+        timing.engine_generate_s += time.perf_counter() - t
+        timing.engine_calls += 1
+    listed = isinstance(gens, Sequence) and not isinstance(gens, str)
+    if not listed or len(gens) != len(prompts):
+        got = len(gens) if listed else type(gens).__name__
+        raise RuntimeError(f"the engine returned {got} outputs for a batch of {len(prompts)}; "
+                           "generate returns one Generation per prompt")
+    texts = [output_text(g) for g in gens]
+    if settings.beam_width == 1:
+        return texts, None
+    return texts, [[output_text(b) for b in (getattr(g, "beams", None) or (text,))]
+                   for g, text in zip(gens, texts)]
+
+
+def generate_batch(engine: Engine, prompts: list[str], settings: DecodingSettings,
+                   cache: GenerationCache | None = None, timing: Timing | None = None
+                   ) -> tuple[list[str], list[list[str]] | None]:
+    """One batch from the cache when it holds it, else from the engine (then stored)."""
+    entry = cache.get_entry(settings, prompts) if cache else None
+    if entry is not None:
+        return entry
+    texts, beams = _call(engine, prompts, settings, timing)
+    if cache:
+        cache.put(settings, prompts, texts, beams)
+    return texts, beams
+
+
+def generate_cell(engine: Engine, cell: Cell, plan: Plan, prompts: Sequence[str],
+                  settings: DecodingSettings, tick: Progress = lambda k: None,
+                  cache: GenerationCache | None = None, timing: Timing | None = None
+                  ) -> CellOutputs:
+    """Every rotation batch of one cell; texts by [position][document]."""
+    n = len(plan.order)
+    texts: list[list[str | None]] = [[None] * n for _ in range(cell.batch_size)]
+    beams: list[list[tuple[str, ...] | None]] = [[None] * n for _ in range(cell.batch_size)]
+    for batch in plan.batches(cell):
+        outs, all_beams = generate_batch(engine, [prompts[d] for d in batch.documents], settings,
+                                         cache, timing)
+        for position, (doc, text) in enumerate(zip(batch.documents, outs)):
+            texts[position][doc] = text
+            if all_beams is not None:
+                beams[position][doc] = tuple(all_beams[position])
+        tick(len(batch.documents))
+    kept = tuple(tuple(b) for b in beams) if cell.beam_width > 1 else ()
+    return CellOutputs(cell=cell, texts=tuple(tuple(t) for t in texts), beams=kept)
+
+
+def generate_all(prep: Prepared, progress: ProgressFactory | None = None,
+                 timing: Timing | None = None,
+                 on_cell: Callable[[Cell, CellOutputs], None] | None = None,
+                 log: GenerationsLog | None = None) -> Generated:
+    """Every cell's outputs, each handed to ``on_cell`` as soon as it is complete; an engine
+    fault fails its cell, not the run. With ``log`` each complete cell's texts (and beams) go
+    to generations.jsonl first and are read back from there, so memory does not grow with
+    the run."""
+    tick = progress(prep.plan.sequences()) if progress else (lambda k: None)
+    outputs: dict[Cell, CellOutputs] = {}
+    errors: dict[Cell, str] = {}
+    for cell in prep.plan.all_cells:
+        try:
+            out = generate_cell(prep.engine, cell, prep.plan, prep.prompts,
+                                prep.config.decoding(cell.beam_width), tick, prep.cache, timing)
+        except HarnessError:
+            raise
+        except Exception as exc:
+            errors[cell] = describe(exc)
+            continue
+        if log is not None:
+            out = CellOutputs(cell=cell, texts=log.add(cell.id, out.texts, out.beams))
+        outputs[cell] = out
+        if on_cell is not None:
+            on_cell(cell, out)
+    return Generated(outputs=outputs, errors=errors)
+
+
+def follow(prep: Prepared, progress: ProgressFactory | None = None) -> FollowerRun:
+    """A rank other than 0: the same generate calls as rank 0, nothing scored or written."""
+    try:
+        generated = generate_all(prep, progress)
+    finally:
+        prep.engine.close()
+    return FollowerRun(ranks=prep.ranks, engine=prep.engine.info,
+                       batches=sum(len(prep.plan.batches(c)) for c in prep.plan.all_cells),
+                       sequences=prep.plan.sequences(), seconds=time.perf_counter() - prep.t0,
+                       errors={c.id: e for c, e in generated.errors.items()})

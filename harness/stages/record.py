@@ -1,0 +1,54 @@
+"""``--update-goldens``: batch size 1 of this engine (or of ``--golden-engine``) becomes the
+goldens, written all at once after a complete run, or not at all."""
+
+from __future__ import annotations
+
+from harness import __version__
+from harness.errors import HarnessError, describe
+from harness.plan import Cell
+from harness.results import CellOutputs, Generated, Prepared, Timing
+from harness.stages.generate import generate_cell
+from harness.storage.goldens import GoldenSet
+
+
+def _golden_outputs(prep: Prepared, timing: Timing | None) -> dict[Cell, CellOutputs]:
+    """Batch size 1 of every beam width from --golden-engine."""
+    assert prep.golden_engine is not None
+    out: dict[Cell, CellOutputs] = {}
+    for w in prep.config.beam_widths:
+        cell = Cell(1, w)
+        try:
+            out[cell] = generate_cell(prep.golden_engine, cell, prep.plan, prep.prompts,
+                                      prep.config.decoding(w), timing=timing)
+        except Exception as exc:
+            raise HarnessError(f"--golden-engine {prep.config.golden_engine}: {cell.id} failed "
+                               f"({describe(exc)}); goldens were left unchanged") from None
+    return out
+
+
+def record_goldens(prep: Prepared, generated: Generated, timing: Timing | None = None
+                   ) -> tuple[dict[int, GoldenSet], list[str]]:
+    """Goldens from batch size 1 of this engine or of --golden-engine; written only when
+    complete. Returns them per beam width and the paths written."""
+    config, engine, dataset = prep.config, prep.engine, prep.dataset
+    source_engine, source = engine, generated.outputs
+    if prep.golden_engine is not None:
+        source_engine, source = prep.golden_engine, _golden_outputs(prep, timing)
+    failed = {c: generated.errors.get(c, "no output") for c in prep.plan.reference_cells
+              if c not in source}
+    if failed:
+        raise HarnessError(
+            "--update-goldens: batch size 1 did not complete (" + "; ".join(
+                f"{c.id}: {m}" for c, m in failed.items()) + "); goldens were left unchanged")
+    goldens: dict[int, GoldenSet] = {}
+    for w in config.beam_widths:
+        texts = source[Cell(1, w)].texts[0]
+        goldens[w] = GoldenSet(
+            identity=engine.info.identity, dataset_name=dataset.name, dataset_hash=dataset.hash,
+            settings=config.decoding(w).as_dict(),
+            outputs={d.id: t for d, t in zip(dataset.documents, texts)},  # type: ignore[misc]
+            source={"backend": source_engine.info.backend, "engine": source_engine.info.path,
+                    "identity": source_engine.info.identity, "batch_size": 1,
+                    "harness_version": __version__})
+    written = [str(path) for path in prep.store.write_all(goldens)]
+    return goldens, written

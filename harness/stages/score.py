@@ -1,0 +1,144 @@
+"""Stage 3, score: ROUGE-L of every output against its baseline (goldens, else batch size 1 of
+the run) and against the reference summary.
+
+With overlap, ``EarlyScorer`` scores each cell in one worker thread as soon as its outputs and
+its baseline exist, while the engine generates the next cells; ``score_all`` takes a result
+only when it was computed from the very baseline texts it would use itself, and scores
+anything else on the spot, so the scores equal scoring afterwards.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from harness.plan import Cell
+from harness.results import Baseline, CellOutputs, CellScores, Generated, Prepared, Scored, Timing
+from harness.storage.goldens import GoldenSet
+from harness.verdict.scoring import rouge_l
+
+Level = tuple[tuple[float, ...], float]  # per-prompt scores, CPU seconds spent
+
+
+def baselines(prep: Prepared, goldens: dict[int, GoldenSet], generated: Generated
+              ) -> dict[int, Baseline]:
+    """Per beam width: the goldens when there are some, else batch size 1 of this run."""
+    out: dict[int, Baseline] = {}
+    for w in prep.config.beam_widths:
+        if w in goldens:
+            path = str(prep.store.path_for(prep.engine.info.identity, prep.dataset.name, w))
+            out[w] = Baseline(w, f"goldens {path}",
+                              tuple(goldens[w].outputs[d.id] for d in prep.dataset.documents),
+                              goldens_path=path)
+        elif Cell(1, w) in generated.outputs:
+            texts = generated.outputs[Cell(1, w)].texts[0]
+            out[w] = Baseline(w, "batch size 1 of this run", tuple(texts))  # type: ignore[arg-type]
+    return out
+
+
+def level(base: Sequence[str], bs1: Sequence[str | None]) -> Level:
+    """Batch size 1's per-prompt ROUGE-L against the baseline, and the CPU seconds it took."""
+    start = time.thread_time()
+    return tuple(rouge_l(base, bs1)), time.thread_time() - start  # type: ignore[arg-type]
+
+
+def visited_rouge(targets: Sequence[str], row: Sequence[str | None]) -> tuple[float, ...]:
+    """ROUGE-L per prompt; NaN where the prompt never sat at this position."""
+    seen = [i for i, t in enumerate(row) if t is not None]
+    got = rouge_l([targets[i] for i in seen], [row[i] for i in seen])  # type: ignore[misc]
+    out = [math.nan] * len(row)
+    for i, value in zip(seen, got):
+        out[i] = value
+    return tuple(out)
+
+
+def score_cell(cell: Cell, base: Sequence[str], references: Sequence[str],
+               texts: Sequence[Sequence[str | None]]) -> tuple[CellScores, float]:
+    """One cell's ROUGE-L against baseline and references, and the CPU seconds it took."""
+    start = time.thread_time()
+    scores = CellScores(cell=cell, baseline=tuple(visited_rouge(base, t) for t in texts),
+                        reference=tuple(visited_rouge(references, t) for t in texts))
+    return scores, time.thread_time() - start
+
+
+class EarlyScorer:
+    """Scores each cell in one worker thread as soon as its outputs and its baseline exist.
+
+    Baselines are goldens (known from the start) or batch size 1 of this run, whose cells
+    ``Plan.all_cells`` puts first.
+    """
+
+    def __init__(self, prep: Prepared) -> None:
+        docs = prep.dataset.documents
+        self.references = tuple(d.summary for d in docs)
+        self.bases = {w: tuple(g.outputs[d.id] for d in docs) for w, g in prep.goldens.items()}
+        self.under_test = set(prep.plan.cells)
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-scoring")
+        self.cells: dict[Cell, tuple[tuple[str, ...], Future[tuple[CellScores, float]]]] = {}
+        self.levels: dict[int, tuple[tuple[str, ...], Future[Level]]] = {}
+        self.waiting: list[tuple[Cell, CellOutputs]] = []
+
+    def add(self, cell: Cell, outputs: CellOutputs) -> None:
+        w = cell.beam_width
+        if cell == Cell(1, w):
+            base = self.bases.setdefault(w, tuple(outputs.texts[0]))  # type: ignore[arg-type]
+            self.levels[w] = (base, self.pool.submit(level, base, outputs.texts[0]))
+        if cell in self.under_test:
+            self.waiting.append((cell, outputs))
+        still = []
+        for c, out in self.waiting:
+            base = self.bases.get(c.beam_width)
+            if base is None:
+                still.append((c, out))
+            else:
+                self.cells[c] = (base, self.pool.submit(score_cell, c, base, self.references,
+                                                        out.texts))
+        self.waiting = still
+
+    def level(self, w: int, base: tuple[str, ...]) -> Level | None:
+        got = self.levels.get(w)
+        return got[1].result() if got and got[0] == base else None
+
+    def cell(self, cell: Cell, base: tuple[str, ...]) -> tuple[CellScores, float] | None:
+        got = self.cells.get(cell)
+        return got[1].result() if got and got[0] == base else None
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def score_all(prep: Prepared, bases: dict[int, Baseline], generated: Generated,
+              early: EarlyScorer | None = None, timing: Timing | None = None) -> Scored:
+    """ROUGE-L of every output against baseline and reference; the cells that could not be
+    scored (no batch-size-1 level for their beam width) come back with the reason."""
+    unscored: dict[Cell, str] = {}
+    references = tuple(d.summary for d in prep.dataset.documents)
+    spent = 0.0
+    levels: dict[int, tuple[float, ...]] = {}
+    cells: dict[Cell, CellScores] = {}
+    outputs, errors = generated.outputs, generated.errors
+    try:
+        for w, base in bases.items():
+            if Cell(1, w) in outputs:
+                got = (early.level(w, base.texts) if early else None) or level(
+                    base.texts, outputs[Cell(1, w)].texts[0])
+                levels[w], spent = got[0], spent + got[1]
+        for cell in prep.plan.cells:
+            if cell in errors:
+                continue
+            if cell.beam_width not in levels:
+                unscored[cell] = (f"no batch-size-1 baseline for beam width {cell.beam_width}: "
+                                  f"{errors.get(Cell(1, cell.beam_width), 'batch size 1 produced nothing')}")
+                continue
+            base = bases[cell.beam_width].texts
+            got_cell = (early.cell(cell, base) if early else None) or score_cell(
+                cell, base, references, outputs[cell].texts)
+            cells[cell], spent = got_cell[0], spent + got_cell[1]
+    finally:
+        if early:
+            early.close()
+    if timing is not None:
+        timing.scoring_s += spent
+    return Scored(cells=cells, levels=levels, unscored=unscored)
