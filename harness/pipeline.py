@@ -298,8 +298,8 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     prompts = build_prompts(dataset.documents, config.prompt_template, chat=config.chat,
                             engine=engine)
 
-    counter = getattr(engine, "count_tokens", None)
-    lengths = tuple(counter(list(prompts))) if callable(counter) else None
+    counted = engine.count_tokens(list(prompts))
+    lengths = tuple(counted) if counted is not None else None
     # preflight covers the whole grid, so every shard's report carries the same checks and budgets
     checked = preflight(plan.cells, limits, engine_dir=engine.info.path,
                       prompt_lengths=list(lengths) if lengths is not None else None,
