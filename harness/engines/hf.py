@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.config import DecodingSettings
-from harness.engines.base import EngineInfo, Generation
+from harness.engines.base import EngineBase, EngineInfo, Generation
 from harness.errors import EngineError
 from harness.storage.fingerprint import weights_identity
 
 
-class HFEngine:
+class HFEngine(EngineBase):
     """Greedy and beam-search generation with ``model.generate``."""
 
     def __init__(self, path: str | Path, *, device: str | None = None) -> None:
@@ -46,9 +46,6 @@ class HFEngine:
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]
-
-    def close(self) -> None:
-        pass
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         import torch

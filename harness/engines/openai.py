@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 from harness import __version__
 from harness.config import DecodingSettings
-from harness.engines.base import EngineInfo, Generation
+from harness.engines.base import EngineBase, EngineInfo, Generation
 from harness.errors import EngineError
 
 POSITION_SEMANTICS = ("arrival slot: requests are sent concurrently in position order; the "
@@ -78,7 +78,7 @@ def _reason(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 
 
-class OpenAIEngine:
+class OpenAIEngine(EngineBase):
     """Completions from an OpenAI-compatible server; one ``generate`` call = one batch of
     concurrent requests in position order (see the module docstring)."""
 
@@ -273,6 +273,3 @@ class OpenAIEngine:
             raise ServerError(f"{self.url}: the server did not keep the planned batch (engine "
                               f"batches {ids}, positions {positions} for slots 0..{len(payloads) - 1});"
                               " give `python -m harness serve` a longer --batch-window-ms")
-
-    def close(self) -> None:
-        """Nothing to release: every request has its own connection."""

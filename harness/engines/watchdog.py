@@ -24,26 +24,24 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.config import DecodingSettings
-from harness.engines.base import Generation
+from harness.engines.base import AdoptedEngine, Generation, as_engine
 
 
 class BatchTimeout(RuntimeError):
     """A generate call ran past --batch-timeout (the cell fails with this message)."""
 
 
-class BatchTimeoutEngine:
-    """Wraps an engine so that every ``generate`` waits at most ``seconds``."""
+class BatchTimeoutEngine(AdoptedEngine):
+    """Wraps an engine so that every ``generate`` waits at most ``seconds``; its other
+    methods and attributes are the engine's."""
 
     def __init__(self, engine: Any, seconds: float) -> None:
-        self.engine = engine
-        self.info = engine.info
+        inner = as_engine(engine)
+        super().__init__(inner, inner.info)
         self.seconds = seconds
         self._hung: threading.Thread | None = None
         self._hung_batch = ""
         self._stuck = False
-
-    def __getattr__(self, name: str) -> Any:  # count_tokens, tokenizer, ...
-        return getattr(self.engine, name)
 
     def _wait_for_hung_call(self) -> None:
         hung = self._hung
@@ -83,6 +81,4 @@ class BatchTimeoutEngine:
     def close(self) -> None:
         if self._hung is not None and self._hung.is_alive():
             return  # closing under a running call could crash the engine; the process ends it
-        close = getattr(self.engine, "close", None)
-        if callable(close):
-            close()
+        super().close()

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from harness.config import DecodingSettings
-from harness.engines.base import EngineInfo, Generation
+from harness.engines.base import EngineBase, EngineInfo, Generation
 from harness.engines.emulator.faults import Fault, fault_from_config
 from harness.engines.emulator.model import MistralEmulator, ModelShape, SlotKVCache
 from harness.errors import EngineError
@@ -29,7 +29,7 @@ TOKENIZER_DIR = "tokenizer"
 COMPUTE_DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 
-class EmulatorEngine:
+class EmulatorEngine(EngineBase):
     """An engine directory written by ``python -m harness build-engine``."""
 
     def __init__(self, path: str | Path) -> None:
@@ -116,9 +116,6 @@ class EmulatorEngine:
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]
-
-    def close(self) -> None:
-        pass
 
     @torch.inference_mode()
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
