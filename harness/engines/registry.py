@@ -137,13 +137,22 @@ def load_engine(spec: str, backend: str | None = None,
     return adopt(engine, label, where)
 
 
+def _server_kwargs(cls: Any, options: EngineOptions) -> dict[str, Any]:
+    """--model, --request-timeout, --retries (those given) for the openai backend and its
+    subclasses; for another class, those its constructor has parameters for."""
+    given = {k: v for k, v in options.server_kwargs().items() if v is not None}
+    openai = resolve_backend(URL_BACKEND)
+    if isinstance(cls, type) and issubclass(cls, openai):
+        return given
+    accepted = _parameters(cls)
+    return {k: v for k, v in given.items() if k in accepted}
+
+
 def _load_url(spec: str, backend: str | None, options: EngineOptions) -> EngineBase:
     """A server address: the openai backend (or a user's class, given the URL unchanged)."""
     name = backend or URL_BACKEND
     cls = resolve_backend(name)
-    kwargs = ({k: v for k, v in options.server_kwargs().items() if v is not None}
-              if name == URL_BACKEND else {})
-    engine = _construct(cls, name, spec, kwargs)
+    engine = _construct(cls, name, spec, _server_kwargs(cls, options))
     return adopt(engine, name, spec)
 
 
