@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import DEFAULT_PROMPT_TEMPLATE
-from harness.errors import EngineError
+from harness.errors import EngineError, first_line
 from harness.inputs.data import build_prompt, load_dataset
 from harness.limits.engine_config import EngineLimits, read_engine_config
 from harness.limits.preflight import LimitCheck, MemoryBudget, preflight
@@ -59,7 +59,7 @@ def _prompt_lengths(engine_dir: Path, tokenizer: str | None, dataset: str | None
         tok = AutoTokenizer.from_pretrained(str(tok_dir), trust_remote_code=False)
     except (OSError, ValueError) as exc:
         raise EngineError(f"--tokenizer {tok_dir}: cannot load a tokenizer "
-                          f"({str(exc).splitlines()[0]})") from None
+                          f"({first_line(exc) or type(exc).__name__})") from None
     ds = load_dataset(dataset, text_field=text_field, summary_field=summary_field,
                       config=dataset_config, split=split)
     prompts = [build_prompt(template, d) for d in ds.documents]

@@ -20,7 +20,7 @@ from harness.config import DecodingSettings
 from harness.engines.base import EngineBase, EngineInfo, Generation
 from harness.engines.emulator.faults import Fault, fault_from_config
 from harness.engines.emulator.model import MistralEmulator, ModelShape, SlotKVCache
-from harness.errors import EngineError
+from harness.errors import EngineError, first_line
 from harness.limits.engine_config import ConfigSection
 from harness.storage.fingerprint import weights_identity
 
@@ -88,8 +88,8 @@ class EmulatorEngine(EngineBase):
                 raise EngineError(f"{tok_dir}: the tokenizer ships its own code (auto_map in "
                                   "tokenizer_config.json), which the emulator never runs; rebuild "
                                   "the engine with `python -m harness build-engine`") from None
-            raise EngineError(f"{tok_dir}: cannot load the tokenizer ({str(exc).splitlines()[0]}); "
-                              "rebuild the engine") from None
+            raise EngineError(f"{tok_dir}: cannot load the tokenizer "
+                              f"({first_line(exc) or type(exc).__name__}); rebuild the engine") from None
         if self.tokenizer.eos_token_id is None:
             raise EngineError(f"{tok_dir}: the tokenizer has no eos token")
         if len(self.tokenizer) < self.shape.vocab_size:
