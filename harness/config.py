@@ -10,7 +10,7 @@ import argparse
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,16 @@ DEFAULT_BATCH_SIZES = (1, 2, 4, 8)
 DEFAULT_BEAM_WIDTHS = (1, 2, 4)
 DEFAULT_PROMPT_TEMPLATE = "{text} TL;DR: "
 BUNDLED = "bundled"
+CACHE_FOLDER = "batch-position-harness"  # under the user's cache directory
+GENERATIONS_FOLDER = "generations"
 TRTLLM_RUNTIMES = ("cpp", "python")
+
+
+def harness_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The harness's folder in the user's cache: $XDG_CACHE_HOME (else ~/.cache) /
+    batch-position-harness. An empty XDG_CACHE_HOME counts as unset, as the XDG spec says."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / CACHE_FOLDER
 
 
 def is_url(spec: str) -> bool:
@@ -265,7 +274,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--goldens-dir", "goldens_dir", "folder of goldens (default goldens/)", None,
                "goldens", metavar="DIR"),
     OptionSpec("--cache-dir", "cache_dir", "generation cache folder (default "
-               "~/.cache/batch-position-harness/storage/generations)", metavar="DIR"),
+               f"~/.cache/{CACHE_FOLDER}/{GENERATIONS_FOLDER}; $XDG_CACHE_HOME for ~/.cache "
+               "when set)", metavar="DIR"),
     OptionSpec("--no-cache", "no_cache", "neither read nor write the generation cache",
                action="store_true", default=False),
     OptionSpec("--signoff-by", "signoff_by", "name recorded in the report's sign-off block",
@@ -371,8 +381,7 @@ class RunConfig:
     report_dir: Path = Path("reports")
     goldens_dir: Path = Path("goldens")
     signoff_by: str | None = None
-    cache_dir: Path = field(default_factory=lambda: Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "batch-position-harness" / "generations")
+    cache_dir: Path = field(default_factory=lambda: harness_cache_dir() / GENERATIONS_FOLDER)
     no_cache: bool = False
     update_goldens: bool = False
     golden_engine: str | None = None

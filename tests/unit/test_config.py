@@ -73,3 +73,29 @@ def test_shard_is_recorded_and_excludes_recording_goldens():
     assert RunConfig().as_dict()["shard"] is None
     with pytest.raises(ConfigError, match="--update-goldens.*without --shard"):
         RunConfig.from_options({"shard": "1/2", "update_goldens": True})
+
+
+@pytest.mark.parametrize("xdg, expected", [(None, "home/.cache"), ("", "home/.cache"),
+                                           ("/xdg", "/xdg")])
+def test_one_cache_root_where_an_empty_xdg_cache_home_is_unset(tmp_path: Path, monkeypatch,
+                                                                 xdg, expected):
+    """The run's generation cache, the bundled engine and calibrate's engines share one root;
+    XDG_CACHE_HOME="" counts as unset (the bundled engine used to land in the working folder)."""
+    from harness.config import harness_cache_dir
+    from harness.engines.emulator import build
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    if xdg is None:
+        monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+    root = (tmp_path / expected if not expected.startswith("/") else Path(expected)) / \
+        "batch-position-harness"
+    assert harness_cache_dir() == root
+    assert harness_cache_dir({"XDG_CACHE_HOME": ""}) == tmp_path / "home/.cache/batch-position-harness"
+    assert RunConfig().cache_dir == root / "generations"
+    built: list[Path] = []
+    monkeypatch.setattr(build, "build_engine", lambda path, limits: built.append(path))
+    engine = build.bundled_engine()
+    assert engine.parent == root and built == [engine]
+
