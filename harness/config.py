@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from harness.errors import ConfigError
 
@@ -24,6 +24,8 @@ BUNDLED = "bundled"
 CACHE_FOLDER = "batch-position-harness"  # under the user's cache directory
 GENERATIONS_FOLDER = "generations"
 TRTLLM_RUNTIMES = ("cpp", "python")
+
+T = TypeVar("T")
 
 
 def harness_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -73,34 +75,32 @@ def positive_int_list(option: str) -> Callable[[str], tuple[int, ...]]:
     return parse
 
 
-def positive_int(option: str) -> Callable[[str], int]:
-    """An argparse ``type=`` for one positive integer."""
+def _convert(option: str, value: str, convert: Callable[[str], T], expected: str) -> T:
+    """``convert(value)``; an ArgumentTypeError naming the option and what it expects."""
+    try:
+        return convert(value)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{option} {value!r}: expected {expected}") from None
 
+
+def _int_at_least(option: str, low: int, expected: str, too_low: str) -> Callable[[str], int]:
     def parse(value: str) -> int:
-        try:
-            n = int(value)
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"{option} {value!r}: expected a positive integer") from None
-        if n <= 0:
-            raise argparse.ArgumentTypeError(f"{option} {value!r}: must be at least 1")
+        n = _convert(option, value, int, expected)
+        if n < low:
+            raise argparse.ArgumentTypeError(f"{option} {value!r}: {too_low}")
         return n
 
     return parse
+
+
+def positive_int(option: str) -> Callable[[str], int]:
+    """An argparse ``type=`` for one positive integer."""
+    return _int_at_least(option, 1, "a positive integer", "must be at least 1")
 
 
 def non_negative_int(option: str) -> Callable[[str], int]:
     """An argparse ``type=`` for an integer >= 0 (seeds)."""
-
-    def parse(value: str) -> int:
-        try:
-            n = int(value)
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"{option} {value!r}: expected an integer >= 0") from None
-        if n < 0:
-            raise argparse.ArgumentTypeError(f"{option} {value!r}: must be >= 0")
-        return n
-
-    return parse
+    return _int_at_least(option, 0, "an integer >= 0", "must be >= 0")
 
 
 def choice(option: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
@@ -119,10 +119,7 @@ def fraction(option: str, *, low: float, high: float, open_low: bool = False) ->
     """An argparse ``type=`` for a float within [low, high] (or (low, high])."""
 
     def parse(value: str) -> float:
-        try:
-            x = float(value)
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"{option} {value!r}: expected a number") from None
+        x = _convert(option, value, float, "a number")
         bad_low = x <= low if open_low else x < low
         if math.isnan(x) or bad_low or x > high:
             bracket = "(" if open_low else "["
@@ -137,10 +134,7 @@ def real(option: str) -> Callable[[str], float]:
     """An argparse ``type=`` for any finite float."""
 
     def parse(value: str) -> float:
-        try:
-            x = float(value)
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"{option} {value!r}: expected a number") from None
+        x = _convert(option, value, float, "a number")
         if not math.isfinite(x):
             raise argparse.ArgumentTypeError(f"{option} {value!r}: must be finite")
         return x
