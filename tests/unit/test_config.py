@@ -99,3 +99,20 @@ def test_one_cache_root_where_an_empty_xdg_cache_home_is_unset(tmp_path: Path, m
     engine = build.bundled_engine()
     assert engine.parent == root and built == [engine]
 
+
+def test_calibrate_takes_the_run_options_parsers_and_defaults(monkeypatch):
+    """calibrate's --tolerance, --alpha, --max-new-tokens, --seed ... are the run's options:
+    the same ranges (--alpha used to accept up to 1) and RunConfig's defaults."""
+    import harness.__main__ as cli
+
+    seen: list[argparse.Namespace] = []
+    monkeypatch.setattr(cli, "cmd_calibrate", lambda args: seen.append(args) or 0)
+    assert cli.main(["calibrate"]) == 0
+    args, defaults = seen[0], RunConfig()
+    for dest in ("seed", "max_new_tokens", "tolerance", "alpha", "cache_dir", "no_cache", "rotation"):
+        assert getattr(args, dest) == getattr(defaults, dest), dest
+    for bad in (["--alpha", "0.6"], ["--seed", "-1"], ["--rotation", "diagonal"]):
+        with pytest.raises(SystemExit):
+            cli.main(["calibrate", *bad])
+    assert cli.main(["calibrate", "--alpha", "0.5", "--tolerance", "0.05"]) == 0
+    assert (seen[1].alpha, seen[1].tolerance) == (0.5, 0.05)
