@@ -238,14 +238,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0 if report["verdict"] == "pass" else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p_run = sub.add_parser("run", help="run the batch-position suite without pytest")
-    _add_run_options(p_run)
-    p_run.set_defaults(func=cmd_run)
-
+def _add_build_engine(sub: Any) -> None:
+    """build-engine: an emulator engine directory."""
     p_build = sub.add_parser("build-engine", help="build an emulator engine directory")
     p_build.add_argument("--output", required=True, metavar="DIR")
     p_build.add_argument("--max-batch-size", type=positive_int("--max-batch-size"), default=8)
@@ -261,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
                               "(see docs/method.md)")
     p_build.set_defaults(func=cmd_build_engine)
 
+def _add_lint(sub: Any) -> None:
+    """lint: one cell against an engine's config.json."""
     p_lint = sub.add_parser("lint", help="check an engine's build limits and KV-cache memory")
     p_lint.add_argument("engine_dir", metavar="ENGINE_DIR")
     p_lint.add_argument("--batch-size", type=positive_int("--batch-size"), default=None,
@@ -273,14 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     p_lint.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p_lint.set_defaults(func=cmd_lint)
 
-    p_cmp = sub.add_parser("compare", help="what changed between two runs' reports")
-    p_cmp.add_argument("old", metavar="OLD", help="report folder or report.json")
-    p_cmp.add_argument("new", metavar="NEW", help="report folder or report.json")
-    p_cmp.add_argument("--tolerance", type=option("tolerance").type, default=None,
-                       help="ROUGE-L change that counts (default: NEW's --tolerance)")
-    p_cmp.add_argument("--html", metavar="FILE", help="also write the comparison as a page")
-    p_cmp.set_defaults(func=cmd_compare)
-
+def _add_calibrate(sub: Any) -> None:
+    """calibrate: the run's decision options, plus the trials'."""
     p_cal = sub.add_parser("calibrate", help="measure false-alarm and detection rates on the "
                                               "emulator's fault models (docs/method.md)")
     p_cal.add_argument("--trials", type=positive_int("--trials"), default=200)
@@ -303,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
                     "one position per cell, as with run --rotation sparse)"})
     p_cal.set_defaults(func=cmd_calibrate)
 
+def _add_serve(sub: Any) -> None:
+    """serve: an engine on loopback."""
     p_serve = sub.add_parser("serve", help="serve an emulator or hf engine through an "
                              "OpenAI-compatible /v1/completions on loopback")
     p_serve.add_argument("--engine", default=BUNDLED, metavar="DIR",
@@ -322,6 +314,29 @@ def main(argv: list[str] | None = None) -> int:
                          help="model id in /v1/models (default: the engine directory's name)")
     p_serve.add_argument("--verbose", action="store_true", help="log every request")
     p_serve.set_defaults(func=cmd_serve)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p_run = sub.add_parser("run", help="run the batch-position suite without pytest")
+    _add_run_options(p_run)
+    p_run.set_defaults(func=cmd_run)
+
+    _add_build_engine(sub)
+    _add_lint(sub)
+
+    p_cmp = sub.add_parser("compare", help="what changed between two runs' reports")
+    p_cmp.add_argument("old", metavar="OLD", help="report folder or report.json")
+    p_cmp.add_argument("new", metavar="NEW", help="report folder or report.json")
+    p_cmp.add_argument("--tolerance", type=option("tolerance").type, default=None,
+                       help="ROUGE-L change that counts (default: NEW's --tolerance)")
+    p_cmp.add_argument("--html", metavar="FILE", help="also write the comparison as a page")
+    p_cmp.set_defaults(func=cmd_compare)
+
+    _add_calibrate(sub)
+    _add_serve(sub)
 
     p_bench = sub.add_parser("bench", help="time a run (no cache) against the engine's own "
                              "generate time")
