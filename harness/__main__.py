@@ -14,30 +14,36 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from harness.config import (
     BUNDLED,
-    DEFAULT_PROMPT_TEMPLATE,
     OPTIONS,
     RunConfig,
-    fraction,
     non_negative_int,
+    option,
     positive_int,
     real,
-    size,
 )
 from harness.errors import HarnessError
 
 _IMPORTED = time.perf_counter()  # bench's fallback start where /proc cannot say when the process began
 
 
-def _add_run_options(parser: argparse.ArgumentParser) -> None:
-    for spec in OPTIONS:
-        kwargs = {"dest": spec.dest, "help": spec.help}
+def _add_run_options(parser: argparse.ArgumentParser, dests: tuple[str, ...] | None = None, *,
+                     defaults: bool = False, helps: dict[str, str] | None = None) -> None:
+    """The run options (those in ``dests``, else all) with their parsers and ranges. Without
+    ``defaults`` an option not given is None and RunConfig applies its default; with it, the
+    parsed arguments hold RunConfig's defaults (for commands that read them directly)."""
+    given = RunConfig() if defaults else None
+    for spec in OPTIONS if dests is None else [option(d) for d in dests]:
+        kwargs: dict[str, Any] = {"dest": spec.dest, "help": (helps or {}).get(spec.dest, spec.help)}
         if spec.action:
             kwargs["action"] = spec.action
         else:
             kwargs.update(type=spec.type or str, metavar=spec.metavar)
+        if given is not None:
+            kwargs["default"] = getattr(given, spec.dest)
         parser.add_argument(spec.flag, **kwargs)
 
 
@@ -121,7 +127,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     settings = Settings(trials=args.trials, seed=args.seed, prompts=args.prompts, pool=args.pool,
                         rounds=args.rounds, max_new_tokens=args.max_new_tokens,
                         tolerance=args.tolerance, alpha=args.alpha, jobs=args.jobs,
-                        cache_dir=None if args.no_cache else (args.cache_dir or RunConfig().cache_dir),
+                        cache_dir=None if args.no_cache else Path(args.cache_dir).expanduser(),
                         only=tuple(args.only.split(",")) if args.only else (),
                         rotation=args.rotation)
     outcomes = run_calibration(settings, say=lambda line: print(line, flush=True))
@@ -229,14 +235,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0 if report.verdict == "pass" else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p_run = sub.add_parser("run", help="run the batch-position suite without pytest")
-    _add_run_options(p_run)
-    p_run.set_defaults(func=cmd_run)
-
+def _add_build_engine(sub: Any) -> None:
+    """build-engine: an emulator engine directory."""
     p_build = sub.add_parser("build-engine", help="build an emulator engine directory")
     p_build.add_argument("--output", required=True, metavar="DIR")
     p_build.add_argument("--max-batch-size", type=positive_int("--max-batch-size"), default=8)
@@ -252,61 +252,46 @@ def main(argv: list[str] | None = None) -> int:
                               "(see docs/method.md)")
     p_build.set_defaults(func=cmd_build_engine)
 
+def _add_lint(sub: Any) -> None:
+    """lint: one cell against an engine's config.json."""
     p_lint = sub.add_parser("lint", help="check an engine's build limits and KV-cache memory")
     p_lint.add_argument("engine_dir", metavar="ENGINE_DIR")
     p_lint.add_argument("--batch-size", type=positive_int("--batch-size"), default=None,
                         help="batch size to check (default: the engine's max_batch_size)")
     p_lint.add_argument("--num-beams", type=positive_int("--num-beams"), default=1)
-    p_lint.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=64)
-    p_lint.add_argument("--gpu-memory", type=size("--gpu-memory"), default=None, metavar="SIZE",
-                        help="GPU memory, e.g. 80GiB (default: read from the GPU, else 80GiB)")
     p_lint.add_argument("--tokenizer", default=None, metavar="DIR",
                         help="tokenizer for prompt lengths (emulator engines carry their own)")
-    p_lint.add_argument("--dataset", default=None, metavar="PATH")
-    p_lint.add_argument("--dataset-config", default=None, metavar="NAME")
-    p_lint.add_argument("--split", default=None, metavar="NAME")
-    p_lint.add_argument("--text-field", default=None, help="default: the preset's, else text")
-    p_lint.add_argument("--summary-field", default=None,
-                        help="default: the preset's, else summary")
-    p_lint.add_argument("--prompt-template", default=DEFAULT_PROMPT_TEMPLATE)
+    _add_run_options(p_lint, ("max_new_tokens", "gpu_memory", "dataset", "dataset_config", "split",
+                              "text_field", "summary_field", "prompt_template"), defaults=True)
     p_lint.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p_lint.set_defaults(func=cmd_lint)
 
-    p_cmp = sub.add_parser("compare", help="what changed between two runs' reports")
-    p_cmp.add_argument("old", metavar="OLD", help="report folder or report.json")
-    p_cmp.add_argument("new", metavar="NEW", help="report folder or report.json")
-    p_cmp.add_argument("--tolerance", type=fraction("--tolerance", low=0.0, high=1.0), default=None,
-                       help="ROUGE-L change that counts (default: NEW's --tolerance)")
-    p_cmp.add_argument("--html", metavar="FILE", help="also write the comparison as a page")
-    p_cmp.set_defaults(func=cmd_compare)
-
+def _add_calibrate(sub: Any) -> None:
+    """calibrate: the run's decision options, plus the trials'."""
     p_cal = sub.add_parser("calibrate", help="measure false-alarm and detection rates on the "
                                               "emulator's fault models (docs/method.md)")
     p_cal.add_argument("--trials", type=positive_int("--trials"), default=200)
-    p_cal.add_argument("--seed", type=int, default=0)
     p_cal.add_argument("--prompts", type=positive_int("--prompts"), default=64,
                        help="prompts per trial (the default dataset size)")
     p_cal.add_argument("--pool", type=positive_int("--pool"), default=128,
                        help="generated prompts the trials draw from")
     p_cal.add_argument("--rounds", type=positive_int("--rounds"), default=2,
                        help="rotation rounds per cell for drift, padding and stride")
-    p_cal.add_argument("--max-new-tokens", type=positive_int("--max-new-tokens"), default=64)
-    p_cal.add_argument("--tolerance", type=fraction("--tolerance", low=0.0, high=1.0), default=0.02)
-    p_cal.add_argument("--alpha", type=fraction("--alpha", low=0.0, high=1.0, open_low=True),
-                       default=0.01)
     p_cal.add_argument("--jobs", type=positive_int("--jobs"), default=min(2, os.cpu_count() or 1),
                        help="worker processes for generation")
     p_cal.add_argument("--only", default=None, metavar="NAMES",
                        help="comma-separated models: healthy,drift,overflow,full-batch,padding,"
                             "stride,partial")
-    p_cal.add_argument("--cache-dir", type=Path, default=None,
-                       help="generation cache folder (default: the run's cache folder)")
-    p_cal.add_argument("--no-cache", action="store_true")
-    p_cal.add_argument("--rotation", choices=("full", "sparse"), default="full",
-                       help="the plan the trials analyse (sparse: each prompt at one position "
-                            "per cell, as with run --rotation sparse)")
+    _add_run_options(p_cal, ("seed", "max_new_tokens", "tolerance", "alpha", "cache_dir",
+                             "no_cache", "rotation"), defaults=True, helps={
+        "seed": f"seed for the rounds' shuffles and the trials (default {RunConfig.seed})",
+        "cache_dir": "generation cache folder (default: the run's cache folder)",
+        "rotation": "the plan the trials analyse (full, the default, or sparse: each prompt at "
+                    "one position per cell, as with run --rotation sparse)"})
     p_cal.set_defaults(func=cmd_calibrate)
 
+def _add_serve(sub: Any) -> None:
+    """serve: an engine on loopback."""
     p_serve = sub.add_parser("serve", help="serve an emulator or hf engine through an "
                              "OpenAI-compatible /v1/completions on loopback")
     p_serve.add_argument("--engine", default=BUNDLED, metavar="DIR",
@@ -326,6 +311,29 @@ def main(argv: list[str] | None = None) -> int:
                          help="model id in /v1/models (default: the engine directory's name)")
     p_serve.add_argument("--verbose", action="store_true", help="log every request")
     p_serve.set_defaults(func=cmd_serve)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p_run = sub.add_parser("run", help="run the batch-position suite without pytest")
+    _add_run_options(p_run)
+    p_run.set_defaults(func=cmd_run)
+
+    _add_build_engine(sub)
+    _add_lint(sub)
+
+    p_cmp = sub.add_parser("compare", help="what changed between two runs' reports")
+    p_cmp.add_argument("old", metavar="OLD", help="report folder or report.json")
+    p_cmp.add_argument("new", metavar="NEW", help="report folder or report.json")
+    p_cmp.add_argument("--tolerance", type=option("tolerance").type, default=None,
+                       help="ROUGE-L change that counts (default: NEW's --tolerance)")
+    p_cmp.add_argument("--html", metavar="FILE", help="also write the comparison as a page")
+    p_cmp.set_defaults(func=cmd_compare)
+
+    _add_calibrate(sub)
+    _add_serve(sub)
 
     p_bench = sub.add_parser("bench", help="time a run (no cache) against the engine's own "
                              "generate time")

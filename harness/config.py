@@ -10,10 +10,10 @@ import argparse
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from harness.errors import ConfigError
 
@@ -21,7 +21,19 @@ DEFAULT_BATCH_SIZES = (1, 2, 4, 8)
 DEFAULT_BEAM_WIDTHS = (1, 2, 4)
 DEFAULT_PROMPT_TEMPLATE = "{text} TL;DR: "
 BUNDLED = "bundled"
+CACHE_FOLDER = "batch-position-harness"  # under the user's cache directory
+GENERATIONS_FOLDER = "generations"
 TRTLLM_RUNTIMES = ("cpp", "python")
+ROTATIONS = ("full", "sparse")
+
+T = TypeVar("T")
+
+
+def harness_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The harness's folder in the user's cache: $XDG_CACHE_HOME (else ~/.cache) /
+    batch-position-harness. An empty XDG_CACHE_HOME counts as unset, as the XDG spec says."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / CACHE_FOLDER
 
 
 def is_url(spec: str) -> bool:
@@ -64,34 +76,32 @@ def positive_int_list(option: str) -> Callable[[str], tuple[int, ...]]:
     return parse
 
 
-def positive_int(option: str) -> Callable[[str], int]:
-    """An argparse ``type=`` for one positive integer."""
+def _convert(option: str, value: str, convert: Callable[[str], T], expected: str) -> T:
+    """``convert(value)``; an ArgumentTypeError naming the option and what it expects."""
+    try:
+        return convert(value)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{option} {value!r}: expected {expected}") from None
 
+
+def _int_at_least(option: str, low: int, expected: str, too_low: str) -> Callable[[str], int]:
     def parse(value: str) -> int:
-        try:
-            n = int(value)
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"{option} {value!r}: expected a positive integer") from None
-        if n <= 0:
-            raise argparse.ArgumentTypeError(f"{option} {value!r}: must be at least 1")
+        n = _convert(option, value, int, expected)
+        if n < low:
+            raise argparse.ArgumentTypeError(f"{option} {value!r}: {too_low}")
         return n
 
     return parse
+
+
+def positive_int(option: str) -> Callable[[str], int]:
+    """An argparse ``type=`` for one positive integer."""
+    return _int_at_least(option, 1, "a positive integer", "must be at least 1")
 
 
 def non_negative_int(option: str) -> Callable[[str], int]:
     """An argparse ``type=`` for an integer >= 0 (seeds)."""
-
-    def parse(value: str) -> int:
-        try:
-            n = int(value)
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"{option} {value!r}: expected an integer >= 0") from None
-        if n < 0:
-            raise argparse.ArgumentTypeError(f"{option} {value!r}: must be >= 0")
-        return n
-
-    return parse
+    return _int_at_least(option, 0, "an integer >= 0", "must be >= 0")
 
 
 def choice(option: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
@@ -110,10 +120,7 @@ def fraction(option: str, *, low: float, high: float, open_low: bool = False) ->
     """An argparse ``type=`` for a float within [low, high] (or (low, high])."""
 
     def parse(value: str) -> float:
-        try:
-            x = float(value)
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"{option} {value!r}: expected a number") from None
+        x = _convert(option, value, float, "a number")
         bad_low = x <= low if open_low else x < low
         if math.isnan(x) or bad_low or x > high:
             bracket = "(" if open_low else "["
@@ -128,10 +135,7 @@ def real(option: str) -> Callable[[str], float]:
     """An argparse ``type=`` for any finite float."""
 
     def parse(value: str) -> float:
-        try:
-            x = float(value)
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"{option} {value!r}: expected a number") from None
+        x = _convert(option, value, float, "a number")
         if not math.isfinite(x):
             raise argparse.ArgumentTypeError(f"{option} {value!r}: must be finite")
         return x
@@ -207,125 +211,14 @@ class OptionSpec:
     dest: str
     help: str
     type: Callable[[str], Any] | None = None
-    default: Any = None
     action: str | None = None
     metavar: str | None = None
 
-
-OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec("--engine", "engine", "engine directory (emulator or TensorRT-LLM), hf model "
-               "directory, module:Class or a server's http://HOST:PORT/v1 (default: the "
-               "bundled emulator engine)", metavar="DIR"),
-    OptionSpec("--backend", "backend", "emulator, hf, trtllm, llmapi, openai or module:Class "
-               "(default: detected from the engine)", metavar="NAME"),
-    OptionSpec("--batch-sizes", "batch_sizes", "comma-separated batch sizes (default 1,2,4,8, "
-               "capped at the engine's max_batch_size)", positive_int_list("--batch-sizes"),
-               metavar="LIST"),
-    OptionSpec("--beam-widths", "beam_widths", "comma-separated beam widths (default 1,2,4)",
-               positive_int_list("--beam-widths"), metavar="LIST"),
-    OptionSpec("--max-new-tokens", "max_new_tokens", "tokens generated per prompt (default 64)",
-               positive_int("--max-new-tokens"), 64, metavar="N"),
-    OptionSpec("--length-penalty", "length_penalty", "beam-search length penalty (default 1.0)",
-               real("--length-penalty"), 1.0, metavar="X"),
-    OptionSpec("--tolerance", "tolerance", "ROUGE-L drop below the batch-size-1 level that "
-               "counts as a regression (default 0.02)",
-               fraction("--tolerance", low=0.0, high=1.0), 0.02, metavar="X"),
-    OptionSpec("--alpha", "alpha", "significance level of the per-position test after "
-               "correction for the number of positions tested (default 0.01)",
-               fraction("--alpha", low=0.0, high=0.5, open_low=True), 0.01, metavar="P"),
-    OptionSpec("--dataset", "dataset", "documents with reference summaries: a JSONL, JSON, CSV "
-               "or Parquet file, a save_to_disk folder, a preset (cnn_dailymail, xsum, samsum) or "
-               "a datasets hub name read from the local cache (default: the bundled news set)",
-               metavar="PATH|NAME"),
-    OptionSpec("--dataset-config", "dataset_config", "configuration of a hub dataset (default: "
-               "the preset's, e.g. 3.0.0 for cnn_dailymail)", metavar="NAME"),
-    OptionSpec("--split", "split", "split of a hub dataset or a saved DatasetDict (default: the "
-               "preset's, else test)", metavar="NAME"),
-    OptionSpec("--text-field", "text_field", "dataset field holding the document (default: the "
-               "preset's, else text)", metavar="NAME"),
-    OptionSpec("--summary-field", "summary_field", "dataset field holding the reference "
-               "summary (default: the preset's, else summary)", metavar="NAME"),
-    OptionSpec("--num-prompts", "num_prompts", "use N documents of the dataset, chosen "
-               "reproducibly from --seed (default: all)", positive_int("--num-prompts"),
-               metavar="N"),
-    OptionSpec("--prompt-template", "prompt_template", "prompt built from each document; must "
-               "contain {text} (default '{text} TL;DR: ')", None, DEFAULT_PROMPT_TEMPLATE,
-               metavar="TEMPLATE"),
-    OptionSpec("--chat", "chat", "wrap each prompt in the engine tokenizer's chat template "
-               "(as the user's message, with the generation prompt)", action="store_true",
-               default=False),
-    OptionSpec("--gpu-memory", "gpu_memory", "GPU memory for the KV-cache budget, e.g. 80GiB "
-               "(default: read from the GPU, else 80GiB)", size("--gpu-memory"),
-               metavar="SIZE"),
-    OptionSpec("--seed", "seed", "seed for the order of prompts in batches and the "
-               "--num-prompts subset (default 0)",
-               non_negative_int("--seed"), 0, metavar="N"),
-    OptionSpec("--report-dir", "report_dir", "folder under which each run writes a new report "
-               "folder (default reports/)", None, "reports", metavar="DIR"),
-    OptionSpec("--goldens-dir", "goldens_dir", "folder of goldens (default goldens/)", None,
-               "goldens", metavar="DIR"),
-    OptionSpec("--cache-dir", "cache_dir", "generation cache folder (default "
-               "~/.cache/batch-position-harness/generations)", metavar="DIR"),
-    OptionSpec("--no-cache", "no_cache", "neither read nor write the generation cache",
-               action="store_true", default=False),
-    OptionSpec("--signoff-by", "signoff_by", "name recorded in the report's sign-off block",
-               metavar="NAME"),
-    OptionSpec("--update-goldens", "update_goldens", "record goldens from this run (batch size 1 "
-               "of the engine, or --golden-engine) and write them after a complete run",
-               action="store_true", default=False),
-    OptionSpec("--shard", "shard", "run only shard K of N of the cells (for CI matrices); "
-               "combine the shard reports with `python -m harness merge`", shard("--shard"),
-               metavar="K/N"),
-    OptionSpec("--rotation", "rotation", "full (default: every prompt at every position of every "
-               "cell, N x B sequences per cell) or sparse (each prompt at one position per cell, "
-               "N sequences per cell: B times cheaper, less sensitive; see docs/method.md)",
-               choice("--rotation", ("full", "sparse")), "full", metavar="{full,sparse}"),
-    OptionSpec("--golden-engine", "golden_engine", "engine or hf model directory whose batch-size-1 "
-               "outputs become the goldens with --update-goldens", metavar="DIR"),
-    OptionSpec("--trtllm-runtime", "trtllm_runtime", "TensorRT-LLM runner of the trtllm backend: cpp "
-               "(ModelRunnerCpp, default) or python (ModelRunner)",
-               choice("--trtllm-runtime", TRTLLM_RUNTIMES), "cpp", metavar="{cpp,python}"),
-    OptionSpec("--tokenizer", "tokenizer", "transformers tokenizer folder for the trtllm and llmapi "
-               "backends (default: the engine or checkpoint folder, when it holds one)", metavar="DIR"),
-    OptionSpec("--trust-remote-code", "trust_remote_code", "let the tokenizer (and the LLM API) run "
-               "code shipped with the model; off unless given", action="store_true", default=False),
-    OptionSpec("--end-id", "end_id", "end-of-sequence token id (default: the tokenizer's eos)",
-               non_negative_int("--end-id"), metavar="ID"),
-    OptionSpec("--pad-id", "pad_id", "padding token id (default: the tokenizer's pad, else the end id)",
-               non_negative_int("--pad-id"), metavar="ID"),
-    OptionSpec("--model", "model", "model name sent to an OpenAI-compatible server (--engine "
-               "http://HOST:PORT/v1; default: the first model of GET /v1/models)", metavar="NAME"),
-    OptionSpec("--request-timeout", "request_timeout", "seconds to wait for a server's answer "
-               "(--engine http://...; default 600)", positive_real("--request-timeout"),
-               metavar="SECONDS"),
-    OptionSpec("--retries", "retries", "times a server batch is resent after a connection error or "
-               "an HTTP 5xx answer, with backoff; never after a 4xx (--engine http://...; default 2)",
-               non_negative_int("--retries"), metavar="N"),
-    OptionSpec("--batch-timeout", "batch_timeout", "seconds one engine batch may take; a batch "
-               "that runs longer fails its cell and the run goes on (default: no limit)",
-               positive_real("--batch-timeout"), metavar="SECONDS"),
-)
-
-SERVER_OPTIONS = ("model", "request_timeout", "retries")
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    """What a backend reads when it loads an engine (passed to classes that take ``options``)."""
-
-    tokenizer: str | None = None
-    trust_remote_code: bool = False
-    end_id: int | None = None
-    pad_id: int | None = None
-    trtllm_runtime: str = "cpp"
-    model: str | None = None  # openai: the server's model name
-    request_timeout: float = 600.0
-    retries: int = 2
-
-    def server_kwargs(self) -> dict[str, Any]:
-        """The openai backend's keyword options."""
-        return {"model": self.model, "request_timeout": self.request_timeout,
-                "retries": self.retries}
+    @property
+    def default(self) -> bool | None:
+        """What the parser starts from: False for a flag, else None (RunConfig's default
+        applies; the one place defaults are written is RunConfig's fields)."""
+        return False if self.action == "store_true" else None
 
 
 @dataclass(frozen=True)
@@ -371,8 +264,7 @@ class RunConfig:
     report_dir: Path = Path("reports")
     goldens_dir: Path = Path("goldens")
     signoff_by: str | None = None
-    cache_dir: Path = field(default_factory=lambda: Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "batch-position-harness" / "generations")
+    cache_dir: Path = field(default_factory=lambda: harness_cache_dir() / GENERATIONS_FOLDER)
     no_cache: bool = False
     update_goldens: bool = False
     golden_engine: str | None = None
@@ -451,3 +343,128 @@ class RunConfig:
         out["beam_widths"] = list(self.beam_widths)
         out["shard"] = f"{self.shard[0]}/{self.shard[1]}" if self.shard else None
         return out
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """What a backend reads when it loads an engine (passed to classes that take ``options``)."""
+
+    tokenizer: str | None = None
+    trust_remote_code: bool = False
+    end_id: int | None = None
+    pad_id: int | None = None
+    trtllm_runtime: str = RunConfig.trtllm_runtime
+    model: str | None = None  # openai: the server's model name
+    request_timeout: float = RunConfig.request_timeout
+    retries: int = RunConfig.retries
+
+    def server_kwargs(self) -> dict[str, Any]:
+        """The openai backend's keyword options."""
+        return {"model": self.model, "request_timeout": self.request_timeout,
+                "retries": self.retries}
+
+
+def _listed(values: tuple[int, ...]) -> str:
+    return ",".join(map(str, values))
+
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("--engine", "engine", "engine directory (emulator or TensorRT-LLM), hf model "
+               "directory, module:Class or a server's http://HOST:PORT/v1 (default: the "
+               "bundled emulator engine)", metavar="DIR"),
+    OptionSpec("--backend", "backend", "emulator, hf, trtllm, llmapi, openai or module:Class "
+               "(default: detected from the engine)", metavar="NAME"),
+    OptionSpec("--batch-sizes", "batch_sizes", "comma-separated batch sizes (default "
+               f"{_listed(DEFAULT_BATCH_SIZES)}, capped at the engine's max_batch_size)",
+               positive_int_list("--batch-sizes"), metavar="LIST"),
+    OptionSpec("--beam-widths", "beam_widths", "comma-separated beam widths (default "
+               f"{_listed(RunConfig.beam_widths)})", positive_int_list("--beam-widths"),
+               metavar="LIST"),
+    OptionSpec("--max-new-tokens", "max_new_tokens", "tokens generated per prompt (default "
+               f"{RunConfig.max_new_tokens})", positive_int("--max-new-tokens"), metavar="N"),
+    OptionSpec("--length-penalty", "length_penalty", "beam-search length penalty (default "
+               f"{RunConfig.length_penalty})", real("--length-penalty"), metavar="X"),
+    OptionSpec("--tolerance", "tolerance", "ROUGE-L drop below the batch-size-1 level that "
+               f"counts as a regression (default {RunConfig.tolerance})",
+               fraction("--tolerance", low=0.0, high=1.0), metavar="X"),
+    OptionSpec("--alpha", "alpha", "significance level of the per-position test after "
+               f"correction for the number of positions tested (default {RunConfig.alpha})",
+               fraction("--alpha", low=0.0, high=0.5, open_low=True), metavar="P"),
+    OptionSpec("--dataset", "dataset", "documents with reference summaries: a JSONL, JSON, CSV "
+               "or Parquet file, a save_to_disk folder, a preset (cnn_dailymail, xsum, samsum) or "
+               "a datasets hub name read from the local cache (default: the bundled news set)",
+               metavar="PATH|NAME"),
+    OptionSpec("--dataset-config", "dataset_config", "configuration of a hub dataset (default: "
+               "the preset's, e.g. 3.0.0 for cnn_dailymail)", metavar="NAME"),
+    OptionSpec("--split", "split", "split of a hub dataset or a saved DatasetDict (default: the "
+               "preset's, else test)", metavar="NAME"),
+    OptionSpec("--text-field", "text_field", "dataset field holding the document (default: the "
+               "preset's, else text)", metavar="NAME"),
+    OptionSpec("--summary-field", "summary_field", "dataset field holding the reference "
+               "summary (default: the preset's, else summary)", metavar="NAME"),
+    OptionSpec("--num-prompts", "num_prompts", "use N documents of the dataset, chosen "
+               "reproducibly from --seed (default: all)", positive_int("--num-prompts"),
+               metavar="N"),
+    OptionSpec("--prompt-template", "prompt_template", "prompt built from each document; must "
+               f"contain {{text}} (default {RunConfig.prompt_template!r})", metavar="TEMPLATE"),
+    OptionSpec("--chat", "chat", "wrap each prompt in the engine tokenizer's chat template "
+               "(as the user's message, with the generation prompt)", action="store_true"),
+    OptionSpec("--gpu-memory", "gpu_memory", "GPU memory for the KV-cache budget, e.g. 80GiB "
+               "(default: read from the GPU, else 80GiB)", size("--gpu-memory"),
+               metavar="SIZE"),
+    OptionSpec("--seed", "seed", "seed for the order of prompts in batches and the "
+               f"--num-prompts subset (default {RunConfig.seed})", non_negative_int("--seed"),
+               metavar="N"),
+    OptionSpec("--report-dir", "report_dir", "folder under which each run writes a new report "
+               f"folder (default {RunConfig.report_dir}/)", metavar="DIR"),
+    OptionSpec("--goldens-dir", "goldens_dir", f"folder of goldens (default {RunConfig.goldens_dir}/)",
+               metavar="DIR"),
+    OptionSpec("--cache-dir", "cache_dir", "generation cache folder (default "
+               f"~/.cache/{CACHE_FOLDER}/{GENERATIONS_FOLDER}; $XDG_CACHE_HOME for ~/.cache "
+               "when set)", metavar="DIR"),
+    OptionSpec("--no-cache", "no_cache", "neither read nor write the generation cache",
+               action="store_true"),
+    OptionSpec("--signoff-by", "signoff_by", "name recorded in the report's sign-off block",
+               metavar="NAME"),
+    OptionSpec("--update-goldens", "update_goldens", "record goldens from this run (batch size 1 "
+               "of the engine, or --golden-engine) and write them after a complete run",
+               action="store_true"),
+    OptionSpec("--shard", "shard", "run only shard K of N of the cells (for CI matrices); "
+               "combine the shard reports with `python -m harness merge`", shard("--shard"),
+               metavar="K/N"),
+    OptionSpec("--rotation", "rotation", "full (default: every prompt at every position of every "
+               "cell, N x B sequences per cell) or sparse (each prompt at one position per cell, "
+               "N sequences per cell: B times cheaper, less sensitive; see docs/method.md)",
+               choice("--rotation", ROTATIONS), metavar="{full,sparse}"),
+    OptionSpec("--golden-engine", "golden_engine", "engine or hf model directory whose batch-size-1 "
+               "outputs become the goldens with --update-goldens", metavar="DIR"),
+    OptionSpec("--trtllm-runtime", "trtllm_runtime", "TensorRT-LLM runner of the trtllm backend: cpp "
+               "(ModelRunnerCpp, default) or python (ModelRunner)",
+               choice("--trtllm-runtime", TRTLLM_RUNTIMES), metavar="{cpp,python}"),
+    OptionSpec("--tokenizer", "tokenizer", "transformers tokenizer folder for the trtllm and llmapi "
+               "backends (default: the engine or checkpoint folder, when it holds one)", metavar="DIR"),
+    OptionSpec("--trust-remote-code", "trust_remote_code", "let the tokenizer (and the LLM API) run "
+               "code shipped with the model; off unless given", action="store_true"),
+    OptionSpec("--end-id", "end_id", "end-of-sequence token id (default: the tokenizer's eos)",
+               non_negative_int("--end-id"), metavar="ID"),
+    OptionSpec("--pad-id", "pad_id", "padding token id (default: the tokenizer's pad, else the end id)",
+               non_negative_int("--pad-id"), metavar="ID"),
+    OptionSpec("--model", "model", "model name sent to an OpenAI-compatible server (--engine "
+               "http://HOST:PORT/v1; default: the first model of GET /v1/models)", metavar="NAME"),
+    OptionSpec("--request-timeout", "request_timeout", "seconds to wait for a server's answer "
+               f"(--engine http://...; default {RunConfig.request_timeout:g})",
+               positive_real("--request-timeout"), metavar="SECONDS"),
+    OptionSpec("--retries", "retries", "times a server batch is resent after a connection error or "
+               "an HTTP 5xx answer, with backoff; never after a 4xx (--engine http://...; default "
+               f"{RunConfig.retries})", non_negative_int("--retries"), metavar="N"),
+    OptionSpec("--batch-timeout", "batch_timeout", "seconds one engine batch may take; a batch "
+               "that runs longer fails its cell and the run goes on (default: no limit)",
+               positive_real("--batch-timeout"), metavar="SECONDS"),
+)
+
+SERVER_OPTIONS = ("model", "request_timeout", "retries")
+
+
+def option(dest: str) -> OptionSpec:
+    """The spec of one run option, for a command that shares it (calibrate, lint, compare)."""
+    return next(spec for spec in OPTIONS if spec.dest == dest)

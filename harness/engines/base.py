@@ -82,12 +82,12 @@ class AdoptedEngine(EngineBase):
         self.engine = engine
         self.info = info
 
-    def __getattr__(self, name: str) -> Any:  # tokenizer and the backend's own attributes
+    def __getattr__(self, name: str) -> Any:  # the backend's own attributes
         if name == "engine":  # not set yet (copy, pickle): never recurse
             raise AttributeError(name)
         return getattr(self.engine, name)
 
-    @property
+    @property  # EngineBase's class attribute would hide the engine's own from __getattr__
     def tokenizer(self) -> Any:  # type: ignore[override]
         return getattr(self.engine, "tokenizer", None)
 
@@ -96,9 +96,30 @@ class AdoptedEngine(EngineBase):
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int] | None:
         counter = getattr(self.engine, "count_tokens", None)
-        return list(counter(prompts)) if callable(counter) else None
+        counted = counter(prompts) if callable(counter) else None
+        return list(counted) if counted is not None else None  # None: the engine cannot count
 
     def close(self) -> None:
         close = getattr(self.engine, "close", None)
         if callable(close):
             close()
+
+
+def class_label(engine: Any) -> str:
+    """``module:Class`` of an engine object, its name where nothing else names it."""
+    return f"{type(engine).__module__}:{type(engine).__qualname__}"
+
+
+def as_engine(engine: Any, label: str | None = None, path: str | None = None) -> EngineBase:
+    """``engine`` itself when it is an ``EngineBase``, else an ``AdoptedEngine`` around it; one
+    without an EngineInfo gets one named by ``label`` (default: its module:Class) and ``path``.
+    Checks nothing: ``registry.adopt`` checks the interface of what a user hands in."""
+    info = getattr(engine, "info", None)
+    if not isinstance(info, EngineInfo):
+        label = label or class_label(engine)
+        info = EngineInfo(backend=label, path=path or label,
+                          identity=f"{label}:{path}" if path else label)
+    if not isinstance(engine, EngineBase):
+        return AdoptedEngine(engine, info)
+    engine.info = info
+    return engine

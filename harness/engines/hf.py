@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness.config import DecodingSettings
 from harness.engines.base import EngineBase, EngineInfo, Generation
-from harness.errors import EngineError
+from harness.errors import EngineError, first_line
 from harness.storage.fingerprint import weights_identity
 
 
@@ -35,7 +35,7 @@ class HFEngine(EngineBase):
                 str(self.path), trust_remote_code=False, use_safetensors=True).to(self.device)
         except (OSError, ValueError) as exc:
             raise EngineError(f"{self.path}: cannot load as a transformers model "
-                              f"({str(exc).splitlines()[0]})") from None
+                              f"({first_line(exc) or type(exc).__name__})") from None
         self.model.eval()
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
@@ -46,9 +46,6 @@ class HFEngine(EngineBase):
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]
-
-    def close(self) -> None:
-        pass
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         import torch

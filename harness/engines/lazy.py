@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from harness.errors import EngineError
+from harness.errors import EngineError, describe
 
 DISTRIBUTION = "batch-position-harness"
 
@@ -28,7 +28,5 @@ def require(module: str, *, backend: str, package: str, extra: str) -> ModuleTyp
 
 
 def _broken(module: str, backend: str, package: str, exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
     return (f"the {backend} backend: {package} is installed but `import {module}` failed "
-            f"({type(exc).__name__}: {lines[0] if lines else ''}); check its CUDA and TensorRT "
-            "libraries")
+            f"({describe(exc)}); check its CUDA and TensorRT libraries")

@@ -273,6 +273,3 @@ class OpenAIEngine(EngineBase):
             raise ServerError(f"{self.url}: the server did not keep the planned batch (engine "
                               f"batches {ids}, positions {positions} for slots 0..{len(payloads) - 1});"
                               " give `python -m harness serve` a longer --batch-window-ms")
-
-    def close(self) -> None:
-        """Nothing to release: every request has its own connection."""

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import BUNDLED, EngineOptions, is_url
-from harness.engines.base import AdoptedEngine, Engine, EngineBase, EngineInfo
-from harness.errors import EngineError
+from harness.engines.base import EngineBase, as_engine, class_label
+from harness.errors import EngineError, describe
 from harness.limits.engine_config import load_config_json
 
 BACKENDS: dict[str, str] = {
@@ -93,19 +93,35 @@ def peek_config(spec: str, backend: str | None = None) -> dict[str, Any] | None:
     return config if ("build_config" in config or "builder_config" in config) else None
 
 
-def _takes_options(cls: Any) -> bool:
+def _parameters(cls: Any) -> set[str]:
     try:
-        return "options" in inspect.signature(cls).parameters
+        return set(inspect.signature(cls).parameters)
     except (TypeError, ValueError):
-        return False
+        return set()
 
 
-def load_engine(spec: str, backend: str | None = None, options: EngineOptions | None = None) -> Engine:
+def _construct(cls: Any, label: str, target: str | None, kwargs: dict[str, Any],
+               signature_hint: str | None = None) -> Any:
+    """``cls(target, **kwargs)``; a failing constructor is one EngineError line (a TypeError,
+    where ``signature_hint`` is given, names the constructor the harness expects)."""
+    try:
+        return cls(target, **kwargs)
+    except EngineError:
+        raise
+    except Exception as exc:  # a user's or a library's constructor: one line, not a traceback
+        if signature_hint and isinstance(exc, TypeError):
+            raise EngineError(f"{label}: cannot construct the engine ({exc}); {signature_hint}") from None
+        raise EngineError(f"{label}: loading the engine failed: {describe(exc)}") from None
+
+
+def load_engine(spec: str, backend: str | None = None,
+                options: EngineOptions | None = None) -> EngineBase:
     """Instantiate the engine named by --engine/--backend; a class whose constructor has an
     ``options`` parameter also gets the EngineOptions (tokenizer, special ids, runtime)."""
     spec, backend = _bundled(spec, backend)
+    options = options or EngineOptions()
     if is_url(spec) or backend == URL_BACKEND:
-        return _load_url(spec, backend, options or EngineOptions())
+        return _load_url(spec, backend, options)
     if backend is None and _is_class_spec(spec):
         cls, path, label = _import(spec, "--engine"), None, spec
     else:
@@ -114,44 +130,36 @@ def load_engine(spec: str, backend: str | None = None, options: EngineOptions | 
         if backend is not None and not path.exists() and ":" not in name:
             detect_backend(path)  # raises the missing-directory message
         cls, label = resolve_backend(name), name
-    extra = {"options": options or EngineOptions()} if _takes_options(cls) else {}
-    try:
-        engine = cls(str(path) if path is not None else None, **extra)
-    except EngineError:
-        raise
-    except TypeError as exc:
-        raise EngineError(f"{label}: cannot construct the engine ({exc}); a backend class "
-                          "takes one argument, the engine path (None for --engine module:Class)") from None
-    except Exception as exc:  # a user's or a library's constructor: one line, not a traceback
-        raise EngineError(f"{label}: loading the engine failed: {type(exc).__name__}: "
-                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
-    return adopt(engine, label, str(path) if path is not None else None)
+    where = str(path) if path is not None else None
+    extra = {"options": options} if "options" in _parameters(cls) else {}
+    engine = _construct(cls, label, where, extra, "a backend class takes one argument, the "
+                        "engine path (None for --engine module:Class)")
+    return adopt(engine, label, where)
 
 
-def _load_url(spec: str, backend: str | None, options: EngineOptions) -> Engine:
+def _server_kwargs(cls: Any, options: EngineOptions) -> dict[str, Any]:
+    """--model, --request-timeout, --retries (those given) for the openai backend and its
+    subclasses; for another class, those its constructor has parameters for."""
+    given = {k: v for k, v in options.server_kwargs().items() if v is not None}
+    openai = resolve_backend(URL_BACKEND)
+    if isinstance(cls, type) and issubclass(cls, openai):
+        return given
+    accepted = _parameters(cls)
+    return {k: v for k, v in given.items() if k in accepted}
+
+
+def _load_url(spec: str, backend: str | None, options: EngineOptions) -> EngineBase:
     """A server address: the openai backend (or a user's class, given the URL unchanged)."""
     name = backend or URL_BACKEND
     cls = resolve_backend(name)
-    kwargs = ({k: v for k, v in options.server_kwargs().items() if v is not None}
-              if name == URL_BACKEND else {})
-    try:
-        engine = cls(spec, **kwargs)
-    except EngineError:
-        raise
-    except Exception as exc:
-        raise EngineError(f"{name}: loading the engine failed: {type(exc).__name__}: "
-                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+    engine = _construct(cls, name, spec, _server_kwargs(cls, options))
     return adopt(engine, name, spec)
 
 
-def adopt(engine: Any, label: str | None = None, path: str | None = None) -> Engine:
-    """Check a backend object's interface and give it an EngineInfo when it has none; an
-    object that is not an ``EngineBase`` is wrapped in ``AdoptedEngine``, so later stages call
-    the same methods on every engine."""
-    label = label or f"{type(engine).__module__}:{type(engine).__qualname__}"
+def adopt(engine: Any, label: str | None = None, path: str | None = None) -> EngineBase:
+    """Check a backend object's interface: an ``EngineBase`` comes back itself, any other
+    object with ``generate`` in an ``AdoptedEngine``; either way with an EngineInfo."""
+    label = label or class_label(engine)
     if not callable(getattr(engine, "generate", None)):
         raise EngineError(f"{label}: {type(engine).__name__} has no generate(prompts, settings)")
-    if not isinstance(getattr(engine, "info", None), EngineInfo):
-        engine.info = EngineInfo(backend=label, path=path or label,
-                                 identity=f"{label}:{path}" if path else label)
-    return engine if isinstance(engine, EngineBase) else AdoptedEngine(engine, engine.info)
+    return as_engine(engine, label, path)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import EngineOptions
-from harness.errors import EngineError
+from harness.errors import EngineError, describe
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
@@ -58,10 +58,9 @@ def load_tokenizer(model_dir: Path, options: EngineOptions, *, backend: str) -> 
         tokenizer = AutoTokenizer.from_pretrained(str(folder),
                                                   trust_remote_code=options.trust_remote_code)
     except Exception as exc:  # transformers raises OSError, ValueError, ImportError, ...
-        first = (str(exc).strip().splitlines() or [""])[0]
         hint = ("; if it ships its own code, add --trust-remote-code"
                 if not options.trust_remote_code and "trust_remote_code" in str(exc) else "")
-        raise EngineError(f"{folder}: cannot load the tokenizer ({type(exc).__name__}: {first}){hint}") from None
+        raise EngineError(f"{folder}: cannot load the tokenizer ({describe(exc)}){hint}") from None
     end_id = options.end_id if options.end_id is not None else tokenizer.eos_token_id
     if end_id is None:
         raise EngineError(f"{folder}: the tokenizer has no eos token; pass --end-id ID")

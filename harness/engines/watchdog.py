@@ -24,35 +24,24 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.config import DecodingSettings
-from harness.engines.base import EngineBase, Generation
+from harness.engines.base import AdoptedEngine, Generation, as_engine
 
 
 class BatchTimeout(RuntimeError):
     """A generate call ran past --batch-timeout (the cell fails with this message)."""
 
 
-class BatchTimeoutEngine(EngineBase):
-    """Wraps an engine so that every ``generate`` waits at most ``seconds``."""
+class BatchTimeoutEngine(AdoptedEngine):
+    """Wraps an engine so that every ``generate`` waits at most ``seconds``; its other
+    methods and attributes are the engine's."""
 
     def __init__(self, engine: Any, seconds: float) -> None:
-        self.engine = engine
-        self.info = engine.info
+        inner = as_engine(engine)
+        super().__init__(inner, inner.info)
         self.seconds = seconds
         self._hung: threading.Thread | None = None
         self._hung_batch = ""
         self._stuck = False
-
-    def __getattr__(self, name: str) -> Any:  # the wrapped backend's own attributes
-        if name == "engine":
-            raise AttributeError(name)
-        return getattr(self.engine, name)
-
-    @property
-    def tokenizer(self) -> Any:  # type: ignore[override]
-        return self.engine.tokenizer
-
-    def count_tokens(self, prompts: Sequence[str]) -> list[int] | None:
-        return self.engine.count_tokens(prompts)
 
     def _wait_for_hung_call(self) -> None:
         hung = self._hung
@@ -92,4 +81,4 @@ class BatchTimeoutEngine(EngineBase):
     def close(self) -> None:
         if self._hung is not None and self._hung.is_alive():
             return  # closing under a running call could crash the engine; the process ends it
-        self.engine.close()
+        super().close()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.errors import DatasetError
+from harness.errors import DatasetError, first_line
 
 BUNDLED_DATASET = Path(__file__).resolve().parents[1] / "bundled" / "news.jsonl"
 _BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -120,11 +120,6 @@ def content_hash(documents: tuple[Document, ...] | list[Document]) -> str:
     return h.hexdigest()
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _quiet_datasets() -> Any:
     import datasets
 
@@ -185,7 +180,7 @@ def _load_file(file: Path, given: str | None, *, config: str | None,
         table = datasets.load_dataset(builder, data_files=str(file), split="train")
     except Exception as exc:  # datasets raises many types for unreadable files
         raise DatasetError(f"--dataset {file}: cannot be read as {builder}: "
-                           f"{_first_line(exc)}") from None
+                           f"{first_line(exc) or type(exc).__name__}") from None
     return table, file.stem if given is not None else "bundled-news"
 
 
@@ -202,7 +197,7 @@ def _load_disk(folder: Path, *, config: str | None, split: str | None) -> tuple[
         loaded = datasets.load_from_disk(str(folder))
     except Exception as exc:
         raise DatasetError(f"--dataset {folder}: cannot be read with load_from_disk: "
-                           f"{_first_line(exc)}") from None
+                           f"{first_line(exc) or type(exc).__name__}") from None
     if not is_dict:
         _not_here("--split", split, "a single-split save_to_disk folder")
         return loaded, None
@@ -272,7 +267,7 @@ def _load_hub(given: str, hub_ids: tuple[str, ...], *, config: str | None, split
                     kwargs["revision"] = revision
                 return datasets.load_dataset(hub_id, config, **kwargs), hub_id
             except ConnectionError as exc:
-                unreachable.append(_first_line(exc))
+                unreachable.append(first_line(exc) or type(exc).__name__)
             except Exception as exc:  # datasets raises ValueError, FileNotFoundError, ...
                 found.append((hub_id, "; ".join(str(exc).strip().splitlines()) or type(exc).__name__))
     if found:

@@ -13,15 +13,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.config import check_template
-from harness.errors import ConfigError
+from harness.engines.base import as_engine
+from harness.errors import ConfigError, describe
 from harness.inputs.data import Document, build_prompt
 
 
 def chat_tokenizer(engine: Any) -> Any:
     """The engine's tokenizer, when it has a chat template; a ConfigError naming the fix."""
-    info = getattr(engine, "info", None)
-    label = f"{getattr(info, 'backend', type(engine).__name__)} engine {getattr(info, 'path', '')}".strip()
-    tokenizer = getattr(engine, "tokenizer", None)
+    engine = as_engine(engine)
+    info = engine.info
+    label = f"{info.backend} engine" + (f" {info.path}" if info.path != info.backend else "")
+    tokenizer = engine.tokenizer
     if tokenizer is None or not callable(getattr(tokenizer, "apply_chat_template", None)):
         raise ConfigError(f"--chat: the {label} exposes no transformers tokenizer (a `tokenizer` "
                           "attribute) to take a chat template from; drop --chat and write the "
@@ -48,9 +50,8 @@ def render_chat(tokenizer: Any, user_message: str, *, strip_bos: bool | None = N
         text = tokenizer.apply_chat_template([{"role": "user", "content": user_message}],
                                              tokenize=False, add_generation_prompt=True)
     except Exception as exc:  # jinja2 errors from a template the user's model ships
-        first = str(exc).strip().splitlines()
-        raise ConfigError(f"--chat: the tokenizer's chat template failed: {type(exc).__name__}: "
-                          f"{first[0] if first else ''}; drop --chat and use --prompt-template") from None
+        raise ConfigError(f"--chat: the tokenizer's chat template failed: {describe(exc)}; drop "
+                          "--chat and use --prompt-template") from None
     bos = getattr(tokenizer, "bos_token", None)
     if strip_bos is None:
         strip_bos = _adds_bos(tokenizer)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config import DEFAULT_PROMPT_TEMPLATE
-from harness.errors import EngineError
+from harness.config import DEFAULT_PROMPT_TEMPLATE, RunConfig
+from harness.errors import EngineError, first_line
 from harness.inputs.data import build_prompt, load_dataset
 from harness.limits.engine_config import EngineLimits, read_engine_config
 from harness.limits.preflight import LimitCheck, MemoryBudget, preflight
@@ -59,7 +59,7 @@ def _prompt_lengths(engine_dir: Path, tokenizer: str | None, dataset: str | None
         tok = AutoTokenizer.from_pretrained(str(tok_dir), trust_remote_code=False)
     except (OSError, ValueError) as exc:
         raise EngineError(f"--tokenizer {tok_dir}: cannot load a tokenizer "
-                          f"({str(exc).splitlines()[0]})") from None
+                          f"({first_line(exc) or type(exc).__name__})") from None
     ds = load_dataset(dataset, text_field=text_field, summary_field=summary_field,
                       config=dataset_config, split=split)
     prompts = [build_prompt(template, d) for d in ds.documents]
@@ -67,8 +67,8 @@ def _prompt_lengths(engine_dir: Path, tokenizer: str | None, dataset: str | None
 
 
 def lint(engine_dir: str | Path, *, batch_size: int | None = None, num_beams: int = 1,
-         max_new_tokens: int = 64, gpu: str | None = None, tokenizer: str | None = None,
-         dataset: str | None = None, text_field: str | None = None,
+         max_new_tokens: int = RunConfig.max_new_tokens, gpu: str | None = None,
+         tokenizer: str | None = None, dataset: str | None = None, text_field: str | None = None,
          summary_field: str | None = None, prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
          dataset_config: str | None = None, split: str | None = None) -> LintResult:
     """Check one cell (default: the engine's max_batch_size, greedy) against an engine."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.config import DEFAULT_PROMPT_TEMPLATE, DecodingSettings
+from harness.config import DEFAULT_PROMPT_TEMPLATE, DecodingSettings, harness_cache_dir
 from harness.engines.emulator.build import BuildLimits
 from harness.engines.emulator.faults import Fault
 from harness.plan import Cell, Plan
@@ -299,8 +298,7 @@ def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Out
     docs = [Document(id=e.id, text=e.text, summary=e.summary)
             for e in synth(s.pool, POOL_SEED, prefix="cal")]
     prompts = tuple(build_prompt(DEFAULT_PROMPT_TEMPLATE, d) for d in docs)
-    work = s.work_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / \
-        "batch-position-harness" / "calibrate"
+    work = s.work_dir or harness_cache_dir() / "calibrate"
     work.mkdir(parents=True, exist_ok=True)
 
     def engine_dir(model: Model, r: int) -> Path:

@@ -28,8 +28,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from harness.config import DecodingSettings
-from harness.engines.base import Engine, Generation
-from harness.errors import ConfigError
+from harness.engines.base import EngineBase, Generation, as_engine
+from harness.errors import ConfigError, describe
 
 DEFAULT_WINDOW_MS = 100.0
 DEFAULT_MAX_BATCH = 8  # when the engine records no max_batch_size
@@ -40,11 +40,6 @@ BEAM_FIELDS = ("use_beam_search", "n", "best_of", "length_penalty", "early_stopp
 
 class BadRequest(Exception):
     """A request the server cannot serve: answered 400 with the message."""
-
-
-def _error_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 @dataclass
@@ -125,8 +120,8 @@ def parse_completion(body: Any, model_name: str) -> tuple[list[str], DecodingSet
 class Batcher:
     """The one engine thread: same-settings requests within the window -> one generate call."""
 
-    def __init__(self, engine: Engine, *, max_batch_size: int, window_s: float) -> None:
-        self.engine = engine
+    def __init__(self, engine: Any, *, max_batch_size: int, window_s: float) -> None:
+        self.engine: EngineBase = as_engine(engine)
         self.max_batch_size = max_batch_size
         self.window_s = window_s
         self.batches = 0
@@ -222,7 +217,7 @@ class Batcher:
                 item.batch = {"id": batch_id, "size": len(batch), "position": position}
         except Exception as exc:  # the engine's fault: every request of the batch gets a 500
             for item in batch:
-                item.error, item.status = _error_line(exc), 500
+                item.error, item.status = describe(exc), 500
         finally:
             for item in batch:
                 item.done.set()
@@ -235,16 +230,16 @@ class CompletionServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128  # a full batch connects at once; the default 5 would drop SYNs
 
-    def __init__(self, address: tuple[str, int], engine: Engine, *, model_name: str,
+    def __init__(self, address: tuple[str, int], engine: Any, *, model_name: str,
                  max_batch_size: int, window_s: float, quiet: bool = True) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, CompletionHandler)
-        self.engine = engine
+        self.engine: EngineBase = as_engine(engine)
         self.model_name = model_name
         self.created = int(time.time())
         self.quiet = quiet
-        self.batcher = Batcher(engine, max_batch_size=max_batch_size, window_s=window_s)
+        self.batcher = Batcher(self.engine, max_batch_size=max_batch_size, window_s=window_s)
         self._arrivals = itertools.count()
         self._arrival_of: dict[Any, int] = {}
         self._lock = threading.Lock()
@@ -271,9 +266,7 @@ class CompletionServer(ThreadingHTTPServer):
         """Stop listening, finish the engine thread, close the engine."""
         self.server_close()
         self.batcher.stop()
-        close = getattr(self.engine, "close", None)
-        if callable(close):
-            close()
+        self.engine.close()
 
 
 class CompletionHandler(BaseHTTPRequestHandler):
@@ -369,7 +362,7 @@ def check_host(host: str) -> str:
     return host
 
 
-def make_server(engine: Engine, *, host: str = "127.0.0.1", port: int = 0, model_name: str,
+def make_server(engine: Any, *, host: str = "127.0.0.1", port: int = 0, model_name: str,
                 max_batch_size: int, window_ms: float = DEFAULT_WINDOW_MS,
                 quiet: bool = True) -> CompletionServer:
     """A listening server around a loaded engine (port 0: any free port)."""
@@ -406,9 +399,7 @@ def serve(spec: str, *, backend: str | None = None, host: str = "127.0.0.1", por
         server = make_server(engine, host=host, port=port, model_name=name, max_batch_size=size,
                              window_ms=window_ms, quiet=quiet)
     except ConfigError:
-        close = getattr(engine, "close", None)
-        if callable(close):
-            close()
+        engine.close()
         raise
 
     def interrupt(signum: int, frame: Any) -> None:

@@ -73,3 +73,46 @@ def test_shard_is_recorded_and_excludes_recording_goldens():
     assert RunConfig().as_dict()["shard"] is None
     with pytest.raises(ConfigError, match="--update-goldens.*without --shard"):
         RunConfig.from_options({"shard": "1/2", "update_goldens": True})
+
+
+@pytest.mark.parametrize("xdg, expected", [(None, "home/.cache"), ("", "home/.cache"),
+                                           ("/xdg", "/xdg")])
+def test_one_cache_root_where_an_empty_xdg_cache_home_is_unset(tmp_path: Path, monkeypatch,
+                                                                 xdg, expected):
+    """The run's generation cache, the bundled engine and calibrate's engines share one root;
+    XDG_CACHE_HOME="" counts as unset (the bundled engine used to land in the working folder)."""
+    from harness.config import harness_cache_dir
+    from harness.engines.emulator import build
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    if xdg is None:
+        monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+    root = (tmp_path / expected if not expected.startswith("/") else Path(expected)) / \
+        "batch-position-harness"
+    assert harness_cache_dir() == root
+    assert harness_cache_dir({"XDG_CACHE_HOME": ""}) == tmp_path / "home/.cache/batch-position-harness"
+    assert RunConfig().cache_dir == root / "generations"
+    built: list[Path] = []
+    monkeypatch.setattr(build, "build_engine", lambda path, limits: built.append(path))
+    engine = build.bundled_engine()
+    assert engine.parent == root and built == [engine]
+
+
+def test_calibrate_takes_the_run_options_parsers_and_defaults(monkeypatch):
+    """calibrate's --tolerance, --alpha, --max-new-tokens, --seed ... are the run's options:
+    the same ranges (--alpha used to accept up to 1) and RunConfig's defaults."""
+    import harness.__main__ as cli
+
+    seen: list[argparse.Namespace] = []
+    monkeypatch.setattr(cli, "cmd_calibrate", lambda args: seen.append(args) or 0)
+    assert cli.main(["calibrate"]) == 0
+    args, defaults = seen[0], RunConfig()
+    for dest in ("seed", "max_new_tokens", "tolerance", "alpha", "cache_dir", "no_cache", "rotation"):
+        assert getattr(args, dest) == getattr(defaults, dest), dest
+    for bad in (["--alpha", "0.6"], ["--seed", "-1"], ["--rotation", "diagonal"]):
+        with pytest.raises(SystemExit):
+            cli.main(["calibrate", *bad])
+    assert cli.main(["calibrate", "--alpha", "0.5", "--tolerance", "0.05"]) == 0
+    assert (seen[1].alpha, seen[1].tolerance) == (0.5, 0.05)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
+from harness.config import CACHE_FOLDER, harness_cache_dir
 from harness.engines.emulator.engine import TOKENIZER_DIR, WEIGHTS_FILE
 from harness.engines.emulator.faults import Fault
 from harness.errors import EngineError
@@ -139,12 +140,13 @@ def build_engine(output: Path, limits: BuildLimits, *, model_dir: Path | None = 
 
 
 def bundled_engine(cache_root: Path | None = None) -> Path:
-    """The bundled engine (max_batch_size 8, max_beam_width 4), built once into a cache folder."""
+    """The bundled engine (max_batch_size 8, max_beam_width 4), built once into the harness's
+    cache folder (under ``cache_root`` in place of the user's cache directory, when given)."""
     from harness.storage.fingerprint import file_sha256
 
-    root = cache_root or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    folder = cache_root / CACHE_FOLDER if cache_root else harness_cache_dir()
     key = file_sha256(BUNDLED_MODEL / "model.safetensors")[:12]
-    path = root / "batch-position-harness" / f"bundled-engine-{__version__}-{key}"
+    path = folder / f"bundled-engine-{__version__}-{key}"
     if not (path / "config.json").is_file():
         build_engine(path, BuildLimits())
     return path

@@ -13,6 +13,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -20,7 +21,7 @@ from harness.config import DecodingSettings
 from harness.engines.base import EngineBase, EngineInfo, Generation
 from harness.engines.emulator.faults import Fault, fault_from_config
 from harness.engines.emulator.model import MistralEmulator, ModelShape, SlotKVCache
-from harness.errors import EngineError
+from harness.errors import EngineError, first_line
 from harness.limits.engine_config import ConfigSection
 from harness.storage.fingerprint import weights_identity
 
@@ -75,27 +76,7 @@ class EmulatorEngine(EngineBase):
         if not weights_file.is_file():
             raise EngineError(f"{weights_file}: engine weights missing; rebuild the engine with "
                               "`python -m harness build-engine`")
-        tok_dir = self.path / TOKENIZER_DIR
-        if not (tok_dir / "tokenizer.json").is_file() and not (tok_dir / "tokenizer_config.json").is_file():
-            raise EngineError(f"{tok_dir}: tokenizer missing; rebuild the engine with "
-                              "`python -m harness build-engine`")
-        from transformers import AutoTokenizer
-
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(str(tok_dir), trust_remote_code=False)
-        except (OSError, ValueError) as exc:
-            if "custom code" in str(exc) or "trust_remote_code" in str(exc):
-                raise EngineError(f"{tok_dir}: the tokenizer ships its own code (auto_map in "
-                                  "tokenizer_config.json), which the emulator never runs; rebuild "
-                                  "the engine with `python -m harness build-engine`") from None
-            raise EngineError(f"{tok_dir}: cannot load the tokenizer ({str(exc).splitlines()[0]}); "
-                              "rebuild the engine") from None
-        if self.tokenizer.eos_token_id is None:
-            raise EngineError(f"{tok_dir}: the tokenizer has no eos token")
-        if len(self.tokenizer) < self.shape.vocab_size:
-            raise EngineError(f"{tok_dir}: the tokenizer knows {len(self.tokenizer)} tokens but the "
-                              f"engine's vocab_size is {self.shape.vocab_size}; use the model's "
-                              "own tokenizer")
+        self.tokenizer = _load_tokenizer(self.path / TOKENIZER_DIR, self.shape.vocab_size)
         try:
             weights = load_file(str(weights_file))
         except Exception as exc:  # safetensors raises its own error types
@@ -116,9 +97,6 @@ class EmulatorEngine(EngineBase):
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]
-
-    def close(self) -> None:
-        pass
 
     @torch.inference_mode()
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
@@ -245,6 +223,31 @@ class EmulatorEngine(EngineBase):
             hyps.sort(key=lambda h: -h[0])  # stable: ties keep discovery order
             results.append([h[1] for h in hyps[:width]] or [[]])
         return results
+
+
+def _load_tokenizer(tok_dir: Path, vocab_size: int) -> Any:
+    """The engine's own tokenizer folder, never with its code; EngineError naming the fix."""
+    if not (tok_dir / "tokenizer.json").is_file() and not (tok_dir / "tokenizer_config.json").is_file():
+        raise EngineError(f"{tok_dir}: tokenizer missing; rebuild the engine with "
+                          "`python -m harness build-engine`")
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(tok_dir), trust_remote_code=False)
+    except (OSError, ValueError) as exc:
+        if "custom code" in str(exc) or "trust_remote_code" in str(exc):
+            raise EngineError(f"{tok_dir}: the tokenizer ships its own code (auto_map in "
+                              "tokenizer_config.json), which the emulator never runs; rebuild "
+                              "the engine with `python -m harness build-engine`") from None
+        raise EngineError(f"{tok_dir}: cannot load the tokenizer "
+                          f"({first_line(exc) or type(exc).__name__}); rebuild the engine") from None
+    if tokenizer.eos_token_id is None:
+        raise EngineError(f"{tok_dir}: the tokenizer has no eos token")
+    if len(tokenizer) < vocab_size:
+        raise EngineError(f"{tok_dir}: the tokenizer knows {len(tokenizer)} tokens but the "
+                          f"engine's vocab_size is {vocab_size}; use the model's "
+                          "own tokenizer")
+    return tokenizer
 
 
 def _strided_rows(done: list[bool], width: int) -> torch.Tensor:

@@ -64,3 +64,26 @@ def test_matches_transformers_at_batch_size_one(healthy, prompts, beam):
     for p in prompts[:4]:
         assert healthy.generate([p], settings)[0].text == hf.generate([p], settings)[0].text
     assert hf.info.identity == healthy.info.identity  # same weights, same goldens
+
+
+@pytest.mark.parametrize("error", [OSError(), ValueError("\n  \n")])
+def test_a_tokenizer_error_without_a_message_is_still_one_line(engine_factory, monkeypatch,
+                                                               tmp_path, error):
+    """An exception whose message is empty (or blank) names its type; it used to raise
+    IndexError from the message formatting, in the engine and in lint alike."""
+    import transformers
+
+    from harness.engines.registry import load_engine
+    from harness.errors import EngineError
+    from harness.limits.lint import lint
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fail)
+    name = type(error).__name__
+    with pytest.raises(EngineError, match=rf"tokenizer: cannot load the tokenizer \({name}\); "
+                                          "rebuild the engine$"):
+        load_engine(str(engine_factory(8, 4)))
+    with pytest.raises(EngineError, match=rf"cannot load a tokenizer \({name}\)$"):
+        lint(engine_factory(8, 4))

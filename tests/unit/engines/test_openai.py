@@ -334,3 +334,29 @@ def test_server_options_need_a_server():
                                                         "retries": 0}
     with pytest.raises(ConfigError, match="--request-timeout '0': must be more than 0"):
         RunConfig.from_options({"engine": "http://h:1/v1", "request_timeout": "0"})
+
+
+def test_a_subclass_of_the_openai_backend_gets_the_server_options(scripted, tmp_path: Path,
+                                                                   monkeypatch):
+    """--backend mymod:MyOpenAI --engine http://...: --model, --request-timeout and --retries
+    reach any class that takes them (issue 14, A4), not only the backend named openai."""
+    (tmp_path / "mybackends.py").write_text(
+        "from harness.engines.openai import OpenAIEngine\n\n"
+        "class MyOpenAI(OpenAIEngine):\n    pass\n\n"
+        "class Takes:\n"
+        "    def __init__(self, url, *, model=None, retries=5):\n"
+        "        self.url, self.model, self.retries = url, model, retries\n\n"
+        "    def generate(self, prompts, settings):\n        return []\n\n"
+        "class Plain:\n"
+        "    def __init__(self, url):\n        self.url = url\n\n"
+        "    def generate(self, prompts, settings):\n        return []\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    server = scripted((200, 0))
+    with pytest.raises(EngineError, match="--model 'does-not-exist': the server at .* serves m"):
+        load_engine(server.url, "mybackends:MyOpenAI", EngineOptions(model="does-not-exist"))
+    engine = load_engine(server.url, "mybackends:MyOpenAI",
+                         EngineOptions(model="m", request_timeout=5.0, retries=0))
+    assert (engine.model, engine.request_timeout, engine.retries) == ("m", 5.0, 0)
+    taken = load_engine(server.url, "mybackends:Takes", EngineOptions(model="m", retries=0))
+    assert (taken.url, taken.model, taken.retries) == (server.url, "m", 0)  # only its parameters
+    assert load_engine(server.url, "mybackends:Plain", EngineOptions(model="m")).url == server.url
