@@ -10,6 +10,7 @@ The doubles are not TensorRT-LLM: each says which release source it was read fro
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -21,7 +22,6 @@ from harness.engines.trtllm import TrtllmEngine
 from harness.errors import EngineError
 from tests.doubles import trtllm_0_9
 from tests.doubles import trtllm_common as common
-from tests.doubles.lines import trt_line  # noqa: F401  (the fixture)
 from tests.doubles.trtllm_common import BUNDLED_MODEL, continuation
 
 PROMPTS = ["A short one. TL;DR: ",
@@ -107,6 +107,22 @@ def test_close_frees_the_runner(tmp_path: Path, trt_line, runtime):
         engine.generate(PROMPTS, DecodingSettings(beam_width=1, max_new_tokens=4))
 
 
+def test_a_refusal_of_another_beam_width_switches_to_one_runner_per_width(tmp_path: Path, monkeypatch):
+    """A release outside the known range that still refuses (here the 0.12-0.13 double reporting
+    0.14.0) is recognised by the refusal's text: the runner is reloaded for the cell's width."""
+    from tests.doubles import trtllm_0_12
+
+    trtllm_0_12.install(monkeypatch)
+    monkeypatch.setattr(sys.modules["tensorrt_llm"], "__version__", "0.14.0")
+    engine = _engine(trtllm_0_12, tmp_path)
+    assert engine.info.details["runner_per_beam_width"] is False
+    for beams in (1, 2, 4):
+        _check_cell(engine, PROMPTS, beams)
+    assert engine.info.details["runner_per_beam_width"] is True
+    assert [load["max_beam_width"] for load in common.recorder().loads] == [None, 1, 2, None]
+    assert common.recorder().shutdowns == 3  # each replaced Executor was shut down
+
+
 def test_legacy_engines_load_in_0_9(tmp_path: Path, monkeypatch):
     """0.9's C++ runtime reads a 0.5-0.8 config.json and its *_rank0.engine name."""
     trtllm_0_9.install(monkeypatch)
@@ -157,7 +173,7 @@ def test_llmapi_lines_without_beam_sampling_params_are_refused_clearly(tmp_path:
         pytest.skip("this line has the LLM API's beam-search SamplingParams")
     with pytest.raises(EngineError) as exc:
         _llmapi(trt_line, tmp_path)
-    assert f"needs TensorRT-LLM 0.15 or later" in str(exc.value)
+    assert "needs TensorRT-LLM 0.15 or later" in str(exc.value)
     assert f"this is {trt_line.VERSION}" in str(exc.value) and "--backend trtllm" in str(exc.value)
 
 
