@@ -59,13 +59,6 @@ CPP_ACCEPTED = frozenset({
     "min_tokens", "beam_search_diversity_rate", "repetition_penalty", "presence_penalty",
     "frequency_penalty", "length_penalty", "early_stopping", "no_repeat_ngram_size",
     "random_seed", "num_return_sequences"})
-PY_FIELDS = frozenset({
-    "end_id", "pad_id", "max_new_tokens", "num_beams", "max_attention_window_size",
-    "sink_token_length", "output_sequence_lengths", "return_dict", "stop_words_list",
-    "bad_words_list", "temperature", "top_k", "top_p", "top_p_decay", "top_p_min",
-    "top_p_reset_ids", "length_penalty", "early_stopping", "repetition_penalty", "min_length",
-    "presence_penalty", "frequency_penalty", "use_beam_hyps", "beam_search_diversity_rate",
-    "random_seed", "output_cum_log_probs", "output_log_probs", "no_repeat_ngram_size"})
 
 
 class ModelRunnerCpp(common.ExecutorRunner):
@@ -112,7 +105,7 @@ class ModelRunnerCpp(common.ExecutorRunner):
 class ModelRunner(common.SessionRunner):
     """Double of tensorrt_llm.runtime.ModelRunner 0.15/0.16 (keyword-only from_dir)."""
 
-    FIELDS = PY_FIELDS
+    FIELDS = common.SAMPLING_CONFIG_FIELDS
 
     @classmethod
     def from_dir(cls, engine_dir: str, *, max_output_len: int | None = None,

@@ -323,7 +323,7 @@ class ExecutorRunner:
         ids = token_lists(batch_input_ids)
         RECORDER.calls.append({"runner": self.NAME, "ids": ids, "max_new_tokens": max_new_tokens,
                                "end_id": end_id, "pad_id": pad_id, **kwargs})
-        beams = kwargs.get("num_beams", 1) if "num_beams" in self.ACCEPTED else 1
+        beams = kwargs.get("num_beams", 1)
         check_inputs(self.limits, ids, max_new_tokens, beams)
         error = self.refusal(beams)
         if error is not None:
@@ -331,6 +331,18 @@ class ExecutorRunner:
         return pack(ids, beams=beams, width=self.width(beams), seq_len=self.limits.max_seq_len,
                     end_id=end_id, max_new_tokens=max_new_tokens, return_dict=return_dict,
                     output_sequence_lengths=output_sequence_lengths)
+
+
+# tensorrt_llm.runtime.SamplingConfig fields (generation.py @0.13.0.dev2024082000: 0.9's plus
+# no_repeat_ngram_size); ModelRunner.generate(**kwargs) sets these and drops the rest. Not
+# stored at the 0.15/0.16/1.x release commits: assumed unchanged there.
+SAMPLING_CONFIG_FIELDS = frozenset({
+    "end_id", "pad_id", "max_new_tokens", "num_beams", "max_attention_window_size",
+    "sink_token_length", "output_sequence_lengths", "return_dict", "stop_words_list",
+    "bad_words_list", "temperature", "top_k", "top_p", "top_p_decay", "top_p_min",
+    "top_p_reset_ids", "length_penalty", "early_stopping", "repetition_penalty", "min_length",
+    "presence_penalty", "frequency_penalty", "use_beam_hyps", "beam_search_diversity_rate",
+    "random_seed", "output_cum_log_probs", "output_log_probs", "no_repeat_ngram_size"})
 
 
 class SessionRunner:
