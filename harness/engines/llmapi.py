@@ -19,10 +19,16 @@ the submission order shapes the scheduler's batches.
 
 Engine directories are loaded once (in 1.x through ``tensorrt_llm._tensorrt_engine.LLM``)
 and refuse a beam width above their ``max_beam_width`` with their own ValueError, which
-fails that cell. Checkpoints run on the PyTorch backend, which requires every request's
-beam width to equal the LLM's ``max_beam_width``: the LLM is rebuilt with
-``max_beam_width=W`` whenever the beam width changes. ``tensorrt_llm`` is imported when an
-engine is constructed, never when this module is.
+fails that cell. A checkpoint gets an LLM per beam width W, the previous one shut down first:
+1.x's PyTorch backend requires every request's beam width to equal ``max_beam_width``, so it
+is built with ``max_beam_width=W`` and, for beam search, ``disable_overlap_scheduler=True`` and
+``cuda_graph_config=None`` (1.0 docs; a release that has no such field names it and it is
+dropped); 0.15/0.16 ``LlmArgs`` has no ``max_beam_width`` (TypeError), so there the engine is
+built with ``build_config=BuildConfig(max_beam_width=W)``. Beam parameters follow the line's
+``SamplingParams``: OpenAI style (``use_beam_search, n, best_of``), or ``beam_width=W`` where it
+also has Hugging Face style fields (0.15/0.16-era), whose ``_check_arguments`` reads
+``beam_width``. ``close()`` calls ``shutdown()``, or ``_shutdown()`` (0.15/0.16).
+``tensorrt_llm`` is imported when an engine is constructed, never when this module is.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import DecodingSettings, EngineOptions
+from harness.engines import trtllm_compat as compat
 from harness.engines.base import EngineBase, EngineInfo, Generation
 from harness.engines.tokenizer import load_tokenizer
 from harness.engines.trtllm import engine_files, require_tensorrt_llm
@@ -42,6 +49,7 @@ from harness.limits.engine_config import load_config_json, read_engine_config
 from harness.storage.fingerprint import weights_identity
 
 CHECKPOINT_WEIGHTS = ("*.safetensors", "*.bin")
+BEAM_SEARCH_ARGS = {"disable_overlap_scheduler": True, "cuda_graph_config": None}  # 1.0 PyTorch backend
 
 
 def _checkpoint_files(path: Path) -> list[Path]:
@@ -60,6 +68,13 @@ def _engine_llm_class(trt: Any) -> Any:
         return importlib.import_module("tensorrt_llm._tensorrt_engine").LLM
     except (ImportError, AttributeError):
         return trt.LLM
+
+
+def _hf_style_beams(sampling_params: Any) -> bool:
+    """Whether SamplingParams also takes Hugging Face style ``beam_width``/``num_return_sequences``
+    (the 0.15/0.16-era class, whose ``LLM._check_arguments`` compares ``beam_width``)."""
+    params = inspect.signature(sampling_params).parameters
+    return "beam_width" in params and "num_return_sequences" in params
 
 
 class LlmApiEngine(EngineBase):
@@ -83,6 +98,8 @@ class LlmApiEngine(EngineBase):
             raise EngineError(f"the llmapi backend needs TensorRT-LLM 0.15 or later (SamplingParams "
                               f"with use_beam_search, n, best_of); this is {version}: upgrade, or "
                               "run the engine with --backend trtllm")
+        self.trt = trt
+        self.hf_style = _hf_style_beams(self.sampling_params)
         self.llm_class = _engine_llm_class(trt) if self.is_engine else trt.LLM
         self.tokens = load_tokenizer(self.path, options, backend="llmapi")
         self.tokenizer = self.tokens.tokenizer
@@ -90,7 +107,8 @@ class LlmApiEngine(EngineBase):
         self._tqdm = "use_tqdm" in inspect.signature(self.llm_class.generate).parameters
         self.llm: Any = None
         self.llm_beam_width: int | None = None
-        self._failed: dict[int, str] = {}
+        self.closed = False
+        self.failures = compat.LoadFailures()
         self._load(None if self.is_engine else 1)  # load errors surface now, not in a cell
         self.info = EngineInfo(
             backend="llmapi", path=str(self.path), identity=weights_identity(files),
@@ -104,30 +122,45 @@ class LlmApiEngine(EngineBase):
                                        "API's scheduler decides the real batches"})
 
     def _load(self, beam_width: int | None) -> None:
-        """(Re)build the LLM; for a checkpoint with ``max_beam_width=beam_width``."""
-        self.close()
-        kwargs: dict[str, Any] = {"model": str(self.path), "tokenizer": str(self.tokens.folder),
-                                  "trust_remote_code": self.trust_remote_code}
-        if beam_width is not None:
-            kwargs["max_beam_width"] = beam_width
-        self.llm = self.llm_class(**kwargs)
+        """(Re)build the LLM; for a checkpoint with a maximum beam width of ``beam_width``."""
+        old, self.llm = self.llm, None
+        if old is not None:
+            compat.shutdown(old)
+        base: dict[str, Any] = {"model": str(self.path), "tokenizer": str(self.tokens.folder),
+                                "trust_remote_code": self.trust_remote_code}
+        self.llm = self.llm_class(**base) if beam_width is None else self._construct(base, beam_width)
         self.llm_beam_width = beam_width
 
+    def _construct(self, base: dict[str, Any], width: int) -> Any:
+        """An LLM with ``max_beam_width=width`` (and the beam-search settings), dropping a
+        setting the release names as unknown, or ``build_config`` where it has no such field."""
+        extra: dict[str, Any] = {"max_beam_width": width, **(BEAM_SEARCH_ARGS if width > 1 else {})}
+        for _ in range(len(extra) + 1):
+            try:
+                return self.llm_class(**base, **extra)
+            except Exception as exc:
+                key = compat.rejected_keyword(exc, extra)
+                build_config = getattr(self.trt, "BuildConfig", None)
+                if key is None or (key == "max_beam_width" and build_config is None):
+                    raise
+                if key == "max_beam_width":  # 0.15/0.16: the limit is the engine build's
+                    extra = {"build_config": build_config(max_beam_width=width)}
+                else:
+                    extra.pop(key)
+        raise RuntimeError(f"the LLM refused every way of setting max_beam_width {width}")
+
     def _llm_for(self, beam_width: int) -> Any:
+        if self.closed or (self.is_engine and self.llm is None):
+            raise RuntimeError(f"{self.path}: the engine was closed")
         if self.is_engine:
-            if self.llm is None:
-                raise RuntimeError(f"{self.path}: the engine was closed")
             return self.llm
         if self.llm is None or self.llm_beam_width != beam_width:
-            if beam_width in self._failed:
-                raise RuntimeError(self._failed[beam_width])
+            self.failures.check(beam_width)
             try:
                 self._load(beam_width)
             except Exception as exc:
-                first = (str(exc).strip().splitlines() or [""])[0]
-                self._failed[beam_width] = (f"loading {self.path} with max_beam_width {beam_width} "
-                                            f"failed: {type(exc).__name__}: {first}")
-                raise RuntimeError(self._failed[beam_width]) from None
+                what = f"loading {self.path} with max_beam_width {beam_width}"
+                raise self.failures.record(beam_width, what, exc) from None
         return self.llm
 
     def sampling(self, settings: DecodingSettings) -> Any:
@@ -136,8 +169,8 @@ class LlmApiEngine(EngineBase):
         kwargs: dict[str, Any] = {"max_tokens": settings.max_new_tokens,
                                   "end_id": self.tokens.end_id, "pad_id": self.tokens.pad_id}
         if w > 1:
-            kwargs.update(use_beam_search=True, n=w, best_of=w,
-                          length_penalty=settings.length_penalty,
+            beams = {"beam_width": w} if self.hf_style else {"use_beam_search": True, "n": w, "best_of": w}
+            kwargs.update(beams, length_penalty=settings.length_penalty,
                           early_stopping=1 if settings.early_stopping else 0)
         else:
             kwargs["top_k"] = 1  # greedy
@@ -147,10 +180,9 @@ class LlmApiEngine(EngineBase):
         return [len(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]
 
     def close(self) -> None:
-        llm, self.llm = self.llm, None
-        shutdown = getattr(llm, "shutdown", None)
-        if callable(shutdown):
-            shutdown()
+        llm, self.llm, self.closed = self.llm, None, True
+        if llm is not None:
+            compat.shutdown(llm)  # shutdown(), or _shutdown() on 0.15/0.16
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         llm = self._llm_for(settings.beam_width)

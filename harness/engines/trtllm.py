@@ -11,7 +11,13 @@ engine is tested as it was built. Calls follow trtllm-facts §2:
 - beam 0 is the scored output, every beam is kept in ``Generation.beams``;
 - the runner's own refusals (``num_beams`` above the engine's ``max_beam_width``, a batch
   or prompt too large) propagate unchanged, so that cell fails with the runner's message
-  and the rest of the run continues.
+  and the rest of the run continues;
+- releases whose in-flight batching refuses a beam width other than the executor's maximum
+  (~0.10-0.13, see ``trtllm_compat``) get a ``ModelRunnerCpp`` loaded per beam width
+  (``max_beam_width=W``), the previous one shut down first; on any other release, one such
+  refusal switches to that (single process only); the output's beam dimension may be the
+  executor's maximum (to 0.13, unused beams empty) or the request's: only the first W are cut;
+- ``close()`` shuts the runner's Executor down (0.10 on) instead of leaving it to the GC.
 
 ``tensorrt_llm`` is imported when an engine is constructed, never when this module is.
 """
@@ -23,10 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import TRTLLM_RUNTIMES, DecodingSettings, EngineOptions
+from harness.engines import trtllm_compat as compat
 from harness.engines.base import EngineBase, EngineInfo, Generation
 from harness.engines.lazy import require
+from harness.engines.ranks import world_size
 from harness.engines.tokenizer import load_tokenizer
-from harness.errors import EngineError
+from harness.errors import EngineError, describe
 from harness.limits.engine_config import read_engine_config
 from harness.storage.fingerprint import weights_identity
 
@@ -85,25 +93,82 @@ class TrtllmEngine(EngineBase):
         trt = require_tensorrt_llm("trtllm")
         runtime = require("tensorrt_llm.runtime", backend="trtllm", package="TensorRT-LLM",
                           extra="trtllm")
-        version = str(getattr(trt, "__version__", "unknown"))
-        runner_name = RUNNERS[options.trtllm_runtime]
-        runner_cls = getattr(runtime, runner_name, None)
-        if runner_cls is None:
+        self.version = str(getattr(trt, "__version__", "unknown"))
+        self.runner_name = RUNNERS[options.trtllm_runtime]
+        self.runner_cls = getattr(runtime, self.runner_name, None)
+        if self.runner_cls is None:
             other = "python" if options.trtllm_runtime == "cpp" else "cpp"
-            raise EngineError(f"TensorRT-LLM {version}: tensorrt_llm.runtime has no {runner_name}; "
-                              f"use --trtllm-runtime {other}")
+            raise EngineError(f"TensorRT-LLM {self.version}: tensorrt_llm.runtime has no "
+                              f"{self.runner_name}; use --trtllm-runtime {other}")
         self.tokens = load_tokenizer(self.path, options, backend="trtllm")
         self.tokenizer = self.tokens.tokenizer
         mpi_rank = getattr(trt, "mpi_rank", None)
-        rank = int(mpi_rank()) if callable(mpi_rank) else 0
-        self.rank = rank
-        self.runner: Any = runner_cls.from_dir(engine_dir=str(self.path), rank=rank)
+        self.rank = int(mpi_rank()) if callable(mpi_rank) else 0
+        self._setup_widths(options.trtllm_runtime, limits.max_beam_width)
+        self.runner: Any = self._load_first(limits.layout, options.trtllm_runtime)
         self.info = EngineInfo(
             backend="trtllm", path=str(self.path), identity=weights_identity(files), config=config,
-            details={"runtime": options.trtllm_runtime, "runner": runner_name, "tensorrt_llm": version,
-                     "engine_version": limits.version, "rank": rank,
+            details={"runtime": options.trtllm_runtime, "runner": self.runner_name,
+                     "tensorrt_llm": self.version, "engine_version": limits.version, "rank": self.rank,
+                     "runner_per_beam_width": self.per_width,
                      "tokenizer": str(self.tokens.folder), "end_id": self.tokens.end_id,
                      "pad_id": self.tokens.pad_id, "trust_remote_code": options.trust_remote_code})
+
+    def _setup_widths(self, runtime: str, engine_max: int | None) -> None:
+        """Whether ModelRunnerCpp is loaded per beam width (releases whose in-flight batching
+        refuses a width other than the executor's maximum), and whether a refusal seen at run
+        time may switch to that (one process only: other ranks would not see it)."""
+        can = runtime == "cpp" and compat.takes_keyword(self.runner_cls.from_dir, "max_beam_width")
+        self.per_width = can and compat.refuses_other_beam_widths(self.version)
+        self.may_switch = can and world_size() == 1
+        self.engine_max = engine_max
+        self.runner_width: int | None = None  # the max_beam_width the runner was loaded with
+        self.closed = False
+        self.failures = compat.LoadFailures()
+
+    def _from_dir(self, width: int | None) -> Any:
+        kwargs: dict[str, Any] = {"engine_dir": str(self.path), "rank": self.rank}
+        if width is not None:
+            kwargs["max_beam_width"] = width
+        return self.runner_cls.from_dir(**kwargs)
+
+    def _load_first(self, layout: str, runtime: str) -> Any:
+        try:
+            return self._from_dir(None)
+        except Exception as exc:
+            hint = ""
+            if layout == "legacy" and runtime == "python":
+                hint = ("; this release's Python ModelRunner does not read this legacy (0.5-0.8) "
+                        "config.json: run it with --trtllm-runtime cpp")
+            raise EngineError(f"TensorRT-LLM {self.version}: {self.runner_name}.from_dir({self.path}) "
+                              f"failed: {describe(exc)}{hint}") from None
+
+    def _target_width(self, beams: int) -> int | None:
+        """The max_beam_width to load for a cell: its own, or the engine's (None) for a cell
+        the engine cannot run, so that the runner refuses it naming the engine's limit."""
+        if self.engine_max is not None and beams >= self.engine_max:
+            return None
+        return beams
+
+    def _runner_for(self, beams: int) -> Any:
+        if self.closed:
+            raise RuntimeError(f"{self.path}: the engine was closed")
+        target = self._target_width(beams) if self.per_width else self.runner_width
+        if self.runner is None or target != self.runner_width:
+            self._reload(target)
+        return self.runner
+
+    def _reload(self, width: int | None) -> None:
+        self.failures.check(width)
+        old, self.runner = self.runner, None
+        if old is not None:
+            compat.shutdown(old)  # the executor's GPU memory is needed for the next one
+        try:
+            self.runner = self._from_dir(width)
+        except Exception as exc:
+            what = f"loading {self.path} with max_beam_width {width or self.engine_max}"
+            raise self.failures.record(width, what, exc) from None
+        self.runner_width = width
 
     def _encode(self, prompts: Sequence[str]) -> list[list[int]]:
         return [list(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]
@@ -112,25 +177,21 @@ class TrtllmEngine(EngineBase):
         return [len(ids) for ids in self._encode(prompts)]
 
     def close(self) -> None:
-        self.runner = None  # the runner frees its engine and KV cache when released
+        runner, self.runner, self.closed = self.runner, None, True
+        if runner is not None:
+            compat.shutdown(runner)  # the Executor (0.10 on); older runners free when released
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
-        import torch
-
-        if self.runner is None:
-            raise RuntimeError(f"{self.path}: the engine was closed")
         ids = self._encode(prompts)
         beams = settings.beam_width
-        sampling: dict[str, Any] = {"num_beams": beams, "length_penalty": settings.length_penalty,
-                                    "early_stopping": 1 if settings.early_stopping else 0}
-        if beams == 1:
-            sampling["top_k"] = 1  # greedy
-        with torch.no_grad():
-            out = self.runner.generate(
-                batch_input_ids=[torch.tensor(x, dtype=torch.int32) for x in ids],
-                max_new_tokens=settings.max_new_tokens, end_id=self.tokens.end_id,
-                pad_id=self.tokens.pad_id, output_sequence_lengths=True, return_dict=True,
-                **sampling)
+        try:
+            out = self._call(self._runner_for(beams), ids, settings)
+        except RuntimeError as exc:
+            if not (compat.is_width_refusal(exc) and self.may_switch and not self.per_width):
+                raise
+            self.per_width = True  # this release refuses other widths: load per beam width now
+            self.info.details["runner_per_beam_width"] = True
+            out = self._call(self._runner_for(beams), ids, settings)
         if self.rank != 0 and not out:
             # ModelRunnerCpp returns outputs on the leader rank only; the others took part
             # in the same call and have nothing to score (harness.pipeline.follow ignores it)
@@ -141,6 +202,22 @@ class TrtllmEngine(EngineBase):
         cut = cut_generations(out["output_ids"].cpu(), out["sequence_lengths"].cpu(),
                               [len(x) for x in ids], beams, self.tokens.end_id)
         return [self._generation(entry) for entry in cut]
+
+    def _call(self, runner: Any, ids: list[list[int]], settings: DecodingSettings) -> Any:
+        """One ``generate`` call: the prompts in position order, sampling as keywords."""
+        import torch
+
+        beams = settings.beam_width
+        sampling: dict[str, Any] = {"num_beams": beams, "length_penalty": settings.length_penalty,
+                                    "early_stopping": 1 if settings.early_stopping else 0}
+        if beams == 1:
+            sampling["top_k"] = 1  # greedy
+        with torch.no_grad():
+            return runner.generate(
+                batch_input_ids=[torch.tensor(x, dtype=torch.int32) for x in ids],
+                max_new_tokens=settings.max_new_tokens, end_id=self.tokens.end_id,
+                pad_id=self.tokens.pad_id, output_sequence_lengths=True, return_dict=True,
+                **sampling)
 
     def _generation(self, entry: list[list[int]]) -> Generation:
         vocab = len(self.tokenizer)

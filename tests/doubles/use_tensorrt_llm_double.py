@@ -1,11 +1,14 @@
-"""pytest plugin for subprocess runs (``-p tests.doubles.use_tensorrt_llm_double``): installs the
-TEST DOUBLE of ``tensorrt_llm`` from ``tensorrt_llm_double.py`` before the suites load an
-engine. It is not TensorRT-LLM; see that module's docstring for what it enforces."""
+"""pytest plugin for subprocess runs (``-p tests.doubles.use_tensorrt_llm_double``): installs one
+TEST DOUBLE of ``tensorrt_llm`` before the suites load an engine: the release line named by
+``TRTLLM_DOUBLE_LINE`` (``0.9``, ``0.12-0.13``, ``0.15-0.16``, ``1.x``; default the newest).
+It is not TensorRT-LLM; see tests/doubles/lines.py and each line's module."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from tests.doubles import tensorrt_llm_double
+from tests.doubles.lines import ENV, NEWEST, line
 
-tensorrt_llm_double.install(pytest.MonkeyPatch())
+line(os.environ.get(ENV, NEWEST)).install(pytest.MonkeyPatch())

@@ -158,7 +158,7 @@ def test_wrong_number_of_outputs_fails_the_cell_with_a_message(tmp_path: Path, s
 def test_trtllm_outputs_of_padding_or_outside_the_vocabulary(tmp_path: Path, monkeypatch, ids, text):
     from harness.config import EngineOptions
     from harness.engines.trtllm import TrtllmEngine, cut_generations
-    from tests.doubles import tensorrt_llm_double as double
+    from tests.doubles import trtllm_1_x as double
 
     double.install(monkeypatch)
     engine = TrtllmEngine(double.make_engine_dir(tmp_path / "e", with_tokenizer=True), options=EngineOptions())

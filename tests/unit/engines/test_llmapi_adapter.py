@@ -1,16 +1,16 @@
 """Contract tests of the llmapi backend against a TEST DOUBLE of TensorRT-LLM's LLM API.
 
-``tests/doubles/tensorrt_llm_double.py`` stands in for ``tensorrt_llm.LLM`` and
-``SamplingParams`` (trtllm-facts §3): keyword-only SamplingParams with the real names, the
-real refusal of a beam width above an engine's max_beam_width, and the PyTorch backend's
-rule that a request's beam width equals the LLM's max_beam_width.
+The 1.x double (``tests/doubles/trtllm_1_x.py``) stands in for ``tensorrt_llm.LLM`` (the
+PyTorch backend), ``_tensorrt_engine.LLM`` and ``SamplingParams``: keyword-only SamplingParams
+with the real names, the real refusal of a beam width above an engine's max_beam_width, and
+the PyTorch backend's rule that a request's beam width equals the LLM's max_beam_width.
+``test_trtllm_contract.py`` runs the same contract against every release line.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,8 +21,10 @@ from harness.engines.registry import load_engine
 from harness.errors import EngineError
 from harness.inputs.data import build_prompt
 from harness.storage.fingerprint import weights_identity
-from tests.doubles import tensorrt_llm_double as double
-from tests.doubles.tensorrt_llm_double import BUNDLED_MODEL, continuation, make_engine_dir
+from tests.doubles import trtllm_0_15
+from tests.doubles import trtllm_1_x as double
+from tests.doubles.trtllm_1_x import make_engine_dir
+from tests.doubles.trtllm_common import BUNDLED_MODEL, continuation
 
 TOKENIZER = EngineOptions(tokenizer=str(BUNDLED_MODEL))
 PROMPTS = ["One. TL;DR: ", "Two words and then many more words than the first. TL;DR: ",
@@ -51,7 +53,7 @@ def test_missing_tensorrt_llm_is_one_line(tmp_path: Path, monkeypatch):
 def test_engine_dir_beam_search_one_call_per_batch(tmp_path: Path, trt):
     engine = LlmApiEngine(make_engine_dir(tmp_path / "e", max_beam_width=4), options=TOKENIZER)
     [load] = trt.loads
-    assert load["runner"] == "tensorrt_llm._tensorrt_engine.LLM"  # 1.x: the TensorRT-engine LLM
+    assert load["runner"] == "tensorrt_llm.llmapi.llm._TrtLLM"  # 1.x: _tensorrt_engine.LLM
     assert load["model"] == str(tmp_path / "e") and load["tokenizer"] == str(BUNDLED_MODEL)
     assert load["trust_remote_code"] is False and "max_beam_width" not in load
     gens = engine.generate(PROMPTS, DecodingSettings(beam_width=4, max_new_tokens=9, length_penalty=0.7))
@@ -69,7 +71,7 @@ def test_greedy(tmp_path: Path, trt):
     engine = LlmApiEngine(make_engine_dir(tmp_path / "e"), options=TOKENIZER)
     gens = engine.generate(PROMPTS[:2], DecodingSettings(beam_width=1, max_new_tokens=6))
     sp = trt.calls[0]["sampling_params"]
-    assert (sp.use_beam_search, sp.n, sp.best_of, sp.top_k) == (False, 1, None, 1)
+    assert (sp.use_beam_search, sp.n, sp.best_of, sp.top_k) == (False, 1, 1, 1)  # best_of defaults to n
     assert [g.beams for g in gens] == [_expected(engine, p, 1, 6) for p in PROMPTS[:2]]
 
 
@@ -77,14 +79,15 @@ def test_engine_refusal_keeps_its_message(tmp_path: Path, trt):
     engine = LlmApiEngine(make_engine_dir(tmp_path / "e", max_beam_width=2), options=TOKENIZER)
     with pytest.raises(ValueError) as exc:
         engine.generate(PROMPTS, DecodingSettings(beam_width=4, max_new_tokens=8))
-    assert str(exc.value) == "sampling_params's beam_width (4) should not exceed max_beam_width (2)"
+    assert str(exc.value) == ("sampling_params.n (4) cannot exceed max_beam_width (2) when "
+                              "use_beam_search is True")
 
 
 def test_before_1_0_engines_load_with_the_plain_llm(tmp_path: Path, monkeypatch):
-    trt = double.install(monkeypatch, engine_llm_module=False)
-    engine = LlmApiEngine(make_engine_dir(tmp_path / "e"), options=TOKENIZER)
-    assert trt.loads[0]["runner"] == "tests.doubles.tensorrt_llm_double.LLM"
-    assert engine.info.details["llm_class"] == "tests.doubles.tensorrt_llm_double.LLM"
+    trt = trtllm_0_15.install(monkeypatch)  # 0.15/0.16: no _tensorrt_engine module
+    engine = LlmApiEngine(trtllm_0_15.make_engine_dir(tmp_path / "e"), options=TOKENIZER)
+    assert trt.loads[0]["runner"] == "tensorrt_llm.LLM"
+    assert engine.info.details["llm_class"] == "tests.doubles.trtllm_0_15.LLM"
 
 
 def test_checkpoint_gets_an_llm_per_beam_width(trt):
@@ -115,18 +118,6 @@ def test_checkpoint_reload_failure_is_a_cell_error_once(trt, monkeypatch):
     assert attempts == [2]
 
 
-def test_old_sampling_params_are_refused_clearly(tmp_path: Path, trt):
-    @dataclass(kw_only=True)
-    class OldSamplingParams:  # 0.12-style: beam_width instead of use_beam_search/best_of
-        end_id: int | None = None
-        max_new_tokens: int = 32
-        beam_width: int = 1
-
-    sys.modules["tensorrt_llm"].SamplingParams = OldSamplingParams
-    with pytest.raises(EngineError, match=r"needs TensorRT-LLM 0\.15 or later .* this is 0\.13\.0.*--backend trtllm"):
-        LlmApiEngine(make_engine_dir(tmp_path / "e"), options=TOKENIZER)
-
-
 def test_trust_remote_code_is_passed_through(tmp_path: Path, trt):
     path = make_engine_dir(tmp_path / "e", with_tokenizer=True)
     LlmApiEngine(path)
@@ -148,8 +139,8 @@ def test_pipeline_with_llmapi(tmp_path: Path, small_dataset: Path, trt):
     cells = {c.cell.id: c for c in result.cells}
     assert cells["bs1-beam1"].verdict == cells["bs4-beam1"].verdict == "pass"
     for cell in ("bs1-beam2", "bs4-beam2"):
-        assert cells[cell].error == ("ValueError: sampling_params's beam_width (2) should not exceed "
-                                     "max_beam_width (1)")
+        assert cells[cell].error == ("ValueError: sampling_params.n (2) cannot exceed max_beam_width (1) "
+                                     "when use_beam_search is True")
     prompts = [build_prompt(config.prompt_template, d) for d in result.dataset.documents]
     expected = []
     for cell in result.plan.all_cells:

@@ -1,9 +1,9 @@
 """Contract tests of the trtllm backend against a TEST DOUBLE of TensorRT-LLM.
 
-TensorRT-LLM cannot run here: ``tests/doubles/tensorrt_llm_double.py`` stands in for it and
-enforces the real runner signatures, output layout and refusal messages (trtllm-facts §2).
-What is tested is the adapter: the calls it makes, how it cuts and keeps outputs, and how a
-refusal travels to the cell.
+TensorRT-LLM cannot run here: the 1.x double (``tests/doubles/trtllm_1_x.py``) stands in for
+it with that line's runner signatures, output layout and refusal messages. What is tested is
+the adapter: the calls it makes, how it cuts and keeps outputs, and how a refusal travels to
+the cell. ``test_trtllm_contract.py`` runs the same contract against every release line.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from harness.engines.registry import detect_backend, load_engine
 from harness.engines.trtllm import TrtllmEngine, cut_generations
 from harness.errors import ConfigError, EngineError
 from harness.inputs.data import build_prompt
-from tests.doubles import tensorrt_llm_double as double
-from tests.doubles.tensorrt_llm_double import BUNDLED_MODEL, continuation, make_engine_dir
+from tests.doubles import trtllm_1_x as double
+from tests.doubles.trtllm_1_x import make_engine_dir
+from tests.doubles.trtllm_common import BUNDLED_MODEL, continuation
 
 REPO = Path(__file__).resolve().parents[3]
 MISSING = 'the trtllm backend needs TensorRT-LLM: pip install "batch-position-harness[trtllm]"'
@@ -155,7 +156,7 @@ def test_engine_info(tmp_path: Path, trt):
     assert info.identity == "sha256:" + hashlib.sha256((path / "rank0.engine").read_bytes()).hexdigest()
     assert info.config == json.loads((path / "config.json").read_text())
     assert info.details["runtime"] == "cpp" and info.details["tensorrt_llm"] == double.VERSION
-    assert info.details["engine_version"] == "0.13.0" and info.details["trust_remote_code"] is False
+    assert info.details["engine_version"] == double.VERSION and info.details["trust_remote_code"] is False
     assert engine.count_tokens(PROMPTS) == [len(x) for x in _ids(engine, PROMPTS)]
     engine.close()
     with pytest.raises(RuntimeError, match="closed"):

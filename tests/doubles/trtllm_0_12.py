@@ -1,0 +1,170 @@
+"""TEST DOUBLE of ``tensorrt_llm`` of the 0.12-0.13 line: it is NOT TensorRT-LLM and runs no model.
+
+Read from one upstream state: the weekly push ``0.13.0.dev2024082000`` (2024-08-20, between the
+0.12.0 and 0.13.0 releases), as kept on branch ``0.13.0.dev2024082000`` of nyunAI/TensorRT-LLM
+(commit 04c5298, "pull from upstream"). The 0.12.0 and 0.13.0 release commits (28fb9aa,
+201135e in triton-inference-server/tensorrtllm_backend's submodule) are not stored in the
+index, so this is the nearest state read:
+
+- ``tensorrt_llm/version.py``: ``__version__ = "0.13.0.dev2024082000"``; ``__init__.py`` exports
+  ``LLM``, ``LlmArgs`` and ``SamplingParams`` from ``hlapi/llm.py``, ``mpi_rank``.
+- ``hlapi/utils.py`` ``SamplingParams``: ``@dataclass(slots=True)`` with ``end_id, pad_id,
+  max_new_tokens=32, ..., beam_width=1, top_k, top_p, ..., length_penalty, early_stopping``;
+  no ``use_beam_search``/``n``/``best_of`` (0.15 on).
+- ``runtime/model_runner_cpp.py`` ``ModelRunnerCpp`` wraps ``bindings.executor.Executor``
+  (in-flight batching). ``from_dir(engine_dir, *, lora_dir=None, rank=0, max_batch_size=None,
+  max_input_len=None, max_output_len=None, max_beam_width=None, max_attention_window_size=None,
+  sink_token_length=None, kv_cache_free_gpu_memory_fraction=None, medusa_choices=None,
+  lookahead_config=None, debug_mode=False, lora_ckpt_source="hf", gpu_weights_percent=1,
+  max_tokens_in_paged_kv_cache=None, kv_cache_enable_block_reuse=False,
+  enable_chunked_context=False, is_enc_dec=False, multi_block_mode=None,
+  enable_context_fmha_fp32_acc=None)``: keyword-only; ``ExecutorConfig(max_beam_width=...)`` is
+  the given value or the engine's.
+- ``generate(batch_input_ids, *, encoder_input_ids=None, sampling_config=None, lora_uids=None,
+  streaming=False, stopping_criteria=None, logits_processor=None, max_new_tokens=1, end_id=None,
+  pad_id=None, bad_words_list=None, stop_words_list=None, return_dict=False,
+  output_sequence_lengths=False, output_log_probs=False, output_cum_log_probs=False,
+  prompt_table=None, prompt_tasks=None, return_all_generated_tokens=False, **kwargs)``: only the
+  ``accepted_parameters`` listed there reach ``trtllm.SamplingConfig`` (``num_beams`` renamed
+  ``beam_width``), others are dropped silently; ``_check_inputs`` uses ``beam_width``.
+- ``_initialize_and_fill_output``: ``output_ids`` is ``[batch, self.max_beam_width, max_seq_len]``
+  (the executor's maximum, whatever the request's width); beams a request did not use stay
+  empty: length 0 in ``sequence_lengths``, all end_id. A response error is
+  ``RuntimeError(response.error_msg)`` (``_fill_output``).
+- In-flight batching refuses a request whose beam width differs from the executor's
+  ``max_beam_width``: "Assertion failed: Request with beam width 1 differs from the max beam
+  width 3" (NVIDIA/TensorRT-LLM #1282; tensorrtllm_backend #154 shows the full text from
+  ``batch_manager/trtGptModelInflightBatching.cpp``, prefixed "Encountered an error in forward
+  function: [TensorRT-LLM][ERROR] "). The batch manager's source is not public at this version:
+  that the text reaches ``generate`` as the response's error message is inferred from
+  ``_fill_output``; the source location and stack trace that follow it are left out here.
+- ``runtime/model_runner.py`` ``ModelRunner.from_dir(engine_dir, max_output_len=None,
+  lora_dir=None, rank=0, debug_mode=False, lora_ckpt_source="hf", medusa_choices=None,
+  stream=None, gpu_weights_percent=1, enable_context_fmha_fp32_acc=None)``: positional, with
+  ``max_output_len`` second; the Python session has no executor and no such refusal.
+
+Not modelled: legacy (builder_config) engines (an engine from 0.5-0.8 would not deserialize
+with this release's TensorRT anyway), the hlapi ``LLM`` beyond its refusal by the llmapi backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.doubles import trtllm_common as common
+
+VERSION = "0.13.0.dev2024082000"
+LINE = "0.12-0.13"
+
+CPP_ACCEPTED = frozenset({
+    "num_beams", "top_k", "top_p", "top_p_min", "top_p_reset_ids", "top_p_decay", "random_seed",
+    "temperature", "min_length", "beam_search_diversity_rate", "repetition_penalty",
+    "presence_penalty", "frequency_penalty", "length_penalty", "early_stopping",
+    "no_repeat_ngram_size"})
+
+
+class ModelRunnerCpp(common.ExecutorRunner):
+    """Double of tensorrt_llm.runtime.ModelRunnerCpp 0.13.0.dev2024082000 (Executor)."""
+
+    ACCEPTED = CPP_ACCEPTED
+
+    @classmethod
+    def from_dir(cls, engine_dir: str, *, lora_dir: str | None = None, rank: int = 0,
+                 max_batch_size: int | None = None, max_input_len: int | None = None,
+                 max_output_len: int | None = None, max_beam_width: int | None = None,
+                 max_attention_window_size: list[int] | None = None,
+                 sink_token_length: int | None = None,
+                 kv_cache_free_gpu_memory_fraction: float | None = None,
+                 medusa_choices: list[list[int]] | None = None, lookahead_config: list[int] | None = None,
+                 debug_mode: bool = False, lora_ckpt_source: str = "hf", gpu_weights_percent: float = 1,
+                 max_tokens_in_paged_kv_cache: int | None = None,
+                 kv_cache_enable_block_reuse: bool = False, enable_chunked_context: bool = False,
+                 is_enc_dec: bool = False, multi_block_mode: bool | None = None,
+                 enable_context_fmha_fp32_acc: bool | None = None) -> ModelRunnerCpp:
+        return cls.load(engine_dir, rank, max_batch_size, max_beam_width)
+
+    def width(self, beams: int) -> int:
+        return self.max_beam_width
+
+    def refusal(self, beams: int) -> str | None:
+        if beams == self.max_beam_width:
+            return None
+        return ("Encountered an error in forward function: [TensorRT-LLM][ERROR] Assertion failed: "
+                f"Request with beam width {beams} differs from the max beam width {self.max_beam_width}")
+
+    def generate(self, batch_input_ids: list[Any], *, encoder_input_ids: Any = None,
+                 sampling_config: Any = None, lora_uids: list | None = None, streaming: bool = False,
+                 stopping_criteria: Any = None, logits_processor: Any = None, max_new_tokens: int = 1,
+                 end_id: int | None = None, pad_id: int | None = None, bad_words_list: Any = None,
+                 stop_words_list: Any = None, return_dict: bool = False,
+                 output_sequence_lengths: bool = False, output_log_probs: bool = False,
+                 output_cum_log_probs: bool = False, prompt_table: Any = None,
+                 prompt_tasks: str | None = None, return_all_generated_tokens: bool = False,
+                 **kwargs: Any) -> Any:
+        return self.run(batch_input_ids, max_new_tokens=max_new_tokens, end_id=end_id, pad_id=pad_id,
+                        return_dict=return_dict, output_sequence_lengths=output_sequence_lengths,
+                        kwargs=kwargs)
+
+
+class ModelRunner(common.SessionRunner):
+    """Double of tensorrt_llm.runtime.ModelRunner 0.13.0.dev2024082000 (positional from_dir)."""
+
+    FIELDS = common.SAMPLING_CONFIG_FIELDS
+
+    @classmethod
+    def from_dir(cls, engine_dir: str, max_output_len: int | None = None,
+                 lora_dir: list[str] | None = None, rank: int = 0, debug_mode: bool = False,
+                 lora_ckpt_source: str = "hf", medusa_choices: Any = None, stream: Any = None,
+                 gpu_weights_percent: float = 1,
+                 enable_context_fmha_fp32_acc: bool | None = None) -> ModelRunner:
+        return cls.load(engine_dir, rank)
+
+    def generate(self, batch_input_ids: list[Any], sampling_config: Any = None,
+                 prompt_table: Any = None, prompt_tasks: str | None = None,
+                 lora_uids: list | None = None, streaming: bool = False,
+                 stopping_criteria: Any = None, logits_processor: Any = None,
+                 medusa_choices: Any = None, **kwargs: Any) -> Any:
+        return self.run(batch_input_ids, kwargs)
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    """Double of the 0.13.0.dev hlapi SamplingParams (``beam_width``, no ``use_beam_search``)."""
+
+    end_id: int | None = None
+    pad_id: int | None = None
+    max_new_tokens: int = 32
+    beam_width: int = 1
+    top_k: int | None = None
+    top_p: float | None = None
+    temperature: float | None = None
+    length_penalty: float | None = None
+    early_stopping: int | None = None
+
+
+class LLM:
+    """Double of the 0.13.0.dev hlapi LLM: not modelled (the llmapi backend refuses this line)."""
+
+    def __init__(self, model: str, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("TEST DOUBLE: the 0.13.0.dev hlapi LLM is not modelled")
+
+
+def mpi_rank() -> int:
+    return 0
+
+
+def install(monkeypatch: Any) -> common.Recorder:
+    """Put this double into sys.modules as ``tensorrt_llm`` 0.13.0.dev2024082000."""
+    doc = f"TEST DOUBLE of tensorrt_llm {VERSION} (tests/doubles/trtllm_0_12.py)"
+    runtime = common.module("tensorrt_llm.runtime", doc, ModelRunner=ModelRunner,
+                            ModelRunnerCpp=ModelRunnerCpp)
+    pkg = common.module("tensorrt_llm", doc, __version__=VERSION, __path__=[], runtime=runtime,
+                        LLM=LLM, SamplingParams=SamplingParams, mpi_rank=mpi_rank)
+    return common.install_modules(monkeypatch, {"tensorrt_llm": pkg, "tensorrt_llm.runtime": runtime})
+
+
+def make_engine_dir(path: Path, **kwargs: Any) -> Path:
+    """An engine directory as trtllm-build of this line writes it (max_seq_len)."""
+    return common.make_engine_dir(path, version=VERSION, **kwargs)

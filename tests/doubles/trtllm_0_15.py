@@ -1,0 +1,294 @@
+"""TEST DOUBLE of ``tensorrt_llm`` of the 0.15-0.16 line: it is NOT TensorRT-LLM and runs no model.
+
+It reports ``__version__ = "0.16.0"``. Read from NVIDIA/TensorRT-LLM at the release commits
+(from the submodule pointers of triton-inference-server/tensorrtllm_backend: v0.15.0 = 8f91cff,
+v0.16.0 = 42a7b09), as stored in the index:
+
+- ``tensorrt_llm/__init__.py`` @8f91cff: ``from .llmapi.llm import LLM, LlmArgs, SamplingParams``,
+  ``mpi_rank``; no ``_tensorrt_engine`` module (1.x), so ``tensorrt_llm.LLM`` runs engine folders.
+- ``tensorrt_llm/llmapi/llm.py`` @42a7b09 ``LLM.__init__(model, tokenizer=None,
+  tokenizer_mode='auto', skip_tokenizer_init=False, trust_remote_code=False,
+  tensor_parallel_size=1, dtype="auto", revision=None, tokenizer_revision=None,
+  speculative_model=None, **kwargs)`` -> ``LlmArgs.from_kwargs(...)``; the executor's
+  ``max_beam_width`` is ``self.args.build_config.max_beam_width``; ``generate(inputs,
+  sampling_params=None, use_tqdm=True, lora_request=None, prompt_adapter_request=None)``;
+  ``_prepare_sampling_params`` (TypeError "The sampling_params must be type SamplingParams or
+  None, but got ..."); ``_check_arguments`` (ValueError "The sum of prompt length (P) and
+  max_tokens (T) should not exceed max_seq_len (M)", then ValueError "sampling_params's
+  beam_width (W) should not exceed max_beam_width (M)", comparing ``sampling_params.beam_width``
+  with ``build_config.max_beam_width``); only ``_shutdown()``, no public ``shutdown()``.
+- ``LlmArgs`` is a plain dataclass without ``max_beam_width`` (trtllm-facts §3; ``llm_utils.py``
+  is not stored at these commits): an unknown keyword is Python's TypeError; the limit comes
+  from ``build_config`` (``BuildConfig.max_beam_width``, default 1).
+- ``SamplingParams``: not stored at either commit. Modelled on the index's stored pre-1.x
+  ``sampling_params.py`` of the same family (the only such version found; its fields
+  ``min_p``/``return_perf_metrics`` suggest it is somewhat newer than 0.16): Hugging Face style
+  ``beam_width``/``num_return_sequences`` *or* OpenAI style ``n``/``best_of``/``use_beam_search``
+  (both: ValueError "Got ambiguous parameters..."); HF style sets ``n = beam_width``,
+  ``use_beam_search = beam_width > 1``; ``best_of`` defaults to ``n``; greedy with
+  ``best_of > 1`` is refused unless ``TLLM_ALLOW_N_GREEDY_DECODING``. With OpenAI-style
+  parameters ``beam_width`` stays 1, so ``_check_arguments`` lets a too-wide ``best_of`` through
+  to the C++ executor, whose check is not in this source: that refusal is modelled with a text
+  marked "TEST DOUBLE".
+- ``runtime/model_runner_cpp.py`` ``ModelRunnerCpp.from_dir(engine_dir, *, ...)`` @42a7b09
+  (keyword-only, names below) and ``generate(batch_input_ids, *, ...)`` with its
+  ``accepted_parameters`` and ``_fill_output`` @8f91cff: ``output_ids`` is ``[batch,
+  num_sequences, max_seq_len]`` with ``num_sequences = num_return_sequences or num_beams``.
+  Whether this line's executor accepts a beam width below its maximum is not in the Python
+  source; trtllm-facts §2 places the refusal at ~0.10-0.13 and a relaxed check later: modelled
+  as accepted (inferred).
+- ``ModelRunner.from_dir(engine_dir, *, max_output_len=None, lora_dir=None, rank=0, ...)``
+  keyword-only as trtllm-facts §2 records it (``model_runner.py`` is not stored at these commits).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from tests.doubles import trtllm_common as common
+
+VERSION = "0.16.0"
+LINE = "0.15-0.16"
+
+CPP_ACCEPTED = frozenset({
+    "num_beams", "top_k", "top_p", "top_p_min", "top_p_reset_ids", "top_p_decay", "temperature",
+    "min_tokens", "beam_search_diversity_rate", "repetition_penalty", "presence_penalty",
+    "frequency_penalty", "length_penalty", "early_stopping", "no_repeat_ngram_size",
+    "random_seed", "num_return_sequences"})
+
+
+class ModelRunnerCpp(common.ExecutorRunner):
+    """Double of tensorrt_llm.runtime.ModelRunnerCpp 0.15/0.16 ([batch, num_beams, ...])."""
+
+    ACCEPTED = CPP_ACCEPTED
+
+    @classmethod
+    def from_dir(cls, engine_dir: str, *, lora_dir: str | None = None, rank: int = 0,
+                 max_batch_size: int | None = None, max_input_len: int | None = None,
+                 max_output_len: int | None = None, max_beam_width: int | None = None,
+                 max_attention_window_size: list[int] | None = None,
+                 sink_token_length: int | None = None,
+                 kv_cache_free_gpu_memory_fraction: float | None = None,
+                 cross_kv_cache_fraction: float | None = None, medusa_choices: Any = None,
+                 eagle_choices: Any = None, eagle_posterior_threshold: float | None = None,
+                 lookahead_config: list[int] | None = None, debug_mode: bool = False,
+                 lora_ckpt_source: str = "hf", gpu_weights_percent: float = 1,
+                 max_tokens_in_paged_kv_cache: int | None = None,
+                 kv_cache_enable_block_reuse: bool = False, enable_chunked_context: bool = False,
+                 is_enc_dec: bool = False, multi_block_mode: bool = True,
+                 enable_context_fmha_fp32_acc: bool | None = None, cuda_graph_mode: bool | None = None,
+                 logits_processor_map: Any = None, device_ids: list[int] | None = None,
+                 is_orchestrator_mode: bool = False, use_runtime_defaults: bool = True) -> ModelRunnerCpp:
+        return cls.load(engine_dir, rank, max_batch_size, max_beam_width)
+
+    def generate(self, batch_input_ids: list[Any], *, position_ids: Any = None,
+                 encoder_input_ids: Any = None, encoder_input_features: Any = None,
+                 encoder_output_lengths: Any = None, cross_attention_masks: Any = None,
+                 sampling_config: Any = None, lora_uids: list | None = None,
+                 lookahead_config: list[int] | None = None, streaming: bool = False,
+                 stopping_criteria: Any = None, logits_processor_names: list[str] | None = None,
+                 max_new_tokens: int = 1, end_id: int | None = None, pad_id: int | None = None,
+                 bad_words_list: Any = None, stop_words_list: Any = None, return_dict: bool = False,
+                 output_sequence_lengths: bool = False, output_log_probs: bool = False,
+                 output_cum_log_probs: bool = False, prompt_table: Any = None,
+                 prompt_tasks: str | None = None, input_token_extra_ids: Any = None,
+                 return_all_generated_tokens: bool = False, **kwargs: Any) -> Any:
+        return self.run(batch_input_ids, max_new_tokens=max_new_tokens, end_id=end_id, pad_id=pad_id,
+                        return_dict=return_dict, output_sequence_lengths=output_sequence_lengths,
+                        kwargs=kwargs)
+
+
+class ModelRunner(common.SessionRunner):
+    """Double of tensorrt_llm.runtime.ModelRunner 0.15/0.16 (keyword-only from_dir)."""
+
+    FIELDS = common.SAMPLING_CONFIG_FIELDS
+
+    @classmethod
+    def from_dir(cls, engine_dir: str, *, max_output_len: int | None = None,
+                 lora_dir: list[str] | None = None, rank: int = 0, debug_mode: bool = False,
+                 lora_ckpt_source: str = "hf", medusa_choices: Any = None, stream: Any = None,
+                 gpu_weights_percent: float = 1, enable_context_fmha_fp32_acc: bool | None = None,
+                 multi_block_mode: bool | None = None) -> ModelRunner:
+        return cls.load(engine_dir, rank)
+
+    def generate(self, batch_input_ids: list[Any], position_ids: Any = None,
+                 sampling_config: Any = None, prompt_table: Any = None, prompt_tasks: Any = None,
+                 lora_uids: list | None = None, streaming: bool = False,
+                 stopping_criteria: Any = None, logits_processor: Any = None,
+                 medusa_choices: Any = None, **kwargs: Any) -> Any:
+        return self.run(batch_input_ids, kwargs)
+
+
+@dataclass(kw_only=True)
+class SamplingParams:
+    """Double of the 0.15/0.16-era SamplingParams (HF or OpenAI style beam parameters)."""
+
+    end_id: int | None = None
+    pad_id: int | None = None
+    max_tokens: int = 32
+    n: int = 1
+    best_of: int | None = None
+    use_beam_search: bool = False
+    beam_width: int = 1
+    num_return_sequences: int | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    temperature: float | None = None
+    length_penalty: float | None = None
+    early_stopping: int | None = None
+    return_log_probs: bool = False
+    detokenize: bool = True
+
+    def __post_init__(self) -> None:
+        if self.pad_id is None:
+            self.pad_id = self.end_id
+        hf_style = self.beam_width > 1 or self.num_return_sequences
+        if hf_style and (self.n > 1 or self.best_of or self.use_beam_search):
+            raise ValueError("Got ambiguous parameters. Please specify either Hugging Face style "
+                             "parameters (beam_width or num_return_sequences) or OpenAI style "
+                             "parameters (n, best_of, or use_beam_search), but not both")
+        if hf_style:
+            self.n, self.best_of = self.beam_width, self.num_return_sequences
+            self.use_beam_search = self.beam_width > 1
+        self.best_of = self.best_of or self.n
+        self._validate()
+
+    def _validate(self) -> None:
+        if self.best_of > 1 and self.best_of < self.n:
+            raise ValueError(f"In beam search, beam_width ({self.beam_width}) must be greater than or "
+                             f"equal to num_return_sequences ({self.num_return_sequences}).")
+        greedy = (not self.use_beam_search and self.top_k in (None, 1) and self.top_p in (None, 0.0))
+        if self.best_of > 1 and greedy and not os.environ.get("TLLM_ALLOW_N_GREEDY_DECODING"):
+            raise ValueError(f"Greedy decoding in the LLM API does not allow multiple returns. Please "
+                             f"set to best_of=1, got best_of={self.best_of}. Please set to best_of=1 or "
+                             "set an environment variable TLLM_ALLOW_N_GREEDY_DECODING=1 to allow "
+                             "best_of > 1 under the greedy decoding.")
+
+    def executor_beam_width(self) -> int:
+        """``_get_sampling_config``: beam_width = best_of with beam search, else 1."""
+        return self.best_of if self.use_beam_search else 1
+
+
+@dataclass(kw_only=True)
+class BuildConfig:
+    """Double of tensorrt_llm.BuildConfig (the fields the LLM API reads here)."""
+
+    max_input_len: int = 1024
+    max_seq_len: int | None = None
+    max_batch_size: int = 2048
+    max_beam_width: int = 1
+    max_num_tokens: int = 8192
+
+
+@dataclass(kw_only=True)
+class LlmArgs:
+    """Double of the 0.15/0.16 LlmArgs: a plain dataclass, no ``max_beam_width``."""
+
+    model: str
+    tokenizer: Any = None
+    tokenizer_mode: str = "auto"
+    skip_tokenizer_init: bool = False
+    trust_remote_code: bool = False
+    tensor_parallel_size: int = 1
+    dtype: str = "auto"
+    revision: str | None = None
+    tokenizer_revision: str | None = None
+    speculative_model: str | None = None
+    build_config: BuildConfig | None = None
+    kv_cache_config: Any = None
+    max_batch_size: int | None = None
+    max_num_tokens: int | None = None
+    enable_chunked_prefill: bool = False
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> LlmArgs:
+        return cls(**kwargs)
+
+
+def _engine_build_config(model: str) -> BuildConfig | None:
+    config = json.loads((Path(model) / "config.json").read_text())
+    if "build_config" not in config:
+        return None  # a checkpoint: the LLM builds an engine with args.build_config
+    build = config["build_config"]
+    names = {f.name for f in fields(BuildConfig)}
+    return BuildConfig(**{k: v for k, v in build.items() if k in names})
+
+
+class LLM:
+    """Double of tensorrt_llm.LLM 0.16 (TensorRT engines; checkpoints are built first)."""
+
+    def __init__(self, model: str, tokenizer: Any = None, tokenizer_mode: str = "auto",
+                 skip_tokenizer_init: bool = False, trust_remote_code: bool = False,
+                 tensor_parallel_size: int = 1, dtype: str = "auto", revision: str | None = None,
+                 tokenizer_revision: str | None = None, speculative_model: str | None = None,
+                 **kwargs: Any) -> None:
+        self.args = LlmArgs.from_kwargs(model=model, tokenizer=tokenizer, trust_remote_code=trust_remote_code,
+                                        tokenizer_mode=tokenizer_mode, dtype=dtype, **kwargs)
+        self.args.build_config = _engine_build_config(model) or self.args.build_config or BuildConfig()
+        if self.args.build_config.max_seq_len is None:
+            self.args.build_config.max_seq_len = 2048  # a checkpoint's build (default inferred)
+        self.tokenizer = common.hf_tokenizer(str(tokenizer or model), trust_remote_code)
+        common.record_load("tensorrt_llm.LLM", model=model, tokenizer=tokenizer,
+                           trust_remote_code=trust_remote_code, **kwargs)
+        self._executor: Any = common.Executor(self.args.build_config.max_beam_width)
+        self._next_id = 0
+
+    def generate(self, inputs: Any, sampling_params: Any = None, use_tqdm: bool = True,
+                 lora_request: Any = None, prompt_adapter_request: Any = None) -> Any:
+        batch = inputs if isinstance(inputs, list) else [inputs]
+        common.RECORDER.calls.append({"runner": "LLM", "prompts": list(batch),
+                                      "sampling_params": sampling_params, "use_tqdm": use_tqdm})
+        outs = [self._one(prompt, sampling_params, i) for i, prompt in enumerate(batch)]
+        return outs if isinstance(inputs, list) else outs[0]
+
+    def _one(self, prompt: str, sp: Any, position: int) -> common.RequestOutput:
+        if not isinstance(sp, SamplingParams):
+            raise TypeError(f"The sampling_params must be type SamplingParams or None, but got {type(sp)}")
+        if self._executor is None or not self._executor.alive:
+            raise RuntimeError("the LLM's executor was shut down")
+        self._check_arguments(len(self.tokenizer(prompt)["input_ids"]), sp)
+        if sp.executor_beam_width() > self._executor.max_beam_width:
+            raise RuntimeError(f"TEST DOUBLE: request beam width {sp.executor_beam_width()} above the "
+                               f"executor's max_beam_width {self._executor.max_beam_width} (the C++ "
+                               "check's text is not modelled)")
+        self._next_id += 1
+        return common.request_output(self.tokenizer, self._next_id, prompt, position, n=sp.n,
+                                     max_tokens=sp.max_tokens, end_id=sp.end_id)
+
+    def _check_arguments(self, prompt_len: int, sp: SamplingParams) -> None:
+        build = self.args.build_config
+        if not self.args.enable_chunked_prefill and prompt_len + sp.max_tokens > build.max_seq_len:
+            raise ValueError(f"The sum of prompt length ({prompt_len}) and max_tokens ({sp.max_tokens}) "
+                             f"should not exceed max_seq_len ({build.max_seq_len})")
+        if sp.beam_width > build.max_beam_width:
+            raise ValueError(f"sampling_params's beam_width ({sp.beam_width}) should not exceed "
+                             f"max_beam_width ({build.max_beam_width})")
+
+    def _shutdown(self) -> None:
+        if getattr(self, "_executor", None) is not None:
+            self._executor.shutdown()
+            self._executor = None
+
+
+def mpi_rank() -> int:
+    return 0
+
+
+def install(monkeypatch: Any) -> common.Recorder:
+    """Put this double into sys.modules as ``tensorrt_llm`` 0.16.0."""
+    doc = f"TEST DOUBLE of tensorrt_llm {VERSION} (tests/doubles/trtllm_0_15.py)"
+    runtime = common.module("tensorrt_llm.runtime", doc, ModelRunner=ModelRunner,
+                            ModelRunnerCpp=ModelRunnerCpp)
+    pkg = common.module("tensorrt_llm", doc, __version__=VERSION, __path__=[], runtime=runtime,
+                        LLM=LLM, LlmArgs=LlmArgs, SamplingParams=SamplingParams,
+                        BuildConfig=BuildConfig, mpi_rank=mpi_rank)
+    return common.install_modules(monkeypatch, {"tensorrt_llm": pkg, "tensorrt_llm.runtime": runtime,
+                                                "tensorrt_llm._tensorrt_engine": None})
+
+
+def make_engine_dir(path: Path, **kwargs: Any) -> Path:
+    return common.make_engine_dir(path, version=VERSION, **kwargs)

@@ -1,0 +1,205 @@
+"""TEST DOUBLE of ``tensorrt_llm`` 0.9.0: it is NOT TensorRT-LLM and runs no model.
+
+Read from the v0.9.0 tag (commit 250d9c29, WhiteD2125/TensorRT-LLM, a fork that carries the
+release tags); every behaviour below is from that one release:
+
+- ``tensorrt_llm/version.py``: ``__version__ = "0.9.0"``; ``tensorrt_llm/__init__.py`` exports
+  ``mpi_rank`` and ``LLM`` (``hlapi/llm.py``: ``LLM(config: ModelConfig, *, tokenizer=None,
+  kv_cache_config=None, streaming_llm=False, async_engine_tmp_dir=None, **_additional_options)``)
+  and no ``SamplingParams`` (the LLM API has no beam-search sampling parameters in 0.9).
+- ``runtime/model_runner_cpp.py`` ``ModelRunnerCpp.from_dir(engine_dir, lora_dir=None, rank=0,
+  max_batch_size=None, max_input_len=None, max_output_len=None, max_beam_width=None,
+  max_attention_window_size=None, sink_token_length=None, free_gpu_memory_fraction=None,
+  debug_mode=False, lora_ckpt_source="hf")``: positional-or-keyword; wraps ``GptSession``;
+  ``assert max_beam_width <= model_config.max_beam_width`` (likewise batch size).
+  The config is parsed by ``cpp/tensorrt_llm/runtime/gptJsonConfig.cpp`` ``parseJson``: no
+  ``version`` key means the legacy (0.5-0.8) layout (``builder_config``/``plugin_config``), the
+  engine file is then ``{name}_{precision}_tp{tp}[_pp{pp}]_rank{r}.engine`` (``engineFilename``),
+  else ``rank{r}.engine``; ``parseBuilderConfig``: max_seq_len = max_input_len +
+  max_output_len, a missing ``max_beam_width`` reads as 0 (``parseJsonFieldOr``).
+- ``ModelRunnerCpp.generate(batch_input_ids, sampling_config=None, prompt_table_path=None,
+  prompt_tasks=None, lora_uids=None, streaming=False, stopping_criteria=None,
+  logits_processor=None, **kwargs)``: kwargs go through ``SamplingConfig.update`` (``generation.py``),
+  which sets known fields and silently drops the rest (recorded here in ``Recorder.ignored``);
+  ``_check_inputs`` (``model_runner.py`` ``ModelRunnerMixin``) then ``GptSession.generate`` into
+  ``output_ids`` of shape ``(batch, sampling_config.num_beams, max_sequence_length)``.
+- ``runtime/model_runner.py`` ``ModelRunner.from_dir(engine_dir, lora_dir=None, rank=0,
+  debug_mode=False, lora_ckpt_source="hf", medusa_choices=None, stream=None)``: the legacy path
+  (``get_engine_version`` is None) reads ``builder_config['max_beam_width']`` and
+  ``plugin_config['mamba_conv1d_plugin']``/``['paged_state']`` by key (``_builder_to_model_config``),
+  so a real 0.5-0.8 config, which has neither plugin key, fails with KeyError there; the
+  unified path takes max_seq_len = max_input_len + max_output_len from build_config.
+- ``SamplingConfig`` (``generation.py``) defaults: ``max_new_tokens=20, num_beams=1, top_k=1``,
+  ``length_penalty=1.0, early_stopping=1``.
+
+Not modelled: padding of ``output_ids`` past each sequence (end_id here; GptSession's fill is
+not read), the MPI world-size assertion, LoRA, streaming, the hlapi ``LLM`` beyond its signature.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.doubles import trtllm_common as common
+from tests.doubles.trtllm_common import Limits
+
+VERSION = "0.9.0"
+LINE = "0.9"
+
+# tensorrt_llm.runtime.SamplingConfig fields at v0.9.0 (generation.py)
+SAMPLING_FIELDS = frozenset({
+    "end_id", "pad_id", "max_new_tokens", "num_beams", "max_attention_window_size",
+    "sink_token_length", "output_sequence_lengths", "return_dict", "stop_words_list",
+    "bad_words_list", "temperature", "top_k", "top_p", "top_p_decay", "top_p_min",
+    "top_p_reset_ids", "length_penalty", "early_stopping", "repetition_penalty", "min_length",
+    "presence_penalty", "frequency_penalty", "use_beam_hyps", "beam_search_diversity_rate",
+    "random_seed", "output_cum_log_probs", "output_log_probs"})
+SAMPLING_DEFAULTS = {"end_id": None, "pad_id": None, "max_new_tokens": 20, "num_beams": 1,
+                     "top_k": 1, "output_sequence_lengths": False, "return_dict": False}
+
+
+def _config(engine_dir: str) -> dict[str, Any]:
+    return json.loads((Path(engine_dir) / "config.json").read_text())
+
+
+def _cpp_limits(config: dict[str, Any]) -> tuple[Limits, str]:
+    """GptJsonConfig::parseJson: limits and the engine file name for rank 0."""
+    legacy = "version" not in config
+    build = config["builder_config"] if legacy else config["build_config"]
+    limits = Limits(max_batch_size=build.get("max_batch_size", 0),
+                    max_input_len=build.get("max_input_len", 0),
+                    max_seq_len=build.get("max_input_len", 0) + build.get("max_output_len", 0),
+                    max_beam_width=build.get("max_beam_width", 0))
+    if not legacy:
+        return limits, "rank0.engine"
+    pp = build.get("pipeline_parallel", 1)
+    pp_part = f"_pp{pp}" if pp > 1 else ""
+    return limits, f"{build['name']}_{build['precision']}_tp{build['tensor_parallel']}{pp_part}_rank0.engine"
+
+
+def _python_limits(config: dict[str, Any]) -> Limits:
+    """ModelRunner.from_dir: by key, as _builder_to_model_config and from_engine read them."""
+    if "version" not in config:
+        build, plugin = config["builder_config"], config["plugin_config"]
+        plugin["mamba_conv1d_plugin"], plugin["paged_state"]  # noqa: B018  KeyError on 0.5-0.8 configs
+    else:
+        build = config["build_config"]
+    return Limits(max_batch_size=build["max_batch_size"], max_input_len=build["max_input_len"],
+                  max_seq_len=build["max_input_len"] + build["max_output_len"],
+                  max_beam_width=build["max_beam_width"])
+
+
+class SamplingConfig:
+    """Double of tensorrt_llm.runtime.SamplingConfig 0.9 (``update`` drops unknown keys)."""
+
+    def __init__(self, end_id: int | None, pad_id: int | None, **values: Any) -> None:
+        for key, default in SAMPLING_DEFAULTS.items():
+            setattr(self, key, default)
+        self.end_id, self.pad_id = end_id, pad_id
+        self.length_penalty, self.early_stopping = 1.0, 1
+        self.update(**values)
+
+    def update(self, **kwargs: Any) -> dict[str, Any]:
+        unused = {k: v for k, v in kwargs.items() if k not in SAMPLING_FIELDS}
+        for key, value in kwargs.items():
+            if key in SAMPLING_FIELDS:
+                setattr(self, key, value)
+        common.RECORDER.ignored.extend(sorted(unused))
+        return unused
+
+
+class _Runner:
+    def __init__(self, name: str, limits: Limits) -> None:
+        self.name, self.limits = name, limits
+        self.max_beam_width = limits.max_beam_width
+
+    def _generate(self, batch_input_ids: Any, sampling_config: Any, kwargs: dict[str, Any],
+                  seq_len: int | None) -> Any:
+        sc = SamplingConfig(end_id=None, pad_id=None) if sampling_config is None else sampling_config
+        sc.update(**kwargs)
+        ids = common.token_lists(batch_input_ids)
+        common.RECORDER.calls.append({"runner": self.name, "ids": ids, **kwargs})
+        common.check_inputs(self.limits, ids, sc.max_new_tokens, sc.num_beams)
+        width = max(len(x) for x in ids) + sc.max_new_tokens if seq_len is None else seq_len
+        return common.pack(ids, beams=sc.num_beams, width=sc.num_beams, seq_len=width, end_id=sc.end_id,
+                           max_new_tokens=sc.max_new_tokens, return_dict=sc.return_dict,
+                           output_sequence_lengths=sc.output_sequence_lengths)
+
+
+class ModelRunnerCpp(_Runner):
+    """Double of tensorrt_llm.runtime.ModelRunnerCpp 0.9 (GptSession)."""
+
+    @classmethod
+    def from_dir(cls, engine_dir: str, lora_dir: str | None = None, rank: int = 0,
+                 max_batch_size: int | None = None, max_input_len: int | None = None,
+                 max_output_len: int | None = None, max_beam_width: int | None = None,
+                 max_attention_window_size: int | None = None, sink_token_length: int | None = None,
+                 free_gpu_memory_fraction: float | None = None, debug_mode: bool = False,
+                 lora_ckpt_source: str = "hf") -> ModelRunnerCpp:
+        limits, engine_file = _cpp_limits(_config(engine_dir))
+        if not (Path(engine_dir) / engine_file).is_file():
+            raise RuntimeError(f"Failed to open engine file {Path(engine_dir) / engine_file}")
+        if max_beam_width is not None:
+            assert max_beam_width <= limits.max_beam_width
+            limits.max_beam_width = max_beam_width
+        if max_batch_size is not None:
+            assert max_batch_size <= limits.max_batch_size
+            limits.max_batch_size = max_batch_size
+        common.record_load("ModelRunnerCpp", engine_dir=engine_dir, rank=rank,
+                           max_beam_width=max_beam_width)
+        return cls("ModelRunnerCpp", limits)
+
+    def generate(self, batch_input_ids: list[Any], sampling_config: Any = None,
+                 prompt_table_path: str | None = None, prompt_tasks: str | None = None,
+                 lora_uids: list | None = None, streaming: bool = False,
+                 stopping_criteria: Any = None, logits_processor: Any = None, **kwargs: Any) -> Any:
+        return self._generate(batch_input_ids, sampling_config, kwargs, self.limits.max_seq_len)
+
+
+class ModelRunner(_Runner):
+    """Double of tensorrt_llm.runtime.ModelRunner 0.9 (the Python GenerationSession)."""
+
+    @classmethod
+    def from_dir(cls, engine_dir: str, lora_dir: list[str] | None = None, rank: int = 0,
+                 debug_mode: bool = False, lora_ckpt_source: str = "hf",
+                 medusa_choices: Any = None, stream: Any = None) -> ModelRunner:
+        limits = _python_limits(_config(engine_dir))
+        common.record_load("ModelRunner", engine_dir=engine_dir, rank=rank)
+        return cls("ModelRunner", limits)
+
+    def generate(self, batch_input_ids: list[Any], sampling_config: Any = None,
+                 prompt_table_path: str | None = None, prompt_tasks: str | None = None,
+                 lora_uids: list | None = None, streaming: bool = False,
+                 stopping_criteria: Any = None, logits_processor: Any = None,
+                 medusa_choices: Any = None, **kwargs: Any) -> Any:
+        return self._generate(batch_input_ids, sampling_config, kwargs, None)
+
+
+class LLM:
+    """Double of the 0.9 hlapi ``LLM`` signature only (``config`` is a required ModelConfig)."""
+
+    def __init__(self, config: Any, *, tokenizer: Any = None, kv_cache_config: Any = None,
+                 streaming_llm: Any = False, async_engine_tmp_dir: str | None = None,
+                 **_additional_options: Any) -> None:
+        raise NotImplementedError("TEST DOUBLE: the 0.9 hlapi LLM is not modelled beyond its signature")
+
+
+def mpi_rank() -> int:
+    return 0
+
+
+def install(monkeypatch: Any) -> common.Recorder:
+    """Put this double into sys.modules as ``tensorrt_llm`` 0.9.0; returns a fresh Recorder."""
+    doc = "TEST DOUBLE of tensorrt_llm 0.9.0 (tests/doubles/trtllm_0_9.py)"
+    runtime = common.module("tensorrt_llm.runtime", doc, ModelRunner=ModelRunner,
+                            ModelRunnerCpp=ModelRunnerCpp, SamplingConfig=SamplingConfig)
+    pkg = common.module("tensorrt_llm", doc, __version__=VERSION, __path__=[], runtime=runtime,
+                        LLM=LLM, mpi_rank=mpi_rank)
+    return common.install_modules(monkeypatch, {"tensorrt_llm": pkg, "tensorrt_llm.runtime": runtime})
+
+
+def make_engine_dir(path: Path, **kwargs: Any) -> Path:
+    """An engine directory as trtllm-build 0.9 writes it (max_output_len, no max_seq_len)."""
+    return common.make_engine_dir(path, version=VERSION, sample="unified_0.9_mistral_sq.json", **kwargs)

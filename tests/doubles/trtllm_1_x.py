@@ -1,0 +1,265 @@
+"""TEST DOUBLE of ``tensorrt_llm`` of the 1.x line: it is NOT TensorRT-LLM and runs no model.
+
+It reports ``__version__ = "1.0.0"``. The index stores none of the files below at the v1.0.0
+release commit (ae8270b, from tensorrtllm_backend's submodule pointer); they were read from
+the 1.x-series versions it does store (the index does not name their commits), plus the 1.0
+documentation. Where a later 1.x file is the source, that is said:
+
+- ``tensorrt_llm/_tensorrt_engine/__init__.py``: ``from tensorrt_llm.llmapi.llm import _TrtLLM
+  as LLM`` (TensorRT engines); plain ``tensorrt_llm.LLM`` is the PyTorch backend.
+- ``tensorrt_llm/llmapi/llm.py`` (``BaseLLM``/``_TrtLLM``): every keyword must be a field of the
+  backend's args class, else ValueError "{class} got invalid argument: {key}";
+  ``_check_arguments`` returns early on the PyTorch backend; on TensorRT engines it raises
+  ValueError "sampling_params.n (W) cannot exceed max_beam_width (M) when use_beam_search is
+  True" when ``n == best_of``, else "sampling_params.best_of (W) cannot exceed ..."; the
+  ``max_seq_len`` check reads "The sum of prompt length (P) and query length (0) max_tokens (T)
+  should not exceed max_seq_len (M)"; public ``shutdown()`` (no ``_shutdown``).
+- ``_torch/pyexecutor`` (``py_executor.py`` ``_validate_request`` / the request queue): a
+  request whose beam width differs from ``max_beam_width`` is refused: "Request beam width X is
+  not equal to max_beam_width Y. This is not supported!"; ``tests/unittest/_torch/sampler/
+  test_beam_search.py`` ``test_smaller_beam_width`` expects it from ``LLM.generate`` as
+  ``tensorrt_llm.executor.utils.RequestError`` (a RuntimeError subclass here: inferred).
+- ``docs/source/1.0/features/sampling.md``: PyTorch-backend beam search needs
+  ``use_beam_search=True``, ``max_beam_width`` equal to ``best_of``,
+  ``disable_overlap_scheduler=True`` and ``cuda_graph_config=None``. What the real backend does
+  when the last two are missing is not recorded: the double refuses at construction with a
+  text marked "TEST DOUBLE".
+- ``tensorrt_llm/sampling_params.py`` (a later 1.x version, with the range validators 1.2 added):
+  ``@dataclass(slots=True, kw_only=True)``; ``best_of`` defaults to ``n``; ValueError "best_of (X)
+  cannot be less than n (Y)"; greedy (no beam search and top_k 1, top_p 0, temperature 0 or
+  none set) with ``best_of > 1`` refused unless ``TLLM_ALLOW_N_GREEDY_DECODING``; no
+  ``beam_width`` attribute.
+- ``runtime/model_runner_cpp.py`` (a 1.x version: ``accepted_parameters`` adds ``min_p`` and
+  ``beam_width_array``), output ``[batch, num_sequences, max_seq_len]``; the executor accepts a
+  beam width below its maximum (trtllm-facts §2, ``verifyRequests``/``changeBeamWidth``). The
+  ``from_dir``/``generate`` signatures were not read in a 1.x version: the 0.16 ones are
+  assumed (the only code this double takes from another line's module, and marked so).
+- ``runtime/model_runner.py`` (a 1.x version): ``from_engine(engine, *, max_output_len, ...)``
+  keyword-only; ``from_dir(engine_dir, *, ...)`` likewise (trtllm-facts §2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from tests.doubles import trtllm_0_15 as line_0_15
+from tests.doubles import trtllm_common as common
+
+VERSION = "1.0.0"
+LINE = "1.x"
+DEFAULT_CUDA_GRAPHS = object()  # CudaGraphConfig() by default; None disables CUDA graphs
+
+
+class RequestError(RuntimeError):
+    """Double of tensorrt_llm.executor.utils.RequestError."""
+
+
+class ModelRunnerCpp(line_0_15.ModelRunnerCpp):
+    """Double of the 1.x ModelRunnerCpp: the 0.16 interface, more accepted sampling keywords."""
+
+    ACCEPTED = line_0_15.CPP_ACCEPTED | {"min_p", "beam_width_array"}
+
+
+class ModelRunner(line_0_15.ModelRunner):
+    """Double of the 1.x ModelRunner (keyword-only from_dir)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class SamplingParams:
+    """Double of the 1.x SamplingParams (OpenAI-style n/best_of/use_beam_search only)."""
+
+    end_id: int | None = None
+    pad_id: int | None = None
+    max_tokens: int = 32
+    n: int = 1
+    best_of: int | None = None
+    use_beam_search: bool = False
+    top_k: int | None = None
+    top_p: float | None = None
+    temperature: float | None = None
+    length_penalty: float | None = None
+    early_stopping: int | None = None
+    detokenize: bool = True
+
+    def __post_init__(self) -> None:
+        if self.pad_id is None:
+            self.pad_id = self.end_id
+        self.best_of = self.best_of or self.n
+        if self.best_of < self.n:
+            raise ValueError(f"best_of ({self.best_of}) cannot be less than n ({self.n})")
+        if self.best_of > 1 and self._greedy_decoding and not os.environ.get("TLLM_ALLOW_N_GREEDY_DECODING"):
+            raise ValueError(f"Greedy decoding in the LLM API does not allow multiple returns. Please "
+                             f"set to best_of=1, got best_of={self.best_of}. Please set to best_of=1 or "
+                             "set an environment variable TLLM_ALLOW_N_GREEDY_DECODING=1 to allow "
+                             "best_of > 1 under the greedy decoding.")
+
+    @property
+    def _greedy_decoding(self) -> bool:
+        implied = ((self.temperature is None and self.top_p is None and self.top_k is None)
+                   or self.top_k == 1 or self.top_p == 0.0 or self.temperature == 0)
+        return not self.use_beam_search and implied
+
+    def executor_beam_width(self) -> int:
+        return self.best_of if self.use_beam_search else 1
+
+
+@dataclass(kw_only=True)
+class _CommonArgs:
+    model: str
+    tokenizer: Any = None
+    tokenizer_mode: str = "auto"
+    skip_tokenizer_init: bool = False
+    trust_remote_code: bool = False
+    tensor_parallel_size: int = 1
+    dtype: str = "auto"
+    revision: str | None = None
+    tokenizer_revision: str | None = None
+    max_beam_width: int | None = None
+    max_batch_size: int | None = None
+    max_num_tokens: int | None = None
+    max_seq_len: int | None = None
+    kv_cache_config: Any = None
+    enable_chunked_prefill: bool = False
+
+
+@dataclass(kw_only=True)
+class TorchLlmArgs(_CommonArgs):
+    disable_overlap_scheduler: bool = False
+    cuda_graph_config: Any = DEFAULT_CUDA_GRAPHS
+
+
+@dataclass(kw_only=True)
+class TrtLlmArgs(_CommonArgs):
+    build_config: Any = None
+
+
+class _BaseLLM:
+    ARGS: type = TorchLlmArgs
+    BACKEND = "pytorch"
+
+    def __init__(self, model: str, tokenizer: Any = None, tokenizer_mode: str = "auto",
+                 skip_tokenizer_init: bool = False, trust_remote_code: bool = False,
+                 tensor_parallel_size: int = 1, dtype: str = "auto", revision: str | None = None,
+                 tokenizer_revision: str | None = None, **kwargs: Any) -> None:
+        valid = {f.name for f in fields(self.ARGS)} | {"backend"}
+        for key in kwargs:
+            if key not in valid:
+                raise ValueError(f"{self.__class__.__name__} got invalid argument: {key}")
+        kwargs.pop("backend", None)
+        self.args = self.ARGS(model=model, tokenizer=tokenizer, trust_remote_code=trust_remote_code,
+                              tokenizer_mode=tokenizer_mode, dtype=dtype, **kwargs)
+        self._setup()
+        self.tokenizer = common.hf_tokenizer(str(tokenizer or model), trust_remote_code)
+        common.record_load(f"{type(self).__module__}.{type(self).__qualname__}", model=model,
+                           tokenizer=tokenizer, trust_remote_code=trust_remote_code, **kwargs)
+        self._executor: Any = common.Executor(self.args.max_beam_width)
+        self._next_id = 0
+
+    def _setup(self) -> None:
+        if self.args.max_beam_width is None:
+            self.args.max_beam_width = 1
+
+    def generate(self, inputs: Any, sampling_params: Any = None, use_tqdm: bool = True,
+                 lora_request: Any = None, prompt_adapter_request: Any = None,
+                 kv_cache_retention_config: Any = None, disaggregated_params: Any = None,
+                 scheduling_params: Any = None, cache_salt: Any = None) -> Any:
+        batch = inputs if isinstance(inputs, list) else [inputs]
+        common.RECORDER.calls.append({"runner": "LLM", "prompts": list(batch),
+                                      "sampling_params": sampling_params, "use_tqdm": use_tqdm})
+        outs = [self._one(prompt, sampling_params, i) for i, prompt in enumerate(batch)]
+        return outs if isinstance(inputs, list) else outs[0]
+
+    def _one(self, prompt: str, sp: Any, position: int) -> common.RequestOutput:
+        if not isinstance(sp, SamplingParams):
+            raise TypeError(f"The sampling_params must be type SamplingParams or None, but got {type(sp)}")
+        if self._executor is None:
+            raise RuntimeError("the LLM was shut down")
+        self._check_arguments(len(self.tokenizer(prompt)["input_ids"]), sp)
+        self._verify_request(sp.executor_beam_width())
+        self._next_id += 1
+        return common.request_output(self.tokenizer, self._next_id, prompt, position, n=sp.n,
+                                     max_tokens=sp.max_tokens, end_id=sp.end_id)
+
+    def _check_arguments(self, prompt_len: int, sp: SamplingParams) -> None:
+        return  # the PyTorch backend leaves the request checks to its executor
+
+    def _verify_request(self, width: int) -> None:
+        if width != self.args.max_beam_width:
+            raise RequestError(f"Request beam width {width} is not equal to max_beam_width "
+                               f"{self.args.max_beam_width}. This is not supported!")
+
+    def shutdown(self) -> None:
+        if getattr(self, "_executor", None) is not None:
+            self._executor.shutdown()
+            self._executor = None
+
+
+class LLM(_BaseLLM):
+    """Double of tensorrt_llm.LLM 1.x: the PyTorch backend."""
+
+    def _setup(self) -> None:
+        super()._setup()
+        a = self.args
+        cuda_graphs = getattr(a, "cuda_graph_config", None)  # a field of some releases only
+        if a.max_beam_width > 1 and (not a.disable_overlap_scheduler or cuda_graphs is not None):
+            raise ValueError("TEST DOUBLE: beam search on the PyTorch backend needs "
+                             "disable_overlap_scheduler=True and cuda_graph_config=None "
+                             "(docs/source/1.0/features/sampling.md); the real failure is not recorded")
+
+
+class _TrtLLM(_BaseLLM):
+    """Double of tensorrt_llm._tensorrt_engine.LLM 1.x (TensorRT engines)."""
+
+    ARGS = TrtLlmArgs
+    BACKEND = "tensorrt"
+
+    def _setup(self) -> None:
+        config = json.loads((Path(self.args.model) / "config.json").read_text())
+        build = config.get("build_config") or {}
+        self.args.build_config = line_0_15.BuildConfig(
+            **{k: v for k, v in build.items() if k in {f.name for f in fields(line_0_15.BuildConfig)}})
+        self.args.max_beam_width = self.args.build_config.max_beam_width
+
+    def _check_arguments(self, prompt_len: int, sp: SamplingParams) -> None:
+        limit, seq = self.args.build_config.max_beam_width, self.args.build_config.max_seq_len
+        if not self.args.enable_chunked_prefill and prompt_len + (sp.max_tokens or 0) > seq:
+            raise ValueError(f"The sum of prompt length ({prompt_len}) and query length (0) max_tokens "
+                             f"({sp.max_tokens}) should not exceed max_seq_len ({seq})")
+        if sp.use_beam_search and sp.best_of > limit:
+            which = f"n ({sp.n})" if sp.n == sp.best_of else f"best_of ({sp.best_of})"
+            raise ValueError(f"sampling_params.{which} cannot exceed max_beam_width ({limit}) when "
+                             "use_beam_search is True")
+
+    def _verify_request(self, width: int) -> None:
+        return  # the C++ executor of 1.x accepts a beam width up to its maximum
+
+
+LLM.__module__ = _TrtLLM.__module__ = "tensorrt_llm.llmapi.llm"  # where 1.x defines both
+
+
+def mpi_rank() -> int:
+    return 0
+
+
+def install(monkeypatch: Any) -> common.Recorder:
+    """Put this double into sys.modules as ``tensorrt_llm`` 1.0.0."""
+    doc = f"TEST DOUBLE of tensorrt_llm {VERSION} (tests/doubles/trtllm_1_x.py)"
+    runtime = common.module("tensorrt_llm.runtime", doc, ModelRunner=ModelRunner,
+                            ModelRunnerCpp=ModelRunnerCpp)
+    engine = common.module("tensorrt_llm._tensorrt_engine", doc, LLM=_TrtLLM)
+    utils = common.module("tensorrt_llm.executor.utils", doc, RequestError=RequestError)
+    executor = common.module("tensorrt_llm.executor", doc, __path__=[], utils=utils)
+    pkg = common.module("tensorrt_llm", doc, __version__=VERSION, __path__=[], runtime=runtime,
+                        LLM=LLM, SamplingParams=SamplingParams, BuildConfig=line_0_15.BuildConfig,
+                        mpi_rank=mpi_rank, executor=executor, _tensorrt_engine=engine)
+    return common.install_modules(monkeypatch, {
+        "tensorrt_llm": pkg, "tensorrt_llm.runtime": runtime, "tensorrt_llm._tensorrt_engine": engine,
+        "tensorrt_llm.executor": executor, "tensorrt_llm.executor.utils": utils})
+
+
+def make_engine_dir(path: Path, **kwargs: Any) -> Path:
+    return common.make_engine_dir(path, version=VERSION, **kwargs)

@@ -1,0 +1,252 @@
+"""The adapter contract, run against the TEST DOUBLE of every TensorRT-LLM release line.
+
+The same assertions for each line (tests/doubles/lines.py): an engine of that line loads;
+greedy and beam cells give every position its own output, in position order, with every beam
+kept; a beam width above the engine's maximum fails only its cell, with that line's own
+message and exception type; a smaller beam width works; close frees what the line holds.
+The doubles are not TensorRT-LLM: each says which release source it was read from.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from harness.config import DecodingSettings, EngineOptions, RunConfig
+from harness.engines.llmapi import LlmApiEngine
+from harness.engines.trtllm import TrtllmEngine
+from harness.errors import EngineError
+from tests.doubles import trtllm_0_9
+from tests.doubles import trtllm_common as common
+from tests.doubles.trtllm_common import BUNDLED_MODEL, continuation
+
+PROMPTS = ["A short one. TL;DR: ",
+           "A much longer prompt, with many more words in it than the first one has, so that "
+           "the batch holds prompts of different lengths. TL;DR: ",
+           "Middle length prompt here, some words. TL;DR: "]
+LLMAPI_LINES = {"0.15-0.16", "1.x"}  # the lines whose SamplingParams has use_beam_search/n/best_of
+# what each line's LLM API says for a beam width of 4 on an engine built with max_beam_width 2
+LLMAPI_REFUSAL = {
+    "0.15-0.16": "ValueError: sampling_params's beam_width (4) should not exceed max_beam_width (2)",
+    "1.x": "ValueError: sampling_params.n (4) cannot exceed max_beam_width (2) when use_beam_search is True",
+}
+RUNTIMES = ["cpp", "python"]
+
+
+def _engine(trt: ModuleType, tmp_path: Path, runtime: str = "cpp", max_beam_width: int = 4) -> TrtllmEngine:
+    path = trt.make_engine_dir(tmp_path / "e", max_beam_width=max_beam_width, max_batch_size=8)
+    return TrtllmEngine(path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL), trtllm_runtime=runtime))
+
+
+def _expected(tokenizer, prompts: list[str], beams: int, new: int) -> list[tuple[str, ...]]:
+    out = []
+    for ids in tokenizer(prompts)["input_ids"]:
+        out.append(tuple(tokenizer.decode(continuation(list(ids), k, new, 2), skip_special_tokens=True).strip()
+                         for k in range(beams)))
+    return out
+
+
+def _check_cell(engine, prompts: list[str], beams: int, new: int = 8) -> None:
+    gens = engine.generate(prompts, DecodingSettings(beam_width=beams, max_new_tokens=new))
+    assert [g.beams for g in gens] == _expected(engine.tokenizer, prompts, beams, new)
+    assert [g.text for g in gens] == [g.beams[0] for g in gens]
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+
+
+# --- the trtllm backend -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_every_cell_runs_on_every_line(tmp_path: Path, trt_line, runtime):
+    """Greedy, a smaller beam width and the engine's own, in the order the plan runs them
+    (on 0.12-0.13 in-flight batching refuses a width other than the executor's maximum)."""
+    engine = _engine(trt_line, tmp_path, runtime)
+    assert engine.info.details["tensorrt_llm"] == trt_line.VERSION
+    for beams in (1, 2, 4, 1, 2):
+        _check_cell(engine, PROMPTS, beams)
+    assert common.recorder().ignored == []  # no keyword the runner drops silently
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_beam_width_above_the_engine_fails_only_its_cell(tmp_path: Path, trt_line, runtime):
+    engine = _engine(trt_line, tmp_path, runtime, max_beam_width=2)
+    with pytest.raises(RuntimeError) as exc:
+        engine.generate(PROMPTS, DecodingSettings(beam_width=4, max_new_tokens=8))
+    assert _error(exc.value) == "RuntimeError: Num beams (4) exceeds the engine or specified limit (2)"
+    _check_cell(engine, PROMPTS, 1)  # the engine still runs the next cell
+    _check_cell(engine, PROMPTS, 2)
+
+
+def test_cpp_outputs_are_cut_for_the_line_s_beam_layout(tmp_path: Path, trt_line):
+    """[batch, max_beam_width, ...] with empty unused beams (to 0.13) or [batch, num_beams, ...]
+    (later): either way each prompt gets exactly the beams asked for, none empty."""
+    engine = _engine(trt_line, tmp_path)
+    gens = engine.generate(PROMPTS[:2], DecodingSettings(beam_width=2, max_new_tokens=8))
+    assert [len(g.beams) for g in gens] == [2, 2] and all(all(g.beams) for g in gens)
+    assert [g.token_ids for g in gens] == [tuple(continuation(list(ids), 0, 8, 2))
+                                           for ids in engine.tokenizer(PROMPTS[:2])["input_ids"]]
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_close_frees_the_runner(tmp_path: Path, trt_line, runtime):
+    engine = _engine(trt_line, tmp_path, runtime)
+    _check_cell(engine, PROMPTS[:1], 2)
+    runner = engine.runner
+    engine.close()
+    assert engine.runner is None
+    session = getattr(runner, "session", None)
+    if hasattr(session, "shutdown"):  # the Executor (0.10 on) is shut down, not left to the GC
+        assert session.alive is False
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.generate(PROMPTS, DecodingSettings(beam_width=1, max_new_tokens=4))
+
+
+def test_a_refusal_of_another_beam_width_switches_to_one_runner_per_width(tmp_path: Path, monkeypatch):
+    """A release outside the known range that still refuses (here the 0.12-0.13 double reporting
+    0.14.0) is recognised by the refusal's text: the runner is reloaded for the cell's width."""
+    from tests.doubles import trtllm_0_12
+
+    trtllm_0_12.install(monkeypatch)
+    monkeypatch.setattr(sys.modules["tensorrt_llm"], "__version__", "0.14.0")
+    engine = _engine(trtllm_0_12, tmp_path)
+    assert engine.info.details["runner_per_beam_width"] is False
+    for beams in (1, 2, 4):
+        _check_cell(engine, PROMPTS, beams)
+    assert engine.info.details["runner_per_beam_width"] is True
+    assert [load["max_beam_width"] for load in common.recorder().loads] == [None, 1, 2, None]
+    assert common.recorder().shutdowns == 3  # each replaced Executor was shut down
+
+
+def test_legacy_engines_load_in_0_9(tmp_path: Path, monkeypatch):
+    """0.9's C++ runtime reads a 0.5-0.8 config.json and its *_rank0.engine name."""
+    trtllm_0_9.install(monkeypatch)
+    path = common.make_legacy_engine_dir(tmp_path / "legacy", max_beam_width=2)
+    engine = TrtllmEngine(path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL)))
+    assert engine.info.details["engine_version"] is None
+    for beams in (1, 2):
+        _check_cell(engine, PROMPTS, beams)
+
+
+def test_legacy_engine_on_0_9_python_runtime_says_use_cpp(tmp_path: Path, monkeypatch):
+    """0.9's Python ModelRunner reads plugin_config['mamba_conv1d_plugin'] by key: a real 0.5-0.8
+    config has no such key, so the load fails; the message says what runs it."""
+    trtllm_0_9.install(monkeypatch)
+    path = common.make_legacy_engine_dir(tmp_path / "legacy")
+    with pytest.raises(EngineError) as exc:
+        TrtllmEngine(path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL), trtllm_runtime="python"))
+    text = str(exc.value)
+    assert "TensorRT-LLM 0.9.0" in text and "ModelRunner.from_dir" in text
+    assert "KeyError: 'mamba_conv1d_plugin'" in text and "--trtllm-runtime cpp" in text
+
+
+def test_pipeline_every_line_refuses_only_the_too_wide_cells(tmp_path: Path, small_dataset: Path, trt_line):
+    from harness.pipeline import run
+
+    engine = trt_line.make_engine_dir(tmp_path / "e", max_beam_width=2, max_batch_size=8)
+    config = RunConfig.from_options({
+        "engine": str(engine), "dataset": str(small_dataset), "tokenizer": str(BUNDLED_MODEL),
+        "batch_sizes": "1,4", "beam_widths": "1,2,4", "report_dir": str(tmp_path / "reports"),
+        "goldens_dir": str(tmp_path / "goldens"), "no_cache": True, "max_new_tokens": 16})
+    cells = {c.cell.id: c for c in run(config).cells}
+    for size in (1, 4):
+        for beams in (1, 2):
+            assert cells[f"bs{size}-beam{beams}"].verdict == "pass", cells[f"bs{size}-beam{beams}"].error
+        assert cells[f"bs{size}-beam4"].error == ("RuntimeError: Num beams (4) exceeds the engine or "
+                                                  "specified limit (2)")
+
+
+# --- the llmapi backend -----------------------------------------------------------------------
+
+def _llmapi(trt: ModuleType, tmp_path: Path, max_beam_width: int = 4) -> LlmApiEngine:
+    path = trt.make_engine_dir(tmp_path / "e", max_beam_width=max_beam_width, max_batch_size=8)
+    return LlmApiEngine(path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL)))
+
+
+def test_llmapi_lines_without_beam_sampling_params_are_refused_clearly(tmp_path: Path, trt_line):
+    if trt_line.LINE in LLMAPI_LINES:
+        pytest.skip("this line has the LLM API's beam-search SamplingParams")
+    with pytest.raises(EngineError) as exc:
+        _llmapi(trt_line, tmp_path)
+    assert "needs TensorRT-LLM 0.15 or later" in str(exc.value)
+    assert f"this is {trt_line.VERSION}" in str(exc.value) and "--backend trtllm" in str(exc.value)
+
+
+@pytest.fixture
+def llmapi_line(trt_line):
+    if trt_line.LINE not in LLMAPI_LINES:
+        pytest.skip(f"TensorRT-LLM {trt_line.VERSION} has no LLM API with beam-search SamplingParams")
+    return trt_line
+
+
+def test_llmapi_engine_dir_runs_every_cell(tmp_path: Path, llmapi_line):
+    engine = _llmapi(llmapi_line, tmp_path)
+    assert len(common.recorder().loads) == 1  # an engine directory is loaded once
+    for beams in (1, 2, 4, 1):
+        _check_cell(engine, PROMPTS, beams)
+
+
+def test_llmapi_beam_width_above_the_engine_fails_with_the_line_s_message(tmp_path: Path, llmapi_line):
+    engine = _llmapi(llmapi_line, tmp_path, max_beam_width=2)
+    with pytest.raises(Exception) as exc:
+        engine.generate(PROMPTS, DecodingSettings(beam_width=4, max_new_tokens=8))
+    assert _error(exc.value) == LLMAPI_REFUSAL[llmapi_line.LINE]
+    _check_cell(engine, PROMPTS, 2)
+
+
+def test_llmapi_checkpoint_runs_every_beam_width(llmapi_line):
+    """A checkpoint gets an LLM per beam width: build_config.max_beam_width on 0.15/0.16 (LlmArgs
+    has no max_beam_width), max_beam_width plus the 1.0 PyTorch-backend beam-search settings
+    (disable_overlap_scheduler=True, cuda_graph_config=None) on 1.x."""
+    engine = LlmApiEngine(BUNDLED_MODEL)
+    for beams in (1, 2, 2, 4, 1):
+        _check_cell(engine, PROMPTS[:2], beams)
+    loads = common.recorder().loads
+    widths = [load["build_config"].max_beam_width if "build_config" in load else load["max_beam_width"]
+              for load in loads]
+    assert widths == [1, 2, 4, 1]
+    assert common.recorder().shutdowns == 3  # each replaced LLM was shut down
+    engine.close()
+    assert common.recorder().shutdowns == 4
+
+
+def test_llmapi_close_frees_the_llm(tmp_path: Path, llmapi_line):
+    """0.15/0.16's LLM has only _shutdown(); 1.x has shutdown()."""
+    engine = _llmapi(llmapi_line, tmp_path)
+    _check_cell(engine, PROMPTS[:1], 1)
+    engine.close()
+    assert common.recorder().shutdowns == 1
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.generate(PROMPTS[:1], DecodingSettings(beam_width=1, max_new_tokens=4))
+
+
+def test_llmapi_sampling_params_pass_the_line_s_own_checks(tmp_path: Path, llmapi_line, monkeypatch):
+    """Greedy is best_of 1 (greedy with best_of > 1 is refused without
+    TLLM_ALLOW_N_GREEDY_DECODING) and beam width W is best_of == n == W (best_of < n is refused)."""
+    monkeypatch.delenv("TLLM_ALLOW_N_GREEDY_DECODING", raising=False)
+    engine = _llmapi(llmapi_line, tmp_path)
+    for beams in (1, 3):
+        sp = engine.sampling(DecodingSettings(beam_width=beams, max_new_tokens=4))
+        assert (sp.n, sp.best_of, sp.use_beam_search) == (beams, beams, beams > 1)
+
+
+def test_llmapi_pipeline_refusal_reaches_the_cell(tmp_path: Path, small_dataset: Path, llmapi_line):
+    from harness.pipeline import run
+
+    engine = llmapi_line.make_engine_dir(tmp_path / "e", max_beam_width=2, max_batch_size=8)
+    config = RunConfig.from_options({
+        "engine": str(engine), "backend": "llmapi", "dataset": str(small_dataset),
+        "tokenizer": str(BUNDLED_MODEL), "batch_sizes": "1,4", "beam_widths": "1,2,4",
+        "report_dir": str(tmp_path / "reports"), "goldens_dir": str(tmp_path / "goldens"),
+        "no_cache": True, "max_new_tokens": 16})
+    result = run(config)
+    cells = {c.cell.id: c for c in result.cells}
+    assert cells["bs4-beam1"].verdict == cells["bs4-beam2"].verdict == "pass"
+    assert cells["bs4-beam4"].error == LLMAPI_REFUSAL[llmapi_line.LINE]
+    report = json.loads(next((tmp_path / "reports").glob("*/report.json")).read_text())
+    assert report["engine"]["details"]["tensorrt_llm"] == llmapi_line.VERSION
