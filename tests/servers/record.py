@@ -45,6 +45,8 @@ from tests.servers.verify_tokenizer import bundled_prompts
 OUT = llama_cpp.REPO / "tests" / "data" / "servers"
 MAX_TOKENS = 64
 BEAM_PROMPTS = 8
+PROBE_PROMPTS = 8
+PROBE_TOKENS = 256
 
 
 def _request(host: str, port: int, method: str, path: str, body: dict[str, Any] | None,
@@ -94,8 +96,46 @@ def send_batch(server: llama_cpp.Server, bodies: Sequence[dict[str, Any]],
     return recs
 
 
+# Left out of recorded answers (they change on every run, or follow from what is kept): the
+# first answer's values are kept once in server.json under "dropped_from_answers".
+DROPPED = ("id", "created", "system_fingerprint")
+DROPPED_TIMINGS = ("prompt_per_token_ms", "prompt_per_second", "predicted_per_token_ms",
+                   "predicted_per_second")
+_dropped_sample: dict[str, Any] = {}
+
+
+def trim(response: Any) -> Any:
+    if not isinstance(response, dict):
+        return response
+    for k in DROPPED:
+        if k in response:
+            _dropped_sample.setdefault(k, response[k])
+    out = {k: v for k, v in response.items() if k not in DROPPED}
+    if isinstance(out.get("timings"), dict):
+        out["timings"] = {k: v for k, v in out["timings"].items() if k not in DROPPED_TIMINGS}
+    return out
+
+
 def _rounded(rec: dict[str, Any]) -> dict[str, Any]:
-    return {k: (round(v, 4) if k.startswith("t_") else v) for k, v in rec.items()}
+    out = {k: (round(v, 4) if k.startswith("t_") else v) for k, v in rec.items()}
+    if "response" in out:
+        out["response"] = trim(out["response"])
+    return out
+
+
+def dumps(data: dict[str, Any]) -> str:
+    """Indented JSON with each request on one line (small, and diffs line by line)."""
+    def enc(v: Any, depth: int) -> str:
+        if isinstance(v, dict) and ("position" in v or "case" in v):
+            return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+        pad = " " * (depth + 1)
+        if isinstance(v, dict) and v:
+            items = [f"{pad}{json.dumps(k)}: {enc(x, depth + 1)}" for k, x in v.items()]
+            return "{\n" + ",\n".join(items) + "\n" + " " * depth + "}"
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            return "[\n" + ",\n".join(pad + enc(x, depth + 1) for x in v) + "\n" + " " * depth + "]"
+        return json.dumps(v, ensure_ascii=False)
+    return enc(data, 0) + "\n"
 
 
 def run_set(server: llama_cpp.Server, prompts: list[tuple[str, str]], concurrency: int,
@@ -104,7 +144,7 @@ def run_set(server: llama_cpp.Server, prompts: list[tuple[str, str]], concurrenc
     for b in range(0, len(prompts), concurrency):
         chunk = prompts[b:b + concurrency]
         bodies = [{"model": server.model, "prompt": text, "max_tokens": MAX_TOKENS, "temperature": 0.0,
-                   "n": 1, **extra} for _, text in chunk]
+                   "n": 1, **extra} for _, text in chunk]  # the harness's body, then extra fields
         recs = send_batch(server, bodies)
         requests = []
         for position, ((pid, _), body, rec) in enumerate(zip(chunk, bodies, recs)):
@@ -124,24 +164,58 @@ def texts(batches: list[dict[str, Any]]) -> dict[str, list[str]]:
     return out
 
 
-def overlap(batches: list[dict[str, Any]], c1_latency: float) -> dict[str, Any]:
-    """How the requests of each batch shared the server's time."""
-    spans, spreads, ratios = [], [], []
+def overlap(batches: list[dict[str, Any]], alone: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the requests of each batch shared the server's time, against the same prompts
+    sent one at a time (``alone``: the concurrency-1 set with the same fields).
+
+    A server that answers one request at a time finishes them one after another, each about
+    its own time alone after the previous one ("staggered"; finish spread about 3/4 of the
+    batch's span). A server that runs them together finishes them close together, whatever
+    its throughput.
+    """
+    latency = {r["prompt_id"]: r["t_finish"] - r["t_send"] for b in alone for r in b["requests"]}
+    spans, spread_ratio, sum_ratio, staggered = [], [], [], 0
     for batch in batches:
-        reqs = batch["requests"]
+        reqs = sorted(batch["requests"], key=lambda r: r["t_finish"])
         if len(reqs) < 2:
             continue
-        span = max(r["t_finish"] for r in reqs) - min(r["t_send"] for r in reqs)
-        spread = max(r["t_finish"] for r in reqs) - min(r["t_finish"] for r in reqs)
+        span = reqs[-1]["t_finish"] - min(r["t_send"] for r in reqs)
         spans.append(span)
-        spreads.append(spread)
-        ratios.append(span / (len(reqs) * c1_latency))
+        spread_ratio.append((reqs[-1]["t_finish"] - reqs[0]["t_finish"]) / span)
+        sum_ratio.append(span / sum(latency[r["prompt_id"]] for r in reqs))
+        staggered += all(b["t_finish"] - a["t_finish"] >= 0.5 * latency[b["prompt_id"]]
+                         for a, b in zip(reqs, reqs[1:]))
     return {"batches": len(spans), "median_span_s": round(median(spans), 3),
-            "median_finish_spread_s": round(median(spreads), 3),
-            "median_span_over_serial_estimate": round(median(ratios), 2),
+            "median_finish_spread_over_span": round(median(spread_ratio), 2),
+            "staggered_batches": staggered,
+            "median_span_over_sum_alone": round(median(sum_ratio), 2),
             "note": "span: first send to last finish; finish spread: first to last finish; "
-                    "serial estimate: batch size x mean latency at concurrency 1 "
-                    "(about 1.0 when the server answers one at a time, well below when it batches)"}
+                    "staggered: each answer came at least half its time alone after the one "
+                    "before; sum alone: the same prompts' latencies at concurrency 1 added up"}
+
+
+def transformers_greedy(model_dir: Path, prompts: list[tuple[str, str]]) -> dict[str, str]:
+    """transformers' greedy continuation of each prompt (the harness's reference), stripped."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
+    out = {}
+    with torch.inference_mode():
+        for pid, text in prompts:
+            ids = tok(text, return_tensors="pt")["input_ids"]
+            gen = model.generate(ids, max_new_tokens=MAX_TOKENS, do_sample=False,
+                                 pad_token_id=tok.pad_token_id)
+            out[pid] = tok.decode(gen[0, ids.shape[1]:], skip_special_tokens=True).strip()
+    return out
+
+
+def server_timings(batches: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """llama-server's own per-request generation time (``timings.predicted_ms``), median."""
+    ms = [r["response"]["timings"]["predicted_ms"] for b in batches for r in b["requests"]
+          if isinstance(r.get("response"), dict) and "timings" in r["response"]]
+    return {"median_predicted_ms": round(median(ms), 1)} if ms else None
 
 
 def _relative(cmd: list[str], lay: llama_cpp.Layout) -> list[str]:
@@ -171,7 +245,8 @@ def _get(server: llama_cpp.Server, path: str) -> dict[str, Any]:
         conn.close()
 
 
-def record(kind: llama_cpp.Kind, out: Path, cache: Path | None, model_dir: Path) -> dict[str, Any]:
+def record(kind: llama_cpp.Kind, out: Path, cache: Path | None, model_dir: Path,
+           reference: dict[str, str] | None = None) -> dict[str, Any]:
     lay = llama_cpp.layout(cache)
     gguf = llama_cpp.convert(model_dir, cache)
     prompts = bundled_prompts()
@@ -180,9 +255,9 @@ def record(kind: llama_cpp.Kind, out: Path, cache: Path | None, model_dir: Path)
     summary: dict[str, Any] = {}
 
     def save(name: str, data: Any) -> None:
-        (dest / f"{name}.json").write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n",
-                                           encoding="utf-8")
+        (dest / f"{name}.json").write_text(dumps(data), encoding="utf-8")
 
+    _dropped_sample.clear()
     t_start = time.monotonic()
     with llama_cpp.start(kind, gguf, 4, cache=cache) as server:
         models = _get(server, "/v1/models")
@@ -200,6 +275,14 @@ def record(kind: llama_cpp.Kind, out: Path, cache: Path | None, model_dir: Path)
             sets[name] = run_set(server, prompts[:BEAM_PROMPTS], 4, extra)
             save(name, {"server": kind, "set": name, "concurrency": 4, "extra_fields": extra,
                         "batches": sets[name]})
+        # long generations (EOS banned, 256 tokens) make the overlap plain: one request at a
+        # time takes about 4x one request's time for 4, a batching server about 1x-2x
+        eos = json.loads((model_dir / "config.json").read_text())["eos_token_id"]
+        probe = {"max_tokens": PROBE_TOKENS, "logit_bias": {str(eos): -100}, "repeat_penalty": 1.0}
+        sets["overlap-probe-c1"] = run_set(server, prompts[:PROBE_PROMPTS], 1, probe)
+        sets["overlap-probe-c4"] = run_set(server, prompts[:PROBE_PROMPTS], 4, probe)
+        save("overlap-probe", {"server": kind, "set": "overlap-probe", "extra_fields": probe,
+                               "alone": sets["overlap-probe-c1"], "batches": sets["overlap-probe-c4"]})
         pid, text = prompts[0]
         base = {"model": server.model, "prompt": text, "max_tokens": MAX_TOKENS, "temperature": 0.0, "n": 1}
         cases: list[tuple[str, dict[str, Any]]] = [
@@ -237,14 +320,25 @@ def record(kind: llama_cpp.Kind, out: Path, cache: Path | None, model_dir: Path)
         "beam2_rp1_choice0_equal_greedy_rp1": sum(v[0] == rp[k][0]
                                                   for k, v in texts(sets["beam2-rp1-c4"]).items()),
         "c1_mean_latency_s": round(mean(lat), 3),
-        "c4_overlap": overlap(sets["greedy-c4"], mean(lat)),
-        "c4_rp1_overlap": overlap(sets["greedy-rp1-c4"], mean(lat)),
+        "c4_overlap": overlap(sets["greedy-c4"], sets["greedy-c1"]),
+        "c4_rp1_overlap": overlap(sets["greedy-rp1-c4"], sets["greedy-rp1-c1"]),
+        "probe_256_tokens_overlap": overlap(sets["overlap-probe-c4"], sets["overlap-probe-c1"]),
+        "server_side_c1": server_timings(sets["greedy-c1"]),
+        "server_side_c4": server_timings(sets["greedy-c4"]),
     }
+    if reference is not None:
+        for name in ("greedy-c1", "greedy-rp1-c1", "greedy-c4", "greedy-rp1-c4"):
+            got = texts(sets[name])
+            summary[f"{name}_equal_transformers_greedy"] = sum(
+                (got[k][0] or "").strip() == reference[k] for k in got)
     meta = {"server": kind, "version": _version(kind, lay), "command": command,
             "parallel_requested": 4, "gguf": gguf.name, "model_digest": llama_cpp.model_digest(model_dir),
             "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
             "recorded_wall_s": round(time.monotonic() - t_start, 1), "exit_code_after_stop": stopped_rc,
-            "models": models, "summary": summary}
+            "models": models, "dropped_from_answers": {"fields": [*DROPPED, *(f"timings.{k}" for k in
+                                                                           DROPPED_TIMINGS)],
+                                                        "first_values": dict(_dropped_sample)},
+            "summary": summary}
     if props is not None:  # what a replay needs of /props: its default sampling settings
         body = props.get("response")
         if isinstance(body, dict):
@@ -265,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--cache", type=Path, default=None)
     parser.add_argument("--model-dir", type=Path, default=llama_cpp.BUNDLED_MODEL)
+    parser.add_argument("--no-reference", action="store_true",
+                        help="skip the comparison with transformers' greedy outputs")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     prompts = bundled_prompts()
@@ -272,8 +368,9 @@ def main(argv: list[str] | None = None) -> int:
         {"template": "{text} TL;DR: ", "source": "harness/bundled/news.jsonl",
          "model_digest": llama_cpp.model_digest(args.model_dir),
          "prompts": dict(prompts)}, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    reference = None if args.no_reference else transformers_greedy(args.model_dir, prompts)
     for kind in args.kind or llama_cpp.KINDS:
-        record(kind, args.out, args.cache, args.model_dir)
+        record(kind, args.out, args.cache, args.model_dir, reference)
     return 0
 
 
