@@ -232,16 +232,25 @@ def available(kind: Kind, cache: Path | str | None = None) -> str | None:
 
 # --- converting ------------------------------------------------------------------------------
 
-def model_digest(model_dir: Path) -> str:
-    """Content hash of the model folder and of the conversion code."""
-    h = hashlib.sha256(LLAMA_CPP_PYTHON_VERSION.encode())
-    for path in [*sorted(p for p in model_dir.iterdir() if p.is_file()),
-                 HERE / "convert_gguf.py", HERE / "gguf_vocab.py"]:
+def _digest(paths: Sequence[Path], seed: str = "") -> str:
+    h = hashlib.sha256(seed.encode())
+    for path in paths:
         h.update(path.name.encode())
         with path.open("rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
     return h.hexdigest()[:16]
+
+
+def model_digest(model_dir: Path) -> str:
+    """Content hash of a model folder's files (what the recorded fixtures were made with)."""
+    return _digest(sorted(p for p in Path(model_dir).iterdir() if p.is_file()))
+
+
+def gguf_name(model_dir: Path, outtype: str = "f32") -> str:
+    """The converted file's name: the model's content, the conversion code and the sdist."""
+    code = _digest([HERE / "convert_gguf.py", HERE / "gguf_vocab.py"], LLAMA_CPP_PYTHON_VERSION)
+    return f"{Path(model_dir).name}-{model_digest(model_dir)}-{code[:8]}-{outtype}.gguf"
 
 
 def convert(model_dir: Path = BUNDLED_MODEL, cache: Path | str | None = None, *,
@@ -251,7 +260,7 @@ def convert(model_dir: Path = BUNDLED_MODEL, cache: Path | str | None = None, *,
     if not (lay.llama_src / "convert_hf_to_gguf.py").is_file():
         raise BuildError(f"no llama.cpp source in {lay.root}: python -m tests.servers.llama_cpp build")
     model_dir = Path(model_dir).resolve()
-    out = lay.models / f"{model_dir.name}-{model_digest(model_dir)}-{outtype}.gguf"
+    out = lay.models / gguf_name(model_dir, outtype)
     if out.is_file():
         return out
     lay.models.mkdir(parents=True, exist_ok=True)
