@@ -10,7 +10,8 @@ sdist from PyPI, builds the ``llama-server`` target of its ``vendor/llama.cpp`` 
 libraries (so ``libllama.so`` comes out of the same build), and installs the Python package
 with ``-DLLAMA_BUILD=OFF`` into a venv of its own: the Python server then loads that
 ``libllama.so`` (``LLAMA_CPP_LIB_PATH``), so llama.cpp is compiled once for both servers.
-The cache defaults to ``$XDG_CACHE_HOME/batch-position-harness/llama.cpp``.
+The cache is ``--cache``, else ``$HARNESS_LLAMA_CPP_CACHE``, else
+``$XDG_CACHE_HOME/batch-position-harness/llama.cpp`` (``~/.cache`` without XDG_CACHE_HOME).
 
 From Python (a pytest fixture)::
 
@@ -63,7 +64,13 @@ class BuildError(RuntimeError):
     pass
 
 
+CACHE_ENV = "HARNESS_LLAMA_CPP_CACHE"
+
+
 def default_cache() -> Path:
+    """``$HARNESS_LLAMA_CPP_CACHE``, else ``$XDG_CACHE_HOME/batch-position-harness/llama.cpp``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "batch-position-harness" / "llama.cpp"
 
