@@ -317,10 +317,10 @@ class Server:
         return self.process.poll() is None
 
     def stop(self, timeout: float = 15.0) -> int:
-        """SIGTERM, then SIGKILL after ``timeout`` s; the exit code."""
+        """SIGINT (both shut down cleanly on it), then SIGKILL after ``timeout`` s; the exit code."""
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                self.process.send_signal(signal.SIGTERM)
+                self.process.send_signal(signal.SIGINT)
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
