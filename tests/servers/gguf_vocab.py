@@ -167,7 +167,7 @@ def plan_vocab(model_dir: Path, n_vocab: int | None = None) -> VocabPlan:
     else:
         raise UnsupportedTokenizer(f"pre-tokenizers {pre_types}: neither Metaspace nor ByteLevel")
 
-    for content, t in added.items():
+    for t in added.values():
         types[t["id"]] = CONTROL if t.get("special") else USER_DEFINED
     if unk is not None and unk in vocab:
         types[vocab[unk]] = UNKNOWN

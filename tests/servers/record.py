@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -225,7 +226,7 @@ def _relative(cmd: list[str], lay: llama_cpp.Layout) -> list[str]:
 def _version(kind: llama_cpp.Kind, lay: llama_cpp.Layout) -> str:
     if kind == "llama-server":
         p = subprocess.run([str(lay.server_bin), "--version"], capture_output=True, text=True, timeout=30)
-        return (p.stdout + p.stderr).strip().splitlines()[-2:][0] if (p.stdout + p.stderr).strip() else ""
+        return next((line for line in (p.stdout + p.stderr).splitlines() if line.startswith("version:")), "")
     return f"llama-cpp-python {llama_cpp.LLAMA_CPP_PYTHON_VERSION}"
 
 
@@ -333,7 +334,7 @@ def record(kind: llama_cpp.Kind, out: Path, cache: Path | None, model_dir: Path,
                 (got[k][0] or "").strip() == reference[k] for k in got)
     meta = {"server": kind, "version": _version(kind, lay), "command": command,
             "parallel_requested": 4, "gguf": gguf.name, "model_digest": llama_cpp.model_digest(model_dir),
-            "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
             "recorded_wall_s": round(time.monotonic() - t_start, 1), "exit_code_after_stop": stopped_rc,
             "models": models, "dropped_from_answers": {"fields": [*DROPPED, *(f"timings.{k}" for k in
                                                                            DROPPED_TIMINGS)],
