@@ -94,8 +94,8 @@ class Layout:
         return self.src / "vendor" / "llama.cpp"
 
     @property
-    def build(self) -> Path:
-        return self.root / "build"
+    def build(self) -> Path:  # per version: a new pin never reuses an old CMakeCache
+        return self.root / f"build-{LLAMA_CPP_PYTHON_VERSION}"
 
     @property
     def bin(self) -> Path:  # llama-server and the shared libraries
@@ -107,7 +107,7 @@ class Layout:
 
     @property
     def venv(self) -> Path:
-        return self.root / "venv"
+        return self.root / f"venv-{LLAMA_CPP_PYTHON_VERSION}"
 
     @property
     def venv_python(self) -> Path:
