@@ -1,0 +1,379 @@
+"""Record real answers of llama-server and llama-cpp-python as test fixtures.
+
+    python -m tests.servers.record [--kind llama-server|llama-cpp-python] [--out tests/data/servers]
+
+Needs ``python -m tests.servers.llama_cpp build`` first. Converts the bundled model (cached by
+content), starts each server (``--parallel 4`` for llama-server; llama-cpp-python has no
+such setting) and writes, under ``OUT/<kind>/``:
+
+* ``server.json``: how it was started, its version, ``GET /v1/models``, and a summary of what
+  the recordings show (outputs that differ with and without ``repeat_penalty: 1.0``, the
+  number of choices for ``n: 2``, how much the 4 requests of a batch overlapped);
+* one file per request set, each a list of batches; every request has its body (the prompt
+  as ``{"$prompt": ID}``, the text being in ``OUT/prompts.json``), HTTP status, response
+  body, and ``t_send``/``t_written``/``t_first_byte``/``t_finish`` in seconds from the batch's
+  start. A batch of 4 is sent as the harness's openai backend sends one: each request is
+  connected and written before the next one starts; each is read on a thread of its own.
+
+Request sets: greedy (``temperature`` 0, ``max_tokens`` 64) for the 64 bundled prompts at
+concurrency 1 and 4, each with the server's default repeat penalty and with
+``repeat_penalty: 1.0``; the harness's beam-2 body (``use_beam_search``, ``n: 2``,
+``best_of: 2``, ``length_penalty``, ``early_stopping``) for 8 prompts at concurrency 4;
+errors (a wrongly typed field, an unknown model name, a prompt longer than the context,
+and last a character outside the bundled vocabulary's alphabet, which may bring the server
+down).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from statistics import mean, median
+from typing import Any
+
+from tests.servers import llama_cpp
+from tests.servers.verify_tokenizer import bundled_prompts
+
+OUT = llama_cpp.REPO / "tests" / "data" / "servers"
+MAX_TOKENS = 64
+BEAM_PROMPTS = 8
+PROBE_PROMPTS = 8
+PROBE_TOKENS = 256
+
+
+def _request(host: str, port: int, method: str, path: str, body: dict[str, Any] | None,
+             t0: float, rec: dict[str, Any], written: threading.Event) -> None:
+    """One request on its own connection; fills ``rec`` with times, status and body."""
+    conn = http.client.HTTPConnection(host, port, timeout=600)
+    try:
+        rec["t_send"] = time.monotonic() - t0
+        payload = json.dumps(body).encode() if body is not None else None
+        conn.request(method, path, payload, {"Content-Type": "application/json"} if payload else {})
+        rec["t_written"] = time.monotonic() - t0
+        written.set()
+        resp = conn.getresponse()
+        rec["t_first_byte"] = time.monotonic() - t0
+        raw = resp.read()
+        rec["t_finish"] = time.monotonic() - t0
+        rec["status"] = resp.status
+        try:
+            rec["response"] = json.loads(raw)
+        except ValueError:
+            rec["response"] = raw.decode("utf-8", "replace")
+    except (OSError, http.client.HTTPException) as exc:
+        rec.setdefault("t_written", time.monotonic() - t0)
+        rec["t_finish"] = time.monotonic() - t0
+        rec["status"] = None
+        rec["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        written.set()
+        conn.close()
+
+
+def send_batch(server: llama_cpp.Server, bodies: Sequence[dict[str, Any]],
+               path: str = "/v1/completions") -> list[dict[str, Any]]:
+    """All requests in flight at once, in position order (request i written before i+1)."""
+    host, port = "127.0.0.1", int(server.base_url.rsplit(":", 1)[1].split("/")[0])
+    t0 = time.monotonic()
+    recs: list[dict[str, Any]] = [{} for _ in bodies]
+    threads = []
+    for body, rec in zip(bodies, recs):
+        written = threading.Event()
+        t = threading.Thread(target=_request, args=(host, port, "POST", path, body, t0, rec, written))
+        t.start()
+        written.wait()
+        threads.append(t)
+    for t in threads:
+        t.join()
+    return recs
+
+
+# Left out of recorded answers (they change on every run, or follow from what is kept): the
+# first answer's values are kept once in server.json under "dropped_from_answers".
+DROPPED = ("id", "created", "system_fingerprint")
+DROPPED_TIMINGS = ("prompt_per_token_ms", "prompt_per_second", "predicted_per_token_ms",
+                   "predicted_per_second")
+_dropped_sample: dict[str, Any] = {}
+
+
+def trim(response: Any) -> Any:
+    if not isinstance(response, dict):
+        return response
+    for k in DROPPED:
+        if k in response:
+            _dropped_sample.setdefault(k, response[k])
+    out = {k: v for k, v in response.items() if k not in DROPPED}
+    if isinstance(out.get("timings"), dict):
+        out["timings"] = {k: v for k, v in out["timings"].items() if k not in DROPPED_TIMINGS}
+    return out
+
+
+def _rounded(rec: dict[str, Any]) -> dict[str, Any]:
+    out = {k: (round(v, 4) if k.startswith("t_") else v) for k, v in rec.items()}
+    if "response" in out:
+        out["response"] = trim(out["response"])
+    return out
+
+
+def dumps(data: dict[str, Any]) -> str:
+    """Indented JSON with each request on one line (small, and diffs line by line)."""
+    def enc(v: Any, depth: int) -> str:
+        if isinstance(v, dict) and ("position" in v or "case" in v):
+            return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+        pad = " " * (depth + 1)
+        if isinstance(v, dict) and v:
+            items = [f"{pad}{json.dumps(k)}: {enc(x, depth + 1)}" for k, x in v.items()]
+            return "{\n" + ",\n".join(items) + "\n" + " " * depth + "}"
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            return "[\n" + ",\n".join(pad + enc(x, depth + 1) for x in v) + "\n" + " " * depth + "]"
+        return json.dumps(v, ensure_ascii=False)
+    return enc(data, 0) + "\n"
+
+
+def run_set(server: llama_cpp.Server, prompts: list[tuple[str, str]], concurrency: int,
+            extra: dict[str, Any]) -> list[dict[str, Any]]:
+    batches = []
+    for b in range(0, len(prompts), concurrency):
+        chunk = prompts[b:b + concurrency]
+        bodies = [{"model": server.model, "prompt": text, "max_tokens": MAX_TOKENS, "temperature": 0.0,
+                   "n": 1, **extra} for _, text in chunk]  # the harness's body, then extra fields
+        recs = send_batch(server, bodies)
+        requests = []
+        for position, ((pid, _), body, rec) in enumerate(zip(chunk, bodies, recs)):
+            requests.append({"position": position, "prompt_id": pid,
+                             "body": {**body, "prompt": {"$prompt": pid}}, **_rounded(rec)})
+        batches.append({"batch": b // concurrency, "requests": requests})
+    return batches
+
+
+def texts(batches: list[dict[str, Any]]) -> dict[str, list[str]]:
+    out = {}
+    for batch in batches:
+        for r in batch["requests"]:
+            resp = r.get("response")
+            if isinstance(resp, dict):
+                out[r["prompt_id"]] = [c.get("text") for c in resp.get("choices", [])]
+    return out
+
+
+def overlap(batches: list[dict[str, Any]], alone: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the requests of each batch shared the server's time, against the same prompts
+    sent one at a time (``alone``: the concurrency-1 set with the same fields).
+
+    A server that answers one request at a time finishes them one after another, each about
+    its own time alone after the previous one ("staggered"; finish spread about 3/4 of the
+    batch's span). A server that runs them together finishes them close together, whatever
+    its throughput.
+    """
+    latency = {r["prompt_id"]: r["t_finish"] - r["t_send"] for b in alone for r in b["requests"]}
+    spans, spread_ratio, sum_ratio, staggered = [], [], [], 0
+    for batch in batches:
+        reqs = sorted(batch["requests"], key=lambda r: r["t_finish"])
+        if len(reqs) < 2:
+            continue
+        span = reqs[-1]["t_finish"] - min(r["t_send"] for r in reqs)
+        spans.append(span)
+        spread_ratio.append((reqs[-1]["t_finish"] - reqs[0]["t_finish"]) / span)
+        sum_ratio.append(span / sum(latency[r["prompt_id"]] for r in reqs))
+        staggered += all(b["t_finish"] - a["t_finish"] >= 0.5 * latency[b["prompt_id"]]
+                         for a, b in zip(reqs, reqs[1:]))
+    return {"batches": len(spans), "median_span_s": round(median(spans), 3),
+            "median_finish_spread_over_span": round(median(spread_ratio), 2),
+            "staggered_batches": staggered,
+            "median_span_over_sum_alone": round(median(sum_ratio), 2),
+            "note": "span: first send to last finish; finish spread: first to last finish; "
+                    "staggered: each answer came at least half its time alone after the one "
+                    "before; sum alone: the same prompts' latencies at concurrency 1 added up"}
+
+
+def transformers_greedy(model_dir: Path, prompts: list[tuple[str, str]]) -> dict[str, str]:
+    """transformers' greedy continuation of each prompt (the harness's reference), stripped."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
+    out = {}
+    with torch.inference_mode():
+        for pid, text in prompts:
+            ids = tok(text, return_tensors="pt")["input_ids"]
+            gen = model.generate(ids, max_new_tokens=MAX_TOKENS, do_sample=False,
+                                 pad_token_id=tok.pad_token_id)
+            out[pid] = tok.decode(gen[0, ids.shape[1]:], skip_special_tokens=True).strip()
+    return out
+
+
+def server_timings(batches: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """llama-server's own per-request generation time (``timings.predicted_ms``), median."""
+    ms = [r["response"]["timings"]["predicted_ms"] for b in batches for r in b["requests"]
+          if isinstance(r.get("response"), dict) and "timings" in r["response"]]
+    return {"median_predicted_ms": round(median(ms), 1)} if ms else None
+
+
+def _relative(cmd: list[str], lay: llama_cpp.Layout) -> list[str]:
+    return [c.replace(str(lay.root), "$CACHE") for c in cmd]
+
+
+def _version(kind: llama_cpp.Kind, lay: llama_cpp.Layout) -> str:
+    if kind == "llama-server":
+        p = subprocess.run([str(lay.server_bin), "--version"], capture_output=True, text=True, timeout=30)
+        return next((line for line in (p.stdout + p.stderr).splitlines() if line.startswith("version:")), "")
+    return f"llama-cpp-python {llama_cpp.LLAMA_CPP_PYTHON_VERSION}"
+
+
+def _get(server: llama_cpp.Server, path: str) -> dict[str, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", int(server.base_url.rsplit(":", 1)[1].split("/")[0]),
+                                      timeout=30)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        raw = resp.read()
+        try:
+            body: Any = json.loads(raw)
+        except ValueError:
+            body = raw.decode("utf-8", "replace")
+        return {"method": "GET", "path": path, "status": resp.status, "response": body}
+    finally:
+        conn.close()
+
+
+def record(kind: llama_cpp.Kind, out: Path, cache: Path | None, model_dir: Path,
+           reference: dict[str, str] | None = None) -> dict[str, Any]:
+    lay = llama_cpp.layout(cache)
+    gguf = llama_cpp.convert(model_dir, cache)
+    prompts = bundled_prompts()
+    dest = out / kind
+    dest.mkdir(parents=True, exist_ok=True)
+    summary: dict[str, Any] = {}
+
+    def save(name: str, data: Any) -> None:
+        (dest / f"{name}.json").write_text(dumps(data), encoding="utf-8")
+
+    _dropped_sample.clear()
+    t_start = time.monotonic()
+    with llama_cpp.start(kind, gguf, 4, cache=cache) as server:
+        models = _get(server, "/v1/models")
+        sets: dict[str, list[dict[str, Any]]] = {}
+        for name, conc, extra in [("greedy-c1", 1, {}), ("greedy-c4", 4, {}),
+                                  ("greedy-rp1-c1", 1, {"repeat_penalty": 1.0}),
+                                  ("greedy-rp1-c4", 4, {"repeat_penalty": 1.0})]:
+            t = time.monotonic()
+            sets[name] = run_set(server, prompts, conc, extra)
+            print(f"[{kind}] {name}: {time.monotonic() - t:.1f} s", file=sys.stderr, flush=True)
+            save(name, {"server": kind, "set": name, "concurrency": conc, "extra_fields": extra,
+                        "batches": sets[name]})
+        beam = {"use_beam_search": True, "n": 2, "best_of": 2, "length_penalty": 1.0, "early_stopping": True}
+        for name, extra in [("beam2-c4", beam), ("beam2-rp1-c4", {**beam, "repeat_penalty": 1.0})]:
+            sets[name] = run_set(server, prompts[:BEAM_PROMPTS], 4, extra)
+            save(name, {"server": kind, "set": name, "concurrency": 4, "extra_fields": extra,
+                        "batches": sets[name]})
+        # long generations (EOS banned, 256 tokens) make the overlap plain: one request at a
+        # time takes about 4x one request's time for 4, a batching server about 1x-2x
+        eos = json.loads((model_dir / "config.json").read_text())["eos_token_id"]
+        probe = {"max_tokens": PROBE_TOKENS, "logit_bias": {str(eos): -100}, "repeat_penalty": 1.0}
+        sets["overlap-probe-c1"] = run_set(server, prompts[:PROBE_PROMPTS], 1, probe)
+        sets["overlap-probe-c4"] = run_set(server, prompts[:PROBE_PROMPTS], 4, probe)
+        save("overlap-probe", {"server": kind, "set": "overlap-probe", "extra_fields": probe,
+                               "alone": sets["overlap-probe-c1"], "batches": sets["overlap-probe-c4"]})
+        pid, text = prompts[0]
+        base = {"model": server.model, "prompt": text, "max_tokens": MAX_TOKENS, "temperature": 0.0, "n": 1}
+        cases: list[tuple[str, dict[str, Any]]] = [
+            ("max_tokens of the wrong type", {**base, "max_tokens": "many"}),
+            ("unknown model name", {**base, "model": "does-not-exist"}),
+            ("prompt longer than the context (512 tokens a slot)", {**base, "prompt": text * 4}),
+            ("character outside the vocabulary's alphabet", {**base, "prompt": "Prices rose 5% TL;DR: "}),
+        ]
+        errors = []
+        for what, body in cases:
+            [rec] = send_batch(server, [body])
+            shown = {**body, "prompt": {"$prompt": pid, "repeat": 4}} if body["prompt"] == text * 4 else (
+                {**body, "prompt": {"$prompt": pid}} if body["prompt"] == text else body)
+            time.sleep(0.5)
+            errors.append({"case": what, "body": shown, **_rounded(rec), "server_alive_after": server.alive()})
+            print(f"[{kind}] error case {what!r}: HTTP {rec.get('status')} alive={server.alive()}",
+                  file=sys.stderr)
+            if not server.alive():
+                break
+        save("errors", {"server": kind, "cases": errors})
+        props = _get(server, "/props") if kind == "llama-server" and server.alive() else None
+        command = _relative(server.command, lay)
+    stopped_rc = server.process.returncode
+
+    c1, rp = texts(sets["greedy-c1"]), texts(sets["greedy-rp1-c1"])
+    c4, rp4 = texts(sets["greedy-c4"]), texts(sets["greedy-rp1-c4"])
+    lat = [r["t_finish"] - r["t_send"] for b in sets["greedy-c1"] for r in b["requests"]]
+    summary = {
+        "outputs_differing_default_vs_repeat_penalty_1": sum(c1[k] != rp[k] for k in c1),
+        "outputs_differing_c1_vs_c4": sum(c1[k] != c4[k] for k in c1),
+        "outputs_differing_c1_vs_c4_repeat_penalty_1": sum(rp[k] != rp4[k] for k in rp),
+        "beam2_choices_per_answer": sorted({len(v) for v in texts(sets["beam2-c4"]).values()}),
+        "beam2_choice_texts_identical": sum(len(set(v)) == 1 for v in texts(sets["beam2-c4"]).values()),
+        "beam2_choice0_equal_greedy": sum(v[0] == c1[k][0] for k, v in texts(sets["beam2-c4"]).items()),
+        "beam2_rp1_choice0_equal_greedy_rp1": sum(v[0] == rp[k][0]
+                                                  for k, v in texts(sets["beam2-rp1-c4"]).items()),
+        "c1_mean_latency_s": round(mean(lat), 3),
+        "c4_overlap": overlap(sets["greedy-c4"], sets["greedy-c1"]),
+        "c4_rp1_overlap": overlap(sets["greedy-rp1-c4"], sets["greedy-rp1-c1"]),
+        "probe_256_tokens_overlap": overlap(sets["overlap-probe-c4"], sets["overlap-probe-c1"]),
+        "server_side_c1": server_timings(sets["greedy-c1"]),
+        "server_side_c4": server_timings(sets["greedy-c4"]),
+    }
+    if reference is not None:
+        for name in ("greedy-c1", "greedy-rp1-c1", "greedy-c4", "greedy-rp1-c4"):
+            got = texts(sets[name])
+            summary[f"{name}_equal_transformers_greedy"] = sum(
+                (got[k][0] or "").strip() == reference[k] for k in got)
+    meta = {"server": kind, "version": _version(kind, lay), "command": command,
+            "parallel_requested": 4, "gguf": gguf.name, "model_digest": llama_cpp.model_digest(model_dir),
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+            "recorded_wall_s": round(time.monotonic() - t_start, 1), "exit_code_after_stop": stopped_rc,
+            "models": models, "dropped_from_answers": {"fields": [*DROPPED, *(f"timings.{k}" for k in
+                                                                           DROPPED_TIMINGS)],
+                                                        "first_values": dict(_dropped_sample)},
+            "summary": summary}
+    if props is not None:  # what a replay needs of /props: its default sampling settings
+        body = props.get("response")
+        if isinstance(body, dict):
+            gs = body.get("default_generation_settings", {})
+            keep = {k: gs.get("params", gs).get(k) for k in ("repeat_penalty", "repeat_last_n", "n_predict",
+                                                             "temperature", "top_k", "top_p", "min_p")}
+            meta["props"] = {"status": props["status"], "total_slots": body.get("total_slots"),
+                             "n_ctx": gs.get("n_ctx"), "default_params": keep,
+                             "build_info": body.get("build_info")}
+    save("server", meta)
+    print(json.dumps({kind: summary}, indent=1), file=sys.stderr)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kind", choices=llama_cpp.KINDS, action="append")
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--cache", type=Path, default=None)
+    parser.add_argument("--model-dir", type=Path, default=llama_cpp.BUNDLED_MODEL)
+    parser.add_argument("--no-reference", action="store_true",
+                        help="skip the comparison with transformers' greedy outputs")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    prompts = bundled_prompts()
+    (args.out / "prompts.json").write_text(json.dumps(
+        {"template": "{text} TL;DR: ", "source": "harness/bundled/news.jsonl",
+         "model_digest": llama_cpp.model_digest(args.model_dir),
+         "prompts": dict(prompts)}, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    reference = None if args.no_reference else transformers_greedy(args.model_dir, prompts)
+    for kind in args.kind or llama_cpp.KINDS:
+        record(kind, args.out, args.cache, args.model_dir, reference)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

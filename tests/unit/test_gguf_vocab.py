@@ -1,0 +1,91 @@
+"""The GGUF vocabulary plan for the bundled tokenizer and for the kinds a retrained one may be
+(tests/servers/gguf_vocab.py; the real conversion and a server are in
+tests/integration/test_llama_cpp_servers.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.servers.gguf_vocab import (
+    BYTE,
+    CONTROL,
+    NO_MERGE,
+    NORMAL,
+    UNKNOWN,
+    UnsupportedTokenizer,
+    plan_vocab,
+)
+from tests.servers.llama_cpp import BUNDLED_MODEL
+
+
+def test_bundled_metaspace_bpe_is_an_spm_vocabulary_scored_by_merge_rank():
+    tj = json.loads((BUNDLED_MODEL / "tokenizer.json").read_text(encoding="utf-8"))
+    plan = plan_vocab(BUNDLED_MODEL, 1024)
+    assert (plan.model, plan.pre, plan.add_space_prefix) == ("llama", "default", True)
+    # the post-processor's template holds the sequence alone: no BOS, as in transformers
+    assert (plan.add_bos, plan.add_eos) == (False, False)
+    assert plan.special_ids == {"unk": 0, "bos": 1, "eos": 2, "pad": 3}
+    assert plan.types[:4] == [UNKNOWN, CONTROL, CONTROL, CONTROL]
+    assert BYTE not in plan.types and not plan.byte_fallback
+    vocab = tj["model"]["vocab"]
+    first = tj["model"]["merges"][0]
+    a, b = first.split(" ") if isinstance(first, str) else first
+    assert plan.scores[vocab[a + b]] == -1.0  # the first merge ranks highest
+    ranked = [s for s in plan.scores if s != NO_MERGE]
+    assert len(ranked) == len(set(ranked)) == len(tj["model"]["merges"])
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory) -> dict[str, Path]:
+    from tests.servers.verify_tokenizer import make_variant
+
+    root = tmp_path_factory.mktemp("variants")
+    return {k: make_variant(k, root / k) for k in ("byte-fallback", "byte-level")}
+
+
+def test_byte_fallback_bpe_keeps_its_256_byte_tokens(variants):
+    plan = plan_vocab(variants["byte-fallback"], 1024)
+    assert plan.model == "llama" and plan.byte_fallback
+    assert sum(t == BYTE for t in plan.types) == 256
+    assert plan.tokens[plan.types.index(BYTE)] == "<0x00>"
+    tj = json.loads((variants["byte-fallback"] / "tokenizer.json").read_text(encoding="utf-8"))
+    assert not any(t["content"].startswith("<0x") for t in tj["added_tokens"])
+
+
+def test_byte_level_bpe_is_a_gpt2_vocabulary_with_merges(variants):
+    plan = plan_vocab(variants["byte-level"], 1024)
+    assert (plan.model, plan.pre, plan.add_space_prefix) == ("gpt2", "gpt-2", False)
+    assert plan.merges and all(len(m.split(" ")) == 2 for m in plan.merges)
+    assert plan.types.count(NORMAL) == 1024 - 4
+
+
+def _edited(tmp_path: Path, edit) -> Path:
+    d = tmp_path / "model"
+    shutil.copytree(BUNDLED_MODEL, d, ignore=shutil.ignore_patterns("*.safetensors"))
+    tj = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
+    edit(tj)
+    (d / "tokenizer.json").write_text(json.dumps(tj), encoding="utf-8")
+    return d
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda tj: tj["model"].update(type="WordPiece"), "only BPE"),
+    (lambda tj: tj.update(normalizer={"type": "Lowercase"}), "normalizer"),
+    (lambda tj: tj["model"].update(byte_fallback=True), "256 <0xNN> tokens are missing"),
+    (lambda tj: tj["pre_tokenizer"]["pretokenizers"].insert(1, {"type": "Whitespace"}), "Metaspace first"),
+    (lambda tj: tj.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        {"type": "Digits", "individual_digits": True}]}), "no matching split"),
+])
+def test_what_llama_cpp_cannot_reproduce_is_refused_with_the_reason(tmp_path, edit, words):
+    with pytest.raises(UnsupportedTokenizer, match=words):
+        plan_vocab(_edited(tmp_path, edit), 1024)
+
+
+def test_a_vocab_larger_than_the_model_is_refused(tmp_path):
+    with pytest.raises(UnsupportedTokenizer, match="vocab_size is 512"):
+        plan_vocab(BUNDLED_MODEL, 512)
