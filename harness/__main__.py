@@ -57,7 +57,7 @@ def _progress(total: int):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.pipeline import execute, prepare
-    from harness.report.summary import cell_lines, closing_lines, finding_lines
+    from harness.report.summary import cell_lines, closing_lines, finding_lines, legend
     from harness.results import FollowerRun
 
     values = {spec.dest: getattr(args, spec.dest) for spec in OPTIONS}
@@ -69,7 +69,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(result.message)
         return 0
     assert result.report is not None
-    for line in [*cell_lines(result.report), *finding_lines(result.report),
+    for line in [legend(result.report), *cell_lines(result.report), *finding_lines(result.report),
                  *closing_lines(result.report, result.report_dir)]:
         print(line)
     return 0 if result.verdict == "pass" else 1
@@ -280,8 +280,9 @@ def _add_calibrate(sub: Any) -> None:
     p_cal.add_argument("--jobs", type=positive_int("--jobs"), default=min(2, os.cpu_count() or 1),
                        help="worker processes for generation")
     p_cal.add_argument("--only", default=None, metavar="NAMES",
-                       help="comma-separated models: healthy,drift,overflow,full-batch,padding,"
-                            "stride,partial")
+                       help="comma-separated models: healthy, drift-0.1, drift-0.3, drift-0.6, "
+                            "overflow, full-batch, padding, stride (each also +drift), partial, "
+                            "partial+drift, truncate")
     _add_run_options(p_cal, ("seed", "max_new_tokens", "tolerance", "alpha", "cache_dir",
                              "no_cache", "rotation"), defaults=True, helps={
         "seed": f"seed for the rounds' shuffles and the trials (default {RunConfig.seed})",

@@ -279,6 +279,7 @@ class RunConfig:
     shard: tuple[int, int] | None = None  # (K, N): shard K of N, 1-based
     rotation: str = "full"
     batch_timeout: float | None = None  # seconds; None: wait for every batch
+    deterministic: bool = False  # gate on outputs equal to batch size 1's (batch-invariant engines)
 
     @classmethod
     def from_options(cls, values: dict[str, Any], *, root: Path | None = None) -> RunConfig:
@@ -384,12 +385,17 @@ OPTIONS: tuple[OptionSpec, ...] = (
                f"{RunConfig.max_new_tokens})", positive_int("--max-new-tokens"), metavar="N"),
     OptionSpec("--length-penalty", "length_penalty", "beam-search length penalty (default "
                f"{RunConfig.length_penalty})", real("--length-penalty"), metavar="X"),
-    OptionSpec("--tolerance", "tolerance", "ROUGE-L drop below the batch-size-1 level that "
-               f"counts as a regression (default {RunConfig.tolerance})",
+    OptionSpec("--tolerance", "tolerance", "ROUGE-L drop that counts as a regression: a position "
+               "below the other positions of its batch, or quality against the references below "
+               f"batch size 1's (default {RunConfig.tolerance})",
                fraction("--tolerance", low=0.0, high=1.0), metavar="X"),
-    OptionSpec("--alpha", "alpha", "significance level of the per-position test after "
-               f"correction for the number of positions tested (default {RunConfig.alpha})",
+    OptionSpec("--alpha", "alpha", "significance level of each test after Holm's correction "
+               f"over every test of the run (default {RunConfig.alpha})",
                fraction("--alpha", low=0.0, high=0.5, open_low=True), metavar="P"),
+    OptionSpec("--deterministic", "deterministic", "also fail every position where an output "
+               "differs from batch size 1's, for batch-invariant engines (vLLM's batch-invariant "
+               "mode, SGLang's deterministic inference); off: differing outputs are reported, and "
+               "fail only when they lose quality or depend on the position", action="store_true"),
     OptionSpec("--dataset", "dataset", "documents with reference summaries: a JSONL, JSON, CSV "
                "or Parquet file, a save_to_disk folder, a preset (cnn_dailymail, xsum, samsum) or "
                "a datasets hub name read from the local cache (default: the bundled news set)",

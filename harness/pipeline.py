@@ -69,7 +69,8 @@ def _result(prep: Prepared, generated: Generated, scored: Scored, bases: dict[in
     config, plan = prep.config, prep.plan
     lengths = prep.lengths()
     analyses, findings = analyse(scored.cells, scored.levels, plan, lengths, prep.limits,
-                                 tolerance=config.tolerance, alpha=config.alpha)
+                                 tolerance=config.tolerance, alpha=config.alpha,
+                                 deterministic=config.deterministic)
     errors = {**generated.errors, **scored.unscored}
     cells = cell_results(plan.cells, prep.checks, analyses, errors, findings)
     return RunResult(

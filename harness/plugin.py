@@ -210,7 +210,9 @@ def harness_cell_result(request: pytest.FixtureRequest, harness_result: RunResul
             if c.analysis:
                 props.append(("degraded_positions",
                               ",".join(map(str, c.analysis.degraded_positions))))
-                props += [(f"rouge_l_position_{s.position}", f"{s.rouge_l:.4f}")
+                props += [(f"quality_position_{s.position}", f"{s.quality:.4f}")
+                          for s in c.analysis.positions if s.quality is not None]
+                props += [(f"agreement_position_{s.position}", f"{s.agreement:.4f}")
                           for s in c.analysis.positions]
             return c
     raise LookupError(harness_cell)
@@ -220,7 +222,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     state = config.stash.get(STATE, None)
     if state is None or state.result is None:
         return
-    from harness.report.summary import cell_lines, footer_lines, header_lines
+    from harness.report.summary import cell_lines, drift_lines, footer_lines, header_lines, legend
     from harness.results import FollowerRun
 
     result = state.result
@@ -233,6 +235,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     assert report is not None
     for line in header_lines(report):
         tr.write_line(line)
-    tr.write_line("ROUGE-L vs baseline by batch position (* = degraded):")
-    for line in [*cell_lines(report), *footer_lines(report, result.report_dir)]:
+    tr.write_line(legend(report))
+    for line in [*cell_lines(report), *drift_lines(report), *footer_lines(report, result.report_dir)]:
         tr.write_line(line)

@@ -128,37 +128,72 @@ class Baseline:
 @dataclass(frozen=True)
 class CellScores:
     """Scores of one cell, indexed [position][prompt] (prompts in dataset order); NaN where
-    the prompt never sat at that position (``--rotation sparse``)."""
+    the prompt never sat at that position (``--rotation sparse``) or, for ``reference``, where
+    the dataset has no reference summary."""
 
     cell: Cell
-    baseline: tuple[tuple[float, ...], ...]
-    reference: tuple[tuple[float, ...], ...]
+    baseline: tuple[tuple[float, ...], ...]  # agreement: ROUGE-L against the baseline
+    reference: tuple[tuple[float, ...], ...]  # quality: ROUGE-L against the reference summary
+    differs: tuple[tuple[float, ...], ...] = ()  # 1.0 where the text is not batch size 1's
+
+
+@dataclass(frozen=True)
+class Levels:
+    """Batch size 1 of one beam width, per prompt: what every other cell is compared with."""
+
+    agreement: tuple[float, ...]  # ROUGE-L of batch size 1 against the baseline (1.0 unless goldens)
+    quality: tuple[float, ...]  # ROUGE-L of batch size 1 against the reference (NaN: none)
 
 
 @dataclass(frozen=True)
 class Scored:
-    """What the score stage produced: every scorable cell's scores, batch size 1's per-prompt
-    level against the baseline per beam width, and the cells that could not be scored."""
+    """What the score stage produced: every scorable cell's scores, batch size 1's levels per
+    beam width, and the cells that could not be scored."""
 
     cells: dict[Cell, CellScores]
-    levels: dict[int, tuple[float, ...]]
+    levels: dict[int, Levels]
     unscored: dict[Cell, str]
 
 
 @dataclass(frozen=True)
+class DropTest:
+    """One one-sided test: is the mean drop larger than the tolerance?"""
+
+    drop: float  # mean paired drop (positive: worse)
+    p_value: float
+    n: int
+    p_adjusted: float | None = None  # Holm over every test of the run
+    flagged: bool = False  # drop > tolerance and p_adjusted < alpha
+
+
+@dataclass(frozen=True)
 class PositionStats:
-    """One batch position of one cell."""
+    """One batch position of one cell: the three questions' figures.
+
+    - position dependence: agreement with the baseline here against the other positions of
+      the same cell, same prompts (``position_test``);
+    - batch-size quality: ROUGE-L against the references here against batch size 1, same
+      prompts (``quality_test``; None without reference summaries);
+    - determinism: the share of outputs that differ from batch size 1's (``differing``) and
+      the agreement with the baseline (``agreement``), a gate only with --deterministic.
+    """
 
     position: int
-    rouge_l: float  # mean ROUGE-L against the baseline
-    rouge_l_reference: float  # mean ROUGE-L against the reference summaries
-    drop: float  # mean paired drop below batch size 1
-    p_value: float | None  # None where nothing is tested (batch size 1)
-    p_adjusted: float | None
     n: int
-    degraded: bool = False
-    ci_low: float | None = None  # 95% t-interval of the mean ROUGE-L against the baseline
+    agreement: float  # mean ROUGE-L against the baseline
+    agreement_drop: float  # mean paired drop of agreement below batch size 1's
+    differing: float  # share of outputs that differ from batch size 1's
+    quality: float | None  # mean ROUGE-L against the references (None: no references)
+    quality_bs1: float | None  # the same prompts at batch size 1
+    position_test: DropTest | None = None  # batch size > 1
+    quality_test: DropTest | None = None  # batch size > 1, with references
+    nondeterministic: bool = False  # --deterministic and an output differs
+    ci_low: float | None = None  # 95% t-interval of the mean agreement
     ci_high: float | None = None
+
+    @property
+    def degraded(self) -> bool:
+        return any(t is not None and t.flagged for t in (self.position_test, self.quality_test))
 
 
 @dataclass(frozen=True)
@@ -166,14 +201,18 @@ class CellAnalysis:
     """Verdict of one cell's positions."""
 
     cell: Cell
-    level: float  # mean ROUGE-L of batch size 1 against the baseline, same beam width
+    level: float  # mean agreement of batch size 1 with the baseline, same beam width
     positions: tuple[PositionStats, ...]
     degraded_positions: tuple[int, ...]
     verdict: Verdict  # pass | fail
     message: str
-    cell_drop: float | None = None  # mean drop over all positions (the omnibus test)
-    cell_p_adjusted: float | None = None
-    spread: bool = False  # the omnibus test failed the cell
+    quality: float | None = None  # mean ROUGE-L against the references over the positions
+    quality_bs1: float | None = None
+    differing: float = 0.0  # share of the cell's outputs that differ from batch size 1's
+    omnibus: DropTest | None = None  # quality drop over all positions (damage spread thinly)
+    spread: bool = False  # the omnibus test failed the cell, no single position did
+    nondeterministic_positions: tuple[int, ...] = ()  # --deterministic only
+    drift: str | None = None  # outputs differ from batch size 1 without losing quality
 
 
 @dataclass(frozen=True)
@@ -182,6 +221,7 @@ class Finding:
 
     kind: str
     text: str
+    evidence: str = ""  # what the named cause rests on
 
 
 @dataclass(frozen=True)
@@ -228,7 +268,7 @@ class RunResult:
     ranks: Ranks = field(default_factory=Ranks)
     timing: Timing = field(default_factory=Timing)
     scores: tuple[CellScores, ...] = ()  # per-prompt scores, for shard reports and merge
-    levels: dict[int, tuple[float, ...]] = field(default_factory=dict)  # batch size 1's, per beam
+    levels: dict[int, Levels] = field(default_factory=dict)  # batch size 1's, per beam width
     grid: tuple[Cell, ...] = ()  # every cell of the unsharded grid (= plan.cells unless --shard)
     prompt_lengths: tuple[int, ...] = ()  # what the fault signatures measured padding in
     report: Report | None = None  # the report written for it (set once it is written)
@@ -260,7 +300,7 @@ class FollowerRun:
 
 # The report: what the report stage builds from a RunResult; writers, compare and merge read it.
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the three questions (position dependence, batch-size quality, determinism)
 HASH_METHOD = "sha256 of this JSON without 'integrity', keys sorted, separators (',', ':'), UTF-8"
 
 
@@ -336,27 +376,26 @@ class Method:
     test: str = ""
     plan: str = ""
     rotation: str = "full"
+    deterministic: bool = False
+    # per question: "gate", "reported" or "not answered: <why>; <what the gate uses>"
+    questions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class PositionEntry:
     position: int
-    rouge_l: float
+    n: int
+    agreement: float  # mean ROUGE-L against the baseline
     ci_low: float | None
     ci_high: float | None
-    rouge_l_reference: float
-    drop: float
-    p_value: float | None
-    p_adjusted: float | None
-    n: int
+    agreement_drop: float  # below batch size 1's agreement
+    differing: float  # share of outputs that differ from batch size 1's
+    quality: float | None  # mean ROUGE-L against the references (None: no references)
+    quality_bs1: float | None
+    position_test: DropTest | None
+    quality_test: DropTest | None
     degraded: bool
-
-
-@dataclass(frozen=True)
-class Omnibus:
-    drop: float | None
-    p_adjusted: float | None
-    failed: bool
+    nondeterministic: bool = False
 
 
 @dataclass(frozen=True)
@@ -379,9 +418,15 @@ class CellEntry:
     message: str
     cause: str | None
     pattern: str | None
+    evidence: str | None  # what the named cause rests on
     baseline_level: float | None
+    quality: float | None
+    quality_bs1: float | None
+    differing: float | None
+    drift: str | None  # outputs that differ without losing quality: a finding, not a failure
     degraded_positions: tuple[int, ...]
-    omnibus: Omnibus | None
+    nondeterministic_positions: tuple[int, ...]
+    omnibus: DropTest | None
     positions: tuple[PositionEntry, ...]
     limit_checks: tuple[LimitCheck, ...]
     examples: tuple[Example, ...]
@@ -400,17 +445,26 @@ class ShardInfo:
 
 @dataclass(frozen=True)
 class ShardCellScores:
-    """Per-prompt scores of one cell (None: the prompt never sat there) and the examples of
-    every degraded position, for ``merge``."""
+    """Per-prompt scores of one cell (None: the prompt never sat there, or has no reference)
+    and the examples of every degraded position, for ``merge``."""
 
     baseline: tuple[tuple[float | None, ...], ...]
     reference: tuple[tuple[float | None, ...], ...]
+    differs: tuple[tuple[float | None, ...], ...]
     examples: dict[str, tuple[Example, ...]]
 
 
 @dataclass(frozen=True)
+class ShardLevels:
+    """Batch size 1's per-prompt levels of one beam width (None: no reference)."""
+
+    agreement: tuple[float | None, ...]
+    quality: tuple[float | None, ...]
+
+
+@dataclass(frozen=True)
 class ShardScores:
-    levels: dict[int, tuple[float, ...]]
+    levels: dict[int, ShardLevels]
     cells: dict[str, ShardCellScores]
     order: tuple[int, ...] = ()
     prompt_lengths: tuple[int, ...] = ()

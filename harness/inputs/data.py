@@ -62,7 +62,7 @@ class Document:
 
     id: str
     text: str
-    summary: str
+    summary: str | None  # the reference summary; None: the dataset has none
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,11 @@ class Dataset:
     def __len__(self) -> int:
         return len(self.documents)
 
+    @property
+    def has_references(self) -> bool:
+        """Whether every document has a reference summary (batch-size quality needs them)."""
+        return all(d.summary is not None for d in self.documents)
+
     def describe(self) -> dict[str, Any]:
         """Where the documents came from, as recorded in report.json."""
         return {"name": self.name, "path": self.path, "source": self.source,
@@ -128,21 +133,28 @@ def _quiet_datasets() -> Any:
     return datasets
 
 
-def _documents(table: Any, where: str, text_field: str, summary_field: str) -> tuple[Document, ...]:
-    """Rows of a `datasets.Dataset` as documents, with every field and row checked."""
+def _documents(table: Any, where: str, text_field: str, summary_field: str,
+               summary_required: bool = True) -> tuple[Document, ...]:
+    """Rows of a `datasets.Dataset` as documents, with every field and row checked; without
+    ``summary_required`` a dataset lacking the summary field has no references (None)."""
     if len(table) == 0:
         raise DatasetError(f"{where}: holds no rows")
-    for option, key in (("--text-field", text_field), ("--summary-field", summary_field)):
+    wanted = [("--text-field", text_field)]
+    if summary_required or summary_field in table.column_names:
+        wanted.append(("--summary-field", summary_field))
+    for option, key in wanted:
         if key not in table.column_names:
             raise DatasetError(f"{where}: no field {key!r} (fields: "
                                f"{', '.join(table.column_names)}); name the right one with {option}")
     ids = table["id"] if "id" in table.column_names else [f"row-{i}" for i in range(len(table))]
+    summaries = (table[summary_field] if summary_field in table.column_names
+                 else [None] * len(table))
     documents = []
-    for i, (doc_id, text, summary) in enumerate(zip(ids, table[text_field], table[summary_field])):
+    for i, (doc_id, text, summary) in enumerate(zip(ids, table[text_field], summaries)):
         if not isinstance(text, str) or not text.strip():
             raise DatasetError(f"{where}: row {i} has an empty or non-text "
                                f"{text_field!r}; fix or drop that row")
-        if not isinstance(summary, str):
+        if not isinstance(summary, str) and summary_field in table.column_names:
             raise DatasetError(f"{where}: row {i} has a non-text {summary_field!r}")
         documents.append(Document(id=str(doc_id), text=text, summary=summary))
     seen: set[str] = set()
@@ -331,8 +343,9 @@ def load_dataset(path: str | None = None, *, text_field: str | None = None,
                            "a save_to_disk folder, a preset (" + ", ".join(PRESETS) + ") or a "
                            "hub dataset name")
     text_field = text_field or DEFAULT_TEXT_FIELD
+    required = summary_field is not None  # named by --summary-field or a preset
     summary_field = summary_field or DEFAULT_SUMMARY_FIELD
-    docs = _documents(table, where, text_field, summary_field)
+    docs = _documents(table, where, text_field, summary_field, required)
     return Dataset(name=name, path=shown, documents=docs, hash=content_hash(docs), source=source,
                    config=config, split=split, revision=revision, text_field=text_field,
                    summary_field=summary_field)

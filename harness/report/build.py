@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness import __version__
+from harness.config import RunConfig
 from harness.inputs.data import Dataset, build_prompt
 from harness.report.model import seal
 from harness.report.provenance import engine_files, environment
@@ -21,18 +22,20 @@ from harness.results import (
     CellEntry,
     CellResult,
     DatasetInfo,
+    DropTest,
     EngineFile,
     EngineSection,
     Example,
     GoldenFile,
     Method,
-    Omnibus,
     PositionEntry,
+    PositionStats,
     RanksInfo,
     Report,
     RunResult,
     ShardCellScores,
     ShardInfo,
+    ShardLevels,
     ShardScores,
     Signoff,
     SubsetInfo,
@@ -44,9 +47,11 @@ from harness.verdict.failures import likely_cause
 
 EXAMPLES_PER_CELL = 3
 PROMPT_CHARS = 600
-TEST = ("one-sided paired t-test of the drop below batch size 1 against the tolerance, per "
-        "position and per cell (mean over positions), Holm-corrected over all tests of the run "
-        "(docs/method.md)")
+TEST = ("three questions per cell and position (docs/method.md): position dependence (agreement "
+        "with the baseline below the other positions of the batch, same prompts), batch-size "
+        "quality (ROUGE-L against the references below batch size 1, same prompts; per cell "
+        "too), determinism (outputs that differ from batch size 1); one-sided paired t-tests of "
+        "the drop against the tolerance, Holm-corrected over all tests of the run")
 PLANS = {"full": "cyclic rotation: every prompt at every position once per cell",
          "sparse": "sparse rotation: every prompt at one position per cell"}
 
@@ -56,11 +61,14 @@ def _round(x: float | None, digits: int = 6) -> float | None:
 
 
 def worst_position(c: CellResult) -> int | None:
-    """The degraded position with the lowest ROUGE-L (the one the examples show)."""
+    """The degraded position that lost most (quality where measured, else agreement): the one
+    the examples show."""
     a = c.analysis
     if a is None or not a.degraded_positions:
         return None
-    return min(a.degraded_positions, key=lambda p: a.positions[p].rouge_l)
+    return min(a.degraded_positions, key=lambda p: (a.positions[p].quality
+                                                    if a.positions[p].quality is not None
+                                                    else a.positions[p].agreement))
 
 
 def examples_at(result: RunResult, c: CellResult, position: int) -> tuple[Example, ...]:
@@ -78,25 +86,49 @@ def examples_at(result: RunResult, c: CellResult, position: int) -> tuple[Exampl
                  for i in picks[:EXAMPLES_PER_CELL])
 
 
+def _test(test: DropTest | None) -> DropTest | None:
+    if test is None:
+        return None
+    return dataclasses.replace(test, drop=round(test.drop, 6), p_value=round(test.p_value, 12),
+                               p_adjusted=_round(test.p_adjusted, 12))
+
+
+def _position(s: PositionStats) -> PositionEntry:
+    return PositionEntry(
+        position=s.position, n=s.n, agreement=round(s.agreement, 6), ci_low=_round(s.ci_low),
+        ci_high=_round(s.ci_high), agreement_drop=round(s.agreement_drop, 6),
+        differing=round(s.differing, 6), quality=_round(s.quality), quality_bs1=_round(s.quality_bs1),
+        position_test=_test(s.position_test), quality_test=_test(s.quality_test),
+        degraded=s.degraded, nondeterministic=s.nondeterministic)
+
+
 def cell_entry(c: CellResult, examples: Sequence[Example]) -> CellEntry:
     """One entry of the report's ``cells`` (shared with ``merge``)."""
     a = c.analysis
-    positions = tuple(PositionEntry(
-        position=s.position, rouge_l=_round(s.rouge_l), ci_low=_round(s.ci_low),  # type: ignore[arg-type]
-        ci_high=_round(s.ci_high), rouge_l_reference=_round(s.rouge_l_reference),  # type: ignore[arg-type]
-        drop=_round(s.drop), p_value=_round(s.p_value, 12),  # type: ignore[arg-type]
-        p_adjusted=_round(s.p_adjusted, 12), n=s.n, degraded=s.degraded)
-        for s in (a.positions if a else ()))
-    omnibus = (Omnibus(drop=_round(a.cell_drop), p_adjusted=_round(a.cell_p_adjusted, 12),
-                       failed=a.spread) if a and a.cell_drop is not None else None)
     return CellEntry(
         id=c.cell.id, batch_size=c.cell.batch_size, beam_width=c.cell.beam_width,
         verdict=c.verdict, limits_verdict=Verdict.FAIL if c.limit_failures else Verdict.PASS,
         error=c.error, message=c.error or (a.message if a else ""), cause=likely_cause(c),
         pattern=c.finding.kind if c.finding else None,
+        evidence=c.finding.evidence if c.finding else None,
         baseline_level=_round(a.level) if a else None,
-        degraded_positions=a.degraded_positions if a else (), omnibus=omnibus,
-        positions=positions, limit_checks=c.checks, examples=tuple(examples))
+        quality=_round(a.quality) if a else None, quality_bs1=_round(a.quality_bs1) if a else None,
+        differing=_round(a.differing) if a else None, drift=a.drift if a else None,
+        degraded_positions=a.degraded_positions if a else (),
+        nondeterministic_positions=a.nondeterministic_positions if a else (),
+        omnibus=_test(a.omnibus) if a else None,
+        positions=tuple(_position(s) for s in (a.positions if a else ())),
+        limit_checks=c.checks, examples=tuple(examples))
+
+
+def questions(config: RunConfig, has_references: bool) -> dict[str, str]:
+    """What each question is in this run: a gate, a figure, or not answered (and why)."""
+    quality = ("gate" if has_references else
+               "not answered: the dataset has no reference summaries; the gate uses position "
+               "dependence" + (" and determinism" if config.deterministic else "") +
+               " only, so damage that hits every position alike is not caught")
+    return {"position dependence": "gate", "batch-size quality": quality,
+            "determinism": "gate (--deterministic)" if config.deterministic else "reported"}
 
 
 def _nulls(row: Sequence[float]) -> tuple[float | None, ...]:
@@ -121,16 +153,19 @@ def _shard_blocks(result: RunResult) -> tuple[ShardInfo | None, ShardScores | No
                     for p in (c.analysis.degraded_positions if c.analysis else ())}
         scored[cs.cell.id] = ShardCellScores(baseline=tuple(_nulls(r) for r in cs.baseline),
                                              reference=tuple(_nulls(r) for r in cs.reference),
+                                             differs=tuple(_nulls(r) for r in cs.differs),
                                              examples=examples)
     info = ShardInfo(index=k, count=n, cells=tuple(c.cell.id for c in result.cells),
                      grid=tuple(c.id for c in result.grid))
-    return info, ShardScores(levels=dict(result.levels), cells=scored, order=result.plan.order,
+    levels = {w: ShardLevels(agreement=_nulls(lv.agreement), quality=_nulls(lv.quality))
+              for w, lv in result.levels.items()}
+    return info, ShardScores(levels=levels, cells=scored, order=result.plan.order,
                              prompt_lengths=tuple(result.prompt_lengths))
 
 
 def dataset_info(dataset: Dataset) -> DatasetInfo:
     s = dataset.subset
-    subset = SubsetInfo(**s.as_dict()) if s else None  # type: ignore[arg-type]
+    subset = SubsetInfo(**{**s.as_dict(), "ids": tuple(s.ids)}) if s else None
     return DatasetInfo(name=dataset.name, path=dataset.path, count=len(dataset), hash=dataset.hash,
                        source=dataset.source, config=dataset.config, split=dataset.split,
                        revision=dataset.revision, text_field=dataset.text_field,
@@ -177,7 +212,9 @@ def build_report(result: RunResult) -> Report:
         goldens_written=result.goldens_written,
         method=Method(tolerance=result.config.tolerance, alpha=result.config.alpha,
                       seed=plan.seed, sequences=plan.sequences(), test=TEST,
-                      plan=PLANS[plan.rotation], rotation=plan.rotation),
+                      plan=PLANS[plan.rotation], rotation=plan.rotation,
+                      deterministic=result.config.deterministic,
+                      questions=questions(result.config, result.dataset.has_references)),
         options=result.config.as_dict(), environment=environment(),
         timing=rounded(result.timing), cells=cells, shard=shard, scores=scores)
     return seal(report)

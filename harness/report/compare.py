@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ class PositionChange:
     old: float | None
     new: float | None
     delta: float | None
-    status: str  # added | dropped | new degradation | fixed | worse | better | same
+    status: str  # added | dropped | new degradation | fixed | worse | better | same | unmeasured
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,13 @@ class Comparison:
     limits_changed: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+def value(p: PositionEntry) -> float | None:
+    """What a position is compared by: its quality against the references where the run
+    measured it, else its agreement with the baseline."""
+    x = p.quality if p.quality is not None else p.agreement
+    return None if x is None or math.isnan(x) else x
+
+
 def _status(old: PositionEntry | None, new: PositionEntry | None, tol: float) -> str:
     if old is None:
         return "added"
@@ -53,7 +61,10 @@ def _status(old: PositionEntry | None, new: PositionEntry | None, tol: float) ->
         return "new degradation"
     if old.degraded and not new.degraded:
         return "fixed"
-    delta = new.rouge_l - old.rouge_l
+    ov, nv = value(old), value(new)
+    if nv is None or ov is None:
+        return "same" if nv is None and ov is None else "unmeasured" if nv is None else "added"
+    delta = nv - ov
     return "worse" if delta < -tol else "better" if delta > tol else "same"
 
 
@@ -78,11 +89,11 @@ def _cell_change(oc: CellEntry, nc: CellEntry, tol: float, lines: list[str]) -> 
     rows = []
     for pos in sorted(set(op) | set(np_)):
         o, n = op.get(pos), np_.get(pos)
-        rows.append(PositionChange(position=pos, old=o.rouge_l if o else None,
-                                   new=n.rouge_l if n else None,
-                                   delta=(n.rouge_l - o.rouge_l) if o and n else None,
+        ov, nv = (value(o) if o else None), (value(n) if n else None)
+        rows.append(PositionChange(position=pos, old=ov, new=nv,
+                                   delta=(nv - ov) if ov is not None and nv is not None else None,
                                    status=_status(o, n, tol)))
-    for label in ("new degradation", "fixed", "worse", "better"):
+    for label in ("new degradation", "fixed", "worse", "better", "dropped", "unmeasured"):
         hit = [r.position for r in rows if r.status == label]
         if hit:
             lines.append(f"{nc.id}: {label} at positions {', '.join(map(str, hit))}")
@@ -113,14 +124,16 @@ def compare(old_loaded: LoadedReport, new_loaded: LoadedReport,
     for cid in order:
         oc, nc = old_cells.get(cid), new_cells.get(cid)
         if oc is None or nc is None:
-            lines.append(f"{cid}: only in the {'new' if oc is None else 'old'} run")
+            lines.append(f"{cid}: only in the new run" if oc is None else
+                         f"{cid}: only in the old run: NEW no longer tests it (counts as worse)")
             continue
         cells.append(_cell_change(oc, nc, tol, lines))
     limits_changed = _limits_changed(old, new, lines)
     statuses = {p.status for c in cells for p in c.positions}
     errors = {c.id for c in new.cells if c.verdict == "error"} - {
         c.id for c in old.cells if c.verdict == "error"}
-    worse = bool(errors or statuses & {"new degradation", "worse"}
+    lost = [cid for cid in old_cells if cid not in new_cells]  # a cell NEW no longer tests
+    worse = bool(errors or lost or statuses & {"new degradation", "worse", "dropped", "unmeasured"}
                  or (old.verdict == "pass" and new.verdict == "fail"))
     better = bool(statuses & {"fixed", "better"}) or any(
         line.endswith("engine error fixed") for line in lines)

@@ -34,7 +34,8 @@ def render_report(report: Report) -> str:
     by_beam: dict[int, list[CellEntry]] = {}
     for c in report.cells:
         by_beam.setdefault(c.beam_width, []).append(c)
-    heatmaps = [(w, Markup(heatmap_svg(w, cells))) for w, cells in sorted(by_beam.items())
+    heatmaps = [(w, Markup(heatmap_svg(w, cells, report.method.tolerance)))
+                for w, cells in sorted(by_beam.items())
                 if any(c.positions for c in cells)]
     limits = dataclasses.asdict(report.limits) if report.limits else None
     return _env().get_template("report.html.j2").render(r=report, heatmaps=heatmaps, limits=limits)

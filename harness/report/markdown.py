@@ -32,6 +32,7 @@ def _header(report: Report) -> list[str]:
              "- Baseline: " + "; ".join(f"beam {w}: {n}" for w, n in report.baseline.items()),
              f"- Generation cache: {cache.reason}, {cache.generations_from_cache} generations from "
              f"the cache, {cache.batches_generated} batches generated",
+             "- Questions: " + "; ".join(f"{q}: {how}" for q, how in method.questions.items()),
              f"- Method: tolerance {method.tolerance}, alpha {method.alpha}, seed {method.seed}, "
              + (f"sparse rotation (each prompt at one position per cell: {_per_position(report)} "
                 "prompts per position)" if method.rotation == "sparse" else "full rotation")]
@@ -49,10 +50,16 @@ def _findings(report: Report) -> list[str]:
     lines = []
     for c in report.cells:
         if c.verdict != "pass":
-            lines.append(f"- **{c.id}**: {c.message}" + (f" — {c.cause}" if c.cause else ""))
+            lines.append(f"- **{c.id}**: {c.message}" + (f" — {c.cause}" if c.cause else "")
+                         + (f" (evidence: {c.evidence})" if c.evidence else ""))
         lines += [f"- **{c.id}** build limit: {ch.message}" for ch in c.limit_checks
                   if ch.status == "fail"]
-    return lines or ["No degraded position and no exceeded build limit."]
+    lines = lines or ["No degraded position and no exceeded build limit."]
+    drift = [c.drift for c in report.cells if c.drift]
+    if drift:
+        lines += ["", "Outputs that differ from batch size 1 without losing quality (not failing):",
+                  "", *[f"- {d}" for d in drift]]
+    return lines
 
 
 def _table(cells: tuple[CellEntry, ...], value: Callable[[PositionEntry], str],
@@ -71,10 +78,13 @@ def markdown(report: Report) -> str:
     """The whole report.md."""
     lines = [f"# Batch-position report: **{str(report.verdict).upper()}**", "", *_header(report),
              "", "## Findings", "", *_findings(report),
-             "", "## ROUGE-L by batch position (vs baseline; * = degraded)", "",
-             *_table(report.cells, lambda p: f"{'*' if p.degraded else ''}{p.rouge_l:.2f}", True),
-             "", "## ROUGE-L against the reference summaries", "",
-             *_table(report.cells, lambda p: f"{p.rouge_l_reference:.2f}", False)]
+             "", "## Quality against the reference summaries by batch position (* = degraded)", "",
+             *_table(report.cells, lambda p: "–" if p.quality is None else
+                     f"{'*' if p.degraded else ''}{p.quality:.2f}", True),
+             "", "## Agreement with the baseline by batch position (share of outputs that differ "
+             "from batch size 1)", "",
+             *_table(report.cells, lambda p: f"{'*' if p.degraded else ''}{p.agreement:.2f} "
+                     f"({p.differing:.0%})", False)]
     degraded = [c for c in report.cells if c.degraded_positions]
     if degraded:
         lines += ["", "Degraded positions (0-indexed): " + "; ".join(

@@ -24,7 +24,16 @@ from harness.errors import ConfigError
 from harness.plan import Cell, Plan
 from harness.report.build import cell_entry, worst_position
 from harness.report.model import load_report, seal
-from harness.results import CellScores, Report, ShardCellScores, ShardInfo, Timing, run_verdict
+from harness.results import (
+    CellScores,
+    Levels,
+    Report,
+    ShardCellScores,
+    ShardInfo,
+    ShardLevels,
+    Timing,
+    run_verdict,
+)
 from harness.stages.analyse import analyse, cell_results
 from harness.storage.cache import CacheStats
 
@@ -134,15 +143,15 @@ def _check_complete(shards: Sequence[Shard]) -> None:
 
 
 def _agreeing(shards: Sequence[Shard], beam_widths: list[int]
-              ) -> tuple[dict[int, tuple[float, ...]], dict[str, list[dict[str, Any]]]]:
+              ) -> tuple[dict[int, Levels], dict[str, list[dict[str, Any]]]]:
     """Batch size 1's levels and generation rows by cell, checked equal across shards."""
-    levels: dict[int, tuple[float, ...]] = {}
+    levels: dict[int, ShardLevels] = {}
     rows: dict[str, list[dict[str, Any]]] = {}
     seen: dict[str, Path] = {}
     for shard in shards:
         assert shard.report.scores is not None
         for w, values in shard.report.scores.levels.items():
-            if levels.setdefault(w, tuple(values)) != tuple(values):
+            if levels.setdefault(w, values) != values:
                 raise ConfigError(f"{shard.folder}: batch size 1 scores against the baseline of "
                                   f"beam width {w} differ from another shard's; the shards' "
                                   "baselines differ, rerun them with one shared --cache-dir or "
@@ -159,7 +168,8 @@ def _agreeing(shards: Sequence[Shard], beam_widths: list[int]
             rows.setdefault(cid, cell_rows)
             seen.setdefault(cid, shard.folder)
     order = sorted(levels, key=lambda w: beam_widths.index(w) if w in beam_widths else w)
-    return {w: levels[w] for w in order}, rows
+    return {w: Levels(agreement=_nans(levels[w].agreement), quality=_nans(levels[w].quality))
+            for w in order}, rows
 
 
 def _nans(row: Sequence[float | None]) -> tuple[float, ...]:
@@ -212,7 +222,8 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
     by_id = _shard_cells(shards)
     grid = [_cell(cid) for cid in shards[0].info.grid or ()]
     scores = {cell: CellScores(cell=cell, baseline=tuple(_nans(r) for r in s.baseline),
-                               reference=tuple(_nans(r) for r in s.reference))
+                               reference=tuple(_nans(r) for r in s.reference),
+                               differs=tuple(_nans(r) for r in s.differs))
               for cell in grid for _, s in [by_id[cell.id]] if s is not None}
     assert base.scores is not None
     plan = Plan(cells=tuple(grid), reference_cells=tuple(Cell(1, w) for w in beam_widths),
@@ -220,7 +231,8 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
                 rotation=str(base.options.get("rotation") or "full"))
     analyses, findings = analyse(scores, levels, plan, base.scores.prompt_lengths, base.limits,
                                  tolerance=float(base.options["tolerance"]),
-                                 alpha=float(base.options["alpha"]))
+                                 alpha=float(base.options["alpha"]),
+                                 deterministic=bool(base.options.get("deterministic")))
     results = cell_results(grid, {c: by_id[c.id][0].limit_checks for c in grid}, analyses,
                            {c: by_id[c.id][0].error for c in grid}, findings)
     cells = []

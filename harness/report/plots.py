@@ -1,50 +1,80 @@
-"""Heatmaps of ROUGE-L by batch position, as inline SVG for the self-contained report."""
+"""Heatmaps by batch position, as inline SVG for the self-contained report.
+
+Each square shows what the verdict weighed there: the number is the position's quality
+against the references (its agreement with the baseline where the dataset has no references),
+and the colour is the larger of the two drops the verdict tests (below batch size 1 in quality,
+below the other positions of the batch in agreement) in units of the tolerance: green under
+it, yellow at it, red from three times it. A degraded position is red whatever its drop, and
+hatched and boxed, so it can never look healthy.
+"""
 
 from __future__ import annotations
 
 import io
 from collections.abc import Sequence
 
-from harness.results import CellEntry
+from harness.results import CellEntry, PositionEntry
+
+RED_AT = 3.0  # drops of this many tolerances or more are full red
 
 
-def heatmap_svg(beam_width: int, cells: Sequence[CellEntry]) -> str:
-    """One beam width: rows are batch sizes, columns batch positions; degraded cells crossed."""
+def severity(p: PositionEntry, tolerance: float) -> float:
+    """The larger tested drop in tolerances (0 where nothing is tested); RED_AT if degraded."""
+    drops = [t.drop for t in (p.quality_test, p.position_test) if t is not None]
+    x = max([0.0, *drops]) / tolerance if tolerance > 0 else (RED_AT if p.degraded else 0.0)
+    return max(x, RED_AT) if p.degraded else min(x, RED_AT)
+
+
+def shown(p: PositionEntry) -> float:
+    """The number a square shows: quality where measured, else agreement."""
+    return p.quality if p.quality is not None else p.agreement
+
+
+def heatmap_svg(beam_width: int, cells: Sequence[CellEntry], tolerance: float) -> str:
+    """One beam width: rows are batch sizes, columns batch positions."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.colors import LinearSegmentedColormap
 
     rows = sorted(cells, key=lambda c: c.batch_size)
     width = max(len(c.positions) for c in rows)
     grid = np.full((len(rows), width), np.nan)
     for i, c in enumerate(rows):
         for p in c.positions:
-            grid[i, p.position] = p.rouge_l
+            grid[i, p.position] = severity(p, tolerance)
+    cmap = LinearSegmentedColormap.from_list(
+        "drop", [(0.0, "#1a9850"), (0.5 / RED_AT, "#a6d96a"), (1.0 / RED_AT, "#fee08b"),
+                 (1.0, "#d73027")]).with_extremes(bad="#eeeeee")
     fig, ax = plt.subplots(figsize=(1.0 + 0.62 * width, 0.9 + 0.48 * len(rows)), dpi=100)
-    cmap = matplotlib.colormaps["RdYlGn"].with_extremes(bad="#eeeeee")
-    image = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
+    image = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=RED_AT, aspect="auto")
     for i, c in enumerate(rows):
         for p in c.positions:
-            j, value = p.position, p.rouge_l
-            label = f"{value:.2f}"
-            ax.text(j, i, label, ha="center", va="center", fontsize=8,
-                    color="white" if value < 0.35 else "black",
-                    fontweight="bold" if p.degraded else "normal")
+            j = p.position
+            ax.text(j, i, f"{shown(p):.2f}", ha="center", va="center", fontsize=8,
+                    color="black", fontweight="bold" if p.degraded else "normal")
             if p.degraded:
                 ax.add_patch(matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
-                                                          edgecolor="black", linewidth=2.2))
+                                                          hatch="///", edgecolor="black",
+                                                          linewidth=2.2))
         if c.verdict == "error":
             ax.text(width / 2 - 0.5, i, "engine error", ha="center", va="center", fontsize=9)
     ax.set_xticks(range(width), [str(j) for j in range(width)])
     ax.set_yticks(range(len(rows)), [f"bs{c.batch_size}" for c in rows])
     ax.set_xlabel("batch position")
-    ax.set_title(f"beam width {beam_width}: ROUGE-L vs baseline (boxed = degraded)", fontsize=10)
-    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+    measured = "quality vs references" if any(p.quality is not None for c in rows
+                                               for p in c.positions) else "agreement with baseline"
+    ax.set_title(f"beam width {beam_width}: {measured}; colour = drop / tolerance "
+                 "(hatched = degraded)", fontsize=9)
+    bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02, ticks=[0, 1, 2, RED_AT])
+    bar.ax.set_yticklabels(["0", "1x", "2x", f">={RED_AT:g}x"], fontsize=7)
     fig.tight_layout()
     out = io.StringIO()
     fig.savefig(out, format="svg")
     plt.close(fig)
     svg = out.getvalue()
-    return svg[svg.index("<svg"):]  # drop the XML prolog and doctype: the SVG sits inline in HTML
+    svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype: the SVG sits inline in HTML
+    # scale with the page (phones): the viewBox keeps the drawing, CSS sets the width
+    return svg.replace('<svg ', '<svg preserveAspectRatio="xMinYMin meet" ', 1)

@@ -3,19 +3,29 @@ plugin's summary and ``merge`` (as syrupy's report yields its terminal lines).""
 
 from __future__ import annotations
 
+from harness.report.plots import shown
 from harness.results import Report
 
 
 def cell_lines(report: Report) -> list[str]:
-    """Per-cell, per-position ROUGE-L against the baseline (* = degraded)."""
+    """Per cell: the verdict, quality by position (agreement without references; * =
+    degraded) and the share of outputs that differ from batch size 1."""
     lines = []
     for c in report.cells:
         if c.error:
             lines.append(f"{c.id:>12}  ERROR  {c.error}")
             continue
-        marks = " ".join(f"{'*' if p.degraded else ' '}{p.rouge_l:.2f}" for p in c.positions)
-        lines.append(f"{c.id:>12}  {str(c.verdict).upper():5}  {marks}")
+        marks = " ".join(f"{'*' if p.degraded else ' '}{shown(p):.2f}" for p in c.positions)
+        differ = f"   differ {c.differing:.0%}" if c.differing else ""
+        lines.append(f"{c.id:>12}  {str(c.verdict).upper():5}  {marks}{differ}")
     return lines
+
+
+def legend(report: Report) -> str:
+    """What the numbers of ``cell_lines`` are."""
+    refs = any(p.quality is not None for c in report.cells for p in c.positions)
+    what = "quality vs references" if refs else "agreement with the baseline (no references)"
+    return f"{what} by batch position (* = degraded); differ = outputs unlike batch size 1's:"
 
 
 def finding_lines(report: Report) -> list[str]:
@@ -27,7 +37,12 @@ def finding_lines(report: Report) -> list[str]:
             lines.append(c.message)
             if c.cause:
                 lines.append(f"  {c.cause}")
-    return lines
+    return lines + drift_lines(report)
+
+
+def drift_lines(report: Report) -> list[str]:
+    """Cells whose outputs differ from batch size 1 without failing: said, not failed."""
+    return [f"note: {c.drift}" for c in report.cells if c.drift and c.verdict == "pass"]
 
 
 def header_lines(report: Report) -> list[str]:

@@ -15,11 +15,21 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from harness.plan import Cell
-from harness.results import Baseline, CellOutputs, CellScores, Generated, Prepared, Scored, Timing
+from harness.results import (
+    Baseline,
+    CellOutputs,
+    CellScores,
+    Generated,
+    Levels,
+    Prepared,
+    Scored,
+    Timing,
+)
 from harness.storage.goldens import GoldenSet
 from harness.verdict.scoring import rouge_l
 
-Level = tuple[tuple[float, ...], float]  # per-prompt scores, CPU seconds spent
+Level = tuple[Levels, float]  # batch size 1's per-prompt levels, CPU seconds spent
+Texts = Sequence[str | None]
 
 
 def baselines(prep: Prepared, goldens: dict[int, GoldenSet], generated: Generated
@@ -38,15 +48,10 @@ def baselines(prep: Prepared, goldens: dict[int, GoldenSet], generated: Generate
     return out
 
 
-def level(base: Sequence[str], bs1: Sequence[str | None]) -> Level:
-    """Batch size 1's per-prompt ROUGE-L against the baseline, and the CPU seconds it took."""
-    start = time.thread_time()
-    return tuple(rouge_l(base, bs1)), time.thread_time() - start  # type: ignore[arg-type]
-
-
-def visited_rouge(targets: Sequence[str], row: Sequence[str | None]) -> tuple[float, ...]:
-    """ROUGE-L per prompt; NaN where the prompt never sat at this position."""
-    seen = [i for i, t in enumerate(row) if t is not None]
+def visited_rouge(targets: Sequence[str | None], row: Texts) -> tuple[float, ...]:
+    """ROUGE-L per prompt; NaN where the prompt never sat at this position or has no target
+    (a dataset without reference summaries)."""
+    seen = [i for i, t in enumerate(row) if t is not None and targets[i] is not None]
     got = rouge_l([targets[i] for i in seen], [row[i] for i in seen])  # type: ignore[misc]
     out = [math.nan] * len(row)
     for i, value in zip(seen, got):
@@ -54,12 +59,27 @@ def visited_rouge(targets: Sequence[str], row: Sequence[str | None]) -> tuple[fl
     return tuple(out)
 
 
-def score_cell(cell: Cell, base: Sequence[str], references: Sequence[str],
-               texts: Sequence[Sequence[str | None]]) -> tuple[CellScores, float]:
-    """One cell's ROUGE-L against baseline and references, and the CPU seconds it took."""
+def level(base: Sequence[str], references: Sequence[str | None], bs1: Texts) -> Level:
+    """Batch size 1's per-prompt agreement with the baseline and quality against the
+    references, and the CPU seconds it took."""
+    start = time.thread_time()
+    got = Levels(agreement=visited_rouge(base, bs1), quality=visited_rouge(references, bs1))
+    return got, time.thread_time() - start
+
+
+def _differs(row: Texts, bs1: Texts) -> tuple[float, ...]:
+    """1.0 where the output is not batch size 1's text, 0.0 where it is, NaN: never sat here."""
+    return tuple(math.nan if t is None else float(t != b) for t, b in zip(row, bs1))
+
+
+def score_cell(cell: Cell, base: Sequence[str], references: Sequence[str | None],
+               texts: Sequence[Texts], bs1: Texts) -> tuple[CellScores, float]:
+    """One cell's ROUGE-L against baseline and references, which outputs differ from batch
+    size 1's, and the CPU seconds it took."""
     start = time.thread_time()
     scores = CellScores(cell=cell, baseline=tuple(visited_rouge(base, t) for t in texts),
-                        reference=tuple(visited_rouge(references, t) for t in texts))
+                        reference=tuple(visited_rouge(references, t) for t in texts),
+                        differs=tuple(_differs(t, bs1) for t in texts))
     return scores, time.thread_time() - start
 
 
@@ -78,23 +98,25 @@ class EarlyScorer:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-scoring")
         self.cells: dict[Cell, tuple[tuple[str, ...], Future[tuple[CellScores, float]]]] = {}
         self.levels: dict[int, tuple[tuple[str, ...], Future[Level]]] = {}
+        self.bs1: dict[int, Texts] = {}
         self.waiting: list[tuple[Cell, CellOutputs]] = []
 
     def add(self, cell: Cell, outputs: CellOutputs) -> None:
         w = cell.beam_width
         if cell == Cell(1, w):
+            self.bs1[w] = outputs.texts[0]
             base = self.bases.setdefault(w, tuple(outputs.texts[0]))  # type: ignore[arg-type]
-            self.levels[w] = (base, self.pool.submit(level, base, outputs.texts[0]))
+            self.levels[w] = (base, self.pool.submit(level, base, self.references, self.bs1[w]))
         if cell in self.under_test:
             self.waiting.append((cell, outputs))
         still = []
         for c, out in self.waiting:
-            base = self.bases.get(c.beam_width)
-            if base is None:
+            base, bs1 = self.bases.get(c.beam_width), self.bs1.get(c.beam_width)
+            if base is None or bs1 is None:
                 still.append((c, out))
             else:
                 self.cells[c] = (base, self.pool.submit(score_cell, c, base, self.references,
-                                                        out.texts))
+                                                        out.texts, bs1))
         self.waiting = still
 
     def level(self, w: int, base: tuple[str, ...]) -> Level | None:
@@ -116,14 +138,14 @@ def score_all(prep: Prepared, bases: dict[int, Baseline], generated: Generated,
     unscored: dict[Cell, str] = {}
     references = tuple(d.summary for d in prep.dataset.documents)
     spent = 0.0
-    levels: dict[int, tuple[float, ...]] = {}
+    levels: dict[int, Levels] = {}
     cells: dict[Cell, CellScores] = {}
     outputs, errors = generated.outputs, generated.errors
     try:
         for w, base in bases.items():
             if Cell(1, w) in outputs:
                 got = (early.level(w, base.texts) if early else None) or level(
-                    base.texts, outputs[Cell(1, w)].texts[0])
+                    base.texts, references, outputs[Cell(1, w)].texts[0])
                 levels[w], spent = got[0], spent + got[1]
         for cell in prep.plan.cells:
             if cell in errors:
@@ -134,7 +156,7 @@ def score_all(prep: Prepared, bases: dict[int, Baseline], generated: Generated,
                 continue
             base = bases[cell.beam_width].texts
             got_cell = (early.cell(cell, base) if early else None) or score_cell(
-                cell, base, references, outputs[cell].texts)
+                cell, base, references, outputs[cell].texts, outputs[Cell(1, cell.beam_width)].texts[0])
             cells[cell], spent = got_cell[0], spent + got_cell[1]
     finally:
         if early:

@@ -1,20 +1,21 @@
 """``python -m harness calibrate``: measured false-alarm and detection rates of the gate.
 
-For every fault model (harness/engines/emulator/faults.py), plus the healthy engine and the
-beam-slot overflow of the incident, an emulator engine is built and run over a pool of
-generated prompts: ``rounds`` rotation rounds per cell, each with its own seeded shuffle
-(and, for benign drift, its own drift seed), so every pool prompt sits at every position in
-``rounds`` different batches. A trial then draws ``prompts`` documents from the pool and,
-for every position and prompt, one of the rounds; its scores go through
-``harness.verdict.statistics.analyze`` and ``harness.verdict.signatures.match``, the same code as a real run,
-with the same tolerance and alpha. The Holm family is sized as in a run of the default grid
-(51 tests): the model's own tests plus, for the cells it does not run, tests that come out
-clean (p = 1), which is exact for the healthy engine and conservative for detection.
+For every fault model (harness/engines/emulator/faults.py), the healthy engine, benign drift
+at several rates, every fault on top of 30% drift, and the beam-slot overflow of the incident,
+an emulator engine is built and run over a pool of generated prompts: ``rounds`` rotation
+rounds per cell, each with its own seeded shuffle (and drift seed), so every pool prompt sits
+at every position in ``rounds`` different batches. A trial then draws ``prompts`` documents
+from the pool and, for every position and prompt, one of the rounds; its scores go through
+``harness.verdict.statistics.analyze`` and ``harness.verdict.signatures.match``, the same code
+as a real run, with the same tolerance and alpha. The Holm family is sized as in a run of the
+default grid (93 tests): the model's own tests plus, for the cells it does not run, tests that
+come out clean (p = 1), which is exact for the healthy engine and conservative for detection.
 
-Batch size 1 is generated once, by the healthy engine, and is the baseline of every model:
-no fault model changes batch size 1 (tests/unit/engines/test_faults.py checks it), as on real engines.
-For partial degradation the engine is built to hit every prompt at its position; a trial
-hits each of its prompts with probability ``fraction`` (damaged output) or not (healthy one).
+Batch size 1 is generated once, by the healthy engine, and is the baseline of every model: no
+fault model and no drift changes batch size 1 (tests/unit/engines/test_faults.py checks it), as
+on real engines. For partial degradation the engine is built to hit every prompt at its
+position; a trial hits each of its prompts with probability ``fraction`` (damaged output) or
+not (the output of the same engine without the fault: healthy, or drifting).
 """
 
 from __future__ import annotations
@@ -25,20 +26,33 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from harness.config import DEFAULT_PROMPT_TEMPLATE, DecodingSettings, harness_cache_dir
+from harness.config import (
+    DEFAULT_BATCH_SIZES,
+    DEFAULT_BEAM_WIDTHS,
+    DEFAULT_PROMPT_TEMPLATE,
+    DecodingSettings,
+    RunConfig,
+    harness_cache_dir,
+)
 from harness.engines.emulator.build import BuildLimits
+from harness.engines.emulator.drift import Drift
 from harness.engines.emulator.faults import Fault
+from harness.errors import ConfigError
+from harness.limits.engine_config import EngineLimits
 from harness.plan import Cell, Plan
-from harness.results import CellScores
+from harness.results import CellScores, Levels
+from harness.stages.analyse import harm
 from harness.verdict.signatures import CellEvidence, match, shortfall
 from harness.verdict.statistics import analyze
 
 POOL_SEED = 20261130  # the prompt pool is fixed; --seed drives rounds and trials
+DRIFT_UNDER = 0.3  # the drift every fault model is also calibrated on top of
+DRIFT_RATES = (0.1, 0.3, 0.6)
 
 
 @dataclass(frozen=True)
@@ -51,9 +65,12 @@ class Model:
     cells: tuple[Cell, ...]
     damaged: dict[Cell, frozenset[int]]  # the truly damaged positions per cell
     pattern: str | None  # the signature harness.verdict.signatures should name
+    drift: float = 0.0  # benign drift rate built in (0: none)
     limits: BuildLimits = field(default_factory=BuildLimits)
     rounds: int = 1
-    extra: tuple[Cell, ...] = ()  # cells borrowed from the healthy engine (untouched by the fault)
+    extra: tuple[Cell, ...] = ()  # cells borrowed from the undamaged twin (untouched by the fault)
+    twin: str = "healthy"  # the same engine without the fault: partial's unhit prompts, extras
+    target: str = "detect"  # detect | pass | partial | uniform
 
     @property
     def should_fail(self) -> bool:
@@ -64,13 +81,20 @@ def _all(b: int) -> frozenset[int]:
     return frozenset(range(b))
 
 
+def _drifting(m: Model, twin: str) -> Model:
+    """``m`` built on an engine that also drifts at DRIFT_UNDER."""
+    return Model(f"{m.name}+drift", f"{m.label} + {DRIFT_UNDER:.0%} drift", m.fault, m.cells,
+                 m.damaged, m.pattern, drift=DRIFT_UNDER, limits=m.limits, rounds=1,
+                 extra=m.extra, twin=twin, target=m.target)
+
+
 def models(rounds: int, fraction: float, position: int) -> tuple[Model, ...]:
     """The engines calibrate runs, with their cells and the damage each must show."""
-    c81, c41, c82, c44 = Cell(8, 1), Cell(4, 1), Cell(8, 2), Cell(4, 4)
-    return (
-        Model("healthy", "healthy", None, (c81, c82), {c81: frozenset(), c82: frozenset()}, None),
-        Model("drift", "benign drift", Fault("drift"), (c81, Cell(4, 2)),
-              {c81: frozenset(), Cell(4, 2): frozenset()}, None, rounds=rounds),
+    c81, c41, c82, c42, c44 = Cell(8, 1), Cell(4, 1), Cell(8, 2), Cell(4, 2), Cell(4, 4)
+    drifts = tuple(Model(f"drift-{r:g}", f"benign drift {r:.0%}", None, (c81, c42),
+                         {c81: frozenset(), c42: frozenset()}, None, drift=r, rounds=rounds,
+                         target="pass") for r in DRIFT_RATES)
+    faults = (
         Model("overflow", "beam-slot overflow (8x1 slots)", None, (c82, c44),
               {c82: frozenset(range(4, 8)), c44: frozenset({2, 3})}, "overflow",
               limits=BuildLimits(max_beam_width=1)),
@@ -81,10 +105,25 @@ def models(rounds: int, fraction: float, position: int) -> tuple[Model, ...]:
         Model("stride", "uneven-finish stride", Fault("stride"), (c82,),
               {c82: frozenset(range(1, 8)), c81: frozenset()}, "stride", rounds=rounds,
               extra=(c81,)),
-        Model("partial", f"partial ({fraction:.0%} at position {position})",
-              Fault("partial", position=position, fraction=1.0), (c81,),
-              {c81: frozenset({position})}, "partial"),
     )
+    partial = Model("partial", f"partial ({fraction:.0%} at position {position})",
+                    Fault("partial", position=position, fraction=1.0), (c81,),
+                    {c81: frozenset({position})}, "partial", target="partial")
+    uniform = Model("truncate", "uniform damage (cut short)", Fault("truncate"), (c81, c42),
+                    {c81: _all(8), c42: _all(4)}, None, target="uniform")
+    healthy = Model("healthy", "healthy", None, (c81, c82), {c81: frozenset(), c82: frozenset()},
+                    None, target="pass")
+    under = f"drift-{DRIFT_UNDER:g}"
+    return (healthy, *drifts, *faults, *(_drifting(m, under) for m in faults), partial,
+            _drifting(partial, under), uniform)
+
+
+@dataclass(frozen=True)
+class BatchSizeOne:
+    """Batch size 1's per-prompt agreement (with itself) and quality over the whole pool."""
+
+    agreement: np.ndarray
+    quality: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -128,21 +167,26 @@ def _generate(job: Job) -> dict[Cell, list[list[str]]]:
 
 @dataclass
 class Observations:
-    """Scores and padding shortfalls per cell: arrays [round, position, document]."""
+    """Per cell, arrays [round, position, document]: agreement with batch size 1, quality
+    against the references, whether the text differs from batch size 1's, padding shortfall."""
 
-    scores: dict[Cell, np.ndarray]
-    shorter: dict[Cell, np.ndarray]
+    agreement: dict[Cell, np.ndarray] = field(default_factory=dict)
+    quality: dict[Cell, np.ndarray] = field(default_factory=dict)
+    differs: dict[Cell, np.ndarray] = field(default_factory=dict)
+    shorter: dict[Cell, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """One model's rates over all trials."""
+    """One model's rates over all trials, and what its engine did to the outputs."""
 
     model: Model
     trials: int
     flagged: int
     exact: int
     named: int
+    differing: dict[Cell, float] = field(default_factory=dict)  # share unlike batch size 1
+    quality_delta: dict[Cell, float] = field(default_factory=dict)  # vs batch size 1, pool mean
 
     @property
     def flagged_rate(self) -> float:
@@ -167,75 +211,18 @@ class Targets:
     partial_detection: float = 0.90
 
     def check(self, o: Outcome) -> tuple[bool, str]:
-        if not o.model.should_fail:
+        target = o.model.target
+        if target == "pass":
             return o.flagged_rate <= self.false_alarm, f"flagged <= {self.false_alarm:.0%}"
-        if o.model.name == "partial":
+        if target == "partial":
+            if o.model.drift:
+                return True, "reported (no target with drift)"
             return (o.flagged_rate >= self.partial_detection,
                     f"detected >= {self.partial_detection:.0%}")
+        if target == "uniform":
+            return o.flagged_rate >= self.detection, f"detected >= {self.detection:.0%}"
         ok = o.flagged_rate >= self.detection and o.exact_rate >= self.exact
         return ok, f"detected >= {self.detection:.0%}, exact >= {self.exact:.0%}"
-
-
-def trial(model: Model, obs: Observations, healthy: Observations | None,
-          level_pool: dict[int, np.ndarray], rng: np.random.Generator,
-          *, pool: int, prompts: int, fraction: float, position: int, tolerance: float,
-          alpha: float, rotation: str = "full", family: int | None = None
-          ) -> tuple[bool, bool, bool]:
-    """One trial: (flagged, localized exactly, signature named)."""
-    subset = np.sort(rng.choice(pool, size=prompts, replace=False))
-    cells = model.cells + model.extra
-    hits = None
-    if model.name == "partial":  # each prompt hit with probability ``fraction``, as the fault does
-        hits = rng.random(prompts) < fraction
-    scores: list[CellScores] = []
-    shorter: dict[Cell, np.ndarray] = {}
-    for cell in cells:
-        source = obs if cell in model.cells else healthy
-        assert source is not None
-        arr = source.scores[cell]
-        rounds = rng.integers(arr.shape[0], size=(cell.batch_size, prompts))
-        cols = np.broadcast_to(subset, rounds.shape)
-        rows = np.arange(cell.batch_size)[:, None]
-        picked = arr[rounds, rows, cols]
-        if hits is not None and healthy is not None and cell in model.cells:
-            base = healthy.scores[cell][0][rows, cols]
-            keep = np.zeros_like(picked, dtype=bool)
-            keep[position] = hits
-            picked = np.where(keep, picked, base)
-        shorter[cell] = source.shorter[cell][rounds, rows, cols]
-        if rotation == "sparse" and cell.batch_size > 1:
-            # each prompt at one position: its index in the trial's ring, modulo B
-            ring = rng.permutation(prompts)
-            seat = np.empty(prompts, dtype=np.int64)
-            seat[ring] = np.arange(prompts) % cell.batch_size
-            picked = np.where(rows == seat[None, :], picked, np.nan)
-        zeros = tuple(tuple(0.0 for _ in range(prompts)) for _ in range(cell.batch_size))
-        scores.append(CellScores(cell=cell, baseline=tuple(tuple(map(float, r)) for r in picked),
-                                 reference=zeros))
-    level = {w: [float(x) for x in level_pool[w][subset]] for w in {c.beam_width for c in cells}}
-    analyses = analyze(scores, level, tolerance=tolerance, alpha=alpha, family=family)
-    flagged = any(a.verdict == "fail" for a in analyses)
-    exact = all(set(a.degraded_positions) == set(model.damaged.get(a.cell, frozenset()))
-                and (a.verdict == "fail") == bool(model.damaged.get(a.cell))
-                for a in analyses)
-    evidence = [CellEvidence(analysis=a, drops=tuple(tuple(lv - x for lv, x in
-                                                           zip(level[a.cell.beam_width], row))
-                                                     for row in cs.baseline),
-                             shorter=tuple(tuple(int(x) for x in row) for row in shorter[a.cell]))
-                for a, cs in zip(analyses, scores)]
-    limits = _limits(model)
-    found = match(evidence, limits)
-    named = model.pattern is not None and any(f.kind == model.pattern for f in found.values())
-    return flagged, exact, named
-
-
-def _limits(model: Model):
-    from harness.limits.engine_config import EngineLimits
-
-    lim = model.limits
-    return EngineLimits(layout="unified", max_batch_size=lim.max_batch_size,
-                        max_beam_width=lim.max_beam_width, max_input_len=lim.max_input_len,
-                        max_seq_len=lim.max_seq_len)
 
 
 @dataclass(frozen=True)
@@ -243,30 +230,29 @@ class Settings:
     """What ``calibrate`` was asked for."""
 
     trials: int = 200
-    seed: int = 0
+    seed: int = RunConfig.seed
     prompts: int = 64
     pool: int = 128
     rounds: int = 2
-    max_new_tokens: int = 64
-    tolerance: float = 0.02
-    alpha: float = 0.01
+    max_new_tokens: int = RunConfig.max_new_tokens
+    tolerance: float = RunConfig.tolerance
+    alpha: float = RunConfig.alpha
     fraction: float = 0.3
     position: int = 3
     jobs: int = 2
     cache_dir: Path | None = None
     work_dir: Path | None = None
     only: tuple[str, ...] = ()
-    rotation: str = "full"
+    rotation: str = RunConfig.rotation
     family: int = 0  # Holm family size; 0: the default grid's (see default_family)
 
 
 def default_family() -> int:
-    """Tests in a run of the default grid: every position of every cell with batch size > 1,
-    plus one omnibus test per such cell (51 for batch sizes 1,2,4,8 and beam widths 1,2,4)."""
-    from harness.config import DEFAULT_BATCH_SIZES, DEFAULT_BEAM_WIDTHS
-
+    """Tests in a run of the default grid: two per position of every cell with batch size > 1
+    (position dependence, batch-size quality) and one omnibus per such cell (93 for batch sizes
+    1,2,4,8 and beam widths 1,2,4)."""
     sizes = [b for b in DEFAULT_BATCH_SIZES if b > 1]
-    return (sum(sizes) + len(sizes)) * len(DEFAULT_BEAM_WIDTHS)
+    return (2 * sum(sizes) + len(sizes)) * len(DEFAULT_BEAM_WIDTHS)
 
 
 def _model_key(name: str) -> int:
@@ -274,156 +260,269 @@ def _model_key(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
 
 
-def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Outcome]:
-    """Build, generate, score, then run the trials; returns one outcome per model."""
-    from harness.bundled.synthetic import generate as synth
+def _pick(arr: np.ndarray, rounds: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    return arr[rounds, rows, cols]
+
+
+def _trial_cell(cell: Cell, own: Observations, twin: Observations, rng: np.random.Generator,
+                subset: np.ndarray, hits: np.ndarray | None, position: int, sparse: bool
+                ) -> tuple[CellScores, np.ndarray]:
+    """One cell's scores in one trial: a round per position and prompt, partial hits mixed in
+    from the undamaged twin, and (sparse) each prompt kept at one position only."""
+    arr = own.agreement[cell]
+    prompts = len(subset)
+    rounds = rng.integers(arr.shape[0], size=(cell.batch_size, prompts))
+    cols = np.broadcast_to(subset, rounds.shape)
+    rows = np.arange(cell.batch_size)[:, None]
+    picked = [_pick(getattr(own, k)[cell], rounds, rows, cols)
+              for k in ("agreement", "quality", "differs")]
+    if hits is not None:
+        keep = np.zeros(rounds.shape, dtype=bool)
+        keep[position] = hits
+        twin_rounds = rng.integers(twin.agreement[cell].shape[0], size=rounds.shape)
+        picked = [np.where(keep, p, _pick(getattr(twin, k)[cell], twin_rounds, rows, cols))
+                  for p, k in zip(picked, ("agreement", "quality", "differs"))]
+    if sparse and cell.batch_size > 1:
+        ring = rng.permutation(prompts)
+        seat = np.empty(prompts, dtype=np.int64)
+        seat[ring] = np.arange(prompts) % cell.batch_size
+        picked = [np.where(rows == seat[None, :], p, np.nan) for p in picked]
+    as_rows = [tuple(tuple(map(float, r)) for r in p) for p in picked]
+    scores = CellScores(cell=cell, baseline=as_rows[0], reference=as_rows[1], differs=as_rows[2])
+    return scores, own.shorter[cell][rounds, rows, cols]
+
+
+def trial(model: Model, obs: Observations, twin: Observations, levels: dict[int, BatchSizeOne],
+          rng: np.random.Generator, s: Settings) -> tuple[bool, bool, bool]:
+    """One trial: (flagged, localized exactly, signature named)."""
+    subset = np.sort(rng.choice(s.pool, size=s.prompts, replace=False))
+    hits = rng.random(s.prompts) < s.fraction if model.target == "partial" else None
+    scores, shorter = [], {}
+    for cell in model.cells + model.extra:
+        own = obs if cell in model.cells else twin
+        cs, sh = _trial_cell(cell, own, twin, rng, subset, hits if cell in model.cells else None,
+                             s.position, s.rotation == "sparse")
+        scores.append(cs)
+        shorter[cell] = sh
+    level = {w: Levels(agreement=tuple(float(x) for x in lv.agreement[subset]),
+                       quality=tuple(float(x) for x in lv.quality[subset]))
+             for w, lv in levels.items()}
+    analyses = analyze(scores, level, tolerance=s.tolerance, alpha=s.alpha,
+                       family=s.family or default_family())
+    flagged = any(a.verdict == "fail" for a in analyses)
+    exact = all(set(a.degraded_positions) == set(model.damaged.get(a.cell, frozenset()))
+                and (a.verdict == "fail") == bool(model.damaged.get(a.cell)) for a in analyses)
+    evidence = [CellEvidence(analysis=a, harm=harm(cs, level[a.cell.beam_width]),
+                             shorter=tuple(tuple(int(x) for x in row) for row in shorter[a.cell]))
+                for a, cs in zip(analyses, scores)]
+    found = match(evidence, _limits(model))
+    named = model.pattern is not None and any(f.kind == model.pattern for f in found.values())
+    return flagged, exact, named
+
+
+def _limits(model: Model) -> EngineLimits:
+    lim = model.limits
+    return EngineLimits(layout="unified", max_batch_size=lim.max_batch_size,
+                        max_beam_width=lim.max_beam_width, max_input_len=lim.max_input_len,
+                        max_seq_len=lim.max_seq_len)
+
+
+@dataclass
+class _Pool:
+    """The generated prompt pool and where engines and generations live."""
+
+    prompts: tuple[str, ...]
+    references: tuple[str, ...]
+    orders: list[tuple[int, ...]]
+    work: Path
+    cache: str | None
+
+
+def _engine_dir(pool: _Pool, model: Model, r: int) -> Path:
+    """The model's engine for round ``r`` (drift seeded per round), built once."""
     from harness.engines.emulator.build import build_engine
-    from harness.inputs.data import Document, build_prompt
-    from harness.verdict.scoring import rouge_l
 
-    if s.prompts > s.pool:
-        from harness.errors import ConfigError
+    drift = Drift(rate=model.drift, seed=r) if model.drift else None
+    recipe = json.dumps([model.fault.as_dict() if model.fault else None,
+                         drift.as_dict() if drift else None, model.limits.__dict__], sort_keys=True)
+    path = pool.work / f"{model.name}-{hashlib.sha256(recipe.encode()).hexdigest()[:10]}"
+    if not (path / "config.json").is_file():
+        build_engine(path, model.limits, fault=model.fault, drift=drift)
+    return path
 
-        raise ConfigError(f"--prompts {s.prompts} exceeds --pool {s.pool}; a trial draws its "
-                          "prompts from the pool")
-    chosen = models(s.rounds, s.fraction, s.position)
-    unknown = set(s.only) - {m.name for m in chosen}
-    if unknown:
-        from harness.errors import ConfigError
 
-        raise ConfigError(f"--only {','.join(s.only)}: unknown model(s) {', '.join(sorted(unknown))}; "
-                          f"choose from {', '.join(m.name for m in chosen)}")
-    if s.only:
-        chosen = tuple(m for m in chosen if m.name in s.only)
-    docs = [Document(id=e.id, text=e.text, summary=e.summary)
-            for e in synth(s.pool, POOL_SEED, prefix="cal")]
-    prompts = tuple(build_prompt(DEFAULT_PROMPT_TEMPLATE, d) for d in docs)
-    work = s.work_dir or harness_cache_dir() / "calibrate"
-    work.mkdir(parents=True, exist_ok=True)
-
-    def engine_dir(model: Model, r: int) -> Path:
-        fault = model.fault
-        if fault is not None and fault.kind == "drift":
-            fault = replace(fault, seed=r)
-        # the folder says what was built, so changed parameters never reuse an old engine
-        recipe = json.dumps([fault.as_dict() if fault else None, model.limits.__dict__],
-                            sort_keys=True)
-        path = work / f"{model.name}-{hashlib.sha256(recipe.encode()).hexdigest()[:10]}"
-        if not (path / "config.json").is_file():
-            build_engine(path, model.limits, fault=fault)
-        return path
-
-    healthy_dir = engine_dir(models(1, s.fraction, s.position)[0], 0)
-    orders = [tuple(int(i) for i in np.random.default_rng([s.seed, r]).permutation(s.pool))
-              for r in range(max(s.rounds, 1))]
-    cache = str(s.cache_dir) if s.cache_dir else None
-    baseline_cells = tuple(sorted({Cell(1, c.beam_width) for m in chosen
-                                   for c in m.cells + m.extra}, key=lambda c: c.beam_width))
-    healthy_cells = tuple(sorted({c for m in chosen for c in m.extra} |
-                                 {c for m in chosen if m.name in ("healthy", "partial")
-                                  for c in m.cells},
-                                 key=lambda c: (c.beam_width, c.batch_size)))
-    jobs: list[tuple[str, int, Job]] = [
-        ("baseline", 0, Job(str(healthy_dir), baseline_cells + healthy_cells, prompts, orders[0],
-                            s.max_new_tokens, cache))]
-    for m in chosen:
+def _jobs(pool: _Pool, chosen: Sequence[Model], everything: Sequence[Model], s: Settings
+          ) -> list[tuple[str, int, Job]]:
+    """Batch size 1 and the healthy cells (one job), then every other model's rounds; twins
+    that a chosen model borrows from are generated too."""
+    names = {m.name for m in chosen} | {m.twin for m in chosen if m.extra or m.target == "partial"}
+    needed = [m for m in everything if m.name in names]
+    widths = sorted({c.beam_width for m in needed for c in m.cells + m.extra})
+    healthy = next(m for m in everything if m.name == "healthy")
+    healthy_cells = tuple(sorted({c for m in needed if m.twin == "healthy"
+                                  for c in m.extra + (m.cells if m.target == "partial" else ())}
+                                 | set(healthy.cells), key=lambda c: (c.beam_width, c.batch_size)))
+    first = Job(str(_engine_dir(pool, healthy, 0)), tuple(Cell(1, w) for w in widths) + healthy_cells,
+                pool.prompts, pool.orders[0], s.max_new_tokens, pool.cache)
+    jobs = [("healthy", 0, first)]
+    for m in needed:
         if m.name == "healthy":
             continue
+        cells = m.cells + tuple(c for m2 in needed if m2.twin == m.name
+                                for c in m2.extra + (m2.cells if m2.target == "partial" else ())
+                                if c not in m.cells)
         for r in range(m.rounds):
-            jobs.append((m.name, r, Job(str(engine_dir(m, r)), m.cells, prompts, orders[r],
-                                        s.max_new_tokens, cache)))
+            jobs.append((m.name, r, Job(str(_engine_dir(pool, m, r)), cells, pool.prompts,
+                                        pool.orders[r], s.max_new_tokens, pool.cache)))
+    return jobs
+
+
+def _observe(runs: Sequence[tuple[int, dict[Cell, list[list[str]]]]], pool: _Pool,
+             bs1: dict[int, list[str]], lengths: Sequence[int]) -> Observations:
+    from harness.verdict.scoring import rouge_l
+
+    obs = Observations()
+    cells = {c for _, out in runs for c in out if c.batch_size > 1}
+    for cell in cells:
+        rows = [(r, out[cell]) for r, out in runs if cell in out]
+        base = bs1[cell.beam_width]
+        obs.agreement[cell] = np.asarray([[rouge_l(base, row) for row in texts] for _, texts in rows])
+        obs.quality[cell] = np.asarray([[rouge_l(pool.references, row) for row in texts]
+                                        for _, texts in rows])
+        obs.differs[cell] = np.asarray([[[float(t != b) for t, b in zip(row, base)] for row in texts]
+                                        for _, texts in rows])
+        obs.shorter[cell] = np.asarray([shortfall(_ring(pool.orders[r], (cell,)), cell, lengths)
+                                        for r, _ in rows])
+    return obs
+
+
+def _chosen(s: Settings) -> tuple[tuple[Model, ...], tuple[Model, ...]]:
+    if s.prompts > s.pool:
+        raise ConfigError(f"--prompts {s.prompts} exceeds --pool {s.pool}; a trial draws its "
+                          "prompts from the pool")
+    everything = models(s.rounds, s.fraction, s.position)
+    unknown = set(s.only) - {m.name for m in everything}
+    if unknown:
+        raise ConfigError(f"--only {','.join(s.only)}: unknown model(s) {', '.join(sorted(unknown))}; "
+                          f"choose from {', '.join(m.name for m in everything)}")
+    chosen = tuple(m for m in everything if m.name in s.only) if s.only else everything
+    return chosen, everything
+
+
+def _make_pool(s: Settings) -> _Pool:
+    from harness.bundled.synthetic import generate as synth
+    from harness.inputs.data import Document, build_prompt
+
+    docs = [Document(id=e.id, text=e.text, summary=e.summary)
+            for e in synth(s.pool, POOL_SEED, prefix="cal")]
+    work = s.work_dir or harness_cache_dir() / "calibrate"
+    work.mkdir(parents=True, exist_ok=True)
+    orders = [tuple(int(i) for i in np.random.default_rng([s.seed, r]).permutation(s.pool))
+              for r in range(max(s.rounds, 1))]
+    return _Pool(prompts=tuple(build_prompt(DEFAULT_PROMPT_TEMPLATE, d) for d in docs),
+                 references=tuple(d.summary for d in docs),  # type: ignore[misc]
+                 orders=orders, work=work, cache=str(s.cache_dir) if s.cache_dir else None)
+
+
+def _effects(obs: Observations, m: Model, levels: dict[int, BatchSizeOne]
+             ) -> tuple[dict[Cell, float], dict[Cell, float]]:
+    """Per cell of the model: the share of outputs unlike batch size 1's, and the pool's mean
+    quality against the references minus batch size 1's."""
+    differing = {c: float(obs.differs[c].mean()) for c in m.cells}
+    delta = {c: float(obs.quality[c].mean() - levels[c.beam_width].quality.mean())
+             for c in m.cells}
+    return differing, delta
+
+
+def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Outcome]:
+    """Build, generate, score, then run the trials; returns one outcome per model."""
+    from harness.engines.emulator.engine import EmulatorEngine
+    from harness.verdict.scoring import rouge_l
+
+    chosen, everything = _chosen(s)
+    pool = _make_pool(s)
+    jobs = _jobs(pool, chosen, everything, s)
     t0 = time.perf_counter()
     say(f"generating: {len(jobs)} rotation rounds over a pool of {s.pool} prompts on "
         f"{s.jobs} worker(s) ...")
     if s.jobs > 1:
-        with ProcessPoolExecutor(max_workers=s.jobs) as pool:
-            results = list(pool.map(_generate, [j for _, _, j in jobs]))
+        with ProcessPoolExecutor(max_workers=s.jobs) as workers:
+            results = list(workers.map(_generate, [j for _, _, j in jobs]))
     else:
         results = [_generate(j) for _, _, j in jobs]
     say(f"generated in {time.perf_counter() - t0:.0f} s")
-
-    from harness.engines.emulator.engine import EmulatorEngine
-
-    lengths = EmulatorEngine(healthy_dir).count_tokens(list(prompts))
-    base_out = results[0]
-    baseline = {c.beam_width: base_out[c][0] for c in baseline_cells}
-    # batch size 1 against itself: 1.0 except where an output is empty (ROUGE-L 0)
-    level = {w: np.asarray(rouge_l(texts, texts)) for w, texts in baseline.items()}
-
-    def observe(per_round: list[tuple[int, dict[Cell, list[list[str]]]]], cells: Sequence[Cell]
-                ) -> Observations:
-        scores, shorter = {}, {}
-        for cell in cells:
-            arr, sh = [], []
-            for r, out in per_round:
-                arr.append([rouge_l(baseline[cell.beam_width], row) for row in out[cell]])
-                sh.append(np.asarray(shortfall(_ring(orders[r], (cell,)), cell, lengths)))
-            scores[cell] = np.asarray(arr, dtype=np.float64)
-            shorter[cell] = np.asarray(sh)
-        return Observations(scores, shorter)
-
-    healthy = observe([(0, base_out)], healthy_cells)
+    lengths = EmulatorEngine(jobs[0][2].engine_dir).count_tokens(list(pool.prompts))
+    bs1 = {c.beam_width: texts[0] for c, texts in results[0].items() if c.batch_size == 1}
+    levels = {w: BatchSizeOne(np.asarray(rouge_l(t, t)), np.asarray(rouge_l(pool.references, t)))
+              for w, t in bs1.items()}
+    observed = {name: _observe([(r, out) for (n, r, _), out in zip(jobs, results) if n == name],
+                               pool, bs1, lengths) for name in dict.fromkeys(n for n, _, _ in jobs)}
     outcomes = []
     for m in chosen:
-        if m.name == "healthy":
-            obs = healthy
-        else:
-            runs = [(r, out) for (name, r, _), out in zip(jobs, results) if name == m.name]
-            obs = observe(runs, m.cells)
-        flagged = exact = named = 0
+        counts = [0, 0, 0]
         for t in range(s.trials):
             rng = np.random.default_rng([s.seed, _model_key(m.name), t])
-            f, e, n = trial(m, obs, healthy, level, rng, pool=s.pool, prompts=s.prompts,
-                            fraction=s.fraction, position=s.position, tolerance=s.tolerance,
-                            alpha=s.alpha, rotation=s.rotation,
-                            family=s.family or default_family())
-            flagged, exact, named = flagged + f, exact + e, named + n
-        outcomes.append(Outcome(m, s.trials, flagged, exact, named))
+            got = trial(m, observed[m.name], observed.get(m.twin, observed["healthy"]), levels, rng, s)
+            counts = [c + int(g) for c, g in zip(counts, got)]
+        differing, delta = _effects(observed[m.name], m, levels)
+        outcomes.append(Outcome(m, s.trials, *counts, differing=differing, quality_delta=delta))
     return outcomes
 
 
 def table(outcomes: Sequence[Outcome], s: Settings, targets: Targets) -> tuple[list[str], bool]:
-    """The printed table, the varying-factors note and the one-line summary; and whether
-    every target holds."""
-    lines = [f"{'model':34} {'cells':20} {'expect':6} {'flagged':>8} {'exact':>7} {'named':>7}  "
+    """The printed table, what each engine did to its outputs, the varying-factors note and the
+    one-line summary; and whether every target holds."""
+    lines = [f"{'model':40} {'cells':16} {'expect':6} {'flagged':>8} {'exact':>7} {'named':>7}  "
              f"target"]
     ok_all = True
     for o in outcomes:
         ok, target = targets.check(o)
         ok_all &= ok
         m = o.model
-        cells = ",".join(c.id for c in m.cells)
-        expect = "fail" if m.should_fail else "pass"
-        exact = f"{o.exact_rate:7.1%}" if m.should_fail else f"{'-':>7}"
+        exact = f"{o.exact_rate:7.1%}" if m.target == "detect" else f"{'-':>7}"
         named = f"{o.named_rate:7.1%}" if m.pattern else f"{'-':>7}"
-        lines.append(f"{m.label:34} {cells:20} {expect:6} {o.flagged_rate:8.1%} {exact} {named}  "
-                     f"{target}: {'ok' if ok else 'MISSED'}")
-    lines.append("")
-    lines.append(f"each trial: {s.prompts} prompts drawn from a pool of {s.pool} generated ones; "
-                 f"for every position and prompt, one of {s.rounds} rotation rounds (own shuffle; "
-                 f"own drift seed for benign drift); for partial, which prompts are hit at "
-                 f"position {s.position} (each with probability {s.fraction:.0%}). Holm family of "
-                 f"{s.family or default_family()} tests (the default grid's; tests outside the "
-                 f"model's cells count as clean). tolerance {s.tolerance}, alpha {s.alpha}, "
-                 f"max_new_tokens {s.max_new_tokens}, seed {s.seed}, {s.rotation} rotation"
-                 + (" (each prompt at one position per cell)" if s.rotation == "sparse" else "")
-                 + ". flagged = the model's grid "
-                 "fails; exact = every cell's degraded positions are exactly the damaged ones; "
-                 "named = the failure names the right signature.")
-    healthy = [o for o in outcomes if not o.model.should_fail]
-    faults = [o for o in outcomes if o.model.should_fail]
+        lines.append(f"{m.label:40} {','.join(c.id for c in m.cells):16} "
+                     f"{'fail' if m.should_fail else 'pass':6} {o.flagged_rate:8.1%} {exact} "
+                     f"{named}  {target}: {'ok' if ok else 'MISSED'}")
+    lines += ["", "what each engine did to its outputs (pool of "
+              f"{s.pool}): share unlike batch size 1's; mean quality against the references "
+              "minus batch size 1's"]
+    for o in outcomes:
+        lines.append(f"  {o.model.label:38} " + "; ".join(
+            f"{c.id} {o.differing[c]:.0%} differ, quality {o.quality_delta[c]:+.4f}"
+            for c in o.model.cells))
+    lines += ["", _note(s)]
+    lines.append(_summary(outcomes, s, ok_all))
+    return lines, ok_all
+
+
+def _note(s: Settings) -> str:
+    return (f"each trial: {s.prompts} prompts drawn from a pool of {s.pool} generated ones; for "
+            f"every position and prompt, one of the model's rotation rounds (own shuffle and "
+            f"drift seed; {s.rounds} for benign drift, padding and stride, 1 otherwise); for "
+            f"partial, which prompts are hit at position {s.position} (each with probability "
+            f"{s.fraction:.0%}). Holm family of {s.family or default_family()} tests (the default "
+            f"grid's; tests outside the model's cells count as clean). tolerance {s.tolerance}, "
+            f"alpha {s.alpha}, max_new_tokens {s.max_new_tokens}, seed {s.seed}, {s.rotation} "
+            "rotation" + (" (each prompt at one position per cell)" if s.rotation == "sparse" else "")
+            + ". flagged = the model's grid fails; exact = every cell's degraded positions are "
+            "exactly the damaged ones; named = the failure names the right signature.")
+
+
+def _summary(outcomes: Sequence[Outcome], s: Settings, ok_all: bool) -> str:
+    healthy = [o for o in outcomes if o.model.target == "pass"]
+    faults = [o for o in outcomes if o.model.should_fail and not (o.model.target == "partial"
+                                                                  and o.model.drift)]
     fa = ", ".join(f"{o.flagged_rate:.1%} {o.model.name}" for o in healthy) or "n/a"
-    worst = min(faults, key=lambda o: o.flagged_rate) if faults else None
-    worst_exact = min((o for o in faults if o.model.name != "partial"),
-                      key=lambda o: o.exact_rate, default=None)
     summary = f"calibrate: false alarms {fa}"
+    worst = min(faults, key=lambda o: o.flagged_rate, default=None)
     if worst is not None:
         summary += f"; worst detection {worst.flagged_rate:.1%} ({worst.model.name})"
+    worst_exact = min((o for o in faults if o.model.target == "detect"),
+                      key=lambda o: o.exact_rate, default=None)
     if worst_exact is not None:
         summary += f"; worst exact localization {worst_exact.exact_rate:.1%} ({worst_exact.model.name})"
-    summary += f"; {s.trials} trials; " + ("all targets met" if ok_all else "TARGETS MISSED")
-    lines.append(summary)
-    return lines, ok_all
+    return summary + f"; {s.trials} trials; " + ("all targets met" if ok_all else "TARGETS MISSED")
 
 
 def min_detectable_drop(n: int, sd: float, *, tolerance: float, alpha: float, tests: int,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from harness.limits.preflight import LimitCheck
-from harness.results import CellResult, Verdict
+from harness.results import CellResult, DropTest, PositionStats, Verdict
 
 
 def likely_cause(result: CellResult) -> str | None:
@@ -13,6 +13,22 @@ def likely_cause(result: CellResult) -> str | None:
     if result.finding is None:
         return None
     return f"likely cause ({result.finding.kind}): {result.finding.text}"
+
+
+def _test_line(name: str, test: DropTest | None) -> str | None:
+    if test is None or not test.flagged:
+        return None
+    return f"{name} drop {test.drop:.3f} (adjusted p {test.p_adjusted:.2g})"
+
+
+def position_line(s: PositionStats) -> str:
+    """One degraded position: the figures of the three questions and which test flagged it."""
+    quality = ("" if s.quality is None else
+               f", quality vs references {s.quality:.3f} (batch size 1: {s.quality_bs1:.3f})")
+    tests = [t for t in (_test_line("below the other positions:", s.position_test),
+                         _test_line("below batch size 1 in quality:", s.quality_test)) if t]
+    return (f"  position {s.position}: agreement with the baseline {s.agreement:.3f}{quality}; "
+            f"{s.differing:.0%} of outputs differ from batch size 1; " + "; ".join(tests))
 
 
 def positions_failure(result: CellResult) -> str | None:
@@ -26,13 +42,10 @@ def positions_failure(result: CellResult) -> str | None:
     cause = likely_cause(result)
     if cause:
         lines.append(cause)
-    for s in a.positions:
-        if s.degraded:
-            lines.append(f"  position {s.position}: ROUGE-L {s.rouge_l:.3f} (drop {s.drop:.3f}, "
-                         f"adjusted p {s.p_adjusted:.2g}), vs reference {s.rouge_l_reference:.3f}")
-    if a.spread and a.cell_drop is not None:
-        lines.append(f"  all positions: mean drop {a.cell_drop:.3f} (adjusted p "
-                     f"{a.cell_p_adjusted:.2g})")
+    lines += [position_line(s) for s in a.positions if s.degraded]
+    if a.spread and a.omnibus is not None:
+        lines.append(f"  all positions: mean quality drop {a.omnibus.drop:.3f} (adjusted p "
+                     f"{a.omnibus.p_adjusted:.2g})")
     return "\n".join(lines)
 
 

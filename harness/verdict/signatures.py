@@ -1,23 +1,28 @@
-"""Known signatures of position-dependent faults, matched against a run's flagged cells.
+"""Known signatures of position-dependent faults, matched against a run's failing cells.
 
-Each failing cell gets at most one finding, the first signature that fits, in this order:
+A likely cause sends a user down one path for weeks (the incident), so a signature is named
+only when the evidence fits it, and its finding says what the evidence is. Each failing cell
+gets at most one finding, the first that fits, in this order:
 
 - ``overflow``: the degraded positions are exactly those whose KV beam slots
-  (``position * num_beams + beam``) lie beyond ``max_batch_size x max_beam_width``, from the
-  engine's limits or, without them, for one slot count that explains every failing cell;
-- ``full-batch``: only cells whose batch size is the engine's ``max_batch_size`` fail while a
-  smaller batch of the same beam width passes (TensorRT-LLM #2072);
+  (``position * num_beams + beam``) lie beyond ``max_batch_size x max_beam_width`` from the
+  engine's limits; without limits, only when two or more beam widths fail and one slot count
+  explains every failing beam cell *and* every passing one;
+- ``full-batch``: only the cells whose batch size is the engine's ``max_batch_size`` fail while
+  a smaller batch of the same beam width passes (TensorRT-LLM #2072); needs the limits;
 - ``padding``: the damage follows how much shorter a prompt is than the longest prompt of
-  its batch, not the position (TensorRT-LLM #1881);
-- ``stride``: beam search only, position 0 untouched, later positions degraded, greedy fine
-  (TensorRT-LLM PR #15125);
-- ``partial``: one position, on a share of the prompts only;
-- ``all-positions``: every position of the cell, batch size 1 fine (a batch > 1 code path,
-  e.g. TensorRT-LLM #1539);
+  its batch, not the position (TensorRT-LLM #1881), by a Fisher test;
+- ``stride``: beam search only, position 0 intact and every later position of a batch of at
+  least 4 degraded, greedy fine (TensorRT-LLM PR #15125);
+- ``single`` / ``partial``: one position, on (nearly) all or on a share of the prompts;
+- ``all-positions``: every position loses quality alike (none worse than the others) while
+  batch size 1 is fine: a code path used only for batch size > 1 (as TensorRT-LLM #1539);
 - ``spread``: the cell's omnibus test failed with no single position significant.
 
-Cells that fit none get no finding: the failure still stands, the harness just does not
-guess.
+Cells that fit none get no finding: the failure still stands, the harness just does not guess.
+A prompt is *hit* at a position when its harm there (quality lost against batch size 1 where
+the dataset has references, else agreement lost) exceeds ``HIT``; benign drift changes
+outputs without costing quality, so it hits nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ from harness.plan import Cell, Plan
 from harness.results import CellAnalysis, Finding, Verdict
 from harness.verdict.statistics import ranges
 
-HIT = 0.1  # a prompt counts as hit at a position when its ROUGE-L drops by more than this
+HIT = 0.2  # a prompt is hit at a position when its harm there exceeds this
+STRIDE_MIN_BATCH = 4  # a stride signature needs every later position of a batch this large
 
 
 @dataclass(frozen=True)
@@ -41,15 +47,20 @@ class CellEvidence:
     """One analysed cell plus the per-prompt numbers the signatures need."""
 
     analysis: CellAnalysis
-    drops: tuple[tuple[float, ...], ...]  # [position][document]: batch-size-1 level - score
-    # (NaN where the document never sat at that position, --rotation sparse)
+    harm: tuple[tuple[float, ...], ...]  # [position][document]: quality (else agreement) lost
+    # against batch size 1 (NaN where the document never sat at that position, sparse)
     shorter: tuple[tuple[int, ...], ...] | None = None  # [position][document]: tokens short of
     # the longest prompt of the batch it sat in
 
 
 def _seen(row: Sequence[float]) -> list[float]:
-    """Drops of the prompts that sat at this position (NaN: not there, --rotation sparse)."""
+    """Harm of the prompts that sat at this position (NaN: not there, --rotation sparse)."""
     return [d for d in row if not math.isnan(d)]
+
+
+def _hit_share(row: Sequence[float]) -> float:
+    seen = _seen(row)
+    return sum(d > HIT for d in seen) / max(1, len(seen))
 
 
 def shortfall(plan: Plan, cell: Cell, lengths: Sequence[int]) -> tuple[tuple[int, ...], ...]:
@@ -64,22 +75,29 @@ def shortfall(plan: Plan, cell: Cell, lengths: Sequence[int]) -> tuple[tuple[int
     return tuple(tuple(row) for row in out)
 
 
-def _inferred_slots(failing: Sequence[CellAnalysis]) -> int | None:
-    """A slot count S whose overflow positions are the degraded ones in every failing beam cell."""
-    beam = [a for a in failing if a.cell.beam_width > 1 and a.degraded_positions]
-    if not beam or len(beam) != len(failing):
+def _explains(slots: int, analyses: Sequence[CellAnalysis]) -> bool:
+    """Every beam cell's degraded positions are exactly its overflow positions under ``slots``."""
+    return all(set(a.degraded_positions) == set(overflow_positions(a.cell.batch_size,
+                                                                   a.cell.beam_width, slots))
+               for a in analyses if a.cell.beam_width > 1)
+
+
+def _inferred_slots(analyses: Sequence[CellAnalysis], failing: Sequence[CellAnalysis]) -> int | None:
+    """Without the engine's limits: a slot count that explains every beam cell, failing or
+    passing, when at least two beam widths fail and every failing cell is a beam cell."""
+    if any(a.cell.beam_width == 1 or not a.degraded_positions for a in failing):
         return None
-    for slots in range(1, max(a.cell.batch_size * a.cell.beam_width for a in beam)):
-        if all(a.degraded_positions == overflow_positions(a.cell.batch_size, a.cell.beam_width, slots)
-               for a in beam):
-            return slots
-    return None
+    if len({a.cell.beam_width for a in failing}) < 2:
+        return None
+    top = max(a.cell.batch_size * a.cell.beam_width for a in failing)
+    fits = [s for s in range(1, top) if _explains(s, analyses)]
+    return fits[0] if fits else None  # the smallest count that explains them all
 
 
-def _overflow(a: CellAnalysis, failing: Sequence[CellAnalysis], limits: EngineLimits | None
-              ) -> Finding | None:
+def _overflow(a: CellAnalysis, analyses: Sequence[CellAnalysis], failing: Sequence[CellAnalysis],
+              limits: EngineLimits | None) -> Finding | None:
     known = limits is not None and limits.beam_slots is not None
-    slots = limits.beam_slots if known else _inferred_slots(failing)  # type: ignore[union-attr]
+    slots = limits.beam_slots if known else _inferred_slots(analyses, failing)  # type: ignore[union-attr]
     if slots is None or a.cell.beam_width == 1:
         return None
     expected = overflow_positions(a.cell.batch_size, a.cell.beam_width, slots)
@@ -94,7 +112,9 @@ def _overflow(a: CellAnalysis, failing: Sequence[CellAnalysis], limits: EngineLi
             firsts.append(f"positions >= {min(starts)} degraded at beam width {w}")
     source = (f"max_batch_size {limits.max_batch_size} x max_beam_width "  # type: ignore[union-attr]
               f"{limits.max_beam_width} = {slots} slots" if known
-              else f"{slots} beam slots (inferred from the pattern; the engine's limits are unknown)")
+              else f"{slots} beam slots (inferred: the engine's limits are unknown, and one slot "
+                   f"count explains the degraded positions at beam widths "
+                   f"{', '.join(map(str, sorted(beams)))})")
     fix = ""
     if known:
         flags = []
@@ -106,7 +126,8 @@ def _overflow(a: CellAnalysis, failing: Sequence[CellAnalysis], limits: EngineLi
             flags.append(f"--max_batch_size {biggest}")
         fix = "; rebuild with " + (" ".join(flags) if flags else "larger limits")
     return Finding("overflow", f"{' and '.join(firsts)}: matches KV beam-slot overflow for {source}"
-                               f"{fix}")
+                               f"{fix}", evidence="degraded positions = those whose beam slots "
+                               f"(position x beam width + beam) lie beyond {slots}")
 
 
 def _full_batch(a: CellAnalysis, analyses: Sequence[CellAnalysis], limits: EngineLimits | None
@@ -124,18 +145,19 @@ def _full_batch(a: CellAnalysis, analyses: Sequence[CellAnalysis], limits: Engin
     return Finding("full-batch", f"only when the batch is full (batch size {full} = the engine's "
                                  f"max_batch_size): position {ranges(a.degraded_positions)} "
                                  f"degraded, batch sizes {sizes} are fine; suspect a fault on "
-                                 "the full-batch path (as TensorRT-LLM #2072)")
+                                 "the full-batch path (as TensorRT-LLM #2072)",
+                   evidence=f"only cells at max_batch_size {full} fail; batch sizes {sizes} pass")
 
 
 def _padding(e: CellEvidence) -> Finding | None:
     """The longest prompt of each batch needs no padding: a padding fault spares it."""
     if e.shorter is None:
         return None
-    pairs = [(d, s) for drow, srow in zip(e.drops, e.shorter) for d, s in zip(drow, srow)
+    pairs = [(d, s) for drow, srow in zip(e.harm, e.shorter) for d, s in zip(drow, srow)
              if not math.isnan(d)]
-    drops, short = [d for d, _ in pairs], [s for _, s in pairs]
-    longest = [d > HIT for d, s in zip(drops, short) if s == 0]
-    shorter = [d > HIT for d, s in zip(drops, short) if s > 0]
+    harm, short = [d for d, _ in pairs], [s for _, s in pairs]
+    longest = [d > HIT for d, s in zip(harm, short) if s == 0]
+    shorter = [d > HIT for d, s in zip(harm, short) if s > 0]
     if len(longest) < 5 or not shorter:
         return None
     longest_hit, shorter_hit = sum(longest) / len(longest), sum(shorter) / len(shorter)
@@ -143,33 +165,38 @@ def _padding(e: CellEvidence) -> Finding | None:
                                [sum(shorter), len(shorter) - sum(shorter)]], alternative="less")
     if not (p < 1e-3 and shorter_hit >= 2 * longest_hit + 0.2):
         return None
-    rho, _ = stats.spearmanr(short, drops)
+    rho, _ = stats.spearmanr(short, harm)
     return Finding("padding", "damage follows prompt length rather than position: prompts "
                               f"shorter than the longest in their batch lose quality in "
                               f"{shorter_hit:.0%} of cases, the longest prompt of a batch in "
-                              f"{longest_hit:.0%} (Spearman rho {rho:.2f} between drop and "
+                              f"{longest_hit:.0%} (Spearman rho {rho:.2f} between harm and "
                               "missing length); suspect padding (padding on the wrong side or "
-                              "not masked, as TensorRT-LLM #1881)")
+                              "not masked, as TensorRT-LLM #1881)",
+                   evidence=f"Fisher exact test, longest vs shorter prompts hit: p {p:.1g}")
 
 
 def _stride(e: CellEvidence, analyses: Sequence[CellAnalysis]) -> Finding | None:
     a = e.analysis
-    if a.cell.beam_width == 1 or 0 in a.degraded_positions or len(a.degraded_positions) < 2:
+    later = set(range(1, a.cell.batch_size))
+    if (a.cell.beam_width == 1 or a.cell.batch_size < STRIDE_MIN_BATCH
+            or set(a.degraded_positions) != later):
         return None
     greedy = [b for b in analyses if b.cell.beam_width == 1 and b.cell.batch_size == a.cell.batch_size]
     if any(b.verdict != Verdict.PASS for b in greedy):
         return None
-    first = _seen(e.drops[0])
-    if sum(d > HIT for d in first) > 0.02 * len(first):
+    if _hit_share(e.harm[0]) > 0.02:
         return None
-    means = [math.fsum(_seen(row)) / max(1, len(_seen(row))) for row in e.drops]
+    means = [math.fsum(_seen(row)) / max(1, len(_seen(row))) for row in e.harm]
     return Finding("stride", f"beam search only: position 0 intact, positions "
-                             f"{ranges(a.degraded_positions)} degraded (mean drop by position "
+                             f"{ranges(a.degraded_positions)} degraded (mean harm by position "
                              f"{', '.join(f'{m:.2f}' for m in means)}): suspect a stride or offset "
                              "error once requests in the batch finish unevenly (as TensorRT-LLM "
                              "PR #15125)"
                              + ("" if greedy else "; run --beam-widths 1 too to confirm greedy "
-                                                  "is fine"))
+                                                  "is fine"),
+                   evidence=f"every position but 0 of a batch of {a.cell.batch_size} degraded at "
+                            f"beam width {a.cell.beam_width}, position 0 untouched"
+                            + (", greedy passes" if greedy else ""))
 
 
 def _single(e: CellEvidence) -> Finding | None:
@@ -177,38 +204,56 @@ def _single(e: CellEvidence) -> Finding | None:
     if len(a.degraded_positions) != 1:
         return None
     p = a.degraded_positions[0]
-    seen = _seen(e.drops[p])
-    share = sum(d > HIT for d in seen) / max(1, len(seen))
-    if share == 0:  # small drops spread over many prompts: no slot-shaped signature
+    share = _hit_share(e.harm[p])
+    others = [_hit_share(row) for q, row in enumerate(e.harm) if q != p]
+    if share == 0 or (others and max(others) > share / 2):
         return None
+    evidence = (f"{share:.0%} of prompts hit at position {p}, at most "
+                f"{max(others, default=0.0):.0%} at any other")
     if share >= 0.9:
         return Finding("single", f"only position {p} degraded, on {share:.0%} of prompts: a "
-                                 "fault tied to that batch slot")
+                                 "fault tied to that batch slot", evidence=evidence)
     return Finding("partial", f"only position {p} degraded, on {share:.0%} of prompts (the others "
                               "match batch size 1): a slot-specific fault that hits some "
-                              "requests only")
+                              "requests only", evidence=evidence)
+
+
+def _all_positions(e: CellEvidence) -> Finding | None:
+    a = e.analysis
+    if len(a.degraded_positions) != a.cell.batch_size:
+        return None
+    if any(s.position_test is not None and s.position_test.flagged for s in a.positions):
+        return None  # some positions are worse than others: not a uniform batch > 1 path
+    quality = [s.quality for s in a.positions if s.quality is not None]
+    if not quality or a.quality_bs1 is None:
+        return None
+    return Finding("all-positions", f"every position loses quality alike (against the references "
+                                    f"{min(quality):.2f}–{max(quality):.2f} vs {a.quality_bs1:.2f} "
+                                    "at batch size 1; no position worse than the others): suspect "
+                                    "a code path used only for batch size > 1 (as TensorRT-LLM "
+                                    "#1539)",
+                   evidence="quality drop at every position, none position-dependent")
 
 
 def match(evidence: Sequence[CellEvidence], limits: EngineLimits | None) -> dict[Cell, Finding]:
     """The finding for every failing cell that fits a known signature."""
     analyses = [e.analysis for e in evidence]
-    failing = [a for a in analyses if a.verdict == Verdict.FAIL]
+    failing = [a for a in analyses if a.verdict == Verdict.FAIL and a.degraded_positions]
     out: dict[Cell, Finding] = {}
     for e in evidence:
         a = e.analysis
         if a.verdict != Verdict.FAIL:
             continue
         if not a.degraded_positions:
-            out[a.cell] = Finding("spread", f"no single position is significant but the cell's "
-                                            f"mean drop over positions is {a.cell_drop:.3f}: damage "
-                                            "spread thinly over many positions")
+            if a.spread and a.omnibus is not None:
+                out[a.cell] = Finding("spread", f"no single position is significant but the cell's "
+                                                f"mean quality drop over positions is "
+                                                f"{a.omnibus.drop:.3f}: damage spread thinly over "
+                                                "many positions",
+                                      evidence="the cell's omnibus test")
             continue
-        found = (_overflow(a, failing, limits) or _full_batch(a, analyses, limits)
-                 or _padding(e) or _stride(e, analyses) or _single(e))
-        if found is None and len(a.degraded_positions) == a.cell.batch_size:
-            found = Finding("all-positions", "every position degraded while batch size 1 is "
-                                             "fine: suspect a code path used only for batch size "
-                                             "> 1 (as TensorRT-LLM #1539)")
+        found = (_overflow(a, analyses, failing, limits) or _full_batch(a, analyses, limits)
+                 or _padding(e) or _stride(e, analyses) or _single(e) or _all_positions(e))
         if found is not None:
             out[a.cell] = found
     return out

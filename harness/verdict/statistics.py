@@ -1,39 +1,65 @@
-"""Per-position statistics and the degraded-position decision.
+"""The verdict's three questions, per cell and position, with one Holm family over the run.
 
-For a cell with batch size B > 1 and position p, each prompt i contributes the paired
-difference d_i = s1_i - s_{p,i}, where s1_i is the prompt's ROUGE-L against the baseline at
-batch size 1 (same beam width) and s_{p,i} the same at position p. The rotation plan puts
-every prompt at every position once, so the pairs cancel prompt difficulty. A position is
-degraded when mean(d) > tolerance *and* a one-sided paired t-test rejects
-H0: mean(d) <= tolerance at level alpha after Holm's correction over every test in the run.
+For a cell with batch size B > 1, position p and prompt i (the rotation puts every prompt at
+every position, so each comparison is paired by prompt and prompt difficulty cancels):
 
-Besides the positions, every cell gets one omnibus test of the same form on the per-prompt
-mean drop over all of its positions, so that damage spread thinly over many positions (none
-significant alone) still fails the cell. Its p-value joins the same Holm family.
-docs/method.md explains the method and its calibration.
+1. Position dependence: is p worse than the other positions of the same cell? The paired
+   drop is ``mean_{q != p} a_i(q) - a_i(p)`` with ``a`` the agreement (ROUGE-L against the
+   baseline). Benign batch-shape drift that changes outputs alike at every position cancels;
+   a slot that breaks does not. (``--rotation sparse`` seats each prompt at one position, so
+   there the comparison is between the prompts at p and those elsewhere: Welch's test.)
+2. Batch-size quality: is the quality at p (ROUGE-L against the reference summary) lower than
+   at batch size 1 for the same prompts? Drift changes outputs, not their quality; damage that
+   hits every position alike (which question 1 cannot see) lowers it. A per-cell omnibus test
+   of the same form, on each prompt's mean over the positions, catches damage spread thinly.
+   Not answered when the dataset has no reference summaries.
+3. Determinism: the share of outputs that differ from batch size 1's and the agreement with
+   the baseline. Always reported; a gate only with ``--deterministic`` (batch-invariant
+   engines), where any differing output fails its position.
+
+A test flags when its mean drop exceeds ``tolerance`` and a one-sided t-test rejects
+H0: drop <= tolerance at ``alpha`` after Holm's correction over every test of the run. A
+position is degraded when question 1 or 2 flags it; a cell fails on a degraded position, on
+its omnibus test, or (--deterministic) on a differing output. docs/method.md has the power
+tables and the calibration.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from scipy import stats
 
-from harness.results import CellAnalysis, CellScores, PositionStats, Verdict
+from harness.results import CellAnalysis, CellScores, DropTest, Levels, PositionStats, Verdict
 
 
 def one_sided_paired_p(diffs: Sequence[float], tolerance: float) -> float:
     """p-value of H0: mean(diffs) <= tolerance against H1: mean(diffs) > tolerance."""
     n = len(diffs)
-    mean = math.fsum(diffs) / n
     if n < 2:  # one prompt: no sampling noise can be estimated, so nothing is tested
         return 1.0
+    mean = math.fsum(diffs) / n
     var = math.fsum((d - mean) ** 2 for d in diffs) / (n - 1)
     if var <= 1e-24:  # every prompt moved by the same amount: no sampling noise to test
         return 0.0 if mean > tolerance else 1.0
     t = (mean - tolerance) / math.sqrt(var / n)
     return float(stats.t.sf(t, n - 1))
+
+
+def one_sided_welch_p(here: Sequence[float], elsewhere: Sequence[float], tolerance: float) -> float:
+    """p-value of H0: mean(elsewhere) - mean(here) <= tolerance (Welch's unequal variances)."""
+    n, m = len(here), len(elsewhere)
+    if n < 2 or m < 2:
+        return 1.0
+    mx, my = math.fsum(here) / n, math.fsum(elsewhere) / m
+    vx = math.fsum((x - mx) ** 2 for x in here) / (n - 1) / n
+    vy = math.fsum((y - my) ** 2 for y in elsewhere) / (m - 1) / m
+    if vx + vy <= 1e-24:
+        return 0.0 if my - mx > tolerance else 1.0
+    df = (vx + vy) ** 2 / (vx ** 2 / (n - 1) + vy ** 2 / (m - 1))
+    return float(stats.t.sf((my - mx - tolerance) / math.sqrt(vx + vy), df))
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -66,6 +92,10 @@ def _mean(xs: Sequence[float]) -> float:
     return math.fsum(xs) / len(xs) if xs else float("nan")
 
 
+def _finite(xs: Sequence[float]) -> list[float]:
+    return [x for x in xs if not math.isnan(x)]
+
+
 def mean_ci(xs: Sequence[float], level: float = 0.95) -> tuple[float, float]:
     """Two-sided t confidence interval of the mean, clipped to [0, 1] like ROUGE-L itself."""
     n = len(xs)
@@ -77,75 +107,184 @@ def mean_ci(xs: Sequence[float], level: float = 0.95) -> tuple[float, float]:
     return max(0.0, mean - half), min(1.0, mean + half)
 
 
-def analyze(scores: Sequence[CellScores], level_scores: dict[int, Sequence[float]], *,
-            tolerance: float, alpha: float, family: int | None = None) -> list[CellAnalysis]:
-    """Analyse every cell; ``level_scores[beam_width]`` holds batch size 1's per-prompt scores.
+def _test(drops: Sequence[float], tolerance: float) -> DropTest:
+    return DropTest(drop=_mean(drops), p_value=one_sided_paired_p(drops, tolerance), n=len(drops))
+
+
+def position_test(agreement: Sequence[Sequence[float]], p: int, tolerance: float) -> DropTest:
+    """Question 1 at position p: the agreement of p's prompts below their other positions'."""
+    row = agreement[p]
+    others = [q for q in range(len(agreement)) if q != p]
+    drops = []
+    for i, here in enumerate(row):
+        if math.isnan(here):
+            continue
+        rest = _finite([agreement[q][i] for q in others])
+        if rest:
+            drops.append(_mean(rest) - here)
+    if len(drops) >= 2:
+        return _test(drops, tolerance)
+    # --rotation sparse: each prompt at one position, so compare prompts here with the others
+    here_values = _finite(row)
+    elsewhere = [x for q in others for x in _finite(agreement[q])]
+    return DropTest(drop=_mean(elsewhere) - _mean(here_values), n=len(here_values),
+                      p_value=one_sided_welch_p(here_values, elsewhere, tolerance))
+
+
+def quality_drops(quality: Sequence[float], bs1: Sequence[float]) -> list[float]:
+    """Per prompt seated here and with a reference: batch size 1's quality minus this one's."""
+    return [b - q for q, b in zip(quality, bs1) if not math.isnan(q) and not math.isnan(b)]
+
+
+def _omnibus_drops(reference: Sequence[Sequence[float]], bs1: Sequence[float]) -> list[float]:
+    """Per prompt: batch size 1's quality minus its mean quality over the positions it sat at."""
+    out = []
+    for i, b in enumerate(bs1):
+        seen = _finite([row[i] for row in reference])
+        if seen and not math.isnan(b):
+            out.append(b - _mean(seen))
+    return out
+
+
+def _stats(cs: CellScores, level: Levels, p: int, tolerance: float) -> PositionStats:
+    """One position's figures and (batch size > 1) its two tests, before Holm."""
+    base_row, ref_row = cs.baseline[p], cs.reference[p]
+    seen = [i for i, b in enumerate(base_row) if not math.isnan(b)]
+    agreement = [base_row[i] for i in seen]
+    quality = _finite([ref_row[i] for i in seen])
+    bs1 = _finite([level.quality[i] for i in seen if not math.isnan(ref_row[i])])
+    differs = _finite([cs.differs[p][i] for i in seen]) if cs.differs else []
+    tested = cs.cell.batch_size > 1
+    q_drops = quality_drops([ref_row[i] for i in seen], [level.quality[i] for i in seen])
+    low, high = mean_ci(agreement)
+    return PositionStats(
+        position=p, n=len(seen), agreement=_mean(agreement),
+        agreement_drop=_mean([level.agreement[i] - base_row[i] for i in seen]),
+        differing=_mean(differs) if differs else 0.0,
+        quality=_mean(quality) if quality else None, quality_bs1=_mean(bs1) if bs1 else None,
+        position_test=position_test(cs.baseline, p, tolerance) if tested else None,
+        quality_test=_test(q_drops, tolerance) if tested and len(q_drops) >= 1 else None,
+        ci_low=low, ci_high=high)
+
+
+@dataclass
+class _Family:
+    """Every test of the run, so that one Holm correction spans them all."""
+
+    tests: list[DropTest] = field(default_factory=list)
+
+    def add(self, test: DropTest | None) -> int | None:
+        if test is None:
+            return None
+        self.tests.append(test)
+        return len(self.tests) - 1
+
+    def settle(self, tolerance: float, alpha: float, family: int | None) -> list[DropTest]:
+        """Every test with its adjusted p and flag; ``family`` pads with clean tests (p = 1)."""
+        nulls = max(0, (family or 0) - len(self.tests))
+        adjusted = holm([t.p_value for t in self.tests] + [1.0] * nulls)
+        return [replace(t, p_adjusted=adj, flagged=t.drop > tolerance and adj < alpha)
+                for t, adj in zip(self.tests, adjusted)]
+
+
+def _span(values: Sequence[float]) -> str:
+    lo, hi = f"{min(values):.2f}", f"{max(values):.2f}"
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def _message(cell_id: str, row: Sequence[PositionStats], bad: Sequence[int], spread: DropTest | None,
+             nondeterministic: Sequence[int], level: float) -> str:
+    """The cell's one-line verdict, naming the positions and the evidence."""
+    if bad:
+        noun = "position" if len(bad) == 1 else "positions"
+        parts = []
+        by_quality = [row[p] for p in bad if row[p].quality_test and row[p].quality_test.flagged]
+        by_position = [row[p] for p in bad if row[p].position_test and row[p].position_test.flagged]
+        if by_quality:
+            bs1 = _mean([s.quality_bs1 for s in by_quality if s.quality_bs1 is not None])
+            parts.append(f"quality vs references {_span([s.quality for s in by_quality])} vs "  # type: ignore[misc]
+                         f"{bs1:.2f} at batch size 1")
+        if by_position:
+            worst = max(s.position_test.drop for s in by_position)  # type: ignore[union-attr]
+            parts.append(f"agreement with the baseline {_span([s.agreement for s in by_position])}, "
+                         f"up to {worst:.2f} below the other positions")
+        return f"{cell_id}: {noun} {ranges(bad)} degraded ({'; '.join(parts)})"
+    if spread is not None:
+        return (f"{cell_id}: quality against the references drops across positions (mean drop "
+                f"{spread.drop:.3f} below batch size 1 over {len(row)} positions, adjusted p "
+                f"{spread.p_adjusted:.2g}) though no single position is significant alone")
+    if nondeterministic:
+        share = _mean([row[p].differing for p in nondeterministic])
+        return (f"{cell_id}: outputs differ from batch size 1 at positions {ranges(nondeterministic)} "
+                f"({share:.0%} of them there; --deterministic expects every output to equal batch "
+                "size 1's)")
+    return f"{cell_id}: no degraded position (batch size 1 level {level:.2f})"
+
+
+def drift_note(cell_id: str, differing: float, quality: float | None, quality_bs1: float | None,
+               position_dependent: bool) -> str | None:
+    """What a cell that changed outputs without losing quality says (a finding, not a failure)."""
+    if differing <= 0:
+        return None
+    said = f"{cell_id}: {differing:.0%} of outputs differ from batch size 1"
+    if quality is not None and quality_bs1 is not None:
+        said += f"; quality against references {quality:.3f} vs {quality_bs1:.3f}"
+    return said + ("" if position_dependent else "; not position-dependent")
+
+
+def _settled(row: list[PositionStats], slots: list[tuple[int | None, int | None]],
+             done: list[DropTest], deterministic: bool) -> list[PositionStats]:
+    out = []
+    for s, (pi, qi) in zip(row, slots):
+        out.append(replace(s, position_test=done[pi] if pi is not None else None,
+                           quality_test=done[qi] if qi is not None else None,
+                           nondeterministic=deterministic and s.differing > 0))
+    return out
+
+
+def _cell(cs: CellScores, level: Levels, row: list[PositionStats], omnibus: DropTest | None,
+          deterministic: bool) -> CellAnalysis:
+    bad = tuple(s.position for s in row if s.degraded)
+    flagged = omnibus is not None and omnibus.flagged
+    nondet = tuple(s.position for s in row if s.nondeterministic) if cs.cell.batch_size > 1 else ()
+    agreement = _mean(level.agreement)
+    quality = _finite([s.quality for s in row if s.quality is not None])
+    quality_bs1 = _finite([s.quality_bs1 for s in row if s.quality_bs1 is not None])
+    differing = _mean([s.differing for s in row]) if row else 0.0
+    positional = any(s.position_test is not None and s.position_test.flagged for s in row)
+    failed = bool(bad or flagged or nondet)
+    return CellAnalysis(
+        cell=cs.cell, level=agreement, positions=tuple(row), degraded_positions=bad,
+        verdict=Verdict.FAIL if failed else Verdict.PASS,
+        message=_message(cs.cell.id, row, bad, omnibus if flagged and not bad else None, nondet,
+                         agreement),
+        quality=_mean(quality) if quality else None,
+        quality_bs1=_mean(quality_bs1) if quality_bs1 else None, differing=differing,
+        omnibus=omnibus, spread=flagged and not bad, nondeterministic_positions=nondet,
+        drift=None if failed else drift_note(cs.cell.id, differing, _mean(quality) if quality else None,
+                                             _mean(quality_bs1) if quality_bs1 else None, positional))
+
+
+def analyze(scores: Sequence[CellScores], levels: Mapping[int, Levels], *, tolerance: float,
+            alpha: float, deterministic: bool = False, family: int | None = None
+            ) -> list[CellAnalysis]:
+    """Analyse every cell; ``levels[beam_width]`` holds batch size 1's per-prompt levels.
 
     ``family`` (calibrate only) sizes the Holm family as if a larger grid had been run whose
     other tests all came out clean (p = 1): the correction of that grid, for these cells."""
-    tests: list[tuple[int, int, float]] = []  # (cell index, position or -1 for the cell, p)
-    drafts: list[list[PositionStats]] = []
-    omnibus: dict[int, float] = {}  # cell index -> mean drop over positions
-    for ci, cs in enumerate(scores):
-        level = level_scores[cs.cell.beam_width]
-        stats_row = []
-        if cs.cell.batch_size > 1:
-            per_prompt = []
-            for i in range(len(level)):
-                seen = [row[i] for row in cs.baseline if not math.isnan(row[i])]
-                if seen:  # every prompt is seen somewhere, unless the cell is empty
-                    per_prompt.append(level[i] - math.fsum(seen) / len(seen))
-            omnibus[ci] = _mean(per_prompt)
-            tests.append((ci, -1, one_sided_paired_p(per_prompt, tolerance)))
-        for p, (base_row, ref_row) in enumerate(zip(cs.baseline, cs.reference)):
-            # NaN marks prompts that never sat at this position (--rotation sparse)
-            seen_at = [i for i, b in enumerate(base_row) if not math.isnan(b)]
-            base = [base_row[i] for i in seen_at]
-            ref = [ref_row[i] for i in seen_at]
-            diffs = [level[i] - base_row[i] for i in seen_at]
-            p_value = None
-            if cs.cell.batch_size > 1:
-                p_value = one_sided_paired_p(diffs, tolerance)
-                tests.append((ci, p, p_value))
-            low, high = mean_ci(base)
-            stats_row.append(PositionStats(position=p, rouge_l=_mean(base),
-                                           rouge_l_reference=_mean(ref), drop=_mean(diffs),
-                                           p_value=p_value, p_adjusted=None, n=len(base),
-                                           ci_low=low, ci_high=high))
-        drafts.append(stats_row)
-    nulls = max(0, (family or 0) - len(tests))
-    adjusted = holm([t[2] for t in tests] + [1.0] * nulls)[:len(tests)]
-    cell_adjusted: dict[int, float] = {}
-    for (ci, p, _), adj in zip(tests, adjusted):
-        if p < 0:
-            cell_adjusted[ci] = adj
-            continue
-        s = drafts[ci][p]
-        degraded = s.drop > tolerance and adj < alpha
-        drafts[ci][p] = PositionStats(**{**s.__dict__, "p_adjusted": adj, "degraded": degraded})
+    tests = _Family()
+    rows: list[list[PositionStats]] = []
+    slots: list[list[tuple[int | None, int | None]]] = []
+    omnibus: list[int | None] = []
+    for cs in scores:
+        level = levels[cs.cell.beam_width]
+        row = [_stats(cs, level, p, tolerance) for p in range(len(cs.baseline))]
+        slots.append([(tests.add(s.position_test), tests.add(s.quality_test)) for s in row])
+        drops = _omnibus_drops(cs.reference, level.quality) if cs.cell.batch_size > 1 else []
+        omnibus.append(tests.add(_test(drops, tolerance)) if len(drops) >= 2 else None)
+        rows.append(row)
+    done = tests.settle(tolerance, alpha, family)
+    return [_cell(cs, levels[cs.cell.beam_width], _settled(row, slot, done, deterministic),
+                  done[oi] if oi is not None else None, deterministic)
+            for cs, row, slot, oi in zip(scores, rows, slots, omnibus)]
 
-    results = []
-    for ci, (cs, row) in enumerate(zip(scores, drafts)):
-        level = _mean(level_scores[cs.cell.beam_width])
-        bad = tuple(s.position for s in row if s.degraded)
-        drop, adj = omnibus.get(ci), cell_adjusted.get(ci)
-        spread = drop is not None and adj is not None and drop > tolerance and adj < alpha
-        if bad:
-            lo = min(row[p].rouge_l for p in bad)
-            hi = max(row[p].rouge_l for p in bad)
-            span = f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}"
-            noun = "position" if len(bad) == 1 else "positions"
-            message = (f"{cs.cell.id}: {noun} {ranges(bad)} degraded (ROUGE-L {span} vs "
-                       f"{level:.2f} at batch size 1)")
-        elif spread:
-            message = (f"{cs.cell.id}: quality drops across positions (mean drop {drop:.3f} over "
-                       f"{len(row)} positions, adjusted p {adj:.2g}) though no single position "
-                       "is significant alone")
-        else:
-            message = f"{cs.cell.id}: no degraded position (batch size 1 level {level:.2f})"
-        results.append(CellAnalysis(cell=cs.cell, level=level, positions=tuple(row),
-                                    degraded_positions=bad,
-                                    verdict=Verdict.FAIL if bad or spread else Verdict.PASS,
-                                    message=message, cell_drop=drop, cell_p_adjusted=adj,
-                                    spread=spread))
-    return results

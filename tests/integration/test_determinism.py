@@ -39,4 +39,4 @@ def test_same_seed_same_numbers(tmp_path: Path, small_dataset: Path):
     assert first["method"]["seed"] == 7
     positions = [p for c in first["cells"] for p in c["positions"] if p["p_value"] is not None]
     assert any(0 < p["p_value"] < 1 for p in positions)
-    assert any(0 < p["rouge_l"] < 1 for p in positions)
+    assert any(0 < p["agreement"] < 1 for p in positions)

@@ -35,7 +35,7 @@ def test_incident_cell_fails_with_cause_and_positions(incident_grid):
     assert "test_batch_positions[bs8-beam4] FAILED" in proc.stdout
     assert "num_beams 4 exceeds the engine's max_beam_width 1" in proc.stdout
     assert "--max_beam_width 4" in proc.stdout
-    assert "bs8-beam4: positions 2–7 degraded (ROUGE-L" in proc.stdout
+    assert "bs8-beam4: positions 2–7 degraded (quality vs references" in proc.stdout
     # the default grid fails at beam widths 4 and 2: the finding names both (issue #8's example)
     assert ("likely cause (overflow): positions >= 2 degraded at beam width 4 and positions >= 4 "
             "degraded at beam width 2: matches KV beam-slot overflow for max_batch_size 8 x "
@@ -56,7 +56,7 @@ def test_default_grid_localizes_every_damaged_cell_and_nothing_else(incident_gri
     for c in report["cells"]:
         assert len(c["positions"]) == c["batch_size"]
         for p in c["positions"]:
-            assert 0.0 <= p["rouge_l"] <= 1.0 and 0.0 <= p["rouge_l_reference"] <= 1.0
+            assert 0.0 <= p["agreement"] <= 1.0 and 0.0 <= p["quality"] <= 1.0
 
 
 def test_rebuilt_engine_passes(tmp_path: Path, engine_factory, small_dataset):
@@ -68,7 +68,7 @@ def test_rebuilt_engine_passes(tmp_path: Path, engine_factory, small_dataset):
     assert report["verdict"] == "pass"
     [cell] = report["cells"]
     assert cell["id"] == "bs8-beam4" and cell["degraded_positions"] == []
-    assert [p["rouge_l"] for p in cell["positions"]] == [1.0] * 8
+    assert [p["agreement"] for p in cell["positions"]] == [1.0] * 8
     # the limits and the KV-cache budget travel with the report
     assert report["limits"]["layout"] == "emulator" and report["limits"]["max_beam_width"] == 4
     [requested, maxima] = report["memory"]

@@ -85,7 +85,7 @@ def test_healthy_engine_passes_through_the_server(tmp_path: Path, servers, engin
     assert report["verdict"] == "pass"
     assert [c["id"] for c in report["cells"]] == ["bs1-beam1", "bs4-beam1", "bs1-beam4", "bs4-beam4"]
     for c in report["cells"]:
-        assert [p["rouge_l"] for p in c["positions"]] == [1.0] * c["batch_size"], c["id"]
+        assert [p["agreement"] for p in c["positions"]] == [1.0] * c["batch_size"], c["id"]
     engine = report["engine"]
     assert engine["backend"] == "openai" and engine["path"] == url
     assert engine["identity"].startswith("server:bs8-bw4@sha256:")
@@ -115,7 +115,7 @@ def test_faulty_engine_is_caught_through_the_server(tmp_path: Path, servers, eng
                       cwd=tmp_path, env=ENV)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "test_batch_positions[bs8-beam4] FAILED" in proc.stdout
-    assert "bs8-beam4: positions 2–7 degraded (ROUGE-L" in proc.stdout
+    assert "bs8-beam4: positions 2–7 degraded (quality vs references" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
     report = only_report(tmp_path / "r")
     [cell] = report["cells"]

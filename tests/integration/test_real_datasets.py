@@ -44,7 +44,7 @@ def _check(report: dict, docs, **expected) -> None:
     assert ds["count"] == len(docs) and ds["hash"] == content_hash(list(docs))
     assert report["verdict"] == "pass"
     assert {c["id"] for c in report["cells"]} == {"bs1-beam1", "bs2-beam1"}
-    assert all(p["rouge_l"] == 1.0 for c in report["cells"] for p in c["positions"])
+    assert all(p["agreement"] == 1.0 for c in report["cells"] for p in c["positions"])
 
 
 def test_jsonl_with_custom_fields(tmp_path: Path, engine_factory, documents):

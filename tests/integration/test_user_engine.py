@@ -32,8 +32,8 @@ def test_broken_positions_fail_with_ranges(tmp_path: Path, small_dataset: Path):
                       "-v", cwd=tmp_path, env=_env(5))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "test_batch_positions[bs8-beam1] FAILED" in proc.stdout
-    assert "bs8-beam1: positions 5–7 degraded (ROUGE-L" in proc.stdout
-    assert "vs 1.00 at batch size 1)" in proc.stdout
+    assert "bs8-beam1: positions 5–7 degraded (quality vs references" in proc.stdout
+    assert "at batch size 1; agreement with the baseline" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
     # no build limits for a user class: the limits tests are skipped, not passed silently
     assert "test_engine_limits[bs8-beam1] SKIPPED" in proc.stdout
@@ -41,7 +41,7 @@ def test_broken_positions_fail_with_ranges(tmp_path: Path, small_dataset: Path):
     cell = {c["id"]: c for c in report["cells"]}["bs8-beam1"]
     assert cell["degraded_positions"] == [5, 6, 7] and cell["verdict"] == "fail"
     assert [p["position"] for p in cell["positions"]] == list(range(8))
-    assert cell["positions"][0]["rouge_l"] == 1.0 and cell["positions"][6]["rouge_l"] < 0.2
+    assert cell["positions"][0]["agreement"] == 1.0 and cell["positions"][6]["agreement"] < 0.2
     assert report["dataset"]["hash"] and report["verdict"] == "fail"
     assert "report:" in proc.stdout and str(tmp_path) in proc.stdout
 
@@ -57,7 +57,7 @@ def test_cell_results_are_junit_properties(tmp_path: Path, small_dataset: Path):
     cases = {c.get("name"): c for c in ET.parse(xml).getroot().iter("testcase")}
     props = {p.get("name"): p.get("value") for p in cases["test_batch_positions[bs4-beam1]"].iter("property")}
     assert props["cell"] == "bs4-beam1" and props["verdict"] == "fail"
-    assert props["degraded_positions"] == "2,3" and props["rouge_l_position_0"] == "1.0000"
+    assert props["degraded_positions"] == "2,3" and props["agreement_position_0"] == "1.0000"
     assert "report.html" in proc.stdout
 
 

@@ -52,9 +52,9 @@ def test_report_json_validates_against_the_versioned_schema(reports):
     for folder in reports.values():
         report = json.loads((folder / "report.json").read_text())
         jsonschema.validate(report, schema)
-        assert report["schema_version"] == 1 == schema["properties"]["schema_version"]["const"]
+        assert report["schema_version"] == 2 == schema["properties"]["schema_version"]["const"]
     bad = json.loads((reports["broken"] / "report.json").read_text())
-    bad["cells"][0]["positions"][0]["rouge_l"] = 1.5
+    bad["cells"][0]["positions"][0]["agreement"] = 1.5
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
 
@@ -63,7 +63,7 @@ def test_signoff_and_integrity(reports):
     report = json.loads((reports["broken"] / "report.json").read_text())
     assert report["signoff"]["by"] == "QA <qa@example.com>" and report["signoff"]["verdict"] == "fail"
     assert verify(report)
-    report["cells"][0]["positions"][0]["rouge_l"] = 0.5  # someone edits a number
+    report["cells"][0]["positions"][0]["agreement"] = 0.5  # someone edits a number
     assert not verify(report)
     assert report["integrity"]["sha256"] in (reports["broken"] / "report.md").read_text()
 

@@ -21,7 +21,7 @@ def _run(engine: str | None, dataset: Path, tmp: Path, name: str, **options):
 
 def _numbers(result) -> list:
     report = json.loads((result.report_dir / "report.json").read_text())
-    return [[p["rouge_l"] for p in c["positions"]] for c in report["cells"]]
+    return [[p["agreement"] for p in c["positions"]] for c in report["cells"]]
 
 
 def test_rerun_comes_from_the_cache_with_identical_numbers(tmp_path: Path, engine_factory, small_dataset):

@@ -3,7 +3,7 @@ from __future__ import annotations
 from harness.limits.engine_config import EngineLimits, overflow_positions
 from harness.limits.preflight import LimitCheck
 from harness.plan import Cell
-from harness.results import CellAnalysis, CellResult, Finding, PositionStats
+from harness.results import CellAnalysis, CellResult, DropTest, Finding, PositionStats
 from harness.verdict.failures import (
     likely_cause,
     limits_failure,
@@ -23,9 +23,21 @@ def test_overflow_positions_follow_the_slot_arithmetic():
     assert overflow_positions(8, 4, EngineLimits(layout="legacy", max_batch_size=8).beam_slots) == ()
 
 
+def _test(drop, flagged):
+    return DropTest(drop=drop, p_value=0.0, n=64, p_adjusted=1e-6 if flagged else 1.0,
+                      flagged=flagged)
+
+
+def _stats(p, bad):
+    return PositionStats(position=p, n=64, agreement=0.1 if bad else 1.0,
+                         agreement_drop=0.9 if bad else 0.0, differing=1.0 if bad else 0.0,
+                         quality=0.1 if bad else 0.6, quality_bs1=0.6,
+                         position_test=_test(0.8 if bad else 0.0, bad),
+                         quality_test=_test(0.5 if bad else 0.0, bad))
+
+
 def _result(cell, degraded, error=None, finding=None):
-    stats = tuple(PositionStats(p, 0.1 if p in degraded else 1.0, 0.1, 0.9 if p in degraded else 0.0,
-                                0.0, 0.0, 64, p in degraded) for p in range(cell.batch_size))
+    stats = tuple(_stats(p, p in degraded) for p in range(cell.batch_size))
     analysis = CellAnalysis(cell, 1.0, stats, tuple(degraded), "fail" if degraded else "pass",
                             f"{cell.id}: positions ... degraded")
     return CellResult(cell=cell, checks=(), analysis=None if error else analysis, error=error,
@@ -42,18 +54,20 @@ def test_cause_is_the_matched_signature():
 def test_positions_failure_texts():
     assert positions_failure(_result(Cell(8, 4), [])) is None
     text = positions_failure(_result(Cell(8, 4), [2, 3, 4, 5, 6, 7]))
-    assert "position 7: ROUGE-L 0.100" in text
+    assert "position 7: agreement with the baseline 0.100, quality vs references 0.100 (batch size " \
+        "1: 0.600); 100% of outputs differ from batch size 1; below the other positions: drop " \
+        "0.800" in text
     assert positions_failure(_result(Cell(4, 2), [], error="RuntimeError: boom")) == \
         "bs4-beam2: engine error: RuntimeError: boom"
 
 
 def test_a_cell_failed_by_the_omnibus_test_alone_fails_its_test():
     cell = Cell(8, 1)
-    stats = tuple(PositionStats(p, 0.95, 0.5, 0.05, 0.05, 0.2, 64, False) for p in range(8))
+    stats = tuple(_stats(p, False) for p in range(8))
     analysis = CellAnalysis(cell, 1.0, stats, (), "fail", "bs8-beam1: quality drops across ...",
-                            cell_drop=0.05, cell_p_adjusted=1e-4, spread=True)
+                            omnibus=_test(0.05, True), spread=True)
     text = positions_failure(CellResult(cell=cell, checks=(), analysis=analysis))
-    assert text.startswith("bs8-beam1: quality drops across") and "mean drop 0.050" in text
+    assert text.startswith("bs8-beam1: quality drops across") and "mean quality drop 0.050" in text
 
 
 def test_limits_texts():

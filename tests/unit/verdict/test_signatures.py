@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.limits.engine_config import EngineLimits
 from harness.plan import Cell, make_plan
-from harness.results import CellAnalysis, PositionStats
+from harness.results import CellAnalysis, DropTest, PositionStats
 from harness.verdict.signatures import CellEvidence, match, shortfall
 
 LIMITS_8x1 = EngineLimits(layout="unified", max_batch_size=8, max_beam_width=1)
@@ -12,16 +12,26 @@ LIMITS_8x4 = EngineLimits(layout="unified", max_batch_size=8, max_beam_width=4)
 N = 32
 
 
-def evidence(cell, damaged, *, share=1.0, shorter=None, drop=0.9):
+def _flag(drop: float, flagged: bool) -> DropTest:
+    return DropTest(drop=drop, p_value=1e-9 if flagged else 0.5, n=N,
+                      p_adjusted=1e-8 if flagged else 1.0, flagged=flagged)
+
+
+def evidence(cell, damaged, *, share=1.0, shorter=None, drop=0.6, positional=True):
+    """A cell whose ``damaged`` positions lose ``drop`` quality on ``share`` of the prompts;
+    ``positional``: the damage makes those positions worse than the others (else alike)."""
     hit_until = round(share * N)
-    drops = tuple(tuple(drop if p in damaged and i < hit_until else 0.0 for i in range(N))
-                  for p in range(cell.batch_size))
-    stats = tuple(PositionStats(p, 1 - sum(r) / N, 0.5, sum(r) / N, 0.0, 0.0, N, p in damaged)
-                  for p, r in enumerate(drops))
+    harm = tuple(tuple(drop if p in damaged and i < hit_until else 0.0 for i in range(N))
+                 for p in range(cell.batch_size))
+    stats = tuple(PositionStats(
+        position=p, n=N, agreement=1 - sum(r) / N, agreement_drop=sum(r) / N,
+        differing=sum(x > 0 for x in r) / N, quality=0.65 - sum(r) / N, quality_bs1=0.65,
+        position_test=_flag(sum(r) / N, positional and p in damaged),
+        quality_test=_flag(sum(r) / N, p in damaged)) for p, r in enumerate(harm))
     verdict = "fail" if damaged else "pass"
     analysis = CellAnalysis(cell, 1.0, stats, tuple(sorted(damaged)), verdict, "",
-                            cell_drop=0.0, cell_p_adjusted=1.0)
-    return CellEvidence(analysis=analysis, drops=drops, shorter=shorter)
+                            quality=0.65, quality_bs1=0.65)
+    return CellEvidence(analysis=analysis, harm=harm, shorter=shorter)
 
 
 def test_overflow_names_both_beam_widths_and_the_flag():
@@ -34,9 +44,26 @@ def test_overflow_names_both_beam_widths_and_the_flag():
                            "max_beam_width 1 = 8 slots; rebuild with --max_beam_width 4")
 
 
-def test_overflow_is_inferred_without_limits():
-    found = match([evidence(Cell(8, 4), set(range(2, 8))), evidence(Cell(4, 4), {2, 3})], None)
+def test_overflow_is_inferred_without_limits_only_from_two_beam_widths_that_agree():
+    both = [evidence(Cell(8, 4), set(range(2, 8))), evidence(Cell(8, 2), set(range(4, 8))),
+            evidence(Cell(4, 2), set())]
+    found = match(both, None)
     assert found[Cell(8, 4)].kind == "overflow" and "8 beam slots (inferred" in found[Cell(8, 4)].text
+    assert "beam widths 2, 4" in found[Cell(8, 4)].text and found[Cell(8, 4)].evidence
+    # one beam width alone fits many slot counts: no cause named
+    assert match([evidence(Cell(8, 4), set(range(2, 8))), evidence(Cell(4, 4), {2, 3})], None) == {}
+
+
+def test_one_broken_slot_without_limits_is_not_called_overflow():
+    """Batch 2, beam 2, position 1 fits "2 slots" by arithmetic, but nothing else supports it."""
+    found = match([evidence(Cell(2, 2), {1}), evidence(Cell(2, 1), set())], None)
+    assert found.get(Cell(2, 2)) is None or found[Cell(2, 2)].kind != "overflow"
+
+
+def test_a_passing_beam_cell_contradicts_an_inferred_slot_count():
+    cells = [evidence(Cell(8, 4), set(range(2, 8))), evidence(Cell(8, 2), set(range(4, 8))),
+             evidence(Cell(4, 4), set())]  # 8 slots would break bs4-beam4 positions 2-3
+    assert all(f.kind != "overflow" for f in match(cells, None).values())
 
 
 def test_full_batch_needs_a_smaller_batch_that_passes():
@@ -49,20 +76,30 @@ def test_padding_is_told_apart_from_position_damage():
     plan = make_plan((4,), (1,), N, seed=0)
     lengths = [50 + (7 * i) % 40 for i in range(N)]
     short = shortfall(plan, Cell(4, 1), lengths)
-    drops = tuple(tuple(0.8 if short[p][i] > 0 else 0.0 for i in range(N)) for p in range(4))
-    e = evidence(Cell(4, 1), {0, 1, 2, 3}, shorter=short)
-    e = CellEvidence(analysis=e.analysis, drops=drops, shorter=short)
+    harm = tuple(tuple(0.8 if short[p][i] > 0 else 0.0 for i in range(N)) for p in range(4))
+    e = evidence(Cell(4, 1), {0, 1, 2, 3}, shorter=short, positional=False)
+    e = CellEvidence(analysis=e.analysis, harm=harm, shorter=short)
     assert match([e], LIMITS_8x4)[Cell(4, 1)].kind == "padding"
-    # the same positions, damage independent of length: not padding
-    flat = evidence(Cell(4, 1), {0, 1, 2, 3}, shorter=short)
-    assert match([flat], LIMITS_8x4)[Cell(4, 1)].kind == "all-positions"
+    # the same positions, damage independent of length and alike everywhere: a batch > 1 path
+    flat = evidence(Cell(4, 1), {0, 1, 2, 3}, shorter=short, positional=False)
+    found = match([flat], LIMITS_8x4)[Cell(4, 1)]
+    assert found.kind == "all-positions" and "no position worse than the others" in found.text
+    # every position degraded but some worse than others: no uniform batch > 1 path
+    assert match([evidence(Cell(4, 1), {0, 1, 2, 3}, shorter=short)], LIMITS_8x4) == {}
 
 
 def test_stride_is_beam_only_with_position_0_intact():
     beam = evidence(Cell(4, 2), {1, 2, 3}, share=0.7)
-    assert match([beam, evidence(Cell(4, 1), set())], LIMITS_8x4)[Cell(4, 2)].kind == "stride"
+    found = match([beam, evidence(Cell(4, 1), set())], LIMITS_8x4)[Cell(4, 2)]
+    assert found.kind == "stride" and "greedy passes" in found.evidence
     greedy_broken = evidence(Cell(4, 1), {1, 2, 3})
     assert Cell(4, 2) not in match([beam, greedy_broken], LIMITS_8x4)  # no guess
+
+
+def test_two_swapped_outputs_are_not_called_stride():
+    """Positions 1 and 2 of a batch of 8 exchanged their outputs: not every later position."""
+    found = match([evidence(Cell(8, 2), {1, 2}), evidence(Cell(8, 1), set())], LIMITS_8x4)
+    assert all(f.kind != "stride" for f in found.values())
 
 
 def test_partial_reports_the_share_of_prompts():
@@ -73,8 +110,8 @@ def test_partial_reports_the_share_of_prompts():
 def test_spread_and_no_guess():
     e = evidence(Cell(8, 1), set())
     spread = CellEvidence(analysis=CellAnalysis(Cell(8, 1), 1.0, e.analysis.positions, (), "fail",
-                                                "", cell_drop=0.04, cell_p_adjusted=0.001,
-                                                spread=True), drops=e.drops)
+                                                "", omnibus=_flag(0.04, True), spread=True),
+                          harm=e.harm)
     assert match([spread], LIMITS_8x4)[Cell(8, 1)].kind == "spread"
     # two scattered positions, nothing known: the failure stands without a guessed cause
     assert match([evidence(Cell(8, 1), {2, 5}, share=0.5)], LIMITS_8x4) == {}

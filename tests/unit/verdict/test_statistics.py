@@ -1,13 +1,25 @@
+"""The three questions on small seeded score tables: position dependence, batch-size quality,
+determinism; one Holm family; sparse positions."""
+
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 from scipy import stats
 
 from harness.plan import Cell
-from harness.results import CellScores
-from harness.verdict.statistics import analyze, holm, one_sided_paired_p, ranges
+from harness.results import CellScores, Levels
+from harness.verdict.statistics import (
+    analyze,
+    holm,
+    one_sided_paired_p,
+    one_sided_welch_p,
+    ranges,
+)
+
+N = 64
 
 
 def test_one_sided_p_matches_scipy_ttest():
@@ -17,9 +29,19 @@ def test_one_sided_p_matches_scipy_ttest():
     assert one_sided_paired_p(diffs, 0.02) == pytest.approx(expected, rel=1e-9)
 
 
+def test_one_sided_welch_p_matches_scipy():
+    rng = random.Random(3)
+    here = [rng.gauss(0.5, 0.2) for _ in range(20)]
+    elsewhere = [rng.gauss(0.8, 0.1) for _ in range(140)]
+    expected = stats.ttest_ind([e - 0.02 for e in elsewhere], here, equal_var=False,
+                               alternative="greater").pvalue
+    assert one_sided_welch_p(here, elsewhere, 0.02) == pytest.approx(expected, rel=1e-9)
+
+
 def test_one_sided_p_degenerate_cases():
     assert one_sided_paired_p([0.0] * 10, 0.02) == 1.0  # identical outputs: nothing to flag
     assert one_sided_paired_p([0.5] * 10, 0.02) == 0.0  # every prompt dropped by 0.5
+    assert one_sided_paired_p([0.9], 0.02) == 1.0  # one prompt: nothing is tested
 
 
 def test_holm_against_hand_computed_values():
@@ -33,92 +55,188 @@ def test_ranges():
     assert ranges([4]) == "4"
 
 
-def _cell_scores(cell, per_position):
-    return CellScores(cell=cell, baseline=tuple(tuple(x) for x in per_position),
-                      reference=tuple(tuple(x) for x in per_position))
+def _levels(quality, agreement=None) -> Levels:
+    return Levels(agreement=tuple(agreement or [1.0] * len(quality)), quality=tuple(quality))
 
 
-def test_analyze_flags_exact_positions_and_formats_message():
+def _scores(cell, agreement, quality, differs=None) -> CellScores:
+    differs = differs or [[float(a < 1.0) for a in row] for row in agreement]
+    return CellScores(cell=cell, baseline=tuple(tuple(r) for r in agreement),
+                      reference=tuple(tuple(r) for r in quality),
+                      differs=tuple(tuple(r) for r in differs))
+
+
+def _drifting(rng, bs1_quality, rate, positions):
+    """Benign drift: a share ``rate`` of outputs differ late (agreement 0.4-0.8) at every
+    position alike, their quality moving up or down by as much (no loss on average)."""
+    agreement, quality = [], []
+    for _ in range(positions):
+        a_row, q_row = [], []
+        for q in bs1_quality:
+            if rng.random() < rate:
+                a_row.append(rng.uniform(0.4, 0.8))
+                q_row.append(min(1.0, max(0.0, q + rng.choice((-1, 1)) * rng.uniform(0.0, 0.1))))
+            else:
+                a_row.append(1.0)
+                q_row.append(q)
+        agreement.append(a_row)
+        quality.append(q_row)
+    return agreement, quality
+
+
+@pytest.mark.parametrize("rate", [0.2, 0.45, 0.6])
+def test_a_heavily_drifting_healthy_engine_passes(rate):
+    """Outputs change at every position alike without losing quality: no question fails, and
+    the drift is a finding of its own."""
+    rng = random.Random(7)
+    q1 = [rng.uniform(0.45, 0.8) for _ in range(N)]
+    cells = [Cell(b, w) for w in (1, 2) for b in (2, 4, 8)]
+    scores = [_scores(c, *_drifting(rng, q1, rate, c.batch_size)) for c in cells]
+    out = analyze(scores, {1: _levels(q1), 2: _levels(q1)}, tolerance=0.02, alpha=0.01)
+    assert all(a.verdict == "pass" and not a.degraded_positions for a in out)
+    bs8 = out[2]
+    assert bs8.differing == pytest.approx(rate, abs=0.08)
+    assert bs8.drift.startswith(f"bs8-beam1: {bs8.differing:.0%} of outputs differ from batch size 1; "
+                                "quality against references ")
+    assert bs8.drift.endswith("not position-dependent")
+
+
+def test_position_dependence_flags_the_broken_slots_exactly():
+    """Positions 2-7 lose both agreement and quality: flagged, 0 and 1 not (they are better
+    than the others)."""
     rng = random.Random(1)
-    n = 64
-    level = [1.0] * n
-    good = [1.0] * n
-    bad = [rng.uniform(0.05, 0.3) for _ in range(n)]
-    cell = Cell(8, 4)
-    rows = [good, good] + [bad] * 6
-    [a] = analyze([_cell_scores(cell, rows)], {4: level}, tolerance=0.02, alpha=0.01)
-    assert a.degraded_positions == (2, 3, 4, 5, 6, 7)
-    assert a.verdict == "fail"
-    assert a.message.startswith("bs8-beam4: positions 2–7 degraded (ROUGE-L ")
-    assert a.message.endswith("vs 1.00 at batch size 1)")
+    q1 = [rng.uniform(0.5, 0.8) for _ in range(N)]
+    bad_a = [rng.uniform(0.05, 0.3) for _ in range(N)]
+    agreement = [[1.0] * N] * 2 + [bad_a] * 6
+    quality = [q1] * 2 + [[0.1] * N] * 6
+    [a] = analyze([_scores(Cell(8, 4), agreement, quality)], {4: _levels(q1)}, tolerance=0.02,
+                  alpha=0.01)
+    assert a.degraded_positions == (2, 3, 4, 5, 6, 7) and a.verdict == "fail"
+    assert all(a.positions[p].position_test.flagged for p in range(2, 8))
+    assert not a.positions[0].position_test.flagged and not a.positions[1].degraded
+    assert a.message.startswith("bs8-beam4: positions 2–7 degraded (quality vs references 0.10 vs ")
+    assert "below the other positions" in a.message
 
 
-def test_analyze_does_not_flag_small_or_noisy_differences():
-    rng = random.Random(2)
-    n = 64
-    level = [rng.uniform(0.6, 1.0) for _ in range(n)]
-    # a few late divergences at every position alike: benign drift below the tolerance
-    rows = [[x if rng.random() > 0.03 else x - 0.3 for x in level] for _ in range(8)]
-    [a] = analyze([_cell_scores(Cell(8, 1), rows)], {1: level}, tolerance=0.02, alpha=0.01)
-    assert a.degraded_positions == ()
-    assert a.verdict == "pass"
+def test_a_slot_that_only_changes_outputs_is_position_dependent():
+    """One position's outputs diverge from batch size 1 on every prompt while the others do
+    not, even with its quality unchanged: position dependence flags it, quality does not."""
+    rng = random.Random(4)
+    q1 = [rng.uniform(0.5, 0.8) for _ in range(N)]
+    agreement = [[1.0] * N for _ in range(4)]
+    agreement[3] = [rng.uniform(0.3, 0.6) for _ in range(N)]
+    [a] = analyze([_scores(Cell(4, 1), agreement, [q1] * 4)], {1: _levels(q1)}, tolerance=0.02,
+                  alpha=0.01)
+    assert a.degraded_positions == (3,)
+    assert a.positions[3].position_test.flagged and not a.positions[3].quality_test.flagged
 
 
-def test_analyze_batch_size_one_is_not_tested():
-    [a] = analyze([_cell_scores(Cell(1, 1), [[0.5] * 10])], {1: [0.5] * 10},
+def test_uniform_damage_is_caught_by_batch_size_quality():
+    """Every position of batch size > 1 cut short alike: nothing is position-dependent, but
+    quality against the references falls below batch size 1 everywhere."""
+    rng = random.Random(5)
+    q1 = [rng.uniform(0.5, 0.8) for _ in range(N)]
+    cut = [q * rng.uniform(0.3, 0.6) for q in q1]
+    agreement = [[rng.uniform(0.3, 0.5) for _ in range(N)]] * 8
+    [a] = analyze([_scores(Cell(8, 1), agreement, [cut] * 8)], {1: _levels(q1)}, tolerance=0.02,
+                  alpha=0.01)
+    assert a.degraded_positions == tuple(range(8))
+    assert all(s.quality_test.flagged and not s.position_test.flagged for s in a.positions)
+
+
+def test_without_references_quality_is_not_answered_and_position_dependence_still_is():
+    nan = float("nan")
+    q1 = [nan] * N
+    agreement = [[1.0] * N for _ in range(4)]
+    agreement[2] = [0.2] * N
+    [a] = analyze([_scores(Cell(4, 1), agreement, [q1] * 4)], {1: _levels(q1)}, tolerance=0.02,
+                  alpha=0.01)
+    assert all(s.quality_test is None and s.quality is None for s in a.positions)
+    assert a.omnibus is None and a.degraded_positions == (2,)
+    uniform = [[0.3] * N] * 4
+    [b] = analyze([_scores(Cell(4, 1), uniform, [q1] * 4)], {1: _levels(q1)}, tolerance=0.02,
+                  alpha=0.01)
+    assert b.verdict == "pass"  # damage alike everywhere: nothing can see it without references
+
+
+def test_deterministic_gate_fails_any_position_that_differs():
+    rng = random.Random(6)
+    q1 = [rng.uniform(0.5, 0.8) for _ in range(N)]
+    agreement, quality = _drifting(rng, q1, 0.1, 4)
+    [off] = analyze([_scores(Cell(4, 1), agreement, quality)], {1: _levels(q1)}, tolerance=0.02,
+                    alpha=0.01)
+    [on] = analyze([_scores(Cell(4, 1), agreement, quality)], {1: _levels(q1)}, tolerance=0.02,
+                   alpha=0.01, deterministic=True)
+    assert off.verdict == "pass" and on.verdict == "fail"
+    assert on.nondeterministic_positions == (0, 1, 2, 3)
+    assert "--deterministic expects every output to equal batch size 1's" in on.message
+    same = [[1.0] * N] * 4
+    [clean] = analyze([_scores(Cell(4, 1), same, [q1] * 4)], {1: _levels(q1)}, tolerance=0.02,
+                      alpha=0.01, deterministic=True)
+    assert clean.verdict == "pass" and clean.drift is None
+
+
+def test_batch_size_one_is_not_tested():
+    [a] = analyze([_scores(Cell(1, 1), [[1.0] * 10], [[0.5] * 10])], {1: _levels([0.5] * 10)},
                   tolerance=0.02, alpha=0.01)
-    assert a.positions[0].p_value is None and a.verdict == "pass"
+    assert a.positions[0].position_test is None and a.positions[0].quality_test is None
+    assert a.verdict == "pass" and a.omnibus is None
 
 
 def test_damage_spread_thinly_fails_the_cell_through_the_omnibus_test():
-    """Six positions each lose 0.6 on a different 4 of 64 prompts: no position is
+    """Six positions each lose 0.6 quality on a different 4 of 64 prompts: no position is
     significant alone (mean drop 0.0375 each), the cell's mean over positions is."""
-    cell = Cell(8, 1)
+    q1 = [1.0] * N
     rows = []
     for p in range(8):
-        row = [1.0] * 64
+        row = [1.0] * N
         if p >= 2:
             for i in range(4):
-                row[(p * 7 + i * 16) % 64] = 0.4
+                row[(p * 7 + i * 16) % N] = 0.4
         rows.append(row)
-    # the same prompts' drops, spread: the per-prompt means carry the damage
-    [a] = analyze([_cell_scores(cell, rows)], {1: [1.0] * 64}, tolerance=0.0, alpha=0.05)
+    [a] = analyze([_scores(Cell(8, 1), [[1.0] * N] * 8, rows)], {1: _levels(q1)}, tolerance=0.0,
+                  alpha=0.05)
     assert a.degraded_positions == ()
     assert a.spread and a.verdict == "fail"
-    assert a.cell_drop == pytest.approx(6 * 4 * 0.6 / (8 * 64))
-    assert "quality drops across positions" in a.message
+    assert a.omnibus.drop == pytest.approx(6 * 4 * 0.6 / (8 * N))
+    assert "drops across positions" in a.message
 
 
-def test_omnibus_joins_the_holm_family_and_stays_quiet_on_a_clean_cell():
-    cell = Cell(4, 2)
-    [a] = analyze([_cell_scores(cell, [[1.0] * 20] * 4)], {2: [1.0] * 20}, tolerance=0.02,
-                  alpha=0.01)
-    assert a.verdict == "pass" and not a.spread and a.cell_drop == 0.0
-    assert a.cell_p_adjusted == 1.0
-    # one damaged position: its p-value is adjusted over 4 positions + 1 cell test = 5
+def test_every_test_joins_one_holm_family():
+    """Per cell: B position tests, B quality tests and one omnibus; ``family`` pads it."""
     rng = random.Random(1)
-    rows = [[1.0] * 30 for _ in range(3)] + [[rng.uniform(0.5, 0.9) for _ in range(30)]]
-    [b] = analyze([_cell_scores(cell, rows)], {2: [1.0] * 30}, tolerance=0.02, alpha=0.01)
-    smallest = min(b.positions[3].p_value, one_sided_paired_p(
-        [1.0 - sum(r[i] for r in rows) / 4 for i in range(30)], 0.02))
-    assert min(b.positions[3].p_adjusted, b.cell_p_adjusted) == pytest.approx(5 * smallest)
-    [c] = analyze([_cell_scores(cell, rows)], {2: [1.0] * 30}, tolerance=0.02, alpha=0.01,
-                  family=51)
-    assert min(c.positions[3].p_adjusted, c.cell_p_adjusted) == pytest.approx(51 * smallest)
-
-
-def test_a_position_with_one_prompt_is_never_flagged():
-    assert one_sided_paired_p([0.9], 0.02) == 1.0
+    cell = Cell(4, 2)
+    q1 = [1.0] * 30
+    quality = [[1.0] * 30 for _ in range(3)] + [[rng.uniform(0.5, 0.9) for _ in range(30)]]
+    [b] = analyze([_scores(cell, [[1.0] * 30] * 4, quality)], {2: _levels(q1)}, tolerance=0.02,
+                  alpha=0.01)
+    raw = b.positions[3].quality_test.p_value
+    tests = [t for s in b.positions for t in (s.position_test, s.quality_test)] + [b.omnibus]
+    assert len(tests) == 9
+    smallest = min(t.p_value for t in tests)
+    assert min(t.p_adjusted for t in tests) == pytest.approx(9 * smallest)
+    [c] = analyze([_scores(cell, [[1.0] * 30] * 4, quality)], {2: _levels(q1)}, tolerance=0.02,
+                  alpha=0.01, family=93)
+    assert c.positions[3].quality_test.p_value == raw
+    padded = [t for s in c.positions for t in (s.position_test, s.quality_test)] + [c.omnibus]
+    assert min(t.p_adjusted for t in padded) == pytest.approx(min(93 * smallest, 1.0))
 
 
 def test_sparse_cells_test_each_position_on_its_own_prompts():
-    """NaN marks a prompt that never sat at a position (--rotation sparse)."""
+    """NaN marks a prompt that never sat at a position (--rotation sparse): quality is paired
+    with batch size 1, position dependence compares the prompts here with the others."""
     nan = float("nan")
     cell = Cell(2, 1)
-    pos0 = [1.0 if i % 2 == 0 else nan for i in range(40)]
-    pos1 = [nan if i % 2 == 0 else 0.1 for i in range(40)]
-    [a] = analyze([_cell_scores(cell, [pos0, pos1])], {1: [1.0] * 40}, tolerance=0.02, alpha=0.01)
+    q1 = [0.7] * 40
+    a0 = [1.0 if i % 2 == 0 else nan for i in range(40)]
+    a1 = [nan if i % 2 == 0 else 0.1 + 0.01 * (i % 5) for i in range(40)]
+    q0 = [0.7 if i % 2 == 0 else nan for i in range(40)]
+    q1_row = [nan if i % 2 == 0 else 0.1 for i in range(40)]
+    [a] = analyze([_scores(cell, [a0, a1], [q0, q1_row], [[0.0 if not math.isnan(x) else nan for x in a0],
+                                                         [1.0 if not math.isnan(x) else nan for x in a1]])],
+                  {1: _levels(q1)}, tolerance=0.02, alpha=0.01)
     assert [s.n for s in a.positions] == [20, 20]
     assert a.degraded_positions == (1,)
-    assert a.positions[1].drop == pytest.approx(0.9) and a.positions[0].drop == 0.0
-    assert a.cell_drop == pytest.approx(0.45)
+    assert a.positions[1].quality_test.drop == pytest.approx(0.6)
+    assert a.positions[1].position_test.flagged and a.positions[1].differing == 1.0
+    assert a.positions[0].differing == 0.0
