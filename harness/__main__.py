@@ -77,17 +77,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_build_engine(args: argparse.Namespace) -> int:
     from harness.engines.emulator.build import BuildLimits, build_engine
-    from harness.engines.emulator.faults import parse_fault
+    from harness.engines.emulator.faults import parse_drift, parse_fault, split_fault
 
     limits = BuildLimits(max_batch_size=args.max_batch_size, max_beam_width=args.max_beam_width,
                          max_input_len=args.max_input_len, max_seq_len=args.max_seq_len)
     fault = (parse_fault(args.fault, max_batch_size=limits.max_batch_size)
              if args.fault else None)
+    fault, drift = split_fault(fault, parse_drift(args.drift) if args.drift else None)
     path = build_engine(Path(args.output), limits, model_dir=args.model,
-                        compute_dtype=args.compute_dtype, fault=fault)
+                        compute_dtype=args.compute_dtype, fault=fault, drift=drift)
+    what = [x.describe() for x in (fault, drift) if x is not None]
     print(f"built emulator engine {path} (max_batch_size {limits.max_batch_size}, max_beam_width "
           f"{limits.max_beam_width}, max_input_len {limits.max_input_len}, max_seq_len "
-          f"{limits.max_seq_len}" + (f"; fault: {fault.describe()}" if fault else "") + ")")
+          f"{limits.max_seq_len}" + (f"; fault: {' + '.join(what)}" if what else "") + ")")
     return 0
 
 
@@ -236,7 +238,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _add_build_engine(sub: Any) -> None:
-    """build-engine: an emulator engine directory."""
+    """build-engine: an emulator engine directory, with the fault and drift to build in."""
     p_build = sub.add_parser("build-engine", help="build an emulator engine directory")
     p_build.add_argument("--output", required=True, metavar="DIR")
     p_build.add_argument("--max-batch-size", type=positive_int("--max-batch-size"), default=8)
@@ -247,10 +249,15 @@ def _add_build_engine(sub: Any) -> None:
                          help="transformers Mistral model directory (default: the bundled model)")
     p_build.add_argument("--compute-dtype", choices=("float64", "float32"), default="float64")
     p_build.add_argument("--fault", default=None, metavar="KIND[:k=v,...]",
-                         help="build a faulty engine: drift[:scale=,seed=], full-batch[:slot=], "
-                              "padding, stride, partial[:position=,fraction=,seed=] "
-                              "(see docs/method.md)")
+                         help="build a faulty engine: full-batch[:slot=], padding, stride, "
+                              "partial[:position=,fraction=,seed=], truncate[:keep=], or "
+                              "drift[:rate=,seed=] for drift alone (see docs/method.md)")
+    p_build.add_argument("--drift", default=None, metavar="RATE[:seed=S]",
+                         help="benign batch-shape drift on top of any fault: the share of "
+                              "outputs at batch size > 1 that differ from batch size 1, e.g. "
+                              "0.3 or 0.6:seed=2")
     p_build.set_defaults(func=cmd_build_engine)
+
 
 def _add_lint(sub: Any) -> None:
     """lint: one cell against an engine's config.json."""

@@ -3,12 +3,26 @@
 The bundled dataset and the bundled model's training data both come from here, so the
 small model can learn the task. Each document leads with the key facts (who, what, where,
 how many) and pads them with body sentences and distractors; the summary restates the key
-facts in one or two sentences, as a news highlight would.
+facts in one sentence, as a news highlight would.
+
+A summary is one phrasing drawn at random among several equally valid ones (clause order,
+synonyms, equivalent constructions, digits or number words), from a random stream of its
+own, so the phrasing says nothing about the document. A model trained on this data has
+genuine near-ties between its candidates at those choice points, and its summaries score
+against the references the way real summarizers do (ROUGE-L well below 1) while a damaged
+output scores far lower. That is what lets benign batch-shape drift (which picks the
+runner-up of a near-tie) change outputs without changing their quality.
+
+Phrasing syntax: ``[a|b|c]`` picks one alternative (uniformly, left to right, after the
+facts are filled in); within one group the alternatives have the same number of ROUGE
+tokens and share no words, so swapping one for another is quality-neutral in expectation.
 """
 
 from __future__ import annotations
 
 import random
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 FIRST = (
@@ -67,6 +81,10 @@ FILLER = [
 ]
 
 
+NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve "
+                "thirteen fourteen").split()
+
+
 @dataclass(frozen=True)
 class Example:
     """One document with its reference summary."""
@@ -77,18 +95,36 @@ class Example:
     topic: str
 
 
+@dataclass(frozen=True)
+class Story:
+    """A topic's draw: lead and body sentences, summary phrasings and the facts they name."""
+
+    lead: list[str]
+    body: list[str]
+    phrasings: tuple[str, ...]  # whole-sentence alternatives (e.g. clause orders)
+    facts: dict[str, str]
+
+
+_GROUP = re.compile(r"\[([^\[\]]+)\]")
+
+
+def phrase(phrasings: Sequence[str], facts: Mapping[str, str], rng: random.Random) -> str:
+    """One summary: a phrasing, its facts filled in, each ``[a|b]`` group resolved by ``rng``."""
+    text = rng.choice(list(phrasings)).format(**facts)
+    text = _GROUP.sub(lambda m: rng.choice(m.group(1).split("|")), text)
+    return text[0].upper() + text[1:]
+
+
 def _person(rng: random.Random) -> str:
     return f"{rng.choice(FIRST)} {rng.choice(LAST)}"
 
 
-def _other(rng: random.Random, pool: list[str] | tuple[str, ...], avoid: str) -> str:
-    choice = rng.choice(pool)
-    while choice == avoid:
-        choice = rng.choice(pool)
-    return choice
+def _numbers(**values: int) -> dict[str, str]:
+    """``[digits|words]`` groups for small numbers, a number-format choice."""
+    return {k: f"[{v}|{NUMBER_WORDS[v]}]" for k, v in values.items()}
 
 
-def _election(rng: random.Random) -> tuple[list[str], list[str], str]:
+def _election(rng: random.Random) -> Story:
     who, city, party, day = _person(rng), rng.choice(CITIES), rng.choice(PARTIES), rng.choice(DAYS)
     share = rng.randint(41, 78)
     rival = _person(rng)
@@ -102,11 +138,14 @@ def _election(rng: random.Random) -> tuple[list[str], list[str], str]:
         f"{rival} conceded defeat late on {day} evening.",
         f"The {party} party had not held the office in {city} for many years.",
     ]
-    summary = f"{who} of the {party} party won the {city} mayoral race with {share} percent of the vote, defeating {rival}."
-    return lead, body, summary
+    won = ("{who} [of|from] the {party} party [won|took|claimed] [the {city} mayoral race|the mayoralty "
+           "of {city}] [with|taking] {share} percent of the [vote|ballots]")
+    beat = "[defeating|beating|ousting] {rival}"
+    return Story(lead, body, (f"{won}, {beat}.", f"{beat}, {won}."),
+                 {"who": who, "party": party, "city": city, "share": str(share), "rival": rival})
 
 
-def _earnings(rng: random.Random) -> tuple[list[str], list[str], str]:
+def _earnings(rng: random.Random) -> Story:
     co, product, city = rng.choice(COMPANIES), rng.choice(PRODUCTS), rng.choice(CITIES)
     pct = rng.randint(3, 60)
     up = rng.random() < 0.5
@@ -122,11 +161,17 @@ def _earnings(rng: random.Random) -> tuple[list[str], list[str], str]:
         f"Shares in {co} moved sharply after the report.",
         f"The company employs thousands of people in {city}.",
     ]
-    summary = f"{co}, the {product} maker based in {city}, said profits {verb} {pct} percent, chief executive {boss} told investors."
-    return lead, body, summary
+    facts = {"co": co, "product": product, "city": city, "pct": str(pct), "boss": boss,
+             "verb": "[rose|climbed|grew]" if up else "[fell|dropped|slipped]"}
+    return Story(lead, body, (
+        "{co}, the {product} maker based in {city}, said [profits|earnings] {verb} {pct} percent, "
+        "[chief executive|company boss] {boss} [told|informed] investors.",
+        "[chief executive|company boss] {boss} [told|informed] investors that [profits|earnings] "
+        "at {co}, the {product} maker based in {city}, {verb} {pct} percent.",
+    ), facts)
 
 
-def _storm(rng: random.Random) -> tuple[list[str], list[str], str]:
+def _storm(rng: random.Random) -> Story:
     kind, city, day = rng.choice(STORMS), rng.choice(CITIES), rng.choice(DAYS)
     homes = rng.randint(2, 95) * 100
     lead = [
@@ -139,11 +184,15 @@ def _storm(rng: random.Random) -> tuple[list[str], list[str], str]:
         "Forecasters said the weather would calm by the weekend.",
         f"Volunteers opened shelters for families affected by the {kind}.",
     ]
-    summary = f"A severe {kind} struck {city} on {day} and left {homes} homes without power as crews cleared roads."
-    return lead, body, summary
+    return Story(lead, body, (
+        "a [severe|fierce|violent] {kind} [struck|hit|battered] {city} on {day} and left {homes} homes without "
+        "[power|electricity] as crews [cleared|reopened] roads.",
+        "{homes} homes in {city} were left without [power|electricity] after a [severe|fierce|violent] {kind} "
+        "[struck|hit|battered] on {day}, and crews [cleared|reopened] roads.",
+    ), {"kind": kind, "city": city, "day": day, "homes": str(homes)})
 
 
-def _sport(rng: random.Random) -> tuple[list[str], list[str], str]:
+def _sport(rng: random.Random) -> Story:
     c1, c2 = rng.choice(CITIES), rng.choice(CITIES)
     t1, t2 = rng.choice(TEAMS), rng.choice(TEAMS)
     while (c1, t1) == (c2, t2):
@@ -160,11 +209,17 @@ def _sport(rng: random.Random) -> tuple[list[str], list[str], str]:
         "More than ten thousand fans watched the game.",
         f"The coach of {c1} {t1} praised the team after the match.",
     ]
-    summary = f"{c1} {t1} beat {c2} {t2} {g1} to {g2} on {day} as {scorer} scored twice to lift the side to the top."
-    return lead, body, summary
+    facts = {"winner": f"{c1} {t1}", "loser": f"{c2} {t2}", "day": day, "scorer": scorer,
+             "score": f"[{g1} to {g2}|{NUMBER_WORDS[g1]} to {NUMBER_WORDS[g2]}]"}
+    return Story(lead, body, (
+        "{winner} [beat|defeated|overcame] {loser} {score} on {day} as {scorer} [scored|netted|struck] twice to "
+        "[lift|move|send] the [side|team|club] to [the top|first place].",
+        "{scorer} [scored|netted|struck] twice as {winner} [beat|defeated|overcame] {loser} {score} on {day} to "
+        "[lift|move|send] the [side|team|club] to [the top|first place].",
+    ), facts)
 
 
-def _science(rng: random.Random) -> tuple[list[str], list[str], str]:
+def _science(rng: random.Random) -> Story:
     field, finding, city = rng.choice(FIELDS), rng.choice(FINDINGS), rng.choice(CITIES)
     lead_author = _person(rng)
     years = rng.randint(2, 12)
@@ -178,11 +233,15 @@ def _science(rng: random.Random) -> tuple[list[str], list[str], str]:
         f"Other {field} said the work would need to be repeated.",
         f"The University of {city} plans a second expedition next year.",
     ]
-    summary = f"{field.capitalize()} from the University of {city}, led by {lead_author}, found {finding} after a {years} year study."
-    return lead, body, summary
+    found = ("[found|discovered|uncovered] {finding} [after|following] a {years} year [study|project]")
+    return Story(lead, body, (
+        "{field} [from|at] the University of {city}, [led|headed] by {author}, " + found + ".",
+        "[led|headed] by {author}, {field} [from|at] the University of {city} " + found + ".",
+    ), {"field": field, "finding": finding, "city": city, "author": lead_author,
+        **_numbers(years=years)})
 
 
-def _build(rng: random.Random) -> tuple[list[str], list[str], str]:
+def _build(rng: random.Random) -> Story:
     facility, city = rng.choice(FACILITIES), rng.choice(CITIES)
     cost = rng.randint(12, 900)
     year = rng.randint(2027, 2034)
@@ -198,11 +257,16 @@ def _build(rng: random.Random) -> tuple[list[str], list[str], str]:
         f"Some residents worry about the cost of the {facility}.",
         "Construction firms will be invited to bid in the spring.",
     ]
-    summary = f"{city} will build a new {facility} for {cost} million euros, finishing in {year}, {role} {official} said."
-    return lead, body, summary
+    plan = ("{city} will [build|construct|open] a new {facility} [for|costing] {cost} million euros, "
+            "[finishing|opening|ready] in {year}")
+    return Story(lead, body, (
+        plan + ", {role} {official} [said|announced].",
+        "{role} {official} [said|announced] that " + plan + ".",
+    ), {"city": city, "facility": facility, "cost": str(cost), "year": str(year), "role": role,
+        "official": official})
 
 
-def _court(rng: random.Random) -> tuple[list[str], list[str], str]:
+def _court(rng: random.Random) -> Story:
     who, crime, city = _person(rng), rng.choice(CRIMES), rng.choice(CITIES)
     years = rng.randint(2, 14)
     role = rng.choice(ROLES)
@@ -216,11 +280,14 @@ def _court(rng: random.Random) -> tuple[list[str], list[str], str]:
         f"The case shocked many people in {city}.",
         f"Prosecutors had asked for a longer sentence for the {crime}.",
     ]
-    summary = f"Former {role} {who} was sentenced to {years} years in prison for {crime} by a court in {city}."
-    return lead, body, summary
+    term = "{years} years [in prison|behind bars] for {crime}"
+    return Story(lead, body, (
+        "former {role} {who} was [sentenced to|jailed for] " + term + " by a [court|judge] in {city}.",
+        "a court in {city} [sentenced|condemned] former {role} {who} to " + term + ".",
+    ), {"who": who, "crime": crime, "city": city, "role": role, **_numbers(years=years)})
 
 
-def _health(rng: random.Random) -> tuple[list[str], list[str], str]:
+def _health(rng: random.Random) -> Story:
     illness, city = rng.choice(ILLNESSES), rng.choice(CITIES)
     cases = rng.randint(12, 480)
     doctor = _person(rng)
@@ -234,8 +301,10 @@ def _health(rng: random.Random) -> tuple[list[str], list[str], str]:
         "Most patients were recovering at home.",
         f"The last outbreak of {illness} in {city} was several years ago.",
     ]
-    summary = f"{city} reported {cases} new cases of {illness} this week and doctor {doctor} urged families to get vaccinated."
-    return lead, body, summary
+    urged = "doctor {doctor} [urged|asked|told] [families|parents|residents] to [get vaccinated|seek vaccines]"
+    cases_ = "{city} reported {cases} [new|fresh] cases of {illness} this week"
+    return Story(lead, body, (cases_ + " and " + urged + ".", urged + " after " + cases_ + "."),
+                 {"illness": illness, "city": city, "cases": str(cases), "doctor": doctor})
 
 
 TOPICS = {
@@ -254,25 +323,32 @@ def _words(text: str) -> int:
     return len(text.split())
 
 
-def make_example(rng: random.Random, index: int, *, prefix: str = "doc") -> Example:
-    """Draw one example: a 60-200 word document and a 10-40 word summary."""
+def make_example(rng: random.Random, index: int, *, prefix: str = "doc",
+                 phrasing: random.Random | None = None) -> Example:
+    """Draw one example: a 60-200 word document and a 15-35 word summary.
+
+    ``rng`` draws the document and its facts; ``phrasing`` (default: ``rng``) picks the
+    summary's wording, so a separate stream keeps the wording independent of the document.
+    """
     topic = rng.choice(sorted(TOPICS))
-    lead, body, summary = TOPICS[topic](rng)
-    rest = body[:]
+    story = TOPICS[topic](rng)
+    rest = story.body[:]
     rng.shuffle(rest)
     extra = rng.sample(FILLER, k=len(FILLER))
     target = rng.randint(60, 150)
-    sentences = lead[:]
+    sentences = story.lead[:]
     pool = rest + extra
     while _words(" ".join(sentences)) < target and pool:
         sentences.append(pool.pop(0))
     text = " ".join(sentences)
     if _words(text) > 200:  # never happens with these templates; keep the contract explicit
         text = " ".join(text.split()[:200])
+    summary = phrase(story.phrasings, story.facts, phrasing or rng)
     return Example(id=f"{prefix}-{index:05d}", text=text, summary=summary, topic=topic)
 
 
 def generate(n: int, seed: int, *, prefix: str = "doc") -> list[Example]:
-    """``n`` examples drawn from one seeded random stream (same seed, same examples)."""
-    rng = random.Random(seed)
-    return [make_example(rng, i, prefix=prefix) for i in range(n)]
+    """``n`` examples drawn from one seeded random stream for the documents and another for
+    the summaries' wording (same seed, same examples)."""
+    rng, wording = random.Random(seed), random.Random(f"phrasing/{seed}")
+    return [make_example(rng, i, prefix=prefix, phrasing=wording) for i in range(n)]

@@ -18,8 +18,9 @@ from typing import Any
 
 from harness import __version__
 from harness.config import CACHE_FOLDER, harness_cache_dir
+from harness.engines.emulator.drift import Drift
 from harness.engines.emulator.engine import TOKENIZER_DIR, WEIGHTS_FILE
-from harness.engines.emulator.faults import Fault
+from harness.engines.emulator.faults import Fault, split_fault
 from harness.errors import EngineError
 
 BUNDLED_MODEL = Path(__file__).resolve().parents[2] / "bundled" / "model"
@@ -37,8 +38,10 @@ class BuildLimits:
 
 
 def engine_config(model_config: dict[str, Any], limits: BuildLimits, compute_dtype: str,
-                  fault: Fault | None = None) -> dict[str, Any]:
-    """config.json for an emulator engine, in TensorRT-LLM's unified layout."""
+                  fault: Fault | None = None, drift: Drift | None = None) -> dict[str, Any]:
+    """config.json for an emulator engine, in TensorRT-LLM's unified layout; a fault under
+    ``emulator.fault``, drift under ``emulator.drift`` (``--fault drift`` is drift alone)."""
+    fault, drift = split_fault(fault, drift)
     heads = model_config["num_attention_heads"]
     head_size = model_config.get("head_dim") or model_config["hidden_size"] // heads
     return {
@@ -77,6 +80,7 @@ def engine_config(model_config: dict[str, Any], limits: BuildLimits, compute_dty
             "kv_cache": "one buffer of max_batch_size x max_beam_width beam slots; beam b of "
                         "entry s in slot s * num_beams + b; no check of num_beams",
             **({"fault": fault.as_dict()} if fault else {}),
+            **({"drift": drift.as_dict()} if drift else {}),
         },
     }
 
@@ -91,7 +95,8 @@ def _is_emulator_engine(path: Path) -> bool:
 
 
 def build_engine(output: Path, limits: BuildLimits, *, model_dir: Path | None = None,
-                 compute_dtype: str = "float64", fault: Fault | None = None) -> Path:
+                 compute_dtype: str = "float64", fault: Fault | None = None,
+                 drift: Drift | None = None) -> Path:
     """Write the engine directory (atomically: a half-built engine is never left behind)."""
     src = Path(model_dir) if model_dir else BUNDLED_MODEL
     config_file = src / "config.json"
@@ -128,7 +133,7 @@ def build_engine(output: Path, limits: BuildLimits, *, model_dir: Path | None = 
                      "tokenizer.model"):
             if (src / name).is_file():
                 shutil.copyfile(src / name, tok / name)
-        config = engine_config(model_config, limits, compute_dtype, fault)
+        config = engine_config(model_config, limits, compute_dtype, fault, drift)
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         if output.exists():
             shutil.rmtree(output)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import torch
 
 from harness.config import DecodingSettings
 from harness.engines.base import EngineBase, EngineInfo, Generation
+from harness.engines.emulator.drift import Drift, Trace, drift_from_config, near_tie, plan_flips
 from harness.engines.emulator.faults import Fault, fault_from_config
 from harness.engines.emulator.model import MistralEmulator, ModelShape, SlotKVCache
 from harness.errors import EngineError, first_line
@@ -28,6 +30,21 @@ from harness.storage.fingerprint import weights_identity
 WEIGHTS_FILE = "rank0.safetensors"
 TOKENIZER_DIR = "tokenizer"
 COMPUTE_DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """What one decoding pass applies: the fault's effects on this batch and drift's flips.
+
+    ``margin`` None: near-ties are not looked for (an engine without drift)."""
+
+    limit: int  # tokens to generate at most (truncate lowers it at batch size > 1)
+    padding: bool = False
+    stride: bool = False
+    flips: Mapping[int, int] = field(default_factory=dict)  # entry -> earliest flip step
+    margin: float | None = None
+    # beam search: a flipping entry's batch-size-1 output, which its flip must not leave as is
+    unflipped: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 class EmulatorEngine(EngineBase):
@@ -69,8 +86,9 @@ class EmulatorEngine(EngineBase):
             raise EngineError(f"{file}: emulator.compute_dtype {dtype_name!r} is not one of "
                               f"{', '.join(COMPUTE_DTYPES)}")
         dtype = COMPUTE_DTYPES[dtype_name]
-        self.fault: Fault | None = fault_from_config(config["emulator"].get("fault"),
-                                                     str(file))
+        self.fault: Fault | None = fault_from_config(config["emulator"].get("fault"), str(file))
+        self.drift: Drift | None = drift_from_config(config["emulator"].get("drift"), str(file))
+        self._traces: dict[tuple[str, DecodingSettings], Trace] = {}  # drift: bs1 outputs
 
         weights_file = self.path / WEIGHTS_FILE
         if not weights_file.is_file():
@@ -108,125 +126,135 @@ class EmulatorEngine(EngineBase):
         if longest + settings.max_new_tokens > self.max_seq_len:
             raise RuntimeError(f"input length {longest} + max_new_tokens {settings.max_new_tokens} "
                                f"exceeds the engine's max_seq_len {self.max_seq_len}")
-        width = settings.beam_width
-        dead = self.fault.dead_entries(prompts, self.max_batch_size) if self.fault else set()
-        slots = [s * width + b for s in sorted(dead) for b in range(width)]
-        slots = [x for x in slots if x < self.cache.slots]
-        self.cache.dead = torch.tensor(slots, dtype=torch.long) if slots else None
+        flips = self._plan_drift(prompts, [len(x) for x in ids], settings) if len(prompts) > 1 else {}
+        run = self._pass(prompts, settings, flips)
+        self._lose_kv(prompts, settings.beam_width)
         try:
-            if width == 1:
-                beams = [[o] for o in self._greedy(ids, settings)]
-            else:
-                beams = self._beam_search(ids, settings)
+            beams, ties = self._decode(ids, settings, run)
         finally:
             self.cache.dead = self.cache.read_map = None
+        if self.drift is not None and len(prompts) == 1:  # batch size 1 is never drifted
+            self._traces[(prompts[0], settings)] = Trace(tuple(beams[0][0]), tuple(ties[0]))
         results = []
         for entry in beams:
             texts = tuple(self.tokenizer.decode(b, skip_special_tokens=True).strip() for b in entry)
             results.append(Generation(text=texts[0], token_ids=tuple(entry[0]), beams=texts))
         return results
 
-    def _context(self, ids: list[list[int]], beams: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _pass(self, prompts: Sequence[str], settings: DecodingSettings,
+              flips: Mapping[int, int]) -> _Pass:
+        """The fault's effects on this batch (none at batch size 1), with drift's ``flips``."""
+        fault, entries = self.fault, len(prompts)
+        unflipped = {e: self._traces[(prompts[e], settings)].output for e in flips}
+        return _Pass(limit=fault.token_limit(entries, settings.max_new_tokens) if fault
+                     else settings.max_new_tokens,
+                     padding=bool(fault and fault.pads_unmasked and entries > 1),
+                     stride=bool(fault and fault.strided), flips=flips,
+                     margin=self.drift.margin if self.drift else None, unflipped=unflipped)
+
+    def _lose_kv(self, prompts: Sequence[str], width: int) -> None:
+        """full-batch and partial: the beam slots of the entries that lose their KV cache."""
+        dead = self.fault.dead_entries(prompts, self.max_batch_size) if self.fault else set()
+        slots = [s * width + b for s in sorted(dead) for b in range(width)]
+        slots = [x for x in slots if x < self.cache.slots]
+        self.cache.dead = torch.tensor(slots, dtype=torch.long) if slots else None
+
+    def _decode(self, ids: list[list[int]], settings: DecodingSettings,
+                run: _Pass) -> tuple[list[list[list[int]]], list[list[int]]]:
+        """Beams (best first) per entry, and the steps at which each entry had a near-tie."""
+        if settings.beam_width == 1:
+            outputs, ties = self._greedy(ids, run)
+            return [[o] for o in outputs], ties
+        return self._beam_search(ids, settings, run)
+
+    def _plan_drift(self, prompts: Sequence[str], lengths: list[int],
+                    settings: DecodingSettings) -> dict[int, int]:
+        """Drift at batch size > 1: which entries flip, at which step (see drift.py)."""
+        if self.drift is None:
+            return {}
+        missing = [p for p in dict.fromkeys(prompts) if (p, settings) not in self._traces]
+        if missing:
+            self._record_traces(missing, settings)
+        traces = {p: self._traces[(p, settings)] for p in prompts}
+        return plan_flips(self.drift, prompts, traces, settings.beam_width, lengths)
+
+    def _record_traces(self, prompts: list[str], settings: DecodingSettings) -> None:
+        """Batch-size-1 outputs of ``prompts``, decoded healthy in batches that fit the KV
+        cache (the emulator is batch-invariant, so each equals its batch-size-1 output)."""
+        assert self.drift is not None
+        chunk = max(1, min(self.max_batch_size, self.cache.slots // settings.beam_width))
+        run = _Pass(limit=settings.max_new_tokens, margin=self.drift.margin)
+        for i in range(0, len(prompts), chunk):
+            part = prompts[i : i + chunk]
+            beams, ties = self._decode(self.tokenizer(part)["input_ids"], settings, run)
+            for prompt, entry, tie in zip(part, beams, ties):
+                self._traces[(prompt, settings)] = Trace(tuple(entry[0]), tuple(tie))
+
+    def _context(self, ids: list[list[int]], beams: int,
+                 padding: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Prompt phase, once per entry; returns logits and input lengths per beam row."""
         lengths = torch.tensor([len(x) for x in ids])
         pad = self.tokenizer.pad_token_id or 0
         batch = torch.full((len(ids), int(lengths.max())), pad, dtype=torch.long)
         for r, x in enumerate(ids):
             batch[r, : len(x)] = torch.tensor(x)
-        if self.fault is not None and self.fault.pads_unmasked and len(ids) > 1:
+        if padding:
             # the padding bug: every prompt is taken to end where the longest one ends, so
             # shorter ones see (and continue after) the padding appended to them
             lengths = torch.full_like(lengths, int(lengths.max()))
         logits = self.model.context(batch, lengths, self.cache, beams)
         return logits.repeat_interleave(beams, 0), lengths.repeat_interleave(beams, 0)
 
-    def _perturb(self, logits: torch.Tensor, entries: int, step: int) -> torch.Tensor:
-        return self.fault.perturb(logits, entries, step) if self.fault else logits
-
-    def _greedy(self, ids: list[list[int]], settings: DecodingSettings) -> list[list[int]]:
+    def _greedy(self, ids: list[list[int]], run: _Pass) -> tuple[list[list[int]], list[list[int]]]:
         eos = self.tokenizer.eos_token_id
-        logits, lengths = self._context(ids, 1)
+        logits, lengths = self._context(ids, 1, run.padding)
         out: list[list[int]] = [[] for _ in ids]
+        ties: list[list[int]] = [[] for _ in ids]
+        pending = dict(run.flips)
         done = [False] * len(ids)
-        for step in range(settings.max_new_tokens):
-            tokens = self._perturb(logits, len(ids), step).argmax(-1)
+        for step in range(run.limit):
+            tokens = logits.argmax(-1)
+            if run.margin is not None:
+                _greedy_ties(logits, tokens, step, done, pending, ties, eos, run.margin)
             for r, t in enumerate(tokens.tolist()):
                 if not done[r]:
                     if t == eos:
                         done[r] = True
                     else:
                         out[r].append(t)
-            if all(done) or step == settings.max_new_tokens - 1:
+            if all(done) or step == run.limit - 1:
                 break
             logits = self.model.decode(tokens, lengths + step, self.cache)
-        return out
+        return out, ties
 
-    def _beam_search(self, ids: list[list[int]], settings: DecodingSettings) -> list[list[list[int]]]:
+    def _beam_search(self, ids: list[list[int]], settings: DecodingSettings,
+                     run: _Pass) -> tuple[list[list[list[int]]], list[list[int]]]:
         """Beam search with early stopping: an entry ends once it holds W finished beams."""
-        eos = self.tokenizer.eos_token_id
         width, entries = settings.beam_width, len(ids)
-        logits, lengths = self._context(ids, width)
-        scores = torch.full((entries, width), float("-inf"), dtype=torch.float64)
-        scores[:, 0] = 0.0  # all beams start equal: expand from beam 0 only
-        history: list[list[int]] = [[] for _ in range(entries * width)]
-        finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(entries)]
-        done = [False] * entries
-        vocab = logits.shape[-1]
-
-        def norm(score: float, length: int) -> float:
-            return score / (max(length, 1) ** settings.length_penalty)
-
-        for step in range(settings.max_new_tokens):
-            logits = self._perturb(logits, entries, step)
-            logp = torch.log_softmax(logits.to(torch.float64), dim=-1).view(entries, width, vocab)
-            cand = (scores[:, :, None] + logp).view(entries, width * vocab)
+        logits, lengths = self._context(ids, width, run.padding)
+        beams = _Beams(entries, width, self.tokenizer.eos_token_id, settings.length_penalty)
+        pending = dict(run.flips)
+        ties: list[list[tuple[int, tuple[int, ...]]]] = [[] for _ in range(entries)]
+        for step in range(run.limit):
+            logp = torch.log_softmax(logits.to(torch.float64), dim=-1).view(entries, width, -1)
+            cand = (beams.scores[:, :, None] + logp).view(entries, -1)
             top_scores, top_idx = cand.topk(2 * width, dim=-1)
-            source = torch.arange(entries * width)
-            tokens = torch.full((entries * width,), eos, dtype=torch.long)
-            new_scores = torch.full((entries, width), float("-inf"), dtype=torch.float64)
-            new_history: list[list[int]] = [[] for _ in range(entries * width)]
-            for s in range(entries):
-                if done[s]:
-                    continue
-                slot = 0
-                for rank, (sc, ix) in enumerate(zip(top_scores[s].tolist(), top_idx[s].tolist())):
-                    parent, token = divmod(ix, vocab)
-                    row = s * width + parent
-                    if token == eos:
-                        if rank < width:
-                            finished[s].append((norm(sc, step + 1), history[row]))
-                        continue
-                    dst = s * width + slot
-                    source[dst], tokens[dst] = row, token
-                    new_scores[s, slot] = sc
-                    new_history[dst] = history[row] + [token]
-                    slot += 1
-                    if slot == width:
-                        break
-                if len(finished[s]) >= width:
-                    done[s] = True
-            scores, history = new_scores, new_history
-            if all(done) or step == settings.max_new_tokens - 1:
+            source, tokens = beams.step(step, top_scores.tolist(), top_idx.tolist(), logp.shape[-1],
+                                        run.margin, pending, ties)
+            if all(beams.done) or step == run.limit - 1:
                 break
             self.cache.reorder(entries * width, source, int(lengths.max()) + step)
-            if self.fault is not None and self.fault.strided and any(done):
-                self.cache.read_map = _strided_rows(done, width)
+            if run.stride and any(beams.done):
+                self.cache.read_map = _strided_rows(beams.done, width)
             logits = self.model.decode(tokens, lengths + step, self.cache)
-        results = []
-        for s in range(entries):
-            hyps = list(finished[s])
-            if not done[s]:
-                for b in range(width):
-                    sc = float(scores[s, b])
-                    if not math.isinf(sc):
-                        hyps.append((norm(sc, len(history[s * width + b])), history[s * width + b]))
-            hyps.sort(key=lambda h: -h[0])  # stable: ties keep discovery order
-            results.append([h[1] for h in hyps[:width]] or [[]])
-        return results
+        results = beams.results(run.unflipped, run.margin)
+        # a near-tie counts where it lies on the line of the output kept (the best hypothesis)
+        return results, [[t for t, line in found if tuple(best[0][: len(line)]) == line]
+                         for best, found in zip(results, ties)]
 
 
 def _load_tokenizer(tok_dir: Path, vocab_size: int) -> Any:
-    """The engine's own tokenizer folder, never with its code; EngineError naming the fix."""
+    """The engine's own tokenizer; never runs code it ships, and must cover the vocabulary."""
     if not (tok_dir / "tokenizer.json").is_file() and not (tok_dir / "tokenizer_config.json").is_file():
         raise EngineError(f"{tok_dir}: tokenizer missing; rebuild the engine with "
                           "`python -m harness build-engine`")
@@ -245,10 +273,121 @@ def _load_tokenizer(tok_dir: Path, vocab_size: int) -> Any:
         raise EngineError(f"{tok_dir}: the tokenizer has no eos token")
     if len(tokenizer) < vocab_size:
         raise EngineError(f"{tok_dir}: the tokenizer knows {len(tokenizer)} tokens but the "
-                          f"engine's vocab_size is {vocab_size}; use the model's "
-                          "own tokenizer")
+                          f"engine's vocab_size is {vocab_size}; use the model's own tokenizer")
     return tokenizer
 
+
+def _greedy_ties(logits: torch.Tensor, tokens: torch.Tensor, step: int, done: list[bool],
+                 pending: dict[int, int], ties: list[list[int]], eos: int, margin: float) -> None:
+    """Record each running row's near-tie at this step; a row due to flip takes the runner-up
+    (``tokens`` is changed in place)."""
+    top_v, top_i = logits.topk(2, dim=-1)
+    for r, ((best, second), pair) in enumerate(zip(top_v.tolist(), top_i.tolist())):
+        if done[r] or not near_tie(best, second, (pair[0], pair[1]), eos, margin):
+            continue
+        ties[r].append(step)
+        if r in pending and step >= pending[r]:
+            tokens[r] = pair[1]
+            del pending[r]
+
+
+class _Beams:
+    """Beam-search state of a batch: W running beams and the finished hypotheses per entry."""
+
+    def __init__(self, entries: int, width: int, eos: int, length_penalty: float) -> None:
+        self.entries, self.width, self.eos, self.length_penalty = entries, width, eos, length_penalty
+        self.scores = torch.full((entries, width), float("-inf"), dtype=torch.float64)
+        self.scores[:, 0] = 0.0  # all beams start equal: expand from beam 0 only
+        self.history: list[list[int]] = [[] for _ in range(entries * width)]
+        self.finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(entries)]
+        self.done = [False] * entries
+
+    def norm(self, score: float, length: int) -> float:
+        return score / (max(length, 1) ** self.length_penalty)
+
+    def step(self, step: int, top_scores: list[list[float]], top_idx: list[list[int]], vocab: int,
+             margin: float | None, pending: dict[int, int],
+             ties: list[list[tuple[int, tuple[int, ...]]]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keep the W best non-final candidates per entry; returns (source row, token) per row."""
+        width = self.width
+        source = torch.arange(self.entries * width)
+        tokens = torch.full((self.entries * width,), self.eos, dtype=torch.long)
+        new_scores = torch.full((self.entries, width), float("-inf"), dtype=torch.float64)
+        new_history: list[list[int]] = [[] for _ in range(self.entries * width)]
+        for s in range(self.entries):
+            if self.done[s]:
+                continue
+            idx = top_idx[s]
+            if margin is not None:
+                idx = self._tie(s, step, top_scores[s], idx, vocab, margin, pending, ties)
+            slot = 0
+            for rank, (sc, ix) in enumerate(zip(top_scores[s], idx)):
+                parent, token = divmod(ix, vocab)
+                row = s * width + parent
+                if token == self.eos:
+                    if rank < width:
+                        self.finished[s].append((self.norm(sc, step + 1), self.history[row]))
+                    continue
+                dst = s * width + slot
+                source[dst], tokens[dst] = row, token
+                new_scores[s, slot] = sc
+                new_history[dst] = self.history[row] + [token]
+                slot += 1
+                if slot == width:
+                    break
+            if len(self.finished[s]) >= width:
+                self.done[s] = True
+        self.scores, self.history = new_scores, new_history
+        return source, tokens
+
+    def _tie(self, s: int, step: int, scores: list[float], idx: list[int], vocab: int,
+             margin: float, pending: dict[int, int],
+             ties: list[list[tuple[int, tuple[int, ...]]]]) -> list[int]:
+        """A near-tie between the best candidate and its runner-up from the same beam (same
+        prefix, another token) is recorded with the best candidate's line; an entry due to
+        flip swaps their scores."""
+        parent, token = divmod(idx[0], vocab)
+        for j in range(1, len(idx)):
+            other_parent, other = divmod(idx[j], vocab)
+            if other_parent == parent:
+                break
+        else:
+            return idx
+        if not near_tie(scores[0], scores[j], (token, other), self.eos, margin):
+            return idx
+        ties[s].append((step, (*self.history[s * self.width + parent], token)))
+        if s not in pending or step < pending[s]:
+            return idx
+        del pending[s]
+        swapped = list(idx)
+        swapped[0], swapped[j] = idx[j], idx[0]
+        return swapped
+
+    def results(self, unflipped: Mapping[int, tuple[int, ...]] | None = None,
+                margin: float | None = None) -> list[list[list[int]]]:
+        """Each entry's W best hypotheses (length-normalized score), best first; an entry in
+        ``unflipped`` still ending on that output takes its runner-up if the two are near-tied."""
+        results = []
+        for s in range(self.entries):
+            hyps = list(self.finished[s])
+            if not self.done[s]:
+                for b in range(self.width):
+                    sc = float(self.scores[s, b])
+                    row = self.history[s * self.width + b]
+                    if not math.isinf(sc):
+                        hyps.append((self.norm(sc, len(row)), row))
+            hyps.sort(key=lambda h: -h[0])  # stable: ties keep discovery order
+            if margin is not None and unflipped and s in unflipped and len(hyps) > 1 \
+                    and tuple(hyps[0][1]) == unflipped[s] and self._final_tie(hyps[0], hyps[1], margin):
+                hyps[0], hyps[1] = hyps[1], hyps[0]
+            results.append([h[1] for h in hyps[: self.width]] or [[]])
+        return results
+
+    def _final_tie(self, best: tuple[float, list[int]], second: tuple[float, list[int]],
+                   margin: float) -> bool:
+        """Two final hypotheses whose scores, in nats over the best one's length, are within
+        ``margin``."""
+        return (best[0] - second[0]) * max(len(best[1]), 1) ** self.length_penalty < margin
 
 def _strided_rows(done: list[bool], width: int) -> torch.Tensor:
     """The stride fault: with F entries of the batch finished, entry s reads the rows of

@@ -3,7 +3,9 @@
 Every fault is switched on at build time (``python -m harness build-engine --fault KIND``),
 stored in config.json (``emulator.fault``) and applied by the engine's decoding loops. The
 beam-slot overflow of the incident needs no fault: it follows from the build limits
-(``--max-beam-width 1`` run at ``--beam-widths 4``).
+(``--max-beam-width 1`` run at ``--beam-widths 4``). Benign drift (``--drift RATE``, stored
+as ``emulator.drift``; see drift.py) composes with any of them and with the overflow;
+``--fault drift[:rate=R,seed=S]`` is drift alone.
 
 None of them touches batch size 1 (tests/unit/engines/test_faults.py checks it), so batch size 1
 stays the trusted level, as on real engines.
@@ -11,10 +13,12 @@ stays the trusted level, as on real engines.
 ==============  ==========================================================================
 kind            what it does (and the real report it follows, see trtllm-facts.md §5)
 ==============  ==========================================================================
-drift           benign: adds a small perturbation to the logits that depends on the batch
-                shape (batch size, row, step), like kernels chosen by batch size (#1879,
-                #1336). A few percent of outputs diverge late from batch size 1, at every
-                position alike. Must NOT fail. Parameters: ``scale`` (logit units), ``seed``.
+drift           benign: near-tied candidates flip with the batch shape, as kernels chosen
+                by batch size make them flip on GPUs (#1879, #1336, #1250). A share
+                ``rate`` of the outputs at batch size > 1 take the runner-up of one
+                near-tie, typically after 40-80% of their words, at every position alike;
+                quality against the references is unchanged. Must NOT fail. Parameters:
+                ``rate`` (default 0.3), ``seed``, ``margin`` (nats). See drift.py.
 full-batch      only when the batch is completely full (``max_batch_size`` prompts), the
                 entry at ``slot`` loses its KV cache and decodes garbage (#2072: any 15 of 16
                 prompts were fine). Parameter: ``slot`` (default: the last one).
@@ -27,21 +31,32 @@ stride          beam search only: once F entries of the batch have finished, ent
                 position is, on the prompts still running when a batch-mate finishes.
 partial         the entry at ``position`` loses its KV cache on a seeded ``fraction`` of
                 prompts only (by a hash of the prompt), a sensitivity knob.
+truncate        uniform damage: at batch size > 1 every entry stops after ``keep`` x
+                max_new_tokens tokens (default 0.3), at every position alike, as when a
+                batched path takes its output budget from the wrong field (a per-batch
+                limit, a sequence length counted with the padding). Outputs are cut short
+                everywhere, which no comparison between positions can see.
 ==============  ==========================================================================
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import torch
-
+from harness.engines.emulator.drift import DEFAULT_MARGIN, DEFAULT_RATE, Drift, check_drift
 from harness.errors import ConfigError
 
-KINDS = ("drift", "full-batch", "padding", "stride", "partial")
+KINDS = ("drift", "full-batch", "padding", "stride", "partial", "truncate")
+PARAMETERS: dict[str, frozenset[str]] = {
+    "drift": frozenset({"rate", "seed", "margin"}), "full-batch": frozenset({"slot"}),
+    "padding": frozenset(), "stride": frozenset(),
+    "partial": frozenset({"position", "fraction", "seed"}), "truncate": frozenset({"keep"}),
+}
+FLOATS = frozenset({"rate", "margin", "fraction", "keep"})
 
 
 @dataclass(frozen=True)
@@ -49,37 +64,37 @@ class Fault:
     """One fault model and its parameters (unused ones keep their defaults)."""
 
     kind: str
-    scale: float = 0.1  # drift: standard deviation of the logit perturbation
-    seed: int = 0  # drift: perturbation stream; partial: which prompts are hit
+    rate: float = DEFAULT_RATE  # drift: share of outputs at batch size > 1 that differ
+    seed: int = 0  # drift: which sequences flip; partial: which prompts are hit
+    margin: float = DEFAULT_MARGIN  # drift: near-tie gap in nats
     slot: int | None = None  # full-batch: the entry that breaks (None: the last slot)
     position: int = 3  # partial: the position that loses quality
     fraction: float = 0.3  # partial: share of prompts hit
+    keep: float = 0.3  # truncate: share of max_new_tokens generated at batch size > 1
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def drift(self) -> Drift | None:
+        """``--fault drift``: the drift it stands for (drift alone); None for the others."""
+        if self.kind != "drift":
+            return None
+        return Drift(rate=self.rate, seed=self.seed, margin=self.margin)
+
     def describe(self) -> str:
         if self.kind == "drift":
-            return f"benign drift (scale {self.scale}, seed {self.seed})"
+            return self.drift().describe()  # type: ignore[union-attr]
         if self.kind == "full-batch":
             slot = "last slot" if self.slot is None else f"slot {self.slot}"
             return f"full-batch corruption ({slot})"
         if self.kind == "partial":
             return (f"partial degradation (position {self.position}, {self.fraction:.0%} of "
                     f"prompts, seed {self.seed})")
+        if self.kind == "truncate":
+            return f"truncation at batch size > 1 ({self.keep:.0%} of max_new_tokens)"
         return {"padding": "padding bug", "stride": "uneven-finish stride"}[self.kind]
 
     # -- the hooks the engine calls -------------------------------------------------------
-
-    def perturb(self, logits: torch.Tensor, entries: int, step: int) -> torch.Tensor:
-        """drift: logits ``[rows, V]`` of a batch of ``entries`` prompts at decode ``step``."""
-        if self.kind != "drift" or entries <= 1:
-            return logits
-        gen = torch.Generator().manual_seed(
-            int.from_bytes(hashlib.sha256(f"{self.seed}/{entries}/{step}".encode()).digest()[:8],
-                           "little"))
-        noise = torch.randn(logits.shape, generator=gen, dtype=torch.float64)
-        return logits + (self.scale * noise).to(logits.dtype)
 
     def dead_entries(self, prompts: Sequence[str], max_batch_size: int) -> set[int]:
         """Entries whose KV cache is lost for this call (full-batch, partial)."""
@@ -90,6 +105,12 @@ class Fault:
             if hit(prompts[self.position], self.seed, self.fraction):
                 return {self.position}
         return set()
+
+    def token_limit(self, entries: int, max_new_tokens: int) -> int:
+        """How many tokens a batch of ``entries`` may generate (truncate cuts bs > 1 short)."""
+        if self.kind == "truncate" and entries > 1:
+            return max(1, math.ceil(self.keep * max_new_tokens))
+        return max_new_tokens
 
     @property
     def pads_unmasked(self) -> bool:
@@ -106,27 +127,47 @@ def hit(prompt: str, seed: int, fraction: float) -> bool:
     return int.from_bytes(digest[:8], "little") / 2**64 < fraction
 
 
+def _parameters(text: str, items: str, kind: str, option: str) -> dict[str, Any]:
+    """``k=v,...`` for ``kind``, each key checked against its parameters and typed."""
+    allowed = PARAMETERS[kind]
+    values: dict[str, Any] = {}
+    for item in filter(None, (p.strip() for p in items.split(","))):
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or key not in allowed:
+            raise ConfigError(f"{option} {text!r}: {item!r} is not a parameter of {kind} "
+                              f"(parameters: {', '.join(sorted(allowed)) or 'none'})")
+        try:
+            values[key] = float(raw) if key in FLOATS else int(raw)
+        except ValueError:
+            raise ConfigError(f"{option} {text!r}: {key} must be a number, got {raw!r}") from None
+    return values
+
+
 def parse_fault(text: str, *, max_batch_size: int, option: str = "--fault") -> Fault:
-    """``KIND[:key=value,...]``, e.g. ``partial:position=3,fraction=0.3``."""
+    """``KIND[:key=value,...]``, e.g. ``partial:position=3,fraction=0.3`` or ``truncate:keep=0.5``."""
     kind, _, rest = text.partition(":")
     kind = kind.strip()
     if kind not in KINDS:
         raise ConfigError(f"{option} {text!r}: unknown fault {kind!r}; choose one of "
                           f"{', '.join(KINDS)} (beam-slot overflow needs no fault: build with "
                           "--max-beam-width 1 and run --beam-widths 4)")
-    allowed = {"drift": {"scale", "seed"}, "full-batch": {"slot"}, "padding": set(),
-               "stride": set(), "partial": {"position", "fraction", "seed"}}[kind]
-    values: dict[str, Any] = {}
-    for item in filter(None, (p.strip() for p in rest.split(","))):
-        key, sep, raw = item.partition("=")
-        if not sep or key not in allowed:
-            raise ConfigError(f"{option} {text!r}: {item!r} is not a parameter of {kind} "
-                              f"(parameters: {', '.join(sorted(allowed)) or 'none'})")
-        try:
-            values[key] = float(raw) if key in ("scale", "fraction") else int(raw)
-        except ValueError:
-            raise ConfigError(f"{option} {text!r}: {key} must be a number, got {raw!r}") from None
-    return check_fault(Fault(kind=kind, **values), max_batch_size=max_batch_size, option=option)
+    fault = Fault(kind=kind, **_parameters(text, rest, kind, option))
+    return check_fault(fault, max_batch_size=max_batch_size, option=option)
+
+
+def parse_drift(text: str, *, option: str = "--drift") -> Drift:
+    """``RATE[:seed=S,margin=M]``, e.g. ``0.6`` or ``0.3:seed=2``."""
+    raw, _, rest = text.partition(":")
+    try:
+        rate = float(raw)
+    except ValueError:
+        raise ConfigError(f"{option} {text!r}: the rate must be a number in (0, 1], e.g. "
+                          f"{option} 0.3 or {option} 0.3:seed=2") from None
+    values = _parameters(text, rest, "drift", option)
+    if "rate" in values:
+        raise ConfigError(f"{option} {text!r}: give the rate once, before the colon")
+    return check_drift(Drift(rate=rate, **values), option)
 
 
 def check_fault(fault: Fault, *, max_batch_size: int, option: str) -> Fault:
@@ -142,9 +183,23 @@ def check_fault(fault: Fault, *, max_batch_size: int, option: str) -> Fault:
                           f"{max_batch_size - 1} (position 0 is batch size 1's own position)")
     if fault.kind == "partial" and not 0.0 < fault.fraction <= 1.0:
         raise ConfigError(f"{option}: fraction {fault.fraction} must be in (0, 1]")
-    if fault.kind == "drift" and not fault.scale > 0:
-        raise ConfigError(f"{option}: scale {fault.scale} must be positive")
+    if fault.kind == "truncate" and not 0.0 < fault.keep < 1.0:
+        raise ConfigError(f"{option}: keep {fault.keep} must be in (0, 1) (the share of "
+                          "max_new_tokens generated at batch size > 1)")
+    if fault.kind == "drift":
+        check_drift(fault.drift(), option)  # type: ignore[arg-type]
     return fault
+
+
+def split_fault(fault: Fault | None, drift: Drift | None, *, option: str = "--fault") -> tuple[Fault | None, Drift | None]:
+    """(damage fault, drift) an engine is built with: ``--fault drift`` is drift alone, and
+    asking for drift twice is refused."""
+    if fault is None or fault.kind != "drift":
+        return fault, drift
+    if drift is not None:
+        raise ConfigError(f"{option} drift and --drift: give the drift once (--fault KIND "
+                          "--drift RATE composes drift with another fault)")
+    return None, fault.drift()
 
 
 def fault_from_config(section: Mapping[str, Any] | None, where: str) -> Fault | None:
@@ -154,6 +209,10 @@ def fault_from_config(section: Mapping[str, Any] | None, where: str) -> Fault | 
     if not isinstance(section, Mapping) or section.get("kind") not in KINDS:
         raise ConfigError(f"{where}: emulator.fault must be an object with kind one of "
                           f"{', '.join(KINDS)}; rebuild the engine")
+    if section.get("kind") == "drift" and "rate" not in section:
+        raise ConfigError(f"{where}: emulator.fault is the scale-based drift of an older "
+                          "harness; rebuild the engine (python -m harness build-engine "
+                          "--drift RATE)")
     known = set(Fault.__dataclass_fields__)
     try:
         return Fault(**{k: v for k, v in section.items() if k in known})

@@ -1,7 +1,10 @@
 """The emulator's fault models: each damages what it models and nothing else.
 
 calibrate relies on two of these facts (batch size 1 is untouched by every fault; stride
-leaves greedy decoding alone), so they are checked here on real generations.
+leaves greedy decoding alone), so they are checked here on real generations. Benign drift
+(drift.py) is checked for what makes it benign: batch size 1 untouched, the rate asked for,
+the same output for a prompt in the same batch shape at any position, quality against the
+references unchanged; and it composes with every fault.
 """
 
 from __future__ import annotations
@@ -13,12 +16,16 @@ import pytest
 from harness.config import DecodingSettings
 from harness.engines.emulator.build import BuildLimits, build_engine
 from harness.engines.emulator.engine import EmulatorEngine
-from harness.engines.emulator.faults import Fault, hit, parse_fault
+from harness.engines.emulator.faults import Fault, hit, parse_drift, parse_fault
 from harness.errors import ConfigError
 from harness.inputs.data import build_prompt, load_dataset
 
 GREEDY = DecodingSettings(max_new_tokens=16, beam_width=1, length_penalty=1.0)
 BEAM2 = DecodingSettings(max_new_tokens=16, beam_width=2, length_penalty=1.0)
+# drift places its flip at 40-80% of the batch-size-1 output: long enough for near-ties there
+DRIFT = DecodingSettings(max_new_tokens=24, beam_width=1, length_penalty=1.0)
+DRIFT_BEAM = DecodingSettings(max_new_tokens=24, beam_width=2, length_penalty=1.0)
+QUALITY_BAND = 0.03  # |mean ROUGE-L vs references at bs4 - at bs1| on 16 prompts, every output flipped
 
 
 @pytest.fixture(scope="module")
@@ -31,13 +38,16 @@ def engines(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
     made: dict[str, EmulatorEngine] = {}
 
-    def get(spec: str) -> EmulatorEngine:
-        if spec not in made:
+    def get(spec: str, drift: str | None = None, limits: BuildLimits | None = None) -> EmulatorEngine:
+        limits = limits or BuildLimits()
+        key = f"{spec}+{drift}+{limits.max_beam_width}"
+        if key not in made:
             fault = None if spec == "healthy" else parse_fault(spec, max_batch_size=8)
-            path = build_engine(root / spec.replace(":", "_").replace(",", "_").replace("=", "-"),
-                                BuildLimits(), fault=fault)
-            made[spec] = EmulatorEngine(path)
-        return made[spec]
+            name = "".join(c if c.isalnum() else "_" for c in key)
+            path = build_engine(root / name, limits, fault=fault,
+                                drift=parse_drift(drift) if drift else None)
+            made[key] = EmulatorEngine(path)
+        return made[key]
 
     return get
 
@@ -46,10 +56,13 @@ def texts(engine: EmulatorEngine, prompts: list[str], settings: DecodingSettings
     return [g.text for g in engine.generate(prompts, settings)]
 
 
-@pytest.mark.parametrize("spec", ["drift:scale=2.0", "full-batch", "padding", "stride",
-                                  "partial:fraction=1.0,position=1"])
-def test_no_fault_touches_batch_size_1(engines, prompts, spec):
-    healthy, faulty = engines("healthy"), engines(spec)
+DAMAGE = ["full-batch", "padding", "stride", "partial:fraction=1.0,position=1", "truncate"]
+
+
+@pytest.mark.parametrize("spec, drift", [("drift:rate=1.0", None)] + [(s, None) for s in DAMAGE]
+                         + [(s, "1.0") for s in DAMAGE])
+def test_no_fault_touches_batch_size_1(engines, prompts, spec, drift):
+    healthy, faulty = engines("healthy"), engines(spec, drift)
     for settings in (GREEDY, BEAM2):
         for p in prompts[:3]:
             assert texts(faulty, [p], settings) == texts(healthy, [p], settings)
@@ -92,10 +105,10 @@ def test_stride_leaves_greedy_and_position_0_alone(engines, prompts):
 
 
 def test_drift_is_seeded_and_spares_nothing_in_particular(engines, prompts):
-    a, b = engines("drift:scale=2.0"), engines("drift:scale=2.0,seed=1")
-    first = texts(a, prompts, GREEDY)
-    assert texts(a, prompts, GREEDY) == first  # same seed, same outputs
-    assert texts(b, prompts, GREEDY) != first  # another seed, another perturbation
+    a, b = engines("drift:rate=0.5"), engines("drift:rate=0.5,seed=1")
+    first = texts(a, prompts, DRIFT)
+    assert texts(a, prompts, DRIFT) == first  # same seed, same outputs
+    assert texts(b, prompts, DRIFT) != first  # another seed, other sequences flip
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -104,7 +117,11 @@ def test_drift_is_seeded_and_spares_nothing_in_particular(engines, prompts):
     ("partial:fraction=2", "fraction 2.0 must be in (0, 1]"),
     ("full-batch:slot=9", "slot 9 is outside the engine's 8 slots"),
     ("drift:speed=3", "'speed=3' is not a parameter of drift"),
-    ("drift:scale=x", "scale must be a number"),
+    ("drift:rate=x", "rate must be a number"),
+    ("drift:scale=2", "'scale=2' is not a parameter of drift"),
+    ("drift:rate=1.5", "rate 1.5 must be in (0, 1]"),
+    ("truncate:keep=1.2", "keep 1.2 must be in (0, 1)"),
+    ("truncate:slot=1", "'slot=1' is not a parameter of truncate"),
 ])
 def test_bad_fault_specs_are_refused_with_the_fix(text, needle):
     with pytest.raises(ConfigError, match=None) as err:
@@ -119,3 +136,167 @@ def test_fault_round_trips_through_config():
     assert fault_from_config(fault.as_dict(), "config.json") == fault
     with pytest.raises(ConfigError, match="emulator.fault must be an object"):
         fault_from_config({"kind": "gremlins"}, "config.json")
+
+
+def rotation(engine: EmulatorEngine, prompts: list[str], size: int,
+             settings: DecodingSettings) -> list[list[str]]:
+    """outputs[position][prompt] over the full rotation of ``prompts`` at batch size ``size``."""
+    n = len(prompts)
+    out = [[""] * n for _ in range(size)]
+    for k in range(n):
+        docs = [(k + j) % n for j in range(size)]
+        for pos, gen in enumerate(engine.generate([prompts[d] for d in docs], settings)):
+            out[pos][docs[pos]] = gen.text
+    return out
+
+
+def test_drift_rate_is_the_share_of_outputs_that_differ(engines, prompts):
+    """Realized share over the full rotation of 8 prompts at batch size 4 (32 outputs, seeded):
+    within 0.25 of the rate (binomial spread, plus prompts that share a batch shape)."""
+    engine = engines("drift:rate=0.5")
+    single = [texts(engine, [p], DRIFT)[0] for p in prompts]
+    out = rotation(engine, prompts, 4, DRIFT)
+    share = sum(row[d] != single[d] for row in out for d in range(len(prompts))) / 32
+    assert 0.25 <= share <= 0.75
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.3, 0.6])
+def test_drift_flips_the_share_asked_for_independently_of_position(rate):
+    """The decision to flip is a hash of the prompt and the batch shape, never the position."""
+    from harness.engines.emulator.drift import Drift
+
+    drift = Drift(rate=rate, seed=3)
+    draws = [drift.placement(f"prompt {i}", b, w, 100 + i % 7)
+             for i in range(1500) for b, w in ((2, 1), (8, 2))]
+    share = sum(x is not None for x in draws) / len(draws)
+    assert abs(share - rate) < 0.03
+    assert all(0.4 <= x <= 0.8 for x in draws if x is not None)
+    assert drift.placement("prompt 1", 1, 1, 100) is None  # batch size 1: never
+
+
+@pytest.mark.parametrize("settings", [DRIFT, DRIFT_BEAM], ids=["greedy", "beam2"])
+def test_drift_gives_a_prompt_the_same_output_at_every_position(engines, prompts, settings):
+    """Same prompt, same batch shape (size, beam width, padded length) -> same output, at any
+    position: the batch's prompts rotated through every position."""
+    engine = engines("drift:rate=1.0")
+    batch = prompts[:4]
+    seen = [dict(zip(batch[k:] + batch[:k], texts(engine, batch[k:] + batch[:k], settings)))
+            for k in range(4)]
+    assert all(s == seen[0] for s in seen)
+    single = {p: texts(engine, [p], settings)[0] for p in batch}
+    assert seen[0] != single  # rate 1: the flips are there
+
+
+def drifted(engines, cases: list[tuple[str, list[str], DecodingSettings]]) -> list[list[str]]:
+    """The drift-only engine's outputs for the same batches (same rate, same seed)."""
+    engine = engines("healthy", "1.0")
+    return [texts(engine, batch, settings) for _, batch, settings in cases]
+
+
+def test_drift_composes_with_full_batch_partial_and_overflow(engines, prompts):
+    """Entries the fault spares drift exactly as on a drift-only engine; the others are damaged."""
+    overflow = engines("healthy", "1.0", BuildLimits(max_beam_width=1))
+    cases = [("full-batch", prompts, DRIFT), ("partial:fraction=1.0,position=1", prompts[:4], DRIFT)]
+    expected = drifted(engines, cases + [("overflow", prompts, DRIFT_BEAM)])
+    healthy = engines("healthy")
+    for (spec, batch, settings), clean, damaged in zip(cases, expected, ([7], [1])):
+        out = texts(engines(spec, "1.0"), batch, settings)
+        single = [texts(healthy, [p], settings)[0] for p in batch]
+        assert [a == b for a, b in zip(out, clean)] == [i not in damaged for i in range(len(batch))]
+        assert all(out[i] != single[i] for i in damaged)
+    out = texts(overflow, prompts, DRIFT_BEAM)  # 8 x 1 beam slots, 2 beams: entries 4-7 overflow
+    assert out[:4] == expected[2][:4] and all(a != b for a, b in zip(out[4:], expected[2][4:]))
+
+
+def test_drift_composes_with_padding_stride_and_truncate(engines, prompts):
+    batch = prompts[:4]
+    longest = engines("healthy").count_tokens(batch)
+    longest = longest.index(max(longest))
+    stride_settings = DecodingSettings(max_new_tokens=48, beam_width=2, length_penalty=1.0)
+    clean, clean_beam = drifted(engines, [("", batch, DRIFT), ("", batch, stride_settings)])
+    padded = texts(engines("padding", "1.0"), batch, DRIFT)
+    assert padded[longest] == clean[longest]
+    assert sum(a != b for a, b in zip(padded, clean)) >= 2
+    strided = texts(engines("stride", "1.0"), batch, stride_settings)
+    assert strided[0] == clean_beam[0] and strided[1:] != clean_beam[1:]
+    cut = engines("truncate", "1.0").generate(batch, DRIFT)
+    full = engines("healthy", "1.0").generate(batch, DRIFT)
+    assert all(g.token_ids == f.token_ids[: len(g.token_ids)] for g, f in zip(cut, full))
+    assert all(len(g.token_ids) <= 8 for g in cut)  # ceil(0.3 x 24)
+
+
+def test_truncate_cuts_every_output_short_at_batch_size_above_1_only(engines, prompts):
+    healthy, cut = engines("healthy"), engines("truncate:keep=0.25")
+    whole = healthy.generate(prompts[:4], DRIFT)
+    short = cut.generate(prompts[:4], DRIFT)
+    assert all(len(g.token_ids) == 6 for g in short)  # ceil(0.25 x 24); summaries are longer
+    assert all(g.token_ids == w.token_ids[:6] for g, w in zip(short, whole))
+    assert [g.text for g in cut.generate(prompts[:1], DRIFT)] == [whole[0].text]
+
+
+def test_drift_is_quality_neutral_on_a_small_case(engines):
+    """Every output flips (rate 1) over the full rotation of 16 prompts at batch size 4, yet the
+    mean ROUGE-L against the reference summaries stays at batch size 1's: each flip takes the
+    runner-up of a near-tie, an equally valid phrasing."""
+    from harness.verdict.scoring import rouge_l
+
+    docs = load_dataset(None).documents[:16]
+    batch_prompts = [build_prompt("{text} TL;DR: ", d) for d in docs]
+    refs = [d.summary for d in docs]
+    engine = engines("drift:rate=1.0")
+    full = DecodingSettings(max_new_tokens=64, beam_width=1, length_penalty=1.0)
+    single = [texts(engine, [p], full)[0] for p in batch_prompts]
+    out = rotation(engine, batch_prompts, 4, full)
+    base = sum(rouge_l(refs, single)) / 16
+    here = sum(sum(rouge_l(refs, row)) for row in out) / 64
+    differ = sum(row[d] != single[d] for row in out for d in range(16)) / 64
+    assert differ >= 0.8
+    assert abs(here - base) < QUALITY_BAND
+    assert 0.3 < base < 0.9  # a summary scored against another phrasing: well below 1
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("x", "the rate must be a number in (0, 1]"),
+    ("0", "rate 0.0 must be in (0, 1]"),
+    ("0.3:rate=0.2", "give the rate once"),
+    ("0.3:seed=a", "seed must be a number"),
+    ("0.3:slot=2", "'slot=2' is not a parameter of drift"),
+])
+def test_bad_drift_specs_are_refused_with_the_fix(text, needle):
+    with pytest.raises(ConfigError) as err:
+        parse_drift(text)
+    assert needle in str(err.value)
+
+
+def test_drift_is_given_once_and_stored_apart_from_the_fault(tmp_path):
+    from harness.engines.emulator.drift import Drift, drift_from_config
+    from harness.engines.emulator.faults import fault_from_config, split_fault
+
+    assert split_fault(Fault("drift", rate=0.6, seed=2), None) == (None, Drift(rate=0.6, seed=2))
+    with pytest.raises(ConfigError, match="give the drift once"):
+        split_fault(Fault("drift"), Drift())
+    path = build_engine(tmp_path / "e", BuildLimits(), fault=Fault("truncate", keep=0.5),
+                        drift=Drift(rate=0.6, seed=2))
+    emulator = json.loads((path / "config.json").read_text())["emulator"]
+    assert fault_from_config(emulator["fault"], "c") == Fault("truncate", keep=0.5)
+    assert drift_from_config(emulator["drift"], "c") == Drift(rate=0.6, seed=2)
+    with pytest.raises(ConfigError, match="scale-based drift of an older harness"):
+        fault_from_config({"kind": "drift", "scale": 0.1, "seed": 0}, "config.json")
+
+
+def test_build_engine_command_composes_a_fault_with_drift(tmp_path, capsys):
+    from harness.__main__ import main
+
+    assert main(["build-engine", "--output", str(tmp_path / "a"), "--fault", "truncate:keep=0.5",
+                 "--drift", "0.6:seed=2"]) == 0
+    emulator = json.loads((tmp_path / "a" / "config.json").read_text())["emulator"]
+    assert emulator["fault"]["kind"] == "truncate" and emulator["fault"]["keep"] == 0.5
+    assert (emulator["drift"]["rate"], emulator["drift"]["seed"]) == (0.6, 2)
+    assert "truncation at batch size > 1 (50% of max_new_tokens) + benign drift (60%" in \
+        capsys.readouterr().out
+    assert main(["build-engine", "--output", str(tmp_path / "b"), "--fault", "drift:rate=0.3"]) == 0
+    emulator = json.loads((tmp_path / "b" / "config.json").read_text())["emulator"]
+    assert "fault" not in emulator and emulator["drift"]["rate"] == 0.3  # drift alone
+    assert main(["build-engine", "--output", str(tmp_path / "c"), "--fault", "drift",
+                 "--drift", "0.3"]) == 2
+    assert "give the drift once" in capsys.readouterr().err
