@@ -177,13 +177,11 @@ def main() -> None:
             rate = args.rates[-1]
             runs.append((f"truncate+drift-{rate}", Drift(rate=rate, seed=args.seed),
                          Fault("truncate"), rate))
-        lines = []
+        print(header, flush=True)
         for name, drift, fault, rate in runs:
             results = measure(Path(tmp), name, drift, fault, prompts, args)
-            lines += [f"[{name}]"] + [cell_line(r, refs, rate) for r in results]
+            print("\n".join([f"[{name}]"] + [cell_line(r, refs, rate) for r in results]), flush=True)
             last = results if fault is None else last
-    print(header)
-    print("\n".join(lines))
     widest = max(args.batch_sizes)
     for r in last:
         if r.cell.batch_size == widest:
