@@ -130,7 +130,7 @@ def _shard_blocks(result: RunResult) -> tuple[ShardInfo | None, ShardScores | No
 
 def dataset_info(dataset: Dataset) -> DatasetInfo:
     s = dataset.subset
-    subset = SubsetInfo(**s.as_dict()) if s else None  # type: ignore[arg-type]
+    subset = SubsetInfo(**{**s.as_dict(), "ids": tuple(s.ids)}) if s else None
     return DatasetInfo(name=dataset.name, path=dataset.path, count=len(dataset), hash=dataset.hash,
                        source=dataset.source, config=dataset.config, split=dataset.split,
                        revision=dataset.revision, text_field=dataset.text_field,
