@@ -28,8 +28,14 @@ def planned_batch_sizes(config: RunConfig) -> tuple[int, ...]:
     collection and the cells of the run are the same."""
     if config.batch_sizes is not None:
         return config.batch_sizes
-    limits = read_limits(peek_config(config.engine, config.backend))
+    limits = _peeked_limits(config)
     return choose_batch_sizes(config.batch_sizes, limits.max_batch_size if limits else None)
+
+
+def _peeked_limits(config: RunConfig) -> EngineLimits | None:
+    """The build limits in config.json, read before the engine loads."""
+    return read_limits(peek_config(config.engine, config.backend),
+                       str(Path(config.engine).expanduser() / "config.json"))
 
 
 def planned_cells(config: RunConfig) -> list[Cell]:
@@ -52,7 +58,7 @@ def _engine(config: RunConfig, given: Engine | None, ranks: Ranks, timing: Timin
     """The engine under test and its limits; one process per engine rank, checked before a
     multi-GPU engine loads."""
     if given is None:
-        peeked = read_limits(peek_config(config.engine, config.backend))
+        peeked = _peeked_limits(config)
         if peeked is not None:
             require_world(ranks, peeked.tp_size, peeked.pp_size, engine=config.engine)
     t_load = time.perf_counter()

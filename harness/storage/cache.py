@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import __version__
+from harness import __version__, bounds
 from harness.config import DecodingSettings
 from harness.engines.base import EngineInfo
 from harness.storage.atomic import TEMP_NAME, atomic_write_text
@@ -98,7 +98,7 @@ class GenerationCache:
             return None
         path = self._path(settings, prompts)
         try:
-            stored = json.loads(path.read_text(encoding="utf-8"))
+            stored = bounds.loads(path.read_text(encoding="utf-8"))
             texts = stored["outputs"]
         except (OSError, ValueError, KeyError, TypeError):
             return None  # missing or damaged: generate again, and overwrite
