@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from harness.config import RunConfig
+from harness.engines import guard
 from harness.engines.base import Engine
 from harness.report.files import write_report
 from harness.results import Baseline, FollowerRun, Generated, Prepared, RunResult, Scored, Timing
@@ -36,9 +37,8 @@ def run(config: RunConfig, *, progress: ProgressFactory | None = None,
 
 
 def _close(prep: Prepared) -> None:
-    prep.engine.close()
-    if prep.golden_engine is not None:
-        prep.golden_engine.close()
+    guard.close(prep.engine)
+    guard.close(prep.golden_engine)
 
 
 def _generate(prep: Prepared, progress: ProgressFactory | None, timing: Timing,

@@ -177,6 +177,7 @@ def harness_engine(request: pytest.FixtureRequest) -> Engine:
     if state.result is None:
         return prepared.engine
     if state.engine is None:
+        from harness.engines import guard
         from harness.engines.registry import load_engine
 
         try:
@@ -184,7 +185,7 @@ def harness_engine(request: pytest.FixtureRequest) -> Engine:
             state.engine = load_engine(cfg.engine, cfg.backend, options=cfg.engine_options())
         except HarnessError as exc:
             raise pytest.UsageError(str(exc)) from None
-        request.addfinalizer(state.engine.close)
+        request.addfinalizer(lambda: guard.close(state.engine))
     return state.engine
 
 

@@ -31,10 +31,16 @@ def _import(target: str, option: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise EngineError(f"{option} {target!r}: cannot import {module_name!r} ({exc})") from None
+    except (Exception, SystemExit) as exc:  # the module's own code raised while importing
+        raise EngineError(f"{option} {target!r}: importing {module_name!r} raised "
+                          f"{describe(exc)}; fix the module or its environment") from None
     try:
         return getattr(module, attr)
     except AttributeError:
         raise EngineError(f"{option} {target!r}: module {module_name!r} has no {attr!r}") from None
+    except Exception as exc:  # a module __getattr__ of its own
+        raise EngineError(f"{option} {target!r}: reading {attr!r} from {module_name!r} raised "
+                          f"{describe(exc)}") from None
 
 
 def _is_class_spec(spec: str) -> bool:

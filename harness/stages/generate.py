@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from harness.config import DecodingSettings
+from harness.engines import guard
 from harness.engines.base import Engine
 from harness.errors import HarnessError, describe
 from harness.plan import Cell, Plan
@@ -115,7 +116,7 @@ def follow(prep: Prepared, progress: ProgressFactory | None = None) -> FollowerR
     try:
         generated = generate_all(prep, progress)
     finally:
-        prep.engine.close()
+        guard.close(prep.engine)
     return FollowerRun(ranks=prep.ranks, engine=prep.engine.info,
                        batches=sum(len(prep.plan.batches(c)) for c in prep.plan.all_cells),
                        sequences=prep.plan.sequences(), seconds=time.perf_counter() - prep.t0,

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from harness.config import RunConfig
+from harness.engines import guard
 from harness.engines.base import Engine
 from harness.engines.ranks import Ranks, current, require_world
 from harness.engines.registry import adopt, load_engine, peek_config
@@ -115,8 +116,7 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     plan = make_plan(sizes, config.beam_widths, len(dataset), config.seed, config.rotation)
     prompts = build_prompts(dataset.documents, config.prompt_template, chat=config.chat,
                             engine=under_test)
-    counted = under_test.count_tokens(list(prompts))
-    lengths = tuple(counted) if counted is not None else None
+    lengths = guard.count_tokens(under_test, prompts)
     # preflight covers the whole grid, so every shard's report carries the same checks and budgets
     checked = preflight(plan.cells, limits, engine_dir=under_test.info.path,
                         prompt_lengths=list(lengths) if lengths is not None else None,

@@ -114,3 +114,24 @@ class Raises(Echo):
         if (len(prompts), settings.beam_width) == self.cell:
             raise RAISES[self.kind]()
         return super().generate(prompts, settings)
+
+
+class CloseRaises(Echo):
+    """Generates normally; ``close()`` raises, as a CUDA context torn down early does."""
+
+    def close(self) -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered (in close)")
+
+
+class CountRaises(Echo):
+    """``count_tokens`` raises (a tokenizer that cannot read the prompts)."""
+
+    def count_tokens(self, prompts):  # type: ignore[no-untyped-def]
+        raise ValueError("tokenizer.json: unknown normalizer")
+
+
+class CountsWrong(Echo):
+    """``count_tokens`` answers with the wrong shape (one number for the whole batch)."""
+
+    def count_tokens(self, prompts):  # type: ignore[no-untyped-def]
+        return 7
