@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness.config import OPTIONS, RunConfig
-from harness.errors import HarnessError
+from harness.errors import HarnessError, interrupted
 
 if TYPE_CHECKING:
     from harness.engines.base import Engine
@@ -140,10 +140,13 @@ def pytest_runtestloop(session: pytest.Session) -> None:
         return
     uses = [set(getattr(item, "fixturenames", ())) for item in session.items
             if item.get_closest_marker("skip") is None]  # e.g. throughput tests not asked for
-    if any("harness_cell" in names for names in uses):
-        _prepare(session.config)
-    if any("harness_cell_result" in names for names in uses):
-        _run(session.config)
+    try:
+        if any("harness_cell" in names for names in uses):
+            _prepare(session.config)
+        if any("harness_cell_result" in names for names in uses):
+            _run(session.config)
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line saying what was kept, exit 130
+        pytest.exit(interrupted(exc), returncode=130)
 
 
 def _skip_unless_root(prepared: Prepared) -> None:

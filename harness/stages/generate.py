@@ -11,7 +11,7 @@ from typing import Any
 from harness.config import DecodingSettings
 from harness.engines import guard
 from harness.engines.base import Engine
-from harness.errors import HarnessError, describe
+from harness.errors import RESUME, HarnessError, Interrupted, describe
 from harness.plan import Cell, Plan
 from harness.results import CellOutputs, FollowerRun, Generated, Prepared, Timing
 from harness.storage.cache import GenerationCache
@@ -109,6 +109,21 @@ def generate_all(prep: Prepared, progress: ProgressFactory | None = None,
         if on_cell is not None:
             on_cell(cell, out)
     return Generated(outputs=outputs, errors=errors)
+
+
+def interrupted(prep: Prepared, log: GenerationsLog) -> Interrupted:
+    """Ctrl-C while generating: what is kept (cache, generations.jsonl) and how to resume."""
+    stats = prep.cache.stats if prep.cache else None
+    cells = f"the {log.cells} cells completed so far are in {log.path}"
+    if stats is None or not stats.enabled:
+        why = stats.reason if stats else "off"
+        return Interrupted(f"interrupted: {cells}; the generation cache is {why}, so a rerun "
+                           "generates everything again")
+    if prep.cache is not None and not prep.cache.writable:
+        return Interrupted(f"interrupted: {cells}; the generation cache {stats.reason}, so a "
+                           "rerun generates the rest again")
+    return Interrupted(f"interrupted: {stats.batches_generated} batches generated this run are "
+                       f"kept in the generation cache {stats.folder} and {cells}; {RESUME}")
 
 
 def follow(prep: Prepared, progress: ProgressFactory | None = None) -> FollowerRun:

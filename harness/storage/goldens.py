@@ -131,9 +131,14 @@ class GoldensStore:
                     tmp.unlink(missing_ok=True)
                 raise
             journal = self.root / JOURNAL_FILE
-            atomic_write_text(journal, json.dumps({"moves": [
-                [tmp.relative_to(self.root).as_posix(), path.relative_to(self.root).as_posix()]
-                for tmp, path in moves]}))
+            try:
+                atomic_write_text(journal, json.dumps({"moves": [
+                    [tmp.relative_to(self.root).as_posix(), path.relative_to(self.root).as_posix()]
+                    for tmp, path in moves]}))
+            except BaseException:  # before the commit point: the old goldens stay
+                for tmp, _ in moves:
+                    tmp.unlink(missing_ok=True)
+                raise
             self._apply(moves)
             journal.unlink()
             fsync_dir(self.root)
