@@ -19,7 +19,9 @@ from harness.limits.engine_config import EngineLimits, read_limits
 from harness.limits.preflight import preflight
 from harness.plan import Cell, cells_for, choose_batch_sizes, make_plan, shard_cells
 from harness.results import Prepared, Timing
-from harness.storage.cache import GenerationCache, engine_fingerprint
+from harness.storage.cache import GenerationCache
+from harness.storage.cache_key import fingerprint as cache_fingerprint
+from harness.storage.cache_key import key_inputs
 from harness.storage.folders import check_writable
 from harness.storage.goldens import GoldenSet, GoldensStore
 
@@ -93,13 +95,14 @@ def _cache(config: RunConfig, engine: Engine, ranks: Ranks) -> GenerationCache:
     if ranks.world > 1:  # a rank that skipped a cached batch would leave the others waiting
         return GenerationCache(None, None, f"off (MPI world of {ranks.world}: every rank "
                                            "generates every batch)")
-    fingerprint = engine_fingerprint(engine.info)
+    key = key_inputs(engine.info, config.engine_options())
+    fingerprint = cache_fingerprint(key) if key is not None else None
     if fingerprint:
         check_writable(config.cache_dir, "--cache-dir", "choose a writable folder, or run "
                        "with --no-cache")
     return GenerationCache(config.cache_dir, fingerprint, "" if fingerprint else (
         "off (a server's answers are not cached)" if engine.info.backend == "openai"
-        else "off (the engine has no directory to fingerprint)"))
+        else "off (the engine has no directory to fingerprint)"), key=key)
 
 
 def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:

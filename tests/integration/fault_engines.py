@@ -135,3 +135,20 @@ class CountsWrong(Echo):
 
     def count_tokens(self, prompts):  # type: ignore[no-untyped-def]
         return 7
+
+
+class OptionsEcho(Echo):
+    """Reads the engine options, as the trtllm backend does: the end id and the tokenizer
+    folder's content change its outputs."""
+
+    def __init__(self, path: str | None = None, options=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(path)
+        self.options = options
+
+    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+        from pathlib import Path
+
+        tok = self.options.tokenizer
+        mark = (Path(tok) / "vocab.txt").read_text().strip() if tok else ""
+        return [Generation(text=f"{echo(p, settings.beam_width)} end{self.options.end_id} {mark}")
+                for p in prompts]
