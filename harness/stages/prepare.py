@@ -131,7 +131,7 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     store = GoldensStore(config.goldens_dir)
     goldens = _goldens(config, store, under_test, dataset)
     t_load = time.perf_counter()
-    golden_engine = (load_engine(config.golden_engine, None, config.engine_options())
+    golden_engine = (load_engine(config.golden_engine, None, config.engine_options(), strict=False)
                      if config.golden_engine and ranks.is_root else None)
     timing.engine_load_s += time.perf_counter() - t_load
     cache = _cache(config, under_test, ranks)
