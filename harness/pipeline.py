@@ -19,7 +19,13 @@ from harness.errors import Interrupted, StorageError
 from harness.report.files import write_report
 from harness.results import Baseline, FollowerRun, Generated, Prepared, RunResult, Scored, Timing
 from harness.stages.analyse import analyse, cell_results
-from harness.stages.generate import ProgressFactory, follow, generate_all, interrupted
+from harness.stages.generate import (
+    ProgressFactory,
+    follow,
+    generate_all,
+    interrupted,
+    output_checks,
+)
 from harness.stages.prepare import prepare
 from harness.stages.record import record_goldens
 from harness.stages.score import EarlyScorer, baselines, score_all
@@ -79,7 +85,8 @@ def _result(prep: Prepared, generated: Generated, scored: Scored, bases: dict[in
     analyses, findings = analyse(scored.cells, scored.levels, plan, lengths, prep.limits,
                                  tolerance=config.tolerance, alpha=config.alpha)
     errors = {**generated.errors, **scored.unscored}
-    cells = cell_results(plan.cells, prep.checks, analyses, errors, findings)
+    checks = output_checks(prep.checks, generated.capped, config.max_new_tokens)
+    cells = cell_results(plan.cells, checks, analyses, errors, findings)
     return RunResult(
         config=config, engine=prep.engine.info, limits=prep.limits, dataset=prep.dataset,
         plan=plan, baselines=bases, cells=cells,

@@ -22,7 +22,8 @@ def generation_rows(result: RunResult) -> list[str]:
     rows: list[str] = []
     docs = result.dataset.documents
     for out in result.outputs:
-        for position, texts in enumerate(out.texts):
+        whole = getattr(out.texts, "whole", out.texts)  # as generated, not cut for scoring
+        for position, texts in enumerate(whole):
             for i, text in enumerate(texts):
                 if text is None:  # never sat there (--rotation sparse)
                     continue

@@ -52,6 +52,8 @@ def _findings(report: Report) -> list[str]:
             lines.append(f"- **{c.id}**: {c.message}" + (f" — {c.cause}" if c.cause else ""))
         lines += [f"- **{c.id}** build limit: {ch.message}" for ch in c.limit_checks
                   if ch.status == "fail"]
+        lines += [f"- **{c.id}** {ch.name}: {ch.message}" for ch in c.limit_checks
+                  if ch.status == "warn"]
     return lines or ["No degraded position and no exceeded build limit."]
 
 

@@ -152,3 +152,12 @@ class OptionsEcho(Echo):
         mark = (Path(tok) / "vocab.txt").read_text().strip() if tok else ""
         return [Generation(text=f"{echo(p, settings.beam_width)} end{self.options.end_id} {mark}")
                 for p in prompts]
+
+
+class Runaway(Echo):
+    """Never stops at max_new_tokens: every output is the prompt's words followed by
+    ``RUNAWAY_WORDS`` (default 20,000) more (a missing end id, a broken stop criterion)."""
+
+    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+        tail = " ".join(f"w{i % 97}" for i in range(int(os.environ.get("RUNAWAY_WORDS", "20000"))))
+        return [Generation(text=f"{echo(p, settings.beam_width)} {tail}") for p in prompts]
