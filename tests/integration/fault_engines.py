@@ -161,3 +161,13 @@ class Runaway(Echo):
     def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
         tail = " ".join(f"w{i % 97}" for i in range(int(os.environ.get("RUNAWAY_WORDS", "20000"))))
         return [Generation(text=f"{echo(p, settings.beam_width)} {tail}") for p in prompts]
+
+
+class Interrupts(Echo):
+    """Ctrl-C arrives during the ``FAULT_INTERRUPT_CALL``-th call (default 3): it raises
+    KeyboardInterrupt, as SIGINT does in the main thread."""
+
+    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+        if self.calls + 1 == int(os.environ.get("FAULT_INTERRUPT_CALL", "3")):
+            raise KeyboardInterrupt
+        return super().generate(prompts, settings)
