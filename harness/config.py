@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from harness.bounds import out_of_range
 from harness.errors import ConfigError
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8)
@@ -70,6 +71,8 @@ def positive_int_list(option: str) -> Callable[[str], tuple[int, ...]]:
             if n in numbers:
                 raise argparse.ArgumentTypeError(
                     f"{option} {value!r}: {n} is given twice; list each value once")
+            if too_far := out_of_range(option, n):
+                raise argparse.ArgumentTypeError(f"{option} {value!r}: {n} {too_far}")
             numbers.append(n)
         return tuple(sorted(numbers))
 
@@ -77,11 +80,16 @@ def positive_int_list(option: str) -> Callable[[str], tuple[int, ...]]:
 
 
 def _convert(option: str, value: str, convert: Callable[[str], T], expected: str) -> T:
-    """``convert(value)``; an ArgumentTypeError naming the option and what it expects."""
+    """``convert(value)`` within the option's range (harness.bounds); an ArgumentTypeError
+    naming the option and what it expects."""
     try:
-        return convert(value)
+        x = convert(value)
     except (TypeError, ValueError):
         raise argparse.ArgumentTypeError(f"{option} {value!r}: expected {expected}") from None
+    too_far = out_of_range(option, x) if isinstance(x, (int, float)) and x == x else None
+    if too_far:
+        raise argparse.ArgumentTypeError(f"{option} {value!r}: {too_far}")
+    return x
 
 
 def _int_at_least(option: str, low: int, expected: str, too_low: str) -> Callable[[str], int]:

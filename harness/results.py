@@ -113,6 +113,7 @@ class Generated:
 
     outputs: dict[Cell, CellOutputs]
     errors: dict[Cell, str]
+    capped: dict[Cell, int] = field(default_factory=dict)  # outputs cut to the scoring cap
 
 
 @dataclass(frozen=True)

@@ -96,8 +96,8 @@ class AdoptedEngine(EngineBase):
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int] | None:
         counter = getattr(self.engine, "count_tokens", None)
-        counted = counter(prompts) if callable(counter) else None
-        return list(counted) if counted is not None else None  # None: the engine cannot count
+        # None: the engine cannot count; the answer's shape is checked by guard.count_tokens
+        return counter(prompts) if callable(counter) else None
 
     def close(self) -> None:
         close = getattr(self.engine, "close", None)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import bounds
 from harness.errors import ConfigError
 from harness.plan import Cell, Plan
 from harness.report.build import cell_entry, worst_position
@@ -69,7 +70,7 @@ def _load(path: str | Path) -> Shard:
                           "made with --shard K/N")
     gens = file.parent / "generations.jsonl"
     try:
-        rows = tuple(json.loads(line) for line in gens.read_text(encoding="utf-8").splitlines()
+        rows = tuple(bounds.loads(line) for line in gens.read_text(encoding="utf-8").splitlines()
                      if line)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{gens}: cannot read the shard's generations ({exc}); merge needs the "

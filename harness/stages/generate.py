@@ -8,9 +8,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from harness.bounds import ScoringCap
 from harness.config import DecodingSettings
+from harness.engines import guard
 from harness.engines.base import Engine
-from harness.errors import HarnessError, describe
+from harness.errors import RESUME, HarnessError, Interrupted, describe
+from harness.limits.preflight import LimitCheck
 from harness.plan import Cell, Plan
 from harness.results import CellOutputs, FollowerRun, Generated, Prepared, Timing
 from harness.storage.cache import GenerationCache
@@ -82,6 +85,56 @@ def generate_cell(engine: Engine, cell: Cell, plan: Plan, prompts: Sequence[str]
     return CellOutputs(cell=cell, texts=tuple(tuple(t) for t in texts), beams=kept)
 
 
+class ScoredTexts(Sequence[tuple[str | None, ...]]):
+    """A cell's texts, ``[position][document]``, as they are scored: each output cut to the
+    ScoringCap (a multiple of --max-new-tokens), so that no output makes ROUGE-L, which is
+    quadratic in length, take unbounded time. ``whole`` is the outputs as generated: they stay
+    whole in generations.jsonl and the generation cache."""
+
+    def __init__(self, whole: Sequence[Sequence[str | None]], cap: ScoringCap) -> None:
+        self.whole, self.cap = whole, cap
+        self._last: tuple[int, tuple[str | None, ...]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.whole)
+
+    def _row(self, position: int) -> tuple[str | None, ...]:
+        if self._last is None or self._last[0] != position:
+            self._last = (position, tuple(None if t is None else self.cap.cut(t)
+                                          for t in self.whole[position]))
+        return self._last[1]
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return tuple(self._row(i) for i in range(*index.indices(len(self))))
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        return self._row(index % len(self))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return tuple(self) == tuple(tuple(x) for x in other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+
+def output_checks(checks: dict[Cell, tuple[LimitCheck, ...]], capped: dict[Cell, int],
+                  max_new_tokens: int) -> dict[Cell, tuple[LimitCheck, ...]]:
+    """The cells' checks plus, where outputs were cut before scoring, a warning naming how
+    many (an engine that does not stop at --max-new-tokens)."""
+    cap = ScoringCap.for_tokens(max_new_tokens)
+    out = dict(checks)
+    for cell, n in capped.items():
+        note = LimitCheck(cell.id, "output_length", "warn",
+                          f"{n} outputs ran past {cap.describe()} and were scored on that much; "
+                          f"the engine did not stop at --max-new-tokens {max_new_tokens} "
+                          "(generations.jsonl keeps them whole)")
+        out[cell] = (*out.get(cell, ()), note)
+    return out
+
+
 def generate_all(prep: Prepared, progress: ProgressFactory | None = None,
                  timing: Timing | None = None,
                  on_cell: Callable[[Cell, CellOutputs], None] | None = None,
@@ -93,6 +146,8 @@ def generate_all(prep: Prepared, progress: ProgressFactory | None = None,
     tick = progress(prep.plan.sequences()) if progress else (lambda k: None)
     outputs: dict[Cell, CellOutputs] = {}
     errors: dict[Cell, str] = {}
+    capped: dict[Cell, int] = {}
+    cap = ScoringCap.for_tokens(prep.config.max_new_tokens)
     for cell in prep.plan.all_cells:
         try:
             out = generate_cell(prep.engine, cell, prep.plan, prep.prompts,
@@ -102,12 +157,32 @@ def generate_all(prep: Prepared, progress: ProgressFactory | None = None,
         except Exception as exc:
             errors[cell] = describe(exc)
             continue
-        if log is not None:
-            out = CellOutputs(cell=cell, texts=log.add(cell.id, out.texts, out.beams))
+        over = sum(t is not None and cap.cut(t) != t for row in out.texts for t in row)
+        if over:
+            capped[cell] = over
+        # generations.jsonl keeps every output whole; scoring and later stages see it capped
+        texts = log.add(cell.id, out.texts, out.beams) if log is not None else out.texts
+        out = CellOutputs(cell=cell, texts=ScoredTexts(texts, cap),
+                          beams=() if log is not None else out.beams)
         outputs[cell] = out
         if on_cell is not None:
             on_cell(cell, out)
-    return Generated(outputs=outputs, errors=errors)
+    return Generated(outputs=outputs, errors=errors, capped=capped)
+
+
+def interrupted(prep: Prepared, log: GenerationsLog) -> Interrupted:
+    """Ctrl-C while generating: what is kept (cache, generations.jsonl) and how to resume."""
+    stats = prep.cache.stats if prep.cache else None
+    cells = f"the {log.cells} cells completed so far are in {log.path}"
+    if stats is None or not stats.enabled:
+        why = stats.reason if stats else "off"
+        return Interrupted(f"interrupted: {cells}; the generation cache is {why}, so a rerun "
+                           "generates everything again")
+    if prep.cache is not None and not prep.cache.writable:
+        return Interrupted(f"interrupted: {cells}; the generation cache {stats.reason}, so a "
+                           "rerun generates the rest again")
+    return Interrupted(f"interrupted: {stats.batches_generated} batches generated this run are "
+                       f"kept in the generation cache {stats.folder} and {cells}; {RESUME}")
 
 
 def follow(prep: Prepared, progress: ProgressFactory | None = None) -> FollowerRun:
@@ -115,7 +190,7 @@ def follow(prep: Prepared, progress: ProgressFactory | None = None) -> FollowerR
     try:
         generated = generate_all(prep, progress)
     finally:
-        prep.engine.close()
+        guard.close(prep.engine)
     return FollowerRun(ranks=prep.ranks, engine=prep.engine.info,
                        batches=sum(len(prep.plan.batches(c)) for c in prep.plan.all_cells),
                        sequences=prep.plan.sequences(), seconds=time.perf_counter() - prep.t0,
