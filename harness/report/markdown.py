@@ -3,6 +3,7 @@ comment."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from harness.results import CellEntry, PositionEntry, Report
@@ -17,17 +18,26 @@ def _per_position(report: Report) -> str:
     return str(min(ns)) if min(ns) == max(ns) else f"{min(ns)}-{max(ns)}"
 
 
+def _fields(report: Report) -> str:
+    """--request-field as given: KEY=VALUE, VALUE as JSON."""
+    return ", ".join(f"`{k}={json.dumps(v, ensure_ascii=False)}`"
+                     for k, v in report.options["request_fields"].items())
+
+
 def _header(report: Report) -> list[str]:
     eng, ds, lim, cache, method = (report.engine, report.dataset, report.limits, report.cache,
                                    report.method)
     semantics = (eng.details or {}).get("position_semantics")
-    lines = [f"- Engine: `{eng.path}` ({eng.backend}, {eng.identity[:19]})",
+    lines = [f"- Engine: `{eng.path}` ({eng.backend}, {eng.identity})",
              *([f"- Batch position: {semantics}"] if semantics else []),
              f"- Dataset: {ds.name}, {ds.count} prompts, hash `{ds.hash[:12]}`"
              + (f" (subset of {ds.subset.of}, seed {ds.subset.seed})" if ds.subset else ""),
-             f"- Build limits: max_batch_size {lim.max_batch_size if lim else None}, max_beam_width "
-             f"{lim.max_beam_width if lim else None}, max_input_len "
-             f"{lim.max_input_len if lim else None}, max_seq_len {lim.max_seq_len if lim else None}",
+             f"- Build limits: max_batch_size {lim.max_batch_size}, max_beam_width "
+             f"{lim.max_beam_width}, max_input_len {lim.max_input_len}, max_seq_len "
+             f"{lim.max_seq_len}" if lim else "- Build limits: the engine records no build limits, "
+             "so none were checked.",
+             *([f"- Request fields sent with every request: {_fields(report)}"]
+               if report.options.get("request_fields") else []),
              *[f"- Memory per GPU: {m.message}" for m in report.memory],
              "- Baseline: " + "; ".join(f"beam {w}: {n}" for w, n in report.baseline.items()),
              f"- Generation cache: {cache.reason}, {cache.generations_from_cache} generations from "
@@ -82,6 +92,6 @@ def markdown(report: Report) -> str:
     s = report.signoff
     sha = report.integrity.sha256 if report.integrity else ""
     lines += ["", "## Sign-off", "",
-              f"{str(s.verdict).upper()} for `{s.engine}` ({s.identity[:19]}) at {s.at}, "
+              f"{str(s.verdict).upper()} for `{s.engine}` ({s.identity}) at {s.at}, "
               f"run by {s.by or '(no --signoff-by given)'}; report sha256 `{sha}`"]
     return "\n".join(lines) + "\n"
