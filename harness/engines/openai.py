@@ -247,8 +247,7 @@ class OpenAIEngine(EngineBase):
         """One try at a batch: every request on the wire in position order, every answer read
         as it comes, each within --request-timeout of its send (see ``http_batch``)."""
         try:
-            answers = send_batch(self._connection, self._path("/completions"), bodies,
-                                 self._headers(True), self.request_timeout)
+            answers = self._exchange(bodies)
         except TimeoutError:
             raise self._timeout() from None
         except (OSError, http.client.HTTPException) as exc:
@@ -263,6 +262,11 @@ class OpenAIEngine(EngineBase):
                 raise _Retryable(f"HTTP {a.status} at position {position}: {_server_message(a.body)}",
                                  "server-error")
         return [(self._payload(a, position), a) for position, a in enumerate(answers)]
+
+    def _exchange(self, bodies: Sequence[dict[str, Any]]) -> list[Answer]:
+        """The HTTP exchange of one try (a subclass that records answers wraps this)."""
+        return send_batch(self._connection, self._path("/completions"), bodies,
+                          self._headers(True), self.request_timeout)
 
     def _timeout(self) -> ServerError:
         t = self.request_timeout

@@ -133,9 +133,8 @@ def failure_text(cell: Cell, failed: BatchFailed, first: _First | None) -> tuple
         return f"{text} (the run's first failure: {cell.id}, {failed.where})", first
     if kind != first.kind:
         return f"{text} ({failed.where})", first
-    here = "" if text == first.text else f"; here: {text}"
     return (f"failed the same way as the run's first failure, {first.cell} ({first.where}): "
-            f"{first.text}; this cell at {failed.where}{here}", first)
+            f"{first.text}; this cell stopped at {failed.where}", first)
 
 
 def generate_all(prep: Prepared, progress: ProgressFactory | None = None,

@@ -26,16 +26,18 @@ class BehavingServer(ThreadingHTTPServer):
     ``serial``: one request at a time; ``seconds``: time per answer; ``trickle``: seconds
     between the bytes of each answer; ``crash_at``: the k-th completion (1-based) closes its
     connection unanswered and the server stops listening (later connections are refused);
-    ``paths`` and ``bodies``: what it received."""
+    ``model``: the id in /v1/models; ``paths`` and ``bodies``: what it received."""
 
     daemon_threads = True
     request_queue_size = 64
 
     def __init__(self, beams: str = "distinct", serial: bool = False, seconds: float = 0.0,
-                 trickle: float = 0.0, crash_at: int | None = None) -> None:
+                 trickle: float = 0.0, crash_at: int | None = None, model: str = "m") -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
+        self.model = model
         self.beams, self.serial, self.seconds, self.trickle = beams, serial, seconds, trickle
         self.crash_at = crash_at
+        self.crashed = False
         self.lock = threading.Lock()
         self.engine_lock = threading.Lock()
         self.paths: list[str] = []
@@ -46,11 +48,11 @@ class BehavingServer(ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}/v1"
 
     def crash(self) -> None:
-        """Stop listening, from a thread of its own (shutdown waits for serve_forever)."""
-        def stop() -> None:
-            self.shutdown()
-            self.server_close()
-        threading.Thread(target=stop, daemon=True).start()
+        """Stop listening at once (later connections are refused), then end serve_forever
+        from a thread of its own (shutdown waits for it)."""
+        self.crashed = True
+        self.socket.close()
+        threading.Thread(target=self.shutdown, daemon=True).start()
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         text = " " + body["prompt"][::-1]
@@ -83,7 +85,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         with self.server.lock:
             self.server.paths.append(self.path)
-        self._send({"object": "list", "data": [{"id": "m", "object": "model"}]})
+        self._send({"object": "list", "data": [{"id": self.server.model, "object": "model"}]})
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -55,7 +55,7 @@ def test_a_server_answering_one_request_at_a_time_leaves_its_cells_untested(tmp_
 
 
 def test_a_server_running_requests_together_passes(tmp_path, behaving, eight):
-    server = behaving(serial=False, seconds=0.08)
+    server = behaving(serial=False, seconds=0.08, model="bundled-summarizer-2026-12")
     proc = run_suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,4",
                       "--beam-widths", "1", "--report-dir", str(tmp_path), *FAST, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:]
@@ -64,7 +64,9 @@ def test_a_server_running_requests_together_passes(tmp_path, behaving, eight):
     assert all(c["notice"] is None for c in report["cells"])
     md = (_folder(tmp_path) / "report.md").read_text()
     assert "- Build limits: the engine records no build limits, so none were checked." in md
-    assert "- Engine: `" + server.url + "` (openai, server:m)" in md
+    identity = "server:bundled-summarizer-2026-12"  # 33 characters, once cut to 19
+    assert f"- Engine: `{server.url}` (openai, {identity})" in md
+    assert f"PASS for `{server.url}` ({identity}) at " in md
 
 
 def test_beam_search_that_never_ran_fails_its_cells_with_the_reason(tmp_path, behaving, eight):
@@ -99,7 +101,7 @@ def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(tmp_path, b
     later = cells["bs4-beam1"]["error"]
     assert later.startswith("failed the same way as the run's first failure, bs2-beam1 (batch 2 "
                             "of 8, prompts ")
-    assert "; this cell at batch 1 of 8" in later
+    assert "; this cell stopped at batch 1 of 8" in later
     md = (_folder(tmp_path) / "report.md").read_text()
     assert "failed the same way as the run's first failure, bs2-beam1" in md
 
