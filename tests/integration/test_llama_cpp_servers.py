@@ -10,6 +10,7 @@ everywhere.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import urllib.request
 
@@ -22,10 +23,20 @@ from tests.servers.verify_tokenizer import bundled_prompts, server_tokenize
 FIXTURES = llama_cpp.REPO / "tests" / "data" / "servers"
 
 
+REQUIRE = "HARNESS_REQUIRE_LLAMA_CPP"  # set by .ci/run: CI builds the servers, so they must run
+
+
+def _unavailable(kind: llama_cpp.Kind) -> None:
+    """Skip (fail where REQUIRE is set) unless ``kind`` is built."""
+    if (reason := llama_cpp.available(kind)) is not None:
+        if os.environ.get(REQUIRE):
+            pytest.fail(f"{REQUIRE} is set but {reason}")
+        pytest.skip(reason)
+
+
 @pytest.fixture(scope="module")
 def gguf():
-    if (reason := llama_cpp.available("llama-server")) is not None:
-        pytest.skip(reason)
+    _unavailable("llama-server")
     return llama_cpp.convert()
 
 
@@ -39,8 +50,7 @@ def _completion(server: llama_cpp.Server, prompt: str, **extra) -> dict:
 
 @pytest.mark.parametrize("kind", llama_cpp.KINDS)
 def test_a_real_server_starts_tokenizes_like_transformers_answers_as_recorded_and_stops(kind, gguf):
-    if (reason := llama_cpp.available(kind)) is not None:
-        pytest.skip(reason)
+    _unavailable(kind)
     from transformers import AutoTokenizer
 
     recorded = json.loads((FIXTURES / kind / "greedy-rp1-c1.json").read_text(encoding="utf-8"))
@@ -160,8 +170,7 @@ def test_replayed_repeat_penalty_changes_only_llama_cpp_python(tmp_path):
 @pytest.mark.parametrize("kind", llama_cpp.KINDS)
 def test_the_harness_through_a_live_server(kind, gguf, tmp_path):
     """Every harness run through a freshly started real server shows what its recording shows."""
-    if (reason := llama_cpp.available(kind)) is not None:
-        pytest.skip(reason)
+    _unavailable(kind)
     from harness.pipeline import run
 
     for name, spec in harness_runs.RUNS.items():
