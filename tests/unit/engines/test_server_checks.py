@@ -200,3 +200,16 @@ def test_a_key_in_the_query_reaches_the_server_but_never_the_report(behaving, tm
     with pytest.raises(Exception) as err:
         OpenAIEngine("http://user:hunter2@127.0.0.1:1/v1")
     assert "hunter2" not in str(err.value)
+
+
+def test_a_users_server_class_is_named_by_the_redacted_address(tmp_path, monkeypatch):
+    from harness.engines.registry import load_engine
+
+    (tmp_path / "plainserver.py").write_text(
+        "class Plain:\n    def __init__(self, url):\n        self.url = url\n\n"
+        "    def generate(self, prompts, settings):\n        return []\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    engine = load_engine("http://h:1/v1?token=abc123", "plainserver:Plain")
+    assert engine.url == "http://h:1/v1?token=abc123"  # the class gets the address it needs
+    assert engine.info.path == "http://h:1/v1?token=REDACTED"
+    assert "abc123" not in engine.info.identity
