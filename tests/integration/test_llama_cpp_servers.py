@@ -136,15 +136,32 @@ def _outputs(result) -> dict[str, str]:
     return {d.id: t for d, t in zip(result.dataset.documents, bs1.texts[0])}
 
 
-@pytest.mark.parametrize("kind, name", RUN_KINDS)
-def test_replayed_server_answers_give_the_recorded_verdicts(kind, name, tmp_path):
+KEY = "sk-test-0123456789abcdef"  # a key in the address: sent, never shown (issue 15, item 11)
+
+
+def _run_keyed(spec: harness_runs.HarnessRun, url: str, folder) -> tuple[dict, object]:
+    """The harness run against ``url`` with a key in its query string; its cells with the
+    address as $SERVER, and the result. Nothing in the run folder or the cells has the key;
+    report.md says there are no build limits to check (issue 14 A6)."""
     from harness.pipeline import run
 
+    result = run(harness_runs.config(spec, f"{url}?api_key={KEY}", folder))
+    shown = f"{url}?api_key=REDACTED"
+    cells = {cid: {k: (v.replace(shown, "$SERVER") if isinstance(v, str) else v)
+                   for k, v in c.items()} for cid, c in harness_runs.cells(result).items()}
+    assert KEY not in json.dumps(cells)
+    for path in result.report_dir.iterdir():
+        assert KEY not in path.read_text(encoding="utf-8"), path.name
+    md = (result.report_dir / "report.md").read_text(encoding="utf-8")
+    assert "- Build limits: the engine records no build limits, so none were checked." in md
+    return cells, result
+
+
+@pytest.mark.parametrize("kind, name", RUN_KINDS)
+def test_replayed_server_answers_give_the_recorded_verdicts(kind, name, tmp_path):
     recorded = recordings.load(kind, name)
     with ReplayServer.start(kind, name) as replay:
-        result = run(harness_runs.config(harness_runs.RUNS[name], replay.url, tmp_path))
-        cells = {cid: {k: (v.replace(replay.url, "$SERVER") if isinstance(v, str) else v)
-                       for k, v in c.items()} for cid, c in harness_runs.cells(result).items()}
+        cells, _ = _run_keyed(harness_runs.RUNS[name], replay.url, tmp_path)
     _check(kind, name, cells)
     assert _stable(cells) == _stable(recorded["cells"])
     if harness_runs.RUNS[name].request_fields:  # strict lookup: every body carried the field
@@ -171,10 +188,9 @@ def test_replayed_repeat_penalty_changes_only_llama_cpp_python(tmp_path):
 def test_the_harness_through_a_live_server(kind, gguf, tmp_path):
     """Every harness run through a freshly started real server shows what its recording shows."""
     _unavailable(kind)
-    from harness.pipeline import run
 
     for name, spec in harness_runs.RUNS.items():
         with llama_cpp.start(kind, gguf, parallel=4) as server:
-            result = run(harness_runs.config(spec, server.base_url, tmp_path / name))
-            _check(kind, name, harness_runs.cells(result))
+            cells, _ = _run_keyed(spec, server.base_url, tmp_path / name)
+            _check(kind, name, cells)
             assert server.alive() == (not spec.crash or kind == "llama-server")
