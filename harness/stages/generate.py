@@ -46,8 +46,8 @@ def _call(engine: Engine, prompts: list[str], settings: DecodingSettings, timing
         raise RuntimeError(f"the engine returned {got} outputs for a batch of {len(prompts)}; "
                            "generate returns one Generation per prompt")
     texts = [output_text(g) for g in gens]
-    timings = [getattr(g, "timing", None) for g in gens]
-    if judgements is not None and any(isinstance(t, RequestTiming) for t in timings):
+    timings = [t if isinstance(t := getattr(g, "timing", None), RequestTiming) else None for g in gens]
+    if judgements is not None and any(t is not None for t in timings):
         judgements.append(judge_batch(timings, texts))
     if settings.beam_width == 1:
         return texts, None
