@@ -7,6 +7,11 @@ to read), and gives each request ``timeout`` seconds from its send to the end of
 ``http.client``'s socket timeout bounds only each read: a server that trickles one byte a
 second would never reach it. Here a request still unanswered at its deadline has its socket
 shut down, which ends the blocked read at once, and is reported as timed out.
+
+A server that crashes on request i refuses request i+1's connection, often before request i's
+reader has seen its connection closed; so when a request cannot be sent, the earlier ones get
+a moment (``EARLIER_GRACE_S``) to show a failure of their own, and the first failure in
+position order is the one reported.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 from harness.engines.base import RequestTiming
 
 Connect = Callable[[float], http.client.HTTPConnection]
+EARLIER_GRACE_S = 2.0  # after a request cannot be sent: time for an earlier one to show its failure
 
 
 @dataclass
@@ -70,11 +76,23 @@ def _shut(sock: socket.socket | None) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
+def _earlier_failed(readers: Sequence[threading.Thread], answers: Sequence[Answer]) -> bool:
+    """After a request could not be sent: did an earlier one fail within the grace?"""
+    end = time.monotonic() + EARLIER_GRACE_S
+    for reader, answer in zip(readers, answers):
+        reader.join(max(0.0, end - time.monotonic()))
+        if answer.error is not None:
+            return True
+    return False
+
+
 def send_batch(connect: Connect, path: str, bodies: Sequence[dict[str, Any]], headers: dict[str, str],
                timeout: float) -> list[Answer]:
     """POST every body to ``path``, in order, all in flight at once; every answer within
     ``timeout`` seconds of its request's send. A failure to connect or write raises (the
-    batch is incomplete); a failed or late answer is marked in its ``Answer``."""
+    batch is incomplete), unless an earlier request failed first: then the answers so far come
+    back, that failure marked in its ``Answer``; a failed or late answer is marked in its
+    ``Answer``."""
     t0 = time.monotonic()
     conns: list[http.client.HTTPConnection] = []
     socks: list[socket.socket | None] = []
@@ -83,9 +101,14 @@ def send_batch(connect: Connect, path: str, bodies: Sequence[dict[str, Any]], he
     try:
         for body in bodies:
             answer = Answer(sent=time.monotonic() - t0)
-            conn = connect(timeout)
-            conns.append(conn)
-            conn.request("POST", path, body=_encode(body), headers=headers)
+            try:
+                conn = connect(timeout)
+                conns.append(conn)
+                conn.request("POST", path, body=_encode(body), headers=headers)
+            except (OSError, http.client.HTTPException):
+                if _earlier_failed(readers, answers):
+                    return answers  # the first failure, in position order
+                raise
             socks.append(conn.sock)
             answer.written = time.monotonic() - t0
             reader = threading.Thread(target=_read, args=(conn, answer, t0), daemon=True,

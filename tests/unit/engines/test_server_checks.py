@@ -126,6 +126,36 @@ def test_a_server_trickling_its_answer_times_out_after_the_request_timeout(behav
     assert len(server.bodies) == 2  # not resent: the server may still be working on it
 
 
+# --- a server that crashes on a request refuses the next one's connection -----------------
+
+@pytest.mark.parametrize("earlier", ["crashes", "answers"])
+def test_a_request_that_cannot_be_sent_reports_an_earlier_failure_first(behaving, earlier):
+    """The crash of request 0 is the first symptom, not the refused connection of request 1
+    (which comes before request 0's reader sees its connection closed)."""
+    import http.client
+
+    from harness.engines.http_batch import send_batch
+
+    server = behaving(crash_at=1 if earlier == "crashes" else None)
+    host, port = server.server_address
+    calls = []
+
+    def connect(timeout: float) -> http.client.HTTPConnection:
+        calls.append(timeout)
+        if len(calls) == 2:
+            time.sleep(0.05)  # the crash is under way; the next connection is refused
+            raise ConnectionRefusedError(111, "Connection refused")
+        return http.client.HTTPConnection(host, port, timeout=timeout)
+
+    bodies = [{"model": "m", "prompt": p, "max_tokens": 4} for p in ("ab", "cd")]
+    if earlier == "crashes":
+        answers = send_batch(connect, "/v1/completions", bodies, {}, 10.0)
+        assert len(answers) == 1 and isinstance(answers[0].error, http.client.RemoteDisconnected)
+    else:
+        with pytest.raises(ConnectionRefusedError):
+            send_batch(connect, "/v1/completions", bodies, {}, 10.0)
+
+
 # --- A3: --request-field --------------------------------------------------------------------
 
 def test_request_fields_go_with_every_request_and_key_the_settings(behaving):
