@@ -37,7 +37,7 @@ DEFAULT_MAX_BATCH = 8  # when the engine records no max_batch_size
 DEFAULT_MAX_BEAMS = 8  # when the engine records no max_beam_width
 DEFAULT_MAX_TOKENS = 4096  # when the engine records no max_seq_len
 MAX_LENGTH_PENALTY = 10.0  # length ** penalty stays finite for any length an engine holds
-READ_TIMEOUT_S = 60.0  # a client that sends its request slower than this is dropped
+READ_TIMEOUT_S = 60.0  # each read of a request: a client silent this long is dropped
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MAX_BODY = 16 << 20
 BEAM_FIELDS = ("use_beam_search", "n", "best_of", "length_penalty", "early_stopping")
@@ -374,7 +374,7 @@ class CompletionHandler(BaseHTTPRequestHandler):
 
     server: CompletionServer
     server_version = "batch-position-harness-serve"
-    timeout = READ_TIMEOUT_S  # a client trickling its request is dropped, not waited for
+    timeout = READ_TIMEOUT_S  # per read (socket timeout): a silent client is dropped
 
     def setup(self) -> None:
         super().setup()
