@@ -9,6 +9,7 @@ are in tests/integration/test_llama_cpp_servers.py.
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 
@@ -24,6 +25,7 @@ from harness.engines.batching import (
     cell_notice,
     judge_batch,
 )
+from harness.engines.http_batch import send_batch
 from harness.engines.openai import OpenAIEngine, ServerError
 from harness.redact import redact_url
 
@@ -132,10 +134,6 @@ def test_a_server_trickling_its_answer_times_out_after_the_request_timeout(behav
 def test_a_request_that_cannot_be_sent_reports_an_earlier_failure_first(behaving, earlier):
     """The crash of request 0 is the first symptom, not the refused connection of request 1
     (which comes before request 0's reader sees its connection closed)."""
-    import http.client
-
-    from harness.engines.http_batch import send_batch
-
     server = behaving(crash_at=1 if earlier == "crashes" else None)
     host, port = server.server_address
     calls = []
