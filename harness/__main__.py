@@ -40,7 +40,7 @@ def _add_run_options(parser: argparse.ArgumentParser, dests: tuple[str, ...] | N
         kwargs: dict[str, Any] = {"dest": spec.dest, "help": (helps or {}).get(spec.dest, spec.help)}
         if spec.action:
             kwargs["action"] = spec.action
-        else:
+        if spec.action != "store_true":  # a value, or one per occurrence (action "append")
             kwargs.update(type=spec.type or str, metavar=spec.metavar)
         if given is not None:
             kwargs["default"] = getattr(given, spec.dest)

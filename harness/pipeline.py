@@ -86,7 +86,9 @@ def _result(prep: Prepared, generated: Generated, scored: Scored, bases: dict[in
                                  tolerance=config.tolerance, alpha=config.alpha)
     errors = {**generated.errors, **scored.unscored}
     checks = output_checks(prep.checks, generated.capped, config.max_new_tokens)
-    cells = cell_results(plan.cells, checks, analyses, errors, findings)
+    cells = tuple(dataclasses.replace(c, notice=generated.outputs[c.cell].notice)
+                  if c.cell in generated.outputs else c
+                  for c in cell_results(plan.cells, checks, analyses, errors, findings))
     return RunResult(
         config=config, engine=prep.engine.info, limits=prep.limits, dataset=prep.dataset,
         plan=plan, baselines=bases, cells=cells,

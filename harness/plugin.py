@@ -44,10 +44,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("batch-position harness", "batch-position quality regression harness")
     for spec in OPTIONS:
         kwargs: dict[str, Any] = {"dest": DEST_PREFIX + spec.dest, "help": spec.help}
-        if spec.action:
+        if spec.action == "store_true":
             kwargs.update(action=spec.action, default=spec.default)
-        else:
+        else:  # a value, or one value per occurrence (action "append")
             kwargs.update(type=spec.type or str, default=None, metavar=spec.metavar)
+            if spec.action:
+                kwargs["action"] = spec.action
         group.addoption(spec.flag, **kwargs)
 
 

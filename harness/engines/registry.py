@@ -12,6 +12,7 @@ from harness.config import BUNDLED, EngineOptions, is_url
 from harness.engines.base import EngineBase, as_engine, class_label
 from harness.errors import EngineError, describe
 from harness.limits.engine_config import load_config_json
+from harness.redact import redact_url
 
 BACKENDS: dict[str, str] = {
     "emulator": "harness.engines.emulator.engine:EmulatorEngine",
@@ -191,7 +192,7 @@ def _load_url(spec: str, backend: str | None, options: EngineOptions,
     if strict:
         refuse_unread(cls, name, options)
     engine = _construct(cls, name, spec, _server_kwargs(cls, options))
-    return adopt(engine, name, spec)
+    return adopt(engine, name, redact_url(spec))  # a class without an EngineInfo: named redacted
 
 
 def adopt(engine: Any, label: str | None = None, path: str | None = None) -> EngineBase:

@@ -92,11 +92,17 @@ def cell_entry(c: CellResult, examples: Sequence[Example]) -> CellEntry:
     return CellEntry(
         id=c.cell.id, batch_size=c.cell.batch_size, beam_width=c.cell.beam_width,
         verdict=c.verdict, limits_verdict=Verdict.FAIL if c.limit_failures else Verdict.PASS,
-        error=c.error, message=c.error or (a.message if a else ""), cause=likely_cause(c),
+        error=c.error, message=c.error or _message(c), cause=likely_cause(c),
         pattern=c.finding.kind if c.finding else None,
         baseline_level=_round(a.level) if a else None,
         degraded_positions=a.degraded_positions if a else (), omnibus=omnibus,
-        positions=positions, limit_checks=c.checks, examples=tuple(examples))
+        positions=positions, limit_checks=c.checks, examples=tuple(examples), notice=c.notice)
+
+
+def _message(c: CellResult) -> str:
+    """The analysis's message, after the notice when the engine did not run the cell as asked."""
+    text = c.analysis.message if c.analysis else ""
+    return f"{c.cell.id}: {c.notice} ({text})" if c.notice else text
 
 
 def _nulls(row: Sequence[float]) -> tuple[float | None, ...]:

@@ -3,6 +3,7 @@ comment."""
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from collections.abc import Callable
@@ -43,18 +44,26 @@ def _per_position(report: Report) -> str:
     return str(min(ns)) if min(ns) == max(ns) else f"{min(ns)}-{max(ns)}"
 
 
+def _fields(report: Report) -> str:
+    """--request-field as given: KEY=VALUE, VALUE as JSON."""
+    return ", ".join(md(f"{k}={json.dumps(v, ensure_ascii=False)}")
+                     for k, v in report.options["request_fields"].items())
+
+
 def _header(report: Report) -> list[str]:
     eng, ds, lim, cache, method = (report.engine, report.dataset, report.limits, report.cache,
                                    report.method)
     semantics = (eng.details or {}).get("position_semantics")
-    lines = [f"- Engine: {md(eng.path)} ({md(eng.backend)}, {md(eng.identity[:19])})",
+    lines = [f"- Engine: {md(eng.path)} ({md(eng.backend)}, {md(eng.identity)})",
              *([f"- Batch position: {md(semantics)}"] if semantics else []),
              f"- Dataset: {md(ds.name)}, {md(ds.count)} prompts, hash {md(ds.hash[:12])}"
              + (f" (subset of {md(ds.subset.of)}, seed {md(ds.subset.seed)})" if ds.subset else ""),
-             f"- Build limits: max_batch_size {md(lim.max_batch_size if lim else None)}, "
-             f"max_beam_width {md(lim.max_beam_width if lim else None)}, max_input_len "
-             f"{md(lim.max_input_len if lim else None)}, max_seq_len "
-             f"{md(lim.max_seq_len if lim else None)}",
+             f"- Build limits: max_batch_size {md(lim.max_batch_size)}, max_beam_width "
+             f"{md(lim.max_beam_width)}, max_input_len {md(lim.max_input_len)}, max_seq_len "
+             f"{md(lim.max_seq_len)}" if lim else "- Build limits: the engine records no build "
+             "limits, so none were checked.",
+             *([f"- Request fields sent with every request: {_fields(report)}"]
+               if report.options.get("request_fields") else []),
              *[f"- Memory per GPU: {md(m.message)}" for m in report.memory],
              "- Baseline: " + "; ".join(f"beam {w}: {md(n)}" for w, n in report.baseline.items()),
              f"- Generation cache: {md(cache.reason)}, {md(cache.generations_from_cache)} "
@@ -115,7 +124,7 @@ def markdown(report: Report) -> str:
     s = report.signoff
     sha = report.integrity.sha256 if report.integrity else ""
     lines += ["", "## Sign-off", "",
-              f"{md(str(s.verdict).upper())} for {md(s.engine)} ({md(s.identity[:19])}) at "
+              f"{md(str(s.verdict).upper())} for {md(s.engine)} ({md(s.identity)}) at "
               f"{md(s.at)}, run by {md(s.by) if s.by else '(no --signoff-by given)'}; "
               f"report sha256 {md(sha)}"]
     return "\n".join(lines) + "\n"

@@ -222,8 +222,9 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
     analyses, findings = analyse(scores, levels, plan, base.scores.prompt_lengths, base.limits,
                                  tolerance=float(base.options["tolerance"]),
                                  alpha=float(base.options["alpha"]))
-    results = cell_results(grid, {c: by_id[c.id][0].limit_checks for c in grid}, analyses,
-                           {c: by_id[c.id][0].error for c in grid}, findings)
+    results = tuple(dataclasses.replace(r, notice=by_id[r.cell.id][0].notice) for r in cell_results(
+        grid, {c: by_id[c.id][0].limit_checks for c in grid}, analyses,
+        {c: by_id[c.id][0].error for c in grid}, findings))
     cells = []
     for result in results:
         worst, scored = worst_position(result), by_id[result.cell.id][1]

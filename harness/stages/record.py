@@ -23,7 +23,7 @@ def _golden_outputs(prep: Prepared, timing: Timing | None) -> dict[Cell, CellOut
                                       prep.config.decoding(w), timing=timing)
         except Exception as exc:
             raise HarnessError(f"--golden-engine {prep.config.golden_engine}: {cell.id} failed "
-                               f"({describe(exc)}); goldens were left unchanged") from None
+                               f"({describe(getattr(exc, 'cause', exc))}); goldens were left unchanged") from None
     return out
 
 

@@ -99,8 +99,10 @@ class GoldensStore:
                 f"{path}: recorded for dataset hash {golden.dataset_hash[:12]}, but this run's "
                 f"dataset {dataset.path} hashes to {dataset.hash[:12]} (its content changed); {FIX}")
         want = settings.as_dict()
-        diff = [f"{k} {golden.settings.get(k)!r} (run: {v!r})" for k, v in want.items()
-                if golden.settings.get(k) != v]
+        # both ways: keys present only when set (chat, request_fields) must match when absent too
+        diff = [f"{k} {golden.settings.get(k)!r} (run: {want.get(k)!r})"
+                for k in [*want, *(k for k in golden.settings if k not in want)]
+                if golden.settings.get(k) != want.get(k)]
         if diff:
             raise GoldensError(f"{path}: recorded with other decoding settings: {', '.join(diff)}; "
                                f"{FIX}")
