@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.report.markdown import md as escape
 from tests.conftest import only_report, run_suites
 
 FAST = ("--max-new-tokens", "8", "-v")
@@ -49,7 +50,7 @@ def test_a_server_answering_one_request_at_a_time_leaves_its_cells_untested(tmp_
     assert cells["bs4-beam1"]["verdict"] == "untested" and "one after another" in notice
     assert [p["rouge_l"] for p in cells["bs4-beam1"]["positions"]] == [1.0] * 4  # measured anyway
     md = (_folder(tmp_path) / "report.md").read_text()
-    assert f"- **bs4-beam1**: bs4-beam1: {notice}" in md
+    assert f"- **bs4-beam1**: bs4-beam1: {escape(notice)}" in md
     html = (_folder(tmp_path) / "report.html").read_text()
     assert '<span class="tag untested">untested</span>' in html and "batch positions were not exercised" in html
 
@@ -65,8 +66,8 @@ def test_a_server_running_requests_together_passes(tmp_path, behaving, eight):
     md = (_folder(tmp_path) / "report.md").read_text()
     assert "- Build limits: the engine records no build limits, so none were checked." in md
     identity = "server:bundled-summarizer-2026-12"  # 33 characters, once cut to 19
-    assert f"- Engine: `{server.url}` (openai, {identity})" in md
-    assert f"PASS for `{server.url}` ({identity}) at " in md
+    assert f"- Engine: {escape(server.url)} (openai, {escape(identity)})" in md
+    assert f"PASS for {escape(server.url)} ({escape(identity)}) at " in md
 
 
 def test_beam_search_that_never_ran_fails_its_cells_with_the_reason(tmp_path, behaving, eight):
@@ -103,7 +104,7 @@ def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(tmp_path, b
                             "of 8, prompts ")
     assert "; this cell stopped at batch 1 of 8" in later
     md = (_folder(tmp_path) / "report.md").read_text()
-    assert "failed the same way as the run's first failure, bs2-beam1" in md
+    assert escape("failed the same way as the run's first failure, bs2-beam1") in md
 
 
 def test_request_fields_reach_the_server_the_report_and_nothing_else(tmp_path, behaving, eight):
@@ -122,8 +123,8 @@ def test_request_fields_reach_the_server_the_report_and_nothing_else(tmp_path, b
     assert report["options"]["request_fields"] == {"repeat_penalty": 1.0, "stop": ["END"], "top_k": 1}
     folder = _folder(tmp_path)
     md = (folder / "report.md").read_text()
-    assert ("- Request fields sent with every request: `repeat_penalty=1.0`, `stop=[\"END\"]`, "
-            "`top_k=1`") in md
+    assert ("- Request fields sent with every request: repeat\\_penalty=1.0, stop=\\[\"END\"\\], "
+            "top\\_k=1") in md
     for name in ("report.json", "report.md", "report.html", "generations.jsonl"):
         assert key not in (folder / name).read_text(), name
     assert key not in proc.stdout + proc.stderr
