@@ -25,7 +25,7 @@ from harness.config import (
     positive_int,
     real,
 )
-from harness.errors import HarnessError
+from harness.errors import HarnessError, interrupted
 
 _IMPORTED = time.perf_counter()  # bench's fallback start where /proc cannot say when the process began
 
@@ -40,7 +40,7 @@ def _add_run_options(parser: argparse.ArgumentParser, dests: tuple[str, ...] | N
         kwargs: dict[str, Any] = {"dest": spec.dest, "help": (helps or {}).get(spec.dest, spec.help)}
         if spec.action:
             kwargs["action"] = spec.action
-        else:
+        if spec.action != "store_true":  # a value, or one per occurrence (action "append")
             kwargs.update(type=spec.type or str, metavar=spec.metavar)
         if given is not None:
             kwargs["default"] = getattr(given, spec.dest)
@@ -111,14 +111,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from harness.report.compare import compare
     from harness.report.html import render_compare
     from harness.report.model import load_report
-    from harness.storage.atomic import atomic_write_text
+    from harness.storage.atomic import atomic_write_text, disk_errors
+    from harness.storage.folders import check_output_file
 
+    html = check_output_file(Path(args.html), "--html") if args.html else None
     result = compare(load_report(args.old), load_report(args.new), tolerance=args.tolerance)
     for line in result.lines:
         print(line)
-    if args.html:
-        atomic_write_text(Path(args.html), render_compare(result))
-        print(f"page: {args.html}")
+    if html is not None:
+        with disk_errors(f"--html {html}", "the comparison above is complete; give a file on a "
+                         "disk with space"):
+            atomic_write_text(html, render_compare(result))
+        print(f"page: {html}")
     print(f"verdict: {result.verdict} (new against old, tolerance {result.tolerance})")
     return 1 if result.verdict == "worse" else 0
 
@@ -225,12 +229,15 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from harness.report.files import write_files
     from harness.report.merge import default_output, merge, prepare_output
     from harness.report.summary import cell_lines
+    from harness.storage.atomic import disk_errors
 
     report, rows = merge(args.reports)
     assert report.shard is not None and report.shard.merged_from
     first = Path(report.shard.merged_from[0])
     folder = prepare_output(Path(args.output) if args.output else default_output(first))
-    write_files(report, rows, folder)
+    with disk_errors(f"--output {folder}", "the shard reports are unchanged; free space or give "
+                     "another --output, and merge again"):
+        write_files(report, rows, folder)
     for line in cell_lines(report):
         print(line)
     print(f"merged {report.shard.count} shards; verdict: {report.verdict}  report: {folder}")
@@ -363,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C: what was kept and how to resume, no traceback
+        print(interrupted(exc), file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

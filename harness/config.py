@@ -7,6 +7,7 @@ every later stage reads only the frozen dataclass.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -15,7 +16,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from harness.bounds import out_of_range
 from harness.errors import ConfigError
+from harness.redact import redact_url
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8)
 DEFAULT_BEAM_WIDTHS = (1, 2, 4)
@@ -70,6 +73,8 @@ def positive_int_list(option: str) -> Callable[[str], tuple[int, ...]]:
             if n in numbers:
                 raise argparse.ArgumentTypeError(
                     f"{option} {value!r}: {n} is given twice; list each value once")
+            if too_far := out_of_range(option, n):
+                raise argparse.ArgumentTypeError(f"{option} {value!r}: {n} {too_far}")
             numbers.append(n)
         return tuple(sorted(numbers))
 
@@ -77,11 +82,16 @@ def positive_int_list(option: str) -> Callable[[str], tuple[int, ...]]:
 
 
 def _convert(option: str, value: str, convert: Callable[[str], T], expected: str) -> T:
-    """``convert(value)``; an ArgumentTypeError naming the option and what it expects."""
+    """``convert(value)`` within the option's range (harness.bounds); an ArgumentTypeError
+    naming the option and what it expects."""
     try:
-        return convert(value)
+        x = convert(value)
     except (TypeError, ValueError):
         raise argparse.ArgumentTypeError(f"{option} {value!r}: expected {expected}") from None
+    too_far = out_of_range(option, x) if isinstance(x, (int, float)) and x == x else None
+    if too_far:
+        raise argparse.ArgumentTypeError(f"{option} {value!r}: {too_far}")
+    return x
 
 
 def _int_at_least(option: str, low: int, expected: str, too_low: str) -> Callable[[str], int]:
@@ -203,6 +213,119 @@ def size(option: str) -> Callable[[str], str]:
     return parse
 
 
+# --request-field: fields the harness sets itself, and the option that sets each
+RESERVED_FIELDS: dict[str, str] = {
+    "model": "--model", "prompt": "--dataset and --prompt-template",
+    "max_tokens": "--max-new-tokens", "temperature": "always 0: the harness decodes greedily",
+    "n": "--beam-widths", "best_of": "--beam-widths", "use_beam_search": "--beam-widths",
+    "length_penalty": "--length-penalty", "early_stopping": "set with the beam width",
+    "stream": "the harness reads whole answers", "echo": "an answer must not repeat its prompt",
+}
+FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
+FIELD_DEPTH = 16  # nesting of one field's JSON value
+FIELD_CHARS = 10_000  # one field's JSON value, as sent
+RequestFields = tuple[tuple[str, str], ...]
+
+
+def _depth(value: Any, limit: int) -> bool:
+    """True when ``value`` nests no deeper than ``limit`` (checked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return False
+            stack += [(v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)]
+    return True
+
+
+def _field_value(option: str, given: str, raw: str) -> Any:
+    """VALUE of KEY=VALUE: JSON where it parses, else the text as a string."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        if raw.lstrip()[:1] in ("[", "{", '"'):
+            raise argparse.ArgumentTypeError(f"{option} {given!r}: the value is not valid JSON; "
+                                             "quote it for the shell, e.g. stop='[\"END\"]'") from None
+        return raw
+
+
+def _field(option: str, given: str, key: Any, value: Any) -> tuple[str, str]:
+    """One checked (key, canonical JSON) pair."""
+    if not isinstance(key, str) or not FIELD_NAME.fullmatch(key):
+        raise argparse.ArgumentTypeError(f"{option} {given!r}: {key!r} is not a field name; use "
+                                         "letters, digits and _ (e.g. repeat_penalty=1.0)")
+    if key in RESERVED_FIELDS:
+        raise argparse.ArgumentTypeError(
+            f"{option} {given!r}: {key} is set by the harness ({RESERVED_FIELDS[key]}); "
+            f"reserved: {', '.join(RESERVED_FIELDS)}")
+    if not _depth(value, FIELD_DEPTH):
+        raise argparse.ArgumentTypeError(f"{option} {given!r}: the value nests deeper than "
+                                         f"{FIELD_DEPTH} levels")
+    try:
+        text = json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{option} {given!r}: NaN and Infinity are not JSON; "
+                                         "give a finite number") from None
+    if len(text) > FIELD_CHARS:
+        raise argparse.ArgumentTypeError(f"{option} {given!r}: the value is longer than "
+                                         f"{FIELD_CHARS} characters")
+    return key, text
+
+
+def request_field(option: str) -> Callable[[str], RequestFields]:
+    """An argparse ``type=`` for one --request-field: KEY=VALUE (VALUE as JSON, else a string)
+    or a JSON object of fields."""
+
+    def parse(value: str) -> RequestFields:
+        text = str(value).strip()
+        if text.startswith("{"):
+            try:
+                obj = json.loads(text)
+            except (ValueError, RecursionError):
+                obj = None
+            if not isinstance(obj, dict) or not obj:
+                raise argparse.ArgumentTypeError(f"{option} {value!r}: expected a JSON object of "
+                                                 'fields, e.g. \'{"repeat_penalty": 1.0}\'')
+            return tuple(_field(option, text, k, v) for k, v in obj.items())
+        key, sep, raw = text.partition("=")
+        if not sep or not key.strip():
+            raise argparse.ArgumentTypeError(f"{option} {value!r}: expected KEY=VALUE (VALUE as "
+                                             "JSON, else a string), e.g. repeat_penalty=1.0")
+        return (_field(option, text, key.strip(), _field_value(option, text, raw)),)
+
+    return parse
+
+
+def _is_pair(item: Any) -> bool:
+    return (isinstance(item, tuple) and len(item) == 2
+            and isinstance(item[0], str) and isinstance(item[1], str))
+
+
+def _parts(given: Any, parse: Callable[[str], RequestFields]) -> list[RequestFields]:
+    """Each occurrence, parsed (again: a parsed pair round-trips through KEY=JSON)."""
+    if isinstance(given, str):
+        return [parse(given)]
+    if isinstance(given, Mapping):
+        return [parse(json.dumps({k: v})) for k, v in given.items()]
+    if _is_pair(given):
+        return [parse(f"{given[0]}={given[1]}")]
+    return [part for item in given for part in _parts(item, parse)]
+
+
+def merge_request_fields(given: Any, option: str = "--request-field") -> RequestFields:
+    """Every occurrence of the option (argparse's list of parsed ones, a string, pairs, or a
+    mapping, as a notebook may pass) as one tuple sorted by key; a key given twice with two
+    values is an error."""
+    merged: dict[str, str] = {}
+    for key, text in (pair for part in _parts(given, request_field(option)) for pair in part):
+        if key in merged and merged[key] != text:
+            raise ConfigError(f"{option}: {key} is given twice ({merged[key]} and {text}); give it once")
+        merged[key] = text
+    return tuple(sorted(merged.items()))
+
+
 @dataclass(frozen=True)
 class OptionSpec:
     """One run option, shared by the pytest plugin and the CLI so they cannot drift."""
@@ -231,12 +354,21 @@ class DecodingSettings:
     early_stopping: bool = True
     prompt_template: str = DEFAULT_PROMPT_TEMPLATE
     chat: bool = False  # prompts wrapped in the tokenizer's chat template
+    # --request-field: (key, value as canonical JSON) sorted by key, sent with every server request
+    request_fields: tuple[tuple[str, str], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         if not self.chat:  # goldens recorded before --chat existed stay valid
             del out["chat"]
+        del out["request_fields"]
+        if self.request_fields:  # likewise: only runs that send fields key them
+            out["request_fields"] = self.extra_fields()
         return out
+
+    def extra_fields(self) -> dict[str, Any]:
+        """The --request-field fields as JSON values, for a request body."""
+        return {key: json.loads(value) for key, value in self.request_fields}
 
 
 @dataclass(frozen=True)
@@ -280,6 +412,7 @@ class RunConfig:
     rotation: str = "full"
     batch_timeout: float | None = None  # seconds; None: wait for every batch
     deterministic: bool = False  # gate on outputs equal to batch size 1's (batch-invariant engines)
+    request_fields: RequestFields = ()  # --request-field, sorted by key
 
     @classmethod
     def from_options(cls, values: dict[str, Any], *, root: Path | None = None) -> RunConfig:
@@ -299,6 +432,13 @@ class RunConfig:
                 except argparse.ArgumentTypeError as exc:
                     raise ConfigError(str(exc)) from None
             kwargs[spec.dest] = value
+        if "request_fields" in kwargs:
+            try:
+                fields = merge_request_fields(kwargs.pop("request_fields"))
+            except argparse.ArgumentTypeError as exc:
+                raise ConfigError(str(exc)) from None
+            if fields:
+                kwargs["request_fields"] = fields
         if kwargs.get("cache_dir") is not None:
             kwargs["cache_dir"] = Path(kwargs["cache_dir"]).expanduser().absolute()
         for key in ("report_dir", "goldens_dir"):
@@ -313,9 +453,8 @@ class RunConfig:
         server = is_url(str(kwargs.get("engine", ""))) or kwargs.get("backend") == "openai"
         for dest in SERVER_OPTIONS:
             if kwargs.get(dest) is not None and not server:
-                flag = "--" + dest.replace("_", "-")
-                raise ConfigError(f"{flag} applies only to an OpenAI-compatible server: use it with "
-                                  "--engine http://HOST:PORT/v1")
+                raise ConfigError(f"{option(dest).flag} applies only to an OpenAI-compatible "
+                                  "server: use it with --engine http://HOST:PORT/v1")
         if kwargs.get("shard") and kwargs.get("update_goldens"):
             raise ConfigError("--update-goldens records goldens from a whole run: run it once "
                               "without --shard, then shard the runs that use them")
@@ -332,7 +471,8 @@ class RunConfig:
         """The decoding settings of one beam width."""
         return DecodingSettings(beam_width=beam_width, max_new_tokens=self.max_new_tokens,
                                 length_penalty=self.length_penalty,
-                                prompt_template=self.prompt_template, chat=self.chat)
+                                prompt_template=self.prompt_template, chat=self.chat,
+                                request_fields=self.request_fields)
 
     def as_dict(self) -> dict[str, Any]:
         """Options as recorded in the report."""
@@ -343,6 +483,10 @@ class RunConfig:
         out["batch_sizes"] = list(self.batch_sizes) if self.batch_sizes else None
         out["beam_widths"] = list(self.beam_widths)
         out["shard"] = f"{self.shard[0]}/{self.shard[1]}" if self.shard else None
+        out["request_fields"] = {k: json.loads(v) for k, v in self.request_fields}
+        out["engine"] = redact_url(self.engine)  # a server's key never reaches a report
+        if self.golden_engine:
+            out["golden_engine"] = redact_url(self.golden_engine)
         return out
 
 
@@ -463,12 +607,17 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--retries", "retries", "times a server batch is resent after a connection error or "
                "an HTTP 5xx answer, with backoff; never after a 4xx (--engine http://...; default "
                f"{RunConfig.retries})", non_negative_int("--retries"), metavar="N"),
+    OptionSpec("--request-field", "request_fields", "a field sent with every request to an "
+               "OpenAI-compatible server, KEY=VALUE (VALUE as JSON, else a string; repeatable) or a "
+               "JSON object, e.g. repeat_penalty=1.0; recorded in the report and the goldens key; "
+               f"reserved: {', '.join(RESERVED_FIELDS)} (--engine http://...)",
+               request_field("--request-field"), action="append", metavar="KEY=VALUE"),
     OptionSpec("--batch-timeout", "batch_timeout", "seconds one engine batch may take; a batch "
                "that runs longer fails its cell and the run goes on (default: no limit)",
                positive_real("--batch-timeout"), metavar="SECONDS"),
 )
 
-SERVER_OPTIONS = ("model", "request_timeout", "retries")
+SERVER_OPTIONS = ("model", "request_timeout", "retries", "request_fields")
 
 
 def option(dest: str) -> OptionSpec:

@@ -23,6 +23,26 @@ class GoldensError(HarnessError):
     """Goldens are missing, corrupt, or recorded for another run."""
 
 
+class StorageError(HarnessError):
+    """A file could not be written (disk full, folder removed or read-only)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during generation; the message says what was kept and how to resume."""
+
+
+RESUME = ("rerun the same command to resume: batches in the generation cache are not "
+          "generated again")
+
+
+def interrupted(exc: KeyboardInterrupt) -> str:
+    """The one line a Ctrl-C ends with: what was kept and how to resume."""
+    if isinstance(exc, Interrupted) and str(exc):
+        return str(exc)
+    return ("interrupted: every batch generated so far is kept in the generation cache (unless "
+            f"--no-cache) and the cells completed so far in the run's generations.jsonl; {RESUME}")
+
+
 def first_line(exc: BaseException) -> str:
     """The first non-empty line of an exception's message ("" when it has none)."""
     for line in str(exc).splitlines():

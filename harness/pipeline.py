@@ -13,11 +13,19 @@ import time
 from pathlib import Path
 
 from harness.config import RunConfig
+from harness.engines import guard
 from harness.engines.base import Engine
+from harness.errors import Interrupted, StorageError
 from harness.report.files import write_report
 from harness.results import Baseline, FollowerRun, Generated, Prepared, RunResult, Scored, Timing
 from harness.stages.analyse import analyse, cell_results
-from harness.stages.generate import ProgressFactory, follow, generate_all
+from harness.stages.generate import (
+    ProgressFactory,
+    follow,
+    generate_all,
+    interrupted,
+    output_checks,
+)
 from harness.stages.prepare import prepare
 from harness.stages.record import record_goldens
 from harness.stages.score import EarlyScorer, baselines, score_all
@@ -36,15 +44,16 @@ def run(config: RunConfig, *, progress: ProgressFactory | None = None,
 
 
 def _close(prep: Prepared) -> None:
-    prep.engine.close()
-    if prep.golden_engine is not None:
-        prep.golden_engine.close()
+    guard.close(prep.engine)
+    guard.close(prep.golden_engine)
 
 
 def _generate(prep: Prepared, progress: ProgressFactory | None, timing: Timing,
               early: EarlyScorer | None, log: GenerationsLog
-              ) -> tuple[Generated, dict[int, GoldenSet], tuple[str, ...]]:
-    """Generate every cell (and record goldens when asked); engines closed whatever happens."""
+              ) -> tuple[Generated, dict[int, GoldenSet], tuple[str, ...], StorageError | None]:
+    """Generate every cell (and record goldens when asked); engines closed whatever happens.
+    Goldens that cannot be written come back as the error, raised once the report is kept."""
+    unsaved = None
     try:
         t_gen = time.perf_counter()
         generated = generate_all(prep, progress, timing=timing,
@@ -52,15 +61,20 @@ def _generate(prep: Prepared, progress: ProgressFactory | None, timing: Timing,
         timing.generate_stage_s = time.perf_counter() - t_gen
         goldens, written = dict(prep.goldens), list[str]()
         if prep.config.update_goldens:
-            goldens, written = record_goldens(prep, generated, timing)
-    except BaseException:
+            try:
+                goldens, written = record_goldens(prep, generated, timing)
+            except StorageError as exc:
+                unsaved = exc
+    except BaseException as exc:
         if early:
             early.close()
+        if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
+            raise interrupted(prep, log) from None
         raise
     finally:
         log.close()
         _close(prep)
-    return generated, goldens, tuple(written)
+    return generated, goldens, tuple(written), unsaved
 
 
 def _result(prep: Prepared, generated: Generated, scored: Scored, bases: dict[int, Baseline],
@@ -72,7 +86,10 @@ def _result(prep: Prepared, generated: Generated, scored: Scored, bases: dict[in
                                  tolerance=config.tolerance, alpha=config.alpha,
                                  deterministic=config.deterministic)
     errors = {**generated.errors, **scored.unscored}
-    cells = cell_results(plan.cells, prep.checks, analyses, errors, findings)
+    checks = output_checks(prep.checks, generated.capped, config.max_new_tokens)
+    cells = tuple(dataclasses.replace(c, notice=generated.outputs[c.cell].notice)
+                  if c.cell in generated.outputs else c
+                  for c in cell_results(plan.cells, checks, analyses, errors, findings))
     return RunResult(
         config=config, engine=prep.engine.info, limits=prep.limits, dataset=prep.dataset,
         plan=plan, baselines=bases, cells=cells,
@@ -103,7 +120,7 @@ def execute(prep: Prepared, *, progress: ProgressFactory | None = None,
     report_dir = new_report_dir(prep.config.report_dir, prep.engine.info.backend, prep.started)
     early = EarlyScorer(prep) if overlap and not prep.config.update_goldens else None
     log = GenerationsLog(report_dir / "generations.jsonl", [d.id for d in prep.dataset.documents])
-    generated, goldens, written = _generate(prep, progress, timing, early, log)
+    generated, goldens, written, unsaved = _generate(prep, progress, timing, early, log)
     t_after = time.perf_counter()
     bases = baselines(prep, goldens, generated)
     scored = score_all(prep, bases, generated, early, timing)
@@ -112,5 +129,8 @@ def execute(prep: Prepared, *, progress: ProgressFactory | None = None,
     timing.after_generation_s = now - t_after
     timing.harness_total_s = now - prep.t0
     timing.scoring_overlapped = early is not None
-    return dataclasses.replace(result, report=write_report(result, report_dir))
+    report = write_report(result, report_dir)
+    if unsaved is not None:  # the run is complete and its report kept; the goldens are not
+        raise StorageError(f"{unsaved}; the run's report was kept in {report_dir}")
+    return dataclasses.replace(result, report=report)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness.config import OPTIONS, RunConfig
-from harness.errors import HarnessError
+from harness.errors import HarnessError, interrupted
 
 if TYPE_CHECKING:
     from harness.engines.base import Engine
@@ -44,10 +44,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("batch-position harness", "batch-position quality regression harness")
     for spec in OPTIONS:
         kwargs: dict[str, Any] = {"dest": DEST_PREFIX + spec.dest, "help": spec.help}
-        if spec.action:
+        if spec.action == "store_true":
             kwargs.update(action=spec.action, default=spec.default)
-        else:
+        else:  # a value, or one value per occurrence (action "append")
             kwargs.update(type=spec.type or str, default=None, metavar=spec.metavar)
+            if spec.action:
+                kwargs["action"] = spec.action
         group.addoption(spec.flag, **kwargs)
 
 
@@ -140,10 +142,13 @@ def pytest_runtestloop(session: pytest.Session) -> None:
         return
     uses = [set(getattr(item, "fixturenames", ())) for item in session.items
             if item.get_closest_marker("skip") is None]  # e.g. throughput tests not asked for
-    if any("harness_cell" in names for names in uses):
-        _prepare(session.config)
-    if any("harness_cell_result" in names for names in uses):
-        _run(session.config)
+    try:
+        if any("harness_cell" in names for names in uses):
+            _prepare(session.config)
+        if any("harness_cell_result" in names for names in uses):
+            _run(session.config)
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line saying what was kept, exit 130
+        pytest.exit(interrupted(exc), returncode=130)
 
 
 def _skip_unless_root(prepared: Prepared) -> None:
@@ -177,6 +182,7 @@ def harness_engine(request: pytest.FixtureRequest) -> Engine:
     if state.result is None:
         return prepared.engine
     if state.engine is None:
+        from harness.engines import guard
         from harness.engines.registry import load_engine
 
         try:
@@ -184,7 +190,7 @@ def harness_engine(request: pytest.FixtureRequest) -> Engine:
             state.engine = load_engine(cfg.engine, cfg.backend, options=cfg.engine_options())
         except HarnessError as exc:
             raise pytest.UsageError(str(exc)) from None
-        request.addfinalizer(state.engine.close)
+        request.addfinalizer(lambda: guard.close(state.engine))
     return state.engine
 
 

@@ -33,6 +33,7 @@ class Verdict(str, Enum):
     PASS = "pass"
     FAIL = "fail"
     ERROR = "error"  # a cell the engine could not run (its message says why)
+    UNTESTED = "untested"  # generated and scored, but not as the cell asked (its notice says how)
 
     def __str__(self) -> str:
         return self.value
@@ -105,6 +106,7 @@ class CellOutputs:
     # every beam of every output, beam search only; () once the cell is in generations.jsonl,
     # which keeps them
     beams: Beams = ()
+    notice: str | None = None  # the engine did not run the cell as asked (e.g. never batched)
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ class Generated:
 
     outputs: dict[Cell, CellOutputs]
     errors: dict[Cell, str]
+    capped: dict[Cell, int] = field(default_factory=dict)  # outputs cut to the scoring cap
 
 
 @dataclass(frozen=True)
@@ -233,11 +236,16 @@ class CellResult:
     analysis: CellAnalysis | None
     error: str | None = None
     finding: Finding | None = None  # the known fault signature the damage matches, if any
+    # the engine did not run the cell as asked (a server that answered its batches one request
+    # at a time): the positions were not exercised, so the cell cannot pass
+    notice: str | None = None
 
     @property
     def verdict(self) -> Verdict:
         if self.error or self.analysis is None:
             return Verdict.ERROR
+        if self.notice and self.analysis.verdict == Verdict.PASS:
+            return Verdict.UNTESTED
         return self.analysis.verdict
 
     @property
@@ -430,6 +438,7 @@ class CellEntry:
     positions: tuple[PositionEntry, ...]
     limit_checks: tuple[LimitCheck, ...]
     examples: tuple[Example, ...]
+    notice: str | None = None  # why the cell is untested (CellResult.notice)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.doubles.openai_server import behaving  # noqa: E402,F401 (a fixture: a test double of a server)
+
 REPO = Path(__file__).resolve().parents[1]
 SUITES = REPO / "suites"
 

@@ -20,12 +20,27 @@ from harness.config import DecodingSettings
 
 
 @dataclass(frozen=True)
+class RequestTiming:
+    """When one prompt's request went out and its answer came back, in seconds from the start
+    of its batch (the openai backend measures it; ``harness.engines.batching`` reads it to tell
+    whether a server really ran a batch's requests together)."""
+
+    sent: float  # the request's connection started
+    written: float  # the request was on the wire
+    first_byte: float  # the answer's status line arrived
+    finished: float  # the answer's last byte arrived
+    tokens: int | None = None  # tokens generated, as the server counted them (None: unknown)
+
+
+@dataclass(frozen=True)
 class Generation:
-    """The output for one prompt: the best beam's text plus every beam kept."""
+    """The output for one prompt: the best beam's text plus every beam kept; ``timing`` where
+    the backend measured it (servers)."""
 
     text: str
     token_ids: tuple[int, ...] = ()
     beams: tuple[str, ...] = ()
+    timing: RequestTiming | None = None
 
 
 @dataclass(frozen=True)
@@ -96,8 +111,8 @@ class AdoptedEngine(EngineBase):
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int] | None:
         counter = getattr(self.engine, "count_tokens", None)
-        counted = counter(prompts) if callable(counter) else None
-        return list(counted) if counted is not None else None  # None: the engine cannot count
+        # None: the engine cannot count; the answer's shape is checked by guard.count_tokens
+        return counter(prompts) if callable(counter) else None
 
     def close(self) -> None:
         close = getattr(self.engine, "close", None)

@@ -80,6 +80,9 @@ def _hf_style_beams(sampling_params: Any) -> bool:
 class LlmApiEngine(EngineBase):
     """An engine directory or checkpoint driven through ``LLM.generate``."""
 
+    # what it reads of the load options: no --trtllm-runtime (the LLM API picks its own)
+    reads_options = frozenset({"tokenizer", "end_id", "pad_id", "trust_remote_code"})
+
     def __init__(self, path: str | Path, *, options: EngineOptions | None = None) -> None:
         options = options or EngineOptions()
         self.path = Path(path)

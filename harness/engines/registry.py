@@ -12,6 +12,7 @@ from harness.config import BUNDLED, EngineOptions, is_url
 from harness.engines.base import EngineBase, as_engine, class_label
 from harness.errors import EngineError, describe
 from harness.limits.engine_config import load_config_json
+from harness.redact import redact_url
 
 BACKENDS: dict[str, str] = {
     "emulator": "harness.engines.emulator.engine:EmulatorEngine",
@@ -21,6 +22,9 @@ BACKENDS: dict[str, str] = {
     "openai": "harness.engines.openai:OpenAIEngine",
 }
 URL_BACKEND = "openai"  # chosen for --engine http://... and https://...
+# Options read when an engine loads, passed in EngineOptions to a class that takes ``options``.
+LOAD_OPTIONS = {"tokenizer": "--tokenizer", "end_id": "--end-id", "pad_id": "--pad-id",
+                "trtllm_runtime": "--trtllm-runtime", "trust_remote_code": "--trust-remote-code"}
 
 
 def _import(target: str, option: str) -> Any:
@@ -31,10 +35,16 @@ def _import(target: str, option: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise EngineError(f"{option} {target!r}: cannot import {module_name!r} ({exc})") from None
+    except (Exception, SystemExit) as exc:  # the module's own code raised while importing
+        raise EngineError(f"{option} {target!r}: importing {module_name!r} raised "
+                          f"{describe(exc)}; fix the module or its environment") from None
     try:
         return getattr(module, attr)
     except AttributeError:
         raise EngineError(f"{option} {target!r}: module {module_name!r} has no {attr!r}") from None
+    except Exception as exc:  # a module __getattr__ of its own
+        raise EngineError(f"{option} {target!r}: reading {attr!r} from {module_name!r} raised "
+                          f"{describe(exc)}") from None
 
 
 def _is_class_spec(spec: str) -> bool:
@@ -114,14 +124,38 @@ def _construct(cls: Any, label: str, target: str | None, kwargs: dict[str, Any],
         raise EngineError(f"{label}: loading the engine failed: {describe(exc)}") from None
 
 
+def options_read(cls: Any) -> frozenset[str]:
+    """The load options a backend class reads: those it declares (``reads_options``), else
+    all of them when its constructor takes ``options``, else none."""
+    declared = getattr(cls, "reads_options", None)
+    if declared is not None:
+        return frozenset(declared)
+    return frozenset(LOAD_OPTIONS) if "options" in _parameters(cls) else frozenset()
+
+
+def refuse_unread(cls: Any, label: str, options: EngineOptions) -> None:
+    """An EngineError naming every load option given that the backend would ignore."""
+    default, reads = EngineOptions(), options_read(cls)
+    ignored = [flag for dest, flag in LOAD_OPTIONS.items()
+               if getattr(options, dest) != getattr(default, dest) and dest not in reads]
+    if ignored:
+        one = len(ignored) == 1
+        it, does, they = ("it", "does", "it is") if one else ("them", "do", "they are")
+        raise EngineError(f"{' and '.join(ignored)} {does} not apply to the {label} backend "
+                          f"({they} read by the trtllm and llmapi backends and by module:Class "
+                          f"engines that take `options`, and would be ignored here): drop {it}")
+
+
 def load_engine(spec: str, backend: str | None = None,
-                options: EngineOptions | None = None) -> EngineBase:
+                options: EngineOptions | None = None, *, strict: bool = True) -> EngineBase:
     """Instantiate the engine named by --engine/--backend; a class whose constructor has an
-    ``options`` parameter also gets the EngineOptions (tokenizer, special ids, runtime)."""
+    ``options`` parameter also gets the EngineOptions (tokenizer, special ids, runtime).
+    ``strict``: a load option the class would ignore is refused (off for --golden-engine,
+    which shares the options given for the engine under test)."""
     spec, backend = _bundled(spec, backend)
     options = options or EngineOptions()
     if is_url(spec) or backend == URL_BACKEND:
-        return _load_url(spec, backend, options)
+        return _load_url(spec, backend, options, strict)
     if backend is None and _is_class_spec(spec):
         cls, path, label = _import(spec, "--engine"), None, spec
     else:
@@ -131,6 +165,8 @@ def load_engine(spec: str, backend: str | None = None,
             detect_backend(path)  # raises the missing-directory message
         cls, label = resolve_backend(name), name
     where = str(path) if path is not None else None
+    if strict:
+        refuse_unread(cls, label, options)
     extra = {"options": options} if "options" in _parameters(cls) else {}
     engine = _construct(cls, label, where, extra, "a backend class takes one argument, the "
                         "engine path (None for --engine module:Class)")
@@ -148,12 +184,15 @@ def _server_kwargs(cls: Any, options: EngineOptions) -> dict[str, Any]:
     return {k: v for k, v in given.items() if k in accepted}
 
 
-def _load_url(spec: str, backend: str | None, options: EngineOptions) -> EngineBase:
+def _load_url(spec: str, backend: str | None, options: EngineOptions,
+              strict: bool = True) -> EngineBase:
     """A server address: the openai backend (or a user's class, given the URL unchanged)."""
     name = backend or URL_BACKEND
     cls = resolve_backend(name)
+    if strict:
+        refuse_unread(cls, name, options)
     engine = _construct(cls, name, spec, _server_kwargs(cls, options))
-    return adopt(engine, name, spec)
+    return adopt(engine, name, redact_url(spec))  # a class without an EngineInfo: named redacted
 
 
 def adopt(engine: Any, label: str | None = None, path: str | None = None) -> EngineBase:

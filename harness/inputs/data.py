@@ -188,12 +188,35 @@ def _load_file(file: Path, given: str | None, *, config: str | None,
         if not content.strip():
             raise DatasetError(f"--dataset {file}: holds no rows")
     datasets = _quiet_datasets()
+    pattern = _literal_pattern(file)
     try:
-        table = datasets.load_dataset(builder, data_files=str(file), split="train")
+        table = datasets.load_dataset(builder, data_files=pattern, split="train")
     except Exception as exc:  # datasets raises many types for unreadable files
         raise DatasetError(f"--dataset {file}: cannot be read as {builder}: "
                            f"{first_line(exc) or type(exc).__name__}") from None
     return table, file.stem if given is not None else "bundled-news"
+
+
+def _literal_pattern(file: Path) -> str:
+    """``file`` as a `datasets` data_files pattern that matches that one file and no other:
+    `datasets` reads data_files as glob patterns (``set*.jsonl`` would take its siblings,
+    ``news[2024].jsonl`` a character class), so glob characters are escaped, and a path that
+    still does not resolve to itself alone is refused."""
+    import glob
+
+    from datasets.data_files import resolve_pattern
+
+    literal = str(file.absolute())
+    pattern = glob.escape(literal)
+    try:
+        found = resolve_pattern(pattern, base_path="")
+    except FileNotFoundError:
+        found = []
+    if [os.path.normpath(f) for f in found] != [os.path.normpath(literal)]:
+        raise DatasetError(f"--dataset {file}: `datasets` cannot read this file name as one "
+                           "file (it holds characters such as '::' that it reads as a URL); "
+                           "copy or rename the file to a plain name")
+    return pattern
 
 
 def _load_disk(folder: Path, *, config: str | None, split: str | None) -> tuple[Any, str | None]:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import bounds
 from harness.errors import EngineError
 
 # tensorrt_llm.quantization.QuantMode bits, as legacy configs store them (0.6 on)
@@ -118,6 +119,10 @@ class ConfigSection:
         if isinstance(value, bool) or not isinstance(value, int) or (positive and value <= 0):
             kind = "a positive integer" if positive else "an integer"
             raise EngineError(f"{self.file}: {self._key(key)} must be {kind}, found {value!r}")
+        too_large = bounds.config_int_too_large(key, abs(value))
+        if too_large:
+            raise EngineError(f"{self.file}: {self._key(key)} {too_large}; the engine directory "
+                              "looks damaged or was built with a typo, rebuild it")
         return value
 
     def float(self, key: str, *, required: bool = False) -> float | None:
@@ -126,8 +131,10 @@ class ConfigSection:
             if required:
                 raise self._missing(key)
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise EngineError(f"{self.file}: {self._key(key)} must be a number, found {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                abs(value) <= bounds.MAX_CONFIG_NUMBER):  # NaN and infinities too
+            raise EngineError(f"{self.file}: {self._key(key)} must be a finite number of at most "
+                              f"{bounds.MAX_CONFIG_NUMBER:g}, found {value!r}")
         return float(value)
 
     def str(self, key: str) -> str | None:
@@ -269,13 +276,23 @@ def load_config_json(engine_dir: str | Path, *, option: str = "") -> dict[str, A
     if not file.is_file():
         raise EngineError(f"{file}: missing; an engine directory holds the config.json that "
                           "trtllm-build (or `python -m harness build-engine`) writes")
+    return parse_config_text(file)
+
+
+def parse_config_text(file: Path) -> dict[str, Any]:
+    """config.json read and parsed, bounded in nesting; EngineError naming the file."""
     try:
-        config = json.loads(file.read_text(encoding="utf-8"))
+        config = bounds.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise EngineError(f"{file}: cannot read ({exc.strerror or exc}); check the file") from None
     except UnicodeDecodeError:
         raise EngineError(f"{file}: not UTF-8 text; rebuild the engine") from None
-    except json.JSONDecodeError as exc:
-        raise EngineError(f"{file}: invalid JSON at line {exc.lineno} column {exc.colno} "
-                          f"({exc.msg}); rebuild the engine") from None
+    except bounds.TooDeep as exc:
+        raise EngineError(f"{file}: {exc}, which no engine config is; rebuild the engine") from None
+    except ValueError as exc:  # json.JSONDecodeError
+        where = (f" at line {exc.lineno} column {exc.colno} ({exc.msg})"
+                 if isinstance(exc, json.JSONDecodeError) else f" ({exc})")
+        raise EngineError(f"{file}: invalid JSON{where}; rebuild the engine") from None
     if not isinstance(config, dict):
         raise EngineError(f"{file}: expected a JSON object at the top level")
     return config

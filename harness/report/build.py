@@ -108,7 +108,7 @@ def cell_entry(c: CellResult, examples: Sequence[Example]) -> CellEntry:
     return CellEntry(
         id=c.cell.id, batch_size=c.cell.batch_size, beam_width=c.cell.beam_width,
         verdict=c.verdict, limits_verdict=Verdict.FAIL if c.limit_failures else Verdict.PASS,
-        error=c.error, message=c.error or (a.message if a else ""), cause=likely_cause(c),
+        error=c.error, message=c.error or _message(c), cause=likely_cause(c),
         pattern=c.finding.kind if c.finding else None,
         evidence=c.finding.evidence if c.finding else None,
         baseline_level=_round(a.level) if a else None,
@@ -118,7 +118,7 @@ def cell_entry(c: CellResult, examples: Sequence[Example]) -> CellEntry:
         nondeterministic_positions=a.nondeterministic_positions if a else (),
         omnibus=_test(a.omnibus) if a else None,
         positions=tuple(_position(s) for s in (a.positions if a else ())),
-        limit_checks=c.checks, examples=tuple(examples))
+        limit_checks=c.checks, examples=tuple(examples), notice=c.notice)
 
 
 def questions(config: RunConfig, has_references: bool) -> dict[str, str]:
@@ -129,6 +129,12 @@ def questions(config: RunConfig, has_references: bool) -> dict[str, str]:
                " only, so damage that hits every position alike is not caught")
     return {"position dependence": "gate", "batch-size quality": quality,
             "determinism": "gate (--deterministic)" if config.deterministic else "reported"}
+
+
+def _message(c: CellResult) -> str:
+    """The analysis's message, after the notice when the engine did not run the cell as asked."""
+    text = c.analysis.message if c.analysis else ""
+    return f"{c.cell.id}: {c.notice} ({text})" if c.notice else text
 
 
 def _nulls(row: Sequence[float]) -> tuple[float | None, ...]:

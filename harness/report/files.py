@@ -9,13 +9,12 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from harness.errors import HarnessError
 from harness.report.build import build_report
 from harness.report.html import render_report
 from harness.report.markdown import markdown
 from harness.report.model import to_json
 from harness.results import Report, RunResult
-from harness.storage.atomic import atomic_write_text
+from harness.storage.atomic import atomic_write_text, disk_errors
 
 
 def generation_rows(result: RunResult) -> list[str]:
@@ -23,7 +22,8 @@ def generation_rows(result: RunResult) -> list[str]:
     rows: list[str] = []
     docs = result.dataset.documents
     for out in result.outputs:
-        for position, texts in enumerate(out.texts):
+        whole = getattr(out.texts, "whole", out.texts)  # as generated, not cut for scoring
+        for position, texts in enumerate(whole):
             for i, text in enumerate(texts):
                 if text is None:  # never sat there (--rotation sparse)
                     continue
@@ -53,9 +53,8 @@ def write_report(result: RunResult, folder: Path) -> Report:
     stream it already); a full disk is one line naming the folder."""
     report = build_report(result)
     streamed = (folder / "generations.jsonl").exists()
-    try:
+    with disk_errors(f"--report-dir {folder}", "the generation cache keeps every generated batch "
+                     "(unless --no-cache): free space or choose another --report-dir and rerun; "
+                     "the rerun reads the batches from the cache"):
         write_files(report, None if streamed else generation_rows(result), folder)
-    except OSError as exc:  # disk full, folder removed: one line naming the folder
-        raise HarnessError(f"--report-dir: writing the report to {folder} failed "
-                           f"({exc.strerror or exc}); free space or choose another folder") from None
     return report

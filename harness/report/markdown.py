@@ -3,10 +3,37 @@ comment."""
 
 from __future__ import annotations
 
+import json
+import re
+import unicodedata
 from collections.abc import Callable
 
 from harness.results import CellEntry, PositionEntry, Report
 from harness.verdict.statistics import ranges
+
+# Markdown's inline and block markup characters (CommonMark lets a backslash escape any ASCII
+# punctuation): code spans, emphasis, links and images, raw HTML and entities, headings,
+# tables, strikethrough.
+_MARKUP = re.compile(r"([\\`*_\[\]<>#|~&!])")
+
+
+def _visible(ch: str) -> str:
+    """A character that would break a line or is invisible, as its Python escape."""
+    if ch == "\t":
+        return " "
+    if unicodedata.category(ch) in ("Cc", "Zl", "Zp", "Cf"):
+        return ascii(ch)[1:-1]  # \n, \x1b, \u2028, \u200b
+    return ch
+
+
+def md(value: object) -> str:
+    """Any string from outside (engine path and name, backend, dataset, sign-off, goldens
+    paths, messages that embed them), as literal Markdown text: line breaks and other control
+    characters shown as their escapes (so nothing starts a new block: no heading, list or
+    table row), markup characters backslash-escaped (so nothing renders as code, emphasis, a
+    link, HTML or a table cell). The one way report.md takes text it did not write itself."""
+    text = "".join(_visible(ch) for ch in str(value))
+    return _MARKUP.sub(r"\\\1", text)
 
 
 def _per_position(report: Report) -> str:
@@ -17,32 +44,43 @@ def _per_position(report: Report) -> str:
     return str(min(ns)) if min(ns) == max(ns) else f"{min(ns)}-{max(ns)}"
 
 
+def _fields(report: Report) -> str:
+    """--request-field as given: KEY=VALUE, VALUE as JSON."""
+    return ", ".join(md(f"{k}={json.dumps(v, ensure_ascii=False)}")
+                     for k, v in report.options["request_fields"].items())
+
+
 def _header(report: Report) -> list[str]:
     eng, ds, lim, cache, method = (report.engine, report.dataset, report.limits, report.cache,
                                    report.method)
     semantics = (eng.details or {}).get("position_semantics")
-    lines = [f"- Engine: `{eng.path}` ({eng.backend}, {eng.identity[:19]})",
-             *([f"- Batch position: {semantics}"] if semantics else []),
-             f"- Dataset: {ds.name}, {ds.count} prompts, hash `{ds.hash[:12]}`"
-             + (f" (subset of {ds.subset.of}, seed {ds.subset.seed})" if ds.subset else ""),
-             f"- Build limits: max_batch_size {lim.max_batch_size if lim else None}, max_beam_width "
-             f"{lim.max_beam_width if lim else None}, max_input_len "
-             f"{lim.max_input_len if lim else None}, max_seq_len {lim.max_seq_len if lim else None}",
-             *[f"- Memory per GPU: {m.message}" for m in report.memory],
-             "- Baseline: " + "; ".join(f"beam {w}: {n}" for w, n in report.baseline.items()),
-             f"- Generation cache: {cache.reason}, {cache.generations_from_cache} generations from "
-             f"the cache, {cache.batches_generated} batches generated",
-             "- Questions: " + "; ".join(f"{q}: {how}" for q, how in method.questions.items()),
-             f"- Method: tolerance {method.tolerance}, alpha {method.alpha}, seed {method.seed}, "
+    lines = [f"- Engine: {md(eng.path)} ({md(eng.backend)}, {md(eng.identity)})",
+             *([f"- Batch position: {md(semantics)}"] if semantics else []),
+             f"- Dataset: {md(ds.name)}, {md(ds.count)} prompts, hash {md(ds.hash[:12])}"
+             + (f" (subset of {md(ds.subset.of)}, seed {md(ds.subset.seed)})" if ds.subset else ""),
+             f"- Build limits: max_batch_size {md(lim.max_batch_size)}, max_beam_width "
+             f"{md(lim.max_beam_width)}, max_input_len {md(lim.max_input_len)}, max_seq_len "
+             f"{md(lim.max_seq_len)}" if lim else "- Build limits: the engine records no build "
+             "limits, so none were checked.",
+             *([f"- Request fields sent with every request: {_fields(report)}"]
+               if report.options.get("request_fields") else []),
+             *[f"- Memory per GPU: {md(m.message)}" for m in report.memory],
+             "- Baseline: " + "; ".join(f"beam {w}: {md(n)}" for w, n in report.baseline.items()),
+             f"- Generation cache: {md(cache.reason)}, {md(cache.generations_from_cache)} "
+             f"generations from the cache, {md(cache.batches_generated)} batches generated",
+             "- Questions: " + "; ".join(f"{md(q)}: {md(how)}" for q, how in method.questions.items()),
+             f"- Method: tolerance {md(method.tolerance)}, alpha {md(method.alpha)}, "
+             f"seed {md(method.seed)}, "
              + (f"sparse rotation (each prompt at one position per cell: {_per_position(report)} "
                 "prompts per position)" if method.rotation == "sparse" else "full rotation")]
     shard = report.shard
     if shard is not None and shard.index:
-        lines.append(f"- Shard {shard.index}/{shard.count}: cells {', '.join(shard.cells or ())}; "
+        lines.append(f"- Shard {md(shard.index)}/{md(shard.count)}: cells "
+                     f"{md(', '.join(shard.cells or ()))}; "
                      "verdict of this shard alone (Holm over its positions); "
                      "`python -m harness merge` of all shards gives the run's")
     elif shard is not None and shard.merged_from:
-        lines.append(f"- Merged from {shard.count} shard reports")
+        lines.append(f"- Merged from {md(shard.count)} shard reports")
     return lines
 
 
@@ -50,15 +88,18 @@ def _findings(report: Report) -> list[str]:
     lines = []
     for c in report.cells:
         if c.verdict != "pass":
-            lines.append(f"- **{c.id}**: {c.message}" + (f" — {c.cause}" if c.cause else "")
-                         + (f" (evidence: {c.evidence})" if c.evidence else ""))
-        lines += [f"- **{c.id}** build limit: {ch.message}" for ch in c.limit_checks
+            lines.append(f"- **{md(c.id)}**: {md(c.message)}"
+                         + (f" — {md(c.cause)}" if c.cause else "")
+                         + (f" (evidence: {md(c.evidence)})" if c.evidence else ""))
+        lines += [f"- **{md(c.id)}** build limit: {md(ch.message)}" for ch in c.limit_checks
                   if ch.status == "fail"]
+        lines += [f"- **{md(c.id)}** {md(ch.name)}: {md(ch.message)}" for ch in c.limit_checks
+                  if ch.status == "warn"]
     lines = lines or ["No degraded position and no exceeded build limit."]
     drift = [c.drift for c in report.cells if c.drift]
     if drift:
         lines += ["", "Outputs that differ from batch size 1 without losing quality (not failing):",
-                  "", *[f"- {d}" for d in drift]]
+                  "", *[f"- {md(d)}" for d in drift]]
     return lines
 
 
@@ -70,13 +111,14 @@ def _table(cells: tuple[CellEntry, ...], value: Callable[[PositionEntry], str],
              "|---|" + ("---|" if verdict else "") + "---|" * width]
     for c in cells:
         vals = [value(p) for p in c.positions] + [""] * (width - len(c.positions))
-        lines.append(f"| {c.id} | " + (f"{c.verdict} | " if verdict else "") + " | ".join(vals) + " |")
+        lines.append(f"| {md(c.id)} | " + (f"{md(c.verdict)} | " if verdict else "")
+                     + " | ".join(vals) + " |")
     return lines
 
 
 def markdown(report: Report) -> str:
     """The whole report.md."""
-    lines = [f"# Batch-position report: **{str(report.verdict).upper()}**", "", *_header(report),
+    lines = [f"# Batch-position report: **{md(str(report.verdict).upper())}**", "", *_header(report),
              "", "## Findings", "", *_findings(report),
              "", "## Quality against the reference summaries by batch position (* = degraded)", "",
              *_table(report.cells, lambda p: "–" if p.quality is None else
@@ -88,10 +130,11 @@ def markdown(report: Report) -> str:
     degraded = [c for c in report.cells if c.degraded_positions]
     if degraded:
         lines += ["", "Degraded positions (0-indexed): " + "; ".join(
-            f"{c.id} {ranges(c.degraded_positions)}" for c in degraded)]
+            f"{md(c.id)} {ranges(c.degraded_positions)}" for c in degraded)]
     s = report.signoff
     sha = report.integrity.sha256 if report.integrity else ""
     lines += ["", "## Sign-off", "",
-              f"{str(s.verdict).upper()} for `{s.engine}` ({s.identity[:19]}) at {s.at}, "
-              f"run by {s.by or '(no --signoff-by given)'}; report sha256 `{sha}`"]
+              f"{md(str(s.verdict).upper())} for {md(s.engine)} ({md(s.identity)}) at "
+              f"{md(s.at)}, run by {md(s.by) if s.by else '(no --signoff-by given)'}; "
+              f"report sha256 {md(sha)}"]
     return "\n".join(lines) + "\n"

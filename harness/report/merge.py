@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import bounds
 from harness.errors import ConfigError
 from harness.plan import Cell, Plan
 from harness.report.build import cell_entry, worst_position
@@ -78,7 +79,7 @@ def _load(path: str | Path) -> Shard:
                           "made with --shard K/N")
     gens = file.parent / "generations.jsonl"
     try:
-        rows = tuple(json.loads(line) for line in gens.read_text(encoding="utf-8").splitlines()
+        rows = tuple(bounds.loads(line) for line in gens.read_text(encoding="utf-8").splitlines()
                      if line)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{gens}: cannot read the shard's generations ({exc}); merge needs the "
@@ -233,8 +234,9 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
                                  tolerance=float(base.options["tolerance"]),
                                  alpha=float(base.options["alpha"]),
                                  deterministic=bool(base.options.get("deterministic")))
-    results = cell_results(grid, {c: by_id[c.id][0].limit_checks for c in grid}, analyses,
-                           {c: by_id[c.id][0].error for c in grid}, findings)
+    results = tuple(dataclasses.replace(r, notice=by_id[r.cell.id][0].notice) for r in cell_results(
+        grid, {c: by_id[c.id][0].limit_checks for c in grid}, analyses,
+        {c: by_id[c.id][0].error for c in grid}, findings))
     cells = []
     for result in results:
         worst, scored = worst_position(result), by_id[result.cell.id][1]

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from harness import bounds
 from harness.errors import ConfigError
 from harness.results import SCHEMA_VERSION, Integrity, Report
 
@@ -98,8 +99,8 @@ def load_report(path: str | Path) -> LoadedReport:
     if not file.is_file():
         raise ConfigError(f"{path}: no report.json there; give a report folder or a report.json")
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        data = bounds.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # unreadable, undecodable, invalid, nested too deep
         raise ConfigError(f"{file}: not a readable report ({type(exc).__name__}: {exc})") from None
     return LoadedReport(report=from_json(data, str(file)), path=file,
                         intact=isinstance(data, dict) and verify(data))

@@ -33,7 +33,7 @@ def finding_lines(report: Report) -> list[str]:
     lines = []
     for c in report.cells:
         lines += [f"{c.id}: build limit: {ch.message}" for ch in c.limit_checks if ch.status == "fail"]
-        if c.verdict == "fail":
+        if c.verdict in ("fail", "untested"):
             lines.append(c.message)
             if c.cause:
                 lines.append(f"  {c.cause}")

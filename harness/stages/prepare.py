@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from harness.config import RunConfig
+from harness.engines import guard
 from harness.engines.base import Engine
 from harness.engines.ranks import Ranks, current, require_world
 from harness.engines.registry import adopt, load_engine, peek_config
@@ -18,7 +19,9 @@ from harness.limits.engine_config import EngineLimits, read_limits
 from harness.limits.preflight import preflight
 from harness.plan import Cell, cells_for, choose_batch_sizes, make_plan, shard_cells
 from harness.results import Prepared, Timing
-from harness.storage.cache import GenerationCache, engine_fingerprint
+from harness.storage.cache import GenerationCache
+from harness.storage.cache_key import fingerprint as cache_fingerprint
+from harness.storage.cache_key import key_inputs
 from harness.storage.folders import check_writable
 from harness.storage.goldens import GoldenSet, GoldensStore
 
@@ -28,8 +31,14 @@ def planned_batch_sizes(config: RunConfig) -> tuple[int, ...]:
     collection and the cells of the run are the same."""
     if config.batch_sizes is not None:
         return config.batch_sizes
-    limits = read_limits(peek_config(config.engine, config.backend))
+    limits = _peeked_limits(config)
     return choose_batch_sizes(config.batch_sizes, limits.max_batch_size if limits else None)
+
+
+def _peeked_limits(config: RunConfig) -> EngineLimits | None:
+    """The build limits in config.json, read before the engine loads."""
+    return read_limits(peek_config(config.engine, config.backend),
+                       str(Path(config.engine).expanduser() / "config.json"))
 
 
 def planned_cells(config: RunConfig) -> list[Cell]:
@@ -52,7 +61,7 @@ def _engine(config: RunConfig, given: Engine | None, ranks: Ranks, timing: Timin
     """The engine under test and its limits; one process per engine rank, checked before a
     multi-GPU engine loads."""
     if given is None:
-        peeked = read_limits(peek_config(config.engine, config.backend))
+        peeked = _peeked_limits(config)
         if peeked is not None:
             require_world(ranks, peeked.tp_size, peeked.pp_size, engine=config.engine)
     t_load = time.perf_counter()
@@ -86,13 +95,14 @@ def _cache(config: RunConfig, engine: Engine, ranks: Ranks) -> GenerationCache:
     if ranks.world > 1:  # a rank that skipped a cached batch would leave the others waiting
         return GenerationCache(None, None, f"off (MPI world of {ranks.world}: every rank "
                                            "generates every batch)")
-    fingerprint = engine_fingerprint(engine.info)
+    key = key_inputs(engine.info, config.engine_options())
+    fingerprint = cache_fingerprint(key) if key is not None else None
     if fingerprint:
         check_writable(config.cache_dir, "--cache-dir", "choose a writable folder, or run "
                        "with --no-cache")
     return GenerationCache(config.cache_dir, fingerprint, "" if fingerprint else (
         "off (a server's answers are not cached)" if engine.info.backend == "openai"
-        else "off (the engine has no directory to fingerprint)"))
+        else "off (the engine has no directory to fingerprint)"), key=key)
 
 
 def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
@@ -109,8 +119,7 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     plan = make_plan(sizes, config.beam_widths, len(dataset), config.seed, config.rotation)
     prompts = build_prompts(dataset.documents, config.prompt_template, chat=config.chat,
                             engine=under_test)
-    counted = under_test.count_tokens(list(prompts))
-    lengths = tuple(counted) if counted is not None else None
+    lengths = guard.count_tokens(under_test, prompts)
     # preflight covers the whole grid, so every shard's report carries the same checks and budgets
     checked = preflight(plan.cells, limits, engine_dir=under_test.info.path,
                         prompt_lengths=list(lengths) if lengths is not None else None,
@@ -122,7 +131,7 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     store = GoldensStore(config.goldens_dir)
     goldens = _goldens(config, store, under_test, dataset)
     t_load = time.perf_counter()
-    golden_engine = (load_engine(config.golden_engine, None, config.engine_options())
+    golden_engine = (load_engine(config.golden_engine, None, config.engine_options(), strict=False)
                      if config.golden_engine and ranks.is_root else None)
     timing.engine_load_s += time.perf_counter() - t_load
     cache = _cache(config, under_test, ranks)

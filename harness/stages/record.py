@@ -8,6 +8,7 @@ from harness.errors import HarnessError, describe
 from harness.plan import Cell
 from harness.results import CellOutputs, Generated, Prepared, Timing
 from harness.stages.generate import generate_cell
+from harness.storage.atomic import disk_errors
 from harness.storage.goldens import GoldenSet
 
 
@@ -22,7 +23,7 @@ def _golden_outputs(prep: Prepared, timing: Timing | None) -> dict[Cell, CellOut
                                       prep.config.decoding(w), timing=timing)
         except Exception as exc:
             raise HarnessError(f"--golden-engine {prep.config.golden_engine}: {cell.id} failed "
-                               f"({describe(exc)}); goldens were left unchanged") from None
+                               f"({describe(getattr(exc, 'cause', exc))}); goldens were left unchanged") from None
     return out
 
 
@@ -50,5 +51,7 @@ def record_goldens(prep: Prepared, generated: Generated, timing: Timing | None =
             source={"backend": source_engine.info.backend, "engine": source_engine.info.path,
                     "identity": source_engine.info.identity, "batch_size": 1,
                     "harness_version": __version__})
-    written = [str(path) for path in prep.store.write_all(goldens)]
+    with disk_errors(f"--goldens-dir {config.goldens_dir}",
+                     "the goldens there were left unchanged (all or none are replaced)"):
+        written = [str(path) for path in prep.store.write_all(goldens)]
     return goldens, written

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from harness.bounds import ScoringCap
 from harness.plan import Cell
 from harness.results import (
     Baseline,
@@ -34,13 +35,17 @@ Texts = Sequence[str | None]
 
 def baselines(prep: Prepared, goldens: dict[int, GoldenSet], generated: Generated
               ) -> dict[int, Baseline]:
-    """Per beam width: the goldens when there are some, else batch size 1 of this run."""
+    """Per beam width: the goldens when there are some, else batch size 1 of this run.
+    Goldens are scored as outputs are, cut to the ScoringCap (--golden-engine's are recorded
+    whole, and goldens on disk are outside input)."""
     out: dict[int, Baseline] = {}
+    cap = ScoringCap.for_tokens(prep.config.max_new_tokens)
     for w in prep.config.beam_widths:
         if w in goldens:
             path = str(prep.store.path_for(prep.engine.info.identity, prep.dataset.name, w))
             out[w] = Baseline(w, f"goldens {path}",
-                              tuple(goldens[w].outputs[d.id] for d in prep.dataset.documents),
+                              tuple(cap.cut(goldens[w].outputs[d.id])
+                                    for d in prep.dataset.documents),
                               goldens_path=path)
         elif Cell(1, w) in generated.outputs:
             texts = generated.outputs[Cell(1, w)].texts[0]

@@ -8,10 +8,14 @@ writers that rename several files at one commit point (goldens).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+from harness.errors import StorageError
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 TEMP_NAME = re.compile(r"^\..+\.json\.[A-Za-z0-9_]{8}$")  # durable_temp's temporary files (of .json targets)
@@ -70,3 +74,18 @@ def atomic_write_text(path: Path, text: str) -> None:
             tmp.unlink()
         raise
     fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def disk_errors(where: str | Path, kept: str) -> Iterator[None]:
+    """An OSError inside (disk full, folder removed or read-only) becomes one StorageError line
+    naming ``where`` and saying what was ``kept``."""
+    try:
+        yield
+    except OSError as exc:
+        raise disk_error(where, exc, kept) from None
+
+
+def disk_error(where: str | Path, exc: OSError, kept: str) -> StorageError:
+    """The one line ``disk_errors`` raises."""
+    return StorageError(f"{where}: cannot write ({exc.strerror or exc}); {kept}")

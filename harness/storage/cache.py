@@ -1,8 +1,9 @@
 """Generation cache: each batch's outputs on disk as soon as they exist.
 
-Keyed by the engine fingerprint (every file of the engine directory, the backend and the
-harness version), the decoding settings and the batch composition (the prompts in position
-order), so a rerun with other tolerances or report options, or after a crash, asks the
+Keyed by the engine fingerprint (every input besides the batch that can change an output:
+the engine directory's files, the backend and what it reports about itself, the engine
+options, the tokenizer by content, library versions and the GPU; see ``cache_key``), the
+decoding settings and the batch composition (the prompts in position order), so a rerun with other tolerances or report options, or after a crash, asks the
 engine only for what is missing. Engines without a directory (module:Class) have no
 fingerprint and are never cached.
 
@@ -18,29 +19,25 @@ import hashlib
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import __version__
-from harness.config import DecodingSettings
+from harness import bounds
+from harness.config import DecodingSettings, EngineOptions
 from harness.engines.base import EngineInfo
 from harness.storage.atomic import TEMP_NAME, atomic_write_text
-from harness.storage.fingerprint import file_sha256
+from harness.storage.cache_key import fingerprint, key_inputs
 from harness.storage.locks import file_lock, try_lock
 
 LOCK_FILE = ".lock"
 
 
-def engine_fingerprint(info: EngineInfo) -> str | None:
-    """sha256 over the backend, the harness version and every file of the engine directory."""
-    folder = Path(info.path)
-    if not folder.is_dir():
-        return None
-    h = hashlib.sha256(f"{info.backend}\n{__version__}\n".encode())
-    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
-        h.update(f"{file.relative_to(folder).as_posix()}\n{file_sha256(file)}\n".encode())
-    return h.hexdigest()
+def engine_fingerprint(info: EngineInfo, options: EngineOptions | None = None) -> str | None:
+    """sha256 over every input besides the batch that can change an output (``cache_key``);
+    None for an engine without a directory."""
+    inputs = key_inputs(info, options)
+    return fingerprint(inputs) if inputs is not None else None
 
 
 @dataclass
@@ -53,6 +50,7 @@ class CacheStats:
     batches_from_cache: int = 0
     batches_generated: int = 0
     generations_from_cache: int = 0
+    key: dict[str, Any] = field(default_factory=dict)  # what the fingerprint covers (cache_key)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -61,12 +59,13 @@ class CacheStats:
 class GenerationCache:
     """One JSON file per batch under ``root/<fingerprint>/``, written atomically."""
 
-    def __init__(self, root: Path | None, fingerprint: str | None, reason: str = "") -> None:
+    def __init__(self, root: Path | None, fingerprint: str | None, reason: str = "",
+                 key: dict[str, Any] | None = None) -> None:
         self.folder = root / fingerprint[:24] if root is not None and fingerprint else None
         self.fingerprint = fingerprint
         self.stats = CacheStats(folder=str(self.folder) if self.folder else None,
                                 enabled=self.folder is not None,
-                                reason=reason or ("on" if self.folder else "off"))
+                                reason=reason or ("on" if self.folder else "off"), key=key or {})
         self.writable = self.folder is not None
         if self.folder is not None and self.folder.is_dir():
             self._remove_strays()
@@ -98,7 +97,7 @@ class GenerationCache:
             return None
         path = self._path(settings, prompts)
         try:
-            stored = json.loads(path.read_text(encoding="utf-8"))
+            stored = bounds.loads(path.read_text(encoding="utf-8"))
             texts = stored["outputs"]
         except (OSError, ValueError, KeyError, TypeError):
             return None  # missing or damaged: generate again, and overwrite

@@ -12,12 +12,15 @@ examples need them, so memory holds one cell's texts at most, plus the scores.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, overload
+
+from harness.storage.atomic import disk_error, disk_errors
 
 # The position read last, whichever cell it belongs to: repeated reads of one position (as in
 # ``texts[p][i]`` over i) cost one read, and memory holds one position's texts, not one per cell.
@@ -96,13 +99,21 @@ class GenerationsLog:
         self.index = {doc: i for i, doc in enumerate(self.ids)}
         self._file: BinaryIO = open(self.path, "ab")
         self._lock = threading.Lock()
+        self.cells = 0  # complete cells written
+        self.failed = False  # a write failed: the file ends with a partial cell
+
+    def _kept(self) -> str:
+        return (f"the {self.cells} cells completed before are kept in it and every generated "
+                "batch in the generation cache (unless --no-cache); free space and rerun the same "
+                "command to resume from the cache")
 
     def add(self, cell_id: str, texts: Sequence[Sequence[str | None]],
             beams: Sequence[Sequence[Sequence[str] | None]] = ()) -> SpilledTexts:
         """Write one cell's texts (``[position][document]``, None where a prompt never sat)
         and, for beam search, every beam of each; returns where to read the texts back."""
-        offsets = []
-        with self._lock:
+        offsets: list[int] = []
+        with self._lock, disk_errors(self.path, self._kept()):
+            self.failed = True  # until the whole cell is written
             for position, row in enumerate(texts):
                 offsets.append(self._file.tell())
                 lines = []
@@ -117,11 +128,20 @@ class GenerationsLog:
                 self._file.write("".join(lines).encode("utf-8"))
             self._file.flush()
             end = self._file.tell()
+            self.failed = False
+            self.cells += 1
         return SpilledTexts(self.path, tuple(offsets), end, self.index)
 
     def close(self) -> None:
+        """Flush and fsync; after a failed write only close (that error is already raised)."""
         if self._file.closed:
             return
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                self._file.close()  # what could not be flushed belongs to the failed cell
+            if not self.failed:
+                raise disk_error(self.path, exc, self._kept()) from None

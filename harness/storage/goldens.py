@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import bounds
 from harness.config import DecodingSettings
 from harness.errors import GoldensError
 from harness.inputs.data import Dataset
@@ -73,8 +74,8 @@ class GoldensStore:
         if not path.exists():
             return None
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raw = bounds.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:  # unreadable, undecodable, invalid, too deep
             raise GoldensError(f"{path}: corrupt goldens ({exc}); {FIX}") from None
         if not isinstance(raw, dict) or raw.get("schema_version") != SCHEMA_VERSION:
             found = raw.get("schema_version") if isinstance(raw, dict) else None
@@ -98,8 +99,10 @@ class GoldensStore:
                 f"{path}: recorded for dataset hash {golden.dataset_hash[:12]}, but this run's "
                 f"dataset {dataset.path} hashes to {dataset.hash[:12]} (its content changed); {FIX}")
         want = settings.as_dict()
-        diff = [f"{k} {golden.settings.get(k)!r} (run: {v!r})" for k, v in want.items()
-                if golden.settings.get(k) != v]
+        # both ways: keys present only when set (chat, request_fields) must match when absent too
+        diff = [f"{k} {golden.settings.get(k)!r} (run: {want.get(k)!r})"
+                for k in [*want, *(k for k in golden.settings if k not in want)]
+                if golden.settings.get(k) != want.get(k)]
         if diff:
             raise GoldensError(f"{path}: recorded with other decoding settings: {', '.join(diff)}; "
                                f"{FIX}")
@@ -130,9 +133,14 @@ class GoldensStore:
                     tmp.unlink(missing_ok=True)
                 raise
             journal = self.root / JOURNAL_FILE
-            atomic_write_text(journal, json.dumps({"moves": [
-                [tmp.relative_to(self.root).as_posix(), path.relative_to(self.root).as_posix()]
-                for tmp, path in moves]}))
+            try:
+                atomic_write_text(journal, json.dumps({"moves": [
+                    [tmp.relative_to(self.root).as_posix(), path.relative_to(self.root).as_posix()]
+                    for tmp, path in moves]}))
+            except BaseException:  # before the commit point: the old goldens stay
+                for tmp, _ in moves:
+                    tmp.unlink(missing_ok=True)
+                raise
             self._apply(moves)
             journal.unlink()
             fsync_dir(self.root)
@@ -160,7 +168,7 @@ class GoldensStore:
         journal = self.root / JOURNAL_FILE
         if journal.exists():
             try:
-                entries = json.loads(journal.read_text(encoding="utf-8"))["moves"]
+                entries = bounds.loads(journal.read_text(encoding="utf-8"))["moves"]
             except (OSError, ValueError, KeyError, TypeError):
                 entries = []  # journals are written atomically; an unreadable one is not ours
             moves = []

@@ -30,9 +30,14 @@ from urllib.parse import urlsplit
 from harness.config import DecodingSettings
 from harness.engines.base import EngineBase, Generation, as_engine
 from harness.errors import ConfigError, describe
+from harness.limits.engine_config import EngineLimits, read_limits
 
 DEFAULT_WINDOW_MS = 100.0
 DEFAULT_MAX_BATCH = 8  # when the engine records no max_batch_size
+DEFAULT_MAX_BEAMS = 8  # when the engine records no max_beam_width
+DEFAULT_MAX_TOKENS = 4096  # when the engine records no max_seq_len
+MAX_LENGTH_PENALTY = 10.0  # length ** penalty stays finite for any length an engine holds
+READ_TIMEOUT_S = 60.0  # each read of a request: a client silent this long is dropped
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MAX_BODY = 16 << 20
 BEAM_FIELDS = ("use_beam_search", "n", "best_of", "length_penalty", "early_stopping")
@@ -56,74 +61,143 @@ class Pending:
     batch: dict[str, int] | None = None  # {"id", "size", "position"} once generated
 
 
-def parse_completion(body: Any, model_name: str) -> tuple[list[str], DecodingSettings, int]:
+@dataclass(frozen=True)
+class Bounds:
+    """What one request may ask of the engine, from its build limits (defaults where it records
+    none). A request beyond them is a 400 naming the bound; none can stall the engine thread.
+
+    The beam width is bounded by the engine's KV slots in all (``max_batch_size`` x
+    ``max_beam_width``), not by ``max_beam_width`` itself: serving an engine is how the harness
+    tests it, and an engine that takes more beams than it was built for (the incident the
+    harness exists to catch) must be served as it behaves; what a request may never do is ask
+    for more sequences than the engine holds.
+    """
+
+    max_prompts: int = DEFAULT_MAX_BATCH  # prompts in one request (the server's batch size)
+    max_beams: int = DEFAULT_MAX_BATCH * DEFAULT_MAX_BEAMS  # n / best_of of one request
+    max_tokens: int = DEFAULT_MAX_TOKENS  # max_tokens of one request
+    max_input_tokens: int | None = None  # checked by the engine thread where it can count
+    max_seq_len: int | None = None
+
+    def input_problem(self, tokens: int, max_tokens: int) -> str | None:
+        """Why a prompt of ``tokens`` tokens cannot be served with ``max_tokens``, or None."""
+        if tokens < 1:
+            return "the prompt has no tokens: the engine needs at least one to continue from"
+        if self.max_input_tokens is not None and tokens > self.max_input_tokens:
+            return (f"the prompt has {tokens} tokens; the engine's max_input_len is "
+                    f"{self.max_input_tokens}")
+        if self.max_seq_len is not None and tokens + max_tokens > self.max_seq_len:
+            return (f"the prompt's {tokens} tokens + max_tokens {max_tokens} exceed the engine's "
+                    f"max_seq_len {self.max_seq_len}")
+        return None
+
+    @classmethod
+    def of(cls, limits: EngineLimits | None, max_batch_size: int) -> Bounds:
+        lim = limits or EngineLimits(layout="none")
+        beams = lim.max_beam_width or DEFAULT_MAX_BEAMS
+        return cls(max_prompts=max_batch_size, max_beams=(lim.max_batch_size or max_batch_size) * beams,
+                   max_tokens=lim.max_output_len or lim.max_seq_len or DEFAULT_MAX_TOKENS,
+                   max_input_tokens=lim.max_input_len, max_seq_len=lim.max_seq_len)
+
+
+def _integer(body: dict[str, Any], key: str, default: int | None, high: int, why: str) -> int | None:
+    value = body.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadRequest(f"{key} must be a positive integer, got {value!r}")
+    if value > high:
+        raise BadRequest(f"{key} {value} is more than {high} ({why})")
+    return value
+
+
+def _prompts(body: dict[str, Any], bounds: Bounds) -> list[str]:
+    prompt = body.get("prompt")
+    prompts = [prompt] if isinstance(prompt, str) else prompt
+    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
+        raise BadRequest("prompt must be a string or a non-empty list of strings")
+    if len(prompts) > bounds.max_prompts:
+        raise BadRequest(f"{len(prompts)} prompts in one request; at most {bounds.max_prompts} "
+                         "(the server's max batch size)")
+    if any(not p.strip() for p in prompts):
+        raise BadRequest("prompt must not be empty: the engine needs at least one token to "
+                         "continue from")
+    return prompts
+
+
+def _unsupported(body: dict[str, Any]) -> None:
+    for key in ("stream", "echo"):
+        if body.get(key) is True:
+            raise BadRequest(f"{key} is not supported by this server")
+    for key in ("suffix", "logprobs", "stop", "logit_bias"):
+        if body.get(key):
+            raise BadRequest(f"{key} is not supported by this server")
+    temperature = body.get("temperature", 0)
+    if temperature not in (0, 0.0, None) or isinstance(temperature, bool):
+        raise BadRequest(f"temperature {temperature!r}: this server decodes greedily or with beam "
+                         "search only; send temperature 0")
+
+
+def _beam_settings(body: dict[str, Any], bounds: Bounds) -> tuple[int, int, float, bool]:
+    """(beam width, choices per prompt, length penalty, early stopping)."""
+    why = f"the engine's KV slots in all: max_batch_size x max_beam_width = {bounds.max_beams}"
+    n = _integer(body, "n", 1, bounds.max_beams, why)
+    best_of = _integer(body, "best_of", None, bounds.max_beams, why)
+    assert n is not None
+    beam_search = body.get("use_beam_search", False)
+    if not isinstance(beam_search, bool):
+        raise BadRequest("use_beam_search must be true or false")
+    if beam_search:
+        width = best_of or n  # trtllm-serve: best_of, else n; vLLM: n (clients send both equal)
+        if n > width:
+            raise BadRequest(f"n {n} is more than the beam width best_of {width}")
+    elif n != 1 or best_of not in (None, 1):
+        raise BadRequest("n or best_of above 1 needs use_beam_search true (greedy decoding "
+                         "gives one output)")
+    else:
+        width = 1
+    penalty = body.get("length_penalty", 1.0)
+    penalty = 1.0 if penalty is None else penalty
+    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) \
+            or not -MAX_LENGTH_PENALTY <= penalty <= MAX_LENGTH_PENALTY:
+        raise BadRequest(f"length_penalty must be a number from -{MAX_LENGTH_PENALTY:g} to "
+                         f"{MAX_LENGTH_PENALTY:g}, got {penalty!r}")
+    early = body.get("early_stopping", True)
+    early = True if early is None else early
+    if not isinstance(early, bool):
+        raise BadRequest(f"early_stopping must be true or false, got {early!r}")
+    return width, n, float(penalty), early
+
+
+def parse_completion(body: Any, model_name: str, bounds: Bounds = Bounds()
+                     ) -> tuple[list[str], DecodingSettings, int]:
     """(prompts, settings, choices per prompt) from a /v1/completions body; BadRequest if not
-    servable. A prompt list is served as consecutive slots."""
+    servable or beyond ``bounds``. A prompt list is served as consecutive slots."""
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     model = body.get("model")
     if model is not None and model != model_name:
         raise BadRequest(f"model {model!r} is not served here; GET /v1/models lists {model_name!r}")
-    prompt = body.get("prompt")
-    prompts = [prompt] if isinstance(prompt, str) else prompt
-    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
-        raise BadRequest("prompt must be a string or a non-empty list of strings")
-    for key, bad in (("stream", True), ("echo", True)):
-        if body.get(key) == bad:
-            raise BadRequest(f"{key} is not supported by this server")
-    for key in ("suffix", "logprobs", "stop", "logit_bias"):
-        if body.get(key):
-            raise BadRequest(f"{key} is not supported by this server")
-
-    def integer(key: str, default: int | None) -> int | None:
-        value = body.get(key, default)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise BadRequest(f"{key} must be a positive integer, got {value!r}")
-        return value
-
-    max_tokens = integer("max_tokens", 16)
-    n, best_of = integer("n", 1), integer("best_of", None)
-    temperature = body.get("temperature", 0)
-    if temperature not in (0, 0.0, None) or isinstance(temperature, bool):
-        raise BadRequest(f"temperature {temperature!r}: this server decodes greedily or with beam "
-                         "search only; send temperature 0")
-    beam_search = body.get("use_beam_search", False)
-    if not isinstance(beam_search, bool):
-        raise BadRequest("use_beam_search must be true or false")
-    assert n is not None and max_tokens is not None
-    if beam_search:
-        width = best_of or n  # trtllm-serve: best_of, else n; vLLM: n (clients send both equal)
-        if n > width:
-            raise BadRequest(f"n {n} is more than the beam width best_of {width}")
-    else:
-        if n != 1 or best_of not in (None, 1):
-            raise BadRequest("n or best_of above 1 needs use_beam_search true (greedy decoding "
-                             "gives one output)")
-        width = 1
-    length_penalty = body.get("length_penalty", 1.0)
-    if length_penalty is None:
-        length_penalty = 1.0
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
-        raise BadRequest(f"length_penalty must be a number, got {length_penalty!r}")
-    early_stopping = body.get("early_stopping", True)
-    if early_stopping is None:
-        early_stopping = True
-    if not isinstance(early_stopping, bool):
-        raise BadRequest(f"early_stopping must be true or false, got {early_stopping!r}")
+    prompts = _prompts(body, bounds)
+    _unsupported(body)
+    max_tokens = _integer(body, "max_tokens", 16, bounds.max_tokens,
+                          "the engine's max_seq_len" if bounds.max_seq_len else "this server's bound")
+    width, n, penalty, early = _beam_settings(body, bounds)
+    assert max_tokens is not None
     settings = DecodingSettings(beam_width=width, max_new_tokens=max_tokens,
-                                length_penalty=float(length_penalty), early_stopping=early_stopping)
+                                length_penalty=penalty, early_stopping=early)
     return prompts, settings, n
 
 
 class Batcher:
     """The one engine thread: same-settings requests within the window -> one generate call."""
 
-    def __init__(self, engine: Any, *, max_batch_size: int, window_s: float) -> None:
+    def __init__(self, engine: Any, *, max_batch_size: int, window_s: float,
+                 bounds: Bounds | None = None) -> None:
         self.engine: EngineBase = as_engine(engine)
         self.max_batch_size = max_batch_size
         self.window_s = window_s
+        self.bounds = bounds or Bounds(max_prompts=max_batch_size)
         self.batches = 0
         self._queue: queue.Queue[Pending | None] = queue.Queue()
         self._held: list[Pending] = []  # arrived with other settings: first in the next batch
@@ -204,7 +278,29 @@ class Batcher:
                 return
             self.run_batch(batch)
 
+    def _admit(self, batch: list[Pending]) -> list[Pending]:
+        """The items whose prompts fit the engine's input limits (counted here, in the engine
+        thread, with the engine's own tokenizer); the others are answered 400 now."""
+        try:
+            counts = self.engine.count_tokens([p.prompt for p in batch])
+        except Exception:  # the engine cannot count: it refuses what it cannot take itself
+            counts = None
+        if counts is None or len(counts) != len(batch):
+            return batch
+        kept = []
+        for item, tokens in zip(batch, counts):
+            reason = self.bounds.input_problem(tokens, item.settings.max_new_tokens)
+            if reason is None:
+                kept.append(item)
+            else:
+                item.error, item.status = reason, 400
+                item.done.set()
+        return kept
+
     def run_batch(self, batch: list[Pending]) -> None:
+        batch = self._admit(batch)
+        if not batch:
+            return
         batch_id = self.batches
         self.batches += 1
         try:
@@ -214,7 +310,8 @@ class Batcher:
                                    f"{len(batch)}")
             for position, (item, out) in enumerate(zip(batch, outputs)):
                 item.result = out
-                item.batch = {"id": batch_id, "size": len(batch), "position": position}
+                item.batch = {"id": batch_id, "size": len(batch), "position": position,
+                              "beam_width": item.settings.beam_width}
         except Exception as exc:  # the engine's fault: every request of the batch gets a 500
             for item in batch:
                 item.error, item.status = describe(exc), 500
@@ -231,7 +328,8 @@ class CompletionServer(ThreadingHTTPServer):
     request_queue_size = 128  # a full batch connects at once; the default 5 would drop SYNs
 
     def __init__(self, address: tuple[str, int], engine: Any, *, model_name: str,
-                 max_batch_size: int, window_s: float, quiet: bool = True) -> None:
+                 max_batch_size: int, window_s: float, quiet: bool = True,
+                 bounds: Bounds | None = None) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, CompletionHandler)
@@ -239,7 +337,9 @@ class CompletionServer(ThreadingHTTPServer):
         self.model_name = model_name
         self.created = int(time.time())
         self.quiet = quiet
-        self.batcher = Batcher(self.engine, max_batch_size=max_batch_size, window_s=window_s)
+        self.bounds = bounds or Bounds(max_prompts=max_batch_size)
+        self.batcher = Batcher(self.engine, max_batch_size=max_batch_size, window_s=window_s,
+                               bounds=self.bounds)
         self._arrivals = itertools.count()
         self._arrival_of: dict[Any, int] = {}
         self._lock = threading.Lock()
@@ -274,6 +374,7 @@ class CompletionHandler(BaseHTTPRequestHandler):
 
     server: CompletionServer
     server_version = "batch-position-harness-serve"
+    timeout = READ_TIMEOUT_S  # per read (socket timeout): a silent client is dropped
 
     def setup(self) -> None:
         super().setup()
@@ -322,11 +423,18 @@ class CompletionHandler(BaseHTTPRequestHandler):
         except ValueError as exc:
             self._error(400, f"the body is not JSON ({exc})")
             return
+        except RecursionError:
+            self._error(400, "the body nests too deeply to be a completions request")
+            return
         try:
-            prompts, settings, n = parse_completion(body, self.server.model_name)
+            prompts, settings, n = parse_completion(body, self.server.model_name, self.server.bounds)
         except BadRequest as exc:
             self._error(400, str(exc))
             return
+        self._complete(prompts, settings, n)
+
+    def _complete(self, prompts: list[str], settings: DecodingSettings, n: int) -> None:
+        """Hand the prompts to the engine thread, wait, answer."""
         items = [Pending(arrival=(self.arrival, i), prompt=p, settings=settings)
                  for i, p in enumerate(prompts)]
         self.server.batcher.submit(items)
@@ -364,13 +472,17 @@ def check_host(host: str) -> str:
 
 def make_server(engine: Any, *, host: str = "127.0.0.1", port: int = 0, model_name: str,
                 max_batch_size: int, window_ms: float = DEFAULT_WINDOW_MS,
-                quiet: bool = True) -> CompletionServer:
-    """A listening server around a loaded engine (port 0: any free port)."""
+                quiet: bool = True, bounds: Bounds | None = None) -> CompletionServer:
+    """A listening server around a loaded engine (port 0: any free port); requests bounded by
+    ``bounds`` (default: the engine's build limits, as ``serve`` reads them)."""
     check_host(host)
+    if bounds is None:
+        info = as_engine(engine).info
+        bounds = Bounds.of(read_limits(info.config), max_batch_size)
     try:
         return CompletionServer((host, port), engine, model_name=model_name,
                                 max_batch_size=max_batch_size, window_s=window_ms / 1000.0,
-                                quiet=quiet)
+                                quiet=quiet, bounds=bounds)
     except OSError as exc:
         raise ConfigError(f"--port {port}: cannot listen on {host}:{port} "
                           f"({exc.strerror or exc}); pick another port, or 0 for any free one") from None
@@ -387,7 +499,6 @@ def serve(spec: str, *, backend: str | None = None, host: str = "127.0.0.1", por
           model_name: str | None = None, quiet: bool = True) -> int:
     """Load the engine, print the ready line, serve until Ctrl-C (or SIGTERM)."""
     from harness.engines.registry import load_engine
-    from harness.limits.engine_config import read_limits
 
     check_host(host)
     engine = load_engine(spec, backend)
@@ -397,7 +508,7 @@ def serve(spec: str, *, backend: str | None = None, host: str = "127.0.0.1", por
     name = model_name or Path(engine.info.path).name or engine.info.backend
     try:
         server = make_server(engine, host=host, port=port, model_name=name, max_batch_size=size,
-                             window_ms=window_ms, quiet=quiet)
+                             window_ms=window_ms, quiet=quiet, bounds=Bounds.of(limits, size))
     except ConfigError:
         engine.close()
         raise

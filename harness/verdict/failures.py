@@ -36,9 +36,11 @@ def positions_failure(result: CellResult) -> str | None:
     if result.error:
         return f"{result.cell.id}: engine error: {result.error}"
     a = result.analysis
+    if result.verdict == Verdict.UNTESTED and a is not None:
+        return f"{result.cell.id}: untested: {result.notice}\n  measured all the same: {a.message}"
     if a is None or a.verdict == Verdict.PASS:
         return None
-    lines = [a.message]
+    lines = [a.message] + ([f"  note: {result.notice}"] if result.notice else [])
     cause = likely_cause(result)
     if cause:
         lines.append(cause)

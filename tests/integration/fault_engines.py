@@ -114,3 +114,60 @@ class Raises(Echo):
         if (len(prompts), settings.beam_width) == self.cell:
             raise RAISES[self.kind]()
         return super().generate(prompts, settings)
+
+
+class CloseRaises(Echo):
+    """Generates normally; ``close()`` raises, as a CUDA context torn down early does."""
+
+    def close(self) -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered (in close)")
+
+
+class CountRaises(Echo):
+    """``count_tokens`` raises (a tokenizer that cannot read the prompts)."""
+
+    def count_tokens(self, prompts):  # type: ignore[no-untyped-def]
+        raise ValueError("tokenizer.json: unknown normalizer")
+
+
+class CountsWrong(Echo):
+    """``count_tokens`` answers with the wrong shape (one number for the whole batch)."""
+
+    def count_tokens(self, prompts):  # type: ignore[no-untyped-def]
+        return 7
+
+
+class OptionsEcho(Echo):
+    """Reads the engine options, as the trtllm backend does: the end id and the tokenizer
+    folder's content change its outputs."""
+
+    def __init__(self, path: str | None = None, options=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(path)
+        self.options = options
+
+    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+        from pathlib import Path
+
+        tok = self.options.tokenizer
+        mark = (Path(tok) / "vocab.txt").read_text().strip() if tok else ""
+        return [Generation(text=f"{echo(p, settings.beam_width)} end{self.options.end_id} {mark}")
+                for p in prompts]
+
+
+class Runaway(Echo):
+    """Never stops at max_new_tokens: every output is the prompt's words followed by
+    ``RUNAWAY_WORDS`` (default 20,000) more (a missing end id, a broken stop criterion)."""
+
+    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+        tail = " ".join(f"w{i % 97}" for i in range(int(os.environ.get("RUNAWAY_WORDS", "20000"))))
+        return [Generation(text=f"{echo(p, settings.beam_width)} {tail}") for p in prompts]
+
+
+class Interrupts(Echo):
+    """Ctrl-C arrives during the ``FAULT_INTERRUPT_CALL``-th call (default 3): it raises
+    KeyboardInterrupt, as SIGINT does in the main thread."""
+
+    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+        if self.calls + 1 == int(os.environ.get("FAULT_INTERRUPT_CALL", "3")):
+            raise KeyboardInterrupt
+        return super().generate(prompts, settings)

@@ -5,6 +5,11 @@ Each case runs ``python -m harness run ARGS`` (exit 2, ``error: <one line>``) an
 status, the words of the one message (the file, option or key it names and the fix) and
 that no traceback is printed. Every case fails before anything is generated, so the matrix
 takes seconds; ``test_bad_input.py`` runs a few of the same through a real subprocess.
+
+Issue #15 (the hostile round) adds a case per class it fixed: refused in one line above
+(2 literal dataset paths, 4 guarded backend calls, 6 JSON depth, 7 bounds, 12 options a
+backend ignores), and, in ``test_hostile_run``, what is not a usage error (1 the cache key,
+5 Ctrl-C and a full disk, 8b the scoring cap, 10 Markdown in names).
 """
 
 from __future__ import annotations
@@ -105,6 +110,13 @@ def _edit_json(path: Path, **changes: object) -> None:
         else:
             raw[key] = value
     path.write_text(json.dumps(raw))
+
+
+def _nested_config(folder: Path) -> None:
+    """config.json with one key nested 100,000 arrays deep (json.loads would recurse)."""
+    text = (folder / "config.json").read_text()
+    (folder / "config.json").write_text(
+        '{"deep": ' + "[" * 100_000 + "]" * 100_000 + ", " + text.lstrip()[1:])
 
 
 @dataclass(frozen=True)
@@ -242,6 +254,32 @@ CASES = [
     Case("goldens-dir-under-a-file", lambda s: [*TOY, "--dataset", str(s.dataset), "--update-goldens",
                                                 "--goldens-dir", str(s.regular_file() / "g")],
          ("--goldens-dir", "plain-file/g: cannot create (Not a directory)", "drop --update-goldens")),
+    # issue 15, the hostile round: each class its fix refuses in one line
+    Case("dataset-name-datasets-cannot-read", lambda s: [*TOY, "--dataset", s.file(
+        "a::b.jsonl", s.dataset.read_text())],  # 2: a literal path, never a pattern
+         ("a::b.jsonl: `datasets` cannot read this file name",)),
+    Case("count-tokens-raises", lambda s: ["--engine", "fault_engines:CountRaises", "--dataset",
+                                           str(s.dataset)],  # 4: backend calls guarded
+         ("count_tokens raised ValueError: tokenizer.json: unknown normalizer",)),
+    Case("count-tokens-wrong-shape", lambda s: ["--engine", "fault_engines:CountsWrong",
+                                                "--dataset", str(s.dataset)],
+         ("count_tokens returned int for 16 prompts",)),
+    Case("engine-module-raises-on-import", lambda s: ["--engine", "raises_on_import:Engine"],
+         ("importing 'raises_on_import' raised RuntimeError: CUDA driver",)),
+    Case("config-nested-too-deep", lambda s: ["--engine", s.engine_copy(_nested_config)],  # 6
+         ("config.json", "nested deeper than 64 levels")),
+    Case("goldens-nested-too-deep", lambda s: s.goldens_copy(
+        lambda p: p.write_text("[" * 100_000 + "]" * 100_000)),
+         ("-beam1.json: corrupt goldens", "nested deeper than 64 levels")),
+    Case("batch-sizes-beyond-any-engine", lambda s: ["--batch-sizes", "1,100000"],  # 7: bounds
+         ("--batch-sizes '1,100000'", "must be at most 65536")),
+    Case("max-new-tokens-beyond-bound", lambda s: ["--max-new-tokens", "99999999"],
+         ("--max-new-tokens '99999999'", "must be at most 65536")),
+    Case("config-limit-beyond-any-engine", lambda s: ["--engine", s.config_copy(
+        lambda c: c["build_config"].__setitem__("max_batch_size", 10 ** 30))],
+         ("config.json: build_config.max_batch_size", "above 65536")),
+    Case("option-the-backend-ignores", lambda s: [*TOY, "--end-id", "5"],  # 12
+         ("--end-id does not apply to the toy_engine:ToyEngine", "drop")),
     Case("cache-dir-under-a-file", lambda s: ["--engine", str(s.engine), "--dataset", str(s.dataset),
                                               "--cache-dir", str(s.regular_file() / "cache")],
          ("--cache-dir", "plain-file/cache: cannot create (Not a directory)", "--no-cache")),
@@ -329,3 +367,137 @@ def test_batch_size_above_the_engine_maximum(tmp_path: Path, engine_factory, sma
     code = main(["lint", engine, "--batch-size", "16"])
     out = capsys.readouterr().out
     assert code == 1 and "FAIL    max_batch_size   batch size 16 exceeds" in out and "Traceback" not in out
+
+
+# Issue 15, the hostile round: inputs and events that are not usage errors. Each runs through
+# ``python -m harness run`` and ``pytest suites/`` (in this process, an Echo engine: seconds)
+# and asserts the exit status, at most one line of error with its words, no traceback, and
+# what the fix keeps or shows.
+
+
+@dataclass(frozen=True)
+class Hostile:
+    id: str
+    args: Callable[[Setup], list[str]]
+    codes: tuple[int, int]  # exit status of `run`, of `pytest suites/`
+    words: tuple[str, ...] = ()  # in the one line of error ((): no error line at all)
+    before: Callable[[Setup, pytest.MonkeyPatch], object] = lambda s, mp: None  # each run
+    check: Callable[[Path], object] = lambda folder: None  # the newest report folder
+
+
+def _echo(s: Setup, name: str = "echo-engine", backend: str = "fault_engines:Echo",
+          *extra: str) -> list[str]:
+    """A folder engine (so the generation cache is on) answered by a fault engine."""
+    folder = s.tmp / name
+    folder.mkdir(exist_ok=True)
+    (folder / "weights.bin").write_text("echo")
+    return ["--engine", str(folder), "--backend", backend, "--dataset", str(s.dataset),
+            "--batch-sizes", "1,2", "--beam-widths", "1", *extra]
+
+
+def _change_weights(s: Setup, mp: pytest.MonkeyPatch) -> None:
+    """Class 1: a first run fills the cache, then the engine's weights change under it."""
+    args = _echo(s) + ["--report-dir", str(s.tmp / "seed"), "--cache-dir", str(s.tmp / "cache"),
+                       "--goldens-dir", str(s.tmp / "no-goldens")]
+    assert _cli(args)[0] == 0
+    s.engine_runs = getattr(s, "engine_runs", 0) + 1
+    (s.tmp / "echo-engine" / "weights.bin").write_text(f"other weights {s.engine_runs}")
+
+
+def _nothing_from_cache(folder: Path) -> None:
+    cache = json.loads((folder / "report.json").read_text())["cache"]
+    assert cache["enabled"] and cache["generations_from_cache"] == 0, cache
+
+
+def _disk_fills(s: Setup, mp: pytest.MonkeyPatch) -> None:
+    """Class 5: generations.jsonl has room for about one cell, then the disk is full."""
+    import errno
+
+    from harness.storage import generations
+
+    real_open, room = open, len(s.dataset.read_bytes()) // 4
+
+    class Filling:
+        def __init__(self, file: object) -> None:
+            self.file, self.room = file, room
+
+        def write(self, data: bytes) -> int:
+            if len(data) > self.room:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.room -= len(data)
+            return self.file.write(data)  # type: ignore[attr-defined]
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.file, name)
+
+    def filling_open(path, mode="r", *args, **kwargs):  # type: ignore[no-untyped-def]
+        file = real_open(path, mode, *args, **kwargs)
+        return Filling(file) if "a" in mode else file
+
+    mp.setattr(generations, "open", filling_open, raising=False)
+
+
+def _capped(folder: Path) -> None:
+    report = json.loads((folder / "report.json").read_text())
+    for cell in report["cells"]:
+        [check] = [c for c in cell["limit_checks"] if c["name"] == "output_length"]
+        assert check["status"] == "warn" and "ran past 8 x --max-new-tokens words" in check["message"]
+    rows = (folder / "generations.jsonl").read_text().splitlines()
+    assert all(len(json.loads(r)["output"].split()) > 300 for r in rows)  # kept whole
+
+
+NAME = "x`\n# PASS <b>*|_[x]"
+
+
+def _escaped(folder: Path) -> None:
+    from harness.report.markdown import md
+
+    lines = (folder / "report.md").read_text().splitlines()
+    headings = [line for line in lines if line.startswith("#")]
+    assert headings[0].startswith("# Batch-position report:") and not any(
+        "PASS <" in h or h.startswith("# PASS") for h in headings), headings
+    assert any(line.startswith("- Engine: ") and md(str(Path(NAME).name)) in line for line in lines)
+    assert "run by me\\\\n\\# FAIL" in lines[lines.index("## Sign-off") + 2]
+
+
+HOSTILE = [
+    Hostile("cache-after-the-weights-change", _echo, (0, 0),  # 1: the key covers engine files
+            before=_change_weights, check=_nothing_from_cache),
+    Hostile("ctrl-c-while-generating", lambda s: _echo(s, "echo-engine", "fault_engines:Interrupts"),
+            (130, 130), ("interrupted:", "kept in the generation cache", "generations.jsonl",
+                         "rerun the same command to resume")),  # 5
+    Hostile("disk-full-while-generations-stream", _echo, (2, 4),  # 5
+            ("generations.jsonl: cannot write (No space left on device)",
+             "the 1 cells completed before are kept in it"), before=_disk_fills),
+    Hostile("runaway-outputs-are-scored-capped",  # 8b: ROUGE-L on 8 x --max-new-tokens words
+            lambda s: _echo(s, "echo-engine", "fault_engines:Runaway", "--max-new-tokens", "8"),
+            (0, 0), before=lambda s, mp: mp.setenv("RUNAWAY_WORDS", "400"), check=_capped),
+    Hostile("names-with-markdown-in-report-md",  # 10
+            lambda s: _echo(s, NAME, "fault_engines:Echo", "--signoff-by", "me\n# FAIL"),
+            (0, 0), check=_escaped),
+]
+
+
+@pytest.mark.parametrize("case", HOSTILE, ids=[c.id for c in HOSTILE])
+def test_hostile_run(case: Hostile, tmp_path: Path, small_dataset: Path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(HERE))
+    setup = Setup(tmp=tmp_path, engine=tmp_path / "unused", dataset=small_dataset,
+                  goldens=tmp_path / "unused")
+    args = [*case.args(setup), "--report-dir", str(tmp_path / "reports"), "--goldens-dir",
+            str(tmp_path / "no-goldens"), "--cache-dir", str(tmp_path / "cache")]
+    for kind, code in zip(("run", "pytest"), case.codes):
+        with pytest.MonkeyPatch.context() as mp:
+            case.before(setup, mp)
+            got, out = _cli(args) if kind == "run" else _pytest(capsys, args)
+        assert got == code, f"{kind}: {out}"
+        assert "Traceback" not in out and "KeyboardInterrupt" not in out, f"{kind}: {out}"
+        if kind == "run":
+            errors = [line for line in out.splitlines()
+                      if line.startswith("error:") or "interrupted:" in line]
+            assert len(errors) == (1 if case.words else 0), out
+        for words in case.words:
+            assert words in out, f"{kind}: {out}"
+        if not case.words:
+            folders = sorted((tmp_path / "reports").glob("*/report.json"),
+                             key=lambda p: p.stat().st_mtime_ns)
+            case.check(folders[-1].parent)

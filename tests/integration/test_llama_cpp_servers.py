@@ -1,29 +1,42 @@
 """Real third-party servers, started by the test: llama.cpp's llama-server and
 llama-cpp-python[server] with the bundled model converted to GGUF (tests/servers/).
 
-Skipped unless they are built (``python -m tests.servers.llama_cpp build``, about 10 to 15
-minutes on 2 cores; see tests/servers/README.md). The answers recorded from them lie in
-tests/data/servers/ for the tests that must run everywhere.
+The live tests skip unless the servers are built (``python -m tests.servers.llama_cpp build``,
+about 10 to 15 minutes on 2 cores; CI builds them, see tests/servers/README.md). The answers
+recorded from them lie in tests/data/servers/; the replay tests serve them again and run
+everywhere.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import urllib.request
 
 import pytest
 
-from tests.servers import llama_cpp
+from tests.servers import harness_runs, llama_cpp, recordings
+from tests.servers.replay import ReplayServer
 from tests.servers.verify_tokenizer import bundled_prompts, server_tokenize
 
 FIXTURES = llama_cpp.REPO / "tests" / "data" / "servers"
 
 
+REQUIRE = "HARNESS_REQUIRE_LLAMA_CPP"  # set by .ci/run: CI builds the servers, so they must run
+
+
+def _unavailable(kind: llama_cpp.Kind) -> None:
+    """Skip (fail where REQUIRE is set) unless ``kind`` is built."""
+    if (reason := llama_cpp.available(kind)) is not None:
+        if os.environ.get(REQUIRE):
+            pytest.fail(f"{REQUIRE} is set but {reason}")
+        pytest.skip(reason)
+
+
 @pytest.fixture(scope="module")
 def gguf():
-    if (reason := llama_cpp.available("llama-server")) is not None:
-        pytest.skip(reason)
+    _unavailable("llama-server")
     return llama_cpp.convert()
 
 
@@ -37,8 +50,7 @@ def _completion(server: llama_cpp.Server, prompt: str, **extra) -> dict:
 
 @pytest.mark.parametrize("kind", llama_cpp.KINDS)
 def test_a_real_server_starts_tokenizes_like_transformers_answers_as_recorded_and_stops(kind, gguf):
-    if (reason := llama_cpp.available(kind)) is not None:
-        pytest.skip(reason)
+    _unavailable(kind)
     from transformers import AutoTokenizer
 
     recorded = json.loads((FIXTURES / kind / "greedy-rp1-c1.json").read_text(encoding="utf-8"))
@@ -63,3 +75,122 @@ def test_a_real_server_starts_tokenizes_like_transformers_answers_as_recorded_an
     assert server.process.returncode is not None
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
         pass
+
+
+# --- the harness through the real servers: recorded (replayed everywhere) and live -----------
+#
+# Issue 14 A1 (no beam search), A2 (no batching), A3 (--request-field), A5 (a crash mid-run):
+# tests/servers/harness_runs.py names the runs; record.py recorded each through both servers
+# (every try of every batch, timed); tests/servers/replay.py serves those answers again at their
+# recorded times, so these checks run without the build. With the build, the same runs go
+# through freshly started servers and must show the same.
+
+RUN_KINDS = [(kind, name) for kind in llama_cpp.KINDS for name in harness_runs.RUNS]
+
+
+def _check_grid(kind: str, cells: dict) -> None:
+    """What harness-grid(-rp1) must show on each server."""
+    assert cells["bs1-beam1"]["verdict"] == "pass"
+    for size in (2, 4):
+        cell = cells[f"bs{size}-beam1"]
+        if kind == "llama-cpp-python":  # one lock around the model: a queue, not a batch
+            assert cell["verdict"] == "untested", cell
+            assert cell["notice"].startswith(f"the server answered these {size} requests one "
+                                             "after another: batch positions were not exercised")
+        else:  # --parallel 4: batched
+            assert cell["verdict"] == "pass" and cell["notice"] is None, cell
+    first = cells["bs1-beam2"]["error"]
+    reason = ("returned 1 choice for best_of 2 (position 0): no beam search ran" if kind ==
+              "llama-cpp-python" else "returned 2 identical choices for best_of 2 in each of its "
+              "first 4 answers: no beam search ran")
+    assert reason in first and "(the run's first failure: bs1-beam2, batch " in first
+    for size in (2, 4):
+        assert cells[f"bs{size}-beam2"]["error"].startswith(
+            "failed the same way as the run's first failure, bs1-beam2 (batch ")
+
+
+def _check_crash(kind: str, cells: dict) -> None:
+    """harness-crash: the prompt with '%' kills llama-cpp-python, llama-server refuses it."""
+    first = cells["bs1-beam1"]["error"]
+    symptom = ("first: RemoteDisconnected at position 0" if kind == "llama-cpp-python" else
+               "HTTP 400 at position 0: unordered_map::at")
+    assert symptom in first, first
+    crash_id = f"news-{harness_runs.CRASH_DOCUMENT:05d}"
+    assert f"(the run's first failure: bs1-beam1, batch 4 of 8, prompt {crash_id})" in first
+    for cid in ("bs2-beam1", "bs4-beam1"):
+        assert cells[cid]["error"].startswith("failed the same way as the run's first failure, "
+                                              f"bs1-beam1 (batch 4 of 8, prompt {crash_id}): ")
+
+
+def _check(kind: str, name: str, cells: dict) -> None:
+    (_check_crash if harness_runs.RUNS[name].crash else _check_grid)(kind, cells)
+
+
+def _stable(cells: dict) -> dict:
+    """Cells without the batch counts of a notice (timing: one batch may go either way)."""
+    return {cid: {**c, "notice": c["notice"] and c["notice"].split(" (")[0]} for cid, c in cells.items()}
+
+
+def _outputs(result) -> dict[str, str]:
+    bs1 = next(o for o in result.outputs if o.cell.id == "bs1-beam1")
+    return {d.id: t for d, t in zip(result.dataset.documents, bs1.texts[0])}
+
+
+KEY = "sk-test-0123456789abcdef"  # a key in the address: sent, never shown (issue 15, item 11)
+
+
+def _run_keyed(spec: harness_runs.HarnessRun, url: str, folder) -> tuple[dict, object]:
+    """The harness run against ``url`` with a key in its query string; its cells with the
+    address as $SERVER, and the result. Nothing in the run folder or the cells has the key;
+    report.md says there are no build limits to check (issue 14 A6)."""
+    from harness.pipeline import run
+
+    result = run(harness_runs.config(spec, f"{url}?api_key={KEY}", folder))
+    shown = f"{url}?api_key=REDACTED"
+    cells = {cid: {k: (v.replace(shown, "$SERVER") if isinstance(v, str) else v)
+                   for k, v in c.items()} for cid, c in harness_runs.cells(result).items()}
+    assert KEY not in json.dumps(cells)
+    for path in result.report_dir.iterdir():
+        assert KEY not in path.read_text(encoding="utf-8"), path.name
+    md = (result.report_dir / "report.md").read_text(encoding="utf-8")
+    assert "- Build limits: the engine records no build limits, so none were checked." in md
+    return cells, result
+
+
+@pytest.mark.parametrize("kind, name", RUN_KINDS)
+def test_replayed_server_answers_give_the_recorded_verdicts(kind, name, tmp_path):
+    recorded = recordings.load(kind, name)
+    with ReplayServer.start(kind, name) as replay:
+        cells, _ = _run_keyed(harness_runs.RUNS[name], replay.url, tmp_path)
+    _check(kind, name, cells)
+    assert _stable(cells) == _stable(recorded["cells"])
+    if harness_runs.RUNS[name].request_fields:  # strict lookup: every body carried the field
+        assert replay.received and all(b.get("repeat_penalty") == 1.0 for b in replay.received)
+
+
+def test_replayed_repeat_penalty_changes_only_llama_cpp_python(tmp_path):
+    """--request-field repeat_penalty=1.0 reaches the server: llama-cpp-python's default (1.1)
+    changed an output of the 8, llama-server's default is 1.0 already."""
+    from harness.pipeline import run
+
+    changed = {}
+    for kind in llama_cpp.KINDS:
+        texts = []
+        for name in ("harness-grid", "harness-grid-rp1"):
+            with ReplayServer.start(kind, name) as replay:
+                texts.append(_outputs(run(harness_runs.config(harness_runs.RUNS[name], replay.url,
+                                                              tmp_path / kind / name))))
+        changed[kind] = sum(texts[0][k] != texts[1][k] for k in texts[0])
+    assert changed["llama-cpp-python"] >= 1 and changed["llama-server"] == 0
+
+
+@pytest.mark.parametrize("kind", llama_cpp.KINDS)
+def test_the_harness_through_a_live_server(kind, gguf, tmp_path):
+    """Every harness run through a freshly started real server shows what its recording shows."""
+    _unavailable(kind)
+
+    for name, spec in harness_runs.RUNS.items():
+        with llama_cpp.start(kind, gguf, parallel=4) as server:
+            cells, _ = _run_keyed(spec, server.base_url, tmp_path / name)
+            _check(kind, name, cells)
+            assert server.alive() == (not spec.crash or kind == "llama-server")

@@ -22,11 +22,18 @@ concurrency 1 and 4, each with the server's default repeat penalty and with
 errors (a wrongly typed field, an unknown model name, a prompt longer than the context,
 and last a character outside the bundled vocabulary's alphabet, which may bring the server
 down).
+
+Then the harness's own runs (``harness_runs.RUNS``: the openai backend through the whole
+pipeline, grid 1,2,4 x 1,2 with and without ``repeat_penalty: 1.0``, and a run with a prompt
+that crashes llama-cpp-python), each on a freshly started server, every try of every batch
+kept with its timings: ``OUT/<kind>/harness-*.json``, with each cell's verdict, error and
+notice. ``tests/servers/replay.py`` serves them again for the tests that run without the build.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import http.client
 import json
 import os
@@ -40,7 +47,7 @@ from pathlib import Path
 from statistics import mean, median
 from typing import Any
 
-from tests.servers import llama_cpp
+from tests.servers import harness_runs, llama_cpp
 from tests.servers.verify_tokenizer import bundled_prompts
 
 OUT = llama_cpp.REPO / "tests" / "data" / "servers"
@@ -354,6 +361,43 @@ def record(kind: llama_cpp.Kind, out: Path, cache: Path | None, model_dir: Path,
     return summary
 
 
+def _stored_body(body: dict[str, Any], ids: dict[str, str]) -> dict[str, Any]:
+    prompt = body.get("prompt")
+    return {**body, "prompt": {"$prompt": ids[prompt]}} if prompt in ids else body
+
+
+def record_harness_run(kind: llama_cpp.Kind, name: str, out: Path, cache: Path | None,
+                       gguf: Path) -> dict[str, Any]:
+    """One of ``harness_runs.RUNS`` through a freshly started server, every try of every
+    batch kept; written to OUT/<kind>/<name>.json. The per-cell outcome (verdict, error,
+    notice) is kept too: the replay test must reproduce it."""
+    import tempfile
+
+    from harness.pipeline import run as run_pipeline
+
+    run = harness_runs.RUNS[name]
+    ids = {text: pid for pid, text in bundled_prompts()}
+    with tempfile.TemporaryDirectory() as tmp, llama_cpp.start(kind, gguf, 4, cache=cache) as server:
+        config = harness_runs.config(run, server.base_url, Path(tmp))
+        engine = harness_runs.Recorder(server.base_url, request_timeout=config.request_timeout,
+                                       retries=config.retries)
+        t0 = time.monotonic()
+        result = run_pipeline(config, engine=engine)
+        seconds = round(time.monotonic() - t0, 1)
+        alive = server.alive()
+    cells = {cid: {k: (v.replace(server.base_url, "$SERVER") if isinstance(v, str) else v)
+                   for k, v in c.items()} for cid, c in harness_runs.cells(result).items()}
+    batches = [{"batch": i, "error": ex.error,
+                "requests": [{**r, "body": _stored_body(r["body"], ids)} for r in ex.requests]}
+               for i, ex in enumerate(engine.exchanges)]
+    data = {"server": kind, "set": name, "run": dataclasses.asdict(run), "seconds": seconds,
+            "server_alive_after": alive, "cells": cells, "batches": batches}
+    (out / kind / f"{name}.json").write_text(dumps(data), encoding="utf-8")
+    print(f"[{kind}] {name}: {seconds} s, " + ", ".join(f"{k} {c['verdict']}" for k, c in cells.items()),
+          file=sys.stderr, flush=True)
+    return cells
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kind", choices=llama_cpp.KINDS, action="append")
@@ -362,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", type=Path, default=llama_cpp.BUNDLED_MODEL)
     parser.add_argument("--no-reference", action="store_true",
                         help="skip the comparison with transformers' greedy outputs")
+    parser.add_argument("--harness-only", action="store_true",
+                        help="record only the harness's own runs (harness_runs.RUNS)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     prompts = bundled_prompts()
@@ -371,7 +417,11 @@ def main(argv: list[str] | None = None) -> int:
          "prompts": dict(prompts)}, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     reference = None if args.no_reference else transformers_greedy(args.model_dir, prompts)
     for kind in args.kind or llama_cpp.KINDS:
-        record(kind, args.out, args.cache, args.model_dir, reference)
+        if not args.harness_only:
+            record(kind, args.out, args.cache, args.model_dir, reference)
+        gguf = llama_cpp.convert(args.model_dir, args.cache)
+        for name in harness_runs.RUNS:
+            record_harness_run(kind, name, args.out, args.cache, gguf)
     return 0
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import __version__
+from harness import __version__, bounds
 from harness.config import CACHE_FOLDER, harness_cache_dir
 from harness.engines.emulator.drift import Drift
 from harness.engines.emulator.engine import TOKENIZER_DIR, WEIGHTS_FILE
@@ -88,8 +88,8 @@ def engine_config(model_config: dict[str, Any], limits: BuildLimits, compute_dty
 def _is_emulator_engine(path: Path) -> bool:
     """Only a folder that build-engine wrote may be replaced by a rebuild."""
     try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        config = bounds.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # also undecodable or nested too deep
         return False
     return isinstance(config, dict) and "emulator" in config
 
@@ -105,9 +105,11 @@ def build_engine(output: Path, limits: BuildLimits, *, model_dir: Path | None = 
         raise EngineError(f"--model {src}: expected a transformers model directory with "
                           "config.json and model.safetensors")
     try:
-        model_config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        model_config = bounds.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
         raise EngineError(f"{config_file}: cannot read ({exc})") from None
+    if not isinstance(model_config, dict):
+        raise EngineError(f"{config_file}: expected a JSON object at the top level")
     arch = model_config.get("architectures") or []
     if model_config.get("model_type") not in ("mistral", "llama"):
         raise EngineError(f"{config_file}: model_type {model_config.get('model_type')!r} with "

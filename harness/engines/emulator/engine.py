@@ -9,7 +9,6 @@ refuse a prompt plus ``max_new_tokens`` longer than ``max_seq_len``, as TensorRT
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from harness.engines.emulator.drift import Drift, Trace, drift_from_config, near
 from harness.engines.emulator.faults import Fault, fault_from_config
 from harness.engines.emulator.model import MistralEmulator, ModelShape, SlotKVCache
 from harness.errors import EngineError, first_line
-from harness.limits.engine_config import ConfigSection
+from harness.limits.engine_config import ConfigSection, parse_config_text
 from harness.storage.fingerprint import weights_identity
 
 WEIGHTS_FILE = "rank0.safetensors"
@@ -55,10 +54,7 @@ class EmulatorEngine(EngineBase):
 
         self.path = Path(path)
         file = self.path / "config.json"
-        try:
-            config = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise EngineError(f"{file}: cannot read engine config ({exc})") from None
+        config = parse_config_text(file)
         self.config = config
         root = ConfigSection(config, str(file), "")
         pre = root.section("pretrained_config", required=True)
@@ -106,8 +102,8 @@ class EmulatorEngine(EngineBase):
             raise EngineError(f"{weights_file}: tensor {exc} missing; the weights do not match "
                               "a Mistral model") from None
         # Allocated once, for max_batch_size x max_beam_width beam slots, as at engine build.
-        self.cache = SlotKVCache(self.shape, self.max_batch_size * self.max_beam_width,
-                                 self.max_seq_len, dtype)
+        self.cache = _allocate_cache(self.shape, self.max_batch_size * self.max_beam_width,
+                                     self.max_seq_len, dtype, file)
         self.info = EngineInfo(
             backend="emulator", path=str(self.path), identity=weights_identity([weights_file]),
             config=config, details={"compute_dtype": dtype_name,
@@ -388,6 +384,21 @@ class _Beams:
         """Two final hypotheses whose scores, in nats over the best one's length, are within
         ``margin``."""
         return (best[0] - second[0]) * max(len(best[1]), 1) ** self.length_penalty < margin
+
+
+def _allocate_cache(shape: ModelShape, slots: int, max_seq_len: int, dtype: torch.dtype,
+                    file: Path) -> SlotKVCache:
+    """The KV cache the build limits ask for; EngineError naming them when it cannot exist."""
+    size = (2 * shape.num_layers * slots * shape.num_kv_heads * max_seq_len * shape.head_size
+            * torch.tensor([], dtype=dtype).element_size())
+    try:
+        return SlotKVCache(shape, slots, max_seq_len, dtype)
+    except (RuntimeError, MemoryError, OverflowError, TypeError) as exc:
+        raise EngineError(f"{file}: the KV cache of max_batch_size x max_beam_width = {slots} beam "
+                          f"slots x max_seq_len {max_seq_len} needs {size / 2**30:.1f} GiB and "
+                          f"cannot be allocated ({first_line(exc) or type(exc).__name__}); "
+                          "rebuild the engine with smaller limits") from None
+
 
 def _strided_rows(done: list[bool], width: int) -> torch.Tensor:
     """The stride fault: with F entries of the batch finished, entry s reads the rows of

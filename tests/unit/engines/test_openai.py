@@ -184,8 +184,8 @@ def test_server_keeps_different_settings_apart():
     assert [p.prompt for p in second] == ["p0", "p2"]
     batcher.run_batch(first)
     assert engine.calls == [(["p1", "p3"], GREEDY)]
-    assert [p.batch for p in first] == [{"id": 0, "size": 2, "position": 0},
-                                        {"id": 0, "size": 2, "position": 1}]
+    assert [p.batch for p in first] == [{"id": 0, "size": 2, "position": 0, "beam_width": 1},
+                                        {"id": 0, "size": 2, "position": 1, "beam_width": 1}]
 
 
 def test_server_caps_batches_at_max_batch_size():
@@ -279,7 +279,8 @@ def test_never_retries_a_400(scripted):
 def test_timeout_names_the_option(scripted):
     server = scripted((200, 2.0))
     client = OpenAIEngine(server.url, request_timeout=0.3, retries=2, backoff=0.01)
-    with pytest.raises(ServerError, match=r"no answer within 0.3 s \(--request-timeout 0.3\)"):
+    with pytest.raises(ServerError, match=r"no complete answer within 0.3 s of the request "
+                                          r"\(--request-timeout 0.3, which bounds the whole answer\)"):
         client.generate(["ab"], GREEDY)
     assert len(server.posts) == 1  # a timed-out batch may still be running there: not resent
 

@@ -82,3 +82,16 @@ def test_temporaries_of_killed_runs_are_removed_unless_a_run_is_writing(tmp_path
     assert stray.exists()
     GenerationCache(tmp_path, "f" * 64)
     assert not stray.exists() and kept.exists()
+
+
+def test_request_fields_are_part_of_the_cache_key(tmp_path: Path):
+    """A batch generated with --request-field repeat_penalty=1.0 is not the one without it."""
+    from harness.config import DecodingSettings
+    from harness.storage.cache import GenerationCache
+
+    cache = GenerationCache(tmp_path, "f" * 64)
+    plain = DecodingSettings(1, 8)
+    rp1 = DecodingSettings(1, 8, request_fields=(("repeat_penalty", "1.0"),))
+    cache.put(rp1, ["p"], ["with the field"])
+    assert cache.get(rp1, ["p"]) == ["with the field"]
+    assert cache.get(plain, ["p"]) is None

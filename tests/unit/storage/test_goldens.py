@@ -39,6 +39,24 @@ def test_mismatches_fail_with_the_fix(tmp_path: Path):
         store.load(ident, ds, DecodingSettings(4, 32))
 
 
+def test_request_fields_key_the_goldens_both_ways(tmp_path: Path):
+    """--request-field is part of the goldens key (issue 14 A3): goldens recorded with a field
+    are not the baseline of a run without it, nor the other way round; settings without any
+    keep the key they always had."""
+    store, ds, ident = GoldensStore(tmp_path), _dataset(), "sha256:" + "ab" * 32
+    plain = DecodingSettings(1, 64)
+    rp1 = DecodingSettings(1, 64, request_fields=(("repeat_penalty", "1.0"),))
+    assert plain.as_dict() == {"beam_width": 1, "max_new_tokens": 64, "length_penalty": 1.0,
+                               "early_stopping": True, "prompt_template": "{text} TL;DR: "}
+    store.write(_golden(ds, rp1), 1)
+    assert store.load(ident, ds, rp1) is not None
+    with pytest.raises(GoldensError, match=r"request_fields \{'repeat_penalty': 1.0\} \(run: None\)"):
+        store.load(ident, ds, plain)
+    store.write(_golden(ds, plain), 1)
+    with pytest.raises(GoldensError, match=r"request_fields None \(run: \{'repeat_penalty': 1.0\}\)"):
+        store.load(ident, ds, rp1)
+
+
 @pytest.mark.parametrize("mutate, words", [
     (lambda p: p.write_text("{not json"), "corrupt"),
     (lambda p: p.write_text(p.read_text()[:40]), "corrupt"),

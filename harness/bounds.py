@@ -1,0 +1,156 @@
+"""Every bound the harness puts on what comes from outside, in one place.
+
+Numbers are bounded where they are parsed (option values by ``harness.config``, config.json
+keys by ``harness.limits.engine_config``), JSON documents by their nesting depth where they
+are read, and the text that is scored by a multiple of ``--max-new-tokens``; each refusal
+names the option, key or file. docs/reliability.md lists the figures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+DAY_S = 86_400.0
+MAX_BATCH_SIZE = 1 << 16  # batch sizes and max_batch_size (TensorRT-LLM builds use <= 2048-8192)
+MAX_BEAM_WIDTH = 1024  # beam widths and max_beam_width
+MAX_TOKENS = 1 << 22  # sequence lengths in tokens (4M: beyond any model's context)
+MAX_NEW_TOKENS = 1 << 16  # --max-new-tokens: what is scored is a multiple of it
+MAX_LENGTH_PENALTY = 10.0  # beam search raises lengths to this power (1e308 overflows)
+MAX_RETRIES = 100
+INT32_MAX = (1 << 31) - 1  # any other config.json integer (TensorRT-LLM stores them as int32)
+MAX_CONFIG_NUMBER = 1e18  # config.json floats (rope_theta and the like are far smaller)
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values an option or key may take (inclusive; None: unbounded on that side)."""
+
+    low: float | None
+    high: float | None
+    why: str
+
+
+# Option values: checked by every number parser of harness.config, by option name.
+OPTION_RANGES: dict[str, Range] = {
+    "--batch-timeout": Range(None, DAY_S, "one day; a batch that runs longer is hung"),
+    "--request-timeout": Range(None, DAY_S, "one day; an answer that takes longer is lost"),
+    "--length-penalty": Range(-MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY,
+                              "beam search raises lengths to this power"),
+    "--max-new-tokens": Range(None, MAX_NEW_TOKENS, "what is scored is a multiple of it"),
+    "--retries": Range(None, MAX_RETRIES, "each retry waits longer than the one before"),
+    "--batch-sizes": Range(None, MAX_BATCH_SIZE, "the largest max_batch_size an engine may have"),
+    "--beam-widths": Range(None, MAX_BEAM_WIDTH, "the largest max_beam_width an engine may have"),
+    "--batch-size": Range(None, MAX_BATCH_SIZE, "the largest max_batch_size an engine may have"),
+    "--num-beams": Range(None, MAX_BEAM_WIDTH, "the largest max_beam_width an engine may have"),
+    "--max-batch-size": Range(None, MAX_BATCH_SIZE, "the largest max_batch_size the harness reads"),
+    "--max-beam-width": Range(None, MAX_BEAM_WIDTH, "the largest max_beam_width the harness reads"),
+    "--max-input-len": Range(None, MAX_TOKENS, "the longest sequence the harness reads"),
+    "--max-seq-len": Range(None, MAX_TOKENS, "the longest sequence the harness reads"),
+    "--port": Range(None, 65_535, "TCP ports are 0-65535"),
+    "--end-id": Range(None, INT32_MAX, "token ids are int32"),
+    "--pad-id": Range(None, INT32_MAX, "token ids are int32"),
+}
+
+# config.json integers, by key (in any section and layout); other keys: INT32_MAX.
+CONFIG_MAXIMA: dict[str, int] = {
+    "max_batch_size": MAX_BATCH_SIZE, "max_beam_width": MAX_BEAM_WIDTH,
+    "max_input_len": MAX_TOKENS, "max_seq_len": MAX_TOKENS, "max_output_len": MAX_TOKENS,
+    "max_num_tokens": 1 << 24, "num_hidden_layers": 4096, "num_layers": 4096,
+    "num_attention_heads": 4096, "num_heads": 4096, "num_key_value_heads": 4096,
+    "num_kv_heads": 4096, "head_size": 1 << 16, "hidden_size": 1 << 20,
+    "intermediate_size": 1 << 22, "vocab_size": 1 << 24, "tp_size": 4096, "pp_size": 4096,
+    "tensor_parallel": 4096, "pipeline_parallel": 4096, "tokens_per_block": 1 << 16,
+}
+
+
+def out_of_range(option: str, value: float) -> str | None:
+    """Why ``value`` is outside ``option``'s range (None: within it, or the option has none)."""
+    bound = OPTION_RANGES.get(option)
+    if bound is None:
+        return None
+    if bound.high is not None and value > bound.high:
+        return f"must be at most {bound.high:g} ({bound.why})"
+    if bound.low is not None and value < bound.low:
+        return f"must be at least {bound.low:g} ({bound.why})"
+    return None
+
+
+def config_int_too_large(key: str, value: int) -> str | None:
+    """Why a config.json integer is too large to be a real build limit or model size."""
+    limit = CONFIG_MAXIMA.get(key, INT32_MAX)
+    return f"is {value}, above {limit}, more than any engine has" if value > limit else None
+
+
+# JSON documents from outside (config.json, report.json, goldens, cache entries, shard rows)
+
+MAX_JSON_DEPTH = 64  # the harness writes at most 6 levels; 64 leaves room for any real config
+
+
+class TooDeep(ValueError):
+    """A JSON document nested deeper than MAX_JSON_DEPTH."""
+
+
+def json_depth_ok(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` nests at most ``limit`` arrays/objects deep (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` for documents from outside: TooDeep (a ValueError) when nested deeper
+    than MAX_JSON_DEPTH, also where the parser itself would exhaust the stack."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise TooDeep(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    if not json_depth_ok(value):
+        raise TooDeep(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+# What is scored: ROUGE-L is quadratic in length, so each output is scored on its first
+# SCORED_WORDS_PER_TOKEN x --max-new-tokens words (and at most SCORED_CHARS_PER_TOKEN x
+# --max-new-tokens characters); an honest output of max_new_tokens tokens is far shorter.
+
+SCORED_WORDS_PER_TOKEN = 8
+SCORED_CHARS_PER_TOKEN = 64
+_WORD = re.compile(r"\S+")
+
+
+@dataclass(frozen=True)
+class ScoringCap:
+    """How much of each output is scored, for one --max-new-tokens."""
+
+    words: int
+    chars: int
+
+    @classmethod
+    def for_tokens(cls, max_new_tokens: int) -> ScoringCap:
+        return cls(words=SCORED_WORDS_PER_TOKEN * max_new_tokens,
+                   chars=SCORED_CHARS_PER_TOKEN * max_new_tokens)
+
+    def describe(self) -> str:
+        return (f"{SCORED_WORDS_PER_TOKEN} x --max-new-tokens words ({self.words}, at most "
+                f"{self.chars} characters)")
+
+    def cut(self, text: str) -> str:
+        """``text`` itself when within the cap, else its longest prefix that is."""
+        if len(text) <= self.words:  # fewer characters than words allowed
+            return text
+        head = text[:self.chars]
+        words = _WORD.finditer(head)
+        last = next(itertools.islice(words, self.words - 1, None), None)
+        if last is None or next(words, None) is None:  # at most ``words`` words
+            return head
+        return head[:last.end()]

@@ -1,0 +1,100 @@
+"""Did a server really run a batch's requests together? Judged from each answer's timing.
+
+A batch of size B goes to a server as B requests in flight at once. A server that runs one
+request at a time (llama-cpp-python's server: one lock around the model) answers them one
+after another; its "batch positions" are places in a queue, and a cell that passes there has
+not tested any batch position. The openai backend times every request
+(``RequestTiming``: sent, written, first byte, finished; the server's token count); this module
+says, per batch and then per cell, whether the answers came as from a server working on the
+requests together or one after another.
+
+**One batch** (``judge_batch``). The first answer to finish gives the server's pace: seconds
+per unit of work, from when its request was written to when its answer ended, where a
+request's work is its generated tokens + 1 (the prompt step). Two predictions of when the last
+answer ends follow from it: *together*, every request worked on from its own arrival at that
+pace (the last ends at the latest arrival + work); *one after another*, each request started
+when the previous one ended (in the order they finished). The batch was served one after
+another when the last answer ended nearer to the second prediction than to the first
+(geometrically: after the geometric mean of the two). It cannot be judged when the two
+predictions are within a factor ``MARGIN`` of each other (one answer much longer than the rest
+makes both the same), when the batch was not in flight at once (a request was still being
+written after the first answer was half done: the server answers faster than the requests
+arrive, and overheads are all there is to see), or when the batch has one request. Both predictions scale with the pace, so the rule does not depend on
+how fast the server is, only on the shape of the finishing times.
+
+**One cell** (``cell_notice``): its positions were not exercised when at least
+``MIN_JUDGED`` of its batches could be judged and more than half of those were served one
+after another. Single batches are noisy (a request whose connection was accepted late runs
+alone for a while; short answers are dominated by overheads); the majority over all the cell's
+batches is not. On the recorded greedy answers (tests/data/servers/, batches of 4, with and
+without ``repeat_penalty``) llama-cpp-python's batches were judged one after another in 32 of
+32; llama-server ``--parallel 4``'s in 1 of the 26 that could be judged (6 could not: a
+connection accepted late left a request alone for a while).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness.engines.base import RequestTiming
+
+MARGIN = 1.5
+MIN_JUDGED = 3
+TOGETHER, ONE_AFTER_ANOTHER, UNJUDGED = "together", "one after another", "cannot tell"
+
+
+@dataclass(frozen=True)
+class BatchJudgement:
+    """How one batch's answers came back, with the figures the judgement rests on."""
+
+    size: int
+    verdict: str  # TOGETHER, ONE_AFTER_ANOTHER or UNJUDGED
+    last: float = math.nan  # when the last answer ended, seconds from the batch's start
+    together: float = math.nan  # ... predicted for requests worked on together
+    one_after_another: float = math.nan  # ... predicted for one request at a time
+
+
+def _work(timing: RequestTiming, text: str) -> float:
+    """Tokens generated + 1; words of the text where the server gave no count."""
+    tokens = timing.tokens if timing.tokens is not None else len(text.split())
+    return float(max(tokens, 0) + 1)
+
+
+def judge_batch(timings: Sequence[RequestTiming | None], texts: Sequence[str]) -> BatchJudgement:
+    """Together, one after another, or cannot tell (see the module docstring)."""
+    size = len(timings)
+    if size < 2 or any(t is None for t in timings):
+        return BatchJudgement(size, UNJUDGED)
+    start = min(t.sent for t in timings if t is not None)
+    rows = sorted((t.finished - start, t.written - start, _work(t, text))
+                  for t, text in zip(timings, texts) if t is not None)
+    first_end, first_arrival, first_work = rows[0]
+    pace = (first_end - first_arrival) / first_work
+    on_the_wire = max(arrival for _, arrival, _ in rows)
+    if not pace > 0 or on_the_wire > first_arrival + (first_end - first_arrival) / 2:
+        return BatchJudgement(size, UNJUDGED)  # not in flight at once: nothing to compare
+    together = max(arrival + work * pace for _, arrival, work in rows)
+    serial = first_end
+    for _, arrival, work in rows[1:]:
+        serial = max(serial, arrival) + work * pace
+    last = rows[-1][0]
+    if serial < MARGIN * together:
+        return BatchJudgement(size, UNJUDGED, last, together, serial)
+    verdict = ONE_AFTER_ANOTHER if last > math.sqrt(together * serial) else TOGETHER
+    return BatchJudgement(size, verdict, last, together, serial)
+
+
+def cell_notice(judgements: Sequence[BatchJudgement]) -> str | None:
+    """The sentence saying a cell's batch positions were not exercised, or None (see the
+    module docstring for the rule)."""
+    judged = [j for j in judgements if j.verdict != UNJUDGED]
+    serial = [j for j in judged if j.verdict == ONE_AFTER_ANOTHER]
+    if len(judged) < MIN_JUDGED or 2 * len(serial) <= len(judged):
+        return None
+    size = judged[0].size
+    return (f"the server answered these {size} requests one after another: batch positions "
+            f"were not exercised ({len(serial)} of the {len(judged)} batches its timing could "
+            f"judge, of {len(judgements)}, were served one request at a time); test a server that "
+            "runs concurrent requests together (llama-server --parallel N, vLLM, trtllm-serve)")

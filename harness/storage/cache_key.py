@@ -1,0 +1,96 @@
+"""What the generation cache is keyed by, besides the batch itself: every input that can
+change an engine's output.
+
+- the engine: its backend, every file of its directory (by content) and what the backend
+  says about itself once loaded (``EngineInfo.details``: device, compute dtype, runner, the
+  end/pad ids and tokenizer it resolved);
+- the options a backend reads at load (``EngineOptions``, every field: tokenizer, end and
+  pad ids, TensorRT-LLM runtime, trust_remote_code, server options), the tokenizer folder by
+  content, not by path;
+- the libraries that compute the outputs (torch, transformers, tokenizers, tensorrt_llm) and
+  the harness, and the GPU where there is one.
+
+The decoding settings and the prompts of the batch are added per batch by
+``GenerationCache``. The inputs are recorded in report.json (``cache.key``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.config import EngineOptions
+from harness.engines.base import EngineInfo
+from harness.storage.fingerprint import file_sha256
+
+LIBRARIES = ("torch", "transformers", "tokenizers", "tensorrt_llm")
+
+
+def folder_digest(folder: Path) -> str:
+    """sha256 over the relative name and content of every file below ``folder``."""
+    h = hashlib.sha256()
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(f"{file.relative_to(folder).as_posix()}\n{file_sha256(file)}\n".encode())
+    return h.hexdigest()
+
+
+def content_digest(path: Path) -> str | None:
+    """A folder's or a file's content hash; None when there is nothing at ``path``."""
+    if path.is_dir():
+        return folder_digest(path)
+    return file_sha256(path) if path.is_file() else None
+
+
+def library_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def device() -> dict[str, Any]:
+    """The GPU outputs are computed on (none: the CPU)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return {"gpu": torch.cuda.get_device_name(0), "cuda": torch.version.cuda}
+    except Exception:  # no torch, or a driver that cannot answer: the CPU
+        pass
+    return {"gpu": None}
+
+
+def options_inputs(options: EngineOptions) -> dict[str, Any]:
+    """Every EngineOptions field; the tokenizer folder by content as well as by path."""
+    out = dataclasses.asdict(options)
+    if options.tokenizer:
+        out["tokenizer"] = {"path": options.tokenizer,
+                            "sha256": content_digest(Path(options.tokenizer).expanduser())}
+    return out
+
+
+def key_inputs(info: EngineInfo, options: EngineOptions | None = None) -> dict[str, Any] | None:
+    """Everything besides the batch that the outputs depend on; None for an engine without a
+    directory (never cached)."""
+    folder = Path(info.path)
+    if not folder.is_dir():
+        return None
+    return {"backend": info.backend, "harness": __version__,
+            "engine_files_sha256": folder_digest(folder),
+            "engine_details": json.loads(json.dumps(info.details, sort_keys=True, default=str)),
+            "options": options_inputs(options or EngineOptions()),
+            "libraries": library_versions(), "device": device()}
+
+
+def fingerprint(inputs: dict[str, Any]) -> str:
+    """sha256 of the key inputs (canonical JSON)."""
+    text = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

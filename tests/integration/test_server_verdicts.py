@@ -1,0 +1,140 @@
+"""`pytest suites/ --engine http://...` against servers that do not do what the cells ask
+(issue 14 A1, A2, A3, A5, A6; issue 15 item 11), end to end: the verdict, the pytest tests,
+report.json, report.md and report.html.
+
+The servers are ``tests.doubles.openai_server.BehavingServer``, a test double that behaves as
+llama-cpp-python and llama-server were seen to behave (one request at a time; ``n`` greedy
+copies; a crash on one prompt). The same behaviours from the real servers, replayed from their
+recorded answers and live, are in tests/integration/test_llama_cpp_servers.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.report.markdown import md as escape
+from tests.conftest import only_report, run_suites
+
+FAST = ("--max-new-tokens", "8", "-v")
+
+
+@pytest.fixture(scope="module")
+def eight(small_dataset: Path, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "eight.jsonl"
+    path.write_text("".join(small_dataset.read_text().splitlines(keepends=True)[:8]))
+    return path
+
+
+def _folder(root: Path) -> Path:
+    return next(root.glob("run-*"))
+
+
+def test_a_server_answering_one_request_at_a_time_leaves_its_cells_untested(tmp_path, behaving, eight):
+    server = behaving(serial=True, seconds=0.08)
+    proc = run_suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,2,4",
+                      "--beam-widths", "1", "--report-dir", str(tmp_path), *FAST, cwd=tmp_path)
+    out = proc.stdout
+    assert proc.returncode == 1, out[-3000:]
+    assert "test_batch_positions[bs1-beam1] PASSED" in out
+    for size in (2, 4):
+        assert f"test_batch_positions[bs{size}-beam1] FAILED" in out
+        assert (f"bs{size}-beam1: untested: the server answered these {size} requests one after "
+                "another: batch positions were not exercised") in out
+    report = only_report(tmp_path)
+    cells = {c["id"]: c for c in report["cells"]}
+    assert report["verdict"] == "fail" and cells["bs1-beam1"]["verdict"] == "pass"
+    notice = cells["bs4-beam1"]["notice"]
+    assert cells["bs4-beam1"]["verdict"] == "untested" and "one after another" in notice
+    assert [p["rouge_l"] for p in cells["bs4-beam1"]["positions"]] == [1.0] * 4  # measured anyway
+    md = (_folder(tmp_path) / "report.md").read_text()
+    assert f"- **bs4-beam1**: bs4-beam1: {escape(notice)}" in md
+    html = (_folder(tmp_path) / "report.html").read_text()
+    assert '<span class="tag untested">untested</span>' in html and "batch positions were not exercised" in html
+
+
+def test_a_server_running_requests_together_passes(tmp_path, behaving, eight):
+    server = behaving(serial=False, seconds=0.08, model="bundled-summarizer-2026-12")
+    proc = run_suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,4",
+                      "--beam-widths", "1", "--report-dir", str(tmp_path), *FAST, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    report = only_report(tmp_path)
+    assert [c["verdict"] for c in report["cells"]] == ["pass", "pass"]
+    assert all(c["notice"] is None for c in report["cells"])
+    md = (_folder(tmp_path) / "report.md").read_text()
+    assert "- Build limits: the engine records no build limits, so none were checked." in md
+    identity = "server:bundled-summarizer-2026-12"  # 33 characters, once cut to 19
+    assert f"- Engine: {escape(server.url)} (openai, {escape(identity)})" in md
+    assert f"PASS for {escape(server.url)} ({escape(identity)}) at " in md
+
+
+def test_beam_search_that_never_ran_fails_its_cells_with_the_reason(tmp_path, behaving, eight):
+    server = behaving(beams="copies")
+    proc = run_suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,2",
+                      "--beam-widths", "1,2", "--report-dir", str(tmp_path), *FAST, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    cells = {c["id"]: c for c in only_report(tmp_path)["cells"]}
+    assert cells["bs1-beam1"]["verdict"] == cells["bs2-beam1"]["verdict"] == "pass"
+    first = cells["bs1-beam2"]["error"]
+    assert "returned 2 identical choices for best_of 2 in each of its first 4 answers: no beam " \
+           "search ran" in first
+    assert "(the run's first failure: bs1-beam2, batch 4 of 8, prompt " in first
+    later = cells["bs2-beam2"]["error"]
+    assert later.startswith("failed the same way as the run's first failure, bs1-beam2 (batch 4 "
+                            "of 8, prompt ")
+    assert "test_batch_positions[bs2-beam2] FAILED" in proc.stdout
+
+
+def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(tmp_path, behaving, eight):
+    server = behaving(crash_at=11)  # bs1-beam1: 8 batches; bs2-beam1: its 2nd batch
+    proc = run_suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,2,4",
+                      "--beam-widths", "1", "--retries", "1", "--report-dir", str(tmp_path), *FAST,
+                      cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    cells = {c["id"]: c for c in only_report(tmp_path)["cells"]}
+    assert cells["bs1-beam1"]["verdict"] == "pass"
+    first = cells["bs2-beam1"]["error"]
+    assert "failed 2 time(s) (--retries 1); first: RemoteDisconnected at position " in first
+    assert "last: ConnectionRefusedError" in first
+    assert "(the run's first failure: bs2-beam1, batch 2 of 8, prompts " in first
+    later = cells["bs4-beam1"]["error"]
+    assert later.startswith("failed the same way as the run's first failure, bs2-beam1 (batch 2 "
+                            "of 8, prompts ")
+    assert "; this cell stopped at batch 1 of 8" in later
+    md = (_folder(tmp_path) / "report.md").read_text()
+    assert escape("failed the same way as the run's first failure, bs2-beam1") in md
+
+
+def test_request_fields_reach_the_server_the_report_and_nothing_else(tmp_path, behaving, eight):
+    server = behaving()
+    key = "sk-SECRET-0123456789"
+    url = f"{server.url}?api_key={key}"
+    proc = run_suites("--engine", url, "--dataset", str(eight), "--batch-sizes", "1,2",
+                      "--beam-widths", "1", "--request-field", "repeat_penalty=1.0",
+                      "--request-field", '{"top_k": 1, "stop": ["END"]}', "--report-dir",
+                      str(tmp_path), *FAST, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert all(b["repeat_penalty"] == 1.0 and b["top_k"] == 1 and b["stop"] == ["END"]
+               for b in server.bodies) and len(server.bodies) == 24
+    assert all(p.endswith(f"?api_key={key}") for p in server.paths)
+    report = only_report(tmp_path)
+    assert report["options"]["request_fields"] == {"repeat_penalty": 1.0, "stop": ["END"], "top_k": 1}
+    folder = _folder(tmp_path)
+    md = (folder / "report.md").read_text()
+    assert ("- Request fields sent with every request: repeat\\_penalty=1.0, stop=\\[\"END\"\\], "
+            "top\\_k=1") in md
+    for name in ("report.json", "report.md", "report.html", "generations.jsonl"):
+        assert key not in (folder / name).read_text(), name
+    assert key not in proc.stdout + proc.stderr
+    assert report["engine"]["path"] == f"{server.url}?api_key=REDACTED"
+    assert json.dumps(report).count("REDACTED") >= 2  # engine path, options, sign-off
+
+
+def test_request_fields_are_refused_for_the_bundled_engine_in_one_line(tmp_path):
+    proc = run_suites("--request-field", "repeat_penalty=1.0", cwd=tmp_path)
+    assert proc.returncode == 4
+    assert ("--request-field applies only to an OpenAI-compatible server: use it with --engine "
+            "http://HOST:PORT/v1") in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout

@@ -1,0 +1,53 @@
+"""Issue 15, class 12: load options a backend would ignore are refused in one line naming
+them (they were accepted and silently ignored by the emulator and hf backends)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.config import EngineOptions
+from harness.engines.emulator.build import BUNDLED_MODEL
+from harness.engines.registry import load_engine
+from harness.errors import EngineError
+
+HERE = Path(__file__).resolve().parents[2] / "integration"
+
+
+@pytest.mark.parametrize("options, flags", [
+    (EngineOptions(end_id=5), "--end-id does not apply"),
+    (EngineOptions(pad_id=0), "--pad-id does not apply"),
+    (EngineOptions(tokenizer=str(BUNDLED_MODEL)), "--tokenizer does not apply"),
+    (EngineOptions(trtllm_runtime="python"), "--trtllm-runtime does not apply"),
+    (EngineOptions(trust_remote_code=True, end_id=2), "--end-id and --trust-remote-code do not apply"),
+])
+@pytest.mark.parametrize("engine, backend", [("bundled", None), (str(BUNDLED_MODEL), "hf")])
+def test_options_the_backend_ignores_are_refused(engine, backend, options, flags):
+    label = backend or "emulator"
+    with pytest.raises(EngineError, match=f"{flags} to the {label} backend") as exc:
+        load_engine(engine, backend, options)
+    assert "drop" in str(exc.value)
+
+
+def test_a_user_class_without_options_gets_none(monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE))
+    with pytest.raises(EngineError, match="--end-id does not apply to the toy_engine:ToyEngine"):
+        load_engine("toy_engine:ToyEngine", None, EngineOptions(end_id=5))
+    load_engine("toy_engine:ToyEngine", None, EngineOptions())  # nothing given: loads
+
+
+def test_a_class_that_takes_options_gets_them(monkeypatch, tmp_path: Path):
+    monkeypatch.syspath_prepend(str(HERE))
+    engine = load_engine(str(tmp_path), "fault_engines:OptionsEcho",
+                         EngineOptions(end_id=5, trtllm_runtime="python"))
+    assert engine.options.end_id == 5  # type: ignore[attr-defined]
+
+
+def test_llmapi_declares_it_reads_no_runtime():
+    from harness.engines.llmapi import LlmApiEngine
+    from harness.engines.registry import refuse_unread
+
+    refuse_unread(LlmApiEngine, "llmapi", EngineOptions(end_id=3, tokenizer="t"))
+    with pytest.raises(EngineError, match="--trtllm-runtime does not apply to the llmapi backend"):
+        refuse_unread(LlmApiEngine, "llmapi", EngineOptions(trtllm_runtime="python"))

@@ -1,0 +1,52 @@
+"""Issue 15, class 1: the generation cache is keyed by every input that can change an
+output, not only the engine folder: the engine options (end/pad id, tokenizer by content,
+runtime, ...), library versions and device; the key's inputs are in report.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.config import RunConfig
+from harness.pipeline import run
+
+HERE = Path(__file__).resolve().parents[2] / "integration"
+
+
+def _run(tmp: Path, dataset: Path, **options: str) -> dict:
+    engine = tmp / "engine"
+    engine.mkdir(exist_ok=True)
+    (engine / "weights.bin").write_text("the same engine files every time")
+    values = {"engine": str(engine), "backend": "fault_engines:OptionsEcho",
+              "dataset": str(dataset), "batch_sizes": "1,2", "beam_widths": "1",
+              "report_dir": str(tmp / "reports"), "goldens_dir": str(tmp / "goldens"),
+              "cache_dir": str(tmp / "cache"), **options}
+    result = run(RunConfig.from_options(values))
+    return json.loads((result.report_dir / "report.json").read_text())
+
+
+def test_another_end_id_reuses_no_generation(tmp_path: Path, small_dataset: Path, monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE))
+    first = _run(tmp_path, small_dataset, end_id="5")
+    assert first["cache"]["generations_from_cache"] == 0
+    second = _run(tmp_path, small_dataset, end_id="50")
+    assert second["cache"]["generations_from_cache"] == 0  # was 48 of 48 before
+    assert second["cache"]["batches_generated"] == first["cache"]["batches_generated"]
+    again = _run(tmp_path, small_dataset, end_id="5")
+    assert again["cache"]["batches_generated"] == 0  # same inputs: everything from the cache
+    key = again["cache"]["key"]
+    assert key["options"]["end_id"] == 5 and key["options"]["trtllm_runtime"] == "cpp"
+    assert key["libraries"]["torch"] and key["libraries"]["transformers"]
+    assert len(key["engine_files_sha256"]) == 64 and "gpu" in key["device"]
+
+
+def test_tokenizer_folder_is_keyed_by_content(tmp_path: Path, small_dataset: Path, monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE))
+    tok = tmp_path / "tokenizer"
+    tok.mkdir()
+    (tok / "vocab.txt").write_text("vocab-one")
+    _run(tmp_path, small_dataset, tokenizer=str(tok))
+    (tok / "vocab.txt").write_text("vocab-two")  # same path, other tokenizer
+    report = _run(tmp_path, small_dataset, tokenizer=str(tok))
+    assert report["cache"]["generations_from_cache"] == 0
+    assert report["cache"]["key"]["options"]["tokenizer"]["path"] == str(tok)
