@@ -21,7 +21,6 @@ from tests.servers.gguf_vocab import (
 )
 from tests.servers.llama_cpp import BUNDLED_MODEL
 
-
 N_VOCAB = json.loads((BUNDLED_MODEL / "config.json").read_text(encoding="utf-8"))["vocab_size"]
 
 
