@@ -164,6 +164,11 @@ def plan_vocab(model_dir: Path, n_vocab: int | None = None) -> VocabPlan:
             missing = 256 - sum(t == BYTE for t in types)
             if missing:
                 raise UnsupportedTokenizer(f"byte_fallback is on but {missing} of the 256 <0xNN> tokens are missing")
+        elif any(BYTE_TOKEN.match(text) for text in vocab):
+            # llama.cpp's SPM byte_to_token looks <0xNN> up by its text, whatever its type:
+            # it would emit them where transformers (no byte_fallback) gives <unk>
+            raise UnsupportedTokenizer("<0xNN> tokens without byte_fallback: llama.cpp would fall back "
+                                       "to them where transformers gives <unk>")
     else:
         raise UnsupportedTokenizer(f"pre-tokenizers {pre_types}: neither Metaspace nor ByteLevel")
 

@@ -50,3 +50,13 @@ def test_only_llama_cpp_python_has_a_repeat_penalty_by_default():
     differ = {k: sum(a != b for a, b in zip(_choices(k, "greedy-c1").values(),
                                             _choices(k, "greedy-rp1-c1").values())) for k in KINDS}
     assert differ["llama-server"] == 0 and differ["llama-cpp-python"] > 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_character_outside_the_alphabet_is_answered_through_the_byte_tokens(kind):
+    # the bundled vocabulary has byte-fallback tokens ('%' is <0x25>); without them
+    # llama-server answered 400 and llama-cpp-python died
+    cases = {c["case"]: c for c in recordings.load(kind, "errors")["cases"]}
+    case = cases["character outside the vocabulary's alphabet"]
+    assert case["status"] == 200 and case["server_alive_after"]
+    assert case["response"]["choices"][0]["text"]
