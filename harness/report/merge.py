@@ -151,12 +151,7 @@ def _agreeing(shards: Sequence[Shard], beam_widths: list[int]
     seen: dict[str, Path] = {}
     for shard in shards:
         assert shard.report.scores is not None
-        for w, values in shard.report.scores.levels.items():
-            if levels.setdefault(w, values) != values:
-                raise ConfigError(f"{shard.folder}: batch size 1 scores against the baseline of "
-                                  f"beam width {w} differ from another shard's; the shards' "
-                                  "baselines differ, rerun them with one shared --cache-dir or "
-                                  "with goldens")
+        # different outputs first: they say why the scores below would differ
         mine: dict[str, list[dict[str, Any]]] = {}
         for row in shard.rows:
             mine.setdefault(row["cell"], []).append(row)
@@ -168,6 +163,12 @@ def _agreeing(shards: Sequence[Shard], beam_widths: list[int]
                     "baselines differ; rerun the shards with one shared --cache-dir or with goldens")
             rows.setdefault(cid, cell_rows)
             seen.setdefault(cid, shard.folder)
+        for w, values in shard.report.scores.levels.items():
+            if levels.setdefault(w, values) != values:
+                raise ConfigError(f"{shard.folder}: batch size 1 scores against the baseline of "
+                                  f"beam width {w} differ from another shard's; the shards' "
+                                  "baselines differ, rerun them with one shared --cache-dir or "
+                                  "with goldens")
     order = sorted(levels, key=lambda w: beam_widths.index(w) if w in beam_widths else w)
     return {w: Levels(agreement=_nans(levels[w].agreement), quality=_nans(levels[w].quality))
             for w in order}, rows

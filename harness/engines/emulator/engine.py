@@ -195,9 +195,18 @@ class EmulatorEngine(EngineBase):
         for r, x in enumerate(ids):
             batch[r, : len(x)] = torch.tensor(x)
         if padding:
-            # the padding bug: every prompt is taken to end where the longest one ends, so
-            # shorter ones see (and continue after) the padding appended to them
-            lengths = torch.full_like(lengths, int(lengths.max()))
+            # the padding bug: shorter prompts are not masked at their end, so they see (and
+            # continue after) whatever the padded buffer holds: here, as with a buffer reused
+            # from the batch's longest request, that prompt's tokens; only the longest prompt
+            # of the batch is read as it is (the others tend to summarize the wrong document)
+            longest = int(lengths.argmax())
+            stale = torch.tensor(ids[longest])
+            rows = [torch.cat([torch.tensor(x), stale]) if r != longest and len(x) < len(stale)
+                    else torch.tensor(x) for r, x in enumerate(ids)]
+            lengths = torch.tensor([len(x) for x in rows])
+            batch = torch.full((len(rows), int(lengths.max())), pad, dtype=torch.long)
+            for r, x in enumerate(rows):
+                batch[r, : len(x)] = x
         logits = self.model.context(batch, lengths, self.cache, beams)
         return logits.repeat_interleave(beams, 0), lengths.repeat_interleave(beams, 0)
 

@@ -22,9 +22,11 @@ drift           benign: near-tied candidates flip with the batch shape, as kerne
 full-batch      only when the batch is completely full (``max_batch_size`` prompts), the
                 entry at ``slot`` loses its KV cache and decodes garbage (#2072: any 15 of 16
                 prompts were fine). Parameter: ``slot`` (default: the last one).
-padding         prompts shorter than the longest in the batch get padding appended and
-                unmasked, and generation starts after the padding (#1881: only the longest
-                prompt was correct). Damage follows prompt length, not position.
+padding         prompts shorter than the longest in the batch are not masked at their end:
+                they read on into the padded buffer, which holds stale data (here the
+                batch's longest prompt), and generation starts after it (#1881: only the
+                longest prompt was correct); they tend to summarize the wrong document.
+                Damage follows prompt length, not position.
 stride          beam search only: once F entries of the batch have finished, entry s reads
                 the KV rows of entry s - F, an offset taken from the active batch size
                 instead of the maximum (PR #15125). Position 0 is never hit; every later
