@@ -79,7 +79,8 @@ def test_a_real_server_starts_tokenizes_like_transformers_answers_as_recorded_an
 
 # --- the harness through the real servers: recorded (replayed everywhere) and live -----------
 #
-# Issue 14 A1 (no beam search), A2 (no batching), A3 (--request-field), A5 (a crash mid-run):
+# Issue 14 A1 (no beam search), A2 (no batching), A3 (--request-field), A5 (a crash mid-run,
+# and a refusal):
 # tests/servers/harness_runs.py names the runs; record.py recorded each through both servers
 # (every try of every batch, timed); tests/servers/replay.py serves those answers again at their
 # recorded times, so these checks run without the build. With the build, the same runs go
@@ -109,21 +110,34 @@ def _check_grid(kind: str, cells: dict) -> None:
             "failed the same way as the run's first failure, bs1-beam2 (batch ")
 
 
-def _check_crash(kind: str, cells: dict) -> None:
-    """harness-crash: the prompt with '%' kills llama-cpp-python, llama-server refuses it."""
+def _check_fault(kind: str, name: str, cells: dict) -> None:
+    """harness-crash: the server, killed (SIGKILL) when the request for FAULT_DOCUMENT arrives,
+    is named at that batch and prompt, and the later cells failed the same way; harness-refuse:
+    both servers refuse the over-long prompt with HTTP 400, the same report."""
     first = cells["bs1-beam1"]["error"]
-    symptom = ("first: RemoteDisconnected at position 0" if kind == "llama-cpp-python" else
-               "HTTP 400 at position 0: unordered_map::at")
+    if harness_runs.RUNS[name].fault == "kill":
+        symptom = ("a batch of 1 failed 2 time(s) (--retries 1); first: ConnectionResetError at "
+                   "position 0: Connection reset by peer; last: ConnectionRefusedError: Connection "
+                   "refused")
+    else:
+        symptom = ("HTTP 400 at position 0: " + (
+            "request (784 tokens) exceeds the available context size (512 tokens)"
+            if kind == "llama-server" else "This model's maximum context length is 512 tokens, "
+            "however you requested 848 tokens (784 in your prompt; 64 for the completion)"))
     assert symptom in first, first
-    crash_id = f"news-{harness_runs.CRASH_DOCUMENT:05d}"
-    assert f"(the run's first failure: bs1-beam1, batch 4 of 8, prompt {crash_id})" in first
+    fault_id = harness_runs.fault_id()
+    assert f"(the run's first failure: bs1-beam1, batch 4 of 8, prompt {fault_id})" in first
     for cid in ("bs2-beam1", "bs4-beam1"):
         assert cells[cid]["error"].startswith("failed the same way as the run's first failure, "
-                                              f"bs1-beam1 (batch 4 of 8, prompt {crash_id}): ")
+                                              f"bs1-beam1 (batch 4 of 8, prompt {fault_id}): ")
+        assert symptom in cells[cid]["error"]
 
 
 def _check(kind: str, name: str, cells: dict) -> None:
-    (_check_crash if harness_runs.RUNS[name].crash else _check_grid)(kind, cells)
+    if harness_runs.RUNS[name].fault:
+        _check_fault(kind, name, cells)
+    else:
+        _check_grid(kind, cells)
 
 
 def _stable(cells: dict) -> dict:
@@ -139,13 +153,22 @@ def _outputs(result) -> dict[str, str]:
 KEY = "sk-test-0123456789abcdef"  # a key in the address: sent, never shown (issue 15, item 11)
 
 
-def _run_keyed(spec: harness_runs.HarnessRun, url: str, folder) -> tuple[dict, object]:
+def _run_keyed(spec: harness_runs.HarnessRun, url: str, folder, server=None) -> tuple[dict, object]:
     """The harness run against ``url`` with a key in its query string; its cells with the
     address as $SERVER, and the result. Nothing in the run folder or the cells has the key;
-    report.md says there are no build limits to check (issue 14 A6)."""
+    report.md says there are no build limits to check (issue 14 A6). With a live ``server``,
+    a "kill" run's engine kills it when the request for FAULT_DOCUMENT arrives."""
     from harness.pipeline import run
 
-    result = run(harness_runs.config(spec, f"{url}?api_key={KEY}", folder))
+    config = harness_runs.config(spec, f"{url}?api_key={KEY}", folder)
+    engine = None
+    if server is not None and spec.fault == "kill":
+        engine = harness_runs.Killer(config.engine, request_timeout=config.request_timeout,
+                                     retries=config.retries)
+        engine.arm(server.process, dict(bundled_prompts())[harness_runs.fault_id()])
+    result = run(config, engine=engine)
+    if engine is not None:
+        assert engine.killed is not None and engine.killed["generate_call"] == 3
     shown = f"{url}?api_key=REDACTED"
     cells = {cid: {k: (v.replace(shown, "$SERVER") if isinstance(v, str) else v)
                    for k, v in c.items()} for cid, c in harness_runs.cells(result).items()}
@@ -191,6 +214,6 @@ def test_the_harness_through_a_live_server(kind, gguf, tmp_path):
 
     for name, spec in harness_runs.RUNS.items():
         with llama_cpp.start(kind, gguf, parallel=4) as server:
-            cells, _ = _run_keyed(spec, server.base_url, tmp_path / name)
+            cells, _ = _run_keyed(spec, server.base_url, tmp_path / name, server)
             _check(kind, name, cells)
-            assert server.alive() == (not spec.crash or kind == "llama-server")
+            assert server.alive() == (spec.fault != "kill")

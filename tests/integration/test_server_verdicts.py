@@ -48,7 +48,7 @@ def test_a_server_answering_one_request_at_a_time_leaves_its_cells_untested(tmp_
     assert report["verdict"] == "fail" and cells["bs1-beam1"]["verdict"] == "pass"
     notice = cells["bs4-beam1"]["notice"]
     assert cells["bs4-beam1"]["verdict"] == "untested" and "one after another" in notice
-    assert [p["rouge_l"] for p in cells["bs4-beam1"]["positions"]] == [1.0] * 4  # measured anyway
+    assert [p["agreement"] for p in cells["bs4-beam1"]["positions"]] == [1.0] * 4  # measured anyway
     md = (_folder(tmp_path) / "report.md").read_text()
     assert f"- **bs4-beam1**: bs4-beam1: {escape(notice)}" in md
     html = (_folder(tmp_path) / "report.html").read_text()

@@ -24,8 +24,9 @@ and last a character outside the bundled vocabulary's alphabet, which may bring 
 down).
 
 Then the harness's own runs (``harness_runs.RUNS``: the openai backend through the whole
-pipeline, grid 1,2,4 x 1,2 with and without ``repeat_penalty: 1.0``, and a run with a prompt
-that crashes llama-cpp-python), each on a freshly started server, every try of every batch
+pipeline, grid 1,2,4 x 1,2 with and without ``repeat_penalty: 1.0``, a run in which the
+recorder kills the server (SIGKILL) when one prompt's request arrives, and one with a prompt
+longer than the context), each on a freshly started server, every try of every batch
 kept with its timings: ``OUT/<kind>/harness-*.json``, with each cell's verdict, error and
 notice. ``tests/servers/replay.py`` serves them again for the tests that run without the build.
 """
@@ -367,7 +368,7 @@ def _stored_body(body: dict[str, Any], ids: dict[str, str]) -> dict[str, Any]:
 
 
 def record_harness_run(kind: llama_cpp.Kind, name: str, out: Path, cache: Path | None,
-                       gguf: Path) -> dict[str, Any]:
+                       gguf: Path, model_dir: Path = llama_cpp.BUNDLED_MODEL) -> dict[str, Any]:
     """One of ``harness_runs.RUNS`` through a freshly started server, every try of every
     batch kept; written to OUT/<kind>/<name>.json. The per-cell outcome (verdict, error,
     notice) is kept too: the replay test must reproduce it."""
@@ -381,6 +382,8 @@ def record_harness_run(kind: llama_cpp.Kind, name: str, out: Path, cache: Path |
         config = harness_runs.config(run, server.base_url, Path(tmp))
         engine = harness_runs.Recorder(server.base_url, request_timeout=config.request_timeout,
                                        retries=config.retries)
+        if run.fault == "kill":
+            engine.arm(server.process, dict(bundled_prompts())[harness_runs.fault_id()])
         t0 = time.monotonic()
         result = run_pipeline(config, engine=engine)
         seconds = round(time.monotonic() - t0, 1)
@@ -390,8 +393,9 @@ def record_harness_run(kind: llama_cpp.Kind, name: str, out: Path, cache: Path |
     batches = [{"batch": i, "error": ex.error,
                 "requests": [{**r, "body": _stored_body(r["body"], ids)} for r in ex.requests]}
                for i, ex in enumerate(engine.exchanges)]
-    data = {"server": kind, "set": name, "run": dataclasses.asdict(run), "seconds": seconds,
-            "server_alive_after": alive, "cells": cells, "batches": batches}
+    data = {"server": kind, "set": name, "run": dataclasses.asdict(run),
+            "model_digest": llama_cpp.model_digest(model_dir), "seconds": seconds,
+            "server_alive_after": alive, "killed": engine.killed, "cells": cells, "batches": batches}
     (out / kind / f"{name}.json").write_text(dumps(data), encoding="utf-8")
     print(f"[{kind}] {name}: {seconds} s, " + ", ".join(f"{k} {c['verdict']}" for k, c in cells.items()),
           file=sys.stderr, flush=True)
@@ -421,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
             record(kind, args.out, args.cache, args.model_dir, reference)
         gguf = llama_cpp.convert(args.model_dir, args.cache)
         for name in harness_runs.RUNS:
-            record_harness_run(kind, name, args.out, args.cache, gguf)
+            record_harness_run(kind, name, args.out, args.cache, gguf, args.model_dir)
     return 0
 
 

@@ -8,8 +8,9 @@ left in the recording, relative to its batch: the first request of a recorded ba
 fixes the batch's start (its arrival minus its recorded write time), and every answer of the
 batch is sent at start + its recorded finish time, so a server that answered one request at a
 time, or all together, is replayed as it was. A request the server never answered (it died:
-llama-cpp-python on a character outside the bundled alphabet) closes its connection unanswered
-and the replay stops listening, so later connections are refused, as they were.
+in ``harness-crash`` the recorder killed it at that request) closes its connection unanswered,
+reset (RST) where the recording saw a reset and closed otherwise, and the replay stops
+listening, so later connections are refused, as they were.
 
     with ReplayServer.start("llama-cpp-python", "harness-grid") as replay:
         replay.url      # http://127.0.0.1:PORT/v1
@@ -18,6 +19,8 @@ and the replay stops listening, so later connections are refused, as they were.
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -115,6 +118,8 @@ class _Handler(BaseHTTPRequestHandler):
         if rec["status"] is None:  # the server died on this request
             self.server.crash()
             self.close_connection = True
+            if rec.get("error") == "ConnectionResetError":  # close with a reset, as the kernel did
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
             return
         self._send(int(rec["status"]), rec["response"])

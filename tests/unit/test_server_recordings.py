@@ -60,3 +60,40 @@ def test_a_character_outside_the_alphabet_is_answered_through_the_byte_tokens(ki
     case = cases["character outside the vocabulary's alphabet"]
     assert case["status"] == 200 and case["server_alive_after"]
     assert case["response"]["choices"][0]["text"]
+
+
+def test_every_recording_is_of_the_same_model():
+    # a recording made with another model is stale: record.py and figures.py write its digest
+    digest = json.loads((recordings.DATA / "prompts.json").read_text())["model_digest"]
+    paths = [p for kind in KINDS for p in (recordings.DATA / kind).glob("*.json") if p.name != "errors.json"
+             and not p.name.startswith(("greedy-", "beam2-", "overlap-"))]
+    paths.append(recordings.DATA / "figures.json")
+    assert len(paths) == 2 + 2 * 4 + 1  # server.json and the 4 harness runs of each, figures.json
+    stale = {p.relative_to(recordings.DATA).as_posix(): json.loads(p.read_text())["model_digest"]
+             for p in paths if json.loads(p.read_text())["model_digest"] != digest}
+    assert not stale, f"recorded with another model than {digest}: {stale}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_crash_run_is_a_real_server_killed_at_one_request(kind):
+    # the recorder SIGKILLs the server when the request for FAULT_DOCUMENT arrives; that request
+    # is reset unanswered and every later connection refused
+    data = json.loads((recordings.DATA / kind / "harness-crash.json").read_text())  # bodies as stored
+    assert data["killed"]["signal"] == "SIGKILL" and data["killed"]["returncode"] == -9
+    assert data["killed"]["generate_call"] == 3 and not data["server_alive_after"]
+    unanswered = [(b["batch"], r["body"]["prompt"]["$prompt"], r["error"]) for b in data["batches"]
+                  for r in b["requests"] if r["status"] is None]
+    assert unanswered == [(3, "news-00002", "ConnectionResetError")]
+    later = data["batches"][4:]
+    assert later and all(b["requests"] == [] and b["error"].startswith("ConnectionRefusedError")
+                         for b in later)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_prompt_longer_than_the_context_is_refused_with_400_and_the_server_stays_up(kind):
+    data = json.loads((recordings.DATA / kind / "harness-refuse.json").read_text())  # bodies as stored
+    long = [r for b in data["batches"] for r in b["requests"] if isinstance(r["body"]["prompt"], str)]
+    assert len(long) == 3 and {r["status"] for r in long} == {400}  # once in each cell
+    others = [r for b in data["batches"] for r in b["requests"] if not isinstance(r["body"]["prompt"], str)]
+    assert others and {r["status"] for r in others} == {200}
+    assert data["server_alive_after"] and data["killed"] is None
