@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness.bounds import out_of_range
+from harness.bounds import json_depth_ok, out_of_range
 from harness.errors import ConfigError
 from harness.redact import redact_url
 
@@ -227,18 +227,6 @@ FIELD_CHARS = 10_000  # one field's JSON value, as sent
 RequestFields = tuple[tuple[str, str], ...]
 
 
-def _depth(value: Any, limit: int) -> bool:
-    """True when ``value`` nests no deeper than ``limit`` (checked without recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
-            if depth > limit:
-                return False
-            stack += [(v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)]
-    return True
-
-
 def _field_value(option: str, given: str, raw: str) -> Any:
     """VALUE of KEY=VALUE: JSON where it parses, else the text as a string."""
     try:
@@ -259,7 +247,7 @@ def _field(option: str, given: str, key: Any, value: Any) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(
             f"{option} {given!r}: {key} is set by the harness ({RESERVED_FIELDS[key]}); "
             f"reserved: {', '.join(RESERVED_FIELDS)}")
-    if not _depth(value, FIELD_DEPTH):
+    if not json_depth_ok(value, FIELD_DEPTH):
         raise argparse.ArgumentTypeError(f"{option} {given!r}: the value nests deeper than "
                                          f"{FIELD_DEPTH} levels")
     try:

@@ -19,7 +19,7 @@ from harness.limits.preflight import LimitCheck
 from harness.plan import Cell, Plan
 from harness.results import CellOutputs, FollowerRun, Generated, Prepared, Timing
 from harness.storage.cache import GenerationCache
-from harness.storage.generations import GenerationsLog
+from harness.storage.generations import GenerationsLog, TextRows
 
 Progress = Callable[[int], None]
 ProgressFactory = Callable[[int], Progress]
@@ -140,7 +140,7 @@ def failure_text(cell: Cell, failed: BatchFailed, first: _First | None) -> tuple
             f"{first.text}; this cell stopped at {failed.where}", first)
 
 
-class ScoredTexts(Sequence[tuple[str | None, ...]]):
+class ScoredTexts(TextRows):
     """A cell's texts, ``[position][document]``, as they are scored: each output cut to the
     ScoringCap (a multiple of --max-new-tokens), so that no output makes ROUGE-L, which is
     quadratic in length, take unbounded time. ``whole`` is the outputs as generated: they stay
@@ -165,14 +165,6 @@ class ScoredTexts(Sequence[tuple[str | None, ...]]):
         if not -len(self) <= index < len(self):
             raise IndexError(index)
         return self._row(index % len(self))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence):
-            return tuple(self) == tuple(tuple(x) for x in other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
 
 
 def output_checks(checks: dict[Cell, tuple[LimitCheck, ...]], capped: dict[Cell, int],

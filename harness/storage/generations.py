@@ -27,7 +27,20 @@ from harness.storage.atomic import disk_error, disk_errors
 _LAST: list[tuple[tuple[str, int], tuple[str | None, ...]]] = []
 
 
-class SpilledTexts(Sequence[tuple[str | None, ...]]):
+class TextRows(Sequence[tuple[str | None, ...]]):
+    """A cell's texts ``[position][document]`` held some other way than as tuples (spilled to
+    generations.jsonl, cut for scoring); equal to any sequence of rows with the same texts."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return tuple(self) == tuple(tuple(x) for x in other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+
+class SpilledTexts(TextRows):
     """A cell's texts, ``[position][document]``, stored in generations.jsonl."""
 
     def __init__(self, path: Path, offsets: tuple[int, ...], end: int,
@@ -77,14 +90,6 @@ class SpilledTexts(Sequence[tuple[str | None, ...]]):
     def __iter__(self) -> Iterator[tuple[str | None, ...]]:
         for i in range(len(self)):
             yield self._read(i)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence):
-            return tuple(self) == tuple(tuple(x) for x in other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
 
     def __repr__(self) -> str:
         return f"SpilledTexts({self.path}, {len(self)} positions)"

@@ -50,4 +50,4 @@ def test_runaway_outputs_are_scored_capped_and_reported(tmp_path: Path, small_da
     rows = [json.loads(line) for line in (result.report_dir / "generations.jsonl").read_text().splitlines()]
     assert all(len(r["output"].split()) > 20_000 for r in rows)  # kept whole
     md = (result.report_dir / "report.md").read_text()
-    assert "- **bs2-beam1** output_length: 32 outputs ran past" in md
+    assert "- **bs2-beam1** output\\_length: 32 outputs ran past" in md  # escaped: report.md
