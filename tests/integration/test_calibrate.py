@@ -49,7 +49,11 @@ def test_cli_refuses_unknown_models_in_one_line():
 
 
 def test_minimum_detectable_drop_matches_the_documented_table():
-    assert min_detectable_drop(64, 0.1, tolerance=0.02, alpha=0.01, tests=51) == \
-        pytest.approx(0.077, abs=5e-4)
-    assert min_detectable_drop(512, 0.3, tolerance=0.02, alpha=0.01, tests=51) == \
-        pytest.approx(0.078, abs=5e-4)
+    """docs/method.md's table: the default grid's Holm family of 93 tests."""
+    from harness.tools.calibrate import default_family
+
+    assert default_family() == 93
+    assert min_detectable_drop(64, 0.1, tolerance=0.02, alpha=0.01, tests=93) == \
+        pytest.approx(0.080, abs=5e-4)
+    assert min_detectable_drop(512, 0.3, tolerance=0.02, alpha=0.01, tests=93) == \
+        pytest.approx(0.081, abs=5e-4)
