@@ -37,6 +37,7 @@ def test_same_seed_same_numbers(tmp_path: Path, small_dataset: Path):
     first, second = once("a", 7), once("b", 7)
     assert first == second
     assert first["method"]["seed"] == 7
-    positions = [p for c in first["cells"] for p in c["positions"] if p["p_value"] is not None]
-    assert any(0 < p["p_value"] < 1 for p in positions)
+    positions = [p for c in first["cells"] for p in c["positions"] if p["position_test"]]
+    tests = [p[k] for p in positions for k in ("position_test", "quality_test") if p[k]]
+    assert any(0 < t["p_value"] < 1 for t in tests)
     assert any(0 < p["agreement"] < 1 for p in positions)
