@@ -164,7 +164,7 @@ CASES = [
     Case("tokenizer-missing", lambda s: ["--engine", s.engine_copy(lambda f: shutil.rmtree(f / "tokenizer"))],
          ("tokenizer: tokenizer missing", "rebuild the engine")),
     Case("tokenizer-smaller-than-vocab", lambda s: ["--engine", s.config_copy(_bigger_vocab)],
-         ("tokenizer: the tokenizer knows 1024 tokens but the engine's vocab_size is 2024",
+         ("tokenizer: the tokenizer knows 1280 tokens but the engine's vocab_size is 2280",
           "use the model's own tokenizer")),
     Case("hf-pickle-weights-refused", lambda s: ["--engine", s.hf_pickle_model()],
          ("hf-pickle: no *.safetensors weights", "loads safetensors only", "safe_serialization=True")),

@@ -128,7 +128,7 @@ def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path)
     bs8 = cells["bs8-beam1"].analysis
     # positions 0-2 hold "", None and text=None in every batch: all score 0
     assert [s.agreement for s in bs8.positions[:3]] == [0.0, 0.0, 0.0]
-    assert bs8.positions[3].rouge_l > 0  # the plain string is scored as text
+    assert bs8.positions[3].agreement > 0  # the plain string is scored as text
     assert cells["bs8-beam1"].verdict == "fail" and cells["bs1-beam1"].verdict == "pass"
     folder = result.report_dir
     rows = [json.loads(line) for line in (folder / "generations.jsonl").read_text(encoding="utf-8").splitlines()]

@@ -34,8 +34,10 @@ def _command(kind: str, tmp: Path, dataset: Path) -> list[str]:
 
 def _interrupt(cmd: list[str], tmp: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     """Start, wait until the cache holds a few batches, then Ctrl-C (SIGINT)."""
+    # Ctrl-C's default action even where this test runs in the background of a shell, which
+    # starts background jobs with SIGINT ignored (Python then installs no handler for it)
     proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 600
     while len(list((tmp / "cache").rglob("*.json"))) < 3 and proc.poll() is None:
         assert time.monotonic() < deadline, "no batch reached the cache"
