@@ -189,24 +189,22 @@ class EmulatorEngine(EngineBase):
     def _context(self, ids: list[list[int]], beams: int,
                  padding: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Prompt phase, once per entry; returns logits and input lengths per beam row."""
-        lengths = torch.tensor([len(x) for x in ids])
-        pad = self.tokenizer.pad_token_id or 0
-        batch = torch.full((len(ids), int(lengths.max())), pad, dtype=torch.long)
-        for r, x in enumerate(ids):
-            batch[r, : len(x)] = torch.tensor(x)
+        rows = [torch.tensor(x) for x in ids]
         if padding:
             # the padding bug: shorter prompts are not masked at their end, so they see (and
             # continue after) whatever the padded buffer holds: here, as with a buffer reused
-            # from the batch's longest request, that prompt's tokens; only the longest prompt
-            # of the batch is read as it is (the others tend to summarize the wrong document)
-            longest = int(lengths.argmax())
-            stale = torch.tensor(ids[longest])
-            rows = [torch.cat([torch.tensor(x), stale]) if r != longest and len(x) < len(stale)
-                    else torch.tensor(x) for r, x in enumerate(ids)]
-            lengths = torch.tensor([len(x) for x in rows])
-            batch = torch.full((len(rows), int(lengths.max())), pad, dtype=torch.long)
-            for r, x in enumerate(rows):
-                batch[r, : len(x)] = x
+            # from the batch's longest request, that prompt's tokens (as many as the input
+            # limit leaves room for); only the longest prompt of the batch is read as it is
+            # (the others tend to summarize the wrong document)
+            longest = max(range(len(rows)), key=lambda r: len(rows[r]))
+            stale = rows[longest]
+            rows = [torch.cat([x, stale[: max(0, self.max_input_len - len(x))]])
+                    if r != longest and len(x) < len(stale) else x for r, x in enumerate(rows)]
+        lengths = torch.tensor([len(x) for x in rows])
+        batch = torch.full((len(rows), int(lengths.max())), self.tokenizer.pad_token_id or 0,
+                           dtype=torch.long)
+        for r, x in enumerate(rows):
+            batch[r, : len(x)] = x
         logits = self.model.context(batch, lengths, self.cache, beams)
         return logits.repeat_interleave(beams, 0), lengths.repeat_interleave(beams, 0)
 
