@@ -9,6 +9,8 @@ refuse a prompt plus ``max_new_tokens`` longer than ``max_seq_len``, as TensorRT
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +31,16 @@ from harness.storage.fingerprint import weights_identity
 WEIGHTS_FILE = "rank0.safetensors"
 TOKENIZER_DIR = "tokenizer"
 COMPUTE_DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+@functools.cache
+def code_digest() -> str:
+    """sha256 over the emulator's own source (this package): its code decides its outputs
+    the way a real engine's build does, so a change to it must not reuse cached outputs."""
+    h = hashlib.sha256()
+    for file in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        h.update(f"{file.name}\n".encode() + file.read_bytes())
+    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -107,7 +119,8 @@ class EmulatorEngine(EngineBase):
         self.info = EngineInfo(
             backend="emulator", path=str(self.path), identity=weights_identity([weights_file]),
             config=config, details={"compute_dtype": dtype_name,
-                                    "kv_cache_slots": self.cache.slots})
+                                    "kv_cache_slots": self.cache.slots,
+                                    "emulator_code": code_digest()})
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]
@@ -243,7 +256,7 @@ class EmulatorEngine(EngineBase):
             cand = (beams.scores[:, :, None] + logp).view(entries, -1)
             top_scores, top_idx = cand.topk(2 * width, dim=-1)
             source, tokens = beams.step(step, top_scores.tolist(), top_idx.tolist(), logp.shape[-1],
-                                        run.margin, pending, ties)
+                                        run.margin, pending, ties, run.unflipped)
             if all(beams.done) or step == run.limit - 1:
                 break
             self.cache.reorder(entries * width, source, int(lengths.max()) + step)
@@ -310,7 +323,8 @@ class _Beams:
 
     def step(self, step: int, top_scores: list[list[float]], top_idx: list[list[int]], vocab: int,
              margin: float | None, pending: dict[int, int],
-             ties: list[list[tuple[int, tuple[int, ...]]]]) -> tuple[torch.Tensor, torch.Tensor]:
+             ties: list[list[tuple[int, tuple[int, ...]]]],
+             unflipped: Mapping[int, tuple[int, ...]]) -> tuple[torch.Tensor, torch.Tensor]:
         """Keep the W best non-final candidates per entry; returns (source row, token) per row."""
         width = self.width
         source = torch.arange(self.entries * width)
@@ -322,7 +336,8 @@ class _Beams:
                 continue
             idx = top_idx[s]
             if margin is not None:
-                idx = self._tie(s, step, top_scores[s], idx, vocab, margin, pending, ties)
+                idx = self._tie(s, step, top_scores[s], idx, vocab, margin, pending, ties,
+                                unflipped.get(s))
             slot = 0
             for rank, (sc, ix) in enumerate(zip(top_scores[s], idx)):
                 parent, token = divmod(ix, vocab)
@@ -345,10 +360,12 @@ class _Beams:
 
     def _tie(self, s: int, step: int, scores: list[float], idx: list[int], vocab: int,
              margin: float, pending: dict[int, int],
-             ties: list[list[tuple[int, tuple[int, ...]]]]) -> list[int]:
+             ties: list[list[tuple[int, tuple[int, ...]]]],
+             output: tuple[int, ...] | None) -> list[int]:
         """A near-tie between the best candidate and its runner-up from the same beam (same
         prefix, another token) is recorded with the best candidate's line; an entry due to
-        flip swaps their scores."""
+        flip swaps their scores, at every such near-tie while its leading line is still its
+        batch-size-1 ``output`` (a swap the old line wins back is not a flip yet)."""
         parent, token = divmod(idx[0], vocab)
         for j in range(1, len(idx)):
             other_parent, other = divmod(idx[j], vocab)
@@ -358,10 +375,13 @@ class _Beams:
             return idx
         if not near_tie(scores[0], scores[j], (token, other), self.eos, margin):
             return idx
-        ties[s].append((step, (*self.history[s * self.width + parent], token)))
+        line = (*self.history[s * self.width + parent], token)
+        ties[s].append((step, line))
         if s not in pending or step < pending[s]:
             return idx
-        del pending[s]
+        if output is not None and output[: len(line)] != line:
+            del pending[s]  # the leading line has left the batch-size-1 output: flipped
+            return idx
         swapped = list(idx)
         swapped[0], swapped[j] = idx[j], idx[0]
         return swapped

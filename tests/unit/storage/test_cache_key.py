@@ -50,3 +50,18 @@ def test_tokenizer_folder_is_keyed_by_content(tmp_path: Path, small_dataset: Pat
     report = _run(tmp_path, small_dataset, tokenizer=str(tok))
     assert report["cache"]["generations_from_cache"] == 0
     assert report["cache"]["key"]["options"]["tokenizer"]["path"] == str(tok)
+
+
+def test_the_emulators_own_code_keys_its_outputs(engine_factory, monkeypatch):
+    """The emulator's outputs are decided by its source (drift, faults, decoding), the way a
+    real engine's are by its build: a change to that code must reuse no cached generation."""
+    from harness.engines.emulator import engine as emulator
+    from harness.storage.cache import engine_fingerprint
+
+    path = engine_factory(4, 2)
+    before = emulator.EmulatorEngine(path).info
+    assert before.details["emulator_code"] == emulator.code_digest()
+    assert len(before.details["emulator_code"]) == 64
+    monkeypatch.setattr(emulator, "code_digest", lambda: "0" * 64)  # as after an edit
+    after = emulator.EmulatorEngine(path).info
+    assert engine_fingerprint(after) != engine_fingerprint(before)
