@@ -16,6 +16,9 @@ from collections.abc import Sequence
 from harness.results import CellEntry, PositionEntry
 
 RED_AT = 3.0  # drops of this many tolerances or more are full red
+# Text size (points) in a figure about 6 inches wide: scaled to a 390-pixel phone window the
+# numbers are still about 8 pixels high (checked with headless Chromium, docs/report.md).
+LABEL_PT = 11
 
 
 def severity(p: PositionEntry, tolerance: float) -> float:
@@ -48,12 +51,12 @@ def heatmap_svg(beam_width: int, cells: Sequence[CellEntry], tolerance: float) -
     cmap = LinearSegmentedColormap.from_list(
         "drop", [(0.0, "#1a9850"), (0.5 / RED_AT, "#a6d96a"), (1.0 / RED_AT, "#fee08b"),
                  (1.0, "#d73027")]).with_extremes(bad="#eeeeee")
-    fig, ax = plt.subplots(figsize=(1.0 + 0.62 * width, 0.9 + 0.48 * len(rows)), dpi=100)
+    fig, ax = plt.subplots(figsize=(1.2 + 0.62 * width, 1.3 + 0.5 * len(rows)), dpi=100)
     image = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=RED_AT, aspect="auto")
     for i, c in enumerate(rows):
         for p in c.positions:
             j = p.position
-            ax.text(j, i, f"{shown(p):.2f}", ha="center", va="center", fontsize=8,
+            ax.text(j, i, f"{shown(p):.2f}", ha="center", va="center", fontsize=LABEL_PT,
                     color="black", fontweight="bold" if p.degraded else "normal")
             if p.degraded:
                 ax.add_patch(matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
@@ -61,15 +64,15 @@ def heatmap_svg(beam_width: int, cells: Sequence[CellEntry], tolerance: float) -
                                                           linewidth=2.2))
         if c.verdict == "error":
             ax.text(width / 2 - 0.5, i, "engine error", ha="center", va="center", fontsize=9)
-    ax.set_xticks(range(width), [str(j) for j in range(width)])
-    ax.set_yticks(range(len(rows)), [f"bs{c.batch_size}" for c in rows])
-    ax.set_xlabel("batch position")
+    ax.set_xticks(range(width), [str(j) for j in range(width)], fontsize=LABEL_PT)
+    ax.set_yticks(range(len(rows)), [f"bs{c.batch_size}" for c in rows], fontsize=LABEL_PT)
+    ax.set_xlabel("batch position", fontsize=LABEL_PT)
     measured = "quality vs references" if any(p.quality is not None for c in rows
                                                for p in c.positions) else "agreement with baseline"
-    ax.set_title(f"beam width {beam_width}: {measured}; colour = drop / tolerance "
-                 "(hatched = degraded)", fontsize=9)
+    ax.set_title(f"beam width {beam_width}: {measured}\n"
+                 "colour = drop / tolerance; hatched = degraded", fontsize=LABEL_PT)
     bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02, ticks=[0, 1, 2, RED_AT])
-    bar.ax.set_yticklabels(["0", "1x", "2x", f">={RED_AT:g}x"], fontsize=7)
+    bar.ax.set_yticklabels(["0", "1x", "2x", f">={RED_AT:g}x"], fontsize=LABEL_PT - 1)
     fig.tight_layout()
     out = io.StringIO()
     fig.savefig(out, format="svg")

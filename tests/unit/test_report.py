@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -117,6 +118,36 @@ def test_report_renders_in_headless_chromium(reports, tmp_path):
     assert image.size == (1280, 1600)
     r, g, b = image.getpixel((20, 20))  # the verdict banner: red for a failing run
     assert r > 150 and g < 80 and b < 80
+
+
+PHONE_PROBE = """<!doctype html><html><body style="margin:0">
+<iframe id="f" width="390" height="844" style="border:0" srcdoc="{page}"></iframe>
+<script>document.getElementById('f').addEventListener('load', () => {{
+  const win = document.getElementById('f').contentWindow, doc = win.document;
+  const heat = [...doc.querySelectorAll('.heat svg')].map(e => e.getBoundingClientRect());
+  document.body.dataset.probe = JSON.stringify({{w: win.innerWidth,
+    page: doc.documentElement.scrollWidth, heat: heat.map(r => [r.left, r.right])}});
+}});</script></body></html>"""
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="Chromium is not installed")
+def test_report_fits_a_phone_width_window(reports, tmp_path):
+    """Issue 13: in a 390-pixel window (an iframe: headless Chromium's own window is at least
+    500 wide) nothing but the wide tables, which scroll in their own box, is wider than the
+    window, and every heatmap is drawn whole inside it."""
+    page = tmp_path / "phone.html"
+    page.write_text(PHONE_PROBE.format(page=html.escape((reports["broken"] / "report.html").read_text())))
+    dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                          "--disable-background-networking", "--disable-component-update",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--window-size=600,900",
+                          "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    found = re.search(r'data-probe="([^"]+)"', dom)
+    assert found, dom[-2000:]
+    probe = json.loads(html.unescape(found.group(1)))
+    assert probe["w"] == 390
+    assert probe["page"] <= 390  # no sideways scrolling of the page
+    assert probe["heat"] and all(0 <= left and right <= 390 for left, right in probe["heat"])
 
 
 def test_compare_refuses_runs_whose_positions_saw_different_prompts():
