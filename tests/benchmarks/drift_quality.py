@@ -15,6 +15,11 @@ references for the last rate at the largest batch size. ``--truncate`` adds the 
 fault (uniform damage) on top of the last rate, so the damage a verdict must see is on the
 same page. ``--gaps`` prints instead how wide the near-ties of the bundled model are and what
 taking the runner-up does to quality, by gap (what ``margin`` is chosen from).
+``--neutrality N`` asks whether a flip is quality-neutral in expectation, on N prompts
+generated afresh (seed ``--seed``) rather than the bundled 64: every output flips (rate 1)
+in batches of two, and the mean change against the references is printed per beam width
+with its standard error and its spread over blocks of 64 prompts (how far the bundled set's
+64 references alone can move the figure).
 """
 
 from __future__ import annotations
@@ -145,6 +150,32 @@ def gap_table(folder: Path, prompts: list[str], refs: list[str]) -> list[str]:
     return lines
 
 
+def neutrality(folder: Path, count: int, beams: list[int], seed: int) -> list[str]:
+    """Rate 1 on ``count`` generated prompts in batches of two: mean change against the
+    references per beam width, its standard error, and the means of blocks of 64."""
+    from harness.bundled.synthetic import generate
+
+    examples = generate(count, seed, prefix="fresh")
+    prompts = [build_prompt(DEFAULT_PROMPT_TEMPLATE, e) for e in examples]  # type: ignore[arg-type]
+    refs = [e.summary for e in examples]
+    engine = EmulatorEngine(build_engine(folder / "neutral", BuildLimits(), drift=Drift(1.0, seed)))
+    lines = [f"{count} generated prompts (seed {seed}), rate 1, batch size 2; change vs batch "
+             "size 1 against the references"]
+    for beam in beams:
+        settings = DecodingSettings(beam_width=beam, max_new_tokens=64)
+        single = [engine.generate([p], settings)[0].text for p in prompts]
+        paired = [g.text for i in range(0, count, 2)
+                  for g in engine.generate(prompts[i : i + 2], settings)]
+        delta = np.array(rouge_l(refs, paired)) - np.array(rouge_l(refs, single))
+        differ = np.mean([a != b for a, b in zip(single, paired)])
+        blocks = [float(delta[i : i + 64].mean()) for i in range(0, count - 63, 64)]
+        spread = f"[{min(blocks):+.4f}, {max(blocks):+.4f}]" if blocks else "-"
+        lines.append(f"beam {beam}: {differ:.0%} differ; mean change {delta.mean():+.4f} "
+                     f"(standard error {delta.std(ddof=1) / np.sqrt(count):.4f}); blocks of 64 "
+                     f"prompts: {spread}")
+    return lines
+
+
 def numbers(text: str, kind: type) -> list:
     return [kind(x) for x in text.split(",")]
 
@@ -157,6 +188,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="plan seed and drift seed")
     parser.add_argument("--truncate", action="store_true")
     parser.add_argument("--gaps", action="store_true")
+    parser.add_argument("--neutrality", type=int, metavar="N", default=0,
+                        help="rate 1 on N generated prompts: is a flip quality-neutral?")
     args = parser.parse_args()
     import torch
 
@@ -167,6 +200,10 @@ def main() -> None:
     header = (" rate cell         differ  bs1 refs  here refs    delta   first difference "
               "(share of words: median [p10, p90])")
     last: list[CellResult] = []
+    if args.neutrality:
+        with tempfile.TemporaryDirectory() as tmp:
+            print("\n".join(neutrality(Path(tmp), args.neutrality, args.beam_widths, args.seed)))
+        return
     if args.gaps:
         with tempfile.TemporaryDirectory() as tmp:
             print("\n".join(gap_table(Path(tmp), prompts, refs)))
