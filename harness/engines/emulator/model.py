@@ -85,14 +85,15 @@ class SlotKVCache:
 
     def reorder(self, rows: int, source: torch.Tensor, length: int) -> None:
         """Beam search: row r continues the history of row ``source[r]`` (same entry)."""
-        if bool((source == torch.arange(rows)).all()):
-            return
         n = min(rows, self.slots)
+        moved = (source[:n] != torch.arange(n)).nonzero().flatten()  # rows that keep their own
+        if moved.numel() == 0:                                         # history are not copied
+            return
+        src = source[moved]
         for store in (self.k, self.v):
-            hist = store[:, :, :, :length]
-            gathered = hist[:, source.clamp(max=self.slots - 1)]
-            gathered[:, source >= self.slots] = 0  # read from beyond the allocation
-            store[:, :n, :, :length] = gathered[:, :n]
+            gathered = store[:, src.clamp(max=self.slots - 1), :, :length]
+            gathered[:, src >= self.slots] = 0  # read from beyond the allocation
+            store[:, moved, :, :length] = gathered
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
