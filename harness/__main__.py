@@ -261,8 +261,9 @@ def _add_build_engine(sub: Any) -> None:
                               "drift[:rate=,seed=] for drift alone (see docs/method.md)")
     p_build.add_argument("--drift", default=None, metavar="RATE[:seed=S]",
                          help="benign batch-shape drift on top of any fault: the share of "
-                              "outputs at batch size > 1 that differ from batch size 1, e.g. "
-                              "0.3 or 0.6:seed=2")
+                              "sequences at batch size > 1 that take the runner-up of a "
+                              "near-tie (with greedy decoding, the share of outputs that "
+                              "differ from batch size 1), e.g. 0.3 or 0.6:seed=2")
     p_build.set_defaults(func=cmd_build_engine)
 
 

@@ -80,7 +80,8 @@ class Trace:
 
 @dataclass(frozen=True)
 class Drift:
-    """Benign drift: the share ``rate`` of batch-size > 1 outputs that differ from batch size 1."""
+    """Benign drift: the share ``rate`` of batch-size > 1 sequences that take the runner-up of a
+    near-tie (with greedy decoding, the share of outputs that differ from batch size 1)."""
 
     rate: float = DEFAULT_RATE
     seed: int = 0
@@ -133,8 +134,8 @@ def near_tie(best: float, runner_up: float, tokens: tuple[int, int], eos: int,
 def check_drift(drift: Drift, option: str) -> Drift:
     """Reject a rate outside (0, 1] or a margin that is not positive."""
     if not 0.0 < drift.rate <= 1.0:
-        raise ConfigError(f"{option}: rate {drift.rate} must be in (0, 1] (the share of outputs "
-                          "at batch size > 1 that differ from batch size 1)")
+        raise ConfigError(f"{option}: rate {drift.rate} must be in (0, 1] (the share of sequences "
+                          "at batch size > 1 that take the runner-up of a near-tie)")
     if not drift.margin > 0:
         raise ConfigError(f"{option}: margin {drift.margin} must be positive (nats)")
     return drift

@@ -66,7 +66,7 @@ class Fault:
     """One fault model and its parameters (unused ones keep their defaults)."""
 
     kind: str
-    rate: float = DEFAULT_RATE  # drift: share of outputs at batch size > 1 that differ
+    rate: float = DEFAULT_RATE  # drift: share of sequences at batch size > 1 that flip
     seed: int = 0  # drift: which sequences flip; partial: which prompts are hit
     margin: float = DEFAULT_MARGIN  # drift: near-tie gap in nats
     slot: int | None = None  # full-batch: the entry that breaks (None: the last slot)
