@@ -3,7 +3,7 @@ change an engine's output.
 
 - the engine: its backend, every file of its directory (by content) and what the backend
   says about itself once loaded (``EngineInfo.details``: device, compute dtype, runner, the
-  end/pad ids and tokenizer it resolved);
+  end/pad ids and tokenizer it resolved; the emulator adds a digest of its own source);
 - the options a backend reads at load (``EngineOptions``, every field: tokenizer, end and
   pad ids, TensorRT-LLM runtime, trust_remote_code, server options), the tokenizer folder by
   content, not by path;
