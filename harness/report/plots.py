@@ -17,7 +17,7 @@ from harness.results import CellEntry, PositionEntry
 
 RED_AT = 3.0  # drops of this many tolerances or more are full red
 # Text size (points) in a figure about 6 inches wide: scaled to a 390-pixel phone window the
-# numbers are still about 8 pixels high (checked with headless Chromium, docs/report.md).
+# numbers are still about 8 pixels high (tests/unit/test_report.py renders the page at 390 px).
 LABEL_PT = 11
 
 

@@ -86,8 +86,9 @@ class SlotKVCache:
     def reorder(self, rows: int, source: torch.Tensor, length: int) -> None:
         """Beam search: row r continues the history of row ``source[r]`` (same entry)."""
         n = min(rows, self.slots)
-        moved = (source[:n] != torch.arange(n)).nonzero().flatten()  # rows that keep their own
-        if moved.numel() == 0:                                         # history are not copied
+        # only the rows that continue another row's history are copied
+        moved = (source[:n] != torch.arange(n)).nonzero().flatten()
+        if moved.numel() == 0:
             return
         src = source[moved]
         for store in (self.k, self.v):
