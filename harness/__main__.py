@@ -25,6 +25,7 @@ from harness.config import (
     positive_int,
     real,
 )
+from harness.engines.emulator import DEFAULT_COMPUTE_DTYPE
 from harness.errors import HarnessError, interrupted
 
 _IMPORTED = time.perf_counter()  # bench's fallback start where /proc cannot say when the process began
@@ -254,7 +255,8 @@ def _add_build_engine(sub: Any) -> None:
     p_build.add_argument("--max-seq-len", type=positive_int("--max-seq-len"), default=512)
     p_build.add_argument("--model", type=Path, default=None, metavar="DIR",
                          help="transformers Mistral model directory (default: the bundled model)")
-    p_build.add_argument("--compute-dtype", choices=("float64", "float32"), default="float64")
+    p_build.add_argument("--compute-dtype", choices=("float32", "float64"), default=DEFAULT_COMPUTE_DTYPE,
+                         help=f"the emulator's arithmetic (default {DEFAULT_COMPUTE_DTYPE})")
     p_build.add_argument("--fault", default=None, metavar="KIND[:k=v,...]",
                          help="build a faulty engine: full-batch[:slot=], padding, stride, "
                               "partial[:position=,fraction=,seed=], truncate[:keep=], or "
@@ -288,10 +290,12 @@ def _add_calibrate(sub: Any) -> None:
     p_cal.add_argument("--trials", type=positive_int("--trials"), default=200)
     p_cal.add_argument("--prompts", type=positive_int("--prompts"), default=64,
                        help="prompts per trial (the default dataset size)")
-    p_cal.add_argument("--pool", type=positive_int("--pool"), default=128,
-                       help="generated prompts the trials draw from")
-    p_cal.add_argument("--rounds", type=positive_int("--rounds"), default=2,
-                       help="rotation rounds per cell for drift, padding and stride")
+    # the defaults of harness.tools.calibrate.Settings (not imported here: it loads torch)
+    p_cal.add_argument("--pool", type=positive_int("--pool"), default=96,
+                       help="generated prompts the trials draw from (default 96)")
+    p_cal.add_argument("--rounds", type=positive_int("--rounds"), default=1,
+                       help="rotation rounds per cell for drift, padding and stride (default 1; "
+                            "each more adds about a third to the generation)")
     p_cal.add_argument("--jobs", type=positive_int("--jobs"), default=min(2, os.cpu_count() or 1),
                        help="worker processes for generation")
     p_cal.add_argument("--only", default=None, metavar="NAMES",

@@ -232,8 +232,8 @@ class Settings:
     trials: int = 200
     seed: int = RunConfig.seed
     prompts: int = 64
-    pool: int = 128
-    rounds: int = 2
+    pool: int = 96
+    rounds: int = 1
     max_new_tokens: int = RunConfig.max_new_tokens
     tolerance: float = RunConfig.tolerance
     alpha: float = RunConfig.alpha

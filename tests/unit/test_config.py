@@ -111,6 +111,10 @@ def test_calibrate_takes_the_run_options_parsers_and_defaults(monkeypatch):
     args, defaults = seen[0], RunConfig()
     for dest in ("seed", "max_new_tokens", "tolerance", "alpha", "cache_dir", "no_cache", "rotation"):
         assert getattr(args, dest) == getattr(defaults, dest), dest
+    from harness.tools.calibrate import Settings
+
+    for dest in ("trials", "prompts", "pool", "rounds"):  # the measured defaults (docs/method.md)
+        assert getattr(args, dest) == getattr(Settings(), dest), dest
     for bad in (["--alpha", "0.6"], ["--seed", "-1"], ["--rotation", "diagonal"]):
         with pytest.raises(SystemExit):
             cli.main(["calibrate", *bad])

@@ -18,6 +18,7 @@ from typing import Any
 
 from harness import __version__, bounds
 from harness.config import CACHE_FOLDER, harness_cache_dir
+from harness.engines.emulator import DEFAULT_COMPUTE_DTYPE
 from harness.engines.emulator.drift import Drift
 from harness.engines.emulator.engine import TOKENIZER_DIR, WEIGHTS_FILE
 from harness.engines.emulator.faults import Fault, split_fault
@@ -95,7 +96,7 @@ def _is_emulator_engine(path: Path) -> bool:
 
 
 def build_engine(output: Path, limits: BuildLimits, *, model_dir: Path | None = None,
-                 compute_dtype: str = "float64", fault: Fault | None = None,
+                 compute_dtype: str = DEFAULT_COMPUTE_DTYPE, fault: Fault | None = None,
                  drift: Drift | None = None) -> Path:
     """Write the engine directory (atomically: a half-built engine is never left behind)."""
     src = Path(model_dir) if model_dir else BUNDLED_MODEL
@@ -153,7 +154,7 @@ def bundled_engine(cache_root: Path | None = None) -> Path:
 
     folder = cache_root / CACHE_FOLDER if cache_root else harness_cache_dir()
     key = file_sha256(BUNDLED_MODEL / "model.safetensors")[:12]
-    path = folder / f"bundled-engine-{__version__}-{key}"
+    path = folder / f"bundled-engine-{__version__}-{key}-{DEFAULT_COMPUTE_DTYPE}"
     if not (path / "config.json").is_file():
         build_engine(path, BuildLimits())
     return path

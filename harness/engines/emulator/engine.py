@@ -23,7 +23,7 @@ from harness.config import DecodingSettings
 from harness.engines.base import EngineBase, EngineInfo, Generation
 from harness.engines.emulator.drift import Drift, Trace, drift_from_config, near_tie, plan_flips
 from harness.engines.emulator.faults import Fault, fault_from_config
-from harness.engines.emulator.model import MistralEmulator, ModelShape, SlotKVCache
+from harness.engines.emulator.model import MistralEmulator, ModelShape, PrefillCache, SlotKVCache
 from harness.errors import EngineError, first_line
 from harness.limits.engine_config import ConfigSection, parse_config_text
 from harness.storage.fingerprint import weights_identity
@@ -113,6 +113,7 @@ class EmulatorEngine(EngineBase):
         except KeyError as exc:
             raise EngineError(f"{weights_file}: tensor {exc} missing; the weights do not match "
                               "a Mistral model") from None
+        self.prefills = PrefillCache(self.model)  # prompt phases, reused across batches
         # Allocated once, for max_batch_size x max_beam_width beam slots, as at engine build.
         self.cache = _allocate_cache(self.shape, self.max_batch_size * self.max_beam_width,
                                      self.max_seq_len, dtype, file)
@@ -201,7 +202,8 @@ class EmulatorEngine(EngineBase):
 
     def _context(self, ids: list[list[int]], beams: int,
                  padding: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Prompt phase, once per entry; returns logits and input lengths per beam row."""
+        """Prompt phase per entry (each prompt computed once per engine, then reused: see
+        PrefillCache); returns logits and input lengths per beam row."""
         rows = [torch.tensor(x) for x in ids]
         if padding:
             # the padding bug: shorter prompts are not masked at their end, so they see (and
@@ -213,12 +215,10 @@ class EmulatorEngine(EngineBase):
             stale = rows[longest]
             rows = [torch.cat([x, stale[: max(0, self.max_input_len - len(x))]])
                     if r != longest and len(x) < len(stale) else x for r, x in enumerate(rows)]
+        prefills = [self.prefills.get(x.tolist()) for x in rows]
+        self.cache.write_prompts(prefills, beams)
+        logits = torch.stack([p.logits for p in prefills])
         lengths = torch.tensor([len(x) for x in rows])
-        batch = torch.full((len(rows), int(lengths.max())), self.tokenizer.pad_token_id or 0,
-                           dtype=torch.long)
-        for r, x in enumerate(rows):
-            batch[r, : len(x)] = x
-        logits = self.model.context(batch, lengths, self.cache, beams)
         return logits.repeat_interleave(beams, 0), lengths.repeat_interleave(beams, 0)
 
     def _greedy(self, ids: list[list[int]], run: _Pass) -> tuple[list[list[int]], list[list[int]]]:

@@ -62,7 +62,8 @@ def test_emulator_layout(engine_factory):
     _, lim = read_engine_config(engine_factory(8, 1))
     assert lim.layout == "emulator" and lim.emulator
     assert (lim.max_batch_size, lim.max_beam_width, lim.max_seq_len) == (8, 1, 512)
-    assert lim.kv_cache_dtype == "float64"  # what the emulator's cache really holds
+    assert lim.kv_cache_dtype == "float32"  # what the emulator's cache really holds (its compute dtype)
+    assert lim.kv_bytes_per_element == 4
 
 
 @pytest.mark.parametrize("mutate, words", [
