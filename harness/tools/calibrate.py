@@ -497,14 +497,16 @@ def table(outcomes: Sequence[Outcome], s: Settings, targets: Targets) -> tuple[l
 
 
 def _note(s: Settings) -> str:
-    return (f"each trial: {s.prompts} prompts drawn from a pool of {s.pool} generated ones; for "
-            f"every position and prompt, one of the model's rotation rounds (own shuffle and "
-            f"drift seed; {s.rounds} for benign drift, padding and stride, 1 otherwise); for "
-            f"partial, which prompts are hit at position {s.position} (each with probability "
-            f"{s.fraction:.0%}). Holm family of {s.family or default_family()} tests (the default "
-            f"grid's; tests outside the model's cells count as clean). tolerance {s.tolerance}, "
-            f"alpha {s.alpha}, max_new_tokens {s.max_new_tokens}, seed {s.seed}, {s.rotation} "
-            "rotation" + (" (each prompt at one position per cell)" if s.rotation == "sparse" else "")
+    rounds = (f"for every position and prompt, one of the model's rotation rounds (own shuffle "
+              f"and drift seed; {s.rounds} for benign drift, padding and stride, 1 otherwise)"
+              if s.rounds > 1 else "one rotation round per model (own shuffle and drift seed)")
+    return (f"each trial: {s.prompts} prompts drawn from a pool of {s.pool} generated ones; "
+            f"{rounds}; for partial, which prompts are hit at position {s.position} (each with "
+            f"probability {s.fraction:.0%}). Holm family of {s.family or default_family()} tests "
+            f"(the default grid's; tests outside the model's cells count as clean). tolerance "
+            f"{s.tolerance}, alpha {s.alpha}, max_new_tokens {s.max_new_tokens}, seed {s.seed}, "
+            f"{s.rotation} rotation"
+            + (" (each prompt at one position per cell)" if s.rotation == "sparse" else "")
             + ". flagged = the model's grid fails; exact = every cell's degraded positions are "
             "exactly the damaged ones; named = the failure names the right signature.")
 

@@ -150,3 +150,28 @@ def test_float32_gives_float64s_outputs_on_the_bundled_model(tmp_path, prompts):
         settings = DecodingSettings(beam_width=beam, max_new_tokens=40)
         got = {d: [g.token_ids for g in e.generate(prompts, settings)] for d, e in engines.items()}
         assert got["float32"] == got["float64"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_fused_norm_and_rotary_embedding_equal_their_textbook_formulas(tmp_path, dtype):
+    """One op for RMSNorm and a swapped-halves rotary embedding from a table: bit for bit the
+    formulas the emulator used before (x * rsqrt(mean(x^2) + eps) * w; x * cos +
+    rotate_half(x) * sin, cos and sin computed at the positions)."""
+    from harness.engines.emulator.build import BuildLimits, build_engine
+    from harness.engines.emulator.model import _rotate
+
+    model = EmulatorEngine(build_engine(tmp_path / dtype, BuildLimits(), compute_dtype=dtype)).model
+    gen = torch.Generator().manual_seed(3)
+    for rows in (1, 3, 8, 32):
+        x = (torch.randn(rows, model.shape.hidden_size, generator=gen) * 3).to(model.dtype)
+        w = model.layers[0]["ln1"]
+        want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + model.shape.rms_norm_eps) * w
+        assert torch.equal(model._rms(x, w), want)
+        positions = torch.randint(0, 500, (rows,), generator=gen)
+        emb = torch.cat([positions.to(torch.float64)[:, None] * model.inv_freq] * 2, dim=-1)
+        cos, sin = emb.cos().to(model.dtype)[:, None], emb.sin().to(model.dtype)[:, None]
+        q = torch.randn(rows, 8, model.shape.head_size, generator=gen).to(model.dtype)
+        half = q.shape[-1] // 2
+        textbook = q * cos + torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin
+        table_cos, table_sin = model._rope(positions)
+        assert torch.equal(_rotate(q, table_cos[:, None], table_sin[:, None]), textbook)
