@@ -72,7 +72,8 @@ def test_rebuilt_engine_passes(tmp_path: Path, engine_factory, small_dataset):
     # the limits and the KV-cache budget travel with the report
     assert report["limits"]["layout"] == "emulator" and report["limits"]["max_beam_width"] == 4
     [requested, maxima] = report["memory"]
-    assert requested["label"] == "bs8-beam4" and requested["kv_cache_bytes"] == 2 * 4 * 2 * 32 * 512 * 8 * 4 * 8
+    # K and V x 4 layers x 2 KV heads x head 32 x 512 positions x 8 x 4 slots x 4 bytes (float32)
+    assert requested["label"] == "bs8-beam4" and requested["kv_cache_bytes"] == 2 * 4 * 2 * 32 * 512 * 8 * 4 * 4
     assert maxima["label"].startswith("engine maxima 8 x 4")
     md = next(tmp_path.glob("*/report.md")).read_text()
     assert "Memory per GPU: bs8-beam4: KV cache" in md
