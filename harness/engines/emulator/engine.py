@@ -204,7 +204,7 @@ class EmulatorEngine(EngineBase):
                  padding: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Prompt phase per entry (each prompt computed once per engine, then reused: see
         PrefillCache); returns logits and input lengths per beam row."""
-        rows = [torch.tensor(x) for x in ids]
+        rows = [list(x) for x in ids]
         if padding:
             # the padding bug: shorter prompts are not masked at their end, so they see (and
             # continue after) whatever the padded buffer holds: here, as with a buffer reused
@@ -213,9 +213,9 @@ class EmulatorEngine(EngineBase):
             # (the others tend to summarize the wrong document)
             longest = max(range(len(rows)), key=lambda r: len(rows[r]))
             stale = rows[longest]
-            rows = [torch.cat([x, stale[: max(0, self.max_input_len - len(x))]])
+            rows = [x + stale[: max(0, self.max_input_len - len(x))]
                     if r != longest and len(x) < len(stale) else x for r, x in enumerate(rows)]
-        prefills = [self.prefills.get(x.tolist()) for x in rows]
+        prefills = [self.prefills.get(x) for x in rows]
         self.cache.write_prompts(prefills, beams)
         logits = torch.stack([p.logits for p in prefills])
         lengths = torch.tensor([len(x) for x in rows])

@@ -44,7 +44,8 @@ class SlotKVCache:
         self.dead: torch.Tensor | None = None  # slots whose KV is lost (fault models)
         self.read_map: torch.Tensor | None = None  # row -> slot read by decode (fault models)
 
-    def _drop_dead(self, layer: int) -> None:
+    def _drop_dead(self, layer: int | slice = slice(None)) -> None:
+        """Zero the lost slots of ``layer`` (default: every layer)."""
         if self.dead is not None:
             self.k[layer, self.dead] = 0
             self.v[layer, self.dead] = 0
@@ -62,9 +63,7 @@ class SlotKVCache:
             for store, part in ((self.k, pre.k), (self.v, pre.v)):
                 store[:, first:last, :, :n] = part[:, None]
                 store[:, first:last, :, n:] = 0
-        if self.dead is not None:
-            self.k[:, self.dead] = 0
-            self.v[:, self.dead] = 0
+        self._drop_dead()
 
     def write_at(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store one new position per row (row r at ``positions[r]``); k/v ``[rows, kv_heads, D]``."""
