@@ -13,8 +13,9 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.config import (
     BUNDLED,
@@ -27,6 +28,9 @@ from harness.config import (
 )
 from harness.engines.emulator import DEFAULT_COMPUTE_DTYPE
 from harness.errors import HarnessError, interrupted
+
+if TYPE_CHECKING:
+    from harness.stages.generate import Progress
 
 _IMPORTED = time.perf_counter()  # bench's fallback start where /proc cannot say when the process began
 
@@ -48,7 +52,7 @@ def _add_run_options(parser: argparse.ArgumentParser, dests: tuple[str, ...] | N
         parser.add_argument(spec.flag, **kwargs)
 
 
-def _progress(total: int):
+def _progress(total: int) -> Progress:
     from tqdm import tqdm
 
     bar = tqdm(total=total, unit="seq", desc="generating", disable=not sys.stderr.isatty(),
@@ -57,9 +61,10 @@ def _progress(total: int):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from harness.model.vocab import Verdict
     from harness.pipeline import execute, prepare
     from harness.report.summary import cell_lines, closing_lines, finding_lines, legend
-    from harness.results import FollowerRun
+    from harness.stages.run import FollowerRun
 
     values = {spec.dest: getattr(args, spec.dest) for spec in OPTIONS}
     config = RunConfig.from_options(values, root=Path.cwd())
@@ -73,7 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for line in [legend(result.report), *cell_lines(result.report), *finding_lines(result.report),
                  *closing_lines(result.report, result.report_dir)]:
         print(line)
-    return 0 if result.verdict == "pass" else 1
+    return 0 if result.verdict == Verdict.PASS else 1
 
 
 def cmd_build_engine(args: argparse.Namespace) -> int:
@@ -98,6 +103,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
     import json
 
     from harness.limits.lint import format_text, lint
+    from harness.model.vocab import Verdict
 
     result = lint(args.engine_dir, batch_size=args.batch_size, num_beams=args.num_beams,
                   max_new_tokens=args.max_new_tokens, gpu=args.gpu_memory,
@@ -105,13 +111,14 @@ def cmd_lint(args: argparse.Namespace) -> int:
                   summary_field=args.summary_field, prompt_template=args.prompt_template,
                   dataset_config=args.dataset_config, split=args.split)
     print(json.dumps(result.as_dict(), indent=2) if args.json else format_text(result))
-    return 0 if result.verdict == "pass" else 1
+    return 0 if result.verdict == Verdict.PASS else 1
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from harness.model.vocab import Direction
     from harness.report.compare import compare
     from harness.report.html import render_compare
-    from harness.report.model import load_report
+    from harness.report.serialize import load_report
     from harness.storage.atomic import atomic_write_text, disk_errors
     from harness.storage.folders import check_output_file
 
@@ -125,7 +132,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             atomic_write_text(html, render_compare(result))
         print(f"page: {html}")
     print(f"verdict: {result.verdict} (new against old, tolerance {result.tolerance})")
-    return 1 if result.verdict == "worse" else 0
+    return 1 if result.verdict == Direction.WORSE else 0
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -177,7 +184,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import tempfile
 
     from harness.pipeline import run
-    from harness.results import FollowerRun
+    from harness.stages.run import FollowerRun
 
     values = {spec.dest: getattr(args, spec.dest) for spec in OPTIONS}
     values["no_cache"] = True  # the engine must really generate
@@ -205,8 +212,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         # run() returned -> the report is written; harness_total_s ends where writing begins
         "report_s": round(wall - startup - timing.harness_total_s, 3),
     }
+    cells = [c.id for c in result.cells]
     out = {"engine": result.engine.path, "backend": result.engine.backend,
-           "cells": [c.cell.id for c in result.cells], "sequences": result.plan.sequences(),
+           "cells": cells, "sequences": result.plan.sequences(),
            "engine_calls": timing.engine_calls,
            "engine_generate_s": round(engine, 3), "harness_wall_s": round(wall, 3),
            "ratio": round(wall / engine, 4) if engine > 0 else None, "target_ratio": 1.10,
@@ -214,7 +222,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"engine {out['engine']} ({out['backend']}), {len(out['cells'])} cells, "
+    print(f"engine {out['engine']} ({out['backend']}), {len(cells)} cells, "
           f"{out['sequences']} sequences, {out['engine_calls']} engine calls")
     print(f"engine generate time: {engine:.2f} s")
     print(f"harness wall time:    {wall:.2f} s (process start to report written)")
@@ -227,6 +235,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
+    from harness.model.vocab import Verdict
     from harness.report.files import write_files
     from harness.report.merge import default_output, merge, prepare_output
     from harness.report.summary import cell_lines
@@ -242,7 +251,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     for line in cell_lines(report):
         print(line)
     print(f"merged {report.shard.count} shards; verdict: {report.verdict}  report: {folder}")
-    return 0 if report.verdict == "pass" else 1
+    return 0 if report.verdict == Verdict.PASS else 1
 
 
 def _add_build_engine(sub: Any) -> None:
@@ -347,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     p_cmp = sub.add_parser("compare", help="what changed between two runs' reports")
     p_cmp.add_argument("old", metavar="OLD", help="report folder or report.json")
     p_cmp.add_argument("new", metavar="NEW", help="report folder or report.json")
-    p_cmp.add_argument("--tolerance", type=option("tolerance").type, default=None,
+    p_cmp.add_argument("--tolerance", type=option("tolerance").type or float, default=None,
                        help="ROUGE-L change that counts (default: NEW's --tolerance)")
     p_cmp.add_argument("--html", metavar="FILE", help="also write the comparison as a page")
     p_cmp.set_defaults(func=cmd_compare)
@@ -370,8 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     p_merge.set_defaults(func=cmd_merge)
 
     args = parser.parse_args(argv)
+    command: Callable[[argparse.Namespace], int] = args.func
     try:
-        return args.func(args)
+        return command(args)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,3 +155,7 @@ class ScoringCap:
         if last is None or next(words, None) is None:  # at most ``words`` words
             return head
         return head[:last.end()]
+
+    def cut_row(self, row: Sequence[str | None]) -> tuple[str | None, ...]:
+        """Every text of a row cut to the cap (None: no text there)."""
+        return tuple(None if t is None else self.cut(t) for t in row)

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from harness.bounds import json_depth_ok, out_of_range
 from harness.errors import ConfigError
+from harness.model.vocab import Rotation, Word
 from harness.redact import redact_url
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8)
@@ -26,10 +27,17 @@ DEFAULT_PROMPT_TEMPLATE = "{text} TL;DR: "
 BUNDLED = "bundled"
 CACHE_FOLDER = "batch-position-harness"  # under the user's cache directory
 GENERATIONS_FOLDER = "generations"
-TRTLLM_RUNTIMES = ("cpp", "python")
-ROTATIONS = ("full", "sparse")
+
+
+class TrtllmRuntime(Word):
+    """The TensorRT-LLM runner of the trtllm backend."""
+
+    CPP = "cpp"  # ModelRunnerCpp
+    PYTHON = "python"  # ModelRunner
+
 
 T = TypeVar("T")
+W = TypeVar("W", bound=Word)
 
 
 def harness_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -114,14 +122,15 @@ def non_negative_int(option: str) -> Callable[[str], int]:
     return _int_at_least(option, 0, "an integer >= 0", "must be >= 0")
 
 
-def choice(option: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
-    """An argparse ``type=`` for one of a few words."""
+def choice(option: str, words: type[W]) -> Callable[[str], W]:
+    """An argparse ``type=`` for one word of a vocabulary."""
 
-    def parse(value: str) -> str:
-        if value not in allowed:
+    def parse(value: str) -> W:
+        try:
+            return words(value)
+        except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{option} {value!r}: expected one of {', '.join(allowed)}")
-        return value
+                f"{option} {value!r}: expected one of {', '.join(w.value for w in words)}") from None
 
     return parse
 
@@ -388,7 +397,7 @@ class RunConfig:
     no_cache: bool = False
     update_goldens: bool = False
     golden_engine: str | None = None
-    trtllm_runtime: str = "cpp"
+    trtllm_runtime: TrtllmRuntime = TrtllmRuntime.CPP
     tokenizer: str | None = None
     trust_remote_code: bool = False
     end_id: int | None = None
@@ -397,10 +406,15 @@ class RunConfig:
     request_timeout: float = 600.0
     retries: int = 2
     shard: tuple[int, int] | None = None  # (K, N): shard K of N, 1-based
-    rotation: str = "full"
+    rotation: Rotation = Rotation.FULL
     batch_timeout: float | None = None  # seconds; None: wait for every batch
     deterministic: bool = False  # gate on outputs equal to batch size 1's (batch-invariant engines)
     request_fields: RequestFields = ()  # --request-field, sorted by key
+
+    def __post_init__(self) -> None:
+        # a notebook may give a vocabulary's word as a plain string: keep its type
+        object.__setattr__(self, "rotation", Rotation(self.rotation))
+        object.__setattr__(self, "trtllm_runtime", TrtllmRuntime(self.trtllm_runtime))
 
     @classmethod
     def from_options(cls, values: dict[str, Any], *, root: Path | None = None) -> RunConfig:
@@ -486,7 +500,7 @@ class EngineOptions:
     trust_remote_code: bool = False
     end_id: int | None = None
     pad_id: int | None = None
-    trtllm_runtime: str = RunConfig.trtllm_runtime
+    trtllm_runtime: TrtllmRuntime = RunConfig.trtllm_runtime
     model: str | None = None  # openai: the server's model name
     request_timeout: float = RunConfig.request_timeout
     retries: int = RunConfig.retries
@@ -573,12 +587,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--rotation", "rotation", "full (default: every prompt at every position of every "
                "cell, N x B sequences per cell) or sparse (each prompt at one position per cell, "
                "N sequences per cell: B times cheaper, less sensitive; see docs/method.md)",
-               choice("--rotation", ROTATIONS), metavar="{full,sparse}"),
+               choice("--rotation", Rotation), metavar="{full,sparse}"),
     OptionSpec("--golden-engine", "golden_engine", "engine or hf model directory whose batch-size-1 "
                "outputs become the goldens with --update-goldens", metavar="DIR"),
     OptionSpec("--trtllm-runtime", "trtllm_runtime", "TensorRT-LLM runner of the trtllm backend: cpp "
                "(ModelRunnerCpp, default) or python (ModelRunner)",
-               choice("--trtllm-runtime", TRTLLM_RUNTIMES), metavar="{cpp,python}"),
+               choice("--trtllm-runtime", TrtllmRuntime), metavar="{cpp,python}"),
     OptionSpec("--tokenizer", "tokenizer", "transformers tokenizer folder for the trtllm and llmapi "
                "backends (default: the engine or checkpoint folder, when it holds one)", metavar="DIR"),
     OptionSpec("--trust-remote-code", "trust_remote_code", "let the tokenizer (and the LLM API) run "

@@ -16,8 +16,8 @@ from harness.config import RunConfig
 from harness.engines import guard
 from harness.engines.base import Engine
 from harness.errors import Interrupted, StorageError
+from harness.model.report import Timing
 from harness.report.files import write_report
-from harness.results import Baseline, FollowerRun, Generated, Prepared, RunResult, Scored, Timing
 from harness.stages.analyse import analyse, cell_results
 from harness.stages.generate import (
     ProgressFactory,
@@ -28,6 +28,7 @@ from harness.stages.generate import (
 )
 from harness.stages.prepare import prepare
 from harness.stages.record import record_goldens
+from harness.stages.run import Baseline, FollowerRun, Generated, Prepared, RunResult, Scored
 from harness.stages.score import EarlyScorer, baselines, score_all
 from harness.storage.folders import new_report_dir
 from harness.storage.generations import GenerationsLog
@@ -87,9 +88,8 @@ def _result(prep: Prepared, generated: Generated, scored: Scored, bases: dict[in
                                  deterministic=config.deterministic)
     errors = {**generated.errors, **scored.unscored}
     checks = output_checks(prep.checks, generated.capped, config.max_new_tokens)
-    cells = tuple(dataclasses.replace(c, notice=generated.outputs[c.cell].notice)
-                  if c.cell in generated.outputs else c
-                  for c in cell_results(plan.cells, checks, analyses, errors, findings))
+    notices = {c: out.notice for c, out in generated.outputs.items()}
+    cells = cell_results(plan.cells, checks, analyses, errors, findings, notices)
     return RunResult(
         config=config, engine=prep.engine.info, limits=prep.limits, dataset=prep.dataset,
         plan=plan, baselines=bases, cells=cells,
@@ -99,7 +99,7 @@ def _result(prep: Prepared, generated: Generated, scored: Scored, bases: dict[in
         cache=prep.cache.stats if prep.cache else None,
         finished=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         goldens_written=written, report_dir=report_dir, prompts=prep.prompts, ranks=prep.ranks,
-        timing=timing, scores=tuple(scored.cells.values()), levels=scored.levels,
+        timing=timing, scores=scored.cells, levels=scored.levels,
         grid=prep.grid or plan.cells, prompt_lengths=lengths)
 
 

@@ -20,18 +20,8 @@ from dataclasses import dataclass
 
 from harness.config import DEFAULT_BATCH_SIZES
 from harness.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One batch size x beam width combination."""
-
-    batch_size: int
-    beam_width: int
-
-    @property
-    def id(self) -> str:
-        return f"bs{self.batch_size}-beam{self.beam_width}"
+from harness.model.cell import Cell
+from harness.model.vocab import Rotation
 
 
 @dataclass(frozen=True)
@@ -51,12 +41,12 @@ class Plan:
     reference_cells: tuple[Cell, ...]
     order: tuple[int, ...]
     seed: int
-    rotation: str = "full"
+    rotation: Rotation = Rotation.FULL
 
     def batches(self, cell: Cell) -> list[Batch]:
         """The N rotation batches of a cell (full), or every B-th of them (sparse)."""
         n, b = len(self.order), cell.batch_size
-        step = b if self.rotation == "sparse" else 1
+        step = b if self.rotation == Rotation.SPARSE else 1
         return [Batch(cell, k, tuple(self.order[(k + j) % n] for j in range(b)))
                 for k in range(0, n, step)]
 
@@ -78,7 +68,7 @@ class Plan:
 
     def describe(self) -> str:
         """One line printed before the run: what the plan costs, and in the other mode."""
-        other = "sparse" if self.rotation == "full" else "full"
+        other = Rotation.SPARSE if self.rotation == Rotation.FULL else Rotation.FULL
         alt = Plan(self.cells, self.reference_cells, self.order, self.seed, other)
         batches = sum(len(self.batches(c)) for c in self.all_cells)
         return (f"plan: {self.sequences():,} sequences in {batches:,} batches over "
@@ -105,12 +95,11 @@ def cells_for(batch_sizes: tuple[int, ...], beam_widths: tuple[int, ...]) -> tup
     return tuple(Cell(b, w) for w in beam_widths for b in batch_sizes)
 
 
-ROTATIONS = ("full", "sparse")
 SPARSE_MIN = 5  # prompts per position below which --rotation sparse is refused
 
 
 def make_plan(batch_sizes: tuple[int, ...], beam_widths: tuple[int, ...], num_documents: int,
-              seed: int, rotation: str = "full") -> Plan:
+              seed: int, rotation: Rotation = Rotation.FULL) -> Plan:
     """Cells and the seeded ring order of documents."""
     largest = max(batch_sizes)
     if num_documents < largest:
@@ -118,12 +107,13 @@ def make_plan(batch_sizes: tuple[int, ...], beam_widths: tuple[int, ...], num_do
             f"--batch-sizes {','.join(map(str, batch_sizes))}: batch size {largest} needs at least "
             f"{largest} prompts so that every batch holds distinct prompts, but the dataset has "
             f"{num_documents}; use a larger --dataset or smaller --batch-sizes")
-    if rotation == "sparse" and num_documents < SPARSE_MIN * largest:
+    if rotation == Rotation.SPARSE and num_documents < SPARSE_MIN * largest:
         raise ConfigError(
             f"--rotation sparse: batch size {largest} with {num_documents} prompts leaves "
             f"{num_documents // largest} prompt(s) per position, and a position needs at least "
             f"{SPARSE_MIN} to be tested; use at least {SPARSE_MIN * largest} prompts, smaller "
             "--batch-sizes, or --rotation full")
+    rotation = Rotation(rotation)
     order = list(range(num_documents))
     random.Random(seed).shuffle(order)
     cells = cells_for(batch_sizes, beam_widths)

@@ -18,9 +18,11 @@ from harness.errors import HarnessError, interrupted
 
 if TYPE_CHECKING:
     from harness.engines.base import Engine
-    from harness.limits.preflight import LimitCheck
-    from harness.plan import Cell
-    from harness.results import CellResult, FollowerRun, Prepared, RunResult
+    from harness.model.cell import Cell
+    from harness.model.limits import LimitCheck
+    from harness.model.report import CellResult
+    from harness.stages.generate import Progress, ProgressFactory
+    from harness.stages.run import FollowerRun, Prepared, RunResult
 
 DEST_PREFIX = "harness_"
 
@@ -30,7 +32,7 @@ class HarnessState:
     """Per-session state, kept in ``config.stash``."""
 
     run_config: RunConfig
-    cells: list[Any] | None = None
+    cells: list[Cell] | None = None
     error: str | None = None
     prepared: Prepared | None = None
     result: RunResult | FollowerRun | None = None
@@ -86,10 +88,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         raise pytest.UsageError(error)
 
 
-def _progress_factory(config: pytest.Config):
+def _progress_factory(config: pytest.Config) -> ProgressFactory:
     quiet = config.get_verbosity() < 0 or not sys.stderr.isatty()
 
-    def factory(total: int):
+    def factory(total: int) -> Progress:
         from tqdm import tqdm
 
         bar = tqdm(total=total, unit="seq", desc="batch-position harness", disable=quiet,
@@ -162,9 +164,12 @@ def _skip_unless_root(prepared: Prepared) -> None:
 @pytest.fixture(scope="session")
 def harness_result(request: pytest.FixtureRequest) -> RunResult:
     """The session's single pipeline run (rank 0's; other ranks skip, see _skip_unless_root)."""
-    _run(request.config)
+    from harness.stages.run import RunResult
+
+    result = _run(request.config)
     _skip_unless_root(_prepare(request.config))
-    return _state(request.config).result  # type: ignore[return-value]
+    assert isinstance(result, RunResult)  # rank 0: other ranks skipped above
+    return result
 
 
 @pytest.fixture(scope="session")
@@ -211,15 +216,14 @@ def harness_cell_result(request: pytest.FixtureRequest, harness_result: RunResul
     for c in harness_result.cells:
         if c.cell == harness_cell:
             props = request.node.user_properties
-            props += [("cell", c.cell.id), ("verdict", c.verdict),
+            props += [("cell", c.id), ("verdict", str(c.verdict)),
                       ("report", str(harness_result.report_dir))]
-            if c.analysis:
-                props.append(("degraded_positions",
-                              ",".join(map(str, c.analysis.degraded_positions))))
+            if c.positions:
+                props.append(("degraded_positions", ",".join(map(str, c.degraded_positions))))
                 props += [(f"quality_position_{s.position}", f"{s.quality:.4f}")
-                          for s in c.analysis.positions if s.quality is not None]
+                          for s in c.positions if s.quality is not None]
                 props += [(f"agreement_position_{s.position}", f"{s.agreement:.4f}")
-                          for s in c.analysis.positions]
+                          for s in c.positions]
             return c
     raise LookupError(harness_cell)
 
@@ -229,7 +233,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if state is None or state.result is None:
         return
     from harness.report.summary import cell_lines, drift_lines, footer_lines, header_lines, legend
-    from harness.results import FollowerRun
+    from harness.stages.run import FollowerRun
 
     result = state.result
     tr = terminalreporter

@@ -15,9 +15,14 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.bundled.synthetic import Example, generate
+
+if TYPE_CHECKING:
+    import torch
+    from tokenizers.models import BPE
+    from transformers import MistralForCausalLM, PreTrainedTokenizerFast
 
 EVAL_SEED = 20261130
 TRAIN_SEED = 7
@@ -36,7 +41,7 @@ def write_dataset(path: Path, examples: list[Example]) -> None:
                                 "topic": ex.topic}, ensure_ascii=False) + "\n")
 
 
-def _byte_fallback_bpe(trained: dict[str, Any]):  # -> tokenizers.models.BPE
+def _byte_fallback_bpe(trained: dict[str, Any]) -> BPE:
     """The trained BPE with the 256 byte tokens ``<0x00>``..``<0xFF>`` after the specials and
     byte fallback on: every byte has a token, so any text encodes without ``<unk>`` (as in
     Llama's tokenizer; llama.cpp's GGUF conversion needs it, see llama-cpp-notes.md)."""
@@ -47,11 +52,14 @@ def _byte_fallback_bpe(trained: dict[str, Any]):  # -> tokenizers.models.BPE
         vocab[f"<0x{b:02X}>"] = len(vocab)
     for token, _ in sorted(trained["vocab"].items(), key=lambda kv: kv[1]):
         vocab.setdefault(token, len(vocab))
-    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in trained["merges"]]
+    merges: list[tuple[str, str]] = []
+    for m in trained["merges"]:  # "a b" in older tokenizers' JSON, ["a", "b"] in newer
+        first, second = m.split(" ") if isinstance(m, str) else m
+        merges.append((first, second))
     return models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True)
 
 
-def train_tokenizer(corpus: list[str], out_dir: Path):  # -> PreTrainedTokenizerFast
+def train_tokenizer(corpus: list[str], out_dir: Path) -> PreTrainedTokenizerFast:
     """A small BPE tokenizer with byte fallback: whole words for this vocabulary, digits one
     by one, any other character as its UTF-8 bytes."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -77,7 +85,8 @@ def train_tokenizer(corpus: list[str], out_dir: Path):  # -> PreTrainedTokenizer
     return fast
 
 
-def encode_pairs(tok, examples: list[Example]) -> list[tuple[list[int], list[int]]]:
+def encode_pairs(tok: PreTrainedTokenizerFast, examples: list[Example]
+                 ) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, summary ids + eos) for each example."""
     prompts = tok([PROMPT_TEMPLATE.format(text=e.text) for e in examples],
                   add_special_tokens=False)["input_ids"]
@@ -85,7 +94,8 @@ def encode_pairs(tok, examples: list[Example]) -> list[tuple[list[int], list[int
     return [(p, t + [tok.eos_token_id]) for p, t in zip(prompts, targets)]
 
 
-def _batch(batch: list[tuple[list[int], list[int]]], pad: int):  # -> (ids, mask, labels)
+def _batch(batch: list[tuple[list[int], list[int]]], pad: int
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # ids, mask, labels
     """Right-padded prompt + summary rows; the loss is on the summary only (the model learns
     to summarize, not to write news)."""
     import torch
@@ -102,22 +112,23 @@ def _batch(batch: list[tuple[list[int], list[int]]], pad: int):  # -> (ids, mask
     return ids, mask, labels
 
 
-def new_model(tok):  # -> MistralForCausalLM
+def new_model(tok: PreTrainedTokenizerFast) -> MistralForCausalLM:
     """The bundled architecture: 4 layers, 6 query heads sharing 2 KV heads (GQA)."""
     from transformers import MistralConfig, MistralForCausalLM
 
-    config = MistralConfig(
+    # a mapping: transformers 4 takes rope_theta as a parameter, 5 folds it into rope_parameters
+    settings: dict[str, Any] = dict(
         vocab_size=len(tok), hidden_size=192, intermediate_size=512, num_hidden_layers=4,
         num_attention_heads=6, num_key_value_heads=2, head_dim=32,
         max_position_embeddings=512, rope_theta=10000.0, sliding_window=None,
         tie_word_embeddings=False, bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
     )
-    return MistralForCausalLM(config)
+    return MistralForCausalLM(MistralConfig(**settings))
 
 
-def train_model(model, pairs: list[tuple[list[int], list[int]]], *, steps: int, batch: int,
-                pad: int) -> float:
+def train_model(model: MistralForCausalLM, pairs: list[tuple[list[int], list[int]]], *,
+                steps: int, batch: int, pad: int) -> float:
     """AdamW with a one-cycle schedule over seeded random batches; returns the last loss."""
     import torch
 

@@ -17,6 +17,29 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from harness.config import DecodingSettings
+from harness.model.vocab import Word
+
+
+class FailureKind(Word):
+    """How an engine batch failed, where the engine can tell (a server's answers)."""
+
+    UNREACHABLE = "unreachable"
+    SERVER_ERROR = "server-error"
+    TIMEOUT = "timeout"
+    REFUSED = "refused"
+    BAD_ANSWER = "bad-answer"
+    NO_BEAM_SEARCH = "no-beam-search"
+    SPLIT_BATCH = "split-batch"
+
+
+class BatchError(RuntimeError):
+    """An engine batch that failed in a way the engine names (``kind``): its cell fails and
+    the run goes on; the generate stage tells a later cell that failed the same way as the
+    run's first failure."""
+
+    def __init__(self, message: str, kind: FailureKind) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -103,11 +126,15 @@ class AdoptedEngine(EngineBase):
         return getattr(self.engine, name)
 
     @property  # EngineBase's class attribute would hide the engine's own from __getattr__
-    def tokenizer(self) -> Any:  # type: ignore[override]
+    def tokenizer(self) -> Any:
         return getattr(self.engine, "tokenizer", None)
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
-        return self.engine.generate(prompts, settings)
+        outputs: object = self.engine.generate(prompts, settings)
+        if not isinstance(outputs, Sequence) or isinstance(outputs, (str, bytes)):
+            raise RuntimeError(f"the engine returned {type(outputs).__name__} outputs for a batch "
+                               f"of {len(prompts)}; generate returns one Generation per prompt")
+        return [as_generation(o) for o in outputs]
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int] | None:
         counter = getattr(self.engine, "count_tokens", None)
@@ -118,6 +145,23 @@ class AdoptedEngine(EngineBase):
         close = getattr(self.engine, "close", None)
         if callable(close):
             close()
+
+
+def as_generation(output: Any) -> Generation:
+    """One output of a user's engine as a Generation: a Generation as it is, a string as its
+    text, an object with ``text`` (and ``beams``, ``token_ids``) by those; a text that is not
+    a string counts as ""."""
+    if isinstance(output, Generation):
+        return output
+    if isinstance(output, str):
+        return Generation(text=output)
+    text = getattr(output, "text", None)
+    beams = getattr(output, "beams", None)
+    ids = getattr(output, "token_ids", None)
+    return Generation(text=text if isinstance(text, str) else "",
+                      beams=tuple(b if isinstance(b, str) else "" for b in beams)
+                      if isinstance(beams, (list, tuple)) else (),
+                      token_ids=tuple(ids) if isinstance(ids, (list, tuple)) else ())
 
 
 def class_label(engine: Any) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from harness.config import DecodingSettings
 from harness.engines.base import EngineBase, EngineInfo, Generation
@@ -31,8 +32,9 @@ class HFEngine(EngineBase):
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(self.path), trust_remote_code=False)
-            self.model = AutoModelForCausalLM.from_pretrained(
-                str(self.path), trust_remote_code=False, use_safetensors=True).to(self.device)
+            model: Any = AutoModelForCausalLM.from_pretrained(
+                str(self.path), trust_remote_code=False, use_safetensors=True)
+            self.model = model.to(self.device)
         except (OSError, ValueError) as exc:
             raise EngineError(f"{self.path}: cannot load as a transformers model "
                               f"({first_line(exc) or type(exc).__name__})") from None

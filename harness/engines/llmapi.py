@@ -95,7 +95,7 @@ class LlmApiEngine(EngineBase):
             files, engine_config, engine_version = _checkpoint_files(self.path), None, None
         trt = require_tensorrt_llm("llmapi")
         version = str(getattr(trt, "__version__", "unknown"))
-        self.sampling_params = getattr(trt, "SamplingParams", None)
+        self.sampling_params: Any = getattr(trt, "SamplingParams", None)
         if self.sampling_params is None or "use_beam_search" not in inspect.signature(
                 self.sampling_params).parameters:
             raise EngineError(f"the llmapi backend needs TensorRT-LLM 0.15 or later (SamplingParams "
@@ -143,7 +143,7 @@ class LlmApiEngine(EngineBase):
                 return self.llm_class(**base, **extra)
             except Exception as exc:
                 key = compat.rejected_keyword(exc, extra)
-                build_config = getattr(self.trt, "BuildConfig", None)
+                build_config: Any = getattr(self.trt, "BuildConfig", None)
                 if key is None or (key == "max_beam_width" and build_config is None):
                     raise
                 if key == "max_beam_width":  # 0.15/0.16: the limit is the engine build's

@@ -46,7 +46,7 @@ from urllib.parse import urlsplit
 
 from harness import __version__
 from harness.config import DecodingSettings
-from harness.engines.base import EngineBase, EngineInfo, Generation
+from harness.engines.base import BatchError, EngineBase, EngineInfo, FailureKind, Generation
 from harness.engines.beams import BeamCheck
 from harness.engines.http_batch import Answer, send_batch
 from harness.errors import EngineError
@@ -62,21 +62,14 @@ MESSAGE_CHARS = 300
 T = TypeVar("T")
 
 
-class ServerError(RuntimeError):
-    """The server did not answer a batch usefully: that cell fails, the run goes on. ``kind``
-    says how (``unreachable``, ``server-error``, ``timeout``, ``refused``, ``bad-answer``,
-    ``no-beam-search``, ``split-batch``): the generate stage tells a later cell that failed
-    the same way as the run's first failure."""
-
-    def __init__(self, message: str, kind: str) -> None:
-        super().__init__(message)
-        self.kind = kind
+class ServerError(BatchError):
+    """The server did not answer a batch usefully: that cell fails, the run goes on."""
 
 
 class _Retryable(Exception):
     """A connection error or an HTTP 5xx: worth sending again."""
 
-    def __init__(self, message: str, kind: str = "unreachable") -> None:
+    def __init__(self, message: str, kind: FailureKind = FailureKind.UNREACHABLE) -> None:
         super().__init__(message)
         self.kind = kind
 
@@ -167,9 +160,10 @@ class OpenAIEngine(EngineBase):
             headers["Content-Type"] = "application/json"
         return headers
 
-    def _with_retries(self, attempt: Callable[[], T], fail: Callable[[str, int, str], Exception]) -> T:
+    def _with_retries(self, attempt: Callable[[], T],
+                      fail: Callable[[_Retryable, int, str], Exception]) -> T:
         """attempt() again after a _Retryable, up to --retries times, with doubling backoff;
-        ``fail(last reason, attempts, first reason)`` once they are used up."""
+        ``fail(last failure, attempts, first reason)`` once they are used up."""
         first = ""
         for k in range(self.retries + 1):
             try:
@@ -177,7 +171,7 @@ class OpenAIEngine(EngineBase):
             except _Retryable as exc:
                 first = first or str(exc)
                 if k == self.retries:
-                    raise fail(str(exc), k + 1, first) from None
+                    raise fail(exc, k + 1, first) from None
                 time.sleep(self.backoff * 2 ** k)
         raise AssertionError("unreachable")
 
@@ -200,7 +194,8 @@ class OpenAIEngine(EngineBase):
     def _choose_model(self, wanted: str | None) -> tuple[str, dict[str, Any], list[str]]:
         where = f"{self.host}:{self.port}"
 
-        def fail(reason: str, attempts: int, first: str) -> Exception:
+        def fail(last: _Retryable, attempts: int, first: str) -> Exception:
+            reason = str(last)
             tries = f" after {attempts} attempts" if attempts > 1 else ""
             return EngineError(
                 f"--engine {self.shown}: cannot reach the server at {where}{tries} ({reason}); "
@@ -260,7 +255,7 @@ class OpenAIEngine(EngineBase):
         for position, a in enumerate(answers):
             if a.status is not None and a.status >= 500:
                 raise _Retryable(f"HTTP {a.status} at position {position}: {_server_message(a.body)}",
-                                 "server-error")
+                                 FailureKind.SERVER_ERROR)
         return [(self._payload(a, position), a) for position, a in enumerate(answers)]
 
     def _exchange(self, bodies: Sequence[dict[str, Any]]) -> list[Answer]:
@@ -272,29 +267,29 @@ class OpenAIEngine(EngineBase):
         t = self.request_timeout
         return ServerError(f"{self.shown}: no complete answer within {t:g} s of the request "
                            f"(--request-timeout {t:g}, which bounds the whole answer); raise it or "
-                           "check the server", "timeout")
+                           "check the server", FailureKind.TIMEOUT)
 
     def _payload(self, answer: Answer, position: int) -> dict[str, Any]:
         if answer.status != 200:
             raise ServerError(f"{self.shown}: HTTP {answer.status} at position {position}: "
-                              f"{_server_message(answer.body)}", "refused")
+                              f"{_server_message(answer.body)}", FailureKind.REFUSED)
         try:
             payload = json.loads(answer.body)
         except (ValueError, RecursionError):
             payload = None
         if not isinstance(payload, dict):
             raise ServerError(f"{self.shown}: position {position}: the answer is not a JSON object "
-                              f"({_server_message(answer.body)})", "bad-answer")
+                              f"({_server_message(answer.body)})", FailureKind.BAD_ANSWER)
         return payload
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         bodies = [self.body(p, settings) for p in prompts]
 
-        def fail(reason: str, attempts: int, first: str) -> Exception:
+        def fail(last: _Retryable, attempts: int, first: str) -> Exception:
+            reason = str(last)
             symptoms = f"first: {first}; last: {reason}" if first != reason else f"last: {reason}"
             return ServerError(f"{self.shown}: a batch of {len(bodies)} failed {attempts} time(s) "
-                               f"(--retries {self.retries}); {symptoms}",
-                               "server-error" if reason.startswith("HTTP") else "unreachable")
+                               f"(--retries {self.retries}); {symptoms}", last.kind)
 
         answered = self._with_retries(lambda: self._attempt(bodies), fail)
         payloads = [payload for payload, _ in answered]
@@ -308,7 +303,7 @@ class OpenAIEngine(EngineBase):
         if not isinstance(choices, list) or not choices or not all(
                 isinstance(c, dict) and isinstance(c.get("text"), str) for c in choices):
             raise ServerError(f"{self.shown}: position {position}: the answer has no choices with "
-                              "text; is this a /v1/completions endpoint?", "bad-answer")
+                              "text; is this a /v1/completions endpoint?", FailureKind.BAD_ANSWER)
         ordered = sorted(enumerate(choices), key=lambda ic: (_index(ic[1], ic[0]), ic[0]))
         texts = tuple(c["text"].strip() for _, c in ordered)
         ids = ordered[0][1].get("token_ids")
@@ -323,13 +318,13 @@ class OpenAIEngine(EngineBase):
         reported = [_reported_width(p) for p in payloads]
         reason = self.beams.check(settings, [g.beams for g in results], reported)
         if reason is not None:
-            raise ServerError(f"{self.shown}: {reason}", "no-beam-search")
+            raise ServerError(f"{self.shown}: {reason}", FailureKind.NO_BEAM_SEARCH)
 
     def _check_slots(self, payloads: Sequence[dict[str, Any]]) -> None:
         """Where a server says how it batched (``python -m harness serve`` does), the batch
         must be exactly the planned one: one engine batch, slot i at position i."""
-        marks = [p.get("harness_batch") for p in payloads]
-        if not marks or not all(isinstance(m, dict) for m in marks):
+        marks = [m for p in payloads if isinstance(m := p.get("harness_batch"), dict)]
+        if not marks or len(marks) != len(payloads):
             return
         ids = [m.get("id") for m in marks]
         positions = [m.get("position") for m in marks]
@@ -337,7 +332,7 @@ class OpenAIEngine(EngineBase):
             raise ServerError(f"{self.shown}: the server did not keep the planned batch (engine "
                               f"batches {ids}, positions {positions} for slots 0..{len(payloads) - 1});"
                               " give `python -m harness serve` a longer --batch-window-ms",
-                              "split-batch")
+                              FailureKind.SPLIT_BATCH)
 
 
 def _index(choice: dict[str, Any], default: int) -> int:

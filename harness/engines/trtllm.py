@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.config import TRTLLM_RUNTIMES, DecodingSettings, EngineOptions
+from harness.config import DecodingSettings, EngineOptions, TrtllmRuntime
 from harness.engines import trtllm_compat as compat
 from harness.engines.base import EngineBase, EngineInfo, Generation
 from harness.engines.lazy import require
@@ -36,9 +36,10 @@ from harness.engines.ranks import world_size
 from harness.engines.tokenizer import load_tokenizer
 from harness.errors import EngineError, describe
 from harness.limits.engine_config import read_engine_config
+from harness.model.vocab import Layout
 from harness.storage.fingerprint import weights_identity
 
-RUNNERS = {"cpp": "ModelRunnerCpp", "python": "ModelRunner"}
+RUNNERS = {TrtllmRuntime.CPP: "ModelRunnerCpp", TrtllmRuntime.PYTHON: "ModelRunner"}
 
 
 def require_tensorrt_llm(backend: str) -> Any:
@@ -84,9 +85,11 @@ class TrtllmEngine(EngineBase):
 
     def __init__(self, path: str | Path, *, options: EngineOptions | None = None) -> None:
         options = options or EngineOptions()
-        if options.trtllm_runtime not in TRTLLM_RUNTIMES:
+        try:
+            runtime_word = TrtllmRuntime(options.trtllm_runtime)
+        except ValueError:
             raise EngineError(f"--trtllm-runtime {options.trtllm_runtime!r}: expected one of "
-                              f"{', '.join(TRTLLM_RUNTIMES)}")
+                              f"{', '.join(w.value for w in TrtllmRuntime)}") from None
         self.path = Path(path)
         config, limits = read_engine_config(self.path)
         files = engine_files(self.path)
@@ -94,31 +97,31 @@ class TrtllmEngine(EngineBase):
         runtime = require("tensorrt_llm.runtime", backend="trtllm", package="TensorRT-LLM",
                           extra="trtllm")
         self.version = str(getattr(trt, "__version__", "unknown"))
-        self.runner_name = RUNNERS[options.trtllm_runtime]
-        self.runner_cls = getattr(runtime, self.runner_name, None)
+        self.runner_name = RUNNERS[runtime_word]
+        self.runner_cls: Any = getattr(runtime, self.runner_name, None)
         if self.runner_cls is None:
-            other = "python" if options.trtllm_runtime == "cpp" else "cpp"
+            other = TrtllmRuntime.PYTHON if runtime_word == TrtllmRuntime.CPP else TrtllmRuntime.CPP
             raise EngineError(f"TensorRT-LLM {self.version}: tensorrt_llm.runtime has no "
                               f"{self.runner_name}; use --trtllm-runtime {other}")
         self.tokens = load_tokenizer(self.path, options, backend="trtllm")
         self.tokenizer = self.tokens.tokenizer
         mpi_rank = getattr(trt, "mpi_rank", None)
         self.rank = int(mpi_rank()) if callable(mpi_rank) else 0
-        self._setup_widths(options.trtllm_runtime, limits.max_beam_width)
-        self.runner: Any = self._load_first(limits.layout, options.trtllm_runtime)
+        self._setup_widths(runtime_word, limits.max_beam_width)
+        self.runner: Any = self._load_first(limits.layout, runtime_word)
         self.info = EngineInfo(
             backend="trtllm", path=str(self.path), identity=weights_identity(files), config=config,
-            details={"runtime": options.trtllm_runtime, "runner": self.runner_name,
+            details={"runtime": runtime_word.value, "runner": self.runner_name,
                      "tensorrt_llm": self.version, "engine_version": limits.version, "rank": self.rank,
                      "runner_per_beam_width": self.per_width,
                      "tokenizer": str(self.tokens.folder), "end_id": self.tokens.end_id,
                      "pad_id": self.tokens.pad_id, "trust_remote_code": options.trust_remote_code})
 
-    def _setup_widths(self, runtime: str, engine_max: int | None) -> None:
+    def _setup_widths(self, runtime: TrtllmRuntime, engine_max: int | None) -> None:
         """Whether ModelRunnerCpp is loaded per beam width (releases whose in-flight batching
         refuses a width other than the executor's maximum), and whether a refusal seen at run
         time may switch to that (one process only: other ranks would not see it)."""
-        can = runtime == "cpp" and compat.takes_keyword(self.runner_cls.from_dir, "max_beam_width")
+        can = runtime == TrtllmRuntime.CPP and compat.takes_keyword(self.runner_cls.from_dir, "max_beam_width")
         self.per_width = can and compat.refuses_other_beam_widths(self.version)
         self.may_switch = can and world_size() == 1
         self.engine_max = engine_max
@@ -132,12 +135,12 @@ class TrtllmEngine(EngineBase):
             kwargs["max_beam_width"] = width
         return self.runner_cls.from_dir(**kwargs)
 
-    def _load_first(self, layout: str, runtime: str) -> Any:
+    def _load_first(self, layout: Layout, runtime: TrtllmRuntime) -> Any:
         try:
             return self._from_dir(None)
         except Exception as exc:
             hint = ""
-            if layout == "legacy" and runtime == "python":
+            if layout == Layout.LEGACY and runtime == TrtllmRuntime.PYTHON:
                 hint = ("; this release's Python ModelRunner does not read this legacy (0.5-0.8) "
                         "config.json: run it with --trtllm-runtime cpp")
             raise EngineError(f"TensorRT-LLM {self.version}: {self.runner_name}.from_dir({self.path}) "

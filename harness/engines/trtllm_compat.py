@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from harness.errors import describe
@@ -63,7 +63,7 @@ def shutdown(obj: Any) -> None:
                 return
 
 
-def rejected_keyword(exc: BaseException, keywords: Any) -> str | None:
+def rejected_keyword(exc: BaseException, keywords: Iterable[str]) -> str | None:
     """The keyword an LLM constructor refused: 0.15/0.16's dataclass TypeError ("unexpected
     keyword argument 'x'") or 1.x's ValueError ("LLM got invalid argument: x")."""
     if not isinstance(exc, (TypeError, ValueError)):

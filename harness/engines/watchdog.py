@@ -57,13 +57,14 @@ class BatchTimeoutEngine(AdoptedEngine):
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         self._wait_for_hung_call()
-        box: dict[str, Any] = {}
+        results: list[list[Generation]] = []
+        errors: list[BaseException] = []
 
         def call() -> None:
             try:
-                box["result"] = self.engine.generate(prompts, settings)
+                results.append(self.engine.generate(prompts, settings))
             except BaseException as exc:  # handed to the waiting thread
-                box["error"] = exc
+                errors.append(exc)
 
         worker = threading.Thread(target=call, name="harness-generate", daemon=True)
         worker.start()
@@ -74,9 +75,9 @@ class BatchTimeoutEngine(AdoptedEngine):
             raise BatchTimeout(f"generate did not return within --batch-timeout {self.seconds:g}s "
                                f"({self._hung_batch}); the call may still be running, so the "
                                "rest of this cell was not sent")
-        if "error" in box:
-            raise box["error"]
-        return box["result"]
+        if errors:
+            raise errors[0]
+        return results[0]
 
     def close(self) -> None:
         if self._hung is not None and self._hung.is_alive():

@@ -52,6 +52,9 @@ def render_chat(tokenizer: Any, user_message: str, *, strip_bos: bool | None = N
     except Exception as exc:  # jinja2 errors from a template the user's model ships
         raise ConfigError(f"--chat: the tokenizer's chat template failed: {describe(exc)}; drop "
                           "--chat and use --prompt-template") from None
+    if not isinstance(text, str):
+        raise ConfigError(f"--chat: the tokenizer's chat template gave {type(text).__name__}, not "
+                          "text; drop --chat and use --prompt-template")
     bos = getattr(tokenizer, "bos_token", None)
     if strip_bos is None:
         strip_bos = _adds_bos(tokenizer)

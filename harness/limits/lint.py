@@ -10,9 +10,11 @@ from typing import Any
 from harness.config import DEFAULT_PROMPT_TEMPLATE, RunConfig
 from harness.errors import EngineError, first_line
 from harness.inputs.data import build_prompt, load_dataset
-from harness.limits.engine_config import EngineLimits, read_engine_config
-from harness.limits.preflight import LimitCheck, MemoryBudget, preflight
-from harness.plan import Cell
+from harness.limits.engine_config import read_engine_config
+from harness.limits.preflight import preflight
+from harness.model.cell import Cell
+from harness.model.limits import EngineLimits, LimitCheck, MemoryBudget, failing
+from harness.model.vocab import Verdict
 
 LIMIT_FIELDS = ("max_batch_size", "max_beam_width", "max_input_len", "max_seq_len",
                 "max_output_len", "max_num_tokens", "dtype", "kv_cache_dtype", "quant_algo",
@@ -32,8 +34,8 @@ class LintResult:
     prompt_source: str
 
     @property
-    def verdict(self) -> str:
-        return "fail" if any(c.status == "fail" for c in self.checks) else "pass"
+    def verdict(self) -> Verdict:
+        return Verdict.FAIL if failing(self.checks) else Verdict.PASS
 
     def as_dict(self) -> dict[str, Any]:
         return {"engine": self.engine, "layout": self.limits.layout,

@@ -8,47 +8,15 @@ before any GPU time is spent. A limit the config does not record makes its check
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
 
 from harness.config import parse_size
 from harness.engines.ranks import engine_ranks, world_size
-from harness.limits.engine_config import EngineLimits, weights_bytes
-from harness.plan import Cell
-
-Status = Literal["pass", "warn", "fail", "unknown"]
-
-
-@dataclass(frozen=True)
-class LimitCheck:
-    """One check of one cell against one build limit."""
-
-    cell: str
-    name: str
-    status: Status
-    message: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class MemoryBudget:
-    """KV cache plus weights on one GPU, against the GPU's memory."""
-
-    label: str
-    batch_size: int | None
-    beam_width: int | None
-    kv_cache_bytes: int | None
-    weights_bytes: int | None
-    gpu_bytes: int | None
-    gpu_source: str
-    status: Status
-    message: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+from harness.limits.engine_config import weights_bytes
+from harness.model.cell import Cell
+from harness.model.limits import EngineLimits, LimitCheck, MemoryBudget
+from harness.model.vocab import CheckStatus
 
 
 def gib(n: int | float | None) -> str:
@@ -77,37 +45,37 @@ def gpu_memory(option: str | None) -> tuple[int | None, str]:
 def kv_cache_bytes(limits: EngineLimits, batch_size: int, beam_width: int) -> int | None:
     """2 x layers x KV heads x head size x max_seq_len x batch x beams x bytes, per GPU."""
     seq = limits.sequence_limit
-    parts = (limits.num_layers, limits.num_kv_heads, limits.head_size, seq,
-             limits.kv_bytes_per_element)
-    if any(p is None for p in parts):
+    layers, kv_heads, head, per = (limits.num_layers, limits.num_kv_heads, limits.head_size,
+                                   limits.kv_bytes_per_element)
+    if layers is None or kv_heads is None or head is None or seq is None or per is None:
         return None
-    layers, kv_heads, head, seq_len, per = parts  # type: ignore[misc]
+    seq_len = seq
     ranks = (limits.tp_size or 1) * (limits.pp_size or 1)
     return int(2 * layers * kv_heads * head * seq_len * batch_size * beam_width * per / ranks)
 
 
 def memory_budget(limits: EngineLimits, batch_size: int, beam_width: int, *, label: str,
-                  weights: int | None, gpu: tuple[int | None, str], over: Status) -> MemoryBudget:
+                  weights: int | None, gpu: tuple[int | None, str], over: CheckStatus) -> MemoryBudget:
     """KV cache for batch x beams at max_seq_len plus weights; ``over`` is the status when it
     does not fit (fail for a requested cell, warn for the engine's maxima)."""
     kv = kv_cache_bytes(limits, batch_size, beam_width)
     gpu_bytes, source = gpu
     what = f"KV cache {gib(kv)} + weights {gib(weights)}"
     if kv is None:
-        status: Status = "unknown"
+        status: CheckStatus = CheckStatus.UNKNOWN
         message = (f"{label}: KV cache size unknown (config.json lacks layers, KV heads, head "
                    "size, sequence length or dtype)")
     elif limits.emulator:
-        status, message = "pass", f"{label}: {what} (emulator: runs on the CPU, no GPU budget)"
+        status, message = CheckStatus.PASS, f"{label}: {what} (emulator: runs on the CPU, no GPU budget)"
     elif gpu_bytes is None:
-        status, message = "unknown", f"{label}: {what}; {source}"
+        status, message = CheckStatus.UNKNOWN, f"{label}: {what}; {source}"
     else:
         total = kv + (weights or 0)
         fits = total <= gpu_bytes
-        status = "pass" if fits else over
+        status = CheckStatus.PASS if fits else over
         message = (f"{label}: {what} = {gib(total)} {'fits in' if fits else 'exceeds'} "
                    f"{gib(gpu_bytes)} ({source})")
-        if not fits and limits.paged_kv_cache and over == "warn":
+        if not fits and limits.paged_kv_cache and over == CheckStatus.WARN:
             message += "; with paged KV cache the runtime allocates a fraction of free memory instead"
     return MemoryBudget(label=label, batch_size=batch_size, beam_width=beam_width,
                         kv_cache_bytes=kv, weights_bytes=weights, gpu_bytes=gpu_bytes,
@@ -121,7 +89,7 @@ def engine_maxima_budget(limits: EngineLimits, *, weights: int | None,
         return None
     return memory_budget(limits, limits.max_batch_size, limits.max_beam_width,
                          label=f"engine maxima {limits.max_batch_size} x {limits.max_beam_width}",
-                         weights=weights, gpu=gpu, over="warn")
+                         weights=weights, gpu=gpu, over=CheckStatus.WARN)
 
 
 def _rebuild(limits: EngineLimits, **changes: int) -> str:
@@ -151,25 +119,25 @@ def check_cell(cell: Cell, limits: EngineLimits | None, *, longest_prompt: int |
     cid = cell.id
     names = ("max_batch_size", "max_beam_width", "max_input_len", "max_seq_len")
     if limits is None:
-        return [LimitCheck(cid, name, "unknown", f"{name}: the engine records no build limits")
-                for name in names]
+        return [LimitCheck(cid, name, CheckStatus.UNKNOWN,
+                           f"{name}: the engine records no build limits") for name in names]
     checks: list[LimitCheck] = []
 
-    def add(name: str, status: Status, message: str) -> None:
+    def add(name: str, status: CheckStatus, message: str) -> None:
         checks.append(LimitCheck(cid, name, status, message))
 
     def unknown(name: str, why: str = "") -> None:
-        add(name, "unknown", f"{name}: {why or f'not recorded in this {limits.layout} config.json'}; "
-                             "cannot check")
+        add(name, CheckStatus.UNKNOWN,
+            f"{name}: {why or f'not recorded in this {limits.layout} config.json'}; cannot check")
 
     if limits.max_batch_size is None:
         unknown("max_batch_size")
     elif cell.batch_size > limits.max_batch_size:
-        add("max_batch_size", "fail", f"batch size {cell.batch_size} exceeds the engine's "
+        add("max_batch_size", CheckStatus.FAIL, f"batch size {cell.batch_size} exceeds the engine's "
             f"max_batch_size {limits.max_batch_size}; "
             + _rebuild(limits, max_batch_size=cell.batch_size))
     else:
-        add("max_batch_size", "pass",
+        add("max_batch_size", CheckStatus.PASS,
             f"batch size {cell.batch_size} <= max_batch_size {limits.max_batch_size}")
 
     if limits.max_beam_width is None:
@@ -177,12 +145,12 @@ def check_cell(cell: Cell, limits: EngineLimits | None, *, longest_prompt: int |
                                   "do not record it; it is not assumed to be 1)")
     elif cell.beam_width > limits.max_beam_width:
         slots = (limits.max_batch_size or 0) * limits.max_beam_width
-        add("max_beam_width", "fail", f"num_beams {cell.beam_width} exceeds the engine's "
+        add("max_beam_width", CheckStatus.FAIL, f"num_beams {cell.beam_width} exceeds the engine's "
             f"max_beam_width {limits.max_beam_width} (KV cache holds {slots} beam slots, the cell "
             f"needs {cell.batch_size * cell.beam_width}); "
             + _rebuild(limits, max_beam_width=cell.beam_width))
     else:
-        add("max_beam_width", "pass",
+        add("max_beam_width", CheckStatus.PASS,
             f"num_beams {cell.beam_width} <= max_beam_width {limits.max_beam_width}")
 
     if longest_prompt is None:
@@ -190,11 +158,11 @@ def check_cell(cell: Cell, limits: EngineLimits | None, *, longest_prompt: int |
     elif limits.max_input_len is None:
         unknown("max_input_len")
     elif longest_prompt > limits.max_input_len:
-        add("max_input_len", "fail", f"the longest prompt has {longest_prompt} tokens, over the "
+        add("max_input_len", CheckStatus.FAIL, f"the longest prompt has {longest_prompt} tokens, over the "
             f"engine's max_input_len {limits.max_input_len} ({prompts_over_input} prompts would be "
             "truncated); " + _rebuild(limits, max_input_len=longest_prompt))
     else:
-        add("max_input_len", "pass",
+        add("max_input_len", CheckStatus.PASS,
             f"longest prompt {longest_prompt} <= max_input_len {limits.max_input_len}")
 
     limit = limits.sequence_limit
@@ -206,20 +174,20 @@ def check_cell(cell: Cell, limits: EngineLimits | None, *, longest_prompt: int |
             fix = _rebuild(limits, max_seq_len=need)
         else:
             fix = _rebuild(limits, max_output_len=need - (limits.max_input_len or 0))
-        add("max_seq_len", "fail", f"longest prompt {longest_prompt} + max_new_tokens "
+        add("max_seq_len", CheckStatus.FAIL, f"longest prompt {longest_prompt} + max_new_tokens "
             f"{max_new_tokens} = {need} exceeds the engine's sequence limit {limit}; {fix}")
     else:
-        add("max_seq_len", "pass",
+        add("max_seq_len", CheckStatus.PASS,
             f"longest prompt {longest_prompt} + max_new_tokens {max_new_tokens} <= {limit}")
 
     if processes is not None and (limits.tp_size is not None or limits.pp_size is not None):
         ranks = engine_ranks(limits.tp_size, limits.pp_size)
         if ranks != processes:
-            add("ranks", "fail", f"the engine is mapped to tp {limits.tp_size or 1} x pp "
+            add("ranks", CheckStatus.FAIL, f"the engine is mapped to tp {limits.tp_size or 1} x pp "
                 f"{limits.pp_size or 1} = {ranks} ranks but this run has {processes} process(es); "
                 f"run under `mpirun -n {ranks}`")
         else:
-            add("ranks", "pass", f"tp x pp = {ranks} = processes {processes}")
+            add("ranks", CheckStatus.PASS, f"tp x pp = {ranks} = processes {processes}")
 
     if memory is not None:
         add("kv_cache_memory", memory.status, memory.message)
@@ -247,7 +215,7 @@ def preflight(cells: Sequence[Cell], limits: EngineLimits | None, *, engine_dir:
     if limits is not None:
         weights, gpu = weights_bytes(engine_dir), gpu_memory(gpu_option)
         memory = {c: memory_budget(limits, c.batch_size, c.beam_width, label=c.id, weights=weights,
-                                   gpu=gpu, over="fail") for c in cells}
+                                   gpu=gpu, over=CheckStatus.FAIL) for c in cells}
         top = engine_maxima_budget(limits, weights=weights, gpu=gpu)
         maxima = (top,) if top else ()
     processes = world_size() if check_ranks else None

@@ -1,6 +1,6 @@
 """The report stage's first half: a run's results as a typed, sealed ``Report``.
 
-``cell_entry`` is shared with ``merge``, which rebuilds every cell from the union of its
+``reported`` is shared with ``merge``, which rebuilds every cell from the union of its
 shards' scores with the same code.
 """
 
@@ -8,42 +8,36 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
 from harness import __version__
 from harness.config import RunConfig
 from harness.inputs.data import Dataset, build_prompt
-from harness.report.model import seal
-from harness.report.provenance import engine_files, environment
-from harness.results import (
+from harness.model.analysis import DropTest, PositionStats
+from harness.model.cell import Cell
+from harness.model.report import (
     SCHEMA_VERSION,
-    CellEntry,
+    CacheStats,
     CellResult,
     DatasetInfo,
-    DropTest,
     EngineFile,
     EngineSection,
     Example,
     GoldenFile,
     Method,
-    PositionEntry,
-    PositionStats,
     RanksInfo,
     Report,
-    RunResult,
-    ShardCellScores,
     ShardInfo,
-    ShardLevels,
     ShardScores,
     Signoff,
     SubsetInfo,
     Timing,
-    Verdict,
 )
-from harness.storage.cache import CacheStats
-from harness.verdict.failures import likely_cause
+from harness.model.vocab import Question, Rotation
+from harness.report.provenance import engine_files, environment
+from harness.report.serialize import seal
+from harness.stages.run import RunResult
 
 EXAMPLES_PER_CELL = 3
 PROMPT_CHARS = 600
@@ -52,8 +46,8 @@ TEST = ("three questions per cell and position (docs/method.md): position depend
         "quality (ROUGE-L against the references below batch size 1, same prompts; per cell "
         "too), determinism (outputs that differ from batch size 1); one-sided paired t-tests of "
         "the drop against the tolerance, Holm-corrected over all tests of the run")
-PLANS = {"full": "cyclic rotation: every prompt at every position once per cell",
-         "sparse": "sparse rotation: every prompt at one position per cell"}
+PLANS = {Rotation.FULL: "cyclic rotation: every prompt at every position once per cell",
+         Rotation.SPARSE: "sparse rotation: every prompt at one position per cell"}
 
 
 def _round(x: float | None, digits: int = 6) -> float | None:
@@ -63,27 +57,25 @@ def _round(x: float | None, digits: int = 6) -> float | None:
 def worst_position(c: CellResult) -> int | None:
     """The degraded position that lost most (quality where measured, else agreement): the one
     the examples show."""
-    a = c.analysis
-    if a is None or not a.degraded_positions:
+    if not c.degraded_positions:
         return None
-    return min(a.degraded_positions, key=lambda p: (a.positions[p].quality
-                                                    if a.positions[p].quality is not None
-                                                    else a.positions[p].agreement))
+    by_position = {s.position: s for s in c.positions}
+    return min(c.degraded_positions, key=lambda p: by_position[p].shown)
 
 
-def examples_at(result: RunResult, c: CellResult, position: int) -> tuple[Example, ...]:
+def examples_at(result: RunResult, cell: Cell, position: int) -> tuple[Example, ...]:
     """A few prompts at ``position`` whose output differs from the baseline."""
-    outputs = {o.cell: o for o in result.outputs}.get(c.cell)
-    base = result.baselines.get(c.cell.beam_width)
+    outputs = {o.cell: o for o in result.outputs}.get(cell)
+    base = result.baselines.get(cell.beam_width)
     if outputs is None or base is None:
         return ()
-    docs, row = result.dataset.documents, outputs.texts[position]
-    picks = [i for i in range(len(docs)) if row[i] is not None and row[i] != base.texts[i]]
+    docs, row = result.dataset.documents, outputs.scored(position)
+    picks = [(i, text) for i, text in enumerate(row) if text is not None and text != base.texts[i]]
     return tuple(Example(position=position, id=docs[i].id,
                          prompt=(result.prompts[i] if result.prompts else
                                  build_prompt(result.config.prompt_template, docs[i]))[:PROMPT_CHARS],
-                         baseline=base.texts[i], output=row[i])  # type: ignore[arg-type]
-                 for i in picks[:EXAMPLES_PER_CELL])
+                         baseline=base.texts[i], output=text)
+                 for i, text in picks[:EXAMPLES_PER_CELL])
 
 
 def _test(test: DropTest | None) -> DropTest | None:
@@ -93,53 +85,32 @@ def _test(test: DropTest | None) -> DropTest | None:
                                p_adjusted=_round(test.p_adjusted, 12))
 
 
-def _position(s: PositionStats) -> PositionEntry:
-    return PositionEntry(
-        position=s.position, n=s.n, agreement=round(s.agreement, 6), ci_low=_round(s.ci_low),
-        ci_high=_round(s.ci_high), agreement_drop=round(s.agreement_drop, 6),
-        differing=round(s.differing, 6), quality=_round(s.quality), quality_bs1=_round(s.quality_bs1),
-        position_test=_test(s.position_test), quality_test=_test(s.quality_test),
-        degraded=s.degraded, nondeterministic=s.nondeterministic)
+def _position(s: PositionStats) -> PositionStats:
+    return dataclasses.replace(
+        s, agreement=round(s.agreement, 6), ci_low=_round(s.ci_low), ci_high=_round(s.ci_high),
+        agreement_drop=round(s.agreement_drop, 6), differing=round(s.differing, 6),
+        quality=_round(s.quality), quality_bs1=_round(s.quality_bs1),
+        position_test=_test(s.position_test), quality_test=_test(s.quality_test))
 
 
-def cell_entry(c: CellResult, examples: Sequence[Example]) -> CellEntry:
-    """One entry of the report's ``cells`` (shared with ``merge``)."""
-    a = c.analysis
-    return CellEntry(
-        id=c.cell.id, batch_size=c.cell.batch_size, beam_width=c.cell.beam_width,
-        verdict=c.verdict, limits_verdict=Verdict.FAIL if c.limit_failures else Verdict.PASS,
-        error=c.error, message=c.error or _message(c), cause=likely_cause(c),
-        pattern=c.finding.kind if c.finding else None,
-        evidence=c.finding.evidence if c.finding else None,
-        baseline_level=_round(a.level) if a else None,
-        quality=_round(a.quality) if a else None, quality_bs1=_round(a.quality_bs1) if a else None,
-        differing=_round(a.differing) if a else None, drift=a.drift if a else None,
-        degraded_positions=a.degraded_positions if a else (),
-        nondeterministic_positions=a.nondeterministic_positions if a else (),
-        omnibus=_test(a.omnibus) if a else None,
-        positions=tuple(_position(s) for s in (a.positions if a else ())),
-        limit_checks=c.checks, examples=tuple(examples), notice=c.notice)
+def reported(c: CellResult, examples: Sequence[Example]) -> CellResult:
+    """A cell as the report holds it: figures rounded, with examples of its worst position
+    (shared with ``merge``)."""
+    return dataclasses.replace(
+        c, baseline_level=_round(c.baseline_level), quality=_round(c.quality),
+        quality_bs1=_round(c.quality_bs1), differing=_round(c.differing),
+        omnibus=_test(c.omnibus), positions=tuple(_position(s) for s in c.positions),
+        examples=tuple(examples))
 
 
-def questions(config: RunConfig, has_references: bool) -> dict[str, str]:
+def questions(config: RunConfig, has_references: bool) -> dict[Question, str]:
     """What each question is in this run: a gate, a figure, or not answered (and why)."""
     quality = ("gate" if has_references else
                "not answered: the dataset has no reference summaries; the gate uses position "
                "dependence" + (" and determinism" if config.deterministic else "") +
                " only, so damage that hits every position alike is not caught")
-    return {"position dependence": "gate", "batch-size quality": quality,
-            "determinism": "gate (--deterministic)" if config.deterministic else "reported"}
-
-
-def _message(c: CellResult) -> str:
-    """The analysis's message, after the notice when the engine did not run the cell as asked."""
-    text = c.analysis.message if c.analysis else ""
-    return f"{c.cell.id}: {c.notice} ({text})" if c.notice else text
-
-
-def _nulls(row: Sequence[float]) -> tuple[float | None, ...]:
-    """JSON has no NaN: a prompt that never sat at a position (sparse) is null."""
-    return tuple(None if math.isnan(x) else x for x in row)
+    return {Question.POSITION: "gate", Question.QUALITY: quality,
+            Question.DETERMINISM: "gate (--deterministic)" if config.deterministic else "reported"}
 
 
 def _shard_blocks(result: RunResult) -> tuple[ShardInfo | None, ShardScores | None]:
@@ -152,20 +123,14 @@ def _shard_blocks(result: RunResult) -> tuple[ShardInfo | None, ShardScores | No
         return None, None
     k, n = result.config.shard
     by_cell = {c.cell: c for c in result.cells}
-    scored = {}
-    for cs in result.scores:
-        c = by_cell[cs.cell]
-        examples = {str(p): examples_at(result, c, p)
-                    for p in (c.analysis.degraded_positions if c.analysis else ())}
-        scored[cs.cell.id] = ShardCellScores(baseline=tuple(_nulls(r) for r in cs.baseline),
-                                             reference=tuple(_nulls(r) for r in cs.reference),
-                                             differs=tuple(_nulls(r) for r in cs.differs),
-                                             examples=examples)
-    info = ShardInfo(index=k, count=n, cells=tuple(c.cell.id for c in result.cells),
+    examples = {cell.id: {p: examples_at(result, cell, p)
+                          for p in by_cell[cell].degraded_positions}
+                for cell in result.scores}
+    info = ShardInfo(index=k, count=n, cells=tuple(c.id for c in result.cells),
                      grid=tuple(c.id for c in result.grid))
-    levels = {w: ShardLevels(agreement=_nulls(lv.agreement), quality=_nulls(lv.quality))
-              for w, lv in result.levels.items()}
-    return info, ShardScores(levels=levels, cells=scored, order=result.plan.order,
+    return info, ShardScores(levels=dict(result.levels),
+                             cells={cell.id: scores for cell, scores in result.scores.items()},
+                             examples=examples, order=result.plan.order,
                              prompt_lengths=tuple(result.prompt_lengths))
 
 
@@ -180,9 +145,11 @@ def dataset_info(dataset: Dataset) -> DatasetInfo:
 
 def rounded(timing: Timing) -> Timing:
     """Timing figures to 0.1 ms, as reported."""
-    return dataclasses.replace(timing, **{
-        f.name: round(v, 4) for f in dataclasses.fields(timing)
-        if isinstance(v := getattr(timing, f.name), float)})
+    out = dataclasses.replace(timing)
+    for f in dataclasses.fields(out):
+        if isinstance(value := getattr(out, f.name), float):
+            setattr(out, f.name, round(value, 4))
+    return out
 
 
 def _goldens(result: RunResult) -> dict[int, GoldenFile]:
@@ -197,8 +164,8 @@ def _goldens(result: RunResult) -> dict[int, GoldenFile]:
 
 def build_report(result: RunResult) -> Report:
     """The sealed report of one run."""
-    cells = tuple(cell_entry(c, () if (w := worst_position(c)) is None else examples_at(result, c, w))
-                  for c in result.cells)
+    cells = tuple(reported(c, () if (w := worst_position(c)) is None
+                           else examples_at(result, c.cell, w)) for c in result.cells)
     shard, scores = _shard_blocks(result)
     info = result.engine
     plan = result.plan

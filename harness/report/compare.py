@@ -7,36 +7,47 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.report.model import LoadedReport
-from harness.results import CellEntry, Method, PositionEntry, Report
+from harness.model.analysis import PositionStats
+from harness.model.report import CellResult, Method, Report
+from harness.model.vocab import Change, Direction, Rotation, Verdict
+from harness.report.serialize import LoadedReport
 
 
 @dataclass(frozen=True)
 class PositionChange:
+    """One position's figure in both runs (quality, else agreement) and what changed."""
+
     position: int
     old: float | None
     new: float | None
     delta: float | None
-    status: str  # added | dropped | new degradation | fixed | worse | better | same | unmeasured
+    status: Change
 
 
 @dataclass(frozen=True)
 class CellChange:
+    """One cell present in both runs."""
+
     id: str
     positions: tuple[PositionChange, ...]
+    error_added: bool = False  # NEW has an engine error OLD did not
+    error_fixed: bool = False  # OLD had an engine error NEW does not
 
 
 @dataclass(frozen=True)
 class Side:
+    """One of the two reports: where, its verdict, and whether it is as its run wrote it."""
+
     path: str
-    verdict: str
+    verdict: Verdict
+    intact: bool = True  # its sha256 still matches (see harness.report.serialize)
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """What ``compare`` found; ``verdict`` is worse, better or same."""
+    """What ``compare`` found, the new run against the old one."""
 
-    verdict: str
+    verdict: Direction
     tolerance: float
     lines: tuple[str, ...]
     cells: tuple[CellChange, ...]
@@ -45,33 +56,32 @@ class Comparison:
     limits_changed: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def value(p: PositionEntry) -> float | None:
+def value(p: PositionStats) -> float | None:
     """What a position is compared by: its quality against the references where the run
     measured it, else its agreement with the baseline."""
-    x = p.quality if p.quality is not None else p.agreement
-    return None if x is None or math.isnan(x) else x
+    return None if math.isnan(p.shown) else p.shown
 
 
-def _status(old: PositionEntry | None, new: PositionEntry | None, tol: float) -> str:
+def _status(old: PositionStats | None, new: PositionStats | None, tol: float) -> Change:
     if old is None:
-        return "added"
+        return Change.ADDED
     if new is None:
-        return "dropped"
+        return Change.DROPPED
     if new.degraded and not old.degraded:
-        return "new degradation"
+        return Change.NEW_DEGRADATION
     if old.degraded and not new.degraded:
-        return "fixed"
+        return Change.FIXED
     ov, nv = value(old), value(new)
     if nv is None or ov is None:
-        return "same" if nv is None and ov is None else "unmeasured" if nv is None else "added"
+        return Change.SAME if nv is None and ov is None else Change.UNMEASURED if nv is None else Change.ADDED
     delta = nv - ov
-    return "worse" if delta < -tol else "better" if delta > tol else "same"
+    return Change.WORSE if delta < -tol else Change.BETTER if delta > tol else Change.SAME
 
 
 def check_same_rotation(old: Method, new: Method) -> None:
     """Positions of two runs are comparable only when they saw the same prompts."""
     rotations = [old.rotation, new.rotation]
-    if rotations[0] != rotations[1] or ("sparse" in rotations and old.seed != new.seed):
+    if rotations[0] != rotations[1] or (Rotation.SPARSE in rotations and old.seed != new.seed):
         raise ConfigError(
             f"compare: OLD used --rotation {rotations[0]} (seed {old.seed}) and NEW "
             f"--rotation {rotations[1]} (seed {new.seed}), so their positions saw "
@@ -79,10 +89,12 @@ def check_same_rotation(old: Method, new: Method) -> None:
             "compare runs made with the same --rotation (and, for sparse, the same --seed)")
 
 
-def _cell_change(oc: CellEntry, nc: CellEntry, tol: float, lines: list[str]) -> CellChange:
-    if nc.verdict == "error" and oc.verdict != "error":
+def _cell_change(oc: CellResult, nc: CellResult, tol: float, lines: list[str]) -> CellChange:
+    error_added = nc.verdict == Verdict.ERROR and oc.verdict != Verdict.ERROR
+    error_fixed = oc.verdict == Verdict.ERROR and nc.verdict != Verdict.ERROR
+    if error_added:
         lines.append(f"{nc.id}: new engine error: {nc.error}")
-    if oc.verdict == "error" and nc.verdict != "error":
+    if error_fixed:
         lines.append(f"{nc.id}: engine error fixed")
     op = {p.position: p for p in oc.positions}
     np_ = {p.position: p for p in nc.positions}
@@ -93,16 +105,18 @@ def _cell_change(oc: CellEntry, nc: CellEntry, tol: float, lines: list[str]) -> 
         rows.append(PositionChange(position=pos, old=ov, new=nv,
                                    delta=(nv - ov) if ov is not None and nv is not None else None,
                                    status=_status(o, n, tol)))
-    for label in ("new degradation", "fixed", "worse", "better", "dropped", "unmeasured"):
+    for label in (Change.NEW_DEGRADATION, Change.FIXED, Change.WORSE, Change.BETTER,
+                  Change.DROPPED, Change.UNMEASURED):
         hit = [r.position for r in rows if r.status == label]
         if hit:
             lines.append(f"{nc.id}: {label} at positions {', '.join(map(str, hit))}")
-    return CellChange(id=nc.id, positions=tuple(rows))
+    return CellChange(id=nc.id, positions=tuple(rows), error_added=error_added,
+                      error_fixed=error_fixed)
 
 
 def _limits_changed(old: Report, new: Report, lines: list[str]) -> dict[str, dict[str, Any]]:
-    ol = old.limits.__dict__ if old.limits else {}
-    nl = new.limits.__dict__ if new.limits else {}
+    ol = old.limits.as_dict() if old.limits else {}
+    nl = new.limits.as_dict() if new.limits else {}
     changed = {}
     for key in sorted(set(ol) | set(nl)):
         if ol.get(key) != nl.get(key):
@@ -130,21 +144,23 @@ def compare(old_loaded: LoadedReport, new_loaded: LoadedReport,
         cells.append(_cell_change(oc, nc, tol, lines))
     limits_changed = _limits_changed(old, new, lines)
     statuses = {p.status for c in cells for p in c.positions}
-    errors = {c.id for c in new.cells if c.verdict == "error"} - {
-        c.id for c in old.cells if c.verdict == "error"}
+    errors = {c.id for c in new.cells if c.verdict == Verdict.ERROR} - {
+        c.id for c in old.cells if c.verdict == Verdict.ERROR}
     lost = [cid for cid in old_cells if cid not in new_cells]  # a cell NEW no longer tests
-    worse = bool(errors or lost or statuses & {"new degradation", "worse", "dropped", "unmeasured"}
-                 or (old.verdict == "pass" and new.verdict == "fail"))
-    better = bool(statuses & {"fixed", "better"}) or any(
-        line.endswith("engine error fixed") for line in lines)
+    worse = bool(errors or lost
+                 or statuses & {Change.NEW_DEGRADATION, Change.WORSE, Change.DROPPED,
+                                Change.UNMEASURED}
+                 or (old.verdict == Verdict.PASS and new.verdict == Verdict.FAIL))
+    better = bool(statuses & {Change.FIXED, Change.BETTER}) or any(c.error_fixed for c in cells)
     for side, loaded in (("old", old_loaded), ("new", new_loaded)):
         if not loaded.intact:
             lines.append(f"warning: the {side} report {loaded.path} changed after it was written "
                          "(its sha256 no longer matches)")
     if not lines:
         lines.append("no change beyond the tolerance")
-    return Comparison(verdict="worse" if worse else "better" if better else "same",
+    return Comparison(verdict=Direction.WORSE if worse else Direction.BETTER if better
+                      else Direction.SAME,
                       tolerance=tol, lines=tuple(lines), cells=tuple(cells),
-                      old=Side(str(old_loaded.path), str(old.verdict)),
-                      new=Side(str(new_loaded.path), str(new.verdict)),
+                      old=Side(str(old_loaded.path), old.verdict, old_loaded.intact),
+                      new=Side(str(new_loaded.path), new.verdict, new_loaded.intact),
                       limits_changed=limits_changed)

@@ -1,4 +1,5 @@
-"""The report stage's second half: a Report and its generations written as files.
+"""The report stage's second half: a Report written as files beside the run's
+generations.jsonl (which the generate stage streams cell by cell).
 
 Every file is written atomically; report.json goes last, so its presence means a whole report.
 """
@@ -9,30 +10,13 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from harness.model.report import Report
 from harness.report.build import build_report
 from harness.report.html import render_report
 from harness.report.markdown import markdown
-from harness.report.model import to_json
-from harness.results import Report, RunResult
+from harness.report.serialize import to_json
+from harness.stages.run import RunResult
 from harness.storage.atomic import atomic_write_text, disk_errors
-
-
-def generation_rows(result: RunResult) -> list[str]:
-    """generations.jsonl rows of a run whose outputs were kept in memory (not streamed)."""
-    rows: list[str] = []
-    docs = result.dataset.documents
-    for out in result.outputs:
-        whole = getattr(out.texts, "whole", out.texts)  # as generated, not cut for scoring
-        for position, texts in enumerate(whole):
-            for i, text in enumerate(texts):
-                if text is None:  # never sat there (--rotation sparse)
-                    continue
-                row: dict[str, object] = {"cell": out.cell.id, "position": position,
-                                          "id": docs[i].id, "output": text}
-                if out.beams and out.beams[position][i] is not None:
-                    row["beams"] = list(out.beams[position][i])  # type: ignore[arg-type]
-                rows.append(json.dumps(row, ensure_ascii=False))
-    return rows
 
 
 def write_files(report: Report, rows: Iterable[str] | None, folder: Path) -> dict[str, Path]:
@@ -49,12 +33,11 @@ def write_files(report: Report, rows: Iterable[str] | None, folder: Path) -> dic
 
 
 def write_report(result: RunResult, folder: Path) -> Report:
-    """Build and write the report of a run (generations.jsonl only where the run did not
-    stream it already); a full disk is one line naming the folder."""
+    """Build and write the report of a run beside its generations.jsonl; a full disk is one
+    line naming the folder."""
     report = build_report(result)
-    streamed = (folder / "generations.jsonl").exists()
     with disk_errors(f"--report-dir {folder}", "the generation cache keeps every generated batch "
                      "(unless --no-cache): free space or choose another --report-dir and rerun; "
                      "the rerun reads the batches from the cache"):
-        write_files(report, None if streamed else generation_rows(result), folder)
+        write_files(report, None, folder)
     return report

@@ -12,9 +12,9 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from harness.limits.preflight import gib
+from harness.model.report import CellResult, Report
 from harness.report.compare import Comparison
 from harness.report.plots import heatmap_svg
-from harness.results import CellEntry, Report
 from harness.verdict.statistics import ranges
 
 
@@ -31,7 +31,7 @@ def _env() -> Environment:
 
 def render_report(report: Report) -> str:
     """The sign-off page for one run."""
-    by_beam: dict[int, list[CellEntry]] = {}
+    by_beam: dict[int, list[CellResult]] = {}
     for c in report.cells:
         by_beam.setdefault(c.beam_width, []).append(c)
     heatmaps = [(w, Markup(heatmap_svg(w, cells, report.method.tolerance)))

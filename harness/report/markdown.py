@@ -8,7 +8,10 @@ import re
 import unicodedata
 from collections.abc import Callable
 
-from harness.results import CellEntry, PositionEntry, Report
+from harness.model.analysis import PositionStats
+from harness.model.limits import failing
+from harness.model.report import CellResult, Report
+from harness.model.vocab import CheckStatus, Rotation, Verdict
 from harness.verdict.statistics import ranges
 
 # Markdown's inline and block markup characters (CommonMark lets a backslash escape any ASCII
@@ -72,7 +75,7 @@ def _header(report: Report) -> list[str]:
              f"- Method: tolerance {md(method.tolerance)}, alpha {md(method.alpha)}, "
              f"seed {md(method.seed)}, "
              + (f"sparse rotation (each prompt at one position per cell: {_per_position(report)} "
-                "prompts per position)" if method.rotation == "sparse" else "full rotation")]
+                "prompts per position)" if method.rotation == Rotation.SPARSE else "full rotation")]
     shard = report.shard
     if shard is not None and shard.index:
         lines.append(f"- Shard {md(shard.index)}/{md(shard.count)}: cells "
@@ -87,14 +90,13 @@ def _header(report: Report) -> list[str]:
 def _findings(report: Report) -> list[str]:
     lines = []
     for c in report.cells:
-        if c.verdict != "pass":
-            lines.append(f"- **{md(c.id)}**: {md(c.message)}"
+        if c.verdict != Verdict.PASS:
+            lines.append(f"- **{md(c.id)}**: {md(c.headline)}"
                          + (f" — {md(c.cause)}" if c.cause else "")
                          + (f" (evidence: {md(c.evidence)})" if c.evidence else ""))
-        lines += [f"- **{md(c.id)}** build limit: {md(ch.message)}" for ch in c.limit_checks
-                  if ch.status == "fail"]
+        lines += [f"- **{md(c.id)}** build limit: {md(ch.message)}" for ch in failing(c.limit_checks)]
         lines += [f"- **{md(c.id)}** {md(ch.name)}: {md(ch.message)}" for ch in c.limit_checks
-                  if ch.status == "warn"]
+                  if ch.status == CheckStatus.WARN]
     lines = lines or ["No degraded position and no exceeded build limit."]
     drift = [c.drift for c in report.cells if c.drift]
     if drift:
@@ -103,7 +105,7 @@ def _findings(report: Report) -> list[str]:
     return lines
 
 
-def _table(cells: tuple[CellEntry, ...], value: Callable[[PositionEntry], str],
+def _table(cells: tuple[CellResult, ...], value: Callable[[PositionStats], str],
            verdict: bool) -> list[str]:
     width = max((len(c.positions) for c in cells), default=1)
     head = "| cell | " + ("verdict | " if verdict else "")

@@ -13,30 +13,30 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from harness import bounds
 from harness.errors import ConfigError
-from harness.plan import Cell, Plan
-from harness.report.build import cell_entry, worst_position
-from harness.report.model import load_report, seal
-from harness.results import (
-    CellScores,
-    Levels,
+from harness.model.cell import Cell
+from harness.model.report import (
+    CacheStats,
+    CellResult,
     Report,
-    ShardCellScores,
     ShardInfo,
-    ShardLevels,
+    ShardScores,
     Timing,
     run_verdict,
 )
+from harness.model.scores import CellScores, Levels
+from harness.plan import Plan
+from harness.report.build import reported, worst_position
+from harness.report.serialize import load_report, seal
 from harness.stages.analyse import analyse, cell_results
-from harness.storage.cache import CacheStats
 
 # Options that do not change what a run measures (paths differ between CI jobs; the engine's
 # and the dataset's contents are compared by hash instead): shards may differ in them.
@@ -45,22 +45,29 @@ FREE_OPTIONS = {"shard", "report_dir", "cache_dir", "no_cache", "engine", "datas
 
 
 @dataclass(frozen=True)
+class GenerationRow:
+    """One row of generations.jsonl (harness.storage.generations): an output at a position."""
+
+    cell: str
+    position: int
+    id: str
+    output: str
+    beams: tuple[str, ...] | None = None
+
+
+_ROWS = TypeAdapter(GenerationRow)
+
+
+@dataclass(frozen=True)
 class Shard:
-    """One shard's report folder, its report and its generations.jsonl rows."""
+    """One shard's report folder, its report, its scores and its generations.jsonl rows (as
+    read, and as each row's line)."""
 
     folder: Path
     report: Report
-    rows: tuple[dict[str, Any], ...]
-
-    @property
-    def info(self) -> ShardInfo:
-        assert self.report.shard is not None
-        return self.report.shard
-
-
-def _cell(cell_id: str) -> Cell:
-    bs, beam = cell_id.removeprefix("bs").split("-beam")
-    return Cell(int(bs), int(beam))
+    info: ShardInfo
+    scores: ShardScores
+    rows: tuple[tuple[GenerationRow, str], ...]
 
 
 def _flag(dest: str) -> str:
@@ -79,12 +86,13 @@ def _load(path: str | Path) -> Shard:
                           "made with --shard K/N")
     gens = file.parent / "generations.jsonl"
     try:
-        rows = tuple(bounds.loads(line) for line in gens.read_text(encoding="utf-8").splitlines()
-                     if line)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{gens}: cannot read the shard's generations ({exc}); merge needs the "
-                          "whole report folder") from None
-    return Shard(file.parent, report, rows)
+        lines = [line for line in gens.read_text(encoding="utf-8").splitlines() if line]
+        rows = tuple((_ROWS.validate_python(bounds.loads(line)), line) for line in lines)
+    except (OSError, ValueError) as exc:  # ValidationError is a ValueError
+        shown = f"{exc.error_count()} bad row(s)" if isinstance(exc, ValidationError) else str(exc)
+        raise ConfigError(f"{gens}: cannot read the shard's generations ({shown}); merge needs "
+                          "the whole report folder as the run wrote it") from None
+    return Shard(file.parent, report, report.shard, report.scores, rows)
 
 
 def _settings(shard: Shard) -> dict[str, Any]:
@@ -98,8 +106,8 @@ def _settings(shard: Shard) -> dict[str, Any]:
     out["harness version"] = report.harness_version
     out["shard count"] = shard.info.count
     out["cell grid"] = shard.info.grid
-    out["prompt order"] = report.scores.order if report.scores else None
-    out["prompt lengths"] = report.scores.prompt_lengths if report.scores else None
+    out["prompt order"] = shard.scores.order
+    out["prompt lengths"] = shard.scores.prompt_lengths
     return out
 
 
@@ -121,8 +129,7 @@ def _check_complete(shards: Sequence[Shard]) -> None:
     count = shards[0].info.count
     by_index: dict[int, Path] = {}
     for shard in shards:
-        k = shard.info.index
-        assert k is not None
+        k = shard.info.index or 0
         if k in by_index:
             raise ConfigError(f"shard {k}/{count} given twice: {by_index[k]} and {shard.folder}")
         by_index[k] = shard.folder
@@ -143,53 +150,57 @@ def _check_complete(shards: Sequence[Shard]) -> None:
                           "cover the grid")
 
 
-def _agreeing(shards: Sequence[Shard], beam_widths: list[int]
-              ) -> tuple[dict[int, Levels], dict[str, list[dict[str, Any]]]]:
-    """Batch size 1's levels and generation rows by cell, checked equal across shards."""
-    levels: dict[int, ShardLevels] = {}
-    rows: dict[str, list[dict[str, Any]]] = {}
+def _agreeing(shards: Sequence[Shard], beam_widths: Sequence[int]
+              ) -> tuple[dict[int, Levels], dict[str, list[str]]]:
+    """Batch size 1's levels and generation lines by cell, checked equal across shards."""
+    levels: dict[int, Levels] = {}
+    rows: dict[str, list[GenerationRow]] = {}
+    lines: dict[str, list[str]] = {}
     seen: dict[str, Path] = {}
     for shard in shards:
-        assert shard.report.scores is not None
         # different outputs first: they say why the scores below would differ
-        mine: dict[str, list[dict[str, Any]]] = {}
-        for row in shard.rows:
-            mine.setdefault(row["cell"], []).append(row)
+        mine: dict[str, list[tuple[GenerationRow, str]]] = {}
+        for row, line in shard.rows:
+            mine.setdefault(row.cell, []).append((row, line))
         for cid, cell_rows in mine.items():
-            if cid in rows and rows[cid] != cell_rows:
+            parsed = [row for row, _ in cell_rows]
+            if cid in rows and rows[cid] != parsed:
                 raise ConfigError(
                     f"{shard.folder} and {seen[cid]} hold different outputs for {cid}: the engine "
                     "did not repeat its batch-size-1 outputs across the shard runs, so their "
                     "baselines differ; rerun the shards with one shared --cache-dir or with goldens")
-            rows.setdefault(cid, cell_rows)
+            rows.setdefault(cid, parsed)
+            lines.setdefault(cid, [line for _, line in cell_rows])
             seen.setdefault(cid, shard.folder)
-        for w, values in shard.report.scores.levels.items():
-            if levels.setdefault(w, values) != values:
+        for w, values in shard.scores.levels.items():
+            if not _same_levels(levels.setdefault(w, values), values):
                 raise ConfigError(f"{shard.folder}: batch size 1 scores against the baseline of "
                                   f"beam width {w} differ from another shard's; the shards' "
                                   "baselines differ, rerun them with one shared --cache-dir or "
                                   "with goldens")
     order = sorted(levels, key=lambda w: beam_widths.index(w) if w in beam_widths else w)
-    return {w: Levels(agreement=_nans(levels[w].agreement), quality=_nans(levels[w].quality))
-            for w in order}, rows
+    return {w: levels[w] for w in order}, lines
 
 
-def _nans(row: Sequence[float | None]) -> tuple[float, ...]:
-    """null in a shard report: the prompt never sat at that position (--rotation sparse)."""
-    return tuple(math.nan if x is None else float(x) for x in row)
+def _same_levels(a: Levels, b: Levels) -> bool:
+    """Equal scores, NaN (nothing scored) equal to NaN."""
+    return _LEVELS.dump_json(a) == _LEVELS.dump_json(b)
 
 
-def _shard_cells(shards: Sequence[Shard]) -> dict[str, tuple[Any, ShardCellScores | None]]:
-    """Every cell's entry in its shard's report and its per-prompt scores (None: an error)."""
-    out: dict[str, tuple[Any, ShardCellScores | None]] = {}
+_LEVELS = TypeAdapter(Levels)
+
+
+def _shard_cells(shards: Sequence[Shard]) -> dict[str, tuple[Shard, CellResult, CellScores | None]]:
+    """Every cell's shard, its entry in that shard's report and its per-prompt scores (None:
+    an engine error)."""
+    out: dict[str, tuple[Shard, CellResult, CellScores | None]] = {}
     for shard in shards:
-        assert shard.report.scores is not None
-        scored = shard.report.scores.cells
+        scored = shard.scores.cells
         for c in shard.report.cells:
             if c.id not in scored and c.error is None:
                 raise ConfigError(f"{shard.folder}: report.json has no scores for {c.id}; the "
                                   "report is damaged, rerun that shard")
-            out[c.id] = (c, scored.get(c.id))
+            out[c.id] = (shard, c, scored.get(c.id))
     return out
 
 
@@ -218,31 +229,26 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
     shards = sorted((_load(p) for p in paths), key=lambda s: s.info.index or 0)
     _check_same_run(shards)
     _check_complete(shards)
-    base = shards[0].report
-    beam_widths = list(base.options["beam_widths"])
-    levels, rows = _agreeing(shards, beam_widths)
+    base, method = shards[0].report, shards[0].report.method
+    grid = [Cell.from_id(cid) for cid in shards[0].info.grid or ()]
+    beam_widths = list(dict.fromkeys(c.beam_width for c in grid))
+    levels, lines = _agreeing(shards, beam_widths)
     by_id = _shard_cells(shards)
-    grid = [_cell(cid) for cid in shards[0].info.grid or ()]
-    scores = {cell: CellScores(cell=cell, baseline=tuple(_nans(r) for r in s.baseline),
-                               reference=tuple(_nans(r) for r in s.reference),
-                               differs=tuple(_nans(r) for r in s.differs))
-              for cell in grid for _, s in [by_id[cell.id]] if s is not None}
-    assert base.scores is not None
+    scores = {cell: s for cell in grid for _, _, s in [by_id[cell.id]] if s is not None}
     plan = Plan(cells=tuple(grid), reference_cells=tuple(Cell(1, w) for w in beam_widths),
-                order=base.scores.order, seed=int(base.options["seed"]),
-                rotation=str(base.options.get("rotation") or "full"))
-    analyses, findings = analyse(scores, levels, plan, base.scores.prompt_lengths, base.limits,
-                                 tolerance=float(base.options["tolerance"]),
-                                 alpha=float(base.options["alpha"]),
-                                 deterministic=bool(base.options.get("deterministic")))
-    results = tuple(dataclasses.replace(r, notice=by_id[r.cell.id][0].notice) for r in cell_results(
-        grid, {c: by_id[c.id][0].limit_checks for c in grid}, analyses,
-        {c: by_id[c.id][0].error for c in grid}, findings))
+                order=shards[0].scores.order, seed=method.seed, rotation=method.rotation)
+    analyses, findings = analyse(scores, levels, plan, shards[0].scores.prompt_lengths,
+                                 base.limits, tolerance=method.tolerance, alpha=method.alpha,
+                                 deterministic=method.deterministic)
+    entries = {cell: by_id[cell.id][1] for cell in grid}
+    results = cell_results(grid, {c: e.limit_checks for c, e in entries.items()}, analyses,
+                           {c: e.error for c, e in entries.items()}, findings,
+                           {c: e.notice for c, e in entries.items()})
     cells = []
     for result in results:
-        worst, scored = worst_position(result), by_id[result.cell.id][1]
-        examples = () if worst is None or scored is None else scored.examples[str(worst)]
-        cells.append(cell_entry(result, examples))
+        worst, (shard, _, _) = worst_position(result), by_id[result.id]
+        examples = () if worst is None else shard.scores.examples.get(result.id, {}).get(worst, ())
+        cells.append(reported(result, examples))
     verdict = run_verdict(results)
     reports = [s.report for s in shards]
     finished = max(r.finished for r in reports)
@@ -253,14 +259,12 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
         cache=_cache(reports),
         baseline={w: r.baseline[w] for w in beam_widths for r in reports if w in r.baseline},
         goldens={w: g for r in reports for w, g in r.goldens.items()}, goldens_written=(),
-        method=dataclasses.replace(base.method, sequences=plan.sequences()),
+        method=dataclasses.replace(method, sequences=plan.sequences()),
         options={**base.options, "shard": None}, timing=_timing([r.timing for r in reports]),
         cells=tuple(cells), scores=None,
         shard=ShardInfo(count=len(shards), merged_from=tuple(str(s.folder) for s in shards)))
-    refs = [Cell(1, w) for w in beam_widths]
-    order = refs + [c for c in grid if c not in refs]  # as the unsharded run's Plan.all_cells
-    lines = [json.dumps(row, ensure_ascii=False) for c in order for row in rows.get(c.id, [])]
-    return seal(report), lines
+    order = plan.all_cells  # as the unsharded run wrote generations.jsonl
+    return seal(report), [line for c in order for line in lines.get(c.id, [])]
 
 
 def default_output(first: Path) -> Path:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 
-from harness.results import CellEntry, PositionEntry
+from harness.model.analysis import PositionStats
+from harness.model.report import CellResult
+from harness.model.vocab import Verdict
 
 RED_AT = 3.0  # drops of this many tolerances or more are full red
 # Text size (points) in a figure about 6 inches wide: scaled to a 390-pixel phone window the
@@ -21,19 +23,14 @@ RED_AT = 3.0  # drops of this many tolerances or more are full red
 LABEL_PT = 11
 
 
-def severity(p: PositionEntry, tolerance: float) -> float:
+def severity(p: PositionStats, tolerance: float) -> float:
     """The larger tested drop in tolerances (0 where nothing is tested); RED_AT if degraded."""
     drops = [t.drop for t in (p.quality_test, p.position_test) if t is not None]
     x = max([0.0, *drops]) / tolerance if tolerance > 0 else (RED_AT if p.degraded else 0.0)
     return max(x, RED_AT) if p.degraded else min(x, RED_AT)
 
 
-def shown(p: PositionEntry) -> float:
-    """The number a square shows: quality where measured, else agreement."""
-    return p.quality if p.quality is not None else p.agreement
-
-
-def heatmap_svg(beam_width: int, cells: Sequence[CellEntry], tolerance: float) -> str:
+def heatmap_svg(beam_width: int, cells: Sequence[CellResult], tolerance: float) -> str:
     """One beam width: rows are batch sizes, columns batch positions."""
     import matplotlib
 
@@ -56,13 +53,13 @@ def heatmap_svg(beam_width: int, cells: Sequence[CellEntry], tolerance: float) -
     for i, c in enumerate(rows):
         for p in c.positions:
             j = p.position
-            ax.text(j, i, f"{shown(p):.2f}", ha="center", va="center", fontsize=LABEL_PT,
+            ax.text(j, i, f"{p.shown:.2f}", ha="center", va="center", fontsize=LABEL_PT,
                     color="black", fontweight="bold" if p.degraded else "normal")
             if p.degraded:
                 ax.add_patch(matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
                                                           hatch="///", edgecolor="black",
                                                           linewidth=2.2))
-        if c.verdict == "error":
+        if c.verdict == Verdict.ERROR:
             ax.text(width / 2 - 0.5, i, "engine error", ha="center", va="center", fontsize=9)
     ax.set_xticks(range(width), [str(j) for j in range(width)], fontsize=LABEL_PT)
     ax.set_yticks(range(len(rows)), [f"bs{c.batch_size}" for c in rows], fontsize=LABEL_PT)

@@ -3,8 +3,9 @@ plugin's summary and ``merge`` (as syrupy's report yields its terminal lines).""
 
 from __future__ import annotations
 
-from harness.report.plots import shown
-from harness.results import Report
+from harness.model.limits import failing
+from harness.model.report import Report
+from harness.model.vocab import Verdict
 
 
 def cell_lines(report: Report) -> list[str]:
@@ -15,7 +16,7 @@ def cell_lines(report: Report) -> list[str]:
         if c.error:
             lines.append(f"{c.id:>12}  ERROR  {c.error}")
             continue
-        marks = " ".join(f"{'*' if p.degraded else ' '}{shown(p):.2f}" for p in c.positions)
+        marks = " ".join(f"{'*' if p.degraded else ' '}{p.shown:.2f}" for p in c.positions)
         differ = f"   differ {c.differing:.0%}" if c.differing else ""
         lines.append(f"{c.id:>12}  {str(c.verdict).upper():5}  {marks}{differ}")
     return lines
@@ -32,9 +33,9 @@ def finding_lines(report: Report) -> list[str]:
     """Every exceeded build limit and every failing cell with its likely cause."""
     lines = []
     for c in report.cells:
-        lines += [f"{c.id}: build limit: {ch.message}" for ch in c.limit_checks if ch.status == "fail"]
-        if c.verdict in ("fail", "untested"):
-            lines.append(c.message)
+        lines += [f"{c.id}: build limit: {ch.message}" for ch in failing(c.limit_checks)]
+        if c.verdict in (Verdict.FAIL, Verdict.UNTESTED):
+            lines.append(c.headline)
             if c.cause:
                 lines.append(f"  {c.cause}")
     return lines + drift_lines(report)
@@ -42,7 +43,7 @@ def finding_lines(report: Report) -> list[str]:
 
 def drift_lines(report: Report) -> list[str]:
     """Cells whose outputs differ from batch size 1 without failing: said, not failed."""
-    return [f"note: {c.drift}" for c in report.cells if c.drift and c.verdict == "pass"]
+    return [f"note: {c.drift}" for c in report.cells if c.drift and c.verdict == Verdict.PASS]
 
 
 def header_lines(report: Report) -> list[str]:

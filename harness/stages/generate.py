@@ -4,33 +4,33 @@ only ``follow``: the same calls, nothing kept."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from harness.bounds import ScoringCap
 from harness.config import DecodingSettings
 from harness.engines import guard
-from harness.engines.base import Engine, RequestTiming
+from harness.engines.base import BatchError, Engine, FailureKind, Generation
 from harness.engines.batching import BatchJudgement, cell_notice, judge_batch
 from harness.errors import RESUME, HarnessError, Interrupted, describe
-from harness.limits.preflight import LimitCheck
-from harness.plan import Cell, Plan
-from harness.results import CellOutputs, FollowerRun, Generated, Prepared, Timing
+from harness.model.cell import Cell
+from harness.model.limits import LimitCheck
+from harness.model.report import Timing
+from harness.model.vocab import CheckStatus
+from harness.plan import Plan
+from harness.stages.run import CellOutputs, FollowerRun, Generated, Prepared
 from harness.storage.cache import GenerationCache
-from harness.storage.generations import GenerationsLog, TextRows
+from harness.storage.generations import BeamRow, CellTexts, GenerationsLog, Row
 
-Progress = Callable[[int], None]
+Progress = Callable[[int], object]  # told how many more sequences are done; its result is ignored
 ProgressFactory = Callable[[int], Progress]
 
 
-def output_text(generation: Any) -> str:
-    """The text to score: "" for a missing one; lone surrogates (undecodable bytes) replaced,
-    so that odd output is scored (low) and stored, never a crash."""
-    text = getattr(generation, "text", generation)
-    if not isinstance(text, str):
-        return ""
+def output_text(text: str) -> str:
+    """The text to score, lone surrogates (undecodable bytes) replaced, so that odd output is
+    scored (low) and stored, never a crash."""
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
@@ -48,13 +48,17 @@ def _call(engine: Engine, prompts: list[str], settings: DecodingSettings, timing
         got = len(gens) if listed else type(gens).__name__
         raise RuntimeError(f"the engine returned {got} outputs for a batch of {len(prompts)}; "
                            "generate returns one Generation per prompt")
-    texts = [output_text(g) for g in gens]
-    timings = [t if isinstance(t := getattr(g, "timing", None), RequestTiming) else None for g in gens]
+    if not all(isinstance(g, Generation) for g in gens):
+        wrong = next(type(g).__name__ for g in gens if not isinstance(g, Generation))
+        raise RuntimeError(f"the engine returned a {wrong} where generate returns a Generation "
+                           "(harness.engines.base) per prompt")
+    texts = [output_text(g.text if isinstance(g.text, str) else "") for g in gens]
+    timings = [g.timing for g in gens]
     if judgements is not None and any(t is not None for t in timings):
         judgements.append(judge_batch(timings, texts))
     if settings.beam_width == 1:
         return texts, None
-    return texts, [[output_text(b) for b in (getattr(g, "beams", None) or (text,))]
+    return texts, [[output_text(b if isinstance(b, str) else "") for b in (g.beams or (text,))]
                    for g, text in zip(gens, texts)]
 
 
@@ -107,9 +111,11 @@ def generate_cell(engine: Engine, cell: Cell, plan: Plan, prompts: Sequence[str]
             if all_beams is not None:
                 beams[position][doc] = tuple(all_beams[position])
         tick(len(batch.documents))
-    kept = tuple(tuple(b) for b in beams) if cell.beam_width > 1 else ()
+    rows: tuple[Row, ...] = tuple(tuple(t) for t in texts)
+    kept: tuple[BeamRow, ...] = tuple(tuple(b) for b in beams) if cell.beam_width > 1 else ()
     notice = cell_notice(judgements) if cell.batch_size > 1 else None
-    return CellOutputs(cell=cell, texts=tuple(tuple(t) for t in texts), beams=kept, notice=notice)
+    return CellOutputs(cell=cell, texts=CellTexts(held=rows, beams=kept),
+                       cap=ScoringCap.for_tokens(settings.max_new_tokens), notice=notice)
 
 
 @dataclass(frozen=True)
@@ -119,7 +125,7 @@ class _First:
 
     cell: str
     where: str
-    kind: str
+    kind: FailureKind
     text: str
 
 
@@ -128,8 +134,9 @@ def failure_text(cell: Cell, failed: BatchFailed, first: _First | None) -> tuple
     ``kind`` is its own one line, as before; a server's names its batch and prompts, and a later
     cell that failed the same way (same kind: a server that went away, no beam search, ...)
     names the first failure instead of showing only its last symptom."""
-    text, kind = describe(failed.cause), getattr(failed.cause, "kind", None)
-    if not isinstance(kind, str):
+    text = describe(failed.cause)
+    kind = failed.cause.kind if isinstance(failed.cause, BatchError) else None
+    if kind is None:
         return text, first
     if first is None:
         first = _First(cell.id, failed.where, kind, text)
@@ -140,33 +147,6 @@ def failure_text(cell: Cell, failed: BatchFailed, first: _First | None) -> tuple
             f"{first.text}; this cell stopped at {failed.where}", first)
 
 
-class ScoredTexts(TextRows):
-    """A cell's texts, ``[position][document]``, as they are scored: each output cut to the
-    ScoringCap (a multiple of --max-new-tokens), so that no output makes ROUGE-L, which is
-    quadratic in length, take unbounded time. ``whole`` is the outputs as generated: they stay
-    whole in generations.jsonl and the generation cache."""
-
-    def __init__(self, whole: Sequence[Sequence[str | None]], cap: ScoringCap) -> None:
-        self.whole, self.cap = whole, cap
-        self._last: tuple[int, tuple[str | None, ...]] | None = None
-
-    def __len__(self) -> int:
-        return len(self.whole)
-
-    def _row(self, position: int) -> tuple[str | None, ...]:
-        if self._last is None or self._last[0] != position:
-            self._last = (position, tuple(None if t is None else self.cap.cut(t)
-                                          for t in self.whole[position]))
-        return self._last[1]
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return tuple(self._row(i) for i in range(*index.indices(len(self))))
-        if not -len(self) <= index < len(self):
-            raise IndexError(index)
-        return self._row(index % len(self))
-
-
 def output_checks(checks: dict[Cell, tuple[LimitCheck, ...]], capped: dict[Cell, int],
                   max_new_tokens: int) -> dict[Cell, tuple[LimitCheck, ...]]:
     """The cells' checks plus, where outputs were cut before scoring, a warning naming how
@@ -174,7 +154,7 @@ def output_checks(checks: dict[Cell, tuple[LimitCheck, ...]], capped: dict[Cell,
     cap = ScoringCap.for_tokens(max_new_tokens)
     out = dict(checks)
     for cell, n in capped.items():
-        note = LimitCheck(cell.id, "output_length", "warn",
+        note = LimitCheck(cell.id, "output_length", CheckStatus.WARN,
                           f"{n} outputs ran past {cap.describe()} and were scored on that much; "
                           f"the engine did not stop at --max-new-tokens {max_new_tokens} "
                           "(generations.jsonl keeps them whole)")
@@ -194,7 +174,6 @@ def generate_all(prep: Prepared, progress: ProgressFactory | None = None,
     outputs: dict[Cell, CellOutputs] = {}
     errors: dict[Cell, str] = {}
     capped: dict[Cell, int] = {}
-    cap = ScoringCap.for_tokens(prep.config.max_new_tokens)
     ids = [d.id for d in prep.dataset.documents]
     first: _First | None = None
     for cell in prep.plan.all_cells:
@@ -205,13 +184,11 @@ def generate_all(prep: Prepared, progress: ProgressFactory | None = None,
         except BatchFailed as failed:
             errors[cell], first = failure_text(cell, failed, first)
             continue
-        over = sum(t is not None and cap.cut(t) != t for row in out.texts for t in row)
+        over = sum(t is not None and out.cap.cut(t) != t for row in out.texts.rows() for t in row)
         if over:
             capped[cell] = over
-        # generations.jsonl keeps every output whole; scoring and later stages see it capped
-        texts = log.add(cell.id, out.texts, out.beams) if log is not None else out.texts
-        out = CellOutputs(cell=cell, texts=ScoredTexts(texts, cap),
-                          beams=() if log is not None else out.beams, notice=out.notice)
+        if log is not None:  # from now on read back from generations.jsonl, which keeps them whole
+            out = dataclasses.replace(out, texts=log.add(cell.id, out.texts))
         outputs[cell] = out
         if on_cell is not None:
             on_cell(cell, out)

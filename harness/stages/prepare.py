@@ -15,10 +15,13 @@ from harness.engines.registry import adopt, load_engine, peek_config
 from harness.engines.watchdog import BatchTimeoutEngine
 from harness.inputs.data import Dataset, load_dataset, select_subset
 from harness.inputs.prompts import build_prompts
-from harness.limits.engine_config import EngineLimits, read_limits
+from harness.limits.engine_config import read_limits
 from harness.limits.preflight import preflight
-from harness.plan import Cell, cells_for, choose_batch_sizes, make_plan, shard_cells
-from harness.results import Prepared, Timing
+from harness.model.cell import Cell
+from harness.model.limits import EngineLimits
+from harness.model.report import Timing
+from harness.plan import cells_for, choose_batch_sizes, make_plan, shard_cells
+from harness.stages.run import Prepared
 from harness.storage.cache import GenerationCache
 from harness.storage.cache_key import fingerprint as cache_fingerprint
 from harness.storage.cache_key import key_inputs

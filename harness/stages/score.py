@@ -14,23 +14,15 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from harness.bounds import ScoringCap
-from harness.plan import Cell
-from harness.results import (
-    Baseline,
-    CellOutputs,
-    CellScores,
-    Generated,
-    Levels,
-    Prepared,
-    Scored,
-    Timing,
-)
+from harness.model.cell import Cell
+from harness.model.report import Timing
+from harness.model.scores import CellScores, Levels
+from harness.stages.run import Baseline, CellOutputs, Generated, Prepared, Scored
+from harness.storage.generations import Row
 from harness.storage.goldens import GoldenSet
 from harness.verdict.scoring import rouge_l
 
 Level = tuple[Levels, float]  # batch size 1's per-prompt levels, CPU seconds spent
-Texts = Sequence[str | None]
 
 
 def baselines(prep: Prepared, goldens: dict[int, GoldenSet], generated: Generated
@@ -39,7 +31,7 @@ def baselines(prep: Prepared, goldens: dict[int, GoldenSet], generated: Generate
     Goldens are scored as outputs are, cut to the ScoringCap (--golden-engine's are recorded
     whole, and goldens on disk are outside input)."""
     out: dict[int, Baseline] = {}
-    cap = ScoringCap.for_tokens(prep.config.max_new_tokens)
+    cap = prep.cap
     for w in prep.config.beam_widths:
         if w in goldens:
             path = str(prep.store.path_for(prep.engine.info.identity, prep.dataset.name, w))
@@ -48,23 +40,25 @@ def baselines(prep: Prepared, goldens: dict[int, GoldenSet], generated: Generate
                                     for d in prep.dataset.documents),
                               goldens_path=path)
         elif Cell(1, w) in generated.outputs:
-            texts = generated.outputs[Cell(1, w)].texts[0]
-            out[w] = Baseline(w, "batch size 1 of this run", tuple(texts))  # type: ignore[arg-type]
+            texts = generated.outputs[Cell(1, w)].scored(0)
+            out[w] = Baseline(w, "batch size 1 of this run", tuple(t or "" for t in texts))
     return out
 
 
-def visited_rouge(targets: Sequence[str | None], row: Texts) -> tuple[float, ...]:
+def visited_rouge(targets: Sequence[str | None], row: Row) -> tuple[float, ...]:
     """ROUGE-L per prompt; NaN where the prompt never sat at this position or has no target
     (a dataset without reference summaries)."""
-    seen = [i for i, t in enumerate(row) if t is not None and targets[i] is not None]
-    got = rouge_l([targets[i] for i in seen], [row[i] for i in seen])  # type: ignore[misc]
+    pairs = [(i, target, text) for i, (target, text) in enumerate(zip(targets, row))
+             if target is not None and text is not None]
+    got = rouge_l([target for _, target, _ in pairs], [text for _, _, text in pairs])
+    seen = [i for i, _, _ in pairs]
     out = [math.nan] * len(row)
     for i, value in zip(seen, got):
         out[i] = value
     return tuple(out)
 
 
-def level(base: Sequence[str], references: Sequence[str | None], bs1: Texts) -> Level:
+def level(base: Sequence[str], references: Sequence[str | None], bs1: Row) -> Level:
     """Batch size 1's per-prompt agreement with the baseline and quality against the
     references, and the CPU seconds it took."""
     start = time.thread_time()
@@ -72,19 +66,20 @@ def level(base: Sequence[str], references: Sequence[str | None], bs1: Texts) -> 
     return got, time.thread_time() - start
 
 
-def _differs(row: Texts, bs1: Texts) -> tuple[float, ...]:
+def _differs(row: Row, bs1: Row) -> tuple[float, ...]:
     """1.0 where the output is not batch size 1's text, 0.0 where it is, NaN: never sat here."""
     return tuple(math.nan if t is None else float(t != b) for t, b in zip(row, bs1))
 
 
-def score_cell(cell: Cell, base: Sequence[str], references: Sequence[str | None],
-               texts: Sequence[Texts], bs1: Texts) -> tuple[CellScores, float]:
+def score_cell(outputs: CellOutputs, base: Sequence[str], references: Sequence[str | None],
+               bs1: Row) -> tuple[CellScores, float]:
     """One cell's ROUGE-L against baseline and references, which outputs differ from batch
     size 1's, and the CPU seconds it took."""
     start = time.thread_time()
-    scores = CellScores(cell=cell, baseline=tuple(visited_rouge(base, t) for t in texts),
-                        reference=tuple(visited_rouge(references, t) for t in texts),
-                        differs=tuple(_differs(t, bs1) for t in texts))
+    rows = outputs.scored_rows()
+    scores = CellScores(baseline=tuple(visited_rouge(base, t) for t in rows),
+                        reference=tuple(visited_rouge(references, t) for t in rows),
+                        differs=tuple(_differs(t, bs1) for t in rows))
     return scores, time.thread_time() - start
 
 
@@ -103,25 +98,25 @@ class EarlyScorer:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-scoring")
         self.cells: dict[Cell, tuple[tuple[str, ...], Future[tuple[CellScores, float]]]] = {}
         self.levels: dict[int, tuple[tuple[str, ...], Future[Level]]] = {}
-        self.bs1: dict[int, Texts] = {}
+        self.bs1: dict[int, Row] = {}
         self.waiting: list[tuple[Cell, CellOutputs]] = []
 
     def add(self, cell: Cell, outputs: CellOutputs) -> None:
         w = cell.beam_width
         if cell == Cell(1, w):
-            self.bs1[w] = outputs.texts[0]
-            base = self.bases.setdefault(w, tuple(outputs.texts[0]))  # type: ignore[arg-type]
+            self.bs1[w] = outputs.scored(0)
+            base = self.bases.setdefault(w, tuple(t or "" for t in self.bs1[w]))
             self.levels[w] = (base, self.pool.submit(level, base, self.references, self.bs1[w]))
         if cell in self.under_test:
             self.waiting.append((cell, outputs))
         still = []
         for c, out in self.waiting:
-            base, bs1 = self.bases.get(c.beam_width), self.bs1.get(c.beam_width)
-            if base is None or bs1 is None:
+            against, bs1 = self.bases.get(c.beam_width), self.bs1.get(c.beam_width)
+            if against is None or bs1 is None:
                 still.append((c, out))
             else:
-                self.cells[c] = (base, self.pool.submit(score_cell, c, base, self.references,
-                                                        out.texts, bs1))
+                self.cells[c] = (against, self.pool.submit(score_cell, out, against,
+                                                           self.references, bs1))
         self.waiting = still
 
     def level(self, w: int, base: tuple[str, ...]) -> Level | None:
@@ -150,7 +145,7 @@ def score_all(prep: Prepared, bases: dict[int, Baseline], generated: Generated,
         for w, base in bases.items():
             if Cell(1, w) in outputs:
                 got = (early.level(w, base.texts) if early else None) or level(
-                    base.texts, references, outputs[Cell(1, w)].texts[0])
+                    base.texts, references, outputs[Cell(1, w)].scored(0))
                 levels[w], spent = got[0], spent + got[1]
         for cell in prep.plan.cells:
             if cell in errors:
@@ -159,9 +154,9 @@ def score_all(prep: Prepared, bases: dict[int, Baseline], generated: Generated,
                 unscored[cell] = (f"no batch-size-1 baseline for beam width {cell.beam_width}: "
                                   f"{errors.get(Cell(1, cell.beam_width), 'batch size 1 produced nothing')}")
                 continue
-            base = bases[cell.beam_width].texts
-            got_cell = (early.cell(cell, base) if early else None) or score_cell(
-                cell, base, references, outputs[cell].texts, outputs[Cell(1, cell.beam_width)].texts[0])
+            against = bases[cell.beam_width].texts
+            got_cell = (early.cell(cell, against) if early else None) or score_cell(
+                outputs[cell], against, references, outputs[Cell(1, cell.beam_width)].scored(0))
             cells[cell], spent = got_cell[0], spent + got_cell[1]
     finally:
         if early:

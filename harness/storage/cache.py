@@ -19,13 +19,13 @@ import hashlib
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness import bounds
 from harness.config import DecodingSettings, EngineOptions
 from harness.engines.base import EngineInfo
+from harness.model.report import CacheStats
 from harness.storage.atomic import TEMP_NAME, atomic_write_text
 from harness.storage.cache_key import fingerprint, key_inputs
 from harness.storage.locks import file_lock, try_lock
@@ -38,22 +38,6 @@ def engine_fingerprint(info: EngineInfo, options: EngineOptions | None = None) -
     None for an engine without a directory."""
     inputs = key_inputs(info, options)
     return fingerprint(inputs) if inputs is not None else None
-
-
-@dataclass
-class CacheStats:
-    """What the cache did during one run (reported)."""
-
-    folder: str | None
-    enabled: bool
-    reason: str
-    batches_from_cache: int = 0
-    batches_generated: int = 0
-    generations_from_cache: int = 0
-    key: dict[str, Any] = field(default_factory=dict)  # what the fingerprint covers (cache_key)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 class GenerationCache:

@@ -19,7 +19,8 @@ from pathlib import Path
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX
-    fcntl = None  # type: ignore[assignment]
+    # no locking there: the module object is absent, and every lock is a no-op
+    fcntl = None  # type: ignore[assignment]  # a module where it exists; None marks it absent
 
 
 def _say(line: str) -> None:

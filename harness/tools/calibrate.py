@@ -41,11 +41,13 @@ from harness.config import (
 )
 from harness.engines.emulator.build import BuildLimits
 from harness.engines.emulator.drift import Drift
-from harness.engines.emulator.faults import Fault
+from harness.engines.emulator.faults import Fault, FaultKind
 from harness.errors import ConfigError
-from harness.limits.engine_config import EngineLimits
-from harness.plan import Cell, Plan
-from harness.results import CellScores, Levels
+from harness.model.cell import Cell
+from harness.model.limits import EngineLimits
+from harness.model.scores import CellScores, Levels
+from harness.model.vocab import FindingKind, Layout, Rotation, Verdict, Word
+from harness.plan import Plan
 from harness.stages.analyse import harm
 from harness.verdict.signatures import CellEvidence, match, shortfall
 from harness.verdict.statistics import analyze
@@ -53,6 +55,15 @@ from harness.verdict.statistics import analyze
 POOL_SEED = 20261130  # the prompt pool is fixed; --seed drives rounds and trials
 DRIFT_UNDER = 0.3  # the drift every fault model is also calibrated on top of
 DRIFT_RATES = (0.1, 0.3, 0.6)
+
+
+class Target(Word):
+    """What calibrate expects of a model."""
+
+    DETECT = "detect"  # fail exactly the damaged positions, naming the signature
+    PASS = "pass"  # never fail (healthy, benign drift)
+    PARTIAL = "partial"  # fail the position a share of prompts is damaged at
+    UNIFORM = "uniform"  # fail: damage at every position alike
 
 
 @dataclass(frozen=True)
@@ -64,13 +75,13 @@ class Model:
     fault: Fault | None
     cells: tuple[Cell, ...]
     damaged: dict[Cell, frozenset[int]]  # the truly damaged positions per cell
-    pattern: str | None  # the signature harness.verdict.signatures should name
+    pattern: FindingKind | None  # the signature harness.verdict.signatures should name
     drift: float = 0.0  # benign drift rate built in (0: none)
     limits: BuildLimits = field(default_factory=BuildLimits)
     rounds: int = 1
     extra: tuple[Cell, ...] = ()  # cells borrowed from the undamaged twin (untouched by the fault)
     twin: str = "healthy"  # the same engine without the fault: partial's unhit prompts, extras
-    target: str = "detect"  # detect | pass | partial | uniform
+    target: Target = Target.DETECT
 
     @property
     def should_fail(self) -> bool:
@@ -93,26 +104,26 @@ def models(rounds: int, fraction: float, position: int) -> tuple[Model, ...]:
     c81, c41, c82, c42, c44 = Cell(8, 1), Cell(4, 1), Cell(8, 2), Cell(4, 2), Cell(4, 4)
     drifts = tuple(Model(f"drift-{r:g}", f"benign drift {r:.0%}", None, (c81, c42),
                          {c81: frozenset(), c42: frozenset()}, None, drift=r, rounds=rounds,
-                         target="pass") for r in DRIFT_RATES)
+                         target=Target.PASS) for r in DRIFT_RATES)
     faults = (
         Model("overflow", "beam-slot overflow (8x1 slots)", None, (c82, c44),
-              {c82: frozenset(range(4, 8)), c44: frozenset({2, 3})}, "overflow",
+              {c82: frozenset(range(4, 8)), c44: frozenset({2, 3})}, FindingKind.OVERFLOW,
               limits=BuildLimits(max_beam_width=1)),
-        Model("full-batch", "full-batch corruption", Fault("full-batch"), (c81, c41),
-              {c81: frozenset({7}), c41: frozenset()}, "full-batch"),
-        Model("padding", "padding bug", Fault("padding"), (c81,), {c81: _all(8)}, "padding",
+        Model("full-batch", "full-batch corruption", Fault(FaultKind.FULL_BATCH), (c81, c41),
+              {c81: frozenset({7}), c41: frozenset()}, FindingKind.FULL_BATCH),
+        Model("padding", "padding bug", Fault(FaultKind.PADDING), (c81,), {c81: _all(8)}, FindingKind.PADDING,
               rounds=rounds),
-        Model("stride", "uneven-finish stride", Fault("stride"), (c82,),
-              {c82: frozenset(range(1, 8)), c81: frozenset()}, "stride", rounds=rounds,
+        Model("stride", "uneven-finish stride", Fault(FaultKind.STRIDE), (c82,),
+              {c82: frozenset(range(1, 8)), c81: frozenset()}, FindingKind.STRIDE, rounds=rounds,
               extra=(c81,)),
     )
     partial = Model("partial", f"partial ({fraction:.0%} at position {position})",
-                    Fault("partial", position=position, fraction=1.0), (c81,),
-                    {c81: frozenset({position})}, "partial", target="partial")
-    uniform = Model("truncate", "uniform damage (cut short)", Fault("truncate"), (c81, c42),
-                    {c81: _all(8), c42: _all(4)}, None, target="uniform")
+                    Fault(FaultKind.PARTIAL, position=position, fraction=1.0), (c81,),
+                    {c81: frozenset({position})}, FindingKind.PARTIAL, target=Target.PARTIAL)
+    uniform = Model("truncate", "uniform damage (cut short)", Fault(FaultKind.TRUNCATE), (c81, c42),
+                    {c81: _all(8), c42: _all(4)}, None, target=Target.UNIFORM)
     healthy = Model("healthy", "healthy", None, (c81, c82), {c81: frozenset(), c82: frozenset()},
-                    None, target="pass")
+                    None, target=Target.PASS)
     under = f"drift-{DRIFT_UNDER:g}"
     return (healthy, *drifts, *faults, *(_drifting(m, under) for m in faults), partial,
             _drifting(partial, under), uniform)
@@ -161,7 +172,7 @@ def _generate(job: Job) -> dict[Cell, list[list[str]]]:
         settings = DecodingSettings(max_new_tokens=job.max_new_tokens, beam_width=cell.beam_width,
                                     length_penalty=1.0)
         got = generate_cell(engine, cell, plan, job.prompts, settings, cache=cache)
-        out[cell] = [list(row) for row in got.texts]  # type: ignore[arg-type]
+        out[cell] = [[t or "" for t in row] for row in got.texts.rows()]  # full ring: no None
     return out
 
 
@@ -212,14 +223,14 @@ class Targets:
 
     def check(self, o: Outcome) -> tuple[bool, str]:
         target = o.model.target
-        if target == "pass":
+        if target == Target.PASS:
             return o.flagged_rate <= self.false_alarm, f"flagged <= {self.false_alarm:.0%}"
-        if target == "partial":
+        if target == Target.PARTIAL:
             if o.model.drift:
                 return True, "reported (no target with drift)"
             return (o.flagged_rate >= self.partial_detection,
                     f"detected >= {self.partial_detection:.0%}")
-        if target == "uniform":
+        if target == Target.UNIFORM:
             return o.flagged_rate >= self.detection, f"detected >= {self.detection:.0%}"
         ok = o.flagged_rate >= self.detection and o.exact_rate >= self.exact
         return ok, f"detected >= {self.detection:.0%}, exact >= {self.exact:.0%}"
@@ -243,7 +254,7 @@ class Settings:
     cache_dir: Path | None = None
     work_dir: Path | None = None
     only: tuple[str, ...] = ()
-    rotation: str = RunConfig.rotation
+    rotation: Rotation = RunConfig.rotation
     family: int = 0  # Holm family size; 0: the default grid's (see default_family)
 
 
@@ -261,7 +272,8 @@ def _model_key(name: str) -> int:
 
 
 def _pick(arr: np.ndarray, rounds: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    return arr[rounds, rows, cols]
+    picked: np.ndarray = arr[rounds, rows, cols]
+    return picked
 
 
 def _trial_cell(cell: Cell, own: Observations, twin: Observations, rng: np.random.Generator,
@@ -288,7 +300,7 @@ def _trial_cell(cell: Cell, own: Observations, twin: Observations, rng: np.rando
         seat[ring] = np.arange(prompts) % cell.batch_size
         picked = [np.where(rows == seat[None, :], p, np.nan) for p in picked]
     as_rows = [tuple(tuple(map(float, r)) for r in p) for p in picked]
-    scores = CellScores(cell=cell, baseline=as_rows[0], reference=as_rows[1], differs=as_rows[2])
+    scores = CellScores(baseline=as_rows[0], reference=as_rows[1], differs=as_rows[2])
     return scores, own.shorter[cell][rounds, rows, cols]
 
 
@@ -296,25 +308,25 @@ def trial(model: Model, obs: Observations, twin: Observations, levels: dict[int,
           rng: np.random.Generator, s: Settings) -> tuple[bool, bool, bool]:
     """One trial: (flagged, localized exactly, signature named)."""
     subset = np.sort(rng.choice(s.pool, size=s.prompts, replace=False))
-    hits = rng.random(s.prompts) < s.fraction if model.target == "partial" else None
-    scores, shorter = [], {}
+    hits = rng.random(s.prompts) < s.fraction if model.target == Target.PARTIAL else None
+    scores: dict[Cell, CellScores] = {}
+    shorter = {}
     for cell in model.cells + model.extra:
         own = obs if cell in model.cells else twin
-        cs, sh = _trial_cell(cell, own, twin, rng, subset, hits if cell in model.cells else None,
-                             s.position, s.rotation == "sparse")
-        scores.append(cs)
-        shorter[cell] = sh
+        scores[cell], shorter[cell] = _trial_cell(
+            cell, own, twin, rng, subset, hits if cell in model.cells else None, s.position,
+            s.rotation == Rotation.SPARSE)
     level = {w: Levels(agreement=tuple(float(x) for x in lv.agreement[subset]),
                        quality=tuple(float(x) for x in lv.quality[subset]))
              for w, lv in levels.items()}
     analyses = analyze(scores, level, tolerance=s.tolerance, alpha=s.alpha,
                        family=s.family or default_family())
-    flagged = any(a.verdict == "fail" for a in analyses)
+    flagged = any(a.verdict == Verdict.FAIL for a in analyses)
     exact = all(set(a.degraded_positions) == set(model.damaged.get(a.cell, frozenset()))
-                and (a.verdict == "fail") == bool(model.damaged.get(a.cell)) for a in analyses)
-    evidence = [CellEvidence(analysis=a, harm=harm(cs, level[a.cell.beam_width]),
+                and (a.verdict == Verdict.FAIL) == bool(model.damaged.get(a.cell)) for a in analyses)
+    evidence = [CellEvidence(analysis=a, harm=harm(scores[a.cell], level[a.cell.beam_width]),
                              shorter=tuple(tuple(int(x) for x in row) for row in shorter[a.cell]))
-                for a, cs in zip(analyses, scores)]
+                for a in analyses]
     found = match(evidence, _limits(model))
     named = model.pattern is not None and any(f.kind == model.pattern for f in found.values())
     return flagged, exact, named
@@ -322,7 +334,7 @@ def trial(model: Model, obs: Observations, twin: Observations, levels: dict[int,
 
 def _limits(model: Model) -> EngineLimits:
     lim = model.limits
-    return EngineLimits(layout="unified", max_batch_size=lim.max_batch_size,
+    return EngineLimits(layout=Layout.UNIFIED, max_batch_size=lim.max_batch_size,
                         max_beam_width=lim.max_beam_width, max_input_len=lim.max_input_len,
                         max_seq_len=lim.max_seq_len)
 
@@ -355,12 +367,12 @@ def _jobs(pool: _Pool, chosen: Sequence[Model], everything: Sequence[Model], s: 
           ) -> list[tuple[str, int, Job]]:
     """Batch size 1 and the healthy cells (one job), then every other model's rounds; twins
     that a chosen model borrows from are generated too."""
-    names = {m.name for m in chosen} | {m.twin for m in chosen if m.extra or m.target == "partial"}
+    names = {m.name for m in chosen} | {m.twin for m in chosen if m.extra or m.target == Target.PARTIAL}
     needed = [m for m in everything if m.name in names]
     widths = sorted({c.beam_width for m in needed for c in m.cells + m.extra})
     healthy = next(m for m in everything if m.name == "healthy")
     healthy_cells = tuple(sorted({c for m in needed if m.twin == "healthy"
-                                  for c in m.extra + (m.cells if m.target == "partial" else ())}
+                                  for c in m.extra + (m.cells if m.target == Target.PARTIAL else ())}
                                  | set(healthy.cells), key=lambda c: (c.beam_width, c.batch_size)))
     first = Job(str(_engine_dir(pool, healthy, 0)), tuple(Cell(1, w) for w in widths) + healthy_cells,
                 pool.prompts, pool.orders[0], s.max_new_tokens, pool.cache)
@@ -369,7 +381,7 @@ def _jobs(pool: _Pool, chosen: Sequence[Model], everything: Sequence[Model], s: 
         if m.name == "healthy":
             continue
         cells = m.cells + tuple(c for m2 in needed if m2.twin == m.name
-                                for c in m2.extra + (m2.cells if m2.target == "partial" else ())
+                                for c in m2.extra + (m2.cells if m2.target == Target.PARTIAL else ())
                                 if c not in m.cells)
         for r in range(m.rounds):
             jobs.append((m.name, r, Job(str(_engine_dir(pool, m, r)), cells, pool.prompts,
@@ -413,14 +425,14 @@ def _make_pool(s: Settings) -> _Pool:
     from harness.bundled.synthetic import generate as synth
     from harness.inputs.data import Document, build_prompt
 
-    docs = [Document(id=e.id, text=e.text, summary=e.summary)
-            for e in synth(s.pool, POOL_SEED, prefix="cal")]
+    examples = synth(s.pool, POOL_SEED, prefix="cal")
+    docs = [Document(id=e.id, text=e.text, summary=e.summary) for e in examples]
     work = s.work_dir or harness_cache_dir() / "calibrate"
     work.mkdir(parents=True, exist_ok=True)
     orders = [tuple(int(i) for i in np.random.default_rng([s.seed, r]).permutation(s.pool))
               for r in range(max(s.rounds, 1))]
     return _Pool(prompts=tuple(build_prompt(DEFAULT_PROMPT_TEMPLATE, d) for d in docs),
-                 references=tuple(d.summary for d in docs),  # type: ignore[misc]
+                 references=tuple(e.summary for e in examples),
                  orders=orders, work=work, cache=str(s.cache_dir) if s.cache_dir else None)
 
 
@@ -459,13 +471,14 @@ def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Out
                                pool, bs1, lengths) for name in dict.fromkeys(n for n, _, _ in jobs)}
     outcomes = []
     for m in chosen:
-        counts = [0, 0, 0]
+        flagged = exact = named = 0
         for t in range(s.trials):
             rng = np.random.default_rng([s.seed, _model_key(m.name), t])
             got = trial(m, observed[m.name], observed.get(m.twin, observed["healthy"]), levels, rng, s)
-            counts = [c + int(g) for c, g in zip(counts, got)]
+            flagged, exact, named = flagged + got[0], exact + got[1], named + got[2]
         differing, delta = _effects(observed[m.name], m, levels)
-        outcomes.append(Outcome(m, s.trials, *counts, differing=differing, quality_delta=delta))
+        outcomes.append(Outcome(m, s.trials, flagged, exact, named, differing=differing,
+                                quality_delta=delta))
     return outcomes
 
 
@@ -479,7 +492,7 @@ def table(outcomes: Sequence[Outcome], s: Settings, targets: Targets) -> tuple[l
         ok, target = targets.check(o)
         ok_all &= ok
         m = o.model
-        exact = f"{o.exact_rate:7.1%}" if m.target == "detect" else f"{'-':>7}"
+        exact = f"{o.exact_rate:7.1%}" if m.target == Target.DETECT else f"{'-':>7}"
         named = f"{o.named_rate:7.1%}" if m.pattern else f"{'-':>7}"
         lines.append(f"{m.label:40} {','.join(c.id for c in m.cells):16} "
                      f"{'fail' if m.should_fail else 'pass':6} {o.flagged_rate:8.1%} {exact} "
@@ -506,21 +519,21 @@ def _note(s: Settings) -> str:
             f"(the default grid's; tests outside the model's cells count as clean). tolerance "
             f"{s.tolerance}, alpha {s.alpha}, max_new_tokens {s.max_new_tokens}, seed {s.seed}, "
             f"{s.rotation} rotation"
-            + (" (each prompt at one position per cell)" if s.rotation == "sparse" else "")
+            + (" (each prompt at one position per cell)" if s.rotation == Rotation.SPARSE else "")
             + ". flagged = the model's grid fails; exact = every cell's degraded positions are "
             "exactly the damaged ones; named = the failure names the right signature.")
 
 
 def _summary(outcomes: Sequence[Outcome], s: Settings, ok_all: bool) -> str:
-    healthy = [o for o in outcomes if o.model.target == "pass"]
-    faults = [o for o in outcomes if o.model.should_fail and not (o.model.target == "partial"
+    healthy = [o for o in outcomes if o.model.target == Target.PASS]
+    faults = [o for o in outcomes if o.model.should_fail and not (o.model.target == Target.PARTIAL
                                                                   and o.model.drift)]
     fa = ", ".join(f"{o.flagged_rate:.1%} {o.model.name}" for o in healthy) or "n/a"
     summary = f"calibrate: false alarms {fa}"
     worst = min(faults, key=lambda o: o.flagged_rate, default=None)
     if worst is not None:
         summary += f"; worst detection {worst.flagged_rate:.1%} ({worst.model.name})"
-    worst_exact = min((o for o in faults if o.model.target == "detect"),
+    worst_exact = min((o for o in faults if o.model.target == Target.DETECT),
                       key=lambda o: o.exact_rate, default=None)
     if worst_exact is not None:
         summary += f"; worst exact localization {worst_exact.exact_rate:.1%} ({worst_exact.model.name})"
@@ -533,6 +546,6 @@ def min_detectable_drop(n: int, sd: float, *, tolerance: float, alpha: float, te
     (Holm is at least as powerful), for a paired-difference standard deviation ``sd``."""
     from scipy import stats
 
-    t_a = stats.t.ppf(1 - alpha / tests, n - 1)
-    t_b = stats.t.ppf(power, n - 1)
+    t_a = float(stats.t.ppf(1 - alpha / tests, n - 1))
+    t_b = float(stats.t.ppf(power, n - 1))
     return tolerance + (t_a + t_b) * sd / math.sqrt(n)

@@ -30,7 +30,8 @@ from urllib.parse import urlsplit
 from harness.config import DecodingSettings
 from harness.engines.base import EngineBase, Generation, as_engine
 from harness.errors import ConfigError, describe
-from harness.limits.engine_config import EngineLimits, read_limits
+from harness.limits.engine_config import read_limits
+from harness.model.limits import EngineLimits
 
 DEFAULT_WINDOW_MS = 100.0
 DEFAULT_MAX_BATCH = 8  # when the engine records no max_batch_size
@@ -93,11 +94,14 @@ class Bounds:
 
     @classmethod
     def of(cls, limits: EngineLimits | None, max_batch_size: int) -> Bounds:
-        lim = limits or EngineLimits(layout="none")
-        beams = lim.max_beam_width or DEFAULT_MAX_BEAMS
-        return cls(max_prompts=max_batch_size, max_beams=(lim.max_batch_size or max_batch_size) * beams,
-                   max_tokens=lim.max_output_len or lim.max_seq_len or DEFAULT_MAX_TOKENS,
-                   max_input_tokens=lim.max_input_len, max_seq_len=lim.max_seq_len)
+        if limits is None:  # an engine without build limits (an hf model, a user's class)
+            return cls(max_prompts=max_batch_size, max_beams=max_batch_size * DEFAULT_MAX_BEAMS,
+                       max_tokens=DEFAULT_MAX_TOKENS, max_input_tokens=None, max_seq_len=None)
+        beams = limits.max_beam_width or DEFAULT_MAX_BEAMS
+        return cls(max_prompts=max_batch_size,
+                   max_beams=(limits.max_batch_size or max_batch_size) * beams,
+                   max_tokens=limits.max_output_len or limits.max_seq_len or DEFAULT_MAX_TOKENS,
+                   max_input_tokens=limits.max_input_len, max_seq_len=limits.max_seq_len)
 
 
 def _integer(body: dict[str, Any], key: str, default: int | None, high: int, why: str) -> int | None:
@@ -248,26 +252,25 @@ class Batcher:
         """Gather one batch; None once stop is asked (stop() answers what still waits)."""
         if self._stopping:
             return None
-        if self._held:
-            first = self._held.pop(0)
-        else:
-            first = self._take(None)
-            if first is None:
-                return None
-        batch, later = [first], []
+        taken = self._held.pop(0) if self._held else self._take(None)
+        if taken is None:
+            return None
+        first = taken
+        batch: list[Pending] = [first]
+        later: list[Pending] = []
         for item in self._held:
             (batch if item.settings == first.settings and len(batch) < self.max_batch_size
              else later).append(item)
         self._held = later
         deadline = time.monotonic() + self.window_s
         while len(batch) < self.max_batch_size and not self._stopping:
-            item = self._take(deadline - time.monotonic())
-            if item is None:
+            arrived = self._take(deadline - time.monotonic())
+            if arrived is None:
                 break
-            if item.settings == first.settings:
-                batch.append(item)
+            if arrived.settings == first.settings:
+                batch.append(arrived)
             else:
-                self._held.append(item)
+                self._held.append(arrived)
         self._held.sort(key=lambda p: p.arrival)
         return sorted(batch, key=lambda p: p.arrival)
 
@@ -489,8 +492,9 @@ def make_server(engine: Any, *, host: str = "127.0.0.1", port: int = 0, model_na
 
 
 def base_url(server: CompletionServer) -> str:
-    host, port = server.server_address[:2]
-    shown = f"[{host}]" if ":" in str(host) else host
+    address = server.server_address
+    host, port = str(address[0]), address[1]
+    shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}/v1"
 
 

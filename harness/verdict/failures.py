@@ -4,15 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.limits.preflight import LimitCheck
-from harness.results import CellResult, DropTest, PositionStats, Verdict
-
-
-def likely_cause(result: CellResult) -> str | None:
-    """The known fault signature the cell's damage matches (see harness.verdict.signatures), if any."""
-    if result.finding is None:
-        return None
-    return f"likely cause ({result.finding.kind}): {result.finding.text}"
+from harness.model.analysis import DropTest, PositionStats
+from harness.model.limits import LimitCheck, failing
+from harness.model.report import CellResult
+from harness.model.vocab import CheckStatus, Verdict
 
 
 def _test_line(name: str, test: DropTest | None) -> str | None:
@@ -33,32 +28,28 @@ def position_line(s: PositionStats) -> str:
 
 def positions_failure(result: CellResult) -> str | None:
     """The positions test's failure message, or None when the cell passes."""
-    if result.error:
-        return f"{result.cell.id}: engine error: {result.error}"
-    a = result.analysis
-    if result.verdict == Verdict.UNTESTED and a is not None:
-        return f"{result.cell.id}: untested: {result.notice}\n  measured all the same: {a.message}"
-    if a is None or a.verdict == Verdict.PASS:
+    if result.error is not None or result.verdict == Verdict.ERROR:
+        return f"{result.id}: engine error: {result.error}"
+    if result.verdict == Verdict.UNTESTED:
+        return f"{result.id}: untested: {result.notice}\n  measured all the same: {result.message}"
+    if result.verdict == Verdict.PASS:
         return None
-    lines = [a.message] + ([f"  note: {result.notice}"] if result.notice else [])
-    cause = likely_cause(result)
-    if cause:
-        lines.append(cause)
-    lines += [position_line(s) for s in a.positions if s.degraded]
-    if a.spread and a.omnibus is not None:
-        lines.append(f"  all positions: mean quality drop {a.omnibus.drop:.3f} (adjusted p "
-                     f"{a.omnibus.p_adjusted:.2g})")
+    lines = [result.message] + ([f"  note: {result.notice}"] if result.notice else [])
+    if result.cause:
+        lines.append(result.cause)
+    lines += [position_line(s) for s in result.positions if s.degraded]
+    omnibus = result.omnibus
+    if omnibus is not None and omnibus.flagged and not result.degraded_positions:
+        lines.append(f"  all positions: mean quality drop {omnibus.drop:.3f} (adjusted p "
+                     f"{omnibus.p_adjusted:.2g})")
     return "\n".join(lines)
 
 
 def limits_failure(checks: Sequence[LimitCheck]) -> str | None:
     """The limits test's failure message, or None when every known limit holds."""
-    failures = [c for c in checks if c.status == "fail"]
-    if not failures:
-        return None
-    return "\n".join(f"{c.cell}: {c.message}" for c in failures)
+    return "\n".join(f"{c.cell}: {c.message}" for c in failing(checks)) or None
 
 
 def limits_unknown(checks: Sequence[LimitCheck]) -> bool:
     """True when no limit could be checked (e.g. an hf model has no build limits)."""
-    return all(c.status == "unknown" for c in checks)
+    return all(c.status == CheckStatus.UNKNOWN for c in checks)

@@ -31,11 +31,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from scipy import stats
 
-from harness.limits.engine_config import EngineLimits, overflow_positions
-from harness.plan import Cell, Plan
-from harness.results import CellAnalysis, Finding, Verdict
+from harness.model.analysis import CellAnalysis, Finding
+from harness.model.cell import Cell
+from harness.model.limits import EngineLimits, overflow_positions
+from harness.model.vocab import FindingKind, Verdict
+from harness.plan import Plan
 from harness.verdict.statistics import ranges
 
 HIT = 0.2  # a prompt is hit at a position when its harm there exceeds this
@@ -96,9 +99,11 @@ def _inferred_slots(analyses: Sequence[CellAnalysis], failing: Sequence[CellAnal
 
 def _overflow(a: CellAnalysis, analyses: Sequence[CellAnalysis], failing: Sequence[CellAnalysis],
               limits: EngineLimits | None) -> Finding | None:
-    known = limits is not None and limits.beam_slots is not None
-    slots = limits.beam_slots if known else _inferred_slots(analyses, failing)  # type: ignore[union-attr]
-    if slots is None or a.cell.beam_width == 1:
+    if a.cell.beam_width == 1:
+        return None
+    known = limits if limits is not None and limits.beam_slots is not None else None
+    slots = known.beam_slots if known is not None else _inferred_slots(analyses, failing)
+    if slots is None:
         return None
     expected = overflow_positions(a.cell.batch_size, a.cell.beam_width, slots)
     if not expected or set(expected) != set(a.degraded_positions):
@@ -110,22 +115,22 @@ def _overflow(a: CellAnalysis, analyses: Sequence[CellAnalysis], failing: Sequen
                   if f.cell.beam_width == w and f.degraded_positions]
         if starts:
             firsts.append(f"positions >= {min(starts)} degraded at beam width {w}")
-    source = (f"max_batch_size {limits.max_batch_size} x max_beam_width "  # type: ignore[union-attr]
-              f"{limits.max_beam_width} = {slots} slots" if known
+    source = (f"max_batch_size {known.max_batch_size} x max_beam_width "
+              f"{known.max_beam_width} = {slots} slots" if known is not None
               else f"{slots} beam slots (inferred: the engine's limits are unknown, and one slot "
                    f"count explains the degraded positions at beam widths "
                    f"{', '.join(map(str, sorted(beams)))})")
     fix = ""
-    if known:
+    if known is not None and known.max_beam_width is not None and known.max_batch_size is not None:
         flags = []
         widest = max(f.cell.beam_width for f in failing)
         biggest = max(f.cell.batch_size for f in failing)
-        if widest > limits.max_beam_width:  # type: ignore[operator, union-attr]
+        if widest > known.max_beam_width:
             flags.append(f"--max_beam_width {widest}")
-        if biggest > limits.max_batch_size:  # type: ignore[operator, union-attr]
+        if biggest > known.max_batch_size:
             flags.append(f"--max_batch_size {biggest}")
         fix = "; rebuild with " + (" ".join(flags) if flags else "larger limits")
-    return Finding("overflow", f"{' and '.join(firsts)}: matches KV beam-slot overflow for {source}"
+    return Finding(FindingKind.OVERFLOW, f"{' and '.join(firsts)}: matches KV beam-slot overflow for {source}"
                                f"{fix}", evidence="degraded positions = those whose beam slots "
                                f"(position x beam width + beam) lie beyond {slots}")
 
@@ -142,7 +147,7 @@ def _full_batch(a: CellAnalysis, analyses: Sequence[CellAnalysis], limits: Engin
     if any(b.verdict != Verdict.PASS and b.cell.batch_size != full for b in analyses):
         return None
     sizes = ", ".join(str(b.cell.batch_size) for b in smaller)
-    return Finding("full-batch", f"only when the batch is full (batch size {full} = the engine's "
+    return Finding(FindingKind.FULL_BATCH, f"only when the batch is full (batch size {full} = the engine's "
                                  f"max_batch_size): position {ranges(a.degraded_positions)} "
                                  f"degraded, batch sizes {sizes} are fine; suspect a fault on "
                                  "the full-batch path (as TensorRT-LLM #2072)",
@@ -161,12 +166,13 @@ def _padding(e: CellEvidence) -> Finding | None:
     if len(longest) < 5 or not shorter:
         return None
     longest_hit, shorter_hit = sum(longest) / len(longest), sum(shorter) / len(shorter)
-    _, p = stats.fisher_exact([[sum(longest), len(longest) - sum(longest)],
-                               [sum(shorter), len(shorter) - sum(shorter)]], alternative="less")
+    table = np.array([[sum(longest), len(longest) - sum(longest)],
+                      [sum(shorter), len(shorter) - sum(shorter)]])
+    _, p = stats.fisher_exact(table, alternative="less")
     if not (p < 1e-3 and shorter_hit >= 2 * longest_hit + 0.2):
         return None
     rho, _ = stats.spearmanr(short, harm)
-    return Finding("padding", "damage follows prompt length rather than position: prompts "
+    return Finding(FindingKind.PADDING, "damage follows prompt length rather than position: prompts "
                               f"shorter than the longest in their batch lose quality in "
                               f"{shorter_hit:.0%} of cases, the longest prompt of a batch in "
                               f"{longest_hit:.0%} (Spearman rho {rho:.2f} between harm and "
@@ -187,7 +193,7 @@ def _stride(e: CellEvidence, analyses: Sequence[CellAnalysis]) -> Finding | None
     if _hit_share(e.harm[0]) > 0.02:
         return None
     means = [math.fsum(_seen(row)) / max(1, len(_seen(row))) for row in e.harm]
-    return Finding("stride", f"beam search only: position 0 intact, positions "
+    return Finding(FindingKind.STRIDE, f"beam search only: position 0 intact, positions "
                              f"{ranges(a.degraded_positions)} degraded (mean harm by position "
                              f"{', '.join(f'{m:.2f}' for m in means)}): suspect a stride or offset "
                              "error once requests in the batch finish unevenly (as TensorRT-LLM "
@@ -211,9 +217,9 @@ def _single(e: CellEvidence) -> Finding | None:
     evidence = (f"{share:.0%} of prompts hit at position {p}, at most "
                 f"{max(others, default=0.0):.0%} at any other")
     if share >= 0.9:
-        return Finding("single", f"only position {p} degraded, on {share:.0%} of prompts: a "
+        return Finding(FindingKind.SINGLE, f"only position {p} degraded, on {share:.0%} of prompts: a "
                                  "fault tied to that batch slot", evidence=evidence)
-    return Finding("partial", f"only position {p} degraded, on {share:.0%} of prompts (the others "
+    return Finding(FindingKind.PARTIAL, f"only position {p} degraded, on {share:.0%} of prompts (the others "
                               "match batch size 1): a slot-specific fault that hits some "
                               "requests only", evidence=evidence)
 
@@ -227,7 +233,7 @@ def _all_positions(e: CellEvidence) -> Finding | None:
     quality = [s.quality for s in a.positions if s.quality is not None]
     if not quality or a.quality_bs1 is None:
         return None
-    return Finding("all-positions", f"every position loses quality alike (against the references "
+    return Finding(FindingKind.ALL_POSITIONS, f"every position loses quality alike (against the references "
                                     f"{min(quality):.2f}–{max(quality):.2f} vs {a.quality_bs1:.2f} "
                                     "at batch size 1; no position worse than the others): suspect "
                                     "a code path used only for batch size > 1 (as TensorRT-LLM "
@@ -246,7 +252,7 @@ def match(evidence: Sequence[CellEvidence], limits: EngineLimits | None) -> dict
             continue
         if not a.degraded_positions:
             if a.spread and a.omnibus is not None:
-                out[a.cell] = Finding("spread", f"no single position is significant but the cell's "
+                out[a.cell] = Finding(FindingKind.SPREAD, f"no single position is significant but the cell's "
                                                 f"mean quality drop over positions is "
                                                 f"{a.omnibus.drop:.3f}: damage spread thinly over "
                                                 "many positions",

@@ -32,7 +32,10 @@ from dataclasses import dataclass, field, replace
 
 from scipy import stats
 
-from harness.results import CellAnalysis, CellScores, DropTest, Levels, PositionStats, Verdict
+from harness.model.analysis import CellAnalysis, DropTest, PositionStats
+from harness.model.cell import Cell
+from harness.model.scores import CellScores, Levels, finite, mean
+from harness.model.vocab import Verdict
 
 
 def one_sided_paired_p(diffs: Sequence[float], tolerance: float) -> float:
@@ -88,27 +91,19 @@ def ranges(positions: Sequence[int]) -> str:
     return ", ".join(out)
 
 
-def _mean(xs: Sequence[float]) -> float:
-    return math.fsum(xs) / len(xs) if xs else float("nan")
-
-
-def _finite(xs: Sequence[float]) -> list[float]:
-    return [x for x in xs if not math.isnan(x)]
-
-
 def mean_ci(xs: Sequence[float], level: float = 0.95) -> tuple[float, float]:
     """Two-sided t confidence interval of the mean, clipped to [0, 1] like ROUGE-L itself."""
     n = len(xs)
-    mean = _mean(xs)
+    centre = mean(xs)
     if n < 2:
-        return mean, mean
-    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+        return centre, centre
+    sd = math.sqrt(math.fsum((x - centre) ** 2 for x in xs) / (n - 1))
     half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
-    return max(0.0, mean - half), min(1.0, mean + half)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _test(drops: Sequence[float], tolerance: float) -> DropTest:
-    return DropTest(drop=_mean(drops), p_value=one_sided_paired_p(drops, tolerance), n=len(drops))
+    return DropTest(drop=mean(drops), p_value=one_sided_paired_p(drops, tolerance), n=len(drops))
 
 
 def position_test(agreement: Sequence[Sequence[float]], p: int, tolerance: float) -> DropTest:
@@ -119,15 +114,15 @@ def position_test(agreement: Sequence[Sequence[float]], p: int, tolerance: float
     for i, here in enumerate(row):
         if math.isnan(here):
             continue
-        rest = _finite([agreement[q][i] for q in others])
+        rest = finite([agreement[q][i] for q in others])
         if rest:
-            drops.append(_mean(rest) - here)
+            drops.append(mean(rest) - here)
     if len(drops) >= 2:
         return _test(drops, tolerance)
     # --rotation sparse: each prompt at one position, so compare prompts here with the others
-    here_values = _finite(row)
-    elsewhere = [x for q in others for x in _finite(agreement[q])]
-    return DropTest(drop=_mean(elsewhere) - _mean(here_values), n=len(here_values),
+    here_values = finite(row)
+    elsewhere = [x for q in others for x in finite(agreement[q])]
+    return DropTest(drop=mean(elsewhere) - mean(here_values), n=len(here_values),
                       p_value=one_sided_welch_p(here_values, elsewhere, tolerance))
 
 
@@ -140,31 +135,30 @@ def _omnibus_drops(reference: Sequence[Sequence[float]], bs1: Sequence[float]) -
     """Per prompt: batch size 1's quality minus its mean quality over the positions it sat at."""
     out = []
     for i, b in enumerate(bs1):
-        seen = _finite([row[i] for row in reference])
+        seen = finite([row[i] for row in reference])
         if seen and not math.isnan(b):
-            out.append(b - _mean(seen))
+            out.append(b - mean(seen))
     return out
 
 
-def _stats(cs: CellScores, level: Levels, p: int, tolerance: float) -> PositionStats:
+def _stats(cell: Cell, cs: CellScores, level: Levels, p: int, tolerance: float) -> PositionStats:
     """One position's figures and (batch size > 1) its two tests, before Holm."""
     base_row, ref_row = cs.baseline[p], cs.reference[p]
     seen = [i for i, b in enumerate(base_row) if not math.isnan(b)]
     agreement = [base_row[i] for i in seen]
-    quality = _finite([ref_row[i] for i in seen])
-    bs1 = _finite([level.quality[i] for i in seen if not math.isnan(ref_row[i])])
-    differs = _finite([cs.differs[p][i] for i in seen]) if cs.differs else []
-    tested = cs.cell.batch_size > 1
+    quality = finite([ref_row[i] for i in seen])
+    bs1 = finite([level.quality[i] for i in seen if not math.isnan(ref_row[i])])
+    differs = finite([cs.differs[p][i] for i in seen]) if cs.differs else []
+    tested = cell.batch_size > 1
     q_drops = quality_drops([ref_row[i] for i in seen], [level.quality[i] for i in seen])
     low, high = mean_ci(agreement)
     return PositionStats(
-        position=p, n=len(seen), agreement=_mean(agreement),
-        agreement_drop=_mean([level.agreement[i] - base_row[i] for i in seen]),
-        differing=_mean(differs) if differs else 0.0,
-        quality=_mean(quality) if quality else None, quality_bs1=_mean(bs1) if bs1 else None,
+        position=p, n=len(seen), agreement=mean(agreement), ci_low=low, ci_high=high,
+        agreement_drop=mean([level.agreement[i] - base_row[i] for i in seen]),
+        differing=mean(differs) if differs else 0.0,
+        quality=mean(quality) if quality else None, quality_bs1=mean(bs1) if bs1 else None,
         position_test=position_test(cs.baseline, p, tolerance) if tested else None,
-        quality_test=_test(q_drops, tolerance) if tested and len(q_drops) >= 1 else None,
-        ci_low=low, ci_high=high)
+        quality_test=_test(q_drops, tolerance) if tested and len(q_drops) >= 1 else None)
 
 
 @dataclass
@@ -198,23 +192,24 @@ def _message(cell_id: str, row: Sequence[PositionStats], bad: Sequence[int], spr
     if bad:
         noun = "position" if len(bad) == 1 else "positions"
         parts = []
-        by_quality = [row[p] for p in bad if row[p].quality_test and row[p].quality_test.flagged]
-        by_position = [row[p] for p in bad if row[p].position_test and row[p].position_test.flagged]
-        if by_quality:
-            bs1 = _mean([s.quality_bs1 for s in by_quality if s.quality_bs1 is not None])
-            parts.append(f"quality vs references {_span([s.quality for s in by_quality])} vs "  # type: ignore[misc]
-                         f"{bs1:.2f} at batch size 1")
+        by_quality = [row[p] for p in bad if (t := row[p].quality_test) is not None and t.flagged]
+        by_position = [(row[p], t) for p in bad
+                       if (t := row[p].position_test) is not None and t.flagged]
+        if by_quality:  # a quality test exists only where the position's quality does
+            bs1 = mean([s.quality_bs1 for s in by_quality if s.quality_bs1 is not None])
+            quality = [s.quality for s in by_quality if s.quality is not None]
+            parts.append(f"quality vs references {_span(quality)} vs {bs1:.2f} at batch size 1")
         if by_position:
-            worst = max(s.position_test.drop for s in by_position)  # type: ignore[union-attr]
-            parts.append(f"agreement with the baseline {_span([s.agreement for s in by_position])}, "
-                         f"up to {worst:.2f} below the other positions")
+            worst = max(t.drop for _, t in by_position)
+            parts.append(f"agreement with the baseline {_span([s.agreement for s, _ in by_position])}"
+                         f", up to {worst:.2f} below the other positions")
         return f"{cell_id}: {noun} {ranges(bad)} degraded ({'; '.join(parts)})"
     if spread is not None:
         return (f"{cell_id}: quality against the references drops across positions (mean drop "
                 f"{spread.drop:.3f} below batch size 1 over {len(row)} positions, adjusted p "
                 f"{spread.p_adjusted:.2g}) though no single position is significant alone")
     if nondeterministic:
-        share = _mean([row[p].differing for p in nondeterministic])
+        share = mean([row[p].differing for p in nondeterministic])
         return (f"{cell_id}: outputs differ from batch size 1 at positions {ranges(nondeterministic)} "
                 f"({share:.0%} of them there; --deterministic expects every output to equal batch "
                 "size 1's)")
@@ -234,38 +229,34 @@ def drift_note(cell_id: str, differing: float, quality: float | None, quality_bs
 
 def _settled(row: list[PositionStats], slots: list[tuple[int | None, int | None]],
              done: list[DropTest], deterministic: bool) -> list[PositionStats]:
+    """The positions with their tests after Holm: degraded where a test flagged."""
     out = []
     for s, (pi, qi) in zip(row, slots):
-        out.append(replace(s, position_test=done[pi] if pi is not None else None,
-                           quality_test=done[qi] if qi is not None else None,
+        tests = (done[pi] if pi is not None else None, done[qi] if qi is not None else None)
+        out.append(replace(s, position_test=tests[0], quality_test=tests[1],
+                           degraded=any(t is not None and t.flagged for t in tests),
                            nondeterministic=deterministic and s.differing > 0))
     return out
 
 
-def _cell(cs: CellScores, level: Levels, row: list[PositionStats], omnibus: DropTest | None,
-          deterministic: bool) -> CellAnalysis:
-    bad = tuple(s.position for s in row if s.degraded)
+def _cell(cell: Cell, level: Levels, row: list[PositionStats], omnibus: DropTest | None
+          ) -> CellAnalysis:
     flagged = omnibus is not None and omnibus.flagged
-    nondet = tuple(s.position for s in row if s.nondeterministic) if cs.cell.batch_size > 1 else ()
-    agreement = _mean(level.agreement)
-    quality = _finite([s.quality for s in row if s.quality is not None])
-    quality_bs1 = _finite([s.quality_bs1 for s in row if s.quality_bs1 is not None])
-    differing = _mean([s.differing for s in row]) if row else 0.0
-    positional = any(s.position_test is not None and s.position_test.flagged for s in row)
+    agreement = mean(level.agreement)
+    # the verdict and its message come from what the positions and the omnibus test show
+    shape = CellAnalysis(cell=cell, level=agreement, positions=tuple(row), verdict=Verdict.PASS,
+                         message="", omnibus=omnibus)
+    bad, nondet = shape.degraded_positions, shape.nondeterministic_positions
     failed = bool(bad or flagged or nondet)
-    return CellAnalysis(
-        cell=cs.cell, level=agreement, positions=tuple(row), degraded_positions=bad,
-        verdict=Verdict.FAIL if failed else Verdict.PASS,
-        message=_message(cs.cell.id, row, bad, omnibus if flagged and not bad else None, nondet,
-                         agreement),
-        quality=_mean(quality) if quality else None,
-        quality_bs1=_mean(quality_bs1) if quality_bs1 else None, differing=differing,
-        omnibus=omnibus, spread=flagged and not bad, nondeterministic_positions=nondet,
-        drift=None if failed else drift_note(cs.cell.id, differing, _mean(quality) if quality else None,
-                                             _mean(quality_bs1) if quality_bs1 else None, positional))
+    positional = any(s.position_test is not None and s.position_test.flagged for s in row)
+    return replace(
+        shape, verdict=Verdict.FAIL if failed else Verdict.PASS,
+        message=_message(cell.id, row, bad, omnibus if shape.spread else None, nondet, agreement),
+        drift=None if failed else drift_note(cell.id, shape.differing, shape.quality,
+                                             shape.quality_bs1, positional))
 
 
-def analyze(scores: Sequence[CellScores], levels: Mapping[int, Levels], *, tolerance: float,
+def analyze(scores: Mapping[Cell, CellScores], levels: Mapping[int, Levels], *, tolerance: float,
             alpha: float, deterministic: bool = False, family: int | None = None
             ) -> list[CellAnalysis]:
     """Analyse every cell; ``levels[beam_width]`` holds batch size 1's per-prompt levels.
@@ -276,15 +267,15 @@ def analyze(scores: Sequence[CellScores], levels: Mapping[int, Levels], *, toler
     rows: list[list[PositionStats]] = []
     slots: list[list[tuple[int | None, int | None]]] = []
     omnibus: list[int | None] = []
-    for cs in scores:
-        level = levels[cs.cell.beam_width]
-        row = [_stats(cs, level, p, tolerance) for p in range(len(cs.baseline))]
+    for cell, cs in scores.items():
+        level = levels[cell.beam_width]
+        row = [_stats(cell, cs, level, p, tolerance) for p in range(len(cs.baseline))]
         slots.append([(tests.add(s.position_test), tests.add(s.quality_test)) for s in row])
-        drops = _omnibus_drops(cs.reference, level.quality) if cs.cell.batch_size > 1 else []
+        drops = _omnibus_drops(cs.reference, level.quality) if cell.batch_size > 1 else []
         omnibus.append(tests.add(_test(drops, tolerance)) if len(drops) >= 2 else None)
         rows.append(row)
     done = tests.settle(tolerance, alpha, family)
-    return [_cell(cs, levels[cs.cell.beam_width], _settled(row, slot, done, deterministic),
-                  done[oi] if oi is not None else None, deterministic)
-            for cs, row, slot, oi in zip(scores, rows, slots, omnibus)]
+    return [_cell(cell, levels[cell.beam_width], _settled(row, slot, done, deterministic),
+                  done[oi] if oi is not None else None)
+            for cell, row, slot, oi in zip(scores, rows, slots, omnibus)]
 

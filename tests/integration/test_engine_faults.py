@@ -125,7 +125,7 @@ def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path)
     result = run(config, engine=OddOutputs())
     cells = _cells(result)
     assert all(c.error is None for c in result.cells), [c.error for c in result.cells]
-    bs8 = cells["bs8-beam1"].analysis
+    bs8 = cells["bs8-beam1"]
     # positions 0-2 hold "", None and text=None in every batch: all score 0
     assert [s.agreement for s in bs8.positions[:3]] == [0.0, 0.0, 0.0]
     assert bs8.positions[3].agreement > 0  # the plain string is scored as text

@@ -42,11 +42,10 @@ def test_each_fault_fails_exactly_where_it_damages(tmp_path, small_dataset, faul
         # stride needs requests that finish before max_new_tokens, unevenly
         "max_new_tokens": "48" if fault == "stride" else "24", "no_cache": True})
     result = run(config)
-    found = {c.cell.id: list(c.analysis.degraded_positions) for c in result.cells
-             if c.analysis and c.analysis.verdict == "fail"}
+    found = {c.id: list(c.degraded_positions) for c in result.cells if c.verdict == "fail"}
     assert found == damaged
     assert all(c.error is None for c in result.cells)
-    kinds = {c.finding.kind for c in result.cells if c.finding}
+    kinds = {c.pattern for c in result.cells if c.pattern}
     assert kinds == ({signature} if signature else set())
 
 
@@ -59,7 +58,7 @@ def test_sparse_rotation_still_catches_the_incident_at_a_fraction_of_the_cost(tm
         "goldens_dir": str(tmp_path / "g"), "no_cache": True})
     result = run(config)
     [cell] = result.cells
-    assert cell.analysis.degraded_positions == (2, 3, 4, 5, 6, 7)
-    assert [s.n for s in cell.analysis.positions] == [8] * 8
+    assert cell.degraded_positions == (2, 3, 4, 5, 6, 7)
+    assert [s.n for s in cell.positions] == [8] * 8
     assert result.plan.sequences() == 64 + 64
-    assert cell.finding is not None and cell.finding.kind == "overflow"
+    assert cell.pattern == "overflow" and cell.cause is not None

@@ -147,7 +147,7 @@ def _stable(cells: dict) -> dict:
 
 def _outputs(result) -> dict[str, str]:
     bs1 = next(o for o in result.outputs if o.cell.id == "bs1-beam1")
-    return {d.id: t for d, t in zip(result.dataset.documents, bs1.texts[0])}
+    return {d.id: t for d, t in zip(result.dataset.documents, bs1.texts.row(0))}
 
 
 KEY = "sk-test-0123456789abcdef"  # a key in the address: sent, never shown (issue 15, item 11)

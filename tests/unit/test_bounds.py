@@ -73,7 +73,7 @@ def test_config_floats_must_be_finite():
     from harness.limits.engine_config import ConfigSection
 
     with pytest.raises(EngineError, match="rope_theta must be a finite number"):
-        ConfigSection(config["pretrained_config"], "config.json", "pretrained_config").float("rope_theta")
+        ConfigSection(config["pretrained_config"], "config.json", "pretrained_config").number("rope_theta")
 
 
 def _nested(depth: int) -> str:

@@ -100,7 +100,7 @@ def test_two_shards_merge_into_the_unsharded_report(borderline, tmp_path, capsys
 def test_shard_and_merged_reports_follow_the_schema(borderline, tmp_path):
     import jsonschema
 
-    from harness.report.model import to_json, verify
+    from harness.report.serialize import to_json, verify
 
     schema = json.loads(SCHEMA.read_text())
     report, _ = merge(borderline["shards"])

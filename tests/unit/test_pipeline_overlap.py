@@ -64,7 +64,7 @@ def test_overlapped_scoring_is_bit_identical_to_serial(tmp_path, dataset, golden
     assert fast.scores == slow.scores and fast.levels == slow.levels  # every float, exactly
     if goldens:
         assert any(v != 1.0 for v in fast.levels[1].agreement)
-    assert [c.analysis for c in fast.cells] == [c.analysis for c in slow.cells]
+    assert fast.cells == slow.cells
     assert _report(fast)["cells"] == _report(slow)["cells"]
     assert _report(fast)["verdict"] == "fail"  # degraded positions (and their examples) compared too
 
@@ -73,11 +73,11 @@ def test_cells_are_scored_in_a_worker_while_the_engine_generates(tmp_path, datas
     scored: list[tuple[str, str, float]] = []
     real = score_stage.score_cell
 
-    def spy(cell, *args):
+    def spy(outputs, *args):
         import time
 
-        scored.append((cell.id, threading.current_thread().name, time.perf_counter()))
-        return real(cell, *args)
+        scored.append((outputs.cell.id, threading.current_thread().name, time.perf_counter()))
+        return real(outputs, *args)
 
     monkeypatch.setattr(score_stage, "score_cell", spy)
     engine = NoisyEngine(delay=0.004)

@@ -14,7 +14,7 @@ import pytest
 from harness.config import RunConfig
 from harness.pipeline import run
 from harness.report.compare import compare
-from harness.report.model import load_report, verify
+from harness.report.serialize import load_report, verify
 from tests.integration.toy_engine import ToyEngine
 
 SCHEMA = Path(__file__).resolve().parents[2] / "harness" / "report" / "report.schema.json"
@@ -152,13 +152,39 @@ def test_report_fits_a_phone_width_window(reports, tmp_path):
 
 def test_compare_refuses_runs_whose_positions_saw_different_prompts():
     from harness.errors import ConfigError
+    from harness.model.report import Method
+    from harness.model.vocab import Rotation
     from harness.report.compare import check_same_rotation
-    from harness.results import Method
 
-    full = Method(tolerance=0.02, alpha=0.01, rotation="full", seed=0, sequences=1)
-    sparse = Method(tolerance=0.02, alpha=0.01, rotation="sparse", seed=0, sequences=1)
-    other_seed = Method(tolerance=0.02, alpha=0.01, rotation="sparse", seed=1, sequences=1)
+    full = Method(tolerance=0.02, alpha=0.01, rotation=Rotation.FULL, seed=0, sequences=1)
+    sparse = Method(tolerance=0.02, alpha=0.01, rotation=Rotation.SPARSE, seed=0, sequences=1)
+    other_seed = Method(tolerance=0.02, alpha=0.01, rotation=Rotation.SPARSE, seed=1, sequences=1)
     with pytest.raises(ConfigError, match="OLD used --rotation full .* NEW --rotation sparse"):
         check_same_rotation(full, sparse)
     with pytest.raises(ConfigError, match="same --rotation"):
         check_same_rotation(sparse, other_seed)
+
+
+def test_report_json_is_the_model_serialized_and_reads_back_into_it(reports):
+    """One set of types: report.json is the model's Report as it is, and reading it back gives
+    the same types (vocabularies as enums), which serialize to the very same document."""
+    from harness.model.analysis import PositionStats
+    from harness.model.report import CellResult
+    from harness.model.vocab import CheckStatus, Layout, Rotation, Verdict
+    from harness.report.serialize import to_json
+
+    for folder in reports.values():
+        written = json.loads((folder / "report.json").read_text())
+        loaded = load_report(folder)
+        assert loaded.intact and to_json(loaded.report) == written
+        report = loaded.report
+        assert isinstance(report.verdict, Verdict) and isinstance(report.method.rotation, Rotation)
+        assert report.method.rotation == Rotation.FULL
+        cell = report.cells[0]
+        assert isinstance(cell, CellResult) and isinstance(cell.verdict, Verdict)
+        assert all(isinstance(p, PositionStats) for c in report.cells for p in c.positions)
+        assert all(isinstance(ch.status, CheckStatus) for c in report.cells for ch in c.limit_checks)
+        assert report.limits is None or isinstance(report.limits.layout, Layout)
+        # derived figures agree with the positions they come from
+        for c in report.cells:
+            assert c.degraded_positions == tuple(p.position for p in c.positions if p.degraded)

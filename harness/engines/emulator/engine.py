@@ -69,27 +69,23 @@ class EmulatorEngine(EngineBase):
         config = parse_config_text(file)
         self.config = config
         root = ConfigSection(config, str(file), "")
-        pre = root.section("pretrained_config", required=True)
-        build = root.section("build_config", required=True)
-        emu = root.section("emulator", required=True)
-        assert pre is not None and build is not None and emu is not None
-
-        def need(section: ConfigSection, key: str) -> int:
-            return section.int(key, required=True)  # type: ignore[return-value]
-
+        pre = root.required_section("pretrained_config")
+        build = root.required_section("build_config")
+        emu = root.required_section("emulator")
+        need = pre.required_integer
         self.shape = ModelShape(
-            vocab_size=need(pre, "vocab_size"), hidden_size=need(pre, "hidden_size"),
-            intermediate_size=need(pre, "intermediate_size"),
-            num_layers=need(pre, "num_hidden_layers"), num_heads=need(pre, "num_attention_heads"),
-            num_kv_heads=need(pre, "num_key_value_heads"), head_size=need(pre, "head_size"),
-            rope_theta=pre.float("rope_theta", required=True),  # type: ignore[arg-type]
-            rms_norm_eps=pre.float("rms_norm_eps", required=True),  # type: ignore[arg-type]
+            vocab_size=need("vocab_size"), hidden_size=need("hidden_size"),
+            intermediate_size=need("intermediate_size"),
+            num_layers=need("num_hidden_layers"), num_heads=need("num_attention_heads"),
+            num_kv_heads=need("num_key_value_heads"), head_size=need("head_size"),
+            rope_theta=pre.required_number("rope_theta"),
+            rms_norm_eps=pre.required_number("rms_norm_eps"),
         )
-        self.max_batch_size = need(build, "max_batch_size")
-        self.max_beam_width = need(build, "max_beam_width")
-        self.max_input_len = need(build, "max_input_len")
-        self.max_seq_len = need(build, "max_seq_len")
-        dtype_name = emu.str("compute_dtype")
+        self.max_batch_size = build.required_integer("max_batch_size")
+        self.max_beam_width = build.required_integer("max_beam_width")
+        self.max_input_len = build.required_integer("max_input_len")
+        self.max_seq_len = build.required_integer("max_seq_len")
+        dtype_name = emu.text("compute_dtype")
         if dtype_name not in COMPUTE_DTYPES:
             raise EngineError(f"{file}: emulator.compute_dtype {dtype_name!r} is not one of "
                               f"{', '.join(COMPUTE_DTYPES)}")
@@ -319,7 +315,7 @@ class _Beams:
         self.done = [False] * entries
 
     def norm(self, score: float, length: int) -> float:
-        return score / (max(length, 1) ** self.length_penalty)
+        return score / float(max(length, 1) ** self.length_penalty)
 
     def step(self, step: int, top_scores: list[list[float]], top_idx: list[list[int]], vocab: int,
              margin: float | None, pending: dict[int, int],
@@ -410,7 +406,7 @@ class _Beams:
                    margin: float) -> bool:
         """Two final hypotheses whose scores, in nats over the best one's length, are within
         ``margin``."""
-        return (best[0] - second[0]) * max(len(best[1]), 1) ** self.length_penalty < margin
+        return bool((best[0] - second[0]) * max(len(best[1]), 1) ** self.length_penalty < margin)
 
 
 def _allocate_cache(shape: ModelShape, slots: int, max_seq_len: int, dtype: torch.dtype,

@@ -51,12 +51,26 @@ from typing import Any
 
 from harness.engines.emulator.drift import DEFAULT_MARGIN, DEFAULT_RATE, Drift, check_drift
 from harness.errors import ConfigError
+from harness.model.vocab import Word
 
-KINDS = ("drift", "full-batch", "padding", "stride", "partial", "truncate")
-PARAMETERS: dict[str, frozenset[str]] = {
-    "drift": frozenset({"rate", "seed", "margin"}), "full-batch": frozenset({"slot"}),
-    "padding": frozenset(), "stride": frozenset(),
-    "partial": frozenset({"position", "fraction", "seed"}), "truncate": frozenset({"keep"}),
+
+class FaultKind(Word):
+    """The fault models (the table above)."""
+
+    DRIFT = "drift"
+    FULL_BATCH = "full-batch"
+    PADDING = "padding"
+    STRIDE = "stride"
+    PARTIAL = "partial"
+    TRUNCATE = "truncate"
+
+
+KINDS = ", ".join(k.value for k in FaultKind)
+PARAMETERS: dict[FaultKind, frozenset[str]] = {
+    FaultKind.DRIFT: frozenset({"rate", "seed", "margin"}),
+    FaultKind.FULL_BATCH: frozenset({"slot"}), FaultKind.PADDING: frozenset(),
+    FaultKind.STRIDE: frozenset(), FaultKind.PARTIAL: frozenset({"position", "fraction", "seed"}),
+    FaultKind.TRUNCATE: frozenset({"keep"}),
 }
 FLOATS = frozenset({"rate", "margin", "fraction", "keep"})
 
@@ -65,7 +79,7 @@ FLOATS = frozenset({"rate", "margin", "fraction", "keep"})
 class Fault:
     """One fault model and its parameters (unused ones keep their defaults)."""
 
-    kind: str
+    kind: FaultKind
     rate: float = DEFAULT_RATE  # drift: share of sequences at batch size > 1 that flip
     seed: int = 0  # drift: which sequences flip; partial: which prompts are hit
     margin: float = DEFAULT_MARGIN  # drift: near-tie gap in nats
@@ -74,53 +88,57 @@ class Fault:
     fraction: float = 0.3  # partial: share of prompts hit
     keep: float = 0.3  # truncate: share of max_new_tokens generated at batch size > 1
 
+    def __post_init__(self) -> None:  # Fault("padding"), as config.json stores it
+        object.__setattr__(self, "kind", FaultKind(self.kind))
+
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "kind": self.kind.value}
 
     def drift(self) -> Drift | None:
         """``--fault drift``: the drift it stands for (drift alone); None for the others."""
-        if self.kind != "drift":
+        if self.kind != FaultKind.DRIFT:
             return None
         return Drift(rate=self.rate, seed=self.seed, margin=self.margin)
 
     def describe(self) -> str:
-        if self.kind == "drift":
-            return self.drift().describe()  # type: ignore[union-attr]
-        if self.kind == "full-batch":
+        drift = self.drift()
+        if drift is not None:
+            return drift.describe()
+        if self.kind == FaultKind.FULL_BATCH:
             slot = "last slot" if self.slot is None else f"slot {self.slot}"
             return f"full-batch corruption ({slot})"
-        if self.kind == "partial":
+        if self.kind == FaultKind.PARTIAL:
             return (f"partial degradation (position {self.position}, {self.fraction:.0%} of "
                     f"prompts, seed {self.seed})")
-        if self.kind == "truncate":
+        if self.kind == FaultKind.TRUNCATE:
             return f"truncation at batch size > 1 ({self.keep:.0%} of max_new_tokens)"
-        return {"padding": "padding bug", "stride": "uneven-finish stride"}[self.kind]
+        return {FaultKind.PADDING: "padding bug", FaultKind.STRIDE: "uneven-finish stride"}[self.kind]
 
     # -- the hooks the engine calls -------------------------------------------------------
 
     def dead_entries(self, prompts: Sequence[str], max_batch_size: int) -> set[int]:
         """Entries whose KV cache is lost for this call (full-batch, partial)."""
         entries = len(prompts)
-        if self.kind == "full-batch" and entries == max_batch_size:
+        if self.kind == FaultKind.FULL_BATCH and entries == max_batch_size:
             return {max_batch_size - 1 if self.slot is None else self.slot}
-        if self.kind == "partial" and self.position < entries:
+        if self.kind == FaultKind.PARTIAL and self.position < entries:
             if hit(prompts[self.position], self.seed, self.fraction):
                 return {self.position}
         return set()
 
     def token_limit(self, entries: int, max_new_tokens: int) -> int:
         """How many tokens a batch of ``entries`` may generate (truncate cuts bs > 1 short)."""
-        if self.kind == "truncate" and entries > 1:
+        if self.kind == FaultKind.TRUNCATE and entries > 1:
             return max(1, math.ceil(self.keep * max_new_tokens))
         return max_new_tokens
 
     @property
     def pads_unmasked(self) -> bool:
-        return self.kind == "padding"
+        return self.kind == FaultKind.PADDING
 
     @property
     def strided(self) -> bool:
-        return self.kind == "stride"
+        return self.kind == FaultKind.STRIDE
 
 
 def hit(prompt: str, seed: int, fraction: float) -> bool:
@@ -129,7 +147,7 @@ def hit(prompt: str, seed: int, fraction: float) -> bool:
     return int.from_bytes(digest[:8], "little") / 2**64 < fraction
 
 
-def _parameters(text: str, items: str, kind: str, option: str) -> dict[str, Any]:
+def _parameters(text: str, items: str, kind: FaultKind, option: str) -> dict[str, Any]:
     """``k=v,...`` for ``kind``, each key checked against its parameters and typed."""
     allowed = PARAMETERS[kind]
     values: dict[str, Any] = {}
@@ -148,13 +166,14 @@ def _parameters(text: str, items: str, kind: str, option: str) -> dict[str, Any]
 
 def parse_fault(text: str, *, max_batch_size: int, option: str = "--fault") -> Fault:
     """``KIND[:key=value,...]``, e.g. ``partial:position=3,fraction=0.3`` or ``truncate:keep=0.5``."""
-    kind, _, rest = text.partition(":")
-    kind = kind.strip()
-    if kind not in KINDS:
-        raise ConfigError(f"{option} {text!r}: unknown fault {kind!r}; choose one of "
-                          f"{', '.join(KINDS)} (beam-slot overflow needs no fault: build with "
-                          "--max-beam-width 1 and run --beam-widths 4)")
-    fault = Fault(kind=kind, **_parameters(text, rest, kind, option))
+    name, _, rest = text.partition(":")
+    try:
+        kind = FaultKind(name.strip())
+    except ValueError:
+        raise ConfigError(f"{option} {text!r}: unknown fault {name.strip()!r}; choose one of "
+                          f"{KINDS} (beam-slot overflow needs no fault: build with "
+                          "--max-beam-width 1 and run --beam-widths 4)") from None
+    fault = Fault(kind, **_parameters(text, rest, kind, option))
     return check_fault(fault, max_batch_size=max_batch_size, option=option)
 
 
@@ -166,7 +185,7 @@ def parse_drift(text: str, *, option: str = "--drift") -> Drift:
     except ValueError:
         raise ConfigError(f"{option} {text!r}: the rate must be a number in (0, 1], e.g. "
                           f"{option} 0.3 or {option} 0.3:seed=2") from None
-    values = _parameters(text, rest, "drift", option)
+    values = _parameters(text, rest, FaultKind.DRIFT, option)
     if "rate" in values:
         raise ConfigError(f"{option} {text!r}: give the rate once, before the colon")
     return check_drift(Drift(rate=rate, **values), option)
@@ -174,29 +193,30 @@ def parse_drift(text: str, *, option: str = "--drift") -> Drift:
 
 def check_fault(fault: Fault, *, max_batch_size: int, option: str) -> Fault:
     """Reject parameters that would break batch size 1 or point outside the engine."""
-    if fault.kind == "full-batch" and fault.slot is not None and not 0 <= fault.slot < max_batch_size:
+    if fault.kind == FaultKind.FULL_BATCH and fault.slot is not None and not 0 <= fault.slot < max_batch_size:
         raise ConfigError(f"{option}: slot {fault.slot} is outside the engine's "
                           f"{max_batch_size} slots (0..{max_batch_size - 1})")
-    if fault.kind == "full-batch" and max_batch_size == 1:
+    if fault.kind == FaultKind.FULL_BATCH and max_batch_size == 1:
         raise ConfigError(f"{option}: full-batch needs --max-batch-size > 1 (a full batch of 1 "
                           "would break the batch-size-1 level itself)")
-    if fault.kind == "partial" and not 1 <= fault.position < max_batch_size:
+    if fault.kind == FaultKind.PARTIAL and not 1 <= fault.position < max_batch_size:
         raise ConfigError(f"{option}: position {fault.position} must be between 1 and "
                           f"{max_batch_size - 1} (position 0 is batch size 1's own position)")
-    if fault.kind == "partial" and not 0.0 < fault.fraction <= 1.0:
+    if fault.kind == FaultKind.PARTIAL and not 0.0 < fault.fraction <= 1.0:
         raise ConfigError(f"{option}: fraction {fault.fraction} must be in (0, 1]")
-    if fault.kind == "truncate" and not 0.0 < fault.keep < 1.0:
+    if fault.kind == FaultKind.TRUNCATE and not 0.0 < fault.keep < 1.0:
         raise ConfigError(f"{option}: keep {fault.keep} must be in (0, 1) (the share of "
                           "max_new_tokens generated at batch size > 1)")
-    if fault.kind == "drift":
-        check_drift(fault.drift(), option)  # type: ignore[arg-type]
+    drift = fault.drift()
+    if drift is not None:
+        check_drift(drift, option)
     return fault
 
 
 def split_fault(fault: Fault | None, drift: Drift | None, *, option: str = "--fault") -> tuple[Fault | None, Drift | None]:
     """(damage fault, drift) an engine is built with: ``--fault drift`` is drift alone, and
     asking for drift twice is refused."""
-    if fault is None or fault.kind != "drift":
+    if fault is None or fault.kind != FaultKind.DRIFT:
         return fault, drift
     if drift is not None:
         raise ConfigError(f"{option} drift and --drift: give the drift once (--fault KIND "
@@ -208,10 +228,10 @@ def fault_from_config(section: Mapping[str, Any] | None, where: str) -> Fault | 
     """The ``emulator.fault`` entry of config.json, or None for a healthy engine."""
     if section is None:
         return None
-    if not isinstance(section, Mapping) or section.get("kind") not in KINDS:
+    if not isinstance(section, Mapping) or section.get("kind") not in set(FaultKind):
         raise ConfigError(f"{where}: emulator.fault must be an object with kind one of "
-                          f"{', '.join(KINDS)}; rebuild the engine")
-    if section.get("kind") == "drift" and "rate" not in section:
+                          f"{KINDS}; rebuild the engine")
+    if section.get("kind") == FaultKind.DRIFT and "rate" not in section:
         raise ConfigError(f"{where}: emulator.fault is the scale-based drift of an older "
                           "harness; rebuild the engine (python -m harness build-engine "
                           "--drift RATE)")

@@ -154,8 +154,9 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> tor
     written as the halves swapped times a sin whose first half is negated (the same products:
     IEEE multiplication is symmetric in sign)."""
     half = x.shape[-1] // 2
-    swapped = x.unflatten(-1, (2, half)).flip(-2).flatten(-2)
-    return x * cos + swapped * signed_sin
+    swapped: torch.Tensor = x.unflatten(-1, (2, half)).flip(-2).flatten(-2)
+    rotated: torch.Tensor = x * cos + swapped * signed_sin
+    return rotated
 
 
 class MistralEmulator:

@@ -236,7 +236,7 @@ def test_pipeline_refused_cells_fail_with_the_message_others_pass(tmp_path: Path
         refused = cells[f"bs{size}-beam2"]
         assert refused.verdict == "error"
         assert refused.error == "RuntimeError: Num beams (2) exceeds the engine or specified limit (1)"
-        assert [c.name for c in refused.limit_failures] == ["max_beam_width"]
+        assert [c.name for c in refused.limit_checks if c.status == "fail"] == ["max_beam_width"]
     # one generate call per planned batch, prompts in plan order; a refused cell stops at its
     # first batch
     from transformers import AutoTokenizer
@@ -264,4 +264,4 @@ def test_pipeline_finds_corrupt_positions_through_the_adapter(tmp_path: Path, sm
     assert cells["bs1-beam1"].verdict == "pass"
     bad = cells["bs4-beam1"]
     assert bad.error is None and bad.verdict == "fail"
-    assert bad.analysis.degraded_positions == (2, 3)
+    assert bad.degraded_positions == (2, 3)

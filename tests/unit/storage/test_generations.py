@@ -5,20 +5,20 @@ from pathlib import Path
 
 import pytest
 
-from harness.storage.generations import GenerationsLog
+from harness.storage.generations import CellTexts, GenerationsLog
 
 
 def test_cells_are_written_as_rows_and_read_back_by_position(tmp_path: Path):
     log = GenerationsLog(tmp_path / "generations.jsonl", ["d0", "d1", "d2"])
-    a = log.add("bs1-beam1", [("x", "y", "z")])
-    b = log.add("bs2-beam1", [("p0 \u00e9", "", "\u4e2d"), ("q0", "q1\nline", "q2")])
+    a = log.add("bs1-beam1", CellTexts(held=(("x", "y", "z"),)))
+    b = log.add("bs2-beam1", CellTexts(held=(("p0 \u00e9", "", "\u4e2d"), ("q0", "q1\nline", "q2"))))
     log.close()
-    assert list(a) == [("x", "y", "z")]
-    assert b[1] == ("q0", "q1\nline", "q2") and b[-2] == ("p0 \u00e9", "", "\u4e2d")
-    assert b[0:2] == (b[0], b[1]) and len(b) == 2
-    assert b == [["p0 \u00e9", "", "\u4e2d"], ["q0", "q1\nline", "q2"]]
+    assert a.spill is not None and b.spill is not None  # only where the rows lie is kept
+    assert list(a.rows()) == [("x", "y", "z")]
+    assert b.row(1) == ("q0", "q1\nline", "q2") and b.row(0) == ("p0 \u00e9", "", "\u4e2d")
+    assert len(b) == 2
     with pytest.raises(IndexError):
-        b[2]
+        b.row(2)
     rows = [json.loads(line) for line in (tmp_path / "generations.jsonl").read_text().splitlines()]
     assert rows[0] == {"cell": "bs1-beam1", "position": 0, "id": "d0", "output": "x"}
     assert [(r["cell"], r["position"], r["id"]) for r in rows[3:]] == [
@@ -27,10 +27,10 @@ def test_cells_are_written_as_rows_and_read_back_by_position(tmp_path: Path):
 
 def test_reading_while_more_cells_are_appended(tmp_path: Path):
     log = GenerationsLog(tmp_path / "g.jsonl", ["d0"])
-    first = log.add("c1", [("one",)])
-    assert first[0] == ("one",)
-    second = log.add("c2", [("two",), ("three",)])
-    assert first[0] == ("one",) and second[1] == ("three",) and second[0] == ("two",)
+    first = log.add("c1", CellTexts(held=(("one",),)))
+    assert first.row(0) == ("one",)
+    second = log.add("c2", CellTexts(held=(("two",), ("three",))))
+    assert first.row(0) == ("one",) and second.row(1) == ("three",) and second.row(0) == ("two",)
     log.close()
     log.close()  # twice is fine
 
@@ -49,28 +49,36 @@ class BeamEcho:
 
 
 @pytest.mark.parametrize("rotation", ["full", "sparse"])
-def test_streamed_file_equals_the_rows_of_the_run_in_memory(tmp_path: Path, small_dataset: Path,
-                                                              rotation: str):
-    """generations.jsonl written cell by cell has exactly the rows the report writer makes
-    from outputs kept in memory, beams and sparse positions included; the run keeps only
-    offsets into it."""
+def test_generations_file_holds_every_output_and_beam_where_it_sat(tmp_path: Path,
+                                                                   small_dataset: Path,
+                                                                   rotation: str):
+    """generations.jsonl, written cell by cell, holds every output the engine gave, at the
+    position it sat at, with every beam (sparse positions left out); the run keeps only
+    where each position's rows start and reads the same texts back from there."""
     from harness.config import RunConfig
     from harness.pipeline import execute, prepare
-    from harness.report.files import write_report
-    from harness.stages.generate import generate_all
-    from harness.storage.generations import SpilledTexts
 
     config = RunConfig(dataset=str(small_dataset), batch_sizes=(1, 2), beam_widths=(1, 2),
                        rotation=rotation, no_cache=True, report_dir=tmp_path / "streamed")
-    streamed = execute(prepare(config, engine=BeamEcho()))
-    assert all(isinstance(o.texts.whole, SpilledTexts) for o in streamed.outputs)  # scored cut
-
-    prep = prepare(RunConfig(**{**config.__dict__, "report_dir": tmp_path / "memory"}), engine=BeamEcho())
-    outputs = generate_all(prep, None).outputs  # no log: texts and beams stay in memory
-    folder = tmp_path / "memory-report"
-    folder.mkdir()
-    write_report(streamed.__class__(**{**streamed.__dict__, "outputs": tuple(
-        outputs[c] for c in prep.plan.all_cells if c in outputs)}), folder)
-    expected = (folder / "generations.jsonl").read_text(encoding="utf-8")
-    assert (streamed.report_dir / "generations.jsonl").read_text(encoding="utf-8") == expected
-    assert '"beams": [' in expected
+    prep = prepare(config, engine=BeamEcho())
+    ids = [d.id for d in prep.dataset.documents]
+    result = execute(prep)
+    expected = []
+    for cell in prep.plan.all_cells:
+        seated = sorted((position, doc) for batch in prep.plan.batches(cell)
+                        for position, doc in enumerate(batch.documents))
+        for position, doc in seated:
+            best = " ".join(prep.prompts[doc].split()[:8])
+            row: dict[str, object] = {"cell": cell.id, "position": position, "id": ids[doc],
+                                      "output": best}
+            if cell.beam_width > 1:
+                row["beams"] = [f"{best} #{k}" for k in range(cell.beam_width)]
+            expected.append(row)
+    lines = (result.report_dir / "generations.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line) for line in lines] == expected
+    for out in result.outputs:
+        assert out.texts.spill is not None
+        for position, texts in enumerate(out.texts.rows()):
+            assert texts == tuple(
+                next((r["output"] for r in expected if r["cell"] == out.cell.id
+                      and r["position"] == position and r["id"] == doc), None) for doc in ids)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from harness.limits.engine_config import EngineLimits
-from harness.plan import Cell, make_plan
-from harness.results import CellAnalysis, DropTest, PositionStats
+from harness.model.analysis import CellAnalysis, DropTest, PositionStats
+from harness.model.cell import Cell
+from harness.model.limits import EngineLimits
+from harness.model.vocab import Layout, Verdict
+from harness.plan import make_plan
 from harness.verdict.signatures import CellEvidence, match, shortfall
 
-LIMITS_8x1 = EngineLimits(layout="unified", max_batch_size=8, max_beam_width=1)
-LIMITS_8x4 = EngineLimits(layout="unified", max_batch_size=8, max_beam_width=4)
+LIMITS_8x1 = EngineLimits(layout=Layout.UNIFIED, max_batch_size=8, max_beam_width=1)
+LIMITS_8x4 = EngineLimits(layout=Layout.UNIFIED, max_batch_size=8, max_beam_width=4)
 N = 32
 
 
@@ -24,13 +26,14 @@ def evidence(cell, damaged, *, share=1.0, shorter=None, drop=0.6, positional=Tru
     harm = tuple(tuple(drop if p in damaged and i < hit_until else 0.0 for i in range(N))
                  for p in range(cell.batch_size))
     stats = tuple(PositionStats(
-        position=p, n=N, agreement=1 - sum(r) / N, agreement_drop=sum(r) / N,
+        position=p, n=N, agreement=1 - sum(r) / N, ci_low=None, ci_high=None,
+        agreement_drop=sum(r) / N,
         differing=sum(x > 0 for x in r) / N, quality=0.65 - sum(r) / N, quality_bs1=0.65,
         position_test=_flag(sum(r) / N, positional and p in damaged),
-        quality_test=_flag(sum(r) / N, p in damaged)) for p, r in enumerate(harm))
-    verdict = "fail" if damaged else "pass"
-    analysis = CellAnalysis(cell, 1.0, stats, tuple(sorted(damaged)), verdict, "",
-                            quality=0.65, quality_bs1=0.65)
+        quality_test=_flag(sum(r) / N, p in damaged), degraded=p in damaged)
+        for p, r in enumerate(harm))
+    verdict = Verdict.FAIL if damaged else Verdict.PASS
+    analysis = CellAnalysis(cell, 1.0, stats, verdict, "")
     return CellEvidence(analysis=analysis, harm=harm, shorter=shorter)
 
 
@@ -109,9 +112,10 @@ def test_partial_reports_the_share_of_prompts():
 
 def test_spread_and_no_guess():
     e = evidence(Cell(8, 1), set())
-    spread = CellEvidence(analysis=CellAnalysis(Cell(8, 1), 1.0, e.analysis.positions, (), "fail",
-                                                "", omnibus=_flag(0.04, True), spread=True),
+    spread = CellEvidence(analysis=CellAnalysis(Cell(8, 1), 1.0, e.analysis.positions,
+                                                Verdict.FAIL, "", omnibus=_flag(0.04, True)),
                           harm=e.harm)
+    assert spread.analysis.spread
     assert match([spread], LIMITS_8x4)[Cell(8, 1)].kind == "spread"
     # two scattered positions, nothing known: the failure stands without a guessed cause
     assert match([evidence(Cell(8, 1), {2, 5}, share=0.5)], LIMITS_8x4) == {}

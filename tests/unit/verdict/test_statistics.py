@@ -9,10 +9,11 @@ import random
 import pytest
 from scipy import stats
 
-from harness.plan import Cell
-from harness.results import CellScores, Levels
+from harness.model.analysis import CellAnalysis
+from harness.model.cell import Cell
+from harness.model.scores import CellScores, Levels
+from harness.verdict import statistics as statistics_module
 from harness.verdict.statistics import (
-    analyze,
     holm,
     one_sided_paired_p,
     one_sided_welch_p,
@@ -59,11 +60,16 @@ def _levels(quality, agreement=None) -> Levels:
     return Levels(agreement=tuple(agreement or [1.0] * len(quality)), quality=tuple(quality))
 
 
-def _scores(cell, agreement, quality, differs=None) -> CellScores:
+def _scores(cell, agreement, quality, differs=None) -> tuple[Cell, CellScores]:
     differs = differs or [[float(a < 1.0) for a in row] for row in agreement]
-    return CellScores(cell=cell, baseline=tuple(tuple(r) for r in agreement),
-                      reference=tuple(tuple(r) for r in quality),
-                      differs=tuple(tuple(r) for r in differs))
+    return cell, CellScores(baseline=tuple(tuple(r) for r in agreement),
+                            reference=tuple(tuple(r) for r in quality),
+                            differs=tuple(tuple(r) for r in differs))
+
+
+def analyze(scores, levels, **options) -> list[CellAnalysis]:
+    """The statistics over (cell, scores) pairs, in their order."""
+    return statistics_module.analyze(dict(scores), levels, **options)
 
 
 def _drifting(rng, bs1_quality, rate, positions):

@@ -1,9 +1,9 @@
-"""report.json as the serialized form of the typed ``harness.results.Report`` (what the
-report stage builds from a run and every writer, ``compare`` and ``merge`` read; schema in
-report.schema.json), sealed by a sha256 over its content.
+"""report.json: the measurement model's ``Report`` (harness.model.report: what the report
+stage builds from a run and every writer, ``compare`` and ``merge`` read; schema in
+report.schema.json) serialized as it is, and sealed by a sha256 over its content.
 
-``load_report`` reads report.json back through the same types (pydantic validates it against
-the dataclasses below), so a damaged or foreign file is one error naming the file and the
+``load_report`` reads report.json back into the same types (pydantic validates it against
+the model's dataclasses), so a damaged or foreign file is one error naming the file and the
 field, never a KeyError deep inside a writer.
 """
 
@@ -20,7 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from harness import bounds
 from harness.errors import ConfigError
-from harness.results import SCHEMA_VERSION, Integrity, Report
+from harness.model.report import SCHEMA_VERSION, Integrity, Report
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ OPTIONAL_BLOCKS = ("shard", "scores")  # absent from report.json unless the run 
 
 def to_json(report: Report) -> dict[str, Any]:
     """The report.json document (blocks a run does not have are left out)."""
-    data = _adapter().dump_python(report, mode="json")
+    data: dict[str, Any] = _adapter().dump_python(report, mode="json")
     for key in (*OPTIONAL_BLOCKS, "integrity"):
         if data.get(key) is None:
             data.pop(key, None)

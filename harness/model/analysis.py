@@ -1,0 +1,114 @@
+"""What the analysis decides: the tests, each position's figures, each cell's answer to the
+three questions, and the fault signature a failing cell matches (docs/method.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.model.cell import Cell
+from harness.model.scores import finite, mean
+from harness.model.vocab import FindingKind, Verdict
+
+
+@dataclass(frozen=True)
+class DropTest:
+    """One one-sided test: is the mean drop larger than the tolerance?"""
+
+    drop: float  # mean paired drop (positive: worse)
+    p_value: float
+    n: int
+    p_adjusted: float | None = None  # Holm over every test of the run
+    flagged: bool = False  # drop > tolerance and p_adjusted < alpha
+
+
+@dataclass(frozen=True)
+class PositionStats:
+    """One batch position of one cell: the three questions' figures.
+
+    - position dependence: agreement with the baseline here against the other positions of
+      the same cell, same prompts (``position_test``);
+    - batch-size quality: ROUGE-L against the references here against batch size 1, same
+      prompts (``quality_test``; None without reference summaries);
+    - determinism: the share of outputs that differ from batch size 1's (``differing``) and
+      the agreement with the baseline (``agreement``), a gate only with --deterministic.
+    """
+
+    position: int
+    n: int
+    agreement: float  # mean ROUGE-L against the baseline
+    ci_low: float | None  # 95% t-interval of the mean agreement
+    ci_high: float | None
+    agreement_drop: float  # mean paired drop of agreement below batch size 1's
+    differing: float  # share of outputs that differ from batch size 1's
+    quality: float | None  # mean ROUGE-L against the references (None: no references)
+    quality_bs1: float | None  # the same prompts at batch size 1
+    position_test: DropTest | None = None  # batch size > 1
+    quality_test: DropTest | None = None  # batch size > 1, with references
+    degraded: bool = False  # a test flagged it (set once Holm's correction is applied)
+    nondeterministic: bool = False  # --deterministic and an output differs
+
+    @property
+    def shown(self) -> float:
+        """The figure a position is shown and compared by: its quality against the references
+        where the run measured it, else its agreement with the baseline."""
+        return self.quality if self.quality is not None else self.agreement
+
+
+@dataclass(frozen=True)
+class CellAnalysis:
+    """One cell's answer to the three questions: its positions after Holm's correction, the
+    omnibus test over them, the verdict (pass | fail) and its one-line message."""
+
+    cell: Cell
+    level: float  # mean agreement of batch size 1 with the baseline, same beam width
+    positions: tuple[PositionStats, ...]
+    verdict: Verdict
+    message: str
+    omnibus: DropTest | None = None  # quality drop over all positions (damage spread thinly)
+    drift: str | None = None  # outputs differ from batch size 1 without losing quality
+
+    @property
+    def degraded_positions(self) -> tuple[int, ...]:
+        return tuple(s.position for s in self.positions if s.degraded)
+
+    @property
+    def nondeterministic_positions(self) -> tuple[int, ...]:
+        """--deterministic only: positions where an output differs from batch size 1's."""
+        if self.cell.batch_size == 1:
+            return ()
+        return tuple(s.position for s in self.positions if s.nondeterministic)
+
+    @property
+    def quality(self) -> float | None:
+        """Mean ROUGE-L against the references over the positions (None: no references)."""
+        values = finite([s.quality for s in self.positions if s.quality is not None])
+        return mean(values) if values else None
+
+    @property
+    def quality_bs1(self) -> float | None:
+        values = finite([s.quality_bs1 for s in self.positions if s.quality_bs1 is not None])
+        return mean(values) if values else None
+
+    @property
+    def differing(self) -> float:
+        """The share of the cell's outputs that differ from batch size 1's."""
+        return mean([s.differing for s in self.positions]) if self.positions else 0.0
+
+    @property
+    def spread(self) -> bool:
+        """The omnibus test failed the cell while no single position did."""
+        return self.omnibus is not None and self.omnibus.flagged and not self.degraded_positions
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A named fault signature and the sentence that goes into the failure and the report."""
+
+    kind: FindingKind
+    text: str
+    evidence: str = ""  # what the named cause rests on
+
+    @property
+    def cause(self) -> str:
+        """How the report and the failure name it."""
+        return f"likely cause ({self.kind}): {self.text}"

@@ -1,0 +1,261 @@
+"""The report: everything report.json holds, in its order. The report stage builds it from a
+run; the writers, ``compare`` and ``merge`` read it (``harness.report.serialize`` turns it into
+JSON and back)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.model.analysis import DropTest, PositionStats
+from harness.model.cell import Cell
+from harness.model.limits import EngineLimits, LimitCheck, MemoryBudget
+from harness.model.scores import CellScores, Levels
+from harness.model.vocab import FindingKind, Question, Rotation, Verdict
+
+SCHEMA_VERSION = 2  # 2: the three questions (position dependence, batch-size quality, determinism)
+HASH_METHOD = "sha256 of this JSON without 'integrity', keys sorted, separators (',', ':'), UTF-8"
+
+
+@dataclass
+class Timing:
+    """Where a run's time goes; every figure in seconds (see docs/performance.md)."""
+
+    engine_generate_s: float = 0.0  # wall time inside engine.generate, summed
+    engine_calls: int = 0
+    engine_load_s: float = 0.0  # loading the engine (and the golden engine) in prepare()
+    prepare_s: float = 0.0  # prepare(): dataset, engine load, preflight, goldens check
+    generate_stage_s: float = 0.0  # wall time of the generation loop (engine + cache + hand-off)
+    scoring_s: float = 0.0  # ROUGE-L CPU time, summed over cells (overlapped or not)
+    scoring_overlapped: bool = False
+    after_generation_s: float = 0.0  # end of generation -> analysis done (what overlap shortens)
+    harness_total_s: float = 0.0  # start of prepare() -> analysis done (report writing excluded)
+    merged_shards: int | None = None  # a merged report: how many shard timings were summed
+
+
+@dataclass
+class CacheStats:
+    """What the generation cache did during one run."""
+
+    folder: str | None
+    enabled: bool
+    reason: str
+    batches_from_cache: int = 0
+    batches_generated: int = 0
+    generations_from_cache: int = 0
+    key: dict[str, Any] = field(default_factory=dict)  # what the fingerprint covers (cache_key)
+
+
+@dataclass(frozen=True)
+class Example:
+    """One prompt at a degraded position whose output differs from the baseline."""
+
+    position: int
+    id: str
+    prompt: str
+    baseline: str
+    output: str
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """Everything known about one cell under test: its verdict, the figures of its positions,
+    the fault signature its damage matches (``cause``, ``pattern``, ``evidence``), its build
+    limit checks and, in a report, examples of its worst position."""
+
+    id: str
+    batch_size: int
+    beam_width: int
+    verdict: Verdict
+    limits_verdict: Verdict  # fail: the cell exceeds a build limit
+    error: str | None  # the engine could not run the cell
+    message: str  # the analysis's one line (the error's, for an engine error)
+    cause: str | None
+    pattern: FindingKind | None
+    evidence: str | None  # what the named cause rests on
+    baseline_level: float | None
+    quality: float | None
+    quality_bs1: float | None
+    differing: float | None
+    drift: str | None  # outputs that differ without losing quality: a finding, not a failure
+    degraded_positions: tuple[int, ...]
+    nondeterministic_positions: tuple[int, ...]
+    omnibus: DropTest | None
+    positions: tuple[PositionStats, ...]
+    limit_checks: tuple[LimitCheck, ...]
+    examples: tuple[Example, ...] = ()
+    # the engine did not run the cell as asked (a server that answered its batches one request
+    # at a time): the positions were not exercised, so the cell cannot pass
+    notice: str | None = None
+
+    @property
+    def cell(self) -> Cell:
+        return Cell(self.batch_size, self.beam_width)
+
+    @property
+    def headline(self) -> str:
+        """The message as findings show it: after the notice when the engine did not run the
+        cell as asked."""
+        return f"{self.id}: {self.notice} ({self.message})" if self.notice else self.message
+
+
+def run_verdict(cells: Sequence[CellResult]) -> Verdict:
+    """A run passes when every cell passes and no build limit is exceeded."""
+    bad = any(c.verdict != Verdict.PASS or c.limits_verdict == Verdict.FAIL for c in cells)
+    return Verdict.FAIL if bad else Verdict.PASS
+
+
+@dataclass(frozen=True)
+class Signoff:
+    """Who ran the run, when, on which engine, and its verdict."""
+
+    by: str | None
+    at: str
+    engine: str
+    identity: str
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class EngineFile:
+    """One file of the engine directory, by content."""
+
+    name: str
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class EngineSection:
+    """The engine under test: where, through which backend, and which weights."""
+
+    path: str
+    backend: str
+    identity: str
+    details: dict[str, Any] = field(default_factory=dict)
+    files: tuple[EngineFile, ...] = ()
+
+
+@dataclass(frozen=True)
+class SubsetInfo:
+    """The --num-prompts subset: how it was drawn from which dataset."""
+
+    num_prompts: int
+    seed: int
+    of: int
+    source_hash: str
+    ids: tuple[str, ...]
+    hash: str
+    method: str = ""
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """The dataset the prompts and references came from."""
+
+    name: str
+    path: str
+    count: int
+    hash: str
+    source: str = "file"
+    config: str | None = None
+    split: str | None = None
+    revision: str | None = None
+    text_field: str = "text"
+    summary_field: str = "summary"
+    subset: SubsetInfo | None = None
+
+
+@dataclass(frozen=True)
+class RanksInfo:
+    """The MPI world the run had, and how it was told."""
+
+    world_size: int
+    source: str
+
+
+@dataclass(frozen=True)
+class GoldenFile:
+    """A goldens file a beam width was compared with, by content."""
+
+    path: str
+    sha256: str | None
+
+
+@dataclass(frozen=True)
+class Method:
+    """How the run decided: the options the analysis reads, and what each question was."""
+
+    tolerance: float
+    alpha: float
+    seed: int
+    sequences: int
+    test: str = ""
+    plan: str = ""
+    rotation: Rotation = Rotation.FULL
+    deterministic: bool = False
+    # per question: "gate", "reported" or "not answered: <why>; <what the gate uses>"
+    questions: dict[Question, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """A --shard run's own cells and the whole grid; a merged report's sources."""
+
+    count: int
+    index: int | None = None
+    cells: tuple[str, ...] | None = None
+    grid: tuple[str, ...] | None = None
+    merged_from: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ShardScores:
+    """What ``merge`` needs to analyse the union of the shards as one run: per-prompt scores
+    (unrounded) by cell id, batch size 1's levels by beam width, examples of every degraded
+    position by cell id, and the prompt order and lengths the fault signatures use."""
+
+    levels: dict[int, Levels]
+    cells: dict[str, CellScores]
+    examples: dict[str, dict[int, tuple[Example, ...]]] = field(default_factory=dict)
+    order: tuple[int, ...] = ()
+    prompt_lengths: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Integrity:
+    """The sha256 that seals report.json (harness.report.serialize)."""
+
+    sha256: str
+    method: str = HASH_METHOD
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything report.json holds, in its order."""
+
+    schema_version: int
+    verdict: Verdict
+    started: str
+    finished: str
+    seconds: float
+    harness_version: str
+    signoff: Signoff
+    engine: EngineSection
+    limits: EngineLimits | None
+    memory: tuple[MemoryBudget, ...]
+    cache: CacheStats
+    dataset: DatasetInfo
+    ranks: RanksInfo
+    baseline: dict[int, str]
+    goldens: dict[int, GoldenFile]
+    goldens_written: tuple[str, ...]
+    method: Method
+    options: dict[str, Any]  # every run option as given (recorded; the analysis reads ``method``)
+    environment: dict[str, Any]
+    timing: Timing
+    cells: tuple[CellResult, ...]
+    shard: ShardInfo | None = None
+    scores: ShardScores | None = None
+    integrity: Integrity | None = None

@@ -1,0 +1,55 @@
+"""Per-prompt scores: what the verdict's tests are computed from.
+
+A score is NaN where there is nothing to score (the prompt never sat at that position, with
+``--rotation sparse``; or, for quality, the dataset has no reference summary). JSON has no
+NaN, so report.json writes those as null and reads null back as NaN (``Score``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import BeforeValidator, PlainSerializer
+
+
+def _nan_for_null(value: object) -> object:
+    return math.nan if value is None else value
+
+
+def _null_for_nan(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+Score = Annotated[float, BeforeValidator(_nan_for_null),
+                  PlainSerializer(_null_for_nan, return_type=float | None, when_used="json")]
+Scores = tuple[Score, ...]  # one per prompt, in dataset order
+
+
+@dataclass(frozen=True)
+class CellScores:
+    """Scores of one cell, indexed [position][prompt] (prompts in dataset order)."""
+
+    baseline: tuple[Scores, ...]  # agreement: ROUGE-L against the baseline
+    reference: tuple[Scores, ...]  # quality: ROUGE-L against the reference summary
+    differs: tuple[Scores, ...] = ()  # 1.0 where the text is not batch size 1's
+
+
+@dataclass(frozen=True)
+class Levels:
+    """Batch size 1 of one beam width, per prompt: what every other cell is compared with."""
+
+    agreement: Scores  # ROUGE-L of batch size 1 against the baseline (1.0 unless goldens)
+    quality: Scores  # ROUGE-L of batch size 1 against the reference (NaN: none)
+
+
+def mean(xs: Sequence[float]) -> float:
+    """The mean (NaN for none), summed exactly: the same figure whatever the order."""
+    return math.fsum(xs) / len(xs) if xs else float("nan")
+
+
+def finite(xs: Sequence[float]) -> list[float]:
+    """The scores that exist (NaN: nothing was scored there)."""
+    return [x for x in xs if not math.isnan(x)]

@@ -1,0 +1,92 @@
+"""Every vocabulary of the measurement model, as enums: each member is the word report.json
+(and the terminal) shows for it."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Word(str, Enum):
+    """A word of one vocabulary: equal to its text, shown as its text (``str``, f-strings,
+    JSON), on every Python the harness supports."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Verdict(Word):
+    """The outcome of a cell or a run."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"  # a cell the engine could not run (its message says why)
+    UNTESTED = "untested"  # generated and scored, but not as the cell asked (its notice says how)
+
+
+class CheckStatus(Word):
+    """The outcome of one build-limit or memory check."""
+
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    UNKNOWN = "unknown"  # the engine does not record what the check needs
+
+
+class Layout(Word):
+    """The config.json layout an engine's limits were read from (docs/trtllm-versions.md)."""
+
+    LEGACY = "legacy"  # builder_config / plugin_config, TensorRT-LLM 0.5-0.8
+    UNIFIED = "unified"  # version / pretrained_config / build_config, 0.9 on
+    EMULATOR = "emulator"  # unified plus the emulator's own section
+
+
+class FindingKind(Word):
+    """The known fault signatures a failing cell can match (harness.verdict.signatures)."""
+
+    OVERFLOW = "overflow"
+    FULL_BATCH = "full-batch"
+    PADDING = "padding"
+    STRIDE = "stride"
+    SINGLE = "single"
+    PARTIAL = "partial"
+    ALL_POSITIONS = "all-positions"
+    SPREAD = "spread"
+
+
+class Rotation(Word):
+    """How prompts visit batch positions (harness.plan)."""
+
+    FULL = "full"  # every prompt at every position of every cell
+    SPARSE = "sparse"  # every prompt at one position per cell
+
+
+class Question(Word):
+    """The three questions the verdict asks per cell and position (docs/method.md)."""
+
+    POSITION = "position dependence"
+    QUALITY = "batch-size quality"
+    DETERMINISM = "determinism"
+
+
+class Change(Word):
+    """What ``compare`` found at one position, from the old run to the new one."""
+
+    ADDED = "added"
+    DROPPED = "dropped"
+    NEW_DEGRADATION = "new degradation"
+    FIXED = "fixed"
+    WORSE = "worse"
+    BETTER = "better"
+    SAME = "same"
+    UNMEASURED = "unmeasured"
+
+
+class Direction(Word):
+    """``compare``'s verdict: the new run against the old one."""
+
+    WORSE = "worse"
+    BETTER = "better"
+    SAME = "same"
