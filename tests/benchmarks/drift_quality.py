@@ -39,7 +39,8 @@ from harness.engines.emulator.drift import Drift
 from harness.engines.emulator.engine import EmulatorEngine
 from harness.engines.emulator.faults import Fault
 from harness.inputs.data import build_prompt, load_dataset
-from harness.plan import Cell, make_plan
+from harness.model.cell import Cell
+from harness.plan import make_plan
 from harness.verdict.scoring import rouge_l
 
 

@@ -126,7 +126,8 @@ def test_faulty_engine_is_caught_through_the_server(tmp_path: Path, servers, eng
     from harness.config import RunConfig
     from harness.engines.emulator.engine import EmulatorEngine
     from harness.inputs.data import build_prompt, load_dataset
-    from harness.plan import Cell, make_plan
+    from harness.model.cell import Cell
+    from harness.plan import make_plan
 
     config = RunConfig(beam_widths=(4,), max_new_tokens=32)
     dataset = load_dataset(str(eight_prompts))

@@ -5,7 +5,8 @@ from collections import Counter
 import pytest
 
 from harness.errors import ConfigError
-from harness.plan import Cell, choose_batch_sizes, make_plan, shard_cells
+from harness.model.cell import Cell
+from harness.plan import choose_batch_sizes, make_plan, shard_cells
 
 
 @pytest.mark.parametrize("n, b", [(8, 8), (64, 8), (13, 4), (5, 2), (7, 1)])
@@ -91,7 +92,8 @@ def test_sparse_rotation_puts_each_prompt_at_one_position_per_cell():
 
 
 def test_sparse_rotation_wraps_when_the_batch_size_does_not_divide():
-    from harness.plan import Cell, make_plan
+    from harness.model.cell import Cell
+    from harness.plan import make_plan
 
     plan = make_plan((4,), (1,), 22, seed=0, rotation="sparse")
     batches = plan.batches(Cell(4, 1))

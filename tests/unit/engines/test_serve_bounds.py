@@ -15,10 +15,11 @@ import pytest
 
 from harness.config import DecodingSettings
 from harness.engines.base import EngineInfo, Generation
-from harness.limits.engine_config import EngineLimits
+from harness.model.limits import EngineLimits
+from harness.model.vocab import Layout
 from harness.tools.serve import BadRequest, Bounds, make_server, parse_completion
 
-LIMITS = EngineLimits(layout="emulator", max_batch_size=8, max_beam_width=2, max_input_len=6,
+LIMITS = EngineLimits(layout=Layout.EMULATOR, max_batch_size=8, max_beam_width=2, max_input_len=6,
                       max_seq_len=20)
 BOUNDS = Bounds.of(LIMITS, 8)
 
@@ -64,7 +65,7 @@ def test_bounds_come_from_the_build_limits_with_defaults_where_none_are_recorded
     assert Bounds.of(None, 8) == Bounds(max_prompts=8, max_beams=64, max_tokens=4096)
     # the incident engine (beam width 1 built, 4 asked): served as it behaves, within its slots
     _, settings, _ = parse_completion({"prompt": "x", "use_beam_search": True, "n": 4},
-                                      "double", Bounds.of(EngineLimits(layout="emulator",
+                                      "double", Bounds.of(EngineLimits(layout=Layout.EMULATOR,
                                                                        max_batch_size=8,
                                                                        max_beam_width=1), 8))
     assert settings.beam_width == 4

@@ -9,7 +9,7 @@ from harness.config import parse_size
 from harness.errors import ConfigError
 from harness.limits.engine_config import parse_config
 from harness.limits.preflight import check_cell, gpu_memory, kv_cache_bytes, memory_budget, world_size
-from harness.plan import Cell
+from harness.model.cell import Cell
 
 CONFIGS = Path(__file__).resolve().parents[2] / "data" / "configs"
 MISTRAL = {
