@@ -188,3 +188,19 @@ def test_report_json_is_the_model_serialized_and_reads_back_into_it(reports):
         # derived figures agree with the positions they come from
         for c in report.cells:
             assert c.degraded_positions == tuple(p.position for p in c.positions if p.degraded)
+
+
+def test_the_schema_describes_every_field_of_the_model_and_no_other():
+    """report.schema.json and the model's types cannot drift apart: each object the schema
+    describes names exactly the fields of its type."""
+    from dataclasses import fields
+
+    from harness.model.analysis import PositionStats
+    from harness.model.report import CellResult, Method, Report, ShardScores
+
+    schema = json.loads(SCHEMA.read_text())
+    cell = schema["properties"]["cells"]["items"]
+    described = {Report: schema, CellResult: cell, PositionStats: cell["properties"]["positions"]["items"],
+                 Method: schema["properties"]["method"], ShardScores: schema["properties"]["scores"]}
+    for cls, part in described.items():
+        assert set(part["properties"]) == {f.name for f in fields(cls)}, cls.__name__
