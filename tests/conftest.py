@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import pkgutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.doubles.openai_server import behaving  # noqa: E402,F401 (a fixture: a test double of a server)
 
+pytest_plugins = ["pytester"]  # `pytest suites/` in this process: the `suites` fixture
+
 REPO = Path(__file__).resolve().parents[1]
 SUITES = REPO / "suites"
+# the user's cache as this process found it (pytester points HOME at a temporary folder)
+USER_CACHE = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
 
 
 @pytest.fixture(scope="session")
@@ -58,3 +66,64 @@ def run_suites(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subp
 def only_report(report_dir: Path) -> dict:
     [path] = list(report_dir.glob("*/report.json"))
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+# What `pytest suites/` imports (hypothesis: its pytest plugin, at the end of every run),
+# imported once before any in-process run: pytester drops the modules a run imported when it
+# ends, numpy, torch, pyarrow or pandas cannot be imported twice in one process, and the rest
+# would be imported (and assert-rewritten) again by every run.
+PRELOAD = ("torch", "transformers", "datasets", "scipy.io", "matplotlib.pyplot",
+           "matplotlib.backends.backend_agg", "matplotlib.backends.backend_svg", "PIL.Image",
+           "hypothesis")
+# `--engine module:Class` test engines that read their environment when imported: dropped
+# before each in-process run, so each run imports them afresh, as a new process would
+ENGINE_MODULES = ("toy_engine", "fault_engines", "rank_engine", "raises_on_import")
+
+
+@pytest.fixture(scope="session")
+def _harness_imported() -> None:
+    import harness
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    for module in pkgutil.walk_packages(harness.__path__, "harness."):
+        try:
+            importlib.import_module(module.name)
+        except ImportError:  # an optional backend's library (tensorrt_llm): imported on use
+            pass
+
+
+@dataclass(frozen=True)
+class SuitesRun:
+    """An in-process `pytest suites/` run, read as a finished process: exit status, output."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def suites(_harness_imported: None, pytester: pytest.Pytester,
+           monkeypatch: pytest.MonkeyPatch) -> Callable[..., SuitesRun]:
+    """run(*ARGS, env=..., path=..., suite=...): `pytest suites/ ARGS` (or ``suite``, a file of
+    it) in this process (pytester), with ``env`` set and the folders in ``path`` importable for
+    the run, as `run_suites` does in a subprocess. For checks of the plugin (exit status, output, report files); where the
+    process itself is the point (signals, a crash, a launcher's environment) use run_suites."""
+
+    def run(*args: str, env: dict[str, str] | None = None, path: Iterable[str | Path] = (),
+            suite: Path = SUITES) -> SuitesRun:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("XDG_CACHE_HOME", USER_CACHE)
+            for key, value in (env or {}).items():
+                mp.setenv(key, value)
+            for folder in path:
+                mp.syspath_prepend(str(folder))
+            for name in ENGINE_MODULES:
+                mp.delitem(sys.modules, name, raising=False)
+            result = pytester.runpytest_inprocess(
+                str(suite), "-p", "no:cacheprovider",
+                # the plugin was imported before this run, so pytest cannot rewrite its asserts
+                "-W", "ignore::pytest.PytestAssertRewriteWarning", *args)
+        return SuitesRun(int(result.ret), "\n".join(result.outlines), "\n".join(result.errlines))
+
+    return run

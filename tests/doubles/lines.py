@@ -12,7 +12,7 @@ from tests.doubles import trtllm_0_9, trtllm_0_12, trtllm_0_15, trtllm_1_x
 
 LINES: dict[str, ModuleType] = {m.LINE: m for m in (trtllm_0_9, trtllm_0_12, trtllm_0_15, trtllm_1_x)}
 NEWEST = trtllm_1_x.LINE
-ENV = "TRTLLM_DOUBLE_LINE"  # read by tests.doubles.use_tensorrt_llm_double in subprocess runs
+ENV = "TRTLLM_DOUBLE_LINE"  # read by tests.doubles.use_tensorrt_llm_double in `pytest suites/` runs
 
 
 def line(name: str) -> ModuleType:

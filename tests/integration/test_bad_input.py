@@ -1,4 +1,8 @@
-"""Bad input stops `pytest suites/` with one message naming the option or file, no traceback."""
+"""Bad input stops `pytest suites/` with one message naming the option or file, no traceback.
+
+The cases run in this process (pytester); one runs through a real `pytest` subprocess too,
+as a user starts it.
+"""
 
 from __future__ import annotations
 
@@ -35,24 +39,33 @@ def _bad_engine(tmp_path: Path, content: str | None) -> Path:
     (lambda t: ["--engine", "toy_engine:ToyEngine", "--batch-sizes", "128"], "needs at least 128 prompts"),
     (lambda t: ["--engine", "toy_engine:ToyEngine", "--prompt-template", "Summarize"], "{text}"),
 ])
-def test_usage_errors(tmp_path: Path, make_args, words):
-    proc = run_suites(*make_args(tmp_path), "--report-dir", str(tmp_path / "r"), cwd=tmp_path, env=TOY)
+def test_usage_errors(tmp_path: Path, suites, make_args, words):
+    proc = suites(*make_args(tmp_path), "--report-dir", str(tmp_path / "r"), path=[HERE])
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4, out
     assert words in out
     assert "Traceback" not in out
 
 
-def test_missing_dataset_field(tmp_path: Path):
+def test_a_usage_error_in_a_real_process(tmp_path: Path):
+    """The same through `python -m pytest suites/` in a subprocess: exit status 4, one line."""
+    proc = run_suites("--engine", "toy_engine:ToyEngine", "--prompt-template", "Summarize",
+                      "--report-dir", str(tmp_path / "r"), cwd=tmp_path, env=TOY)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 4, out
+    assert "{text}" in out and "Traceback" not in out
+
+
+def test_missing_dataset_field(tmp_path: Path, suites):
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"article": "a b c", "summary": "x"}) + "\n")
-    proc = run_suites("--engine", "toy_engine:ToyEngine", "--dataset", str(data), "--batch-sizes", "1",
-                      "--report-dir", str(tmp_path / "r"), cwd=tmp_path, env=TOY)
+    proc = suites("--engine", "toy_engine:ToyEngine", "--dataset", str(data), "--batch-sizes", "1",
+                  "--report-dir", str(tmp_path / "r"), path=[HERE])
     assert proc.returncode == 4
     assert "no field 'text'" in proc.stdout + proc.stderr and "--text-field" in proc.stdout + proc.stderr
 
 
-def test_engine_fault_fails_only_its_cell(tmp_path: Path, small_dataset: Path):
+def test_engine_fault_fails_only_its_cell(tmp_path: Path, small_dataset: Path, suites):
     """A generate() that raises for one cell: that cell errors, the others pass, report written."""
     mod = tmp_path / "faulty_engine.py"
     mod.write_text(
@@ -63,9 +76,9 @@ def test_engine_fault_fails_only_its_cell(tmp_path: Path, small_dataset: Path):
         "        if settings.beam_width == 2 and len(prompts) == 4:\n"
         "            raise RuntimeError('Num beams (2) exceeds the engine or specified limit (1)')\n"
         "        return [Generation(text=p.split()[0]) for p in prompts]\n")
-    proc = run_suites("--engine", "faulty_engine:Faulty", "--dataset", str(small_dataset),
-                      "--batch-sizes", "1,4", "--beam-widths", "1,2", "--report-dir", str(tmp_path / "r"),
-                      "-v", cwd=tmp_path, env={"PYTHONPATH": f"{tmp_path}:{REPO}"})
+    proc = suites("--engine", "faulty_engine:Faulty", "--dataset", str(small_dataset),
+                  "--batch-sizes", "1,4", "--beam-widths", "1,2", "--report-dir", str(tmp_path / "r"),
+                  "-v", path=[tmp_path])
     assert proc.returncode == 1
     assert "test_batch_positions[bs4-beam2] FAILED" in proc.stdout
     assert "test_batch_positions[bs4-beam1] PASSED" in proc.stdout

@@ -1,7 +1,7 @@
 """Every bad input of issue #7, case by case, through both entry points.
 
 Each case runs ``python -m harness run ARGS`` (exit 2, ``error: <one line>``) and
-``pytest suites/ ARGS`` (exit 4, a usage error) in this process, and asserts the exit
+``pytest suites/ ARGS`` (exit 4, a usage error; pytester) in this process, and asserts the exit
 status, the words of the one message (the file, option or key it names and the fix) and
 that no traceback is printed. Every case fails before anything is generated, so the matrix
 takes seconds; ``test_bad_input.py`` runs a few of the same through a real subprocess.
@@ -26,7 +26,7 @@ import pytest
 
 from harness.__main__ import main
 from harness.engines.emulator.build import BUNDLED_MODEL
-from tests.conftest import SUITES
+from tests.conftest import SUITES, SuitesRun
 
 HERE = Path(__file__).resolve().parent
 TOY = ("--engine", "toy_engine:ToyEngine")
@@ -310,17 +310,14 @@ def _cli(args: list[str]) -> tuple[int, str]:
     return code, out.getvalue()
 
 
-def _pytest(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, str]:
-    capsys.readouterr()
-    code = pytest.main([str(SUITES), "-p", "no:cacheprovider", "-q",
-                        "-W", "ignore::pytest.PytestAssertRewriteWarning", *args])
-    captured = capsys.readouterr()
-    return int(code), captured.out + captured.err
+def _pytest(suites: Callable[..., SuitesRun], args: list[str]) -> tuple[int, str]:
+    proc = suites("-q", *args)
+    return proc.returncode, proc.stdout + "\n" + proc.stderr
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input(case: Case, tmp_path: Path, engine_factory, small_dataset: Path,
-                   recorded_goldens: Path, monkeypatch, capsys):
+                   recorded_goldens: Path, monkeypatch, suites):
     monkeypatch.syspath_prepend(str(HERE))
     setup = Setup(tmp=tmp_path, engine=engine_factory(8, 4), dataset=small_dataset,
                   goldens=recorded_goldens)
@@ -340,7 +337,7 @@ def test_bad_input(case: Case, tmp_path: Path, engine_factory, small_dataset: Pa
         assert words in lines[0], out
     assert "Traceback" not in out
 
-    code, out = _pytest(capsys, args)
+    code, out = _pytest(suites, args)
     assert code == 4, out
     assert "Traceback" not in out
     for words in case.words:
@@ -350,20 +347,19 @@ def test_bad_input(case: Case, tmp_path: Path, engine_factory, small_dataset: Pa
 
 
 def test_batch_size_above_the_engine_maximum(tmp_path: Path, engine_factory, small_dataset: Path,
-                                             capsys):
+                                             suites, capsys):
     """A failing test (not a usage error): the limits suite and lint name the trtllm-build flag.
     `run` itself goes on and generates, as the emulator accepts the batch (see the incident)."""
     engine = str(engine_factory(8, 4))
-    capsys.readouterr()
-    code = pytest.main([str(SUITES / "test_preflight.py"), "-p", "no:cacheprovider", "-q",
-                        "-W", "ignore::pytest.PytestAssertRewriteWarning", "--engine", engine,
-                        "--batch-sizes", "16", "--beam-widths", "1", "--dataset", str(small_dataset),
-                        "--report-dir", str(tmp_path / "reports")])
-    out = capsys.readouterr().out
+    proc = suites("-q", "--engine", engine, "--batch-sizes", "16", "--beam-widths", "1",
+                  "--dataset", str(small_dataset), "--report-dir", str(tmp_path / "reports"),
+                  suite=SUITES / "test_preflight.py")
+    code, out = proc.returncode, proc.stdout
     assert code == 1, out
     assert "FAILED" in out and "test_engine_limits[bs16-beam1]" in out
     assert "batch size 16 exceeds the engine's max_batch_size 8; rebuild with trtllm-build --max_batch_size 16" in out
     assert "Traceback" not in out
+    capsys.readouterr()  # the run's output, echoed by pytester
     code = main(["lint", engine, "--batch-size", "16"])
     out = capsys.readouterr().out
     assert code == 1 and "FAIL    max_batch_size   batch size 16 exceeds" in out and "Traceback" not in out
@@ -479,7 +475,7 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize("case", HOSTILE, ids=[c.id for c in HOSTILE])
-def test_hostile_run(case: Hostile, tmp_path: Path, small_dataset: Path, monkeypatch, capsys):
+def test_hostile_run(case: Hostile, tmp_path: Path, small_dataset: Path, monkeypatch, suites):
     monkeypatch.syspath_prepend(str(HERE))
     setup = Setup(tmp=tmp_path, engine=tmp_path / "unused", dataset=small_dataset,
                   goldens=tmp_path / "unused")
@@ -488,7 +484,7 @@ def test_hostile_run(case: Hostile, tmp_path: Path, small_dataset: Path, monkeyp
     for kind, code in zip(("run", "pytest"), case.codes):
         with pytest.MonkeyPatch.context() as mp:
             case.before(setup, mp)
-            got, out = _cli(args) if kind == "run" else _pytest(capsys, args)
+            got, out = _cli(args) if kind == "run" else _pytest(suites, args)
         assert got == code, f"{kind}: {out}"
         assert "Traceback" not in out and "KeyboardInterrupt" not in out, f"{kind}: {out}"
         if kind == "run":

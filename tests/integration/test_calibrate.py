@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
+from harness.__main__ import main
 from harness.tools.calibrate import Settings, Targets, min_detectable_drop, run_calibration, table
 
 
@@ -40,12 +38,11 @@ def test_same_seed_same_results_and_a_missed_target_is_reported(tiny):
     assert not ok and lines[-1].endswith("TARGETS MISSED") and "MISSED" in lines[2]
 
 
-def test_cli_refuses_unknown_models_in_one_line():
-    proc = subprocess.run([sys.executable, "-m", "harness", "calibrate", "--only", "gremlins"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2
-    assert "--only gremlins: unknown model(s) gremlins" in proc.stderr
-    assert "Traceback" not in proc.stderr
+def test_cli_refuses_unknown_models_in_one_line(capsys):
+    assert main(["calibrate", "--only", "gremlins"]) == 2
+    err = capsys.readouterr().err
+    assert "--only gremlins: unknown model(s) gremlins" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
 def test_minimum_detectable_drop_matches_the_documented_table():

@@ -18,7 +18,7 @@ import pytest
 from harness.__main__ import main
 from harness.config import RunConfig
 from harness.pipeline import run
-from tests.conftest import REPO, SUITES, run_suites
+from tests.conftest import REPO, run_suites
 from tests.integration.fault_engines import RAISES, Hangs, OddOutputs, WrongCount
 
 HERE = Path(__file__).resolve().parent
@@ -87,7 +87,7 @@ def test_batch_timeout_through_pytest_and_the_process_exits(tmp_path: Path, smal
 
 @pytest.mark.parametrize("kind", sorted(RAISES))
 def test_a_raising_generate_fails_its_cell_through_both_entry_points(
-        kind: str, tmp_path: Path, small_dataset: Path, monkeypatch, capsys):
+        kind: str, tmp_path: Path, small_dataset: Path, monkeypatch, capsys, suites):
     """Out of memory, a CUDA error, a refusal, any exception: that cell is an error with the
     message, the other cells run and pass, the report is written; exit 1, no traceback."""
     monkeypatch.syspath_prepend(str(HERE))
@@ -108,11 +108,9 @@ def test_a_raising_generate_fails_its_cell_through_both_entry_points(
     error = next(c["error"] for c in report["cells"] if c["id"] == "bs4-beam2")
     assert message in error and type(RAISES[kind]()).__name__ in error
 
-    code = pytest.main([str(SUITES), "-p", "no:cacheprovider", "-q", "-rf",
-                        "-W", "ignore::pytest.PytestAssertRewriteWarning", *args,
-                        "--report-dir", str(tmp_path / "suites")])
-    out = "".join(capsys.readouterr())
-    assert code == 1, out
+    proc = suites("-q", "-rf", *args, "--report-dir", str(tmp_path / "suites"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
     assert "FAILED" in out and "test_batch_positions[bs4-beam2]" in out and message in out
     assert "test_batch_positions[bs4-beam1]" not in out.split("short test summary")[-1]
     assert "Traceback" not in out

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import REPO, only_report, run_suites
+from tests.conftest import only_report
 
 HERE = Path(__file__).resolve().parent
-TOY = {"PYTHONPATH": f"{HERE}:{REPO}", "TOY_BROKEN_FROM": "-1"}
+TOY = {"TOY_BROKEN_FROM": "-1"}
 
 
 def _copy(src: Path, dst: Path) -> Path:
@@ -17,14 +17,13 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-def test_record_use_and_refuse_mismatched_goldens(tmp_path: Path, small_dataset: Path):
+def test_record_use_and_refuse_mismatched_goldens(tmp_path: Path, small_dataset: Path, suites):
     data = _copy(small_dataset, tmp_path / "news.jsonl")
     goldens = tmp_path / "g"
     common = ["--engine", "toy_engine:ToyEngine", "--dataset", str(data), "--batch-sizes", "1,2",
               "--beam-widths", "1,2", "--goldens-dir", str(goldens)]
 
-    rec = run_suites(*common, "--update-goldens", "--report-dir", str(tmp_path / "r1"),
-                     cwd=tmp_path, env=TOY)
+    rec = suites(*common, "--update-goldens", "--report-dir", str(tmp_path / "r1"), env=TOY, path=[HERE])
     assert rec.returncode == 0, rec.stdout
     files = sorted(p.name for p in goldens.rglob("*.json"))
     assert files == ["news-beam1.json", "news-beam2.json"]
@@ -34,7 +33,7 @@ def test_record_use_and_refuse_mismatched_goldens(tmp_path: Path, small_dataset:
     assert recorded["dataset"]["count"] == 16 and recorded["settings"]["beam_width"] == 2
     assert recorded["source"]["batch_size"] == 1
 
-    use = run_suites(*common, "--report-dir", str(tmp_path / "r2"), cwd=tmp_path, env=TOY)
+    use = suites(*common, "--report-dir", str(tmp_path / "r2"), env=TOY, path=[HERE])
     assert use.returncode == 0, use.stdout
     assert only_report(tmp_path / "r2")["baseline"]["2"].startswith("goldens ")
 
@@ -42,7 +41,7 @@ def test_record_use_and_refuse_mismatched_goldens(tmp_path: Path, small_dataset:
     lines = data.read_text().splitlines()
     lines[0] = lines[0].replace("won", "lost", 1) if "won" in lines[0] else lines[0].replace(" ", "  ", 1)
     data.write_text("\n".join(lines) + "\n")
-    bad = run_suites(*common, "--report-dir", str(tmp_path / "r3"), cwd=tmp_path, env=TOY)
+    bad = suites(*common, "--report-dir", str(tmp_path / "r3"), env=TOY, path=[HERE])
     assert bad.returncode == 4
     err = bad.stdout + bad.stderr
     assert "dataset hash" in err and "--update-goldens" in err and str(goldens) in err
@@ -50,14 +49,14 @@ def test_record_use_and_refuse_mismatched_goldens(tmp_path: Path, small_dataset:
     assert golden_file.read_bytes() == before
 
 
-def test_goldens_from_another_engine(tmp_path: Path, engine_factory, small_dataset: Path):
+def test_goldens_from_another_engine(tmp_path: Path, engine_factory, small_dataset: Path, suites):
     from harness.engines.emulator.build import BUNDLED_MODEL
 
     goldens = tmp_path / "g"
-    proc = run_suites("--engine", str(engine_factory(8, 1)), "--dataset", str(small_dataset),
-                      "--batch-sizes", "1,2", "--beam-widths", "1", "--max-new-tokens", "24",
-                      "--update-goldens", "--golden-engine", str(BUNDLED_MODEL),
-                      "--goldens-dir", str(goldens), "--report-dir", str(tmp_path), cwd=tmp_path)
+    proc = suites("--engine", str(engine_factory(8, 1)), "--dataset", str(small_dataset),
+                  "--batch-sizes", "1,2", "--beam-widths", "1", "--max-new-tokens", "24",
+                  "--update-goldens", "--golden-engine", str(BUNDLED_MODEL),
+                  "--goldens-dir", str(goldens), "--report-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-2000:]
     [file] = list(goldens.rglob("*.json"))
     recorded = json.loads(file.read_text())

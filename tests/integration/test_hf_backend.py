@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import only_report, run_suites
+from tests.conftest import only_report
 
 
-def test_hf_model_directory_runs_and_skips_limits(tmp_path: Path, small_dataset: Path):
+def test_hf_model_directory_runs_and_skips_limits(tmp_path: Path, small_dataset: Path, suites):
     from harness.engines.emulator.build import BUNDLED_MODEL
 
-    proc = run_suites("--engine", str(BUNDLED_MODEL), "--dataset", str(small_dataset), "--batch-sizes", "1,2",
-                      "--beam-widths", "1,2", "--max-new-tokens", "24", "--report-dir", str(tmp_path), "-v",
-                      cwd=tmp_path)
+    proc = suites("--engine", str(BUNDLED_MODEL), "--dataset", str(small_dataset), "--batch-sizes", "1,2",
+                  "--beam-widths", "1,2", "--max-new-tokens", "24", "--report-dir", str(tmp_path), "-v")
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "test_engine_limits[bs2-beam2] SKIPPED" in proc.stdout
     report = only_report(tmp_path)

@@ -1,18 +1,18 @@
 """The incident end to end: `pytest suites/` on emulator engines built with build-engine.
 
 Runs on the first 16 bundled prompts with 32 new tokens to stay quick; the full bundled set
-is the main job in .ci/run.
+is the main job in .ci/run. The default grid runs as a user runs it, in a subprocess (once
+for the module); the single-cell runs in this process.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import only_report, run_suites
+from harness.__main__ import main
+from tests.conftest import SUITES, only_report, run_suites
 
 FAST = ("--max-new-tokens", "32")
 
@@ -59,10 +59,9 @@ def test_default_grid_localizes_every_damaged_cell_and_nothing_else(incident_gri
             assert 0.0 <= p["agreement"] <= 1.0 and 0.0 <= p["quality"] <= 1.0
 
 
-def test_rebuilt_engine_passes(tmp_path: Path, engine_factory, small_dataset):
-    proc = run_suites("--engine", str(engine_factory(8, 4)), "--dataset", str(small_dataset),
-                      "--batch-sizes", "8", "--beam-widths", "4", "--report-dir", str(tmp_path),
-                      *FAST, cwd=tmp_path)
+def test_rebuilt_engine_passes(tmp_path: Path, engine_factory, small_dataset, suites):
+    proc = suites("--engine", str(engine_factory(8, 4)), "--dataset", str(small_dataset),
+                  "--batch-sizes", "8", "--beam-widths", "4", "--report-dir", str(tmp_path), *FAST)
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = only_report(tmp_path)
     assert report["verdict"] == "pass"
@@ -79,24 +78,20 @@ def test_rebuilt_engine_passes(tmp_path: Path, engine_factory, small_dataset):
     assert "Memory per GPU: bs8-beam4: KV cache" in md
 
 
-def test_cli_run_has_the_same_verdict(tmp_path: Path, engine_factory, small_dataset):
+def test_cli_run_has_the_same_verdict(tmp_path: Path, engine_factory, small_dataset, capsys):
     args = ["--engine", str(engine_factory(8, 1)), "--dataset", str(small_dataset),
             "--batch-sizes", "8", "--beam-widths", "4", "--report-dir", str(tmp_path), *FAST]
-    proc = subprocess.run([sys.executable, "-m", "harness", "run", *args], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=900)
-    assert proc.returncode == 1, proc.stderr
-    assert "bs8-beam4: positions 2–7 degraded" in proc.stdout
+    code = main(["run", *args])
+    out, err = capsys.readouterr()
+    assert code == 1, err
+    assert "bs8-beam4: positions 2–7 degraded" in out
     assert only_report(tmp_path)["cells"][0]["degraded_positions"] == [2, 3, 4, 5, 6, 7]
 
 
-def test_limits_alone_need_no_generation(tmp_path: Path, engine_factory):
+def test_limits_alone_need_no_generation(tmp_path: Path, engine_factory, suites):
     """Selecting only the limits tests reads config.json and the tokenizer, generates nothing."""
-    from tests.conftest import SUITES
-
-    proc = subprocess.run([sys.executable, "-m", "pytest", str(SUITES / "test_preflight.py"),
-                           "-p", "no:cacheprovider", "--engine", str(engine_factory(8, 1)),
-                           "--beam-widths", "4", "--report-dir", str(tmp_path / "r")],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    proc = suites("--engine", str(engine_factory(8, 1)), "--beam-widths", "4",
+                  "--report-dir", str(tmp_path / "r"), suite=SUITES / "test_preflight.py")
     assert proc.returncode == 1
     assert "preflight: build limits exceeded in 4 cell(s)" in proc.stdout
     assert "4 failed" in proc.stdout

@@ -1,7 +1,8 @@
 """`pytest suites/ --engine http://127.0.0.1:P/v1` against `python -m harness serve`.
 
-Real processes and real HTTP: the server is `python -m harness serve` on an emulator engine,
-the suites run as a user runs them. 8 prompts and 32 new tokens keep each run short.
+Real processes and real HTTP: the server is `python -m harness serve` on an emulator engine
+in a process of its own, the suites run in this process (pytester) as a user runs them. 8
+prompts and 32 new tokens keep each run short.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, only_report, run_suites
+from tests.conftest import REPO, only_report
 
 FAST = ("--max-new-tokens", "32")
-ENV = {"PYTHONPATH": str(REPO)}  # this checkout's harness, in the server and in the suites
+ENV = {"PYTHONPATH": str(REPO)}  # this checkout's harness, in the server
 WINDOW_MS = "200"
 
 
@@ -74,11 +75,10 @@ def servers(tmp_path: Path):
 
 
 def test_healthy_engine_passes_through_the_server(tmp_path: Path, servers, engine_factory,
-                                                  eight_prompts):
+                                                  eight_prompts, suites):
     url = servers.start(engine_factory(8, 4))
-    proc = run_suites("--engine", url, "--dataset", str(eight_prompts), "--batch-sizes", "1,4",
-                      "--beam-widths", "1,4", "--report-dir", str(tmp_path / "r"), "-v", *FAST,
-                      cwd=tmp_path, env=ENV)
+    proc = suites("--engine", url, "--dataset", str(eight_prompts), "--batch-sizes", "1,4",
+                  "--beam-widths", "1,4", "--report-dir", str(tmp_path / "r"), "-v", *FAST)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "Traceback" not in proc.stdout + proc.stderr
     report = only_report(tmp_path / "r")
@@ -105,14 +105,13 @@ def test_healthy_engine_passes_through_the_server(tmp_path: Path, servers, engin
 
 
 def test_faulty_engine_is_caught_through_the_server(tmp_path: Path, servers, engine_factory,
-                                                    eight_prompts):
+                                                    eight_prompts, suites):
     """Built with max beam width 1, run with 4 beams at batch size 8: positions 2-7, as the
     emulator gives them directly."""
     broken = engine_factory(8, 1)
     url = servers.start(broken)
-    proc = run_suites("--engine", url, "--dataset", str(eight_prompts), "--batch-sizes", "8",
-                      "--beam-widths", "4", "--report-dir", str(tmp_path / "r"), "-v", *FAST,
-                      cwd=tmp_path, env=ENV)
+    proc = suites("--engine", url, "--dataset", str(eight_prompts), "--batch-sizes", "8",
+                  "--beam-widths", "4", "--report-dir", str(tmp_path / "r"), "-v", *FAST)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "test_batch_positions[bs8-beam4] FAILED" in proc.stdout
     assert "bs8-beam4: positions 2–7 degraded (quality vs references" in proc.stdout

@@ -1,5 +1,9 @@
 """A JSONL, a CSV and a save_to_disk dataset with custom field names, a hub dataset from the
-local cache, --num-prompts and --chat, each run end to end on a small emulator engine."""
+local cache, --num-prompts and --chat, each run end to end on a small emulator engine.
+
+The file datasets run through `pytest suites/` in this process (pytester); the hub dataset
+through `python -m harness run` in a subprocess, as `datasets` reads HF_DATASETS_CACHE and
+HF_DATASETS_OFFLINE when it is imported."""
 
 from __future__ import annotations
 
@@ -12,17 +16,12 @@ import pytest
 
 from harness.inputs.data import Document, content_hash, load_dataset, select_subset
 from tests.conftest import REPO, only_report
-from tests.conftest import run_suites as _run_suites
 from tests.hub_cache import cache_hub_dataset
 
 SCHEMA = Path(__file__).resolve().parents[2] / "harness" / "report" / "report.schema.json"
 FAST = ("--batch-sizes", "1,2", "--beam-widths", "1", "--max-new-tokens", "8", "--no-cache")
 N = 8
-HERE = {"PYTHONPATH": str(REPO)}  # the subprocesses import this checkout's harness
-
-
-def run_suites(*args: str, cwd: Path, env: dict[str, str] | None = None):
-    return _run_suites(*args, cwd=cwd, env={**HERE, **(env or {})})
+HERE = {"PYTHONPATH": str(REPO)}  # the subprocess imports this checkout's harness
 
 
 @pytest.fixture(scope="module")
@@ -47,31 +46,31 @@ def _check(report: dict, docs, **expected) -> None:
     assert all(p["agreement"] == 1.0 for c in report["cells"] for p in c["positions"])
 
 
-def test_jsonl_with_custom_fields(tmp_path: Path, engine_factory, documents):
+def test_jsonl_with_custom_fields(tmp_path: Path, engine_factory, documents, suites):
     path = tmp_path / "news.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in _rows(documents, "body", "abstract")))
-    proc = run_suites("--engine", str(engine_factory(2, 1)), "--dataset", str(path),
-                      "--text-field", "body", "--summary-field", "abstract",
-                      "--report-dir", str(tmp_path / "r"), *FAST, cwd=tmp_path)
+    proc = suites("--engine", str(engine_factory(2, 1)), "--dataset", str(path),
+                  "--text-field", "body", "--summary-field", "abstract",
+                  "--report-dir", str(tmp_path / "r"), *FAST)
     assert proc.returncode == 0, proc.stdout[-3000:]
     _check(only_report(tmp_path / "r"), documents, source="file", name="news",
            text_field="body", summary_field="abstract", split=None, subset=None)
 
 
-def test_csv_with_custom_fields(tmp_path: Path, engine_factory, documents):
+def test_csv_with_custom_fields(tmp_path: Path, engine_factory, documents, suites):
     import datasets
 
     path = tmp_path / "news.csv"
     datasets.Dataset.from_list(_rows(documents, "article", "highlights")).to_csv(str(path), index=False)
-    proc = run_suites("--engine", str(engine_factory(2, 1)), "--dataset", str(path),
-                      "--text-field", "article", "--summary-field", "highlights",
-                      "--report-dir", str(tmp_path / "r"), *FAST, cwd=tmp_path)
+    proc = suites("--engine", str(engine_factory(2, 1)), "--dataset", str(path),
+                  "--text-field", "article", "--summary-field", "highlights",
+                  "--report-dir", str(tmp_path / "r"), *FAST)
     assert proc.returncode == 0, proc.stdout[-3000:]
     _check(only_report(tmp_path / "r"), documents, source="file", text_field="article",
            summary_field="highlights")
 
 
-def test_save_to_disk_with_custom_fields_split_and_subset(tmp_path: Path, engine_factory, documents):
+def test_save_to_disk_with_custom_fields_split_and_subset(tmp_path: Path, engine_factory, documents, suites):
     import datasets
 
     folder = tmp_path / "saved"
@@ -79,10 +78,9 @@ def test_save_to_disk_with_custom_fields_split_and_subset(tmp_path: Path, engine
         "train": datasets.Dataset.from_list(_rows(documents[:3], "dialogue", "gist")),
         "eval": datasets.Dataset.from_list(_rows(documents, "dialogue", "gist")),
     }).save_to_disk(str(folder))
-    proc = run_suites("--engine", str(engine_factory(2, 1)), "--dataset", str(folder),
-                      "--split", "eval", "--text-field", "dialogue", "--summary-field", "gist",
-                      "--num-prompts", "6", "--seed", "5", "--report-dir", str(tmp_path / "r"),
-                      *FAST, cwd=tmp_path)
+    proc = suites("--engine", str(engine_factory(2, 1)), "--dataset", str(folder),
+                  "--split", "eval", "--text-field", "dialogue", "--summary-field", "gist",
+                  "--num-prompts", "6", "--seed", "5", "--report-dir", str(tmp_path / "r"), *FAST)
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = only_report(tmp_path / "r")
     full = load_dataset(str(folder), split="eval", text_field="dialogue", summary_field="gist")

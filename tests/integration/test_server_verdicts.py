@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.report.markdown import md as escape
-from tests.conftest import only_report, run_suites
+from tests.conftest import only_report
 
 FAST = ("--max-new-tokens", "8", "-v")
 
@@ -32,10 +32,10 @@ def _folder(root: Path) -> Path:
     return next(root.glob("run-*"))
 
 
-def test_a_server_answering_one_request_at_a_time_leaves_its_cells_untested(tmp_path, behaving, eight):
+def test_a_server_answering_one_request_at_a_time_leaves_its_cells_untested(tmp_path, behaving, eight, suites):
     server = behaving(serial=True, seconds=0.08)
-    proc = run_suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,2,4",
-                      "--beam-widths", "1", "--report-dir", str(tmp_path), *FAST, cwd=tmp_path)
+    proc = suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,2,4",
+                  "--beam-widths", "1", "--report-dir", str(tmp_path), *FAST)
     out = proc.stdout
     assert proc.returncode == 1, out[-3000:]
     assert "test_batch_positions[bs1-beam1] PASSED" in out
@@ -55,10 +55,10 @@ def test_a_server_answering_one_request_at_a_time_leaves_its_cells_untested(tmp_
     assert '<span class="tag untested">untested</span>' in html and "batch positions were not exercised" in html
 
 
-def test_a_server_running_requests_together_passes(tmp_path, behaving, eight):
+def test_a_server_running_requests_together_passes(tmp_path, behaving, eight, suites):
     server = behaving(serial=False, seconds=0.08, model="bundled-summarizer-2026-12")
-    proc = run_suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,4",
-                      "--beam-widths", "1", "--report-dir", str(tmp_path), *FAST, cwd=tmp_path)
+    proc = suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,4",
+                  "--beam-widths", "1", "--report-dir", str(tmp_path), *FAST)
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = only_report(tmp_path)
     assert [c["verdict"] for c in report["cells"]] == ["pass", "pass"]
@@ -70,10 +70,10 @@ def test_a_server_running_requests_together_passes(tmp_path, behaving, eight):
     assert f"PASS for {escape(server.url)} ({escape(identity)}) at " in md
 
 
-def test_beam_search_that_never_ran_fails_its_cells_with_the_reason(tmp_path, behaving, eight):
+def test_beam_search_that_never_ran_fails_its_cells_with_the_reason(tmp_path, behaving, eight, suites):
     server = behaving(beams="copies")
-    proc = run_suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,2",
-                      "--beam-widths", "1,2", "--report-dir", str(tmp_path), *FAST, cwd=tmp_path)
+    proc = suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,2",
+                  "--beam-widths", "1,2", "--report-dir", str(tmp_path), *FAST)
     assert proc.returncode == 1, proc.stdout[-3000:]
     cells = {c["id"]: c for c in only_report(tmp_path)["cells"]}
     assert cells["bs1-beam1"]["verdict"] == cells["bs2-beam1"]["verdict"] == "pass"
@@ -87,11 +87,10 @@ def test_beam_search_that_never_ran_fails_its_cells_with_the_reason(tmp_path, be
     assert "test_batch_positions[bs2-beam2] FAILED" in proc.stdout
 
 
-def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(tmp_path, behaving, eight):
+def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(tmp_path, behaving, eight, suites):
     server = behaving(crash_at=11)  # bs1-beam1: 8 batches; bs2-beam1: its 2nd batch
-    proc = run_suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,2,4",
-                      "--beam-widths", "1", "--retries", "1", "--report-dir", str(tmp_path), *FAST,
-                      cwd=tmp_path)
+    proc = suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,2,4",
+                  "--beam-widths", "1", "--retries", "1", "--report-dir", str(tmp_path), *FAST)
     assert proc.returncode == 1, proc.stdout[-3000:]
     cells = {c["id"]: c for c in only_report(tmp_path)["cells"]}
     assert cells["bs1-beam1"]["verdict"] == "pass"
@@ -107,14 +106,14 @@ def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(tmp_path, b
     assert escape("failed the same way as the run's first failure, bs2-beam1") in md
 
 
-def test_request_fields_reach_the_server_the_report_and_nothing_else(tmp_path, behaving, eight):
+def test_request_fields_reach_the_server_the_report_and_nothing_else(tmp_path, behaving, eight, suites):
     server = behaving()
     key = "sk-SECRET-0123456789"
     url = f"{server.url}?api_key={key}"
-    proc = run_suites("--engine", url, "--dataset", str(eight), "--batch-sizes", "1,2",
-                      "--beam-widths", "1", "--request-field", "repeat_penalty=1.0",
-                      "--request-field", '{"top_k": 1, "stop": ["END"]}', "--report-dir",
-                      str(tmp_path), *FAST, cwd=tmp_path)
+    proc = suites("--engine", url, "--dataset", str(eight), "--batch-sizes", "1,2",
+                  "--beam-widths", "1", "--request-field", "repeat_penalty=1.0",
+                  "--request-field", '{"top_k": 1, "stop": ["END"]}', "--report-dir",
+                  str(tmp_path), *FAST)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert all(b["repeat_penalty"] == 1.0 and b["top_k"] == 1 and b["stop"] == ["END"]
                for b in server.bodies) and len(server.bodies) == 24
@@ -132,8 +131,8 @@ def test_request_fields_reach_the_server_the_report_and_nothing_else(tmp_path, b
     assert json.dumps(report).count("REDACTED") >= 2  # engine path, options, sign-off
 
 
-def test_request_fields_are_refused_for_the_bundled_engine_in_one_line(tmp_path):
-    proc = run_suites("--request-field", "repeat_penalty=1.0", cwd=tmp_path)
+def test_request_fields_are_refused_for_the_bundled_engine_in_one_line(suites):
+    proc = suites("--request-field", "repeat_penalty=1.0")
     assert proc.returncode == 4
     assert ("--request-field applies only to an OpenAI-compatible server: use it with --engine "
             "http://HOST:PORT/v1") in proc.stderr

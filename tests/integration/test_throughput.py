@@ -5,36 +5,26 @@ accelerator in pytest-benchmark's JSON."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.conftest import REPO, SUITES
+from tests.conftest import SUITES
 
 TINY = ("--batch-sizes", "1,2", "--beam-widths", "1", "--max-new-tokens", "8")
 
 
-def _pytest(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    import os
-
-    env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's harness, not an installed one
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-
-
-def test_skipped_unless_asked_for(tmp_path: Path):
-    proc = _pytest(str(SUITES / "test_throughput.py"), *TINY, "--report-dir", str(tmp_path / "r"),
-                   "-rs", cwd=tmp_path)
+def test_skipped_unless_asked_for(tmp_path: Path, suites):
+    proc = suites(*TINY, "--report-dir", str(tmp_path / "r"), "-rs",
+                  suite=SUITES / "test_throughput.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 skipped" in proc.stdout and "add --benchmark-enable (or --benchmark-only)" in proc.stdout
     assert "Name (time in" not in proc.stdout  # no pytest-benchmark table
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
 
 
-def test_whole_suite_with_benchmarks_runs_both(tmp_path: Path, small_dataset: Path):
+def test_whole_suite_with_benchmarks_runs_both(tmp_path: Path, small_dataset: Path, suites):
     out = tmp_path / "bench.json"
-    proc = _pytest(str(SUITES), *TINY, "--dataset", str(small_dataset), "--report-dir",
-                   str(tmp_path / "r"), "--benchmark-enable", f"--benchmark-json={out}", cwd=tmp_path)
+    proc = suites(*TINY, "--dataset", str(small_dataset), "--report-dir", str(tmp_path / "r"),
+                  "--benchmark-enable", f"--benchmark-json={out}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "6 passed" in proc.stdout  # limits, positions and throughput for 2 cells
     assert list((tmp_path / "r").glob("*/report.json"))
@@ -50,11 +40,11 @@ def test_whole_suite_with_benchmarks_runs_both(tmp_path: Path, small_dataset: Pa
         assert len(info["engine_fingerprint"]) == 64 and info["backend"] == "emulator"
 
 
-def test_benchmark_only_skips_the_quality_run(tmp_path: Path, small_dataset: Path):
+def test_benchmark_only_skips_the_quality_run(tmp_path: Path, small_dataset: Path, suites):
     out = tmp_path / "bench.json"
-    proc = _pytest(str(SUITES), "--batch-sizes", "2", "--beam-widths", "1", "--max-new-tokens", "8",
-                   "--dataset", str(small_dataset), "--report-dir", str(tmp_path / "r"),
-                   "--benchmark-only", f"--benchmark-json={out}", cwd=tmp_path)
+    proc = suites("--batch-sizes", "2", "--beam-widths", "1", "--max-new-tokens", "8",
+                  "--dataset", str(small_dataset), "--report-dir", str(tmp_path / "r"),
+                  "--benchmark-only", f"--benchmark-json={out}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 passed, 2 skipped" in proc.stdout
     assert not list((tmp_path / "r").glob("*/report.json"))  # nothing generated for the quality tests

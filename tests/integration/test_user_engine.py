@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import REPO, only_report, run_suites
+from tests.conftest import only_report
 
 HERE = Path(__file__).resolve().parent
 
 
 def _env(broken_from: int) -> dict[str, str]:
-    return {"PYTHONPATH": f"{HERE}:{REPO}", "TOY_BROKEN_FROM": str(broken_from)}
+    return {"TOY_BROKEN_FROM": str(broken_from)}
 
 
-def test_healthy_user_engine_passes(tmp_path: Path, small_dataset: Path):
-    proc = run_suites("--engine", "toy_engine:ToyEngine", "--dataset", str(small_dataset),
-                      "--batch-sizes", "1,4", "--beam-widths", "1,2", "--report-dir", str(tmp_path),
-                      cwd=tmp_path, env=_env(-1))
+def test_healthy_user_engine_passes(tmp_path: Path, small_dataset: Path, suites):
+    proc = suites("--engine", "toy_engine:ToyEngine", "--dataset", str(small_dataset),
+                  "--batch-sizes", "1,4", "--beam-widths", "1,2", "--report-dir", str(tmp_path),
+                  env=_env(-1), path=[HERE])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "test_batch_positions[bs4-beam2] PASSED" in proc.stdout or "passed" in proc.stdout
     report = only_report(tmp_path)
@@ -26,10 +26,10 @@ def test_healthy_user_engine_passes(tmp_path: Path, small_dataset: Path):
     assert (tmp_path / Path(next(tmp_path.glob("*/report.md")))).exists()
 
 
-def test_broken_positions_fail_with_ranges(tmp_path: Path, small_dataset: Path):
-    proc = run_suites("--engine", "toy_engine:ToyEngine", "--dataset", str(small_dataset),
-                      "--batch-sizes", "1,8", "--beam-widths", "1", "--report-dir", str(tmp_path),
-                      "-v", cwd=tmp_path, env=_env(5))
+def test_broken_positions_fail_with_ranges(tmp_path: Path, small_dataset: Path, suites):
+    proc = suites("--engine", "toy_engine:ToyEngine", "--dataset", str(small_dataset),
+                  "--batch-sizes", "1,8", "--beam-widths", "1", "--report-dir", str(tmp_path),
+                  "-v", env=_env(5), path=[HERE])
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "test_batch_positions[bs8-beam1] FAILED" in proc.stdout
     assert "bs8-beam1: positions 5–7 degraded (quality vs references" in proc.stdout
@@ -46,13 +46,13 @@ def test_broken_positions_fail_with_ranges(tmp_path: Path, small_dataset: Path):
     assert "report:" in proc.stdout and str(tmp_path) in proc.stdout
 
 
-def test_cell_results_are_junit_properties(tmp_path: Path, small_dataset: Path):
+def test_cell_results_are_junit_properties(tmp_path: Path, small_dataset: Path, suites):
     import xml.etree.ElementTree as ET
 
     xml = tmp_path / "junit.xml"
-    proc = run_suites("--engine", "toy_engine:ToyEngine", "--dataset", str(small_dataset),
-                      "--batch-sizes", "1,4", "--beam-widths", "1", "--report-dir", str(tmp_path / "r"),
-                      f"--junitxml={xml}", cwd=tmp_path, env=_env(2))
+    proc = suites("--engine", "toy_engine:ToyEngine", "--dataset", str(small_dataset),
+                  "--batch-sizes", "1,4", "--beam-widths", "1", "--report-dir", str(tmp_path / "r"),
+                  f"--junitxml={xml}", env=_env(2), path=[HERE])
     assert proc.returncode == 1
     cases = {c.get("name"): c for c in ET.parse(xml).getroot().iter("testcase")}
     props = {p.get("name"): p.get("value") for p in cases["test_batch_positions[bs4-beam1]"].iter("property")}
@@ -61,21 +61,21 @@ def test_cell_results_are_junit_properties(tmp_path: Path, small_dataset: Path):
     assert "report.html" in proc.stdout
 
 
-def test_backend_class_with_a_plain_directory(tmp_path: Path, small_dataset: Path):
+def test_backend_class_with_a_plain_directory(tmp_path: Path, small_dataset: Path, suites):
     """--backend module:Class --engine DIR, DIR without config.json (the README's form)."""
     folder = tmp_path / "weights"
     folder.mkdir()
-    proc = run_suites("--backend", "toy_engine:ToyEngine", "--engine", str(folder), "--dataset",
-                      str(small_dataset), "--batch-sizes", "1,2", "--beam-widths", "1",
-                      "--report-dir", str(tmp_path / "r"), cwd=tmp_path, env=_env(-1))
+    proc = suites("--backend", "toy_engine:ToyEngine", "--engine", str(folder), "--dataset",
+                  str(small_dataset), "--batch-sizes", "1,2", "--beam-widths", "1",
+                  "--report-dir", str(tmp_path / "r"), env=_env(-1), path=[HERE])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert only_report(tmp_path / "r")["engine"]["path"] == str(folder)
 
 
-def test_bad_golden_engine_stops_before_generating(tmp_path: Path, small_dataset: Path):
-    proc = run_suites("--engine", "toy_engine:ToyEngine", "--dataset", str(small_dataset),
-                      "--update-goldens", "--golden-engine", str(tmp_path / "missing"),
-                      "--report-dir", str(tmp_path / "r"), cwd=tmp_path, env=_env(-1))
+def test_bad_golden_engine_stops_before_generating(tmp_path: Path, small_dataset: Path, suites):
+    proc = suites("--engine", "toy_engine:ToyEngine", "--dataset", str(small_dataset),
+                  "--update-goldens", "--golden-engine", str(tmp_path / "missing"),
+                  "--report-dir", str(tmp_path / "r"), env=_env(-1), path=[HERE])
     assert proc.returncode == 4
     assert "no such engine directory" in proc.stdout + proc.stderr
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
