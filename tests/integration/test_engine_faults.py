@@ -69,6 +69,7 @@ def test_a_hung_engine_costs_two_timeouts_and_the_report_is_written(tmp_path: Pa
     assert result.verdict == "fail" and (result.report_dir / "report.json").is_file()
 
 
+@pytest.mark.slow  # a pytest process, left with a call that sleeps 600 s
 def test_batch_timeout_through_pytest_and_the_process_exits(tmp_path: Path, small_dataset: Path):
     """The hung call sleeps 600 s; the pytest run still ends in seconds and fails that cell."""
     t0 = time.perf_counter()
@@ -168,6 +169,7 @@ def test_trtllm_outputs_of_padding_or_outside_the_vocabulary(tmp_path: Path, mon
     assert generation.text == expected
 
 
+@pytest.mark.slow  # a `python -m harness run` process, the same
 def test_hung_call_does_not_keep_the_cli_alive(tmp_path: Path, small_dataset: Path):
     """`python -m harness run` returns once the report is written, abandoned call or not."""
     t0 = time.perf_counter()

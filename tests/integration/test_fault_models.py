@@ -28,6 +28,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow  # every fault model generates
 @pytest.mark.parametrize("fault, limits, sizes, widths, damaged, signature", CASES,
                          ids=[c[0].split(":")[0] for c in CASES])
 def test_each_fault_fails_exactly_where_it_damages(tmp_path, small_dataset, fault, limits, sizes,
@@ -49,6 +50,7 @@ def test_each_fault_fails_exactly_where_it_damages(tmp_path, small_dataset, faul
     assert kinds == ({signature} if signature else set())
 
 
+@pytest.mark.slow
 def test_sparse_rotation_still_catches_the_incident_at_a_fraction_of_the_cost(tmp_path, engine_factory):
     """--rotation sparse on the bundled 64 prompts: 8 prompts per position, 64 sequences for
     bs8-beam4 instead of 512, and the overflow positions are still found exactly."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import only_report
 
 HERE = Path(__file__).resolve().parent
@@ -49,6 +51,7 @@ def test_record_use_and_refuse_mismatched_goldens(tmp_path: Path, small_dataset:
     assert golden_file.read_bytes() == before
 
 
+@pytest.mark.slow  # hf and emulator generations
 def test_goldens_from_another_engine(tmp_path: Path, engine_factory, small_dataset: Path, suites):
     from harness.engines.emulator.build import BUNDLED_MODEL
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import only_report
+
+pytestmark = pytest.mark.slow  # the hf backend generates over a 2 x 2 grid
 
 
 def test_hf_model_directory_runs_and_skips_limits(tmp_path: Path, small_dataset: Path, suites):

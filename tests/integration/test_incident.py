@@ -26,6 +26,7 @@ def incident_grid(tmp_path_factory, engine_factory, small_dataset):
     return proc, only_report(out)
 
 
+@pytest.mark.slow  # the default grid: 12 cells on the emulator
 def test_incident_cell_fails_with_cause_and_positions(incident_grid):
     proc, report = incident_grid
     assert proc.returncode == 1
@@ -43,6 +44,7 @@ def test_incident_cell_fails_with_cause_and_positions(incident_grid):
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_default_grid_localizes_every_damaged_cell_and_nothing_else(incident_grid):
     _, report = incident_grid
     degraded = {c["id"]: c["degraded_positions"] for c in report["cells"]}
@@ -59,9 +61,11 @@ def test_default_grid_localizes_every_damaged_cell_and_nothing_else(incident_gri
             assert 0.0 <= p["agreement"] <= 1.0 and 0.0 <= p["quality"] <= 1.0
 
 
+@pytest.mark.slow  # bs8-beam4 on the emulator
 def test_rebuilt_engine_passes(tmp_path: Path, engine_factory, small_dataset, suites):
     proc = suites("--engine", str(engine_factory(8, 4)), "--dataset", str(small_dataset),
-                  "--batch-sizes", "8", "--beam-widths", "4", "--report-dir", str(tmp_path), *FAST)
+                  "--num-prompts", "8", "--batch-sizes", "8", "--beam-widths", "4",
+                  "--report-dir", str(tmp_path), *FAST)
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = only_report(tmp_path)
     assert report["verdict"] == "pass"
@@ -78,6 +82,7 @@ def test_rebuilt_engine_passes(tmp_path: Path, engine_factory, small_dataset, su
     assert "Memory per GPU: bs8-beam4: KV cache" in md
 
 
+@pytest.mark.slow
 def test_cli_run_has_the_same_verdict(tmp_path: Path, engine_factory, small_dataset, capsys):
     args = ["--engine", str(engine_factory(8, 1)), "--dataset", str(small_dataset),
             "--batch-sizes", "8", "--beam-widths", "4", "--report-dir", str(tmp_path), *FAST]

@@ -18,6 +18,8 @@ from tests.conftest import REPO, SUITES
 
 HERE = Path(__file__).resolve().parent
 
+pytestmark = pytest.mark.slow  # two processes per case, the first slowed to be interrupted
+
 
 def _command(kind: str, tmp: Path, dataset: Path) -> list[str]:
     engine = tmp / "echo-engine"

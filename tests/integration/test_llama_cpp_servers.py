@@ -48,6 +48,7 @@ def _completion(server: llama_cpp.Server, prompt: str, **extra) -> dict:
         return json.loads(r.read())
 
 
+@pytest.mark.slow  # a real server (CI builds them)
 @pytest.mark.parametrize("kind", llama_cpp.KINDS)
 def test_a_real_server_starts_tokenizes_like_transformers_answers_as_recorded_and_stops(kind, gguf):
     _unavailable(kind)
@@ -180,6 +181,7 @@ def _run_keyed(spec: harness_runs.HarnessRun, url: str, folder, server=None) -> 
     return cells, result
 
 
+@pytest.mark.slow  # answers replayed at their recorded times
 @pytest.mark.parametrize("kind, name", RUN_KINDS)
 def test_replayed_server_answers_give_the_recorded_verdicts(kind, name, tmp_path):
     recorded = recordings.load(kind, name)
@@ -191,6 +193,7 @@ def test_replayed_server_answers_give_the_recorded_verdicts(kind, name, tmp_path
         assert replay.received and all(b.get("repeat_penalty") == 1.0 for b in replay.received)
 
 
+@pytest.mark.slow
 def test_replayed_repeat_penalty_changes_only_llama_cpp_python(tmp_path):
     """--request-field repeat_penalty=1.0 reaches the server: llama-cpp-python's default (1.1)
     changed an output of the 8, llama-server's default is 1.0 already."""
@@ -207,6 +210,7 @@ def test_replayed_repeat_penalty_changes_only_llama_cpp_python(tmp_path):
     assert changed["llama-cpp-python"] >= 1 and changed["llama-server"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", llama_cpp.KINDS)
 def test_the_harness_through_a_live_server(kind, gguf, tmp_path):
     """Every harness run through a freshly started real server shows what its recording shows."""

@@ -58,6 +58,7 @@ def _calls(tmp_path: Path, rank: int) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.slow  # a process per rank
 def test_every_rank_drives_the_engine_only_rank_0_scores(tmp_path: Path, tp2_engine, small_dataset):
     follower = _suites(tmp_path, tp2_engine, small_dataset, 1, 2)
     out = follower.stdout + follower.stderr
@@ -84,6 +85,7 @@ def test_every_rank_drives_the_engine_only_rank_0_scores(tmp_path: Path, tp2_eng
     assert [(c["beam_width"], c["prompts"]) for c in rank0] == [(c["beam_width"], c["prompts"]) for c in rank1]
 
 
+@pytest.mark.slow
 def test_single_process_on_a_tp2_engine_stops_before_generating(tmp_path: Path, tp2_engine, small_dataset):
     proc = _suites(tmp_path, tp2_engine, small_dataset, None, None)
     out = proc.stdout + proc.stderr

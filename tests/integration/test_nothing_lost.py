@@ -64,14 +64,15 @@ def _comparable(report_dir: Path) -> dict:
     return keep
 
 
+@pytest.mark.slow  # three runs of the emulator, 48 batches each
 def test_sigkill_during_generation_then_the_rerun_equals_an_uninterrupted_run(
         tmp_path: Path, engine_factory, small_dataset: Path):
     engine = engine_factory(8, 4)
-    args = ["run", "--engine", str(engine), "--dataset", str(small_dataset), "--batch-sizes", "1,2,4",
-            "--beam-widths", "1,2", "--max-new-tokens", "8"]
+    args = ["run", "--engine", str(engine), "--dataset", str(small_dataset), "--num-prompts", "8",
+            "--batch-sizes", "1,2,4", "--beam-widths", "1,2", "--max-new-tokens", "8"]
     cache = tmp_path / "cache"
     killed = _harness(*args, "--cache-dir", str(cache), "--report-dir", str(tmp_path / "killed"))
-    _kill_when(killed, lambda: len(_cache_files(cache)) >= 12)  # of 96 batches
+    _kill_when(killed, lambda: len(_cache_files(cache)) >= 12)  # of 48 batches
     assert not list((tmp_path / "killed").glob("*/report.json"))  # no report claims completeness
 
     rerun = _harness(*args, "--cache-dir", str(cache), "--report-dir", str(tmp_path / "rerun"))
@@ -118,6 +119,7 @@ def goldens_before_and_after(tmp_path_factory, small_dataset: Path):
     return tmp / "old", old, new
 
 
+@pytest.mark.slow
 def test_sigkill_while_update_goldens_generates_keeps_the_goldens(
         tmp_path: Path, small_dataset: Path, goldens_before_and_after):
     source, old, _ = goldens_before_and_after
@@ -134,6 +136,7 @@ def test_sigkill_while_update_goldens_generates_keeps_the_goldens(
     assert _snapshot(goldens) == old
 
 
+@pytest.mark.slow  # a process started and killed per step
 @pytest.mark.parametrize("step, expect", [
     (1, "old"),  # before the journal is renamed into place: the commit never happened
     (2, "new"),  # journal committed, no file renamed yet
@@ -161,6 +164,7 @@ def test_sigkill_at_each_step_of_the_goldens_update(tmp_path: Path, small_datase
     assert not [p for p in goldens.rglob(".*") if TEMP_NAME.match(p.name)]  # no temporaries left
 
 
+@pytest.mark.slow
 def test_a_goldens_writer_waits_for_the_lock_and_says_who_holds_it(tmp_path: Path, small_dataset: Path):
     goldens = tmp_path / "goldens"
     reports = tmp_path / "r"
@@ -180,6 +184,7 @@ def test_a_goldens_writer_waits_for_the_lock_and_says_who_holds_it(tmp_path: Pat
     assert len(list(goldens.glob("*/*.json"))) == 2
 
 
+@pytest.mark.slow
 def test_two_runs_at_once_share_a_cache_and_goldens(tmp_path: Path, small_dataset: Path):
     """Same cache (the engine has a directory, so batches are cached), same goldens folder,
     same report folder, started together: both succeed, each has its own report folder,

@@ -24,6 +24,8 @@ FAST = ("--max-new-tokens", "32")
 ENV = {"PYTHONPATH": str(REPO)}  # this checkout's harness, in the server
 WINDOW_MS = "200"
 
+pytestmark = pytest.mark.slow  # a server process per test, generating with the emulator
+
 
 class Servers:
     """`python -m harness serve` processes on free ports, stopped with Ctrl-C (SIGINT)."""

@@ -94,6 +94,7 @@ def test_save_to_disk_with_custom_fields_split_and_subset(tmp_path: Path, engine
     assert {r["id"] for r in rows} == set(subset["ids"])
 
 
+@pytest.mark.slow  # two `python -m harness run` processes
 def test_hub_dataset_from_the_local_cache_and_the_not_cached_message(tmp_path: Path, engine_factory,
                                                                      documents):
     """The CLI, offline, reads a hub dataset from HF_DATASETS_CACHE; an uncached one is one line."""

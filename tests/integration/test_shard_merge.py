@@ -11,7 +11,8 @@ import pytest
 from harness.__main__ import main
 from tests.conftest import SuitesRun, only_report
 
-GRID = ("--batch-sizes", "1,2", "--beam-widths", "1,2", "--max-new-tokens", "16", "--no-cache")
+GRID = ("--batch-sizes", "1,2", "--beam-widths", "1,2", "--num-prompts", "8", "--max-new-tokens", "8",
+        "--no-cache")
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> SuitesRun:
@@ -22,6 +23,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> SuitesRun:
     return SuitesRun(code, out, err)
 
 
+@pytest.mark.slow  # three runs of the emulator
 def test_two_shard_jobs_merge_into_the_unsharded_report(tmp_path: Path, engine_factory, small_dataset,
                                                         capsys):
     common = ("--engine", str(engine_factory(4, 2)), "--dataset", str(small_dataset), *GRID)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import SUITES
 
 TINY = ("--batch-sizes", "1,2", "--beam-widths", "1", "--max-new-tokens", "8")
@@ -21,6 +23,7 @@ def test_skipped_unless_asked_for(tmp_path: Path, suites):
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
 
 
+@pytest.mark.slow  # the bundled engine: a run and its benchmark
 def test_whole_suite_with_benchmarks_runs_both(tmp_path: Path, small_dataset: Path, suites):
     out = tmp_path / "bench.json"
     proc = suites(*TINY, "--dataset", str(small_dataset), "--report-dir", str(tmp_path / "r"),
@@ -40,6 +43,7 @@ def test_whole_suite_with_benchmarks_runs_both(tmp_path: Path, small_dataset: Pa
         assert len(info["engine_fingerprint"]) == 64 and info["backend"] == "emulator"
 
 
+@pytest.mark.slow  # the bundled engine
 def test_benchmark_only_skips_the_quality_run(tmp_path: Path, small_dataset: Path, suites):
     out = tmp_path / "bench.json"
     proc = suites("--batch-sizes", "2", "--beam-widths", "1", "--max-new-tokens", "8",
