@@ -22,6 +22,22 @@ REPO = Path(__file__).resolve().parents[1]
 SUITES = REPO / "suites"
 # the user's cache as this process found it (pytester points HOME at a temporary folder)
 USER_CACHE = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+# what pytest-xdist sets in a worker (pytest-benchmark, for one, turns itself off under it)
+XDIST_WORKER_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest-xdist (`-n 2`): each worker is one of N processes on N cores, so one torch
+    thread each, also in the processes it starts (else the workers fight over the cores);
+    the bundled engine is built once, before the workers start, not by two at once."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    elif getattr(config.option, "numprocesses", None):
+        from harness.engines.emulator.build import bundled_engine
+
+        bundled_engine()
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +71,8 @@ def engine_factory(tmp_path_factory):
 
 def run_suites(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`pytest suites/ ARGS` in a subprocess, as a user runs it."""
-    full_env = {**os.environ, **(env or {})}
+    full_env = {k: v for k, v in os.environ.items() if k not in XDIST_WORKER_ENV}  # a user's run
+    full_env.update(env or {})
     # the checkout under test, not whichever copy of the harness is installed
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), full_env.get("PYTHONPATH")) if p)
     return subprocess.run([sys.executable, "-m", "pytest", str(SUITES), "-p", "no:cacheprovider",
@@ -114,6 +131,8 @@ def suites(_harness_imported: None, pytester: pytest.Pytester,
             suite: Path = SUITES) -> SuitesRun:
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("XDG_CACHE_HOME", USER_CACHE)
+            for name in XDIST_WORKER_ENV:  # a run of its own, not an xdist worker's
+                mp.delenv(name, raising=False)
             for key, value in (env or {}).items():
                 mp.setenv(key, value)
             for folder in path:
