@@ -6,6 +6,11 @@ The servers are ``tests.doubles.openai_server.BehavingServer``, a test double th
 llama-cpp-python and llama-server were seen to behave (one request at a time; ``n`` greedy
 copies; a crash on one prompt). The same behaviours from the real servers, replayed from their
 recorded answers and live, are in tests/integration/test_llama_cpp_servers.py.
+
+The double serves from threads of this process, where `pytest suites/` runs too (pytester):
+a double that answers at once leaves the harness's timing nothing to judge a batch by (one
+process's threads can then look one after another), so the tests whose batch-size-2 cells
+must pass give it 0.08 s an answer, as a real server takes.
 """
 
 from __future__ import annotations
@@ -71,7 +76,7 @@ def test_a_server_running_requests_together_passes(tmp_path, behaving, eight, su
 
 
 def test_beam_search_that_never_ran_fails_its_cells_with_the_reason(tmp_path, behaving, eight, suites):
-    server = behaving(beams="copies")
+    server = behaving(beams="copies", seconds=0.08)  # time enough to see bs2 served together
     proc = suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,2",
                   "--beam-widths", "1,2", "--report-dir", str(tmp_path), *FAST)
     assert proc.returncode == 1, proc.stdout[-3000:]
@@ -107,7 +112,7 @@ def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(tmp_path, b
 
 
 def test_request_fields_reach_the_server_the_report_and_nothing_else(tmp_path, behaving, eight, suites):
-    server = behaving()
+    server = behaving(seconds=0.08)  # time enough to see bs2 served together
     key = "sk-SECRET-0123456789"
     url = f"{server.url}?api_key={key}"
     proc = suites("--engine", url, "--dataset", str(eight), "--batch-sizes", "1,2",
