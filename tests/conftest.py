@@ -69,10 +69,16 @@ def engine_factory(tmp_path_factory):
     return build
 
 
+def user_env() -> dict[str, str]:
+    """This process's environment less what makes a pytest-xdist worker, for a `pytest`
+    process that is a user's run of its own (pytest-benchmark turns itself off and warns
+    under a worker's variables)."""
+    return {k: v for k, v in os.environ.items() if k not in XDIST_WORKER_ENV}
+
+
 def run_suites(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`pytest suites/ ARGS` in a subprocess, as a user runs it."""
-    full_env = {k: v for k, v in os.environ.items() if k not in XDIST_WORKER_ENV}  # a user's run
-    full_env.update(env or {})
+    full_env = {**user_env(), **(env or {})}
     # the checkout under test, not whichever copy of the harness is installed
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), full_env.get("PYTHONPATH")) if p)
     return subprocess.run([sys.executable, "-m", "pytest", str(SUITES), "-p", "no:cacheprovider",

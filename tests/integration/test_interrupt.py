@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SUITES
+from tests.conftest import REPO, SUITES, user_env
 
 HERE = Path(__file__).resolve().parent
 
@@ -51,7 +51,7 @@ def _interrupt(cmd: list[str], tmp: Path, env: dict[str, str]) -> subprocess.Com
 
 @pytest.mark.parametrize("kind", ["run", "pytest"])
 def test_ctrl_c_says_what_was_kept_and_exits_130(kind: str, tmp_path: Path, small_dataset: Path):
-    env = {**os.environ, "FAULT_SLEEP": "0.5",
+    env = {**user_env(), "FAULT_SLEEP": "0.5",
            "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")])}
     done = _interrupt(_command(kind, tmp_path, small_dataset), tmp_path, env)
     text = done.stdout + done.stderr

@@ -9,7 +9,6 @@ that the harness reads. The engine is an emulator engine whose config.json claim
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, only_report
+from tests.conftest import REPO, only_report, user_env
 
 HERE = Path(__file__).resolve().parent
 FAST = ("--batch-sizes", "1,2", "--beam-widths", "1,2", "--max-new-tokens", "6", "--num-prompts", "4")
@@ -37,7 +36,7 @@ def tp2_engine(tmp_path_factory, engine_factory) -> Path:
 
 
 def _env(tmp_path: Path, rank: int | None, world: int | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER}
+    env = {k: v for k, v in user_env().items() if k not in LAUNCHER}
     env.update(PYTHONPATH=f"{HERE}:{REPO}", RANK_ENGINE_LOG=str(tmp_path / "calls"))
     if rank is not None:
         env.update(OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_SIZE=str(world))
