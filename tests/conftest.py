@@ -27,7 +27,7 @@ XDIST_WORKER_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """pytest-xdist (`-n 2`): each worker is one of N processes on N cores, so one torch
+    """pytest-xdist (`-n auto`): each worker is one of N processes on N cores, so one torch
     thread each, also in the processes it starts (else the workers fight over the cores);
     the bundled engine is built once, before the workers start, not by two at once."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -126,12 +126,12 @@ class SuitesRun:
 
 
 @pytest.fixture
-def suites(_harness_imported: None, pytester: pytest.Pytester,
-           monkeypatch: pytest.MonkeyPatch) -> Callable[..., SuitesRun]:
+def suites(_harness_imported: None, pytester: pytest.Pytester) -> Callable[..., SuitesRun]:
     """run(*ARGS, env=..., path=..., suite=...): `pytest suites/ ARGS` (or ``suite``, a file of
     it) in this process (pytester), with ``env`` set and the folders in ``path`` importable for
-    the run, as `run_suites` does in a subprocess. For checks of the plugin (exit status, output, report files); where the
-    process itself is the point (signals, a crash, a launcher's environment) use run_suites."""
+    the run, as `run_suites` does in a subprocess. For checks of the plugin (exit status,
+    output, report files); where the process itself is the point (signals, a crash, a
+    launcher's environment) use run_suites."""
 
     def run(*args: str, env: dict[str, str] | None = None, path: Iterable[str | Path] = (),
             suite: Path = SUITES) -> SuitesRun:
