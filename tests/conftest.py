@@ -114,6 +114,14 @@ def _harness_imported() -> None:
             importlib.import_module(module.name)
         except ImportError:  # an optional backend's library (tensorrt_llm): imported on use
             pass
+    # the hf backend's model code, imported only when a model is loaded (a thousand modules,
+    # torch's operator registrations among them, which fail when imported a second time)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_dir = Path(harness.__file__).parent / "bundled" / "model"
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    model.generate(**tokenizer("a", return_tensors="pt"), max_new_tokens=1, do_sample=False)
 
 
 @dataclass(frozen=True)
