@@ -30,7 +30,7 @@ from harness.engines.emulator import DEFAULT_COMPUTE_DTYPE
 from harness.errors import HarnessError, interrupted
 
 if TYPE_CHECKING:
-    from harness.stages.generate import Progress
+    from harness.progress import Progress
 
 _IMPORTED = time.perf_counter()  # bench's fallback start where /proc cannot say when the process began
 
@@ -53,11 +53,13 @@ def _add_run_options(parser: argparse.ArgumentParser, dests: tuple[str, ...] | N
 
 
 def _progress(total: int) -> Progress:
-    from tqdm import tqdm
+    """A bar on a terminal; a line at a steady interval in a log (stderr piped)."""
+    from harness.progress import progress_factory
 
-    bar = tqdm(total=total, unit="seq", desc="generating", disable=not sys.stderr.isatty(),
-               leave=False)
-    return bar.update
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    return progress_factory(say, terminal=sys.stderr.isatty())(total)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

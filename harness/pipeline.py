@@ -17,15 +17,10 @@ from harness.engines import guard
 from harness.engines.base import Engine
 from harness.errors import Interrupted, StorageError
 from harness.model.report import Timing
+from harness.progress import ProgressFactory
 from harness.report.files import write_report
 from harness.stages.analyse import analyse, cell_results
-from harness.stages.generate import (
-    ProgressFactory,
-    follow,
-    generate_all,
-    interrupted,
-    output_checks,
-)
+from harness.stages.generate import follow, generate_all, interrupted, output_checks
 from harness.stages.prepare import prepare
 from harness.stages.record import record_goldens
 from harness.stages.run import Baseline, FollowerRun, Generated, Prepared, RunResult, Scored

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from harness.model.cell import Cell
     from harness.model.limits import LimitCheck
     from harness.model.report import CellResult
-    from harness.stages.generate import Progress, ProgressFactory
+    from harness.progress import ProgressFactory
     from harness.stages.run import FollowerRun, Prepared, RunResult
 
 DEST_PREFIX = "harness_"
@@ -89,16 +89,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def _progress_factory(config: pytest.Config) -> ProgressFactory:
-    quiet = config.get_verbosity() < 0 or not sys.stderr.isatty()
+    """A bar on a terminal (none under -q); in a log, a line at a steady interval (none
+    under -qq)."""
+    from harness.progress import progress_factory
 
-    def factory(total: int) -> Progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, unit="seq", desc="batch-position harness", disable=quiet,
-                   leave=False, file=sys.stderr)
-        return bar.update
-
-    return factory
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    terminal = sys.stderr.isatty()
+    if reporter is None or (not terminal and config.get_verbosity() < -1):
+        return progress_factory(lambda line: None, terminal=True, quiet=True)
+    return progress_factory(reporter.write_line, terminal=terminal,
+                            quiet=config.get_verbosity() < 0)
 
 
 def _prepare(config: pytest.Config) -> Prepared:

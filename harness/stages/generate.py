@@ -20,12 +20,10 @@ from harness.model.limits import LimitCheck
 from harness.model.report import Timing
 from harness.model.vocab import CheckStatus
 from harness.plan import Plan
+from harness.progress import Progress, ProgressFactory
 from harness.stages.run import CellOutputs, FollowerRun, Generated, Prepared
 from harness.storage.cache import GenerationCache
 from harness.storage.generations import BeamRow, CellTexts, GenerationsLog, Row
-
-Progress = Callable[[int], object]  # told how many more sequences are done; its result is ignored
-ProgressFactory = Callable[[int], Progress]
 
 
 def output_text(text: str) -> str:

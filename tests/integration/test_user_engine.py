@@ -19,6 +19,8 @@ def test_healthy_user_engine_passes(tmp_path: Path, small_dataset: Path, suites)
                   env=_env(-1), path=[HERE])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "test_batch_positions[bs4-beam2] PASSED" in proc.stdout or "passed" in proc.stdout
+    # output that is not a terminal (a CI log) gets progress lines, not a bar
+    assert "progress: all 160 sequences generated in " in proc.stdout
     report = only_report(tmp_path)
     assert report["verdict"] == "pass"
     assert [c["id"] for c in report["cells"]] == ["bs1-beam1", "bs4-beam1", "bs1-beam2", "bs4-beam2"]
