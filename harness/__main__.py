@@ -65,20 +65,31 @@ def _progress(total: int) -> Progress:
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.model.vocab import Verdict
     from harness.pipeline import execute, prepare
-    from harness.report.summary import cell_lines, closing_lines, finding_lines, legend
+    from harness.report.summary import (
+        cell_lines,
+        finding_lines,
+        footer_lines,
+        header_lines,
+        legend,
+    )
     from harness.stages.run import FollowerRun
+    from harness.verdict.failures import preflight_line
 
     values = {spec.dest: getattr(args, spec.dest) for spec in OPTIONS}
     config = RunConfig.from_options(values, root=Path.cwd())
     prepared = prepare(config)
     print(prepared.plan.describe(), flush=True)
+    warning = preflight_line(prepared.limit_failures(), "the findings at the end name them")
+    if warning:
+        print(warning, flush=True)
     result = execute(prepared, progress=_progress)
     if isinstance(result, FollowerRun):  # under MPI, rank 0's exit status is the verdict
         print(result.message)
         return 0
-    assert result.report is not None
-    for line in [legend(result.report), *cell_lines(result.report), *finding_lines(result.report),
-                 *closing_lines(result.report, result.report_dir)]:
+    report = result.report
+    assert report is not None
+    for line in [*header_lines(report), legend(report), *cell_lines(report), *finding_lines(report),
+                 *footer_lines(report, result.report_dir)]:
         print(line)
     return 0 if result.verdict == Verdict.PASS else 1
 

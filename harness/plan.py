@@ -71,9 +71,12 @@ class Plan:
         other = Rotation.SPARSE if self.rotation == Rotation.FULL else Rotation.FULL
         alt = Plan(self.cells, self.reference_cells, self.order, self.seed, other)
         batches = sum(len(self.batches(c)) for c in self.all_cells)
-        return (f"plan: {self.sequences():,} sequences in {batches:,} batches over "
-                f"{len(self.all_cells)} cells ({self.rotation} rotation; --rotation {other} would "
-                f"need {alt.sequences():,})")
+        tested = len(self.cells)
+        baseline = [c.id for c in self.reference_cells if c not in self.cells]
+        extra = (f" and the batch-size-1 baseline {', '.join(baseline)}" if baseline else "")
+        return (f"plan: {self.sequences():,} sequences in {batches:,} batches over {tested} "
+                f"cell{'s' if tested != 1 else ''} under test{extra} ({self.rotation} rotation; "
+                f"--rotation {other} would need {alt.sequences():,} sequences)")
 
     def sequences(self) -> int:
         """Number of prompts sent to the engine over the whole plan."""

@@ -110,15 +110,14 @@ def _prepare(config: pytest.Config) -> Prepared:
             state.prepared = prepare(state.run_config)
         except HarnessError as exc:
             raise pytest.UsageError(str(exc)) from None
-        failures = state.prepared.limit_failures()
+        from harness.verdict.failures import preflight_line
+
         reporter = config.pluginmanager.get_plugin("terminalreporter")
+        warning = preflight_line(state.prepared.limit_failures(), "see test_engine_limits")
         if reporter is not None:
             reporter.write_line(state.prepared.plan.describe())
-        if failures and reporter is not None:
-            cells = sorted({c.cell for c in failures})
-            reporter.write_line(f"preflight: build limits exceeded in {len(cells)} cell(s) "
-                                f"({', '.join(cells)}); see test_engine_limits. First: "
-                                f"{failures[0].message}", yellow=True)
+            if warning:
+                reporter.write_line(warning, yellow=True)
     return state.prepared
 
 

@@ -31,6 +31,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
+    """Why tests were skipped, a line per reason (pytest says it only with -rs)."""
+    chars = config.getoption("reportchars", "") or ""
+    if any(c in chars for c in "sSaA"):
+        return  # pytest lists them itself
+    reasons: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        reason = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else "skipped"
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    for reason, count in reasons.items():
+        terminalreporter.write_line(f"{count} skipped: {reason}")
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     """The accelerator the engine ran on (GPU name via torch.cuda, else the CPU)."""

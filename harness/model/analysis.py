@@ -9,6 +9,16 @@ from harness.model.cell import Cell
 from harness.model.scores import finite, mean
 from harness.model.vocab import FindingKind, Verdict
 
+P_FLOOR = 1e-12  # reports keep p-values to 12 decimals: smaller ones are shown as below it
+
+
+def shown_p(p: float | None) -> str:
+    """A p-value as the report and the terminal show it: two significant digits, "< 1e-12"
+    below what the report keeps (never "0"), "–" where there is none."""
+    if p is None:
+        return "–"
+    return f"< {P_FLOOR:.0e}" if p < P_FLOOR else f"{p:.2g}"
+
 
 @dataclass(frozen=True)
 class DropTest:

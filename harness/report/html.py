@@ -12,6 +12,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from harness.limits.preflight import gib
+from harness.model.analysis import shown_p
 from harness.model.report import CellResult, Report
 from harness.report.compare import Comparison
 from harness.report.plots import heatmap_svg
@@ -25,7 +26,7 @@ def _env() -> Environment:
     env.filters["ranges"] = ranges
     env.filters["f2"] = lambda x: "–" if x is None else f"{x:.2f}"
     env.filters["f3"] = lambda x: "–" if x is None else f"{x:.3f}"
-    env.filters["p"] = lambda x: "–" if x is None else f"{x:.2g}"
+    env.filters["p"] = shown_p
     return env
 
 

@@ -91,7 +91,8 @@ def _findings(report: Report) -> list[str]:
     lines = []
     for c in report.cells:
         if c.verdict != Verdict.PASS:
-            lines.append(f"- **{md(c.id)}**: {md(c.headline)}"
+            said = c.headline.removeprefix(f"{c.id}: ")  # the bold id already names the cell
+            lines.append(f"- **{md(c.id)}**: {md(said)}"
                          + (f" — {md(c.cause)}" if c.cause else "")
                          + (f" (evidence: {md(c.evidence)})" if c.evidence else ""))
         lines += [f"- **{md(c.id)}** build limit: {md(ch.message)}" for ch in failing(c.limit_checks)]

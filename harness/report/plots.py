@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from harness.model.analysis import PositionStats
 from harness.model.report import CellResult
 from harness.model.vocab import Verdict
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 RED_AT = 3.0  # drops of this many tolerances or more are full red
 # Text size (points) in a figure about 6 inches wide: scaled to a 390-pixel phone window the
 # numbers are still about 8 pixels high (tests/unit/test_report.py renders the page at 390 px).
 LABEL_PT = 11
+MIN_WIDTH_IN = 5.0  # inches: the title's longer line at LABEL_PT, with the colour bar
 
 
 def severity(p: PositionStats, tolerance: float) -> float:
@@ -31,7 +36,21 @@ def severity(p: PositionStats, tolerance: float) -> float:
 
 
 def heatmap_svg(beam_width: int, cells: Sequence[CellResult], tolerance: float) -> str:
-    """One beam width: rows are batch sizes, columns batch positions."""
+    """One beam width: rows are batch sizes, columns batch positions, as inline SVG."""
+    import matplotlib.pyplot as plt
+
+    fig = heatmap_figure(beam_width, cells, tolerance)
+    out = io.StringIO()
+    fig.savefig(out, format="svg")
+    plt.close(fig)
+    svg = out.getvalue()
+    svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype: the SVG sits inline in HTML
+    # scale with the page (phones): the viewBox keeps the drawing, CSS sets the width
+    return svg.replace('<svg ', '<svg preserveAspectRatio="xMinYMin meet" ', 1)
+
+
+def heatmap_figure(beam_width: int, cells: Sequence[CellResult], tolerance: float) -> Figure:
+    """The heatmap as a matplotlib figure (the caller closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,7 +67,9 @@ def heatmap_svg(beam_width: int, cells: Sequence[CellResult], tolerance: float) 
     cmap = LinearSegmentedColormap.from_list(
         "drop", [(0.0, "#1a9850"), (0.5 / RED_AT, "#a6d96a"), (1.0 / RED_AT, "#fee08b"),
                  (1.0, "#d73027")]).with_extremes(bad="#eeeeee")
-    fig, ax = plt.subplots(figsize=(1.2 + 0.62 * width, 1.3 + 0.5 * len(rows)), dpi=100)
+    # at least as wide as the two-line title, which a narrow grid (few positions) would clip
+    fig, ax = plt.subplots(figsize=(max(MIN_WIDTH_IN, 1.2 + 0.62 * width), 1.3 + 0.5 * len(rows)),
+                           dpi=100)
     image = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=RED_AT, aspect="auto")
     for i, c in enumerate(rows):
         for p in c.positions:
@@ -71,10 +92,4 @@ def heatmap_svg(beam_width: int, cells: Sequence[CellResult], tolerance: float) 
     bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02, ticks=[0, 1, 2, RED_AT])
     bar.ax.set_yticklabels(["0", "1x", "2x", f">={RED_AT:g}x"], fontsize=LABEL_PT - 1)
     fig.tight_layout()
-    out = io.StringIO()
-    fig.savefig(out, format="svg")
-    plt.close(fig)
-    svg = out.getvalue()
-    svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype: the SVG sits inline in HTML
-    # scale with the page (phones): the viewBox keeps the drawing, CSS sets the width
-    return svg.replace('<svg ', '<svg preserveAspectRatio="xMinYMin meet" ', 1)
+    return fig

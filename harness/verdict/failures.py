@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.model.analysis import DropTest, PositionStats
+from harness.model.analysis import DropTest, PositionStats, shown_p
 from harness.model.limits import LimitCheck, failing
 from harness.model.report import CellResult
 from harness.model.vocab import CheckStatus, Verdict
@@ -13,7 +13,7 @@ from harness.model.vocab import CheckStatus, Verdict
 def _test_line(name: str, test: DropTest | None) -> str | None:
     if test is None or not test.flagged:
         return None
-    return f"{name} drop {test.drop:.3f} (adjusted p {test.p_adjusted:.2g})"
+    return f"{name} drop {test.drop:.3f} (adjusted p {shown_p(test.p_adjusted)})"
 
 
 def position_line(s: PositionStats) -> str:
@@ -41,13 +41,23 @@ def positions_failure(result: CellResult) -> str | None:
     omnibus = result.omnibus
     if omnibus is not None and omnibus.flagged and not result.degraded_positions:
         lines.append(f"  all positions: mean quality drop {omnibus.drop:.3f} (adjusted p "
-                     f"{omnibus.p_adjusted:.2g})")
+                     f"{shown_p(omnibus.p_adjusted)})")
     return "\n".join(lines)
 
 
 def limits_failure(checks: Sequence[LimitCheck]) -> str | None:
     """The limits test's failure message, or None when every known limit holds."""
     return "\n".join(f"{c.cell}: {c.message}" for c in failing(checks)) or None
+
+
+def preflight_line(checks: Sequence[LimitCheck], see: str) -> str | None:
+    """The line printed before generating when cells exceed build limits (None: none do)."""
+    failed = failing(checks)
+    if not failed:
+        return None
+    cells = sorted({c.cell for c in failed})
+    return (f"preflight: build limits exceeded in {len(cells)} cell{'s' if len(cells) != 1 else ''} "
+            f"({', '.join(cells)}); {see}. First: {failed[0].message}")
 
 
 def limits_unknown(checks: Sequence[LimitCheck]) -> bool:

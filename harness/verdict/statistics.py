@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 
 from scipy import stats
 
-from harness.model.analysis import CellAnalysis, DropTest, PositionStats
+from harness.model.analysis import CellAnalysis, DropTest, PositionStats, shown_p
 from harness.model.cell import Cell
 from harness.model.scores import CellScores, Levels, finite, mean
 from harness.model.vocab import Verdict
@@ -207,7 +207,7 @@ def _message(cell_id: str, row: Sequence[PositionStats], bad: Sequence[int], spr
     if spread is not None:
         return (f"{cell_id}: quality against the references drops across positions (mean drop "
                 f"{spread.drop:.3f} below batch size 1 over {len(row)} positions, adjusted p "
-                f"{spread.p_adjusted:.2g}) though no single position is significant alone")
+                f"{shown_p(spread.p_adjusted)}) though no single position is significant alone")
     if nondeterministic:
         share = mean([row[p].differing for p in nondeterministic])
         return (f"{cell_id}: outputs differ from batch size 1 at positions {ranges(nondeterministic)} "

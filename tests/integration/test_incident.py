@@ -98,6 +98,6 @@ def test_limits_alone_need_no_generation(tmp_path: Path, engine_factory, suites)
     proc = suites("--engine", str(engine_factory(8, 1)), "--beam-widths", "4",
                   "--report-dir", str(tmp_path / "r"), suite=SUITES / "test_preflight.py")
     assert proc.returncode == 1
-    assert "preflight: build limits exceeded in 4 cell(s)" in proc.stdout
+    assert "preflight: build limits exceeded in 4 cells" in proc.stdout
     assert "4 failed" in proc.stdout
     assert not list((tmp_path / "r").glob("*/report.json"))  # the engine never ran

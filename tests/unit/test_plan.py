@@ -87,8 +87,8 @@ def test_sparse_rotation_puts_each_prompt_at_one_position_per_cell():
     assert [len(sparse.batches(c)) for c in sparse.reference_cells] == [64, 64]  # bs1 stays full
     assert sparse.sequences() == 64 * 2 + 2 * (64 + 64)
     assert full.sequences() == 64 * 2 + 2 * (64 * 4 + 64 * 8)
-    assert "--rotation sparse would need 384" in full.describe()
-    assert "sparse rotation; --rotation full would need 1,664" in sparse.describe()
+    assert "--rotation sparse would need 384 sequences" in full.describe()
+    assert "sparse rotation; --rotation full would need 1,664 sequences" in sparse.describe()
 
 
 def test_sparse_rotation_wraps_when_the_batch_size_does_not_divide():
@@ -107,3 +107,14 @@ def test_sparse_rotation_refuses_too_few_prompts_per_position():
 
     with pytest.raises(ConfigError, match="leaves 2 prompt.s. per position.*at least 40 prompts"):
         make_plan((1, 8), (1,), 16, seed=0, rotation="sparse")
+
+
+def test_the_plan_line_counts_cells_under_test_and_names_the_baseline_apart():
+    from harness.plan import make_plan
+
+    only = make_plan((8,), (4,), 64, seed=0)
+    assert only.describe() == ("plan: 576 sequences in 128 batches over 1 cell under test and "
+                               "the batch-size-1 baseline bs1-beam4 (full rotation; --rotation "
+                               "sparse would need 128 sequences)")
+    grid = make_plan((1, 2, 4, 8), (1, 2, 4), 64, seed=0)
+    assert "over 12 cells under test (full rotation" in grid.describe()

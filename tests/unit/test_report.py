@@ -204,3 +204,28 @@ def test_the_schema_describes_every_field_of_the_model_and_no_other():
                  Method: schema["properties"]["method"], ShardScores: schema["properties"]["scores"]}
     for cls, part in described.items():
         assert set(part["properties"]) == {f.name for f in fields(cls)}, cls.__name__
+
+
+@pytest.mark.parametrize("positions", [1, 2, 8, 16])
+def test_the_heatmap_title_fits_its_figure(positions):
+    """A narrow grid (few positions) used to clip the two-line title at both ends."""
+    import matplotlib.pyplot as plt
+
+    from harness.model.analysis import PositionStats
+    from harness.model.report import CellResult
+    from harness.model.vocab import Verdict
+    from harness.report.plots import heatmap_figure
+
+    stats = tuple(PositionStats(position=p, n=8, agreement=1.0, ci_low=None, ci_high=None,
+                                agreement_drop=0.0, differing=0.0, quality=0.6, quality_bs1=0.6)
+                  for p in range(positions))
+    cell = CellResult(id=f"bs{positions}-beam1", batch_size=positions, beam_width=1,
+                      verdict=Verdict.PASS, limits_verdict=Verdict.PASS, error=None, message="",
+                      cause=None, pattern=None, evidence=None, baseline_level=1.0, quality=0.6,
+                      quality_bs1=0.6, differing=0.0, drift=None, degraded_positions=(),
+                      nondeterministic_positions=(), omnibus=None, positions=stats, limit_checks=())
+    fig = heatmap_figure(1, [cell], 0.02)
+    fig.canvas.draw()
+    title = fig.axes[0].title.get_window_extent()
+    plt.close(fig)
+    assert 0 <= title.x0 and title.x1 <= fig.bbox.width

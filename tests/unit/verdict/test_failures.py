@@ -85,3 +85,12 @@ def test_limits_texts():
     assert not limits_unknown(checks)
     assert limits_unknown((LimitCheck("c", "max_seq_len", CheckStatus.UNKNOWN, "?"),))
     assert cell_result(Cell(8, 4), checks, None, "boom").limits_verdict == Verdict.FAIL
+
+
+def test_p_values_below_what_the_report_keeps_are_never_shown_as_zero():
+    from harness.model.analysis import shown_p
+
+    assert [shown_p(p) for p in (0.0, 1e-15, 0.0031, 0.5, None)] == \
+        ["< 1e-12", "< 1e-12", "0.0031", "0.5", "–"]
+    text = positions_failure(_result(Cell(8, 4), [7]))
+    assert text is not None and "(adjusted p 1e-06)" in text
