@@ -148,6 +148,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if result.verdict == Direction.WORSE else 0
 
 
+def cmd_options(args: argparse.Namespace) -> int:
+    from harness.tools.options_doc import table
+
+    print(table(), end="")
+    return 0
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from harness.tools.calibrate import Settings, Targets, run_calibration, table
 
@@ -376,6 +383,10 @@ def main(argv: list[str] | None = None) -> int:
 
     _add_calibrate(sub)
     _add_serve(sub)
+
+    p_opts = sub.add_parser("options", help="every run option (of run and pytest suites/) as a "
+                                             "Markdown table")
+    p_opts.set_defaults(func=cmd_options)
 
     p_bench = sub.add_parser("bench", help="time a run (no cache) against the engine's own "
                              "generate time")

@@ -120,3 +120,18 @@ def test_calibrate_takes_the_run_options_parsers_and_defaults(monkeypatch):
             cli.main(["calibrate", *bad])
     assert cli.main(["calibrate", "--alpha", "0.5", "--tolerance", "0.05"]) == 0
     assert (seen[1].alpha, seen[1].tolerance) == (0.5, 0.05)
+
+
+def test_the_options_page_lists_every_option_as_the_code_defines_it():
+    """docs/options.md holds the table made from OPTIONS, as `python -m harness options`
+    prints it: no option missing (as --length-penalty, --deterministic and --golden-engine
+    once were), none stale."""
+    from pathlib import Path
+
+    from harness.config import OPTIONS
+    from harness.tools.options_doc import generated_section, table
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "options.md").read_text(encoding="utf-8")
+    assert generated_section(page) == table(), "run: python -m harness options, paste into docs/options.md"
+    for spec in OPTIONS:
+        assert f"`{spec.flag}" in table()
