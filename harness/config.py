@@ -410,6 +410,9 @@ class RunConfig:
     batch_timeout: float | None = None  # seconds; None: wait for every batch
     deterministic: bool = False  # gate on outputs equal to batch size 1's (batch-invariant engines)
     request_fields: RequestFields = ()  # --request-field, sorted by key
+    # where relative folders and module:Class engines are found: pytest's rootdir, the CLI's
+    # current folder (not an option; set by from_options)
+    root: Path | None = None
 
     def __post_init__(self) -> None:
         # a notebook may give a vocabulary's word as a plain string: keep its type
@@ -460,7 +463,13 @@ class RunConfig:
         if kwargs.get("shard") and kwargs.get("update_goldens"):
             raise ConfigError("--update-goldens records goldens from a whole run: run it once "
                               "without --shard, then shard the runs that use them")
-        return cls(**kwargs)
+        return cls(**kwargs, root=root)
+
+    @property
+    def roots(self) -> tuple[Path, ...]:
+        """Where a module:Class engine not on sys.path is looked for (besides the current
+        folder)."""
+        return (self.root,) if self.root is not None else ()
 
     def engine_options(self) -> EngineOptions:
         """The options backends read at load time."""

@@ -191,7 +191,8 @@ def harness_engine(request: pytest.FixtureRequest) -> Engine:
 
         try:
             cfg = state.run_config
-            state.engine = load_engine(cfg.engine, cfg.backend, options=cfg.engine_options())
+            state.engine = load_engine(cfg.engine, cfg.backend, options=cfg.engine_options(),
+                                       roots=cfg.roots)
         except HarnessError as exc:
             raise pytest.UsageError(str(exc)) from None
         request.addfinalizer(lambda: guard.close(state.engine))

@@ -5,7 +5,10 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import sys
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from harness.config import BUNDLED, EngineOptions, is_url
@@ -27,12 +30,37 @@ LOAD_OPTIONS = {"tokenizer": "--tokenizer", "end_id": "--end-id", "pad_id": "--p
                 "trtllm_runtime": "--trtllm-runtime", "trust_remote_code": "--trust-remote-code"}
 
 
-def _import(target: str, option: str) -> Any:
+def _import_module(name: str, roots: Sequence[Path]) -> ModuleType:
+    """``import name``; a module that is not on sys.path but lies in one of ``roots`` (pytest's
+    rootdir, the current folder) is imported from there, as a user of pytest expects."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        top = name.partition(".")[0]
+        if exc.name != top:  # the module was found and lacks something it imports
+            raise
+        for root in roots:
+            folder = Path(root).resolve()
+            if (folder / f"{top}.py").is_file() or (folder / top / "__init__.py").is_file():
+                if str(folder) not in sys.path:
+                    sys.path.insert(0, str(folder))
+                return importlib.import_module(name)
+        raise
+
+
+def _import(target: str, option: str, roots: Sequence[Path] = ()) -> Any:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise EngineError(f"{option} {target!r}: expected module:Class")
+    searched = [*roots, Path.cwd()]
     try:
-        module = importlib.import_module(module_name)
+        module = _import_module(module_name, searched)
+    except ModuleNotFoundError as exc:
+        where = ", ".join(dict.fromkeys(str(Path(r).resolve()) for r in searched))
+        hint = ("" if exc.name != module_name.partition(".")[0] else
+                f"; it is neither on sys.path nor in {where}: run from the folder that holds it, "
+                "or add that folder to PYTHONPATH")
+        raise EngineError(f"{option} {target!r}: cannot import {module_name!r} ({exc}){hint}") from None
     except ImportError as exc:
         raise EngineError(f"{option} {target!r}: cannot import {module_name!r} ({exc})") from None
     except (Exception, SystemExit) as exc:  # the module's own code raised while importing
@@ -65,12 +93,13 @@ def detect_backend(path: Path) -> str:
                       "nor a transformers config (model_type); pass --backend explicitly")
 
 
-def resolve_backend(name: str) -> Any:
-    """The class behind a backend name or a module:Class string."""
+def resolve_backend(name: str, roots: Sequence[Path] = ()) -> Any:
+    """The class behind a backend name or a module:Class string (looked for in ``roots`` too
+    when it is not on sys.path)."""
     if name in BACKENDS:
         return _import(BACKENDS[name], "--backend")
     if ":" in name:
-        return _import(name, "--backend")
+        return _import(name, "--backend", roots)
     close = difflib.get_close_matches(name, list(BACKENDS), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise EngineError(f"--backend {name!r}: unknown backend{hint} (known: {', '.join(BACKENDS)}, "
@@ -147,23 +176,25 @@ def refuse_unread(cls: Any, label: str, options: EngineOptions) -> None:
 
 
 def load_engine(spec: str, backend: str | None = None,
-                options: EngineOptions | None = None, *, strict: bool = True) -> EngineBase:
+                options: EngineOptions | None = None, *, strict: bool = True,
+                roots: Sequence[Path] = ()) -> EngineBase:
     """Instantiate the engine named by --engine/--backend; a class whose constructor has an
     ``options`` parameter also gets the EngineOptions (tokenizer, special ids, runtime).
     ``strict``: a load option the class would ignore is refused (off for --golden-engine,
-    which shares the options given for the engine under test)."""
+    which shares the options given for the engine under test). A module:Class not on sys.path
+    is looked for in ``roots`` (pytest's rootdir) and the current folder."""
     spec, backend = _bundled(spec, backend)
     options = options or EngineOptions()
     if is_url(spec) or backend == URL_BACKEND:
-        return _load_url(spec, backend, options, strict)
+        return _load_url(spec, backend, options, strict, roots)
     if backend is None and _is_class_spec(spec):
-        cls, path, label = _import(spec, "--engine"), None, spec
+        cls, path, label = _import(spec, "--engine", roots), None, spec
     else:
         path = Path(spec).expanduser()
         name = backend or detect_backend(path)
         if backend is not None and not path.exists() and ":" not in name:
             detect_backend(path)  # raises the missing-directory message
-        cls, label = resolve_backend(name), name
+        cls, label = resolve_backend(name, roots), name
     where = str(path) if path is not None else None
     if strict:
         refuse_unread(cls, label, options)
@@ -185,10 +216,10 @@ def _server_kwargs(cls: Any, options: EngineOptions) -> dict[str, Any]:
 
 
 def _load_url(spec: str, backend: str | None, options: EngineOptions,
-              strict: bool = True) -> EngineBase:
+              strict: bool = True, roots: Sequence[Path] = ()) -> EngineBase:
     """A server address: the openai backend (or a user's class, given the URL unchanged)."""
     name = backend or URL_BACKEND
-    cls = resolve_backend(name)
+    cls = resolve_backend(name, roots)
     if strict:
         refuse_unread(cls, name, options)
     engine = _construct(cls, name, spec, _server_kwargs(cls, options))

@@ -69,7 +69,7 @@ def _engine(config: RunConfig, given: Engine | None, ranks: Ranks, timing: Timin
             require_world(ranks, peeked.tp_size, peeked.pp_size, engine=config.engine)
     t_load = time.perf_counter()
     engine = adopt(given) if given is not None else load_engine(
-        config.engine, config.backend, options=config.engine_options())
+        config.engine, config.backend, options=config.engine_options(), roots=config.roots)
     timing.engine_load_s = time.perf_counter() - t_load
     limits = read_limits(engine.info.config, str(Path(engine.info.path) / "config.json"))
     require_world(ranks, limits.tp_size if limits else None, limits.pp_size if limits else None,
@@ -134,7 +134,8 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     store = GoldensStore(config.goldens_dir)
     goldens = _goldens(config, store, under_test, dataset)
     t_load = time.perf_counter()
-    golden_engine = (load_engine(config.golden_engine, None, config.engine_options(), strict=False)
+    golden_engine = (load_engine(config.golden_engine, None, config.engine_options(), strict=False,
+                                 roots=config.roots)
                      if config.golden_engine and ranks.is_root else None)
     timing.engine_load_s += time.perf_counter() - t_load
     cache = _cache(config, under_test, ranks)

@@ -81,3 +81,55 @@ def test_build_engine_never_replaces_what_it_did_not_build(tmp_path: Path):
     built = build_engine(tmp_path / "e", BuildLimits(max_beam_width=1))
     assert build_engine(built, BuildLimits(max_beam_width=4)) == built  # a rebuild replaces it
     assert json.loads((built / "config.json").read_text())["build_config"]["max_beam_width"] == 4
+
+
+ENGINE_MODULE = '''
+from harness.engines.base import Generation
+
+
+class Echo:
+    def __init__(self, path):
+        self.path = path
+
+    def generate(self, prompts, settings):
+        return [Generation(text=p[:20]) for p in prompts]
+'''
+
+
+def test_a_users_engine_module_in_the_rootdir_or_current_folder_needs_no_pythonpath(
+        tmp_path, monkeypatch):
+    """--engine mymodule:MyClass finds mymodule.py in pytest's rootdir or the current folder,
+    as pytest users expect, without PYTHONPATH."""
+    import sys
+
+    from harness.engines.registry import load_engine
+
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "user_engine_rootdir.py").write_text(ENGINE_MODULE)
+    (elsewhere / "user_engine_cwd.py").write_text(ENGINE_MODULE)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.chdir(elsewhere)
+    for name in ("user_engine_rootdir", "user_engine_cwd"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    engine = load_engine("user_engine_rootdir:Echo", roots=(project,))
+    assert engine.info.backend == "user_engine_rootdir:Echo"
+    assert load_engine("user_engine_cwd:Echo").info.backend == "user_engine_cwd:Echo"
+    with pytest.raises(EngineError, match="neither on sys.path nor in .*add that folder to "
+                                          "PYTHONPATH"):
+        load_engine("no_such_user_module:Echo", roots=(project,))
+
+
+def test_a_module_that_lacks_what_it_imports_says_so(tmp_path, monkeypatch):
+    import sys
+
+    from harness.engines.registry import load_engine
+
+    (tmp_path / "user_engine_broken.py").write_text("import no_such_dependency_here\n")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "user_engine_broken", raising=False)
+    with pytest.raises(EngineError, match="No module named 'no_such_dependency_here'") as caught:
+        load_engine("user_engine_broken:Echo")
+    assert "PYTHONPATH" not in str(caught.value)
