@@ -29,6 +29,14 @@ CACHE_FOLDER = "batch-position-harness"  # under the user's cache directory
 GENERATIONS_FOLDER = "generations"
 
 
+class Dtype(Word):
+    """The weights and compute dtype of the hf backend."""
+
+    FLOAT32 = "float32"  # the CPU's; the default
+    BFLOAT16 = "bfloat16"  # as most GPUs serve
+    FLOAT16 = "float16"
+
+
 class TrtllmRuntime(Word):
     """The TensorRT-LLM runner of the trtllm backend."""
 
@@ -398,6 +406,7 @@ class RunConfig:
     update_goldens: bool = False
     golden_engine: str | None = None
     trtllm_runtime: TrtllmRuntime = TrtllmRuntime.CPP
+    dtype: Dtype = Dtype.FLOAT32
     tokenizer: str | None = None
     trust_remote_code: bool = False
     end_id: int | None = None
@@ -418,6 +427,7 @@ class RunConfig:
         # a notebook may give a vocabulary's word as a plain string: keep its type
         object.__setattr__(self, "rotation", Rotation(self.rotation))
         object.__setattr__(self, "trtllm_runtime", TrtllmRuntime(self.trtllm_runtime))
+        object.__setattr__(self, "dtype", Dtype(self.dtype))
 
     @classmethod
     def from_options(cls, values: dict[str, Any], *, root: Path | None = None) -> RunConfig:
@@ -475,7 +485,8 @@ class RunConfig:
         """The options backends read at load time."""
         return EngineOptions(tokenizer=self.tokenizer, trust_remote_code=self.trust_remote_code,
                              end_id=self.end_id, pad_id=self.pad_id,
-                             trtllm_runtime=self.trtllm_runtime, model=self.model,
+                             trtllm_runtime=self.trtllm_runtime, dtype=self.dtype,
+                             model=self.model,
                              request_timeout=self.request_timeout, retries=self.retries)
 
     def decoding(self, beam_width: int) -> DecodingSettings:
@@ -510,6 +521,7 @@ class EngineOptions:
     end_id: int | None = None
     pad_id: int | None = None
     trtllm_runtime: TrtllmRuntime = RunConfig.trtllm_runtime
+    dtype: Dtype = RunConfig.dtype  # hf: the weights and compute dtype
     model: str | None = None  # openai: the server's model name
     request_timeout: float = RunConfig.request_timeout
     retries: int = RunConfig.retries
@@ -602,6 +614,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--trtllm-runtime", "trtllm_runtime", "TensorRT-LLM runner of the trtllm backend: cpp "
                "(ModelRunnerCpp, default) or python (ModelRunner)",
                choice("--trtllm-runtime", TrtllmRuntime), metavar="{cpp,python}"),
+    OptionSpec("--dtype", "dtype", "weights and compute dtype of the hf backend: float32 (default), "
+               "bfloat16 or float16, as the model is served on GPUs (goldens are kept per dtype)",
+               choice("--dtype", Dtype), metavar="{float32,bfloat16,float16}"),
     OptionSpec("--tokenizer", "tokenizer", "transformers tokenizer folder for the trtllm and llmapi "
                "backends (default: the engine or checkpoint folder, when it holds one)", metavar="DIR"),
     OptionSpec("--trust-remote-code", "trust_remote_code", "let the tokenizer (and the LLM API) run "

@@ -11,19 +11,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.config import DecodingSettings
+from harness.config import DecodingSettings, Dtype, EngineOptions
 from harness.engines.base import EngineBase, EngineInfo, Generation
 from harness.errors import EngineError, first_line
 from harness.storage.fingerprint import weights_identity
 
 
 class HFEngine(EngineBase):
-    """Greedy and beam-search generation with ``model.generate``."""
+    """Greedy and beam-search generation with ``model.generate``, in --dtype (float32 by
+    default: a GPU serves bfloat16 or float16, and its outputs drift with the batch shape)."""
 
-    def __init__(self, path: str | Path, *, device: str | None = None) -> None:
+    reads_options = frozenset({"dtype"})
+
+    def __init__(self, path: str | Path, *, device: str | None = None,
+                 options: EngineOptions | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        self.dtype = Dtype((options or EngineOptions()).dtype)
         self.path = Path(path)
         weights = sorted(self.path.glob("*.safetensors"))
         if not weights:
@@ -34,7 +39,7 @@ class HFEngine(EngineBase):
             self.tokenizer = AutoTokenizer.from_pretrained(str(self.path), trust_remote_code=False)
             model: Any = AutoModelForCausalLM.from_pretrained(
                 str(self.path), trust_remote_code=False, use_safetensors=True)
-            self.model = model.to(self.device)
+            self.model = model.to(device=self.device, dtype=getattr(torch, self.dtype.value))
         except (OSError, ValueError) as exc:
             raise EngineError(f"{self.path}: cannot load as a transformers model "
                               f"({first_line(exc) or type(exc).__name__})") from None
@@ -42,9 +47,12 @@ class HFEngine(EngineBase):
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        # goldens are kept per dtype: outputs in bfloat16 are not float32's
+        identity = weights_identity(weights)
         self.info = EngineInfo(backend="hf", path=str(self.path),
-                               identity=weights_identity(weights),
-                               config=None, details={"device": self.device})
+                               identity=identity if self.dtype == Dtype.FLOAT32
+                               else f"{self.dtype}:{identity}",
+                               config=None, details={"device": self.device, "dtype": self.dtype.value})
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]

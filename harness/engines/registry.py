@@ -27,7 +27,11 @@ BACKENDS: dict[str, str] = {
 URL_BACKEND = "openai"  # chosen for --engine http://... and https://...
 # Options read when an engine loads, passed in EngineOptions to a class that takes ``options``.
 LOAD_OPTIONS = {"tokenizer": "--tokenizer", "end_id": "--end-id", "pad_id": "--pad-id",
-                "trtllm_runtime": "--trtllm-runtime", "trust_remote_code": "--trust-remote-code"}
+                "trtllm_runtime": "--trtllm-runtime", "trust_remote_code": "--trust-remote-code",
+                "dtype": "--dtype"}
+READ_BY = {"tokenizer": "the trtllm and llmapi backends", "end_id": "the trtllm and llmapi backends",
+           "pad_id": "the trtllm and llmapi backends", "trust_remote_code": "the trtllm and llmapi "
+           "backends", "trtllm_runtime": "the trtllm backend", "dtype": "the hf backend"}
 
 
 def _import_module(name: str, roots: Sequence[Path]) -> ModuleType:
@@ -170,9 +174,10 @@ def refuse_unread(cls: Any, label: str, options: EngineOptions) -> None:
     if ignored:
         one = len(ignored) == 1
         it, does, they = ("it", "does", "it is") if one else ("them", "do", "they are")
+        readers = sorted({READ_BY[dest] for dest, flag in LOAD_OPTIONS.items() if flag in ignored})
         raise EngineError(f"{' and '.join(ignored)} {does} not apply to the {label} backend "
-                          f"({they} read by the trtllm and llmapi backends and by module:Class "
-                          f"engines that take `options`, and would be ignored here): drop {it}")
+                          f"({they} read by {' and '.join(readers)} and by module:Class engines "
+                          f"that take `options`, and would be ignored here): drop {it}")
 
 
 def load_engine(spec: str, backend: str | None = None,

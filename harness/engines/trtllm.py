@@ -83,6 +83,10 @@ def cut_generations(output_ids: Any, sequence_lengths: Any, input_lengths: Seque
 class TrtllmEngine(EngineBase):
     """A TensorRT-LLM engine directory (config.json and rank*.engine) on one GPU."""
 
+    # an engine's dtype is fixed when it is built: --dtype is the hf backend's
+    reads_options = frozenset({"tokenizer", "end_id", "pad_id", "trtllm_runtime",
+                               "trust_remote_code"})
+
     def __init__(self, path: str | Path, *, options: EngineOptions | None = None) -> None:
         options = options or EngineOptions()
         try:
