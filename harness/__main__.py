@@ -77,6 +77,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     values = {spec.dest: getattr(args, spec.dest) for spec in OPTIONS}
     config = RunConfig.from_options(values, root=Path.cwd())
+    if args.dry_run:
+        return dry_run(config)
     prepared = prepare(config)
     print(prepared.plan.describe(), flush=True)
     warning = preflight_line(prepared.limit_failures(), "the findings at the end name them")
@@ -92,6 +94,19 @@ def cmd_run(args: argparse.Namespace) -> int:
                  *footer_lines(report, result.report_dir)]:
         print(line)
     return 0 if result.verdict == Verdict.PASS else 1
+
+
+def dry_run(config: RunConfig) -> int:
+    """--dry-run: the plan, what it may generate, the build-limit checks and an estimate of the
+    time, from the options, config.json, the dataset and the tokenizer files; nothing loads or
+    generates. Exit 1 when a cell exceeds a build limit."""
+    from harness.stages.plan_only import estimate_line, plan_only
+
+    planned = plan_only(config)
+    for line in [*planned.cost_lines(), *planned.limit_lines(),
+                 estimate_line(config, planned.plan.sequences())]:
+        print(line)
+    return 1 if planned.limit_failures else 0
 
 
 def cmd_build_engine(args: argparse.Namespace) -> int:
@@ -368,6 +383,10 @@ def main(argv: list[str] | None = None) -> int:
 
     p_run = sub.add_parser("run", help="run the batch-position suite without pytest")
     _add_run_options(p_run)
+    p_run.add_argument("--dry-run", action="store_true",
+                       help="print the plan, the tokens it may generate, the build-limit checks "
+                            "and (with --throughput) an estimate of its time, without loading "
+                            "the engine or generating; exit 1 when a cell exceeds a build limit")
     p_run.set_defaults(func=cmd_run)
 
     _add_build_engine(sub)

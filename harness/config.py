@@ -419,6 +419,7 @@ class RunConfig:
     batch_timeout: float | None = None  # seconds; None: wait for every batch
     deterministic: bool = False  # gate on outputs equal to batch size 1's (batch-invariant engines)
     request_fields: RequestFields = ()  # --request-field, sorted by key
+    throughput: str | None = None  # sequences/s, or a report folder: the dry run's estimate
     # where relative folders and module:Class engines are found: pytest's rootdir, the CLI's
     # current folder (not an option; set by from_options)
     root: Path | None = None
@@ -638,6 +639,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "JSON object, e.g. repeat_penalty=1.0; recorded in the report and the goldens key; "
                f"reserved: {', '.join(RESERVED_FIELDS)} (--engine http://...)",
                request_field("--request-field"), action="append", metavar="KEY=VALUE"),
+    OptionSpec("--throughput", "throughput", "for an estimate of the run's time in a dry run "
+               "(python -m harness run --dry-run, pytest --collect-only): the sequences per second "
+               "the engine generates, or a previous run's report folder whose own rate is used",
+               metavar="SEQ_PER_S|REPORT"),
     OptionSpec("--batch-timeout", "batch_timeout", "seconds one engine batch may take; a batch "
                "that runs longer fails its cell and the run goes on (default: no limit)",
                positive_real("--batch-timeout"), metavar="SECONDS"),

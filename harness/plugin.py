@@ -18,13 +18,17 @@ from harness.errors import HarnessError, interrupted
 
 if TYPE_CHECKING:
     from harness.engines.base import Engine
+    from harness.engines.ranks import Ranks
     from harness.model.cell import Cell
     from harness.model.limits import LimitCheck
     from harness.model.report import CellResult
     from harness.progress import ProgressFactory
+    from harness.stages.plan_only import PlanOnly
     from harness.stages.run import FollowerRun, Prepared, RunResult
 
 DEST_PREFIX = "harness_"
+# a test that asks for one of these needs the engine loaded (and, for results, generating)
+ENGINE_FIXTURES = {"harness_cell_result", "harness_result", "harness_prepared", "harness_engine"}
 
 
 @dataclass
@@ -35,6 +39,7 @@ class HarnessState:
     cells: list[Cell] | None = None
     error: str | None = None
     prepared: Prepared | None = None
+    planned: PlanOnly | None = None  # the plan and limit checks alone, when nothing generates
     result: RunResult | FollowerRun | None = None
     engine: Engine | None = None  # a second engine, loaded after the run closed the first
 
@@ -83,9 +88,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    error = _state(session.config).error
-    if error:
-        raise pytest.UsageError(error)
+    state = _state(session.config)
+    if state.error:
+        raise pytest.UsageError(state.error)
+    if session.config.option.collectonly and state.cells:
+        _dry_run(session.config)
+
+
+def _dry_run(config: pytest.Config) -> None:
+    """--collect-only: what the run would cost and check, without loading the engine."""
+    from harness.stages.plan_only import estimate_line
+
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    planned = _planned(config, announce=False)
+    if reporter is None:
+        return
+    try:
+        estimate = estimate_line(_state(config).run_config, planned.plan.sequences())
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    for line in [*planned.cost_lines(), *planned.limit_lines(), estimate]:
+        reporter.write_line(line)
 
 
 def _progress_factory(config: pytest.Config) -> ProgressFactory:
@@ -121,6 +144,28 @@ def _prepare(config: pytest.Config) -> Prepared:
     return state.prepared
 
 
+def _planned(config: pytest.Config, *, announce: bool = True) -> PlanOnly:
+    """The plan and the limit checks from config.json, the dataset and the tokenizer files,
+    without loading the engine (the limits tests need no more)."""
+    state = _state(config)
+    if state.planned is None:
+        from harness.stages.plan_only import plan_only
+        from harness.verdict.failures import preflight_line
+
+        try:
+            state.planned = plan_only(state.run_config)
+        except HarnessError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        warning = preflight_line(state.planned.limit_failures, "see test_engine_limits")
+        if reporter is not None and announce:
+            reporter.write_line(state.planned.plan.describe() + "; the engine is not loaded: "
+                                "only its build limits are checked")
+            if warning:
+                reporter.write_line(warning, yellow=True)
+    return state.planned
+
+
 def _run(config: pytest.Config) -> RunResult | FollowerRun:
     state = _state(config)
     if state.result is None:
@@ -144,19 +189,21 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     uses = [set(getattr(item, "fixturenames", ())) for item in session.items
             if item.get_closest_marker("skip") is None]  # e.g. throughput tests not asked for
     try:
-        if any("harness_cell" in names for names in uses):
+        if any(names & ENGINE_FIXTURES for names in uses):
             _prepare(session.config)
+        elif any("harness_cell" in names for names in uses):  # limits only: no engine to load
+            _planned(session.config)
         if any("harness_cell_result" in names for names in uses):
             _run(session.config)
     except KeyboardInterrupt as exc:  # Ctrl-C: one line saying what was kept, exit 130
         pytest.exit(interrupted(exc), returncode=130)
 
 
-def _skip_unless_root(prepared: Prepared) -> None:
+def _skip_unless_root(ranks: Ranks) -> None:
     """Under MPI only rank 0 asserts: the other ranks' per-cell tests are skipped, so that
     mpirun's exit status is rank 0's verdict."""
-    if not prepared.ranks.is_root:
-        pytest.skip(f"{prepared.ranks.label}: this rank drives the engine; rank 0 scores, "
+    if not ranks.is_root:
+        pytest.skip(f"{ranks.label}: this rank drives the engine; rank 0 scores, "
                     "asserts and writes the report")
 
 
@@ -166,7 +213,7 @@ def harness_result(request: pytest.FixtureRequest) -> RunResult:
     from harness.stages.run import RunResult
 
     result = _run(request.config)
-    _skip_unless_root(_prepare(request.config))
+    _skip_unless_root(_prepare(request.config).ranks)
     assert isinstance(result, RunResult)  # rank 0: other ranks skipped above
     return result
 
@@ -201,9 +248,13 @@ def harness_engine(request: pytest.FixtureRequest) -> Engine:
 
 @pytest.fixture
 def harness_cell_checks(request: pytest.FixtureRequest, harness_cell: Cell) -> tuple[LimitCheck, ...]:
-    """The build-limit checks of this test's cell (from config.json; nothing generated)."""
-    _skip_unless_root(_prepare(request.config))
-    checks = _prepare(request.config).checks[harness_cell]
+    """The build-limit checks of this test's cell (from config.json; nothing generated): those
+    of the loaded engine when the session loads it, else those made without loading it."""
+    from harness.engines.ranks import current
+
+    prepared = _state(request.config).prepared
+    _skip_unless_root(prepared.ranks if prepared is not None else current())
+    checks = (prepared.checks if prepared is not None else _planned(request.config).checks)[harness_cell]
     for c in checks:  # JUnit properties, for CI dashboards (--junitxml)
         request.node.user_properties.append((f"limit_{c.name}", c.status))
     return checks

@@ -118,6 +118,15 @@ def _bundled(spec: str, backend: str | None) -> tuple[str, str | None]:
     return spec, backend
 
 
+def engine_folder(spec: str, backend: str | None = None) -> Path | None:
+    """The engine's directory, known without loading it (the bundled one is built first if
+    need be); None for a server or a module:Class engine without one."""
+    spec, backend = _bundled(spec, backend)
+    if is_url(spec) or backend == URL_BACKEND or (backend is None and _is_class_spec(spec)):
+        return None
+    return Path(spec).expanduser()
+
+
 def peek_config(spec: str, backend: str | None = None) -> dict[str, Any] | None:
     """The engine config.json (build limits) without loading the engine; None for engines
     that have none (hf model directories, module:Class engines without a directory)."""

@@ -34,11 +34,11 @@ def planned_batch_sizes(config: RunConfig) -> tuple[int, ...]:
     collection and the cells of the run are the same."""
     if config.batch_sizes is not None:
         return config.batch_sizes
-    limits = _peeked_limits(config)
+    limits = peeked_limits(config)
     return choose_batch_sizes(config.batch_sizes, limits.max_batch_size if limits else None)
 
 
-def _peeked_limits(config: RunConfig) -> EngineLimits | None:
+def peeked_limits(config: RunConfig) -> EngineLimits | None:
     """The build limits in config.json, read before the engine loads."""
     return read_limits(peek_config(config.engine, config.backend),
                        str(Path(config.engine).expanduser() / "config.json"))
@@ -50,7 +50,8 @@ def planned_cells(config: RunConfig) -> list[Cell]:
     return list(shard_cells(cells, *config.shard) if config.shard else cells)
 
 
-def _dataset(config: RunConfig) -> Dataset:
+def load_run_dataset(config: RunConfig) -> Dataset:
+    """The run's documents (the --num-prompts subset, when asked)."""
     dataset = load_dataset(config.dataset, text_field=config.text_field,
                            summary_field=config.summary_field, config=config.dataset_config,
                            split=config.split)
@@ -64,7 +65,7 @@ def _engine(config: RunConfig, given: Engine | None, ranks: Ranks, timing: Timin
     """The engine under test and its limits; one process per engine rank, checked before a
     multi-GPU engine loads."""
     if given is None:
-        peeked = _peeked_limits(config)
+        peeked = peeked_limits(config)
         if peeked is not None:
             require_world(ranks, peeked.tp_size, peeked.pp_size, engine=config.engine)
     t_load = time.perf_counter()
@@ -112,7 +113,7 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     """Load dataset and engine, plan the cells, check limits and goldens; generate nothing."""
     started = dt.datetime.now(dt.timezone.utc)
     t0 = time.perf_counter()
-    dataset = _dataset(config)
+    dataset = load_run_dataset(config)
     ranks, timing = current(), Timing()
     under_test, limits = _engine(config, engine, ranks, timing)
     # test ids were made from config.json alone (planned_batch_sizes); an engine handed in
