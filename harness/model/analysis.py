@@ -76,6 +76,9 @@ class CellAnalysis:
     message: str
     omnibus: DropTest | None = None  # quality drop over all positions (damage spread thinly)
     drift: str | None = None  # outputs differ from batch size 1 without losing quality
+    # the smallest mean quality drop at one position this run detects with 80% power (the
+    # least sensitive position; None: no references, or batch size 1)
+    detectable: float | None = None
 
     @property
     def degraded_positions(self) -> tuple[int, ...]:

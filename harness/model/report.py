@@ -88,6 +88,9 @@ class CellResult:
     # the engine did not run the cell as asked (a server that answered its batches one request
     # at a time): the positions were not exercised, so the cell cannot pass
     notice: str | None = None
+    # the smallest mean quality drop at one position this run detects with 80% power (None: no
+    # references, batch size 1, or an engine error)
+    detectable_drop: float | None = None
 
     @property
     def cell(self) -> Cell:

@@ -43,6 +43,9 @@ class Levels:
 
     agreement: Scores  # ROUGE-L of batch size 1 against the baseline (1.0 unless goldens)
     quality: Scores  # ROUGE-L of batch size 1 against the reference (NaN: none)
+    # ROUGE-L of batch size 1 against the next document's reference: what an off-topic output
+    # scores, the floor a damaged one falls to (NaN: none)
+    unrelated: Scores = ()
 
 
 def mean(xs: Sequence[float]) -> float:

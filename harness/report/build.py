@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from harness import __version__
-from harness.config import RunConfig
 from harness.inputs.data import Dataset, build_prompt
 from harness.model.analysis import DropTest, PositionStats
 from harness.model.cell import Cell
@@ -34,6 +33,7 @@ from harness.model.report import (
     SubsetInfo,
     Timing,
 )
+from harness.model.scores import Levels, finite, mean
 from harness.model.vocab import Question, Rotation
 from harness.report.provenance import engine_files, environment
 from harness.report.serialize import seal
@@ -99,18 +99,44 @@ def reported(c: CellResult, examples: Sequence[Example]) -> CellResult:
     return dataclasses.replace(
         c, baseline_level=_round(c.baseline_level), quality=_round(c.quality),
         quality_bs1=_round(c.quality_bs1), differing=_round(c.differing),
+        detectable_drop=_round(c.detectable_drop),
         omnibus=_test(c.omnibus), positions=tuple(_position(s) for s in c.positions),
         examples=tuple(examples))
 
 
-def questions(config: RunConfig, has_references: bool) -> dict[Question, str]:
+def blindness(levels: Mapping[int, Levels], cells: Sequence[CellResult], tolerance: float
+              ) -> str | None:
+    """Why the quality question can hardly see damage in this run, if it cannot: batch size
+    1's outputs score about as well against other documents' references (what an off-topic,
+    damaged output scores) as against their own, so the most a damaged output can lose is
+    under twice the smallest drop the run detects."""
+    worst: tuple[float, str] | None = None
+    for w, level in levels.items():
+        own, other = finite(level.quality), finite(level.unrelated)
+        if not own or not other:
+            continue
+        room = mean(own) - mean(other)
+        seen = [c.detectable_drop for c in cells if c.beam_width == w and c.detectable_drop]
+        smallest = max([tolerance, *seen])
+        if room < 2 * smallest and (worst is None or room < worst[0]):
+            worst = (room, f"nearly blind here: at beam width {w} batch size 1 scores "
+                           f"{mean(own):.3f} against its own references and {mean(other):.3f} "
+                           f"against other documents', so a damaged output can lose about "
+                           f"{max(room, 0.0):.3f}, under twice the smallest drop this run "
+                           f"detects ({smallest:.3f}); check that the references, the prompt "
+                           "template and the engine fit this dataset")
+    return worst[1] if worst else None
+
+
+def questions(deterministic: bool, has_references: bool, blind: str | None = None
+              ) -> dict[Question, str]:
     """What each question is in this run: a gate, a figure, or not answered (and why)."""
-    quality = ("gate" if has_references else
+    quality = ("gate" + (f", but {blind}" if blind else "") if has_references else
                "not answered: the dataset has no reference summaries; the gate uses position "
-               "dependence" + (" and determinism" if config.deterministic else "") +
+               "dependence" + (" and determinism" if deterministic else "") +
                " only, so damage that hits every position alike is not caught")
     return {Question.POSITION: "gate", Question.QUALITY: quality,
-            Question.DETERMINISM: "gate (--deterministic)" if config.deterministic else "reported"}
+            Question.DETERMINISM: "gate (--deterministic)" if deterministic else "reported"}
 
 
 def _shard_blocks(result: RunResult) -> tuple[ShardInfo | None, ShardScores | None]:
@@ -187,7 +213,10 @@ def build_report(result: RunResult) -> Report:
                       seed=plan.seed, sequences=plan.sequences(), test=TEST,
                       plan=PLANS[plan.rotation], rotation=plan.rotation,
                       deterministic=result.config.deterministic,
-                      questions=questions(result.config, result.dataset.has_references)),
+                      questions=questions(result.config.deterministic,
+                                          result.dataset.has_references,
+                                          blindness(result.levels, result.cells,
+                                                    result.config.tolerance))),
         options=result.config.as_dict(), environment=environment(),
         timing=rounded(result.timing), cells=cells, shard=shard, scores=scores)
     return seal(report)

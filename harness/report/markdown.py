@@ -108,13 +108,16 @@ def _findings(report: Report) -> list[str]:
 
 def _table(cells: tuple[CellResult, ...], value: Callable[[PositionStats], str],
            verdict: bool) -> list[str]:
+    """Per cell and position; with ``verdict``, the cell's verdict and the smallest quality
+    drop at a position it detects first."""
     width = max((len(c.positions) for c in cells), default=1)
-    head = "| cell | " + ("verdict | " if verdict else "")
+    head = "| cell | " + ("verdict | detects | " if verdict else "")
     lines = [head + " | ".join(str(p) for p in range(width)) + " |",
-             "|---|" + ("---|" if verdict else "") + "---|" * width]
+             "|---|" + ("---|---|" if verdict else "") + "---|" * width]
     for c in cells:
         vals = [value(p) for p in c.positions] + [""] * (width - len(c.positions))
-        lines.append(f"| {md(c.id)} | " + (f"{md(c.verdict)} | " if verdict else "")
+        detects = "–" if c.detectable_drop is None else f"{c.detectable_drop:.2f}"
+        lines.append(f"| {md(c.id)} | " + (f"{md(c.verdict)} | {detects} | " if verdict else "")
                      + " | ".join(vals) + " |")
     return lines
 
@@ -124,6 +127,8 @@ def markdown(report: Report) -> str:
     lines = [f"# Batch-position report: **{md(str(report.verdict).upper())}**", "", *_header(report),
              "", "## Findings", "", *_findings(report),
              "", "## Quality against the reference summaries by batch position (* = degraded)", "",
+             "detects: the smallest mean quality drop at one position this run sees with 80% "
+             "power (docs/method.md).", "",
              *_table(report.cells, lambda p: "–" if p.quality is None else
                      f"{'*' if p.degraded else ''}{p.quality:.2f}", True),
              "", "## Agreement with the baseline by batch position (share of outputs that differ "

@@ -34,7 +34,7 @@ from harness.model.report import (
 )
 from harness.model.scores import CellScores, Levels
 from harness.plan import Plan
-from harness.report.build import reported, worst_position
+from harness.report.build import blindness, questions, reported, worst_position
 from harness.report.serialize import load_report, seal
 from harness.stages.analyse import analyse, cell_results
 
@@ -259,7 +259,9 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
         cache=_cache(reports),
         baseline={w: r.baseline[w] for w in beam_widths for r in reports if w in r.baseline},
         goldens={w: g for r in reports for w, g in r.goldens.items()}, goldens_written=(),
-        method=dataclasses.replace(method, sequences=plan.sequences()),
+        method=dataclasses.replace(method, sequences=plan.sequences(), questions=questions(
+            method.deterministic, any(p.quality is not None for c in results for p in c.positions),
+            blindness(levels, results, method.tolerance))),
         options={**base.options, "shard": None}, timing=_timing([r.timing for r in reports]),
         cells=tuple(cells), scores=None,
         shard=ShardInfo(count=len(shards), merged_from=tuple(str(s.folder) for s in shards)))

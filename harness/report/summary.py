@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from harness.model.limits import failing
 from harness.model.report import Report
-from harness.model.vocab import Verdict
+from harness.model.vocab import Question, Verdict
 
 
 def cell_lines(report: Report) -> list[str]:
@@ -18,7 +18,8 @@ def cell_lines(report: Report) -> list[str]:
             continue
         marks = " ".join(f"{'*' if p.degraded else ' '}{p.shown:.2f}" for p in c.positions)
         differ = f"   differ {c.differing:.0%}" if c.differing else ""
-        lines.append(f"{c.id:>12}  {str(c.verdict).upper():5}  {marks}{differ}")
+        sees = f"   detects >= {c.detectable_drop:.2f}" if c.detectable_drop is not None else ""
+        lines.append(f"{c.id:>12}  {str(c.verdict).upper():5}  {marks}{differ}{sees}")
     return lines
 
 
@@ -26,7 +27,8 @@ def legend(report: Report) -> str:
     """What the numbers of ``cell_lines`` are."""
     refs = any(p.quality is not None for c in report.cells for p in c.positions)
     what = "quality vs references" if refs else "agreement with the baseline (no references)"
-    return f"{what} by batch position (* = degraded); differ = outputs unlike batch size 1's:"
+    return (f"{what} by batch position (* = degraded); differ = outputs unlike batch size 1's; "
+            "detects = the smallest quality drop at a position this run sees (80% power):")
 
 
 def finding_lines(report: Report) -> list[str]:
@@ -47,11 +49,14 @@ def drift_lines(report: Report) -> list[str]:
 
 
 def header_lines(report: Report) -> list[str]:
-    """Engine, dataset and baselines."""
+    """Engine, dataset, baselines, and a warning when the quality question is nearly blind."""
     ds = report.dataset
+    quality = report.method.questions.get(Question.QUALITY, "gate")
     return [f"engine {report.engine.path} ({report.engine.backend}); dataset {ds.name}, "
             f"{ds.count} prompts, hash {ds.hash[:12]}",
-            *[f"baseline beam {w}: {name}" for w, name in report.baseline.items()]]
+            *[f"baseline beam {w}: {name}" for w, name in report.baseline.items()],
+            *([f"warning: the batch-size quality question is {quality.removeprefix('gate, but ')}"]
+              if quality.startswith("gate, but") else [])]
 
 
 def closing_lines(report: Report, folder: object) -> list[str]:

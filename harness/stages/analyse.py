@@ -75,7 +75,7 @@ def cell_result(cell: Cell, checks: tuple[LimitCheck, ...], analysis: CellAnalys
         drift=a.drift if a else None, degraded_positions=a.degraded_positions if a else (),
         nondeterministic_positions=a.nondeterministic_positions if a else (),
         omnibus=a.omnibus if a else None, positions=a.positions if a else (),
-        limit_checks=checks, notice=notice)
+        limit_checks=checks, notice=notice, detectable_drop=a.detectable if a else None)
 
 
 def cell_results(cells: Iterable[Cell], checks: Mapping[Cell, tuple[LimitCheck, ...]],

@@ -62,7 +62,9 @@ def level(base: Sequence[str], references: Sequence[str | None], bs1: Row) -> Le
     """Batch size 1's per-prompt agreement with the baseline and quality against the
     references, and the CPU seconds it took."""
     start = time.thread_time()
-    got = Levels(agreement=visited_rouge(base, bs1), quality=visited_rouge(references, bs1))
+    unrelated = tuple(references[1:]) + tuple(references[:1])  # the next document's reference
+    got = Levels(agreement=visited_rouge(base, bs1), quality=visited_rouge(references, bs1),
+                 unrelated=visited_rouge(unrelated, bs1) if len(references) > 1 else ())
     return got, time.thread_time() - start
 
 

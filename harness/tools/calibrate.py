@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -539,13 +538,3 @@ def _summary(outcomes: Sequence[Outcome], s: Settings, ok_all: bool) -> str:
         summary += f"; worst exact localization {worst_exact.exact_rate:.1%} ({worst_exact.model.name})"
     return summary + f"; {s.trials} trials; " + ("all targets met" if ok_all else "TARGETS MISSED")
 
-
-def min_detectable_drop(n: int, sd: float, *, tolerance: float, alpha: float, tests: int,
-                        power: float = 0.8) -> float:
-    """Smallest true mean drop a position test detects with the given power, Bonferroni-bound
-    (Holm is at least as powerful), for a paired-difference standard deviation ``sd``."""
-    from scipy import stats
-
-    t_a = float(stats.t.ppf(1 - alpha / tests, n - 1))
-    t_b = float(stats.t.ppf(power, n - 1))
-    return tolerance + (t_a + t_b) * sd / math.sqrt(n)

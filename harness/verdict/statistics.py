@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from scipy import stats
 
@@ -141,6 +142,31 @@ def _omnibus_drops(reference: Sequence[Sequence[float]], bs1: Sequence[float]) -
     return out
 
 
+def min_detectable_drop(n: int, sd: float, *, tolerance: float, alpha: float, tests: int,
+                        power: float = 0.8) -> float:
+    """Smallest true mean drop a position test detects with the given power, Bonferroni-bound
+    (Holm is at least as powerful), for a paired-difference standard deviation ``sd``."""
+    return tolerance + _t_sum(n, alpha, tests, power) * sd / math.sqrt(n)
+
+
+@lru_cache(maxsize=1024)
+def _t_sum(n: int, alpha: float, tests: int, power: float) -> float:
+    return float(stats.t.ppf(1 - alpha / tests, n - 1)) + float(stats.t.ppf(power, n - 1))
+
+
+def _spread(drops: Sequence[float]) -> float:
+    """The sample standard deviation (0 for fewer than two)."""
+    if len(drops) < 2:
+        return 0.0
+    centre = mean(drops)
+    return math.sqrt(math.fsum((d - centre) ** 2 for d in drops) / (len(drops) - 1))
+
+
+def _quality_drops_at(cs: CellScores, level: Levels, p: int) -> list[float]:
+    seen = [i for i, b in enumerate(cs.baseline[p]) if not math.isnan(b)]
+    return quality_drops([cs.reference[p][i] for i in seen], [level.quality[i] for i in seen])
+
+
 def _stats(cell: Cell, cs: CellScores, level: Levels, p: int, tolerance: float) -> PositionStats:
     """One position's figures and (batch size > 1) its two tests, before Holm."""
     base_row, ref_row = cs.baseline[p], cs.reference[p]
@@ -239,13 +265,13 @@ def _settled(row: list[PositionStats], slots: list[tuple[int | None, int | None]
     return out
 
 
-def _cell(cell: Cell, level: Levels, row: list[PositionStats], omnibus: DropTest | None
-          ) -> CellAnalysis:
+def _cell(cell: Cell, level: Levels, row: list[PositionStats], omnibus: DropTest | None,
+          detectable: float | None) -> CellAnalysis:
     flagged = omnibus is not None and omnibus.flagged
     agreement = mean(level.agreement)
     # the verdict and its message come from what the positions and the omnibus test show
     shape = CellAnalysis(cell=cell, level=agreement, positions=tuple(row), verdict=Verdict.PASS,
-                         message="", omnibus=omnibus)
+                         message="", omnibus=omnibus, detectable=detectable)
     bad, nondet = shape.degraded_positions, shape.nondeterministic_positions
     failed = bool(bad or flagged or nondet)
     positional = any(s.position_test is not None and s.position_test.flagged for s in row)
@@ -267,6 +293,7 @@ def analyze(scores: Mapping[Cell, CellScores], levels: Mapping[int, Levels], *, 
     rows: list[list[PositionStats]] = []
     slots: list[list[tuple[int | None, int | None]]] = []
     omnibus: list[int | None] = []
+    spreads: list[list[tuple[int, float]]] = []  # per cell: (n, sd) of each position's drops
     for cell, cs in scores.items():
         level = levels[cell.beam_width]
         row = [_stats(cell, cs, level, p, tolerance) for p in range(len(cs.baseline))]
@@ -274,8 +301,14 @@ def analyze(scores: Mapping[Cell, CellScores], levels: Mapping[int, Levels], *, 
         drops = _omnibus_drops(cs.reference, level.quality) if cell.batch_size > 1 else []
         omnibus.append(tests.add(_test(drops, tolerance)) if len(drops) >= 2 else None)
         rows.append(row)
+        at = [_quality_drops_at(cs, level, p) for p in range(len(cs.baseline))]
+        spreads.append([(len(d), _spread(d)) for d in at if len(d) >= 2]
+                       if cell.batch_size > 1 else [])
     done = tests.settle(tolerance, alpha, family)
+    m = max(len(done), family or 0, 1)
+    detectable = [max((min_detectable_drop(n, sd, tolerance=tolerance, alpha=alpha, tests=m)
+                       for n, sd in spread), default=None) for spread in spreads]
     return [_cell(cell, levels[cell.beam_width], _settled(row, slot, done, deterministic),
-                  done[oi] if oi is not None else None)
-            for cell, row, slot, oi in zip(scores, rows, slots, omnibus)]
+                  done[oi] if oi is not None else None, d)
+            for cell, row, slot, oi, d in zip(scores, rows, slots, omnibus, detectable)]
 

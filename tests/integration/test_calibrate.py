@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness.__main__ import main
-from harness.tools.calibrate import Settings, Targets, min_detectable_drop, run_calibration, table
+from harness.tools.calibrate import Settings, Targets, run_calibration, table
+from harness.verdict.statistics import min_detectable_drop
 
 
 @pytest.fixture(scope="module")

@@ -81,3 +81,36 @@ def test_bad_golden_engine_stops_before_generating(tmp_path: Path, small_dataset
     assert proc.returncode == 4
     assert "no such engine directory" in proc.stdout + proc.stderr
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
+def test_a_dataset_the_engine_cannot_summarize_is_said_to_leave_quality_nearly_blind(
+        tmp_path: Path, small_dataset: Path):
+    """Outputs that score about as well against other documents' references as against their
+    own: the quality question can hardly see damage, and the run says so (it passed silently
+    at 0.08 everywhere); with references that fit, it does not."""
+    import json
+
+    from harness.config import RunConfig
+    from harness.model.vocab import Question
+    from harness.pipeline import run
+    from harness.report.summary import header_lines
+    from tests.integration.toy_engine import ToyEngine
+
+    rows = [json.loads(line) for line in small_dataset.read_text().splitlines()]
+    unfit = tmp_path / "unfit.jsonl"  # references from a world the engine never writes about
+    unfit.write_text("".join(json.dumps({**r, "summary": f"quarterly zinc tariffs in region {i} "
+                                         "rose as cobalt futures fell"}) + "\n"
+                             for i, r in enumerate(rows)))
+    results = {}
+    for name, data in (("fit", small_dataset), ("unfit", unfit)):
+        config = RunConfig(dataset=str(data), batch_sizes=(1, 4), beam_widths=(1,), no_cache=True,
+                           report_dir=tmp_path / name)
+        results[name] = run(config, engine=ToyEngine(None))
+    fit, unfit_run = (results[k].report for k in ("fit", "unfit"))
+    assert fit is not None and unfit_run is not None
+    assert fit.method.questions[Question.QUALITY] == "gate"
+    said = unfit_run.method.questions[Question.QUALITY]
+    assert said.startswith("gate, but nearly blind here: at beam width 1 batch size 1 scores ")
+    assert any(line.startswith("warning: the batch-size quality question is nearly blind here")
+               for line in header_lines(unfit_run))
+    assert all(c.detectable_drop is not None for c in unfit_run.cells if c.batch_size > 1)

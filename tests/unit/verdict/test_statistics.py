@@ -246,3 +246,24 @@ def test_sparse_cells_test_each_position_on_its_own_prompts():
     assert a.positions[1].quality_test.drop == pytest.approx(0.6)
     assert a.positions[1].position_test.flagged and a.positions[1].differing == 1.0
     assert a.positions[0].differing == 0.0
+
+
+def test_each_cell_says_the_smallest_quality_drop_it_detects():
+    """The power formula of docs/method.md on the cell's own spread: the least sensitive
+    position's n and standard deviation of drops, Bonferroni over the run's tests."""
+    from harness.verdict.statistics import min_detectable_drop
+
+    rng = random.Random(5)
+    q1 = [rng.uniform(0.4, 0.8) for _ in range(32)]
+    quality = [[q + rng.gauss(0.0, 0.05) for q in q1] for _ in range(4)]
+    [one, four] = analyze([_scores(Cell(1, 1), [[1.0] * 32], [q1]),
+                           _scores(Cell(4, 1), [[1.0] * 32] * 4, quality)],
+                          {1: _levels(q1)}, tolerance=0.02, alpha=0.01)
+    assert one.detectable is None  # batch size 1 is the level, not tested
+    tests = 2 * 4 + 1  # two questions per position and the omnibus test
+    sds = [stats.tstd([b - q for q, b in zip(row, q1)]) for row in quality]
+    assert four.detectable == pytest.approx(max(
+        min_detectable_drop(32, sd, tolerance=0.02, alpha=0.01, tests=tests) for sd in sds))
+    [same] = analyze([_scores(Cell(4, 1), [[1.0] * 32] * 4, [q1] * 4)], {1: _levels(q1)},
+                     tolerance=0.02, alpha=0.01)
+    assert same.detectable == pytest.approx(0.02)  # no spread: the tolerance itself
