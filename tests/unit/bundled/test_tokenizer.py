@@ -1,6 +1,6 @@
 """The bundled tokenizer has byte fallback: every character encodes (as its UTF-8 bytes where
 the vocabulary has no token for it) and decodes back, with no ``<unk>``; llama.cpp's GGUF
-conversion needs that (../shared/reference/llama-cpp-notes.md)."""
+conversion needs that (tests/servers/README.md)."""
 
 from __future__ import annotations
 
