@@ -49,18 +49,24 @@ def tokenizer_folder(model_dir: Path, options: EngineOptions, *, backend: str) -
                       "the engine was built from)")
 
 
-def load_tokenizer(model_dir: Path, options: EngineOptions, *, backend: str) -> LoadedTokenizer:
-    """The tokenizer and end/pad ids (--end-id/--pad-id, else eos and pad, else pad = end)."""
+def open_tokenizer(folder: Path, options: EngineOptions) -> Any:
+    """The transformers tokenizer in ``folder`` (local files only; its own code only with
+    --trust-remote-code); EngineError naming the folder otherwise."""
     from transformers import AutoTokenizer
 
-    folder = tokenizer_folder(model_dir, options, backend=backend)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder),
-                                                  trust_remote_code=options.trust_remote_code)
+        return AutoTokenizer.from_pretrained(str(folder),
+                                             trust_remote_code=options.trust_remote_code)
     except Exception as exc:  # transformers raises OSError, ValueError, ImportError, ...
         hint = ("; if it ships its own code, add --trust-remote-code"
                 if not options.trust_remote_code and "trust_remote_code" in str(exc) else "")
         raise EngineError(f"{folder}: cannot load the tokenizer ({describe(exc)}){hint}") from None
+
+
+def load_tokenizer(model_dir: Path, options: EngineOptions, *, backend: str) -> LoadedTokenizer:
+    """The tokenizer and end/pad ids (--end-id/--pad-id, else eos and pad, else pad = end)."""
+    folder = tokenizer_folder(model_dir, options, backend=backend)
+    tokenizer = open_tokenizer(folder, options)
     end_id = options.end_id if options.end_id is not None else tokenizer.eos_token_id
     if end_id is None:
         raise EngineError(f"{folder}: the tokenizer has no eos token; pass --end-id ID")

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.config import RunConfig
 from harness.engines.ranks import current
 from harness.engines.registry import engine_folder
-from harness.engines.tokenizer import has_tokenizer
-from harness.errors import ConfigError, describe
+from harness.engines.tokenizer import has_tokenizer, open_tokenizer
+from harness.errors import ConfigError, EngineError
 from harness.inputs.prompts import render_chat
 from harness.limits.preflight import preflight
 from harness.model.cell import Cell
@@ -86,13 +85,10 @@ def _prompt_lengths(config: RunConfig, engine_dir: Path | None, prompts: list[st
     folder = _tokenizer_folder(config, engine_dir) if engine_dir is not None else None
     if folder is None:
         return None, "unknown (no tokenizer next to the engine: pass --tokenizer DIR)"
-    from transformers import AutoTokenizer
-
     try:
-        tokenizer: Any = AutoTokenizer.from_pretrained(
-            str(folder), trust_remote_code=config.trust_remote_code)
-    except Exception as exc:  # transformers raises OSError, ValueError, ImportError, ...
-        return None, f"unknown (the tokenizer in {folder} did not load: {describe(exc)})"
+        tokenizer = open_tokenizer(folder, config.engine_options())
+    except EngineError as exc:
+        return None, f"unknown ({exc})"
     if config.chat:
         if not getattr(tokenizer, "chat_template", None):
             raise ConfigError(f"--chat: the tokenizer in {folder} has no chat template; drop "

@@ -57,7 +57,8 @@ def _run_args(tmp: Path, dataset: Path, *extra: str) -> list[str]:
 
 
 def _one_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
+    """The one error line on stderr, beside the progress lines a log gets."""
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("progress: ")]
     assert len(lines) == 1 and "Traceback" not in err, err
     return lines[0]
 
