@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from harness.bounds import json_depth_ok, out_of_range
 from harness.errors import ConfigError
-from harness.model.vocab import Rotation, Word
+from harness.model.vocab import CacheReuse, Rotation, Word
 from harness.redact import redact_url
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8)
@@ -130,6 +130,18 @@ def non_negative_int(option: str) -> Callable[[str], int]:
     return _int_at_least(option, 0, "an integer >= 0", "must be >= 0")
 
 
+REUSE_SETTINGS = (CacheReuse.OFF, CacheReuse.ON)  # what --kv-cache-reuse takes
+
+
+def reuse_setting(value: str) -> CacheReuse:
+    """--kv-cache-reuse: off or on (``unknown`` is what a report says of an engine, not a
+    setting); ValueError otherwise."""
+    word = CacheReuse(value)
+    if word not in REUSE_SETTINGS:
+        raise ValueError(value)
+    return word
+
+
 def choice(option: str, words: type[W]) -> Callable[[str], W]:
     """An argparse ``type=`` for one word of a vocabulary."""
 
@@ -141,6 +153,15 @@ def choice(option: str, words: type[W]) -> Callable[[str], W]:
                 f"{option} {value!r}: expected one of {', '.join(w.value for w in words)}") from None
 
     return parse
+
+
+def _reuse_choice(value: str) -> CacheReuse:
+    try:
+        return reuse_setting(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--kv-cache-reuse {value!r}: expected one of "
+            f"{', '.join(w.value for w in REUSE_SETTINGS)}") from None
 
 
 def fraction(option: str, *, low: float, high: float, open_low: bool = False) -> Callable[[str], float]:
@@ -407,6 +428,7 @@ class RunConfig:
     golden_engine: str | None = None
     trtllm_runtime: TrtllmRuntime = TrtllmRuntime.CPP
     dtype: Dtype = Dtype.FLOAT32
+    kv_cache_reuse: CacheReuse = CacheReuse.OFF  # off or on (unknown is what a report says)
     tokenizer: str | None = None
     trust_remote_code: bool = False
     end_id: int | None = None
@@ -429,6 +451,7 @@ class RunConfig:
         object.__setattr__(self, "rotation", Rotation(self.rotation))
         object.__setattr__(self, "trtllm_runtime", TrtllmRuntime(self.trtllm_runtime))
         object.__setattr__(self, "dtype", Dtype(self.dtype))
+        object.__setattr__(self, "kv_cache_reuse", reuse_setting(self.kv_cache_reuse))
 
     @classmethod
     def from_options(cls, values: dict[str, Any], *, root: Path | None = None) -> RunConfig:
@@ -487,7 +510,7 @@ class RunConfig:
         return EngineOptions(tokenizer=self.tokenizer, trust_remote_code=self.trust_remote_code,
                              end_id=self.end_id, pad_id=self.pad_id,
                              trtllm_runtime=self.trtllm_runtime, dtype=self.dtype,
-                             model=self.model,
+                             kv_cache_reuse=self.kv_cache_reuse, model=self.model,
                              request_timeout=self.request_timeout, retries=self.retries)
 
     def decoding(self, beam_width: int) -> DecodingSettings:
@@ -523,6 +546,7 @@ class EngineOptions:
     pad_id: int | None = None
     trtllm_runtime: TrtllmRuntime = RunConfig.trtllm_runtime
     dtype: Dtype = RunConfig.dtype  # hf: the weights and compute dtype
+    kv_cache_reuse: CacheReuse = RunConfig.kv_cache_reuse  # trtllm, llmapi: block reuse off/on
     model: str | None = None  # openai: the server's model name
     request_timeout: float = RunConfig.request_timeout
     retries: int = RunConfig.retries
@@ -615,6 +639,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--trtllm-runtime", "trtllm_runtime", "TensorRT-LLM runner of the trtllm backend: cpp "
                "(ModelRunnerCpp, default) or python (ModelRunner)",
                choice("--trtllm-runtime", TrtllmRuntime), metavar="{cpp,python}"),
+    OptionSpec("--kv-cache-reuse", "kv_cache_reuse", "KV-cache block reuse across requests for "
+               "the trtllm and llmapi backends: off (default: every prompt's prefill is computed in "
+               "its own batch, though the rotation sends it many times) or on (tests prefix-cache "
+               "reuse on purpose); report.json engine.kv_cache_reuse records it, and unknown for a "
+               "server", _reuse_choice, metavar="{off,on}"),
     OptionSpec("--dtype", "dtype", "weights and compute dtype of the hf backend: float32 (default), "
                "bfloat16 or float16, as the model is served on GPUs (goldens are kept per dtype)",
                choice("--dtype", Dtype), metavar="{float32,bfloat16,float16}"),

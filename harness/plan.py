@@ -52,9 +52,13 @@ class Plan:
 
     @property
     def all_cells(self) -> tuple[Cell, ...]:
-        """Reference cells first (they are the baseline), then the cells under test."""
+        """Every cell in the order it is generated: by beam width, and within one width the
+        batch-size-1 reference first (the baseline its cells are scored against), then the
+        cells under test. Grouped by width because an engine's decoder serves one beam width
+        per load (a TensorRT-LLM runner is reloaded when the width changes)."""
         extra = tuple(c for c in self.cells if c not in self.reference_cells)
-        return self.reference_cells + extra
+        return tuple(sorted(self.reference_cells + extra,
+                            key=lambda c: (c.beam_width, c not in self.reference_cells)))
 
     def shard(self, index: int, count: int) -> Plan:
         """The plan of shard ``index`` (1-based) of ``count``: its cells (see ``shard_cells``) plus

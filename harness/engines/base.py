@@ -17,7 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from harness.config import DecodingSettings
-from harness.model.vocab import Word
+from harness.model.report import KvCacheReuse
+from harness.model.vocab import CacheReuse, Word
+
+UNSAID_REUSE = KvCacheReuse(CacheReuse.UNKNOWN, "the engine does not say whether it serves a "
+                            "prompt's prefill from KV-cache blocks of earlier requests")
 
 
 class FailureKind(Word):
@@ -75,6 +79,7 @@ class EngineInfo:
     identity: str  # the model's identity (weights hash): goldens are keyed by it
     config: dict[str, Any] | None = None  # the engine's config.json, when it has one
     details: dict[str, Any] = field(default_factory=dict)
+    kv_cache_reuse: KvCacheReuse = UNSAID_REUSE  # the backend sets what it asked for and how
 
 
 @runtime_checkable

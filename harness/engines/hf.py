@@ -14,6 +14,8 @@ from typing import Any
 from harness.config import DecodingSettings, Dtype, EngineOptions
 from harness.engines.base import EngineBase, EngineInfo, Generation
 from harness.errors import EngineError, first_line
+from harness.model.report import KvCacheReuse
+from harness.model.vocab import CacheReuse
 from harness.storage.fingerprint import weights_identity
 
 
@@ -52,7 +54,10 @@ class HFEngine(EngineBase):
         self.info = EngineInfo(backend="hf", path=str(self.path),
                                identity=identity if self.dtype == Dtype.FLOAT32
                                else f"{self.dtype}:{identity}",
-                               config=None, details={"device": self.device, "dtype": self.dtype.value})
+                               config=None, details={"device": self.device, "dtype": self.dtype.value},
+                               kv_cache_reuse=KvCacheReuse(
+                                   CacheReuse.OFF, "transformers generate() computes every call's "
+                                   "prefill; it keeps no KV cache between calls"))
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]

@@ -27,7 +27,11 @@ dropped); 0.15/0.16 ``LlmArgs`` has no ``max_beam_width`` (TypeError), so there 
 built with ``build_config=BuildConfig(max_beam_width=W)``. Beam parameters follow the line's
 ``SamplingParams``: OpenAI style (``use_beam_search, n, best_of``), or ``beam_width=W`` where it
 also has Hugging Face style fields (0.15/0.16-era), whose ``_check_arguments`` reads
-``beam_width``. ``close()`` calls ``shutdown()``, or ``_shutdown()`` (0.15/0.16).
+``beam_width``. ``close()`` calls ``shutdown()``, or ``_shutdown()`` (0.15/0.16), and releases
+the LLM, as every reload does before the next LLM loads. Every LLM gets
+``kv_cache_config=KvCacheConfig(enable_block_reuse=...)`` (off unless --kv-cache-reuse on):
+1.x turns block reuse on by default, which would serve the rotation's repeated prompts their
+prefill from earlier batches.
 ``tensorrt_llm`` is imported when an engine is constructed, never when this module is.
 """
 
@@ -81,7 +85,7 @@ class LlmApiEngine(EngineBase):
     """An engine directory or checkpoint driven through ``LLM.generate``."""
 
     # what it reads of the load options: no --trtllm-runtime (the LLM API picks its own)
-    reads_options = frozenset({"tokenizer", "end_id", "pad_id", "trust_remote_code"})
+    reads_options = frozenset({"tokenizer", "end_id", "pad_id", "trust_remote_code", "kv_cache_reuse"})
 
     def __init__(self, path: str | Path, *, options: EngineOptions | None = None) -> None:
         options = options or EngineOptions()
@@ -107,6 +111,7 @@ class LlmApiEngine(EngineBase):
         self.tokens = load_tokenizer(self.path, options, backend="llmapi")
         self.tokenizer = self.tokens.tokenizer
         self.trust_remote_code = options.trust_remote_code
+        self.reuse = compat.llm_reuse(version, options.kv_cache_reuse)
         self._tqdm = "use_tqdm" in inspect.signature(self.llm_class.generate).parameters
         self.llm: Any = None
         self.llm_beam_width: int | None = None
@@ -122,15 +127,14 @@ class LlmApiEngine(EngineBase):
                      "tokenizer": str(self.tokens.folder), "end_id": self.tokens.end_id,
                      "pad_id": self.tokens.pad_id, "trust_remote_code": options.trust_remote_code,
                      "batch_position": "submission order within one LLM.generate call; the LLM "
-                                       "API's scheduler decides the real batches"})
+                                       "API's scheduler decides the real batches"},
+            kv_cache_reuse=self.reuse.status)
 
     def _load(self, beam_width: int | None) -> None:
         """(Re)build the LLM; for a checkpoint with a maximum beam width of ``beam_width``."""
-        old, self.llm = self.llm, None
-        if old is not None:
-            compat.shutdown(old)
+        self._release()
         base: dict[str, Any] = {"model": str(self.path), "tokenizer": str(self.tokens.folder),
-                                "trust_remote_code": self.trust_remote_code}
+                                "trust_remote_code": self.trust_remote_code, **self.reuse.kwargs}
         self.llm = self.llm_class(**base) if beam_width is None else self._construct(base, beam_width)
         self.llm_beam_width = beam_width
 
@@ -182,10 +186,16 @@ class LlmApiEngine(EngineBase):
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]
 
+    def _release(self) -> None:
+        """Shut the LLM down (``shutdown()``, or ``_shutdown()`` on 0.15/0.16) and drop it before
+        another loads: one engine fills the GPU."""
+        if self.llm is not None:
+            slot, self.llm = [self.llm], None
+            compat.release(slot)
+
     def close(self) -> None:
-        llm, self.llm, self.closed = self.llm, None, True
-        if llm is not None:
-            compat.shutdown(llm)  # shutdown(), or _shutdown() on 0.15/0.16
+        self.closed = True
+        self._release()
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         llm = self._llm_for(settings.beam_width)

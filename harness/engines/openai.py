@@ -50,10 +50,16 @@ from harness.engines.base import BatchError, EngineBase, EngineInfo, FailureKind
 from harness.engines.beams import BeamCheck
 from harness.engines.http_batch import Answer, send_batch
 from harness.errors import EngineError
+from harness.model.report import KvCacheReuse
+from harness.model.vocab import CacheReuse
 from harness.redact import redact_url
 
 POSITION_SEMANTICS = ("arrival slot: requests are sent concurrently in position order; the "
                       "server's scheduler decides the real batch")
+SERVER_REUSE = KvCacheReuse(
+    CacheReuse.UNKNOWN, "a server decides and the OpenAI API has no setting for it (vLLM's prefix "
+    "caching and llama-server's cache_prompt are on by default): a prompt sent again may have "
+    "its prefill served from an earlier request's cached blocks, which hides a fault in prefill")
 BEAM_SEARCH_FIELDS = ("use_beam_search", "n", "best_of", "length_penalty", "early_stopping")
 LOAD_TIMEOUT_S = 10.0  # GET /v1/models answers at once on a live server
 BACKOFF_S = 0.5  # before retry k: BACKOFF_S * 2**k
@@ -135,7 +141,7 @@ class OpenAIEngine(EngineBase):
         if isinstance(root, str) and root and root != self.model:
             identity += f"@{root}"
         self.info = EngineInfo(
-            backend="openai", path=self.shown, identity=identity, config=None,
+            kv_cache_reuse=SERVER_REUSE, backend="openai", path=self.shown, identity=identity, config=None,
             details={"position_semantics": POSITION_SEMANTICS,
                      "model": self.model, "served_models": served,
                      "model_entry": {k: v for k, v in entry.items() if k != "created"},

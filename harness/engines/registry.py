@@ -28,10 +28,11 @@ URL_BACKEND = "openai"  # chosen for --engine http://... and https://...
 # Options read when an engine loads, passed in EngineOptions to a class that takes ``options``.
 LOAD_OPTIONS = {"tokenizer": "--tokenizer", "end_id": "--end-id", "pad_id": "--pad-id",
                 "trtllm_runtime": "--trtllm-runtime", "trust_remote_code": "--trust-remote-code",
-                "dtype": "--dtype"}
+                "dtype": "--dtype", "kv_cache_reuse": "--kv-cache-reuse"}
 READ_BY = {"tokenizer": "the trtllm and llmapi backends", "end_id": "the trtllm and llmapi backends",
            "pad_id": "the trtllm and llmapi backends", "trust_remote_code": "the trtllm and llmapi "
-           "backends", "trtllm_runtime": "the trtllm backend", "dtype": "the hf backend"}
+           "backends", "trtllm_runtime": "the trtllm backend", "dtype": "the hf backend",
+           "kv_cache_reuse": "the trtllm and llmapi backends"}
 
 
 def _import_module(name: str, roots: Sequence[Path]) -> ModuleType:

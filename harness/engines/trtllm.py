@@ -12,12 +12,22 @@ engine is tested as it was built. Calls follow trtllm-facts §2:
 - the runner's own refusals (``num_beams`` above the engine's ``max_beam_width``, a batch
   or prompt too large) propagate unchanged, so that cell fails with the runner's message
   and the rest of the run continues;
-- releases whose in-flight batching refuses a beam width other than the executor's maximum
-  (~0.10-0.13, see ``trtllm_compat``) get a ``ModelRunnerCpp`` loaded per beam width
-  (``max_beam_width=W``), the previous one shut down first; on any other release, one such
-  refusal switches to that (single process only); the output's beam dimension may be the
-  executor's maximum (to 0.13, unused beams empty) or the request's: only the first W are cut;
-- ``close()`` shuts the runner's Executor down (0.10 on) instead of leaving it to the GC.
+- a runner serves one beam width, since its decoder's mode and width are fixed when it is
+  loaded (0.9 ``GptSession``) or by its first call (the Python session), and in-flight
+  batching of ~0.10-0.13 refuses other widths (``trtllm_compat``): ``ModelRunnerCpp`` is
+  loaded with ``max_beam_width=W`` per beam width, as TensorRT-LLM's ``examples/run.py`` does,
+  and ``ModelRunner`` afresh; cells run in order of beam width, so each width loads once. A
+  cell wider than the engine loads the engine's maximum, whose runner refuses it by name;
+- the previous runner is shut down (the Executor, 0.10 on) and released before the next one
+  loads, and no kept error holds it: one engine's weights and KV cache fill the GPU;
+- KV-cache block reuse is asked for off (``kv_cache_enable_block_reuse=False`` where from_dir
+  takes it) unless --kv-cache-reuse on: the rotation sends each prompt many times, and a
+  prefill served from an earlier batch's blocks would hide a fault in prefill;
+- an engine of the 0.5-0.8 builders is refused in one line (it does not deserialize under the
+  TensorRT that 0.9 and later pin);
+- the output's beam dimension may be the executor's maximum (to 0.13, unused beams empty) or
+  the request's: only the first W are cut;
+- ``close()`` shuts the runner's Executor down (0.10 on) and releases the runner.
 
 ``tensorrt_llm`` is imported when an engine is constructed, never when this module is.
 """
@@ -32,7 +42,6 @@ from harness.config import DecodingSettings, EngineOptions, TrtllmRuntime
 from harness.engines import trtllm_compat as compat
 from harness.engines.base import EngineBase, EngineInfo, Generation
 from harness.engines.lazy import require
-from harness.engines.ranks import world_size
 from harness.engines.tokenizer import load_tokenizer
 from harness.errors import EngineError, describe
 from harness.limits.engine_config import read_engine_config
@@ -85,7 +94,7 @@ class TrtllmEngine(EngineBase):
 
     # an engine's dtype is fixed when it is built: --dtype is the hf backend's
     reads_options = frozenset({"tokenizer", "end_id", "pad_id", "trtllm_runtime",
-                               "trust_remote_code"})
+                               "trust_remote_code", "kv_cache_reuse"})
 
     def __init__(self, path: str | Path, *, options: EngineOptions | None = None) -> None:
         options = options or EngineOptions()
@@ -101,6 +110,8 @@ class TrtllmEngine(EngineBase):
         runtime = require("tensorrt_llm.runtime", backend="trtllm", package="TensorRT-LLM",
                           extra="trtllm")
         self.version = str(getattr(trt, "__version__", "unknown"))
+        if limits.layout == Layout.LEGACY:
+            raise EngineError(compat.legacy_refusal(self.path, self.version))
         self.runner_name = RUNNERS[runtime_word]
         self.runner_cls: Any = getattr(runtime, self.runner_name, None)
         if self.runner_cls is None:
@@ -111,65 +122,69 @@ class TrtllmEngine(EngineBase):
         self.tokenizer = self.tokens.tokenizer
         mpi_rank = getattr(trt, "mpi_rank", None)
         self.rank = int(mpi_rank()) if callable(mpi_rank) else 0
-        self._setup_widths(runtime_word, limits.max_beam_width)
-        self.runner: Any = self._load_first(limits.layout, runtime_word)
+        self.engine_max = limits.max_beam_width
+        self.sizes_width = compat.takes_keyword(self.runner_cls.from_dir, "max_beam_width")
+        self.reuse = compat.runner_reuse(self.runner_cls, self.runner_name, self.version,
+                                         options.kv_cache_reuse)
+        self.runner: Any = None
+        self.runner_width: int | None = None  # the beam width the runner serves (None: any)
+        self.closed = False
+        self.failures = compat.LoadFailures()
+        self._load_first()
         self.info = EngineInfo(
             backend="trtllm", path=str(self.path), identity=weights_identity(files), config=config,
             details={"runtime": runtime_word.value, "runner": self.runner_name,
                      "tensorrt_llm": self.version, "engine_version": limits.version, "rank": self.rank,
-                     "runner_per_beam_width": self.per_width,
+                     "runner_per_beam_width": compat.PER_WIDTH[runtime_word],
                      "tokenizer": str(self.tokens.folder), "end_id": self.tokens.end_id,
-                     "pad_id": self.tokens.pad_id, "trust_remote_code": options.trust_remote_code})
-
-    def _setup_widths(self, runtime: TrtllmRuntime, engine_max: int | None) -> None:
-        """Whether ModelRunnerCpp is loaded per beam width (releases whose in-flight batching
-        refuses a width other than the executor's maximum), and whether a refusal seen at run
-        time may switch to that (one process only: other ranks would not see it)."""
-        can = runtime == TrtllmRuntime.CPP and compat.takes_keyword(self.runner_cls.from_dir, "max_beam_width")
-        self.per_width = can and compat.refuses_other_beam_widths(self.version)
-        self.may_switch = can and world_size() == 1
-        self.engine_max = engine_max
-        self.runner_width: int | None = None  # the max_beam_width the runner was loaded with
-        self.closed = False
-        self.failures = compat.LoadFailures()
+                     "pad_id": self.tokens.pad_id, "trust_remote_code": options.trust_remote_code},
+            kv_cache_reuse=self.reuse.status)
 
     def _from_dir(self, width: int | None) -> Any:
-        kwargs: dict[str, Any] = {"engine_dir": str(self.path), "rank": self.rank}
-        if width is not None:
+        kwargs: dict[str, Any] = {"engine_dir": str(self.path), "rank": self.rank, **self.reuse.kwargs}
+        if width is not None and self.sizes_width:
             kwargs["max_beam_width"] = width
         return self.runner_cls.from_dir(**kwargs)
 
-    def _load_first(self, layout: Layout, runtime: TrtllmRuntime) -> Any:
+    def _load_first(self) -> None:
+        """The runner for the first cells (greedy, in plan order), loaded now so that an engine
+        that does not load stops the run before any cell."""
+        width = self._target_width(1)
         try:
-            return self._from_dir(None)
+            self.runner = self._from_dir(width)
         except Exception as exc:
-            hint = ""
-            if layout == Layout.LEGACY and runtime == TrtllmRuntime.PYTHON:
-                hint = ("; this release's Python ModelRunner does not read this legacy (0.5-0.8) "
-                        "config.json: run it with --trtllm-runtime cpp")
             raise EngineError(f"TensorRT-LLM {self.version}: {self.runner_name}.from_dir({self.path}) "
-                              f"failed: {describe(exc)}{hint}") from None
+                              f"failed: {describe(exc)}") from None
+        self.runner_width = width
 
     def _target_width(self, beams: int) -> int | None:
-        """The max_beam_width to load for a cell: its own, or the engine's (None) for a cell
-        the engine cannot run, so that the runner refuses it naming the engine's limit."""
-        if self.engine_max is not None and beams >= self.engine_max:
+        """The beam width a runner is loaded for: the cell's own, or None (the engine's maximum)
+        for a cell the engine cannot run, so that the runner refuses it naming the limit."""
+        if self.engine_max is not None and beams > self.engine_max:
             return None
         return beams
 
     def _runner_for(self, beams: int) -> Any:
+        """One runner serves one beam width: the decoder's mode and width are fixed when a
+        runner is loaded (C++) or by its first call (Python), see trtllm_compat."""
         if self.closed:
             raise RuntimeError(f"{self.path}: the engine was closed")
-        target = self._target_width(beams) if self.per_width else self.runner_width
+        target = self._target_width(beams)
         if self.runner is None or target != self.runner_width:
             self._reload(target)
         return self.runner
 
+    def _release(self) -> None:
+        """Free the runner before another loads: one engine's weights and KV cache (sized from
+        the free memory at load) fill the GPU."""
+        if self.runner is not None:
+            slot, self.runner = [self.runner], None
+            compat.release(slot)
+
     def _reload(self, width: int | None) -> None:
         self.failures.check(width)
-        old, self.runner = self.runner, None
-        if old is not None:
-            compat.shutdown(old)  # the executor's GPU memory is needed for the next one
+        self._release()
+        self.runner_width = None
         try:
             self.runner = self._from_dir(width)
         except Exception as exc:
@@ -184,21 +199,18 @@ class TrtllmEngine(EngineBase):
         return [len(ids) for ids in self._encode(prompts)]
 
     def close(self) -> None:
-        runner, self.runner, self.closed = self.runner, None, True
-        if runner is not None:
-            compat.shutdown(runner)  # the Executor (0.10 on); older runners free when released
+        self.closed = True
+        self._release()
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         ids = self._encode(prompts)
         beams = settings.beam_width
         try:
             out = self._call(self._runner_for(beams), ids, settings)
-        except RuntimeError as exc:
-            if not (compat.is_width_refusal(exc) and self.may_switch and not self.per_width):
-                raise
-            self.per_width = True  # this release refuses other widths: load per beam width now
-            self.info.details["runner_per_beam_width"] = True
-            out = self._call(self._runner_for(beams), ids, settings)
+        except Exception as exc:
+            # without the traceback, whose frames hold the runner: a kept error must not keep
+            # an engine's GPU memory from the next load
+            raise exc.with_traceback(None) from None
         if self.rank != 0 and not out:
             # ModelRunnerCpp returns outputs on the leader rank only; the others took part
             # in the same call and have nothing to score (harness.pipeline.follow ignores it)

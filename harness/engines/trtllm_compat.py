@@ -1,45 +1,57 @@
 """What differs between TensorRT-LLM release lines, for the trtllm and llmapi backends.
 
-Each rule names the line and where its behaviour lives (docs/trtllm-versions.md has the matrix):
+Each rule names the line and where its behaviour lives (docs/trtllm-versions.md has the matrix,
+with the source file and line of each):
 
-- in-flight batching of roughly 0.10-0.13 refuses a request whose beam width differs from the
-  executor's ``max_beam_width`` ("Request with beam width 1 differs from the max beam width 3",
-  NVIDIA/TensorRT-LLM #1282, tensorrtllm_backend #154): ``ModelRunnerCpp`` is then loaded per
-  beam width, and a release outside that range that still refuses is recognised by the text;
+- a runner's decoder serves one beam width: 0.9's ``GptSession`` fixes its decoder's mode at
+  load (beam search when ``maxBeamWidth > 1``, sampling when 1) and refuses the other mode and
+  any wider beam; the Python ``GenerationSession`` is configured by its first call; in-flight
+  batching of ~0.10-0.13 refuses a width other than the executor's maximum. So the trtllm
+  backend loads a runner per beam width (``max_beam_width=W`` for ``ModelRunnerCpp``, as
+  TensorRT-LLM's own ``examples/run.py`` does; a fresh ``ModelRunner``), releasing the last one
+  first (``release``);
+- KV-cache block reuse: ``ModelRunnerCpp.from_dir(kv_cache_enable_block_reuse=...)`` where the
+  release has it, off by default; 1.x's LLM API turns it on by default
+  (``KvCacheConfig.enable_block_reuse``); the harness asks for it off unless --kv-cache-reuse on;
 - 0.15/0.16 ``LlmArgs`` has no ``max_beam_width`` (a TypeError), the limit is
   ``BuildConfig.max_beam_width``; 1.0's PyTorch backend wants ``max_beam_width == best_of``,
   ``disable_overlap_scheduler=True`` and (in some releases) ``cuda_graph_config=None``;
 - 0.15/0.16 ``LLM`` frees its executor only through ``_shutdown()``; later ones have ``shutdown()``;
-  ``ModelRunnerCpp`` from 0.10 holds an ``Executor`` (``runner.session``) with ``shutdown()``.
+  ``ModelRunnerCpp`` from 0.10 holds an ``Executor`` with ``shutdown()`` (``.session`` to 0.16,
+  ``.executor`` in 1.x); 0.9's ``GptSession`` has none and is freed when released;
+- engines of the 0.5-0.8 builders (legacy config.json) do not deserialize under the TensorRT
+  that 0.9 and later pin: refused in one line.
 """
 
 from __future__ import annotations
 
+import gc
+import importlib
 import inspect
-import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from harness.errors import describe
+from harness.config import TrtllmRuntime
+from harness.errors import EngineError, describe
+from harness.model.report import KvCacheReuse
+from harness.model.vocab import CacheReuse
 
-WIDTH_REFUSAL = "differs from the max beam width"
-REFUSING_RELEASES = ((0, 10), (0, 14))  # [from, to): the in-flight batching of these releases
-
-
-def release(version: str) -> tuple[int, int] | None:
-    """``(major, minor)`` of a TensorRT-LLM version string ("0.13.0.dev2024082000" -> (0, 13))."""
-    match = re.match(r"(\d+)\.(\d+)", version or "")
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def refuses_other_beam_widths(version: str) -> bool:
-    """Whether this release's ModelRunnerCpp refuses a beam width other than its maximum."""
-    found = release(version)
-    return found is not None and REFUSING_RELEASES[0] <= found < REFUSING_RELEASES[1]
+# how the trtllm backend's runners serve beam widths (report.json engine.details)
+PER_WIDTH = {TrtllmRuntime.CPP: "ModelRunnerCpp.from_dir(max_beam_width=W) per beam width",
+             TrtllmRuntime.PYTHON: "a fresh ModelRunner per beam width (its first call fixes "
+                                   "the decoder's width)"}
+REUSE_KEYWORD = "kv_cache_enable_block_reuse"  # ModelRunnerCpp.from_dir, where the release has it
 
 
-def is_width_refusal(exc: BaseException) -> bool:
-    return WIDTH_REFUSAL in str(exc)
+def legacy_refusal(path: Path, version: str) -> str:
+    """One line for an engine of the 0.5-0.8 builders under a release that cannot read it."""
+    return (f"{path}: a TensorRT-LLM 0.5-0.8 engine (legacy config.json with builder_config); it "
+            f"does not deserialize under the TensorRT that TensorRT-LLM {version} pins (each "
+            "release pins its own TensorRT build): rebuild it with this release's trtllm-build, "
+            "or run it under the release that built it (its build limits can still be checked: "
+            "python -m harness run --dry-run)")
 
 
 def takes_keyword(func: Callable[..., Any], name: str) -> bool:
@@ -54,13 +66,73 @@ def takes_keyword(func: Callable[..., Any], name: str) -> bool:
 
 def shutdown(obj: Any) -> None:
     """Free what a runner or LLM holds: ``shutdown()``, else 0.15/0.16's ``_shutdown()``, else a
-    ModelRunnerCpp's Executor (``session.shutdown()``); nothing for objects that have none."""
-    for target in (obj, getattr(obj, "session", None)):
+    ModelRunnerCpp's Executor (``.session`` to 0.16, ``.executor`` in 1.x); nothing for objects
+    that have none (0.9's GptSession, the Python session: freed when released)."""
+    for target in (obj, getattr(obj, "session", None), getattr(obj, "executor", None)):
         for name in ("shutdown", "_shutdown"):
             method = getattr(target, name, None) if target is not None else None
             if callable(method):
                 method()
                 return
+
+
+def release(slot: list[Any]) -> None:
+    """Shut down the one object in ``slot`` where it can be, then drop it. It is handed over in
+    a list, which this empties, so that no caller's frame still holds it: what has no shutdown
+    (0.9's GptSession) is freed here, cycles included, and the CUDA allocator's cache is
+    returned before the next load."""
+    obj = slot.pop()
+    shutdown(obj)
+    del obj
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception:  # no torch, or no driver: nothing cached to return
+        pass
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """The load keywords that set KV-cache block reuse, and what the report says of it."""
+
+    status: KvCacheReuse
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def runner_reuse(runner_cls: Any, name: str, version: str, setting: CacheReuse) -> Reuse:
+    """Block reuse for a ``tensorrt_llm.runtime`` runner: the from_dir keyword where the
+    release has one; without it, the release reuses nothing and ``on`` is refused."""
+    on = setting == CacheReuse.ON
+    if takes_keyword(runner_cls.from_dir, REUSE_KEYWORD):
+        return Reuse(KvCacheReuse(setting, f"{name}.from_dir({REUSE_KEYWORD}={on}), TensorRT-LLM "
+                                           f"{version}"), {REUSE_KEYWORD: on})
+    if on:
+        raise EngineError(f"--kv-cache-reuse on: TensorRT-LLM {version}'s {name}.from_dir has no "
+                          f"{REUSE_KEYWORD} (this runner reuses no KV-cache blocks across "
+                          "requests): drop the option, or use a release that has it")
+    return Reuse(KvCacheReuse(CacheReuse.OFF, f"TensorRT-LLM {version}'s {name} has no KV-cache "
+                                              "block reuse across requests"))
+
+
+def llm_reuse(version: str, setting: CacheReuse) -> Reuse:
+    """Block reuse for the LLM API: ``kv_cache_config=KvCacheConfig(enable_block_reuse=...)``
+    (``tensorrt_llm.llmapi.KvCacheConfig``; 1.x's ``llm_args.py`` defaults it to True, so it is
+    always passed); a release without that class is refused for ``on`` and unknown otherwise."""
+    try:
+        config_cls = importlib.import_module("tensorrt_llm.llmapi").KvCacheConfig
+    except (ImportError, AttributeError):
+        if setting == CacheReuse.ON:
+            raise EngineError(f"--kv-cache-reuse on: TensorRT-LLM {version} has no "
+                              "tensorrt_llm.llmapi.KvCacheConfig to ask for it: drop the option") from None
+        return Reuse(KvCacheReuse(CacheReuse.UNKNOWN, f"TensorRT-LLM {version} has no "
+                                  "tensorrt_llm.llmapi.KvCacheConfig: its default decides"))
+    on = setting == CacheReuse.ON
+    return Reuse(KvCacheReuse(setting, f"LLM(kv_cache_config=KvCacheConfig(enable_block_reuse={on})), "
+                                       f"TensorRT-LLM {version}"),
+                 {"kv_cache_config": config_cls(enable_block_reuse=on)})
 
 
 def rejected_keyword(exc: BaseException, keywords: Iterable[str]) -> str | None:

@@ -12,7 +12,7 @@ from harness.model.analysis import DropTest, PositionStats
 from harness.model.cell import Cell
 from harness.model.limits import EngineLimits, LimitCheck, MemoryBudget
 from harness.model.scores import CellScores, Levels
-from harness.model.vocab import FindingKind, Question, Rotation, Verdict
+from harness.model.vocab import CacheReuse, FindingKind, Question, Rotation, Verdict
 
 SCHEMA_VERSION = 2  # 2: the three questions (position dependence, batch-size quality, determinism)
 HASH_METHOD = "sha256 of this JSON without 'integrity', keys sorted, separators (',', ':'), UTF-8"
@@ -130,6 +130,15 @@ class EngineFile:
 
 
 @dataclass(frozen=True)
+class KvCacheReuse:
+    """Whether KV-cache (prefix) reuse was off, on or unknown in a run, and how that is known:
+    the setting passed and where the release reads it, or why it could not be controlled."""
+
+    setting: CacheReuse
+    how: str
+
+
+@dataclass(frozen=True)
 class EngineSection:
     """The engine under test: where, through which backend, and which weights."""
 
@@ -138,6 +147,7 @@ class EngineSection:
     identity: str
     details: dict[str, Any] = field(default_factory=dict)
     files: tuple[EngineFile, ...] = ()
+    kv_cache_reuse: KvCacheReuse | None = None  # None: a report from before it was recorded
 
 
 @dataclass(frozen=True)

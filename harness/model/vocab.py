@@ -43,6 +43,16 @@ class Layout(Word):
     EMULATOR = "emulator"  # unified plus the emulator's own section
 
 
+class CacheReuse(Word):
+    """Whether an engine serves a prompt's prefill from KV-cache blocks an earlier request
+    computed (TensorRT-LLM's block reuse, vLLM's prefix caching, llama-server's cache_prompt).
+    The rotation sends each prompt many times, so reuse changes what a position test measures."""
+
+    OFF = "off"  # every prefill computed for its own batch: the default the harness asks for
+    ON = "on"  # asked for (--kv-cache-reuse on): prefix-cache bugs are tested on purpose
+    UNKNOWN = "unknown"  # the engine decides and does not say (a server, a module:Class)
+
+
 class FindingKind(Word):
     """The known fault signatures a failing cell can match (harness.verdict.signatures)."""
 

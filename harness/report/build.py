@@ -201,7 +201,7 @@ def build_report(result: RunResult) -> Report:
         signoff=Signoff(by=result.config.signoff_by, at=result.finished, engine=info.path,
                         identity=info.identity, verdict=result.verdict),
         engine=EngineSection(path=info.path, backend=info.backend, identity=info.identity,
-                             details=info.details,
+                             details=info.details, kv_cache_reuse=info.kv_cache_reuse,
                              files=tuple(EngineFile(**f) for f in engine_files(info.path))),
         limits=result.limits, memory=result.memory,
         cache=result.cache or CacheStats(folder=None, enabled=False, reason="off"),

@@ -59,6 +59,8 @@ def _header(report: Report) -> list[str]:
     semantics = (eng.details or {}).get("position_semantics")
     lines = [f"- Engine: {md(eng.path)} ({md(eng.backend)}, {md(eng.identity)})",
              *([f"- Batch position: {md(semantics)}"] if semantics else []),
+             *([f"- KV-cache reuse across requests: {md(eng.kv_cache_reuse.setting)} "
+                f"({md(eng.kv_cache_reuse.how)})"] if eng.kv_cache_reuse else []),
              f"- Dataset: {md(ds.name)}, {md(ds.count)} prompts, hash {md(ds.hash[:12])}"
              + (f" (subset of {md(ds.subset.of)}, seed {md(ds.subset.seed)})" if ds.subset else ""),
              f"- Build limits: max_batch_size {md(lim.max_batch_size)}, max_beam_width "

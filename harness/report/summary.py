@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from harness.model.limits import failing
 from harness.model.report import Report
-from harness.model.vocab import Question, Verdict
+from harness.model.vocab import CacheReuse, Question, Verdict
 
 
 def cell_lines(report: Report) -> list[str]:
@@ -55,6 +55,9 @@ def header_lines(report: Report) -> list[str]:
     return [f"engine {report.engine.path} ({report.engine.backend}); dataset {ds.name}, "
             f"{ds.count} prompts, hash {ds.hash[:12]}",
             *[f"baseline beam {w}: {name}" for w, name in report.baseline.items()],
+            *([f"KV-cache reuse across requests: {reuse.setting} ({reuse.how})"]
+              if (reuse := report.engine.kv_cache_reuse) is not None
+              and reuse.setting != CacheReuse.OFF else []),
             *([f"warning: the batch-size quality question is {quality.removeprefix('gate, but ')}"]
               if quality.startswith("gate, but") else [])]
 

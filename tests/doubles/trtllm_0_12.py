@@ -41,7 +41,17 @@ index, so this is the nearest state read:
 - ``runtime/model_runner.py`` ``ModelRunner.from_dir(engine_dir, max_output_len=None,
   lora_dir=None, rank=0, debug_mode=False, lora_ckpt_source="hf", medusa_choices=None,
   stream=None, gpu_weights_percent=1, enable_context_fmha_fp32_acc=None)``: positional, with
-  ``max_output_len`` second; the Python session has no executor and no such refusal.
+  ``max_output_len`` second; the Python session has no executor and no such refusal, but its
+  decoder is configured by its first call (``thop/dynamicDecodeOp.cpp`` l.56 creates it in
+  ``DecodingMode::Auto()``; ``layers/dynamicDecodeLayer.cpp`` l.111-124 then refuses other
+  widths; ``trtllm_common.first_call_decoder``); ``ModelRunner.from_dir`` takes no beam width
+  (``model_runner.py`` l.580-592).
+- Memory: ``ModelRunnerCpp`` keeps the Executor as ``self.session`` (``model_runner_cpp.py``
+  l.52) and has no shutdown of its own; the Executor binding has ``shutdown()``
+  (``pybind/executor/executor.cpp`` l.72-87): until then, or until released, it holds the GPU.
+- KV-cache block reuse: ``from_dir(kv_cache_enable_block_reuse=False)`` (l.87, passed to
+  ``KvCacheConfig`` l.231; the executor's own default is off too, ``executor/executor.h``
+  l.494).
 
 Not modelled: legacy (builder_config) engines (an engine from 0.5-0.8 would not deserialize
 with this release's TensorRT anyway), the hlapi ``LLM`` beyond its refusal by the llmapi backend.
@@ -83,7 +93,8 @@ class ModelRunnerCpp(common.ExecutorRunner):
                  kv_cache_enable_block_reuse: bool = False, enable_chunked_context: bool = False,
                  is_enc_dec: bool = False, multi_block_mode: bool | None = None,
                  enable_context_fmha_fp32_acc: bool | None = None) -> ModelRunnerCpp:
-        return cls.load(engine_dir, rank, max_batch_size, max_beam_width)
+        return cls.load(engine_dir, rank, max_batch_size, max_beam_width,
+                        kv_cache_enable_block_reuse=kv_cache_enable_block_reuse)
 
     def width(self, beams: int) -> int:
         return self.max_beam_width

@@ -38,7 +38,12 @@ v0.16.0 = 42a7b09), as stored in the index:
   source; trtllm-facts §2 places the refusal at ~0.10-0.13 and a relaxed check later: modelled
   as accepted (inferred).
 - ``ModelRunner.from_dir(engine_dir, *, max_output_len=None, lora_dir=None, rank=0, ...)``
-  keyword-only as trtllm-facts §2 records it (``model_runner.py`` is not stored at these commits).
+  keyword-only as trtllm-facts §2 records it (``model_runner.py`` is not stored at these commits);
+  its decoder is taken to be configured by its first call as at 0.13.0.dev (not verified here).
+- Memory: ``ModelRunnerCpp`` keeps the Executor as ``self.session`` (l.65 @8f91cff, l.66
+  @42a7b09, lines counted by hand), shut down through it; KV-cache block reuse is
+  ``from_dir(kv_cache_enable_block_reuse=False)`` (l.102 @8f91cff, l.105 @42a7b09) and the
+  executor's ``KvCacheConfig(enableBlockReuse = false)`` (``executor/executor.h`` @42a7b09).
 """
 
 from __future__ import annotations
@@ -83,7 +88,8 @@ class ModelRunnerCpp(common.ExecutorRunner):
                  enable_context_fmha_fp32_acc: bool | None = None, cuda_graph_mode: bool | None = None,
                  logits_processor_map: Any = None, device_ids: list[int] | None = None,
                  is_orchestrator_mode: bool = False, use_runtime_defaults: bool = True) -> ModelRunnerCpp:
-        return cls.load(engine_dir, rank, max_batch_size, max_beam_width)
+        return cls.load(engine_dir, rank, max_batch_size, max_beam_width,
+                        kv_cache_enable_block_reuse=kv_cache_enable_block_reuse)
 
     def generate(self, batch_input_ids: list[Any], *, position_ids: Any = None,
                  encoder_input_ids: Any = None, encoder_input_features: Any = None,
@@ -173,6 +179,21 @@ class SamplingParams:
         return self.best_of if self.use_beam_search else 1
 
 
+class KvCacheConfig:
+    """Double of ``tensorrt_llm.llmapi.KvCacheConfig`` 0.15/0.16: in this era the executor's
+    pybind class (``py::arg("enable_block_reuse") = false``, as at 0.13.0.dev
+    ``pybind/executor/bindings.cpp`` l.355); ``llm_utils.py``/``llmapi/__init__.py`` are not
+    stored at the tag commits: not verified there."""
+
+    def __init__(self, enable_block_reuse: bool = False, **_others: Any) -> None:
+        self.enable_block_reuse = enable_block_reuse
+
+
+def block_reuse(kv_cache_config: Any) -> bool:
+    """What the executor runs with: the given config's, else the default's."""
+    return bool((kv_cache_config or KvCacheConfig()).enable_block_reuse)
+
+
 @dataclass(kw_only=True)
 class BuildConfig:
     """Double of tensorrt_llm.BuildConfig (the fields the LLM API reads here)."""
@@ -233,7 +254,8 @@ class LLM:
             self.args.build_config.max_seq_len = 2048  # a checkpoint's build (default inferred)
         self.tokenizer = common.hf_tokenizer(str(tokenizer or model), trust_remote_code)
         common.record_load("tensorrt_llm.LLM", model=model, tokenizer=tokenizer,
-                           trust_remote_code=trust_remote_code, **kwargs)
+                           trust_remote_code=trust_remote_code,
+                           block_reuse=block_reuse(self.args.kv_cache_config), **kwargs)
         self._executor: Any = common.Executor(self.args.build_config.max_beam_width)
         self._next_id = 0
 
@@ -283,10 +305,13 @@ def install(monkeypatch: Any) -> common.Recorder:
     doc = f"TEST DOUBLE of tensorrt_llm {VERSION} (tests/doubles/trtllm_0_15.py)"
     runtime = common.module("tensorrt_llm.runtime", doc, ModelRunner=ModelRunner,
                             ModelRunnerCpp=ModelRunnerCpp)
+    llmapi = common.module("tensorrt_llm.llmapi", doc, __path__=[], LLM=LLM,
+                           SamplingParams=SamplingParams, KvCacheConfig=KvCacheConfig)
     pkg = common.module("tensorrt_llm", doc, __version__=VERSION, __path__=[], runtime=runtime,
                         LLM=LLM, LlmArgs=LlmArgs, SamplingParams=SamplingParams,
-                        BuildConfig=BuildConfig, mpi_rank=mpi_rank)
+                        BuildConfig=BuildConfig, mpi_rank=mpi_rank, llmapi=llmapi)
     return common.install_modules(monkeypatch, {"tensorrt_llm": pkg, "tensorrt_llm.runtime": runtime,
+                                                "tensorrt_llm.llmapi": llmapi,
                                                 "tensorrt_llm._tensorrt_engine": None})
 
 

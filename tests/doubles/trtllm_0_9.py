@@ -32,6 +32,20 @@ release tags); every behaviour below is from that one release:
 - ``SamplingConfig`` (``generation.py``) defaults: ``max_new_tokens=20, num_beams=1, top_k=1``,
   ``length_penalty=1.0, early_stopping=1``.
 
+- The decoder (tests/doubles/trtllm_common.py has the rule and its lines):
+  ``cpp/tensorrt_llm/runtime/gptSession.cpp`` l.297-301 creates the session's decoder in
+  TopKTopP mode when ``maxBeamWidth == 1``, BeamSearch otherwise, configured with the session's
+  ``max_beam_width`` (``dynamicDecodeLayer.cpp`` l.144-148): a ``ModelRunnerCpp`` loaded at an
+  engine's width 4 refuses greedy requests ("Decoder is configured with beam width 4, but 1 was
+  given"); ``from_dir(max_beam_width=W)`` (``model_runner_cpp.py`` l.90, asserted l.149-152,
+  passed to ``GptSessionConfig`` l.166-168) sets W. The Python ``ModelRunner`` is configured by
+  its first call; ``ModelRunner.from_dir`` takes no beam width (``model_runner.py`` l.450-457).
+- Memory: ``GptSession`` has no ``shutdown()`` (none in ``gptSession.cpp``); it is allocated at
+  construction (l.95) and freed when released: a second runner loaded while one is referenced
+  fails here (``trtllm_common.Gpu``).
+- KV-cache block reuse: ``GptSession`` hard-codes it off (``bool constexpr enableBlockReuse{false}``,
+  ``gptSession.cpp`` l.191); ``ModelRunnerCpp.from_dir`` has no ``kv_cache_enable_block_reuse``.
+
 Not modelled: padding of ``output_ids`` past each sequence (end_id here; GptSession's fill is
 not read), the MPI world-size assertion, LoRA, streaming, the hlapi ``LLM`` beyond its signature.
 """
@@ -114,6 +128,14 @@ class _Runner:
     def __init__(self, name: str, limits: Limits) -> None:
         self.name, self.limits = name, limits
         self.max_beam_width = limits.max_beam_width
+        self.decoder_width: int | None = None
+        common.RECORDER.gpu.claim(self)
+
+    def holds_gpu(self) -> bool:
+        return True  # no shutdown(): until the object is released
+
+    def decode(self, beams: int) -> None:
+        common.first_call_decoder(self, beams)
 
     def _generate(self, batch_input_ids: Any, sampling_config: Any, kwargs: dict[str, Any],
                   seq_len: int | None) -> Any:
@@ -122,6 +144,7 @@ class _Runner:
         ids = common.token_lists(batch_input_ids)
         common.RECORDER.calls.append({"runner": self.name, "ids": ids, **kwargs})
         common.check_inputs(self.limits, ids, sc.max_new_tokens, sc.num_beams)
+        self.decode(sc.num_beams)
         width = max(len(x) for x in ids) + sc.max_new_tokens if seq_len is None else seq_len
         return common.pack(ids, beams=sc.num_beams, width=sc.num_beams, seq_len=width, end_id=sc.end_id,
                            max_new_tokens=sc.max_new_tokens, return_dict=sc.return_dict,
@@ -147,9 +170,11 @@ class ModelRunnerCpp(_Runner):
         if max_batch_size is not None:
             assert max_batch_size <= limits.max_batch_size
             limits.max_batch_size = max_batch_size
+        runner = cls("ModelRunnerCpp", limits)
+        runner.decoder_width = limits.max_beam_width  # fixed at load: gptSession.cpp l.297-301
         common.record_load("ModelRunnerCpp", engine_dir=engine_dir, rank=rank,
                            max_beam_width=max_beam_width)
-        return cls("ModelRunnerCpp", limits)
+        return runner
 
     def generate(self, batch_input_ids: list[Any], sampling_config: Any = None,
                  prompt_table_path: str | None = None, prompt_tasks: str | None = None,
@@ -165,9 +190,9 @@ class ModelRunner(_Runner):
     def from_dir(cls, engine_dir: str, lora_dir: list[str] | None = None, rank: int = 0,
                  debug_mode: bool = False, lora_ckpt_source: str = "hf",
                  medusa_choices: Any = None, stream: Any = None) -> ModelRunner:
-        limits = _python_limits(_config(engine_dir))
+        runner = cls("ModelRunner", _python_limits(_config(engine_dir)))
         common.record_load("ModelRunner", engine_dir=engine_dir, rank=rank)
-        return cls("ModelRunner", limits)
+        return runner
 
     def generate(self, batch_input_ids: list[Any], sampling_config: Any = None,
                  prompt_table_path: str | None = None, prompt_tasks: str | None = None,

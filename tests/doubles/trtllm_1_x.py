@@ -59,9 +59,12 @@ class RequestError(RuntimeError):
 
 
 class ModelRunnerCpp(line_0_15.ModelRunnerCpp):
-    """Double of the 1.x ModelRunnerCpp: the 0.16 interface, more accepted sampling keywords."""
+    """Double of the 1.x ModelRunnerCpp: the 0.16 interface, more accepted sampling keywords,
+    the Executor kept as ``self.executor`` (``model_runner_cpp.py`` l.77 @03832911, counted by
+    hand; ``.session`` before)."""
 
     ACCEPTED = line_0_15.CPP_ACCEPTED | {"min_p", "beam_width_array"}
+    EXECUTOR_ATTR = "executor"
 
 
 class ModelRunner(line_0_15.ModelRunner):
@@ -105,6 +108,21 @@ class SamplingParams:
 
     def executor_beam_width(self) -> int:
         return self.best_of if self.use_beam_search else 1
+
+
+@dataclass(kw_only=True)
+class KvCacheConfig:
+    """Double of ``tensorrt_llm.llmapi.KvCacheConfig`` 1.x (``llmapi/llm_args.py``, a pydantic
+    model mirroring the executor's): ``enable_block_reuse: bool = Field(default=True, ...)``
+    in every stored 1.x ``llm_args.py``; the 1.3/1.4 API docs show the same default."""
+
+    enable_block_reuse: bool = True
+    free_gpu_memory_fraction: float | None = None
+
+
+def block_reuse(kv_cache_config: Any) -> bool:
+    """What the executor runs with: the given config's, else the default's (on)."""
+    return bool((kv_cache_config or KvCacheConfig()).enable_block_reuse)
 
 
 @dataclass(kw_only=True)
@@ -155,7 +173,8 @@ class _BaseLLM:
         self._setup()
         self.tokenizer = common.hf_tokenizer(str(tokenizer or model), trust_remote_code)
         common.record_load(f"{type(self).__module__}.{type(self).__qualname__}", model=model,
-                           tokenizer=tokenizer, trust_remote_code=trust_remote_code, **kwargs)
+                           tokenizer=tokenizer, trust_remote_code=trust_remote_code,
+                           block_reuse=block_reuse(self.args.kv_cache_config), **kwargs)
         self._executor: Any = common.Executor(self.args.max_beam_width)
         self._next_id = 0
 
@@ -252,12 +271,15 @@ def install(monkeypatch: Any) -> common.Recorder:
                             ModelRunnerCpp=ModelRunnerCpp)
     engine = common.module("tensorrt_llm._tensorrt_engine", doc, LLM=_TrtLLM)
     utils = common.module("tensorrt_llm.executor.utils", doc, RequestError=RequestError)
+    llmapi = common.module("tensorrt_llm.llmapi", doc, __path__=[], LLM=LLM,
+                           SamplingParams=SamplingParams, KvCacheConfig=KvCacheConfig)
     executor = common.module("tensorrt_llm.executor", doc, __path__=[], utils=utils)
     pkg = common.module("tensorrt_llm", doc, __version__=VERSION, __path__=[], runtime=runtime,
                         LLM=LLM, SamplingParams=SamplingParams, BuildConfig=line_0_15.BuildConfig,
-                        mpi_rank=mpi_rank, executor=executor, _tensorrt_engine=engine)
+                        mpi_rank=mpi_rank, executor=executor, _tensorrt_engine=engine, llmapi=llmapi)
     return common.install_modules(monkeypatch, {
         "tensorrt_llm": pkg, "tensorrt_llm.runtime": runtime, "tensorrt_llm._tensorrt_engine": engine,
+        "tensorrt_llm.llmapi": llmapi,
         "tensorrt_llm.executor": executor, "tensorrt_llm.executor.utils": utils})
 
 

@@ -11,7 +11,26 @@ Shared because it is identical in the source of every line modelled:
   ``output_ids`` with the prompt included and end_id padding, ``sequence_lengths`` counting
   the prompt; only the beam dimension differs by line (the caller passes its width);
 - the LLM API's ``RequestOutput.outputs[k].index/.text/.token_ids`` (``llmapi/llm.py``
-  @v0.16.0 and the 1.x ``llm.py``).
+  @v0.16.0 and the 1.x ``llm.py``);
+- the decoder's beam-width rule (``decoder_refusal``): ``cpp/tensorrt_llm/layers/
+  dynamicDecodeLayer.cpp`` l.243-245 @v0.9.0 (250d9c29) and l.111-124 @0.13.0.dev2024082000
+  (04c5298): a decoder configured with width 1 takes only 1; configured with W > 1, only
+  2..W; ``TLLM_CHECK_WITH_INFO`` throws ``TllmException`` (a ``std::runtime_error``,
+  ``common/tllmException.h`` l.32 @v0.9.0) with "[TensorRT-LLM][ERROR] Assertion failed: "
+  (``common/assert.h`` l.26-29), a RuntimeError in Python;
+- the Python session's decoder: ``GenerationSession.__init__`` creates ``DynamicDecodeOp`` once
+  (``runtime/generation.py`` l.547 @v0.9.0, l.772 @0.13.0.dev) with no mode
+  (``thop/dynamicDecodeOp.cpp`` l.51 @v0.9.0); its first ``decode()`` (``setup`` l.987-993,
+  called from l.2855 @v0.9.0) fixes the width, later calls meet the rule above. Not read at
+  0.15/0.16/1.x: assumed unchanged there;
+- a GPU that holds one engine (``Gpu``): a runner's weights and KV cache stay allocated until it
+  is shut down (the Executor's ``shutdown()``, ``pybind/executor/executor.cpp`` l.72-87
+  @0.13.0.dev) or, with no shutdown (0.9's ``GptSession``: none in ``gptSession.cpp``; the
+  Python session: ``_Runtime.__del__`` frees, ``generation.py`` l.286-291 @v0.9.0), released;
+  the KV cache takes 90% of the memory free at load (``kDefaultGpuMemFraction``,
+  ``batch_manager/kvCacheConfig.h`` l.71 @v0.9.0). A load while another engine holds the GPU
+  fails: the real failure (out of memory, or a KV cache too small for one sequence) is not
+  recorded verbatim; the text here is marked TEST DOUBLE.
 
 Test scaffolding (not a model of anything): the deterministic "model" ``continuation``, the
 ``Recorder`` of calls, engine folders for the tests, and installing modules in sys.modules.
@@ -22,6 +41,7 @@ from __future__ import annotations
 import json
 import sys
 import types
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +53,35 @@ CONFIGS = REPO / "tests" / "data" / "configs"
 BUNDLED_MODEL = REPO / "harness" / "bundled" / "model"
 
 
+class Gpu:
+    """TEST DOUBLE of one GPU with room for one engine (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._held: list[weakref.ref[Any]] = []
+        self.loads = 0
+
+    def claim(self, holder: Any) -> None:
+        """``holder`` (with ``holds_gpu()``) takes the GPU; RuntimeError while another holds it."""
+        live = [ref for ref in self._held if ref() is not None]
+        if any(ref().holds_gpu() for ref in live):  # type: ignore[union-attr]
+            raise RuntimeError("[TensorRT-LLM][ERROR] CUDA runtime error in cudaMalloc: out of "
+                               "memory (TEST DOUBLE: another engine still holds this GPU)")
+        self._held = [*live, weakref.ref(holder)]
+        self.loads += 1
+
+    def engines(self) -> int:
+        """How many engines hold the GPU now."""
+        return sum(1 for ref in self._held if (h := ref()) is not None and h.holds_gpu())
+
+
+def decoder_refusal(configured: int, beams: int) -> str | None:
+    """The decoder's beam-width check (dynamicDecodeLayer.cpp, see the module docstring)."""
+    if (configured == 1 and beams == 1) or (configured > 1 and 1 < beams <= configured):
+        return None
+    return (f"[TensorRT-LLM][ERROR] Assertion failed: Decoder is configured with beam width "
+            f"{configured}, but {beams} was given")
+
+
 @dataclass
 class Recorder:
     """What the adapters did to a double."""
@@ -42,6 +91,7 @@ class Recorder:
     ignored: list[str] = field(default_factory=list)  # keywords a real runner drops silently
     shutdowns: int = 0
     corrupt_from: int | None = None  # batch position from which outputs are garbage (#2072)
+    gpu: Gpu = field(default_factory=Gpu)
 
 
 RECORDER = Recorder()
@@ -264,6 +314,10 @@ class Executor:
     def __init__(self, max_beam_width: int) -> None:
         self.max_beam_width = max_beam_width
         self.alive = True
+        RECORDER.gpu.claim(self)
+
+    def holds_gpu(self) -> bool:
+        return self.alive
 
     def can_enqueue_requests(self) -> bool:
         return True  # the leader (rank 0) process
@@ -283,15 +337,21 @@ class ExecutorRunner:
 
     ACCEPTED: frozenset[str] = frozenset()
     NAME = "ModelRunnerCpp"
+    EXECUTOR_ATTR = "session"  # where the runner keeps its Executor (1.x: "executor")
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.max_beam_width = limits.max_beam_width
-        self.session = Executor(limits.max_beam_width)
+        setattr(self, self.EXECUTOR_ATTR, Executor(limits.max_beam_width))
+
+    @property
+    def executor_(self) -> Executor:
+        executor: Executor = getattr(self, self.EXECUTOR_ATTR)
+        return executor
 
     @classmethod
     def load(cls, engine_dir: str, rank: int, max_batch_size: int | None,
-             max_beam_width: int | None) -> ExecutorRunner:
+             max_beam_width: int | None, **recorded: Any) -> ExecutorRunner:
         if not isinstance(engine_dir, str):
             raise TypeError(f"engine_dir must be a str, got {type(engine_dir).__name__}")
         build = unified_build_config(engine_dir)
@@ -303,8 +363,10 @@ class ExecutorRunner:
         if max_beam_width is not None:
             assert max_beam_width <= limits.max_beam_width
             limits.max_beam_width = max_beam_width
-        record_load(cls.NAME, engine_dir=engine_dir, rank=rank, max_beam_width=max_beam_width)
-        return cls(limits)
+        runner = cls(limits)
+        record_load(cls.NAME, engine_dir=engine_dir, rank=rank, max_beam_width=max_beam_width,
+                    **recorded)
+        return runner
 
     def width(self, beams: int) -> int:
         return beams
@@ -315,9 +377,9 @@ class ExecutorRunner:
 
     def run(self, batch_input_ids: Any, *, max_new_tokens: int, end_id: Any, pad_id: Any,
             return_dict: bool, output_sequence_lengths: bool, kwargs: dict[str, Any]) -> Any:
-        if not self.session.alive:
+        if not self.executor_.alive:
             raise RuntimeError("the executor was shut down")
-        if not self.session.can_enqueue_requests():
+        if not self.executor_.can_enqueue_requests():
             return []
         record_ignored(kwargs, self.ACCEPTED)
         ids = token_lists(batch_input_ids)
@@ -345,6 +407,16 @@ SAMPLING_CONFIG_FIELDS = frozenset({
     "random_seed", "output_cum_log_probs", "output_log_probs", "no_repeat_ngram_size"})
 
 
+def first_call_decoder(runner: Any, beams: int) -> None:
+    """The Python session's decoder: the first call's width configures it, later calls meet
+    ``decoder_refusal`` (RuntimeError)."""
+    if runner.decoder_width is None:
+        runner.decoder_width = beams
+    error = decoder_refusal(runner.decoder_width, beams)
+    if error is not None:
+        raise RuntimeError(error)
+
+
 class SessionRunner:
     """``ModelRunner`` (the Python GenerationSession) as 0.13.0.dev and later lines share it:
     limits from build_config (``max_seq_len``), kwargs into ``SamplingConfig.update`` (unknown
@@ -355,15 +427,21 @@ class SessionRunner:
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.max_beam_width = limits.max_beam_width
+        self.decoder_width: int | None = None  # fixed by the first call
+        RECORDER.gpu.claim(self)
+
+    def holds_gpu(self) -> bool:
+        return True  # until released
 
     @classmethod
     def load(cls, engine_dir: str, rank: int) -> SessionRunner:
         if not isinstance(engine_dir, str):
             raise TypeError(f"engine_dir must be a str, got {type(engine_dir).__name__}")
         build = unified_build_config(engine_dir)
+        runner = cls(Limits(max_batch_size=build["max_batch_size"], max_input_len=build["max_input_len"],
+                            max_seq_len=build["max_seq_len"], max_beam_width=build["max_beam_width"]))
         record_load("ModelRunner", engine_dir=engine_dir, rank=rank)
-        return cls(Limits(max_batch_size=build["max_batch_size"], max_input_len=build["max_input_len"],
-                          max_seq_len=build["max_seq_len"], max_beam_width=build["max_beam_width"]))
+        return runner
 
     def run(self, batch_input_ids: Any, kwargs: dict[str, Any]) -> Any:
         record_ignored(kwargs, self.FIELDS)
@@ -372,6 +450,7 @@ class SessionRunner:
         ids = token_lists(batch_input_ids)
         RECORDER.calls.append({"runner": "ModelRunner", "ids": ids, **kwargs})
         check_inputs(self.limits, ids, values["max_new_tokens"], values["num_beams"])
+        first_call_decoder(self, values["num_beams"])
         return pack(ids, beams=values["num_beams"], width=values["num_beams"],
                     seq_len=max(len(x) for x in ids) + values["max_new_tokens"], end_id=values["end_id"],
                     max_new_tokens=values["max_new_tokens"], return_dict=values["return_dict"],

@@ -27,6 +27,9 @@ def test_a_run_prints_the_header_the_findings_and_progress(tmp_path: Path, small
     assert any(line.startswith("engine toy_engine:ToyEngine (toy_engine:ToyEngine); dataset ")
                for line in lines)
     assert "baseline beam 1: batch size 1 of this run" in lines
+    # a module:Class engine that does not say: the header names it (off is not printed)
+    assert any(line.startswith("KV-cache reuse across requests: unknown (the engine does not say")
+               for line in lines)
     assert "bs4-beam1: positions 2–3 degraded" in out
     assert any(line.startswith("generation cache off") for line in lines)
     assert lines[-1].startswith("verdict: fail   report: ")

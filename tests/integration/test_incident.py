@@ -80,6 +80,9 @@ def test_rebuilt_engine_passes(tmp_path: Path, engine_factory, small_dataset, su
     assert maxima["label"].startswith("engine maxima 8 x 4")
     md = next(tmp_path.glob("*/report.md")).read_text()
     assert "Memory per GPU: bs8-beam4: KV cache" in md
+    # every prefill computed in its own batch, and the report says so
+    assert report["engine"]["kv_cache_reuse"]["setting"] == "off"
+    assert "- KV-cache reuse across requests: off (the emulator writes every batch's prompts" in md
 
 
 @pytest.mark.slow

@@ -75,6 +75,18 @@ def test_a_server_running_requests_together_passes(tmp_path, behaving, eight, su
     identity = "server:bundled-summarizer-2026-12"  # 33 characters, once cut to 19
     assert f"- Engine: {escape(server.url)} (openai, {escape(identity)})" in md
     assert f"PASS for {escape(server.url)} ({escape(identity)}) at " in md
+    # a server decides on prefix caching itself: the report says it is unknown, and why
+    assert report["engine"]["kv_cache_reuse"]["setting"] == "unknown"
+    assert "- KV-cache reuse across requests: unknown (a server decides" in md
+    assert "KV-cache reuse across requests: unknown (a server decides" in proc.stdout
+
+
+def test_kv_cache_reuse_on_is_refused_for_a_backend_that_cannot_set_it(suites):
+    proc = suites("--kv-cache-reuse", "on")
+    assert proc.returncode == 4
+    [line] = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert "--kv-cache-reuse does not apply to the emulator backend" in line
+    assert "Traceback" not in proc.stderr + proc.stdout
 
 
 def test_beam_search_that_never_ran_fails_its_cells_with_the_reason(tmp_path, behaving, eight, suites):

@@ -62,7 +62,11 @@ def test_shard_plan_generates_the_reference_cells_it_needs():
     for s in shards:
         widths = {c.beam_width for c in s.cells}
         assert s.reference_cells == tuple(Cell(1, w) for w in (1, 2, 4) if w in widths)
-        assert s.all_cells[: len(s.reference_cells)] == s.reference_cells
+        assert set(s.reference_cells) <= set(s.all_cells)
+        for w in widths:  # each width's reference comes before that width's cells
+            assert [c for c in s.all_cells if c.beam_width == w][0] == Cell(1, w)
+        widths_in_order = [c.beam_width for c in s.all_cells]
+        assert widths_in_order == sorted(widths_in_order)  # one engine load per beam width
         assert s.order == plan.order
     only_beam4 = make_plan((2, 8), (1, 4), 16, 0).shard(1, 4)
     assert only_beam4.cells == (Cell(8, 4),) and only_beam4.reference_cells == (Cell(1, 4),)

@@ -26,6 +26,8 @@ from harness.engines.emulator.faults import Fault, fault_from_config
 from harness.engines.emulator.model import MistralEmulator, ModelShape, PrefillCache, SlotKVCache
 from harness.errors import EngineError, first_line
 from harness.limits.engine_config import ConfigSection, parse_config_text
+from harness.model.report import KvCacheReuse
+from harness.model.vocab import CacheReuse
 from harness.storage.fingerprint import weights_identity
 
 WEIGHTS_FILE = "rank0.safetensors"
@@ -117,7 +119,9 @@ class EmulatorEngine(EngineBase):
             backend="emulator", path=str(self.path), identity=weights_identity([weights_file]),
             config=config, details={"compute_dtype": dtype_name,
                                     "kv_cache_slots": self.cache.slots,
-                                    "emulator_code": code_digest()})
+                                    "emulator_code": code_digest()},
+            kv_cache_reuse=KvCacheReuse(CacheReuse.OFF, "the emulator writes every batch's prompts "
+                                        "into its KV-cache slots itself; nothing is kept between calls"))
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]

@@ -90,8 +90,10 @@ def test_detects_every_tensorrt_llm_layout(tmp_path: Path):
 def test_one_call_per_batch_cut_per_position_beam0_scored(tmp_path: Path, trt, runtime, runner):
     engine = TrtllmEngine(make_engine_dir(tmp_path / "e", max_beam_width=4),
                           options=EngineOptions(tokenizer=str(BUNDLED_MODEL), trtllm_runtime=runtime))
+    # the first runner serves the first cells (greedy): the C++ one is loaded for that width
     assert trt.loads == [{"runner": runner, "engine_dir": str(tmp_path / "e"), "rank": 0}
-                         | ({"max_beam_width": None} if runtime == "cpp" else {})]
+                         | ({"max_beam_width": 1, "kv_cache_enable_block_reuse": False}
+                            if runtime == "cpp" else {})]
     settings = DecodingSettings(beam_width=2, max_new_tokens=8, length_penalty=0.5)
     gens = engine.generate(PROMPTS, settings)
 

@@ -18,13 +18,6 @@ from tests.doubles import trtllm_common as common
 from tests.doubles.trtllm_common import BUNDLED_MODEL
 
 
-@pytest.mark.parametrize("version, refuses", [
-    ("0.9.0", False), ("0.10.0", True), ("0.12.0", True), ("0.13.0.dev2024082000", True),
-    ("0.14.0", False), ("0.16.0", False), ("1.0.0", False), ("unknown", False)])
-def test_which_releases_refuse_other_beam_widths(version, refuses):
-    assert compat.refuses_other_beam_widths(version) is refuses
-
-
 def test_rejected_keyword_reads_both_lines_wordings():
     keys = {"max_beam_width": 2, "cuda_graph_config": None}
     assert compat.rejected_keyword(TypeError("LlmArgs.__init__() got an unexpected keyword argument "
@@ -48,12 +41,29 @@ def test_shutdown_prefers_shutdown_then_private_then_the_executor():
         def _shutdown(self) -> None:
             calls.append("_shutdown")
 
-    class Runner:
+    class Runner:  # ModelRunnerCpp to 0.16
         session = New()
 
-    for obj in (New(), Old(), Runner(), object()):
+    class Runner1x:  # ModelRunnerCpp of 1.x (model_runner_cpp.py: self.executor)
+        executor = New()
+
+    for obj in (New(), Old(), Runner(), Runner1x(), object()):
         compat.shutdown(obj)
-    assert calls == ["shutdown", "_shutdown", "shutdown"]
+    assert calls == ["shutdown", "_shutdown", "shutdown", "shutdown"]
+
+
+def test_release_leaves_no_reference_behind():
+    """What has no shutdown (0.9's GptSession) is freed by release itself, cycles included."""
+    import weakref
+
+    class Session:
+        def __init__(self) -> None:
+            self.me = self  # a cycle: freed only by the collector
+
+    slot = [Session()]
+    ref = weakref.ref(slot[0])
+    compat.release(slot)
+    assert slot == [] and ref() is None
 
 
 def test_a_1x_release_without_cuda_graph_config_drops_it(monkeypatch):

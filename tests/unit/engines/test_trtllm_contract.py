@@ -10,7 +10,6 @@ The doubles are not TensorRT-LLM: each says which release source it was read fro
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -20,7 +19,6 @@ from harness.config import DecodingSettings, EngineOptions, RunConfig
 from harness.engines.llmapi import LlmApiEngine
 from harness.engines.trtllm import TrtllmEngine
 from harness.errors import EngineError
-from tests.doubles import trtllm_0_9
 from tests.doubles import trtllm_common as common
 from tests.doubles.trtllm_common import BUNDLED_MODEL, continuation
 
@@ -107,42 +105,84 @@ def test_close_frees_the_runner(tmp_path: Path, trt_line, runtime):
         engine.generate(PROMPTS, DecodingSettings(beam_width=1, max_new_tokens=4))
 
 
-def test_a_refusal_of_another_beam_width_switches_to_one_runner_per_width(tmp_path: Path, monkeypatch):
-    """A release outside the known range that still refuses (here the 0.12-0.13 double reporting
-    0.14.0) is recognised by the refusal's text: the runner is reloaded for the cell's width."""
-    from tests.doubles import trtllm_0_12
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_default_grid_on_a_beam_4_engine_runs_and_passes_on_every_line(
+        tmp_path: Path, small_dataset: Path, trt_line, runtime):
+    """A healthy engine built with max_beam_width 4, the default grid (batch sizes 1, 2, 4, 8;
+    beam widths 1, 2, 4): every cell runs and passes on every line and runner, though 0.9's
+    decoder is fixed at load (C++) or by the first call (Python) and 0.12-0.13's executor
+    refuses other widths; one runner per beam width, each loaded once, one engine on the GPU."""
+    from harness.pipeline import run
 
-    trtllm_0_12.install(monkeypatch)
-    monkeypatch.setattr(sys.modules["tensorrt_llm"], "__version__", "0.14.0")
-    engine = _engine(trtllm_0_12, tmp_path)
-    assert engine.info.details["runner_per_beam_width"] is False
+    engine = trt_line.make_engine_dir(tmp_path / "e", max_beam_width=4, max_batch_size=8)
+    config = RunConfig.from_options({
+        "engine": str(engine), "dataset": str(small_dataset), "tokenizer": str(BUNDLED_MODEL),
+        "trtllm_runtime": runtime, "report_dir": str(tmp_path / "reports"),
+        "goldens_dir": str(tmp_path / "goldens"), "no_cache": True, "max_new_tokens": 16})
+    result = run(config)
+    assert [(c.cell.batch_size, c.cell.beam_width) for c in result.cells] == [
+        (b, w) for w in (1, 2, 4) for b in (1, 2, 4, 8)]
+    assert {c.cell.id: c.error for c in result.cells if c.error} == {}
+    assert {c.cell.id: c.verdict for c in result.cells} == {c.cell.id: "pass" for c in result.cells}
+    loads = common.recorder().loads
+    assert len(loads) == 3 and common.recorder().gpu.loads == 3, [load.get("max_beam_width") for load in loads]
+    if runtime == "cpp":
+        assert [load["max_beam_width"] for load in loads] == [1, 2, 4]
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_runner_is_released_before_the_next_loads(tmp_path: Path, trt_line, runtime):
+    """The doubles' GPU holds one engine: a load while another runner is alive fails. A failed
+    cell's error, kept as the pipeline keeps it, must not hold the runner either."""
+    import weakref
+
+    engine = _engine(trt_line, tmp_path, runtime)
+    kept: list[BaseException] = []
+    runners = []
     for beams in (1, 2, 4):
+        with pytest.raises(RuntimeError) as exc:  # a batch above the engine's max_batch_size
+            engine.generate(PROMPTS * 3, DecodingSettings(beam_width=beams, max_new_tokens=8))
+        kept.append(exc.value)
+        runners.append(weakref.ref(engine.runner))
         _check_cell(engine, PROMPTS, beams)
-    assert engine.info.details["runner_per_beam_width"] is True
-    assert [load["max_beam_width"] for load in common.recorder().loads] == [None, 1, 2, None]
-    assert common.recorder().shutdowns == 3  # each replaced Executor was shut down
+        assert common.recorder().gpu.engines() == 1
+    assert [r() is None for r in runners] == [True, True, False]
+    engine.close()
+    assert runners[-1]() is None and common.recorder().gpu.engines() == 0
 
 
-def test_legacy_engines_load_in_0_9(tmp_path: Path, monkeypatch):
-    """0.9's C++ runtime reads a 0.5-0.8 config.json and its *_rank0.engine name."""
-    trtllm_0_9.install(monkeypatch)
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_kv_cache_reuse_is_asked_off_and_reported(tmp_path: Path, trt_line, runtime):
+    from harness.model.vocab import CacheReuse
+
+    engine = _engine(trt_line, tmp_path, runtime)
+    assert engine.info.kv_cache_reuse.setting == CacheReuse.OFF
+    takes_it = runtime == "cpp" and trt_line.LINE != "0.9"  # from_dir(kv_cache_enable_block_reuse)
+    assert [load.get("kv_cache_enable_block_reuse") for load in common.recorder().loads] == [
+        False if takes_it else None]
+    engine.close()
+    options = EngineOptions(tokenizer=str(BUNDLED_MODEL), trtllm_runtime=runtime, kv_cache_reuse="on")
+    if not takes_it:
+        with pytest.raises(EngineError, match=r"^--kv-cache-reuse on: TensorRT-LLM .* has no "
+                                              r"kv_cache_enable_block_reuse"):
+            TrtllmEngine(tmp_path / "e", options=options)
+        return
+    engine = TrtllmEngine(tmp_path / "e", options=options)
+    assert engine.info.kv_cache_reuse.setting == CacheReuse.ON
+    assert common.recorder().loads[-1]["kv_cache_enable_block_reuse"] is True
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_legacy_engines_are_refused_in_one_line_on_every_line(tmp_path: Path, trt_line, runtime):
+    """0.5-0.8 engines were built with another TensorRT (0.8.0 pins 9.2, 0.9.0 pins 9.3, 0.13
+    pins 10.3: requirements.txt): none of these releases can deserialize them."""
     path = common.make_legacy_engine_dir(tmp_path / "legacy", max_beam_width=2)
-    engine = TrtllmEngine(path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL)))
-    assert engine.info.details["engine_version"] is None
-    for beams in (1, 2):
-        _check_cell(engine, PROMPTS, beams)
-
-
-def test_legacy_engine_on_0_9_python_runtime_says_use_cpp(tmp_path: Path, monkeypatch):
-    """0.9's Python ModelRunner reads plugin_config['mamba_conv1d_plugin'] by key: a real 0.5-0.8
-    config has no such key, so the load fails; the message says what runs it."""
-    trtllm_0_9.install(monkeypatch)
-    path = common.make_legacy_engine_dir(tmp_path / "legacy")
     with pytest.raises(EngineError) as exc:
-        TrtllmEngine(path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL), trtllm_runtime="python"))
+        TrtllmEngine(path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL), trtllm_runtime=runtime))
     text = str(exc.value)
-    assert "TensorRT-LLM 0.9.0" in text and "ModelRunner.from_dir" in text
-    assert "KeyError: 'mamba_conv1d_plugin'" in text and "--trtllm-runtime cpp" in text
+    assert "\n" not in text and "0.5-0.8 engine" in text and f"TensorRT-LLM {trt_line.VERSION}" in text
+    assert "rebuild it" in text and "--trtllm-runtime" not in text
+    assert common.recorder().loads == []  # refused before anything is loaded
 
 
 def test_pipeline_every_line_refuses_only_the_too_wide_cells(tmp_path: Path, small_dataset: Path, trt_line):
@@ -189,6 +229,20 @@ def test_llmapi_engine_dir_runs_every_cell(tmp_path: Path, llmapi_line):
     assert len(common.recorder().loads) == 1  # an engine directory is loaded once
     for beams in (1, 2, 4, 1):
         _check_cell(engine, PROMPTS, beams)
+
+
+@pytest.mark.parametrize("asked", ["off", "on"])
+def test_llmapi_kv_cache_reuse_is_what_was_asked_whatever_the_line_s_default(tmp_path: Path,
+                                                                            llmapi_line, asked):
+    """1.x's KvCacheConfig turns block reuse on by default (llm_args.py): the harness passes
+    its setting on every line, and the report says which."""
+    from harness.model.vocab import CacheReuse
+
+    path = llmapi_line.make_engine_dir(tmp_path / "e", max_beam_width=4, max_batch_size=8)
+    engine = LlmApiEngine(path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL), kv_cache_reuse=asked))
+    assert [load["block_reuse"] for load in common.recorder().loads] == [asked == "on"]
+    assert engine.info.kv_cache_reuse.setting == CacheReuse(asked)
+    assert "enable_block_reuse" in engine.info.kv_cache_reuse.how
 
 
 def test_llmapi_beam_width_above_the_engine_fails_with_the_line_s_message(tmp_path: Path, llmapi_line):
