@@ -69,29 +69,43 @@ def check_template(template: str, option: str = "--prompt-template") -> str:
 
 
 def positive_int_list(option: str) -> Callable[[str], tuple[int, ...]]:
-    """An argparse ``type=`` for comma-separated, distinct, positive integers."""
+    """An argparse ``type=`` for comma-separated, distinct, positive integers and inclusive
+    ranges: ``1,2,4,8``, ``1-16``, ``1-8,16,32``."""
+
+    def number(value: str, p: str) -> int:
+        try:
+            n = int(p)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{option} {value!r}: {p!r} is not an integer; use e.g. 1,2,4,8 or 1-8,16") from None
+        if n <= 0:
+            raise argparse.ArgumentTypeError(f"{option} {value!r}: {n} must be at least 1")
+        if too_far := out_of_range(option, n):
+            raise argparse.ArgumentTypeError(f"{option} {value!r}: {n} {too_far}")
+        return n
 
     def parse(value: str) -> tuple[int, ...]:
         parts = [p.strip() for p in str(value).split(",")]
         if not value or any(p == "" for p in parts):
             raise argparse.ArgumentTypeError(
-                f"{option} {value!r}: expected comma-separated positive integers, e.g. 1,2,4,8")
+                f"{option} {value!r}: expected comma-separated positive integers or ranges, "
+                "e.g. 1,2,4,8 or 1-8,16")
         numbers: list[int] = []
         for p in parts:
-            try:
-                n = int(p)
-            except ValueError:
-                raise argparse.ArgumentTypeError(
-                    f"{option} {value!r}: {p!r} is not an integer; use e.g. 1,2,4,8") from None
-            if n <= 0:
-                raise argparse.ArgumentTypeError(
-                    f"{option} {value!r}: {n} must be at least 1")
-            if n in numbers:
-                raise argparse.ArgumentTypeError(
-                    f"{option} {value!r}: {n} is given twice; list each value once")
-            if too_far := out_of_range(option, n):
-                raise argparse.ArgumentTypeError(f"{option} {value!r}: {n} {too_far}")
-            numbers.append(n)
+            low, dash, high = p.partition("-")
+            if dash and low.strip():  # a range; "-2" is a (negative) number
+                first, last = number(value, low.strip()), number(value, high.strip())
+                if last < first:
+                    raise argparse.ArgumentTypeError(
+                        f"{option} {value!r}: the range {p!r} runs backwards; write {last}-{first}")
+                span = range(first, last + 1)
+            else:
+                span = range(number(value, p), number(value, p) + 1)
+            for n in span:
+                if n in numbers:
+                    raise argparse.ArgumentTypeError(
+                        f"{option} {value!r}: {n} is given twice; list each value once")
+                numbers.append(n)
         return tuple(sorted(numbers))
 
     return parse
@@ -567,7 +581,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "bundled emulator engine)", metavar="DIR"),
     OptionSpec("--backend", "backend", "emulator, hf, trtllm, llmapi, openai or module:Class "
                "(default: detected from the engine)", metavar="NAME"),
-    OptionSpec("--batch-sizes", "batch_sizes", "comma-separated batch sizes (default "
+    OptionSpec("--batch-sizes", "batch_sizes", "comma-separated batch sizes and ranges, e.g. "
+               "1-16 or 1-8,16,32 (default "
                f"{_listed(DEFAULT_BATCH_SIZES)}, capped at the engine's max_batch_size)",
                positive_int_list("--batch-sizes"), metavar="LIST"),
     OptionSpec("--beam-widths", "beam_widths", "comma-separated beam widths (default "

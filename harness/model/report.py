@@ -110,6 +110,19 @@ def run_verdict(cells: Sequence[CellResult]) -> Verdict:
 
 
 @dataclass(frozen=True)
+class Boundary:
+    """Per beam width, the batch size from which cells fail: the largest passing size below
+    the first failing one (None: none passed below it) and the first failing size (None:
+    every size tested passes), over the sizes that ran (``tested``)."""
+
+    beam_width: int
+    tested: tuple[int, ...]
+    last_passing: int | None
+    first_failing: int | None
+    message: str
+
+
+@dataclass(frozen=True)
 class Signoff:
     """Who ran the run, when, on which engine, and its verdict."""
 
@@ -269,6 +282,7 @@ class Report:
     environment: dict[str, Any]
     timing: Timing
     cells: tuple[CellResult, ...]
+    boundaries: tuple[Boundary, ...] = ()  # per beam width: where batch sizes start failing
     shard: ShardInfo | None = None
     scores: ShardScores | None = None
     integrity: Integrity | None = None

@@ -38,6 +38,7 @@ from harness.model.vocab import Question, Rotation
 from harness.report.provenance import engine_files, environment
 from harness.report.serialize import seal
 from harness.stages.run import RunResult
+from harness.verdict.boundaries import boundaries
 
 EXAMPLES_PER_CELL = 3
 PROMPT_CHARS = 600
@@ -218,5 +219,6 @@ def build_report(result: RunResult) -> Report:
                                           blindness(result.levels, result.cells,
                                                     result.config.tolerance))),
         options=result.config.as_dict(), environment=environment(),
-        timing=rounded(result.timing), cells=cells, shard=shard, scores=scores)
+        timing=rounded(result.timing), cells=cells, boundaries=boundaries(cells), shard=shard,
+        scores=scores)
     return seal(report)

@@ -12,6 +12,7 @@ from harness.model.analysis import PositionStats
 from harness.model.limits import failing
 from harness.model.report import CellResult, Report
 from harness.model.vocab import CheckStatus, Rotation, Verdict
+from harness.report.summary import boundary_lines
 from harness.verdict.statistics import ranges
 
 # Markdown's inline and block markup characters (CommonMark lets a backslash escape any ASCII
@@ -100,6 +101,7 @@ def _findings(report: Report) -> list[str]:
         lines += [f"- **{md(c.id)}** build limit: {md(ch.message)}" for ch in failing(c.limit_checks)]
         lines += [f"- **{md(c.id)}** {md(ch.name)}: {md(ch.message)}" for ch in c.limit_checks
                   if ch.status == CheckStatus.WARN]
+    lines += [f"- {md(line)}" for line in boundary_lines(report)]
     lines = lines or ["No degraded position and no exceeded build limit."]
     drift = [c.drift for c in report.cells if c.drift]
     if drift:

@@ -37,6 +37,7 @@ from harness.plan import Plan
 from harness.report.build import blindness, questions, reported, worst_position
 from harness.report.serialize import load_report, seal
 from harness.stages.analyse import analyse, cell_results
+from harness.verdict.boundaries import boundaries
 
 # Options that do not change what a run measures (paths differ between CI jobs; the engine's
 # and the dataset's contents are compared by hash instead): shards may differ in them.
@@ -263,7 +264,7 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
             method.deterministic, any(p.quality is not None for c in results for p in c.positions),
             blindness(levels, results, method.tolerance))),
         options={**base.options, "shard": None}, timing=_timing([r.timing for r in reports]),
-        cells=tuple(cells), scores=None,
+        cells=tuple(cells), boundaries=boundaries(cells), scores=None,
         shard=ShardInfo(count=len(shards), merged_from=tuple(str(s.folder) for s in shards)))
     order = plan.all_cells  # as the unsharded run wrote generations.jsonl
     return seal(report), [line for c in order for line in lines.get(c.id, [])]

@@ -40,7 +40,14 @@ def finding_lines(report: Report) -> list[str]:
             lines.append(c.headline)
             if c.cause:
                 lines.append(f"  {c.cause}")
-    return lines + drift_lines(report)
+    return lines + boundary_lines(report) + drift_lines(report)
+
+
+def boundary_lines(report: Report) -> list[str]:
+    """Per beam width whose cells fail somewhere among two or more batch sizes: from which
+    batch size (report.json ``boundaries``)."""
+    return [b.message for b in report.boundaries
+            if b.first_failing is not None and len(b.tested) > 1]
 
 
 def drift_lines(report: Report) -> list[str]:

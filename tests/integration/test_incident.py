@@ -55,6 +55,12 @@ def test_default_grid_localizes_every_damaged_cell_and_nothing_else(incident_gri
     limits_failed = {c["id"] for c in report["cells"] if c["limits_verdict"] == "fail"}
     assert limits_failed == {f"bs{b}-beam{w}" for b in (1, 2, 4, 8) for w in (2, 4)}
     assert report["limits"]["max_beam_width"] == 1 and report["verdict"] == "fail"
+    # where batch sizes start failing, per beam width (the slot overflow's threshold)
+    assert [(b["beam_width"], b["last_passing"], b["first_failing"]) for b in report["boundaries"]] == [
+        (1, 8, None), (2, 4, 8), (4, 2, 4)]
+    assert [b["message"] for b in report["boundaries"]][1:] == [
+        "beam 2: batch sizes 1, 2, 4 pass; fails from 8 (positions 4–7)",
+        "beam 4: batch sizes 1, 2 pass; fails from 4 (positions 2–7)"]
     for c in report["cells"]:
         assert len(c["positions"]) == c["batch_size"]
         for p in c["positions"]:
