@@ -36,7 +36,7 @@ def match_findings(analyses: Mapping[Cell, CellAnalysis], scores: Mapping[Cell, 
     if not any(a.verdict == Verdict.FAIL for a in analyses.values()):
         return {}
     evidence = [CellEvidence(analysis=analysis, harm=harm(scores[cell], levels[cell.beam_width]),
-                             shorter=shortfall(plan, cell, lengths))
+                             shorter=shortfall(plan, cell, lengths), changed=scores[cell].differs)
                 for cell, analysis in analyses.items()]
     return match(evidence, limits)
 

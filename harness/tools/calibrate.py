@@ -120,7 +120,7 @@ def models(rounds: int, fraction: float, position: int) -> tuple[Model, ...]:
                     Fault(FaultKind.PARTIAL, position=position, fraction=1.0), (c81,),
                     {c81: frozenset({position})}, FindingKind.PARTIAL, target=Target.PARTIAL)
     uniform = Model("truncate", "uniform damage (cut short)", Fault(FaultKind.TRUNCATE), (c81, c42),
-                    {c81: _all(8), c42: _all(4)}, None, target=Target.UNIFORM)
+                    {c81: _all(8), c42: _all(4)}, FindingKind.ALL_POSITIONS, target=Target.UNIFORM)
     healthy = Model("healthy", "healthy", None, (c81, c82), {c81: frozenset(), c82: frozenset()},
                     None, target=Target.PASS)
     under = f"drift-{DRIFT_UNDER:g}"
@@ -195,6 +195,7 @@ class Outcome:
     flagged: int
     exact: int
     named: int
+    wrong: int = 0  # trials in which a finding named another signature than the model's
     differing: dict[Cell, float] = field(default_factory=dict)  # share unlike batch size 1
     quality_delta: dict[Cell, float] = field(default_factory=dict)  # vs batch size 1, pool mean
 
@@ -221,6 +222,12 @@ class Targets:
     partial_detection: float = 0.90
 
     def check(self, o: Outcome) -> tuple[bool, str]:
+        ok, said = self._check(o)
+        if o.wrong:
+            return False, f"{said}, no cause named wrong ({o.wrong} trials named one)"
+        return ok, said
+
+    def _check(self, o: Outcome) -> tuple[bool, str]:
         target = o.model.target
         if target == Target.PASS:
             return o.flagged_rate <= self.false_alarm, f"flagged <= {self.false_alarm:.0%}"
@@ -304,8 +311,8 @@ def _trial_cell(cell: Cell, own: Observations, twin: Observations, rng: np.rando
 
 
 def trial(model: Model, obs: Observations, twin: Observations, levels: dict[int, BatchSizeOne],
-          rng: np.random.Generator, s: Settings) -> tuple[bool, bool, bool]:
-    """One trial: (flagged, localized exactly, signature named)."""
+          rng: np.random.Generator, s: Settings) -> tuple[bool, bool, bool, bool]:
+    """One trial: (flagged, localized exactly, the right signature named, another named)."""
     subset = np.sort(rng.choice(s.pool, size=s.prompts, replace=False))
     hits = rng.random(s.prompts) < s.fraction if model.target == Target.PARTIAL else None
     scores: dict[Cell, CellScores] = {}
@@ -324,11 +331,13 @@ def trial(model: Model, obs: Observations, twin: Observations, levels: dict[int,
     exact = all(set(a.degraded_positions) == set(model.damaged.get(a.cell, frozenset()))
                 and (a.verdict == Verdict.FAIL) == bool(model.damaged.get(a.cell)) for a in analyses)
     evidence = [CellEvidence(analysis=a, harm=harm(scores[a.cell], level[a.cell.beam_width]),
-                             shorter=tuple(tuple(int(x) for x in row) for row in shorter[a.cell]))
+                             shorter=tuple(tuple(int(x) for x in row) for row in shorter[a.cell]),
+                             changed=scores[a.cell].differs)
                 for a in analyses]
     found = match(evidence, _limits(model))
     named = model.pattern is not None and any(f.kind == model.pattern for f in found.values())
-    return flagged, exact, named
+    wrong = any(f.kind != model.pattern for f in found.values())
+    return flagged, exact, named, wrong
 
 
 def _limits(model: Model) -> EngineLimits:
@@ -470,22 +479,23 @@ def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Out
                                pool, bs1, lengths) for name in dict.fromkeys(n for n, _, _ in jobs)}
     outcomes = []
     for m in chosen:
-        flagged = exact = named = 0
+        flagged = exact = named = wrong = 0
         for t in range(s.trials):
             rng = np.random.default_rng([s.seed, _model_key(m.name), t])
             got = trial(m, observed[m.name], observed.get(m.twin, observed["healthy"]), levels, rng, s)
-            flagged, exact, named = flagged + got[0], exact + got[1], named + got[2]
+            flagged, exact, named, wrong = (flagged + got[0], exact + got[1], named + got[2],
+                                            wrong + got[3])
         differing, delta = _effects(observed[m.name], m, levels)
-        outcomes.append(Outcome(m, s.trials, flagged, exact, named, differing=differing,
-                                quality_delta=delta))
+        outcomes.append(Outcome(m, s.trials, flagged, exact, named, wrong=wrong,
+                                differing=differing, quality_delta=delta))
     return outcomes
 
 
 def table(outcomes: Sequence[Outcome], s: Settings, targets: Targets) -> tuple[list[str], bool]:
     """The printed table, what each engine did to its outputs, the varying-factors note and the
     one-line summary; and whether every target holds."""
-    lines = [f"{'model':40} {'cells':16} {'expect':6} {'flagged':>8} {'exact':>7} {'named':>7}  "
-             f"target"]
+    lines = [f"{'model':40} {'cells':16} {'expect':6} {'flagged':>8} {'exact':>7} {'named':>7} "
+             f"{'wrong':>6}  target"]
     ok_all = True
     for o in outcomes:
         ok, target = targets.check(o)
@@ -495,7 +505,7 @@ def table(outcomes: Sequence[Outcome], s: Settings, targets: Targets) -> tuple[l
         named = f"{o.named_rate:7.1%}" if m.pattern else f"{'-':>7}"
         lines.append(f"{m.label:40} {','.join(c.id for c in m.cells):16} "
                      f"{'fail' if m.should_fail else 'pass':6} {o.flagged_rate:8.1%} {exact} "
-                     f"{named}  {target}: {'ok' if ok else 'MISSED'}")
+                     f"{named} {o.wrong / o.trials:6.1%}  {target}: {'ok' if ok else 'MISSED'}")
     lines += ["", "what each engine did to its outputs (pool of "
               f"{s.pool}): share unlike batch size 1's; mean quality against the references "
               "minus batch size 1's"]
@@ -520,7 +530,8 @@ def _note(s: Settings) -> str:
             f"{s.rotation} rotation"
             + (" (each prompt at one position per cell)" if s.rotation == Rotation.SPARSE else "")
             + ". flagged = the model's grid fails; exact = every cell's degraded positions are "
-            "exactly the damaged ones; named = the failure names the right signature.")
+            "exactly the damaged ones; named = the failure names the right signature; wrong = "
+            "a finding names another (a target on every model: none).")
 
 
 def _summary(outcomes: Sequence[Outcome], s: Settings, ok_all: bool) -> str:

@@ -14,10 +14,16 @@ gets at most one finding, the first that fits, in this order:
   its batch, not the position (TensorRT-LLM #1881), by a Fisher test;
 - ``stride``: beam search only, position 0 intact and every later position of a batch of at
   least 4 degraded, greedy fine (TensorRT-LLM PR #15125);
-- ``single`` / ``partial``: one position, on (nearly) all or on a share of the prompts;
+- ``single`` / ``partial``: one position, on (nearly) all or on a share of the prompts, the
+  share estimated from the outputs that changed there (against batch size 1, net of the
+  share that changes at the other positions: benign drift), not from a quality cut-off;
 - ``all-positions``: every position loses quality alike (none worse than the others) while
   batch size 1 is fine: a code path used only for batch size > 1 (as TensorRT-LLM #1539);
 - ``spread``: the cell's omnibus test failed with no single position significant.
+
+A cause that is a property of the engine, not of one cell (padding, all-positions, stride),
+is named only where it is consistent: when some failing cell that could show it fits another
+signature or none, it is named nowhere, and those cells are matched again without it.
 
 Cells that fit none get no finding: the failure still stands, the harness just does not guess.
 A prompt is *hit* at a position when its harm there (quality lost against batch size 1 where
@@ -28,7 +34,7 @@ outputs without costing quality, so it hits nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +60,8 @@ class CellEvidence:
     # against batch size 1 (NaN where the document never sat at that position, sparse)
     shorter: tuple[tuple[int, ...], ...] | None = None  # [position][document]: tokens short of
     # the longest prompt of the batch it sat in
+    changed: tuple[tuple[float, ...], ...] = ()  # [position][document]: 1.0 where the output is
+    # not batch size 1's (NaN: not there); empty when unknown
 
 
 def _seen(row: Sequence[float]) -> list[float]:
@@ -205,22 +213,52 @@ def _stride(e: CellEvidence, analyses: Sequence[CellAnalysis]) -> Finding | None
                             + (", greedy passes" if greedy else ""))
 
 
+def _changed_share(row: Sequence[float]) -> float:
+    seen = _seen(row)
+    return sum(seen) / len(seen) if seen else 0.0
+
+
+def _net(share: float, background: float) -> float:
+    """The share of prompts a fault changed, net of those benign drift changes anyway."""
+    return max(0.0, min(1.0, (share - background) / (1.0 - background))) if background < 1 else 0.0
+
+
+def _single_share(e: CellEvidence, p: int) -> tuple[float, str] | None:
+    """The share of prompts a fault at position ``p`` alone hits, and what it rests on; None
+    when the damage is not singled out at ``p``. From the outputs that changed there, net of
+    the share that changes at the other positions (benign drift changes outputs at every
+    position alike); without that record, from the prompts whose harm exceeds ``HIT``."""
+    if e.changed:
+        here = _changed_share(e.changed[p])
+        elsewhere = [_changed_share(row) for q, row in enumerate(e.changed) if q != p]
+        background = float(np.median(elsewhere)) if elsewhere else 0.0
+        share = _net(here, background)
+        if share == 0 or (elsewhere and _net(max(elsewhere), background) > share / 2):
+            return None
+        return share, (f"{here:.0%} of outputs at position {p} differ from batch size 1, "
+                       f"{background:.0%} at the other positions (median)")
+    hit = _hit_share(e.harm[p])
+    others = [_hit_share(row) for q, row in enumerate(e.harm) if q != p]
+    if hit == 0 or (others and max(others) > hit / 2):
+        return None
+    return hit, (f"{hit:.0%} of prompts at position {p} lose more than {HIT} ROUGE-L, at most "
+                 f"{max(others, default=0.0):.0%} at any other")
+
+
 def _single(e: CellEvidence) -> Finding | None:
     a = e.analysis
     if len(a.degraded_positions) != 1:
         return None
     p = a.degraded_positions[0]
-    share = _hit_share(e.harm[p])
-    others = [_hit_share(row) for q, row in enumerate(e.harm) if q != p]
-    if share == 0 or (others and max(others) > share / 2):
+    found = _single_share(e, p)
+    if found is None:
         return None
-    evidence = (f"{share:.0%} of prompts hit at position {p}, at most "
-                f"{max(others, default=0.0):.0%} at any other")
+    share, evidence = found
     if share >= 0.9:
         return Finding(FindingKind.SINGLE, f"only position {p} degraded, on {share:.0%} of prompts: a "
                                  "fault tied to that batch slot", evidence=evidence)
-    return Finding(FindingKind.PARTIAL, f"only position {p} degraded, on {share:.0%} of prompts (the others "
-                              "match batch size 1): a slot-specific fault that hits some "
+    return Finding(FindingKind.PARTIAL, f"only position {p} degraded, on about {share:.0%} of prompts (the "
+                              "others match batch size 1): a slot-specific fault that hits some "
                               "requests only", evidence=evidence)
 
 
@@ -241,8 +279,33 @@ def _all_positions(e: CellEvidence) -> Finding | None:
                    evidence="quality drop at every position, none position-dependent")
 
 
+# causes that belong to the engine, not to one cell, and the failing cells that could show them
+ENGINE_WIDE: dict[FindingKind, Callable[[CellAnalysis], bool]] = {
+    FindingKind.PADDING: lambda a: a.cell.batch_size > 1,
+    FindingKind.ALL_POSITIONS: lambda a: a.cell.batch_size > 1,
+    FindingKind.STRIDE: lambda a: a.cell.beam_width > 1 and a.cell.batch_size >= STRIDE_MIN_BATCH,
+}
+
+
 def match(evidence: Sequence[CellEvidence], limits: EngineLimits | None) -> dict[Cell, Finding]:
-    """The finding for every failing cell that fits a known signature."""
+    """The finding for every failing cell that fits a known signature, engine-wide causes only
+    where every failing cell that could show them does."""
+    banned: set[FindingKind] = set()
+    while True:
+        out = _match(evidence, limits, banned)
+        failing = [e.analysis for e in evidence
+                   if e.analysis.verdict == Verdict.FAIL and e.analysis.degraded_positions]
+        named = {kind: sum(f.kind == kind for f in out.values()) for kind in ENGINE_WIDE}
+        inconsistent = [kind for kind, could in ENGINE_WIDE.items() if named[kind] and any(
+            could(a) and (a.cell not in out or out[a.cell].kind != kind) for a in failing)]
+        if not inconsistent:
+            return out
+        # the least supported first: the cells it leaves may then fit the other consistently
+        banned.add(min(inconsistent, key=lambda kind: named[kind]))
+
+
+def _match(evidence: Sequence[CellEvidence], limits: EngineLimits | None,
+           banned: set[FindingKind]) -> dict[Cell, Finding]:
     analyses = [e.analysis for e in evidence]
     failing = [a for a in analyses if a.verdict == Verdict.FAIL and a.degraded_positions]
     out: dict[Cell, Finding] = {}
@@ -258,8 +321,12 @@ def match(evidence: Sequence[CellEvidence], limits: EngineLimits | None) -> dict
                                                 "many positions",
                                       evidence="the cell's omnibus test")
             continue
-        found = (_overflow(a, analyses, failing, limits) or _full_batch(a, analyses, limits)
-                 or _padding(e) or _stride(e, analyses) or _single(e) or _all_positions(e))
-        if found is not None:
-            out[a.cell] = found
+        for candidate in (lambda: _overflow(a, analyses, failing, limits),
+                          lambda: _full_batch(a, analyses, limits), lambda: _padding(e),
+                          lambda: _stride(e, analyses), lambda: _single(e),
+                          lambda: _all_positions(e)):
+            found = candidate()
+            if found is not None and found.kind not in banned:
+                out[a.cell] = found
+                break
     return out

@@ -107,7 +107,47 @@ def test_two_swapped_outputs_are_not_called_stride():
 
 def test_partial_reports_the_share_of_prompts():
     found = match([evidence(Cell(8, 1), {3}, share=0.3)], LIMITS_8x4)[Cell(8, 1)]
-    assert found.kind == "partial" and "position 3 degraded, on 31% of prompts" in found.text
+    assert found.kind == "partial" and "position 3 degraded, on about 31% of prompts" in found.text
+
+
+def _changed(cell: Cell, rows: dict[int, float], background: float = 0.0) -> tuple[tuple[float, ...], ...]:
+    """Per position, 1.0 for the first share of prompts whose output differs from batch size 1."""
+    return tuple(tuple(1.0 if i < round(rows.get(p, background) * N) else 0.0 for i in range(N))
+                 for p in range(cell.batch_size))
+
+
+def test_the_share_hit_comes_from_the_outputs_that_changed_not_a_quality_cut():
+    """Every position-0 output cut by a quarter: a small harm on each (most below the HIT cut)
+    but all of them changed: one slot, every prompt (was 'partial, on 6% of prompts')."""
+    e = evidence(Cell(2, 1), {0}, share=0.06)
+    whole = CellEvidence(analysis=e.analysis, harm=e.harm, changed=_changed(Cell(2, 1), {0: 1.0}))
+    found = match([whole], LIMITS_8x4)[Cell(2, 1)]
+    assert found.kind == "single" and "on 100% of prompts" in found.text
+    assert "100% of outputs at position 0 differ from batch size 1" in found.evidence
+    # a third of the prompts changed there, on an engine where 30% change everywhere (drift)
+    e = evidence(Cell(8, 1), {5}, share=0.3)
+    drifting = CellEvidence(analysis=e.analysis, harm=e.harm,
+                            changed=_changed(Cell(8, 1), {5: 0.53}, background=0.3))
+    found = match([drifting], LIMITS_8x4)[Cell(8, 1)]
+    assert found.kind == "partial" and "on about 32% of prompts" in found.text  # (53% - 31%) / 69%
+
+
+def test_an_engine_wide_cause_is_named_only_where_every_failing_cell_shows_it():
+    """Outputs cut at every batch size > 1: padding fitted 2 of 9 cells by chance and
+    all-positions the other 7; padding is then named nowhere, and the cell it left, matched
+    again without it, is all-positions like the others."""
+    plan = make_plan((4,), (1,), N, seed=0)
+    lengths = [50 + (7 * i) % 40 for i in range(N)]
+    short = shortfall(plan, Cell(4, 1), lengths)
+    by_length = evidence(Cell(4, 1), {0, 1, 2, 3}, shorter=short, positional=False)
+    by_length = CellEvidence(analysis=by_length.analysis, shorter=short,
+                             harm=tuple(tuple(0.8 if short[p][i] > 0 else 0.0 for i in range(N))
+                                        for p in range(4)))
+    assert match([by_length], LIMITS_8x4)[Cell(4, 1)].kind == "padding"  # alone, it fits
+    flat = [evidence(Cell(8, w), set(range(8)), positional=False) for w in (1, 2)]
+    found = match([by_length, *flat], LIMITS_8x4)
+    assert {c: f.kind for c, f in found.items()} == {Cell(4, 1): "all-positions", Cell(8, 1):
+                                                     "all-positions", Cell(8, 2): "all-positions"}
 
 
 def test_spread_and_no_guess():
