@@ -34,7 +34,7 @@ outputs without costing quality, so it hits nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -279,6 +279,18 @@ def _all_positions(e: CellEvidence) -> Finding | None:
                    evidence="quality drop at every position, none position-dependent")
 
 
+def _candidates(e: CellEvidence, analyses: Sequence[CellAnalysis], failing: Sequence[CellAnalysis],
+                limits: EngineLimits | None) -> Iterator[Finding | None]:
+    """Each signature's finding for one failing cell, in order, computed as asked for."""
+    a = e.analysis
+    yield _overflow(a, analyses, failing, limits)
+    yield _full_batch(a, analyses, limits)
+    yield _padding(e)
+    yield _stride(e, analyses)
+    yield _single(e)
+    yield _all_positions(e)
+
+
 # causes that belong to the engine, not to one cell, and the failing cells that could show them
 ENGINE_WIDE: dict[FindingKind, Callable[[CellAnalysis], bool]] = {
     FindingKind.PADDING: lambda a: a.cell.batch_size > 1,
@@ -321,12 +333,8 @@ def _match(evidence: Sequence[CellEvidence], limits: EngineLimits | None,
                                                 "many positions",
                                       evidence="the cell's omnibus test")
             continue
-        for candidate in (lambda: _overflow(a, analyses, failing, limits),
-                          lambda: _full_batch(a, analyses, limits), lambda: _padding(e),
-                          lambda: _stride(e, analyses), lambda: _single(e),
-                          lambda: _all_positions(e)):
-            found = candidate()
-            if found is not None and found.kind not in banned:
-                out[a.cell] = found
-                break
+        found = next((f for f in _candidates(e, analyses, failing, limits)
+                      if f is not None and f.kind not in banned), None)
+        if found is not None:
+            out[a.cell] = found
     return out
