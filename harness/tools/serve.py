@@ -436,9 +436,15 @@ class CompletionHandler(BaseHTTPRequestHandler):
             super().log_message(format, *args)
 
     def _json(self, status: int, payload: dict[str, Any]) -> None:
-        # "replace": an output (or a message) with a lone surrogate is sent with "?" in its
-        # place, as the harness scores it (stages/generate.output_text), never a dropped answer
-        data = json.dumps(payload, ensure_ascii=False).encode("utf-8", "replace")
+        """Send one answer. Encoded here, for this request alone, before anything is sent:
+        an output with a lone surrogate goes with "?" in its place, as the harness scores it
+        (stages/generate.output_text); one JSON cannot hold is this request's 500."""
+        try:
+            data = json.dumps(payload, ensure_ascii=False).encode("utf-8", "replace")
+        except (TypeError, ValueError) as exc:
+            status, data = 500, json.dumps({"error": {
+                "message": f"the answer cannot be sent as JSON ({describe(exc)})",
+                "type": "server_error", "code": 500}}).encode("ascii")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

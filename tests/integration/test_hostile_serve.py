@@ -167,3 +167,27 @@ def test_an_output_that_cannot_be_encoded_is_answered_with_a_replacement():
     assert (fine_status, fine["choices"][0]["text"]) == (200, "FINE ONE")
     assert odd["harness_batch"]["size"] == fine["harness_batch"]["size"] == 2
 
+
+
+class NotText(Undecodable):
+    """An engine whose output for one prompt is not text at all (bytes its backend forgot to
+    decode)."""
+
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
+        return [Generation(text=b"raw bytes" if "raw" in p else p.upper(), token_ids=(1,))  # type: ignore[arg-type]
+                for p in prompts]
+
+
+def test_an_output_json_cannot_hold_is_its_own_500():
+    srv = _start(NotText())
+    try:
+        answers = _together(srv, [{"prompt": "raw one"}, {"prompt": "fine one"}])
+    finally:
+        srv.shutdown()
+        srv.close()
+    assert not any(isinstance(a, BaseException) for a in answers), answers
+    (raw_status, raw), (fine_status, fine) = answers  # type: ignore[misc]
+    assert raw_status == 500
+    assert raw["error"]["message"] == ("the answer cannot be sent as JSON (TypeError: Object of "
+                                       "type bytes is not JSON serializable)")
+    assert (fine_status, fine["choices"][0]["text"]) == (200, "FINE ONE")
