@@ -303,8 +303,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def _record(node: pytest.Item, pairs: Iterable[tuple[str, object]]) -> None:
     """Add JUnit properties (--junitxml, CI dashboards) to a test's ``user_properties``, each
     value a plain str, int, float or bool: an enum as its word, anything else as its text.
-    The values cross processes (pytest-xdist pickles nothing but plain types), so this is
-    the one place that adds them."""
+    Reports cross processes (execnet, which carries pytest-xdist's, serializes plain types
+    only: an enum was a DumpError), so this is the one place that adds them."""
     for name, value in pairs:
         node.user_properties.append((name, plain(value)))
 
