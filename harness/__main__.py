@@ -10,6 +10,7 @@ time. ``merge`` combines ``--shard K/N`` reports into the unsharded report (exit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -27,7 +28,8 @@ from harness.config import (
     real,
 )
 from harness.engines.emulator import DEFAULT_COMPUTE_DTYPE
-from harness.errors import HarnessError, interrupted
+from harness.errors import HarnessError, exit_status, interrupted
+from harness.stop_signals import stop_signals
 
 if TYPE_CHECKING:
     from harness.progress import Progress
@@ -387,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="print the plan, the tokens it may generate, the build-limit checks "
                             "and (with --throughput) an estimate of its time, without loading "
                             "the engine or generating; exit 1 when a cell exceeds a build limit")
-    p_run.set_defaults(func=cmd_run)
+    p_run.set_defaults(func=cmd_run, stoppable=True)  # SIGTERM/SIGHUP end it as Ctrl-C does
 
     _add_build_engine(sub)
     _add_lint(sub)
@@ -411,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
                              "generate time")
     _add_run_options(p_bench)
     p_bench.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    p_bench.set_defaults(func=cmd_bench)
+    p_bench.set_defaults(func=cmd_bench, stoppable=True)
 
     p_merge = sub.add_parser("merge", help="combine the reports of --shard K/N runs into one")
     p_merge.add_argument("reports", nargs="+", metavar="REPORT_DIR",
@@ -424,13 +426,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command: Callable[[argparse.Namespace], int] = args.func
     try:
-        return command(args)
+        with stop_signals() if getattr(args, "stoppable", False) else contextlib.nullcontext():
+            return command(args)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as exc:  # Ctrl-C: what was kept and how to resume, no traceback
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: what was kept, how to resume
         print(interrupted(exc), file=sys.stderr)
-        return 130
+        return exit_status(exc)
 
 
 if __name__ == "__main__":

@@ -28,19 +28,47 @@ class StorageError(HarnessError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C during generation; the message says what was kept and how to resume."""
+    """Ctrl-C (or SIGTERM, SIGHUP) during generation; the message says what was kept and how
+    to resume, and ``status`` is the exit status the signal asks for."""
+
+    def __init__(self, message: str, status: int = 130) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM (a cancelled CI job) or SIGHUP (a closed terminal) while a run works: it ends
+    as Ctrl-C ends it (harness.stop_signals), with 128 + the signal's number as exit status."""
+
+    def __init__(self, name: str, number: int) -> None:
+        super().__init__(name)
+        self.name = name
+        self.number = number
 
 
 RESUME = ("rerun the same command to resume: batches in the generation cache are not "
           "generated again")
 
 
+def interrupted_by(exc: KeyboardInterrupt) -> str:
+    """How an interruption's line starts: "interrupted" (Ctrl-C) or "interrupted by SIGTERM"."""
+    return f"interrupted by {exc.name}" if isinstance(exc, Stopped) else "interrupted"
+
+
+def exit_status(exc: KeyboardInterrupt) -> int:
+    """130 for Ctrl-C, 128 + the signal's number for SIGTERM (143) and SIGHUP (129)."""
+    if isinstance(exc, Interrupted):
+        return exc.status
+    return 128 + exc.number if isinstance(exc, Stopped) else 130
+
+
 def interrupted(exc: KeyboardInterrupt) -> str:
-    """The one line a Ctrl-C ends with: what was kept and how to resume."""
+    """The one line an interruption ends with: what was kept and how to resume."""
     if isinstance(exc, Interrupted) and str(exc):
         return str(exc)
-    return ("interrupted: every batch generated so far is kept in the generation cache (unless "
-            f"--no-cache) and the cells completed so far in the run's generations.jsonl; {RESUME}")
+    return (f"{interrupted_by(exc)}: every batch generated so far is kept in the generation "
+            "cache (unless --no-cache) and the cells completed so far in the run's "
+            f"generations.jsonl; {RESUME}")
 
 
 def first_line(exc: BaseException) -> str:

@@ -65,7 +65,7 @@ def _generate(prep: Prepared, progress: ProgressFactory | None, timing: Timing,
         if early:
             early.close()
         if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
-            raise interrupted(prep, log) from None
+            raise interrupted(prep, log, exc) from None
         raise
     finally:
         log.close()

@@ -7,14 +7,18 @@ runs from a checkout). Inert unless a collected test asks for ``harness_cell``.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from harness.config import OPTIONS, RunConfig
-from harness.errors import HarnessError, interrupted
+from harness.errors import HarnessError, exit_status, interrupted
+from harness.stop_signals import stop_signals
 
 if TYPE_CHECKING:
     from harness.engines.base import Engine
@@ -29,6 +33,15 @@ if TYPE_CHECKING:
 DEST_PREFIX = "harness_"
 # a test that asks for one of these needs the engine loaded (and, for results, generating)
 ENGINE_FIXTURES = {"harness_cell_result", "harness_result", "harness_prepared", "harness_engine"}
+# a test that asks for one of these makes the session a harness run (plan, limits, engine)
+HARNESS_FIXTURES = ENGINE_FIXTURES | {"harness_cell"}
+# a pytest-xdist worker's word to the controller (config.workeroutput) that it refused to run
+XDIST_REFUSED = "batch_position_harness_refused"
+XDIST_LINE = ("pytest suites/ runs one generation for the whole grid and writes one report, so "
+              "pytest-xdist would run all of it in every worker; drop -n (pytest-xdist): to "
+              "spread a run over GPUs, give each job one --shard K/N and merge their reports "
+              "(docs/ci.md)")
+CELLS_SHOWN = 8  # cell ids a selection line names before "and N more"
 
 
 @dataclass
@@ -42,6 +55,7 @@ class HarnessState:
     planned: PlanOnly | None = None  # the plan and limit checks alone, when nothing generates
     result: RunResult | FollowerRun | None = None
     engine: Engine | None = None  # a second engine, loaded after the run closed the first
+    signals: ExitStack = field(default_factory=ExitStack)  # SIGTERM/SIGHUP handlers, restored at the end
 
 
 STATE = pytest.StashKey[HarnessState]()
@@ -87,12 +101,85 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("harness_cell", state.cells, ids=[c.id for c in state.cells])
 
 
+def _xdist_worker(config: pytest.Config) -> bool:
+    """True in a pytest-xdist worker process (xdist gives each its ``workerinput``)."""
+    return hasattr(config, "workerinput")
+
+
+def _fixture_uses(items: Iterable[pytest.Item]) -> list[set[str]]:
+    """The fixtures each test that will run asks for (a test marked skip runs none of them:
+    the throughput tests when benchmarks are not asked for)."""
+    return [set(getattr(item, "fixturenames", ())) for item in items
+            if item.get_closest_marker("skip") is None]
+
+
+def _harness_run(items: Iterable[pytest.Item]) -> bool:
+    """True when the session plans, checks or generates: a test asks for a harness fixture."""
+    return any(names & HARNESS_FIXTURES for names in _fixture_uses(items))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     state = _state(session.config)
+    if _xdist_worker(session.config) and _harness_run(session.items):
+        # refused here, said once by the controller (pytest_testnodedown), which collects nothing
+        session.config.workeroutput[XDIST_REFUSED] = XDIST_LINE  # type: ignore[attr-defined]
+        session.shouldstop = XDIST_LINE
+        return
     if state.error:
         raise pytest.UsageError(state.error)
+    line = _selection_line(session.items, state)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if line and reporter is not None:
+        reporter.write_line(line, yellow=True)
     if session.config.option.collectonly and state.cells:
         _dry_run(session.config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist's controller, as a worker ends: a worker that refused (see XDIST_LINE)
+    ends the session with one line, as a usage error (exit 4)."""
+    refused = (getattr(node, "workeroutput", None) or {}).get(XDIST_REFUSED)
+    if refused:
+        raise pytest.UsageError(refused)
+
+
+def _cell_ids(cells: Sequence[Cell]) -> str:
+    """The cells' ids, the first CELLS_SHOWN of them and how many more."""
+    shown = ", ".join(c.id for c in cells[:CELLS_SHOWN])
+    more = len(cells) - CELLS_SHOWN
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _selection_line(items: Sequence[pytest.Item], state: HarnessState) -> str | None:
+    """What a selection (-k, -m, --lf, --deselect, test ids) does to a harness run, when it
+    leaves a per-cell test with only some of the run's cells: which cells are tested, and that
+    generation and report still cover every cell (the plan does not follow the selection)."""
+    if not state.cells:
+        return None
+    picked: dict[str, set[Cell]] = {}  # test function -> the cells it runs for
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        cell = callspec.params.get("harness_cell") if callspec is not None else None
+        if cell is not None and item.get_closest_marker("skip") is None:
+            picked.setdefault(getattr(item, "originalname", item.name), set()).add(cell)
+    every = len(state.cells)
+    partial: dict[tuple[Cell, ...], list[str]] = {}  # the same cells: named once
+    for name, cells in picked.items():
+        if cells != set(state.cells):
+            partial.setdefault(tuple(c for c in state.cells if c in cells), []).append(name)
+    if not partial:
+        return None
+    tested = ", ".join(f"{' and '.join(names)} {'run' if len(names) > 1 else 'runs'} for "
+                       f"{len(cells)} of the {every} cells ({_cell_ids(cells)})"
+                       for cells, names in partial.items())
+    if any("harness_cell_result" in names for names in _fixture_uses(items)):
+        rest = (f"the engine still generates all {every} cells and the report covers them all; "
+                "only the selected tests pass or fail in this session (to generate fewer cells: "
+                "--batch-sizes, --beam-widths)")
+    else:
+        rest = "no selected test needs outputs, so nothing is generated"
+    return f"selection (-k, -m, --lf, --deselect or test ids): {tested}; {rest}"
 
 
 def _dry_run(config: pytest.Config) -> None:
@@ -180,23 +267,59 @@ def _run(config: pytest.Config) -> RunResult | FollowerRun:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_runtestloop(session: pytest.Session) -> None:
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
     """Preflight, then run the engine once, before the per-cell tests, so bad input stops the
     session early and limit failures show before any GPU time is spent. Generation runs only
-    when a positions test is selected."""
-    if session.config.option.collectonly:
-        return
-    uses = [set(getattr(item, "fixturenames", ())) for item in session.items
-            if item.get_closest_marker("skip") is None]  # e.g. throughput tests not asked for
+    when a positions test is selected. From here to the session's end SIGTERM and SIGHUP end
+    it as Ctrl-C does (harness.stop_signals)."""
+    config = session.config
+    if config.option.collectonly:
+        return None
+    if XDIST_REFUSED in getattr(config, "workeroutput", {}):
+        return True  # this xdist worker runs nothing (pytest_collection_finish)
+    if not _harness_run(session.items):
+        return None
+    state = _state(config)
+    state.signals.enter_context(stop_signals())
+    uses = _fixture_uses(session.items)
     try:
         if any(names & ENGINE_FIXTURES for names in uses):
-            _prepare(session.config)
+            _prepare(config)
         elif any("harness_cell" in names for names in uses):  # limits only: no engine to load
-            _planned(session.config)
+            _planned(config)
         if any("harness_cell_result" in names for names in uses):
-            _run(session.config)
-    except KeyboardInterrupt as exc:  # Ctrl-C: one line saying what was kept, exit 130
-        pytest.exit(interrupted(exc), returncode=130)
+            _run(config)
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: one line saying what was kept
+        pytest.exit(interrupted(exc), returncode=exit_status(exc))
+    return None
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = session.config.stash.get(STATE, None)
+    if state is not None:  # the signal handlers as they were before the run
+        state.signals.close()
+
+
+def _record(node: pytest.Item, pairs: Iterable[tuple[str, object]]) -> None:
+    """Add JUnit properties (--junitxml, CI dashboards) to a test's ``user_properties``, each
+    value a plain str, int, float or bool: an enum as its word, anything else as its text.
+    Reports cross processes (execnet, which carries pytest-xdist's, serializes plain types
+    only: an enum was a DumpError), so this is the one place that adds them."""
+    for name, value in pairs:
+        node.user_properties.append((name, plain(value)))
+
+
+def plain(value: object) -> str | int | float | bool:
+    """``value`` as a plain str, int, float or bool (exactly those types, not subclasses)."""
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return str(value)
 
 
 def _skip_unless_root(ranks: Ranks) -> None:
@@ -255,8 +378,7 @@ def harness_cell_checks(request: pytest.FixtureRequest, harness_cell: Cell) -> t
     prepared = _state(request.config).prepared
     _skip_unless_root(prepared.ranks if prepared is not None else current())
     checks = (prepared.checks if prepared is not None else _planned(request.config).checks)[harness_cell]
-    for c in checks:  # JUnit properties, for CI dashboards (--junitxml)
-        request.node.user_properties.append((f"limit_{c.name}", c.status))
+    _record(request.node, [(f"limit_{c.name}", c.status) for c in checks])
     return checks
 
 
@@ -266,15 +388,15 @@ def harness_cell_result(request: pytest.FixtureRequest, harness_result: RunResul
     """The result of the cell this test is parametrized with."""
     for c in harness_result.cells:
         if c.cell == harness_cell:
-            props = request.node.user_properties
-            props += [("cell", c.id), ("verdict", str(c.verdict)),
-                      ("report", str(harness_result.report_dir))]
+            props: list[tuple[str, object]] = [("cell", c.id), ("verdict", c.verdict),
+                                               ("report", harness_result.report_dir)]
             if c.positions:
                 props.append(("degraded_positions", ",".join(map(str, c.degraded_positions))))
                 props += [(f"quality_position_{s.position}", f"{s.quality:.4f}")
                           for s in c.positions if s.quality is not None]
                 props += [(f"agreement_position_{s.position}", f"{s.agreement:.4f}")
                           for s in c.positions]
+            _record(request.node, props)
             return c
     raise LookupError(harness_cell)
 

@@ -14,7 +14,14 @@ from harness.config import DecodingSettings
 from harness.engines import guard
 from harness.engines.base import BatchError, Engine, FailureKind, Generation
 from harness.engines.batching import BatchJudgement, cell_notice, judge_batch
-from harness.errors import RESUME, HarnessError, Interrupted, describe
+from harness.errors import (
+    RESUME,
+    HarnessError,
+    Interrupted,
+    describe,
+    exit_status,
+    interrupted_by,
+)
 from harness.model.cell import Cell
 from harness.model.limits import LimitCheck
 from harness.model.report import Timing
@@ -193,19 +200,22 @@ def generate_all(prep: Prepared, progress: ProgressFactory | None = None,
     return Generated(outputs=outputs, errors=errors, capped=capped)
 
 
-def interrupted(prep: Prepared, log: GenerationsLog) -> Interrupted:
-    """Ctrl-C while generating: what is kept (cache, generations.jsonl) and how to resume."""
+def interrupted(prep: Prepared, log: GenerationsLog, cause: KeyboardInterrupt) -> Interrupted:
+    """Ctrl-C (or SIGTERM, SIGHUP: ``cause``) while generating: what is kept (cache,
+    generations.jsonl) and how to resume."""
     stats = prep.cache.stats if prep.cache else None
     cells = f"the {log.cells} cells completed so far are in {log.path}"
+    head, status = interrupted_by(cause), exit_status(cause)
     if stats is None or not stats.enabled:
         why = stats.reason if stats else "off"
-        return Interrupted(f"interrupted: {cells}; the generation cache is {why}, so a rerun "
-                           "generates everything again")
+        return Interrupted(f"{head}: {cells}; the generation cache is {why}, so a rerun "
+                           "generates everything again", status)
     if prep.cache is not None and not prep.cache.writable:
-        return Interrupted(f"interrupted: {cells}; the generation cache {stats.reason}, so a "
-                           "rerun generates the rest again")
-    return Interrupted(f"interrupted: {stats.batches_generated} batches generated this run are "
-                       f"kept in the generation cache {stats.folder} and {cells}; {RESUME}")
+        return Interrupted(f"{head}: {cells}; the generation cache {stats.reason}, so a "
+                           "rerun generates the rest again", status)
+    return Interrupted(f"{head}: {stats.batches_generated} batches generated this run are "
+                       f"kept in the generation cache {stats.folder} and {cells}; {RESUME}",
+                       status)
 
 
 def follow(prep: Prepared, progress: ProgressFactory | None = None) -> FollowerRun:

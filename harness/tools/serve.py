@@ -126,7 +126,24 @@ def _prompts(body: dict[str, Any], bounds: Bounds) -> list[str]:
     if any(not p.strip() for p in prompts):
         raise BadRequest("prompt must not be empty: the engine needs at least one token to "
                          "continue from")
+    for i, p in enumerate(prompts):
+        problem = _text_problem(p)
+        if problem:
+            where = "prompt" if isinstance(prompt, str) else f"prompt {i}"
+            raise BadRequest(f"{where} {problem}")
     return prompts
+
+
+def _text_problem(text: str) -> str | None:
+    """Why ``text`` is not text an engine can encode, or None. JSON can carry what UTF-8
+    cannot: a lone surrogate (an unpaired ``\\ud800`` escape), which every tokenizer refuses;
+    found here, in the request's own thread, it never joins a batch with other clients'."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"is not valid text: a lone surrogate {ascii(text[exc.start])} at character "
+                f"{exc.start} (a \\uD800-\\uDFFF escape must be one of a pair); send UTF-8 text")
+    return None
 
 
 def _unsupported(body: dict[str, Any]) -> None:
@@ -206,6 +223,7 @@ class Batcher:
         self._queue: queue.Queue[Pending | None] = queue.Queue()
         self._held: list[Pending] = []  # arrived with other settings: first in the next batch
         self._stopping = False
+        self._counted = False  # the engine has counted a prompt's tokens: it can count
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
 
     def start(self) -> None:
@@ -281,18 +299,48 @@ class Batcher:
                 return
             self.run_batch(batch)
 
-    def _admit(self, batch: list[Pending]) -> list[Pending]:
-        """The items whose prompts fit the engine's input limits (counted here, in the engine
-        thread, with the engine's own tokenizer); the others are answered 400 now."""
+    def _counts(self, batch: list[Pending]) -> list[int | Exception] | None:
+        """Each item's prompt length in tokens, counted in the engine thread with the engine's
+        own tokenizer: the whole batch at once, else, when that raises, each prompt on its own,
+        so that a prompt the tokenizer cannot read is found out as its own request's fault
+        (an Exception in its place). None: the engine cannot count (it returns None, a wrong
+        number of counts, or raises for every prompt and never counted one)."""
+        prompts = [p.prompt for p in batch]
         try:
-            counts = self.engine.count_tokens([p.prompt for p in batch])
-        except Exception:  # the engine cannot count: it refuses what it cannot take itself
-            counts = None
-        if counts is None or len(counts) != len(batch):
+            counted = self.engine.count_tokens(prompts)
+        except Exception:
+            counted = None
+            alone: list[int | Exception] = []
+            for prompt in prompts:
+                try:
+                    one = self.engine.count_tokens([prompt])
+                except Exception as exc:
+                    alone.append(exc)
+                    continue
+                if one is None or len(one) != 1:
+                    return None
+                alone.append(one[0])
+            if any(not isinstance(n, Exception) for n in alone):
+                self._counted = True
+            return alone if self._counted else None
+        if counted is None or len(counted) != len(batch):
+            return None
+        self._counted = True
+        return list(counted)
+
+    def _admit(self, batch: list[Pending]) -> list[Pending]:
+        """The items whose prompts the engine can read and that fit its input limits; the
+        others are answered 400 now, each for its own prompt, and never join the batch."""
+        counts = self._counts(batch)
+        if counts is None:  # the engine cannot count: it refuses what it cannot take itself
             return batch
         kept = []
         for item, tokens in zip(batch, counts):
-            reason = self.bounds.input_problem(tokens, item.settings.max_new_tokens)
+            if isinstance(tokens, Exception):
+                reason: str | None = (f"the engine's tokenizer cannot read the prompt "
+                                      f"({describe(tokens)})")
+            else:
+                reason = self.bounds.input_problem(tokens, item.settings.max_new_tokens)
             if reason is None:
                 kept.append(item)
             else:
@@ -388,7 +436,15 @@ class CompletionHandler(BaseHTTPRequestHandler):
             super().log_message(format, *args)
 
     def _json(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        """Send one answer. Encoded here, for this request alone, before anything is sent:
+        an output with a lone surrogate goes with "?" in its place, as the harness scores it
+        (stages/generate.output_text); one JSON cannot hold is this request's 500."""
+        try:
+            data = json.dumps(payload, ensure_ascii=False).encode("utf-8", "replace")
+        except (TypeError, ValueError) as exc:
+            status, data = 500, json.dumps({"error": {
+                "message": f"the answer cannot be sent as JSON ({describe(exc)})",
+                "type": "server_error", "code": 500}}).encode("ascii")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
