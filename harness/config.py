@@ -418,6 +418,7 @@ class RunConfig:
     engine: str = BUNDLED
     backend: str | None = None
     batch_sizes: tuple[int, ...] | None = None  # None: the default grid, capped by the engine
+    sweep: bool = False  # every batch size 1..max_batch_size, sparse rotation (docs/method.md)
     beam_widths: tuple[int, ...] = DEFAULT_BEAM_WIDTHS
     max_new_tokens: int = 64
     length_penalty: float = 1.0
@@ -511,6 +512,12 @@ class RunConfig:
         if kwargs.get("shard") and kwargs.get("update_goldens"):
             raise ConfigError("--update-goldens records goldens from a whole run: run it once "
                               "without --shard, then shard the runs that use them")
+        if kwargs.get("sweep"):
+            if kwargs.get("batch_sizes") is not None:
+                raise ConfigError("--sweep tests every batch size up to the engine's max_batch_size: "
+                                  "drop --batch-sizes, or bound the sweep yourself with "
+                                  "--batch-sizes 1-N --rotation sparse")
+            kwargs["rotation"] = Rotation.SPARSE  # each prompt once per size: the sweep's cost
         return cls(**kwargs, root=root)
 
     @property
@@ -585,6 +592,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "1-16 or 1-8,16,32 (default "
                f"{_listed(DEFAULT_BATCH_SIZES)}, capped at the engine's max_batch_size)",
                positive_int_list("--batch-sizes"), metavar="LIST"),
+    OptionSpec("--sweep", "sweep", "every batch size from 1 to the engine's max_batch_size "
+               "(config.json), each prompt once per size (--rotation sparse): names, per beam "
+               "width, the batch size from which cells fail (report.json boundaries); cost and "
+               "detection in docs/method.md", action="store_true"),
     OptionSpec("--beam-widths", "beam_widths", "comma-separated beam widths (default "
                f"{_listed(RunConfig.beam_widths)})", positive_int_list("--beam-widths"),
                metavar="LIST"),

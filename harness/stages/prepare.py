@@ -13,6 +13,7 @@ from harness.engines.base import Engine
 from harness.engines.ranks import Ranks, current, require_world
 from harness.engines.registry import adopt, load_engine, peek_config
 from harness.engines.watchdog import BatchTimeoutEngine
+from harness.errors import ConfigError
 from harness.inputs.data import Dataset, load_dataset, select_subset
 from harness.inputs.prompts import build_prompts
 from harness.limits.engine_config import read_limits
@@ -35,7 +36,14 @@ def planned_batch_sizes(config: RunConfig) -> tuple[int, ...]:
     if config.batch_sizes is not None:
         return config.batch_sizes
     limits = peeked_limits(config)
-    return choose_batch_sizes(config.batch_sizes, limits.max_batch_size if limits else None)
+    top = limits.max_batch_size if limits else None
+    if config.sweep:
+        if top is None:
+            raise ConfigError(f"--sweep: {config.engine} records no max_batch_size (no "
+                              "TensorRT-LLM config.json); bound the sweep yourself with "
+                              "--batch-sizes 1-N --rotation sparse")
+        return tuple(range(1, top + 1))
+    return choose_batch_sizes(config.batch_sizes, top)
 
 
 def peeked_limits(config: RunConfig) -> EngineLimits | None:

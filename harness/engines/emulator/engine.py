@@ -164,7 +164,7 @@ class EmulatorEngine(EngineBase):
 
     def _lose_kv(self, prompts: Sequence[str], width: int) -> None:
         """full-batch and partial: the beam slots of the entries that lose their KV cache."""
-        dead = self.fault.dead_entries(prompts, self.max_batch_size) if self.fault else set()
+        dead = self.fault.dead_entries(prompts, self.max_batch_size, width) if self.fault else set()
         slots = [s * width + b for s in sorted(dead) for b in range(width)]
         slots = [x for x in slots if x < self.cache.slots]
         self.cache.dead = torch.tensor(slots, dtype=torch.long) if slots else None

@@ -33,6 +33,16 @@ stride          beam search only: once F entries of the batch have finished, ent
                 position is, on the prompts still running when a batch-mate finishes.
 partial         the entry at ``position`` loses its KV cache on a seeded ``fraction`` of
                 prompts only (by a hash of the prompt), a sensitivity knob.
+graph-ladder    a CUDA-graph batch-size ladder: graphs are captured at batch sizes 1, 2, 4, 8,
+                ... and a batch is padded up to the next captured size; the entries beyond
+                the previous captured size read a stale KV region and decode garbage
+                (#17964: batch 4 passes, 5 fails). Captured sizes pass: 5, 6, 7 fail
+                (positions 4-6), 8 passes, 9-15 fail (positions 8-14), 16 passes.
+beam-buffer     a decode buffer sized for max_batch_size sequences without the beam factor
+                (PR #17014: passes at batch 8, fails at 16 with beam 2): the entries whose
+                beam slots (entry x beam width + beam) reach past max_batch_size lose their
+                KV cache. Greedy never overflows; beam W fails from the batch size at which
+                entry x W + W - 1 reaches max_batch_size.
 truncate        uniform damage: at batch size > 1 every entry stops after ``keep`` x
                 max_new_tokens tokens (default 0.3), at every position alike, as when a
                 batched path takes its output budget from the wrong field (a per-batch
@@ -63,6 +73,8 @@ class FaultKind(Word):
     STRIDE = "stride"
     PARTIAL = "partial"
     TRUNCATE = "truncate"
+    GRAPH_LADDER = "graph-ladder"
+    BEAM_BUFFER = "beam-buffer"
 
 
 KINDS = ", ".join(k.value for k in FaultKind)
@@ -70,7 +82,8 @@ PARAMETERS: dict[FaultKind, frozenset[str]] = {
     FaultKind.DRIFT: frozenset({"rate", "seed", "margin"}),
     FaultKind.FULL_BATCH: frozenset({"slot"}), FaultKind.PADDING: frozenset(),
     FaultKind.STRIDE: frozenset(), FaultKind.PARTIAL: frozenset({"position", "fraction", "seed"}),
-    FaultKind.TRUNCATE: frozenset({"keep"}),
+    FaultKind.TRUNCATE: frozenset({"keep"}), FaultKind.GRAPH_LADDER: frozenset(),
+    FaultKind.BEAM_BUFFER: frozenset(),
 }
 FLOATS = frozenset({"rate", "margin", "fraction", "keep"})
 
@@ -112,13 +125,21 @@ class Fault:
                     f"prompts, seed {self.seed})")
         if self.kind == FaultKind.TRUNCATE:
             return f"truncation at batch size > 1 ({self.keep:.0%} of max_new_tokens)"
-        return {FaultKind.PADDING: "padding bug", FaultKind.STRIDE: "uneven-finish stride"}[self.kind]
+        return {FaultKind.PADDING: "padding bug", FaultKind.STRIDE: "uneven-finish stride",
+                FaultKind.GRAPH_LADDER: "CUDA-graph ladder (padded batch sizes damage their "
+                                        "last entries)",
+                FaultKind.BEAM_BUFFER: "decode buffer sized without the beam factor"}[self.kind]
 
     # -- the hooks the engine calls -------------------------------------------------------
 
-    def dead_entries(self, prompts: Sequence[str], max_batch_size: int) -> set[int]:
-        """Entries whose KV cache is lost for this call (full-batch, partial)."""
+    def dead_entries(self, prompts: Sequence[str], max_batch_size: int, width: int = 1) -> set[int]:
+        """Entries whose KV cache is lost for this call (full-batch, partial, graph-ladder,
+        beam-buffer); ``width``: the beam width."""
         entries = len(prompts)
+        if self.kind == FaultKind.GRAPH_LADDER:
+            return set(range(captured_below(entries), entries)) if not is_captured(entries) else set()
+        if self.kind == FaultKind.BEAM_BUFFER:
+            return {e for e in range(entries) if e * width + width - 1 >= max_batch_size}
         if self.kind == FaultKind.FULL_BATCH and entries == max_batch_size:
             return {max_batch_size - 1 if self.slot is None else self.slot}
         if self.kind == FaultKind.PARTIAL and self.position < entries:
@@ -139,6 +160,17 @@ class Fault:
     @property
     def strided(self) -> bool:
         return self.kind == FaultKind.STRIDE
+
+
+def is_captured(size: int) -> bool:
+    """graph-ladder: whether a batch size has its own captured graph (a power of two)."""
+    return size & (size - 1) == 0
+
+
+def captured_below(size: int) -> int:
+    """graph-ladder: the largest captured size below ``size`` (its padded batch's last real
+    entries start there)."""
+    return 1 << (size - 1).bit_length() - 1 if size > 1 else 0
 
 
 def hit(prompt: str, seed: int, fraction: float) -> bool:
