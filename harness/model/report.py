@@ -44,6 +44,8 @@ class CacheStats:
     batches_from_cache: int = 0
     batches_generated: int = 0
     generations_from_cache: int = 0
+    # entries found but not used: damaged, edited after written, or another engine's or batch's
+    batches_rejected: int = 0
     key: dict[str, Any] = field(default_factory=dict)  # what the fingerprint covers (cache_key)
 
 

@@ -219,7 +219,7 @@ def _cache(reports: Sequence[Report]) -> CacheStats:
     base = reports[0].cache
     return dataclasses.replace(base, **{k: sum(getattr(r.cache, k) for r in reports)
                                         for k in ("batches_from_cache", "batches_generated",
-                                                  "generations_from_cache")})
+                                                  "generations_from_cache", "batches_rejected")})
 
 
 def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
