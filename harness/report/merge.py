@@ -35,7 +35,7 @@ from harness.model.report import (
 from harness.model.scores import CellScores, Levels
 from harness.plan import Plan
 from harness.report.build import blindness, questions, reported, worst_position
-from harness.report.serialize import load_report, seal
+from harness.report.serialize import check_sealed, load_report, seal
 from harness.stages.analyse import analyse, cell_results
 
 # Options that do not change what a run measures (paths differ between CI jobs; the engine's
@@ -78,9 +78,7 @@ def _load(path: str | Path) -> Shard:
     """One shard report, checked."""
     loaded = load_report(path)
     file, report = loaded.path, loaded.report
-    if not loaded.intact:
-        raise ConfigError(f"{file}: changed after it was written (its sha256 no longer matches); "
-                          "merge only shard reports as the runs wrote them")
+    check_sealed(loaded, "merge combines")
     if report.shard is None or report.shard.index is None or report.scores is None:
         raise ConfigError(f"{file}: not a shard report; merge combines the reports of runs "
                           "made with --shard K/N")
