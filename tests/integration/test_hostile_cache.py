@@ -46,6 +46,7 @@ def plug(monkeypatch: pytest.MonkeyPatch):
 
     def use(folder: Path) -> None:
         monkeypatch.delitem(sys.modules, MODULE, raising=False)
+        monkeypatch.delitem(sys.modules, HELPER, raising=False)
         monkeypatch.setattr(sys, "path", [str(folder), *[p for p in sys.path
                                                          if not p.startswith(str(folder.parent))]])
         monkeypatch.setattr(sys, "dont_write_bytecode", True)  # never a stale .pyc
@@ -53,6 +54,40 @@ def plug(monkeypatch: pytest.MonkeyPatch):
 
     yield use
     sys.modules.pop(MODULE, None)
+    sys.modules.pop(HELPER, None)
+
+
+HELPER = "hostile_cache_helper"
+WITH_HELPER = '''
+from harness.engines.base import Generation
+from hostile_cache_helper import words
+
+
+class Engine:
+    def __init__(self, path):
+        self.path = path
+
+    def generate(self, prompts, settings):
+        return [Generation(text=words(p)) for p in prompts]
+'''
+
+
+def test_changed_code_in_a_module_the_plugin_imports_is_generated_again(tmp_path, small_dataset,
+                                                                        weights, plug):
+    """The plug-in's own file is unchanged; the helper module beside it, which decides the
+    outputs, changes."""
+    code = tmp_path / "plugin"
+    code.mkdir()
+    (code / f"{MODULE}.py").write_text(WITH_HELPER, encoding="utf-8")
+    helper = code / f"{HELPER}.py"
+    helper.write_text("def words(p):\n    return 'one ' + p.split()[0]\n", encoding="utf-8")
+    plug(code)
+    first = _run(tmp_path, "r1", weights, small_dataset)
+    helper.write_text("def words(p):\n    return 'three ' + p.split()[1]\n", encoding="utf-8")
+    plug(code)
+    second = _run(tmp_path, "r2", weights, small_dataset)
+    assert first.cache.batches_generated == 32 and second.cache.generations_from_cache == 0
+    assert all(o.startswith("three ") for o in _outputs(second))
 
 
 def _run(tmp: Path, name: str, weights: Path, dataset: Path):
