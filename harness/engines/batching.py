@@ -22,6 +22,14 @@ written after the first answer was half done: the server answers faster than the
 arrive, and overheads are all there is to see), or when the batch has one request. Both predictions scale with the pace, so the rule does not depend on
 how fast the server is, only on the shape of the finishing times.
 
+**Token counts are evidence only when plausible** (``implausible``). A server's count of the
+tokens it generated (``usage.completion_tokens``) sets each request's work, so a count it
+could not have generated skews both predictions: more than ``max_tokens`` (the harness asks
+for ``--max-new-tokens``; a million against 16 made a server that answered one request at a
+time look as if nothing could be judged), or far fewer than the words of its text. A batch
+with such a count is not judged (``UNTRUSTED``), and a cell with one is not shown to have
+exercised its positions.
+
 **One cell** (``cell_notice``): its positions were not exercised when at least
 ``MIN_JUDGED`` of its batches could be judged and more than half of those were served one
 after another. Single batches are noisy (a request whose connection was accepted late runs
@@ -42,7 +50,9 @@ from harness.engines.base import RequestTiming
 
 MARGIN = 1.5
 MIN_JUDGED = 3
+WORDS_PER_TOKEN = 4  # more words than this per token (plus a few) is not a real token count
 TOGETHER, ONE_AFTER_ANOTHER, UNJUDGED = "together", "one after another", "cannot tell"
+UNTRUSTED = "token counts not plausible"
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,21 @@ class BatchJudgement:
     last: float = math.nan  # when the last answer ended, seconds from the batch's start
     together: float = math.nan  # ... predicted for requests worked on together
     one_after_another: float = math.nan  # ... predicted for one request at a time
+    why: str = ""  # UNTRUSTED: the count that is not plausible
+
+
+def implausible(timing: RequestTiming, text: str, max_tokens: int | None) -> str | None:
+    """Why a server's token count for one answer cannot be its real work, or None: more than
+    the ``max_tokens`` it was asked for, or far fewer than the words of its text."""
+    tokens = timing.tokens
+    if tokens is None:
+        return None
+    if max_tokens is not None and tokens > max_tokens:
+        return f"usage.completion_tokens {tokens} for one answer, above its max_tokens {max_tokens}"
+    words = len(text.split())
+    if words > WORDS_PER_TOKEN * max(tokens, 0) + WORDS_PER_TOKEN:
+        return f"usage.completion_tokens {tokens} for an answer of {words} words"
+    return None
 
 
 def _work(timing: RequestTiming, text: str) -> float:
@@ -62,11 +87,18 @@ def _work(timing: RequestTiming, text: str) -> float:
     return float(max(tokens, 0) + 1)
 
 
-def judge_batch(timings: Sequence[RequestTiming | None], texts: Sequence[str]) -> BatchJudgement:
-    """Together, one after another, or cannot tell (see the module docstring)."""
+def judge_batch(timings: Sequence[RequestTiming | None], texts: Sequence[str],
+                max_tokens: int | None = None) -> BatchJudgement:
+    """Together, one after another, cannot tell, or (a token count the server could not have
+    generated, ``max_tokens`` being what it was asked for) not to be trusted (see the module
+    docstring)."""
     size = len(timings)
     if size < 2 or any(t is None for t in timings):
         return BatchJudgement(size, UNJUDGED)
+    for timing, text in zip(timings, texts):
+        why = implausible(timing, text, max_tokens) if timing is not None else None
+        if why is not None:
+            return BatchJudgement(size, UNTRUSTED, why=why)
     start = min(t.sent for t in timings if t is not None)
     rows = sorted((t.finished - start, t.written - start, _work(t, text))
                   for t, text in zip(timings, texts) if t is not None)
@@ -89,7 +121,13 @@ def judge_batch(timings: Sequence[RequestTiming | None], texts: Sequence[str]) -
 def cell_notice(judgements: Sequence[BatchJudgement]) -> str | None:
     """The sentence saying a cell's batch positions were not exercised, or None (see the
     module docstring for the rule)."""
-    judged = [j for j in judgements if j.verdict != UNJUDGED]
+    untrusted = [j for j in judgements if j.verdict == UNTRUSTED]
+    if untrusted:
+        return (f"the server's token counts are not plausible ({untrusted[0].why}; in "
+                f"{len(untrusted)} of {len(judgements)} batches), so its timing cannot show that "
+                f"it ran these {untrusted[0].size} requests together: batch positions were not "
+                "shown to be exercised; test a server whose usage counts are real")
+    judged = [j for j in judgements if j.verdict not in (UNJUDGED, UNTRUSTED)]
     serial = [j for j in judged if j.verdict == ONE_AFTER_ANOTHER]
     if len(judged) < MIN_JUDGED or 2 * len(serial) <= len(judged):
         return None

@@ -56,6 +56,11 @@ class PositionStats:
     quality_test: DropTest | None = None  # batch size > 1, with references
     degraded: bool = False  # a test flagged it (set once Holm's correction is applied)
     nondeterministic: bool = False  # --deterministic and an output differs
+    # share of outputs with no text ROUGE-L can score (empty, blank, only punctuation or
+    # symbols, or not text): any fails the cell, since
+    # every test is relative to batch size 1 and an engine that returns nothing at every
+    # batch size would otherwise pass
+    empty: float = 0.0
 
     @property
     def shown(self) -> float:
@@ -90,6 +95,11 @@ class CellAnalysis:
         if self.cell.batch_size == 1:
             return ()
         return tuple(s.position for s in self.positions if s.nondeterministic)
+
+    @property
+    def empty_positions(self) -> tuple[int, ...]:
+        """Positions where an output has no text ROUGE-L can score."""
+        return tuple(s.position for s in self.positions if s.empty > 0)
 
     @property
     def quality(self) -> float | None:

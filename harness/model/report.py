@@ -16,6 +16,7 @@ from harness.model.vocab import CacheReuse, FindingKind, Question, Rotation, Ver
 
 SCHEMA_VERSION = 2  # 2: the three questions (position dependence, batch-size quality, determinism)
 HASH_METHOD = "sha256 of this JSON without 'integrity', keys sorted, separators (',', ':'), UTF-8"
+HMAC_METHOD = "HMAC-SHA256 with the key in HARNESS_SIGNING_KEY over the bytes the sha256 covers"
 
 
 @dataclass
@@ -44,6 +45,8 @@ class CacheStats:
     batches_from_cache: int = 0
     batches_generated: int = 0
     generations_from_cache: int = 0
+    # entries found but not used: damaged, edited after written, or another engine's or batch's
+    batches_rejected: int = 0
     key: dict[str, Any] = field(default_factory=dict)  # what the fingerprint covers (cache_key)
 
 
@@ -251,10 +254,14 @@ class ShardScores:
 
 @dataclass(frozen=True)
 class Integrity:
-    """The sha256 that seals report.json (harness.report.serialize)."""
+    """The sha256 that seals report.json and, when the run had HARNESS_SIGNING_KEY, the HMAC
+    that signs it (harness.report.serialize). The sha256 is unkeyed: anyone can recompute it
+    after an edit, so it shows accidental change, not authorship; the HMAC shows that someone
+    holding the key wrote this content."""
 
     sha256: str
     method: str = HASH_METHOD
+    hmac: str | None = None  # HMAC_METHOD, hex
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,16 @@ class Change(Word):
     UNMEASURED = "unmeasured"
 
 
+class Signature(Word):
+    """A report's keyed signature (``integrity.hmac``) as the reader finds it."""
+
+    VALID = "valid"  # made with the reader's HARNESS_SIGNING_KEY
+    INVALID = "invalid"  # present, but not made with the reader's key over this content
+    MISSING = "missing"  # the reader has a key and the report carries no signature
+    UNCHECKED = "unchecked"  # signed, but the reader has no key to check it with
+    UNSIGNED = "unsigned"  # no signature and no key: nothing to check
+
+
 class Direction(Word):
     """``compare``'s verdict: the new run against the old one."""
 

@@ -1,4 +1,18 @@
-"""``compare OLD NEW``: per cell and position, what changed between two runs."""
+"""``compare OLD NEW``: per cell and position, what changed between two runs.
+
+Only two reports of the same test are compared, each as its run wrote it; anything else is
+refused in one line (a ConfigError: exit 2), never compared with a warning:
+
+- each report must be sealed as written (``serialize.check_sealed``: its sha256 matches and,
+  with HARNESS_SIGNING_KEY, its HMAC was made with that key);
+- every verdict it records must follow from its own statistics and method
+  (``audit.audit``): a verdict edited to pass with the sha256 recomputed is found there;
+- both must be runs of the same test (``check_same_test``): the same dataset (content hash),
+  the same method (tolerance, alpha, --deterministic, rotation and, for sparse, seed) and
+  generation settings (--max-new-tokens, --length-penalty, prompt template, --chat, request
+  fields), and at least one cell in common. The engine may differ (two builds on one test is
+  what compare is for): it is named in the first line.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +23,13 @@ from typing import Any
 from harness.errors import ConfigError
 from harness.model.analysis import PositionStats
 from harness.model.report import CellResult, Method, Report
-from harness.model.vocab import Change, Direction, Rotation, Verdict
-from harness.report.serialize import LoadedReport
+from harness.model.vocab import Change, Direction, Rotation, Signature, Verdict
+from harness.report.audit import audit
+from harness.report.serialize import SIGNING_KEY, LoadedReport, check_sealed
+
+# run options that decide what a position's figures measure: two runs that differ in one
+# measured something else
+SAME_SETTINGS = ("max_new_tokens", "length_penalty", "prompt_template", "chat", "request_fields")
 
 
 @dataclass(frozen=True)
@@ -40,7 +59,7 @@ class Side:
 
     path: str
     verdict: Verdict
-    intact: bool = True  # its sha256 still matches (see harness.report.serialize)
+    intact: bool = True  # its sha256 still matches (compare refuses a report whose does not)
 
 
 @dataclass(frozen=True)
@@ -89,6 +108,57 @@ def check_same_rotation(old: Method, new: Method) -> None:
             "compare runs made with the same --rotation (and, for sparse, the same --seed)")
 
 
+def check_consistent(loaded: LoadedReport) -> None:
+    """ConfigError naming the file when a recorded verdict does not follow from the report's
+    own statistics and method (harness.report.audit)."""
+    found = audit(loaded.report)
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise ConfigError(f"{loaded.path}: its recorded verdicts do not follow from its own "
+                          f"statistics and method: {found[0]}{more}; it was edited after its "
+                          "run wrote it, and compare reads only reports as their runs wrote them")
+
+
+def _shown(value: Any) -> str:
+    return f"{value[:12]}..." if isinstance(value, str) and len(value) > 15 else repr(value)
+
+
+def check_same_test(old_loaded: LoadedReport, new_loaded: LoadedReport) -> None:
+    """ConfigError naming every difference that makes the two runs measure different things:
+    the dataset, the method, the generation settings, or a grid with no cell in common."""
+    old, new = old_loaded.report, new_loaded.report
+    pairs: list[tuple[str, Any, Any]] = [
+        ("dataset (content hash)", old.dataset.hash, new.dataset.hash),
+        ("tolerance", old.method.tolerance, new.method.tolerance),
+        ("alpha", old.method.alpha, new.method.alpha),
+        ("deterministic", old.method.deterministic, new.method.deterministic),
+        *((name, old.options.get(name), new.options.get(name)) for name in SAME_SETTINGS)]
+    differ = [f"{name} (OLD {_shown(a)}, NEW {_shown(b)})" for name, a, b in pairs if a != b]
+    old_ids, new_ids = [c.id for c in old.cells], [c.id for c in new.cells]
+    if not set(old_ids) & set(new_ids):
+        differ.append(f"the grid: no cell in common (OLD {', '.join(old_ids) or 'none'}; NEW "
+                      f"{', '.join(new_ids) or 'none'})")
+    if differ:
+        raise ConfigError(
+            f"compare: {old_loaded.path} and {new_loaded.path} are not runs of the same test: "
+            f"{'; '.join(differ)}; compare two runs on the same dataset with the same method and "
+            "generation settings (the engine is what may differ)")
+
+
+def _notes(old_loaded: LoadedReport, new_loaded: LoadedReport) -> list[str]:
+    """What a reader should know before the changes: another engine, unchecked signatures."""
+    o, n = old_loaded.report.engine, new_loaded.report.engine
+    notes = []
+    if (o.identity, o.backend) != (n.identity, n.backend):
+        notes.append(f"engine: OLD {o.identity} ({o.backend}), NEW {n.identity} ({n.backend}): "
+                     "two engines on the same test")
+    for side, loaded in (("OLD", old_loaded), ("NEW", new_loaded)):
+        if loaded.signature == Signature.UNCHECKED:
+            notes.append(f"note: {side} {loaded.path}: HMAC not checked ({SIGNING_KEY} is not "
+                         "set here)")
+    return notes
+
+
 def _cell_change(oc: CellResult, nc: CellResult, tol: float, lines: list[str]) -> CellChange:
     error_added = nc.verdict == Verdict.ERROR and oc.verdict != Verdict.ERROR
     error_fixed = oc.verdict == Verdict.ERROR and nc.verdict != Verdict.ERROR
@@ -129,8 +199,12 @@ def compare(old_loaded: LoadedReport, new_loaded: LoadedReport,
             tolerance: float | None = None) -> Comparison:
     """What changed from OLD to NEW, per cell and position."""
     old, new = old_loaded.report, new_loaded.report
+    for loaded in (old_loaded, new_loaded):
+        check_sealed(loaded, "compare reads")
+        check_consistent(loaded)
     tol = tolerance if tolerance is not None else float(new.method.tolerance)
     check_same_rotation(old.method, new.method)
+    check_same_test(old_loaded, new_loaded)
     old_cells = {c.id: c for c in old.cells}
     new_cells = {c.id: c for c in new.cells}
     order = list(new_cells) + [cid for cid in old_cells if cid not in new_cells]
@@ -152,12 +226,9 @@ def compare(old_loaded: LoadedReport, new_loaded: LoadedReport,
                                 Change.UNMEASURED}
                  or (old.verdict == Verdict.PASS and new.verdict == Verdict.FAIL))
     better = bool(statuses & {Change.FIXED, Change.BETTER}) or any(c.error_fixed for c in cells)
-    for side, loaded in (("old", old_loaded), ("new", new_loaded)):
-        if not loaded.intact:
-            lines.append(f"warning: the {side} report {loaded.path} changed after it was written "
-                         "(its sha256 no longer matches)")
     if not lines:
         lines.append("no change beyond the tolerance")
+    lines[:0] = _notes(old_loaded, new_loaded)
     return Comparison(verdict=Direction.WORSE if worse else Direction.BETTER if better
                       else Direction.SAME,
                       tolerance=tol, lines=tuple(lines), cells=tuple(cells),

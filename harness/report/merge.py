@@ -35,7 +35,7 @@ from harness.model.report import (
 from harness.model.scores import CellScores, Levels
 from harness.plan import Plan
 from harness.report.build import blindness, questions, reported, worst_position
-from harness.report.serialize import load_report, seal
+from harness.report.serialize import check_sealed, load_report, seal
 from harness.stages.analyse import analyse, cell_results
 from harness.verdict.boundaries import boundaries
 
@@ -79,9 +79,7 @@ def _load(path: str | Path) -> Shard:
     """One shard report, checked."""
     loaded = load_report(path)
     file, report = loaded.path, loaded.report
-    if not loaded.intact:
-        raise ConfigError(f"{file}: changed after it was written (its sha256 no longer matches); "
-                          "merge only shard reports as the runs wrote them")
+    check_sealed(loaded, "merge combines")
     if report.shard is None or report.shard.index is None or report.scores is None:
         raise ConfigError(f"{file}: not a shard report; merge combines the reports of runs "
                           "made with --shard K/N")
@@ -220,7 +218,7 @@ def _cache(reports: Sequence[Report]) -> CacheStats:
     base = reports[0].cache
     return dataclasses.replace(base, **{k: sum(getattr(r.cache, k) for r in reports)
                                         for k in ("batches_from_cache", "batches_generated",
-                                                  "generations_from_cache")})
+                                                  "generations_from_cache", "batches_rejected")})
 
 
 def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:

@@ -1,6 +1,12 @@
 """report.json: the measurement model's ``Report`` (harness.model.report: what the report
 stage builds from a run and every writer, ``compare`` and ``merge`` read; schema in
-report.schema.json) serialized as it is, and sealed by a sha256 over its content.
+report.schema.json) serialized as it is, and sealed by a sha256 over its content and, when
+``HARNESS_SIGNING_KEY`` is set, an HMAC-SHA256 with that key over the same bytes.
+
+What each proves (docs/reliability.md, "What the integrity check proves"): the sha256 is
+unkeyed, so it shows that a file was not changed by accident or by someone who did not
+recompute it, and nothing about who wrote it; the HMAC shows that the content was written by
+someone holding the key. ``check_sealed`` is what ``compare`` and ``merge`` require.
 
 ``load_report`` reads report.json back into the same types (pydantic validates it against
 the model's dataclasses), so a damaged or foreign file is one error naming the file and the
@@ -10,7 +16,9 @@ field, never a KeyError deep inside a writer.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import os
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -21,15 +29,20 @@ from pydantic import TypeAdapter, ValidationError
 from harness import bounds
 from harness.errors import ConfigError
 from harness.model.report import SCHEMA_VERSION, Integrity, Report
+from harness.model.vocab import Signature
+
+SIGNING_KEY = "HARNESS_SIGNING_KEY"
 
 
 @dataclass(frozen=True)
 class LoadedReport:
-    """A report read from disk: where from, and whether it is still as its run wrote it."""
+    """A report read from disk: where from, whether it is still as its run wrote it (its
+    sha256 matches) and what its keyed signature says (``Signature``)."""
 
     report: Report
     path: Path
     intact: bool
+    signature: Signature = Signature.UNSIGNED
 
 
 @cache
@@ -48,16 +61,48 @@ def to_json(report: Report) -> dict[str, Any]:
             data.pop(key, None)
     if data.get("timing", {}).get("merged_shards") is None:
         data["timing"].pop("merged_shards", None)
+    integrity = data.get("integrity")
+    if isinstance(integrity, dict) and integrity.get("hmac") is None:
+        integrity.pop("hmac", None)
     if data.get("shard") is not None:
         data["shard"] = {k: v for k, v in data["shard"].items() if v is not None}
     return data
 
 
+def _canonical(report: dict[str, Any]) -> bytes:
+    """The report without its ``integrity`` block, keys sorted, compact, UTF-8."""
+    body = {k: v for k, v in report.items() if k != "integrity"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False).encode("utf-8")
+
+
 def canonical_hash(report: dict[str, Any]) -> str:
     """sha256 of the report without its ``integrity`` block, keys sorted, compact."""
-    body = {k: v for k, v in report.items() if k != "integrity"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(_canonical(report)).hexdigest()
+
+
+def signing_key() -> bytes | None:
+    """The key of HARNESS_SIGNING_KEY (None: unset or empty)."""
+    key = os.environ.get(SIGNING_KEY, "")
+    return key.encode("utf-8") if key else None
+
+
+def signature(report: dict[str, Any], key: bytes) -> str:
+    """HMAC-SHA256 of the bytes the sha256 covers, with ``key``."""
+    return hmac.new(key, _canonical(report), hashlib.sha256).hexdigest()
+
+
+def check_signature(report: dict[str, Any]) -> Signature:
+    """What the report's ``integrity.hmac`` says, read with this process's key."""
+    integrity = report.get("integrity")
+    recorded = integrity.get("hmac") if isinstance(integrity, dict) else None
+    key = signing_key()
+    if key is None:
+        return Signature.UNCHECKED if recorded else Signature.UNSIGNED
+    if not isinstance(recorded, str) or not recorded:
+        return Signature.MISSING
+    return (Signature.VALID if hmac.compare_digest(recorded, signature(report, key))
+            else Signature.INVALID)
 
 
 def verify(report: dict[str, Any]) -> bool:
@@ -68,9 +113,30 @@ def verify(report: dict[str, Any]) -> bool:
 
 
 def seal(report: Report) -> Report:
-    """The report with its ``integrity`` block (re)computed; last step before writing."""
+    """The report with its ``integrity`` block (re)computed, signed when HARNESS_SIGNING_KEY
+    is set; last step before writing."""
     body = to_json(replace(report, integrity=None))
-    return replace(report, integrity=Integrity(sha256=canonical_hash(body)))
+    key = signing_key()
+    return replace(report, integrity=Integrity(
+        sha256=canonical_hash(body), hmac=signature(body, key) if key is not None else None))
+
+
+def check_sealed(loaded: LoadedReport, purpose: str) -> None:
+    """ConfigError, one line naming the file, unless the report is as its run wrote it: its
+    sha256 matches and, when this process has HARNESS_SIGNING_KEY, its HMAC was made with that
+    key. ``purpose``: what the caller does only with such reports."""
+    file = loaded.path
+    if not loaded.intact:
+        raise ConfigError(f"{file}: changed after it was written (its sha256 no longer matches "
+                          f"its content); {purpose} only reports as their runs wrote them")
+    if loaded.signature == Signature.MISSING:
+        raise ConfigError(f"{file}: carries no HMAC, and {SIGNING_KEY} is set, so only reports "
+                          f"signed with it are accepted; {purpose} reports of runs made with "
+                          f"the key, or unset {SIGNING_KEY}")
+    if loaded.signature == Signature.INVALID:
+        raise ConfigError(f"{file}: its HMAC was not made with this {SIGNING_KEY} over this "
+                          f"content: changed after it was written, or signed with another key; "
+                          f"{purpose} only reports as their runs wrote them")
 
 
 def _where(error: ValidationError) -> str:
@@ -102,5 +168,6 @@ def load_report(path: str | Path) -> LoadedReport:
         data = bounds.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:  # unreadable, undecodable, invalid, nested too deep
         raise ConfigError(f"{file}: not a readable report ({type(exc).__name__}: {exc})") from None
-    return LoadedReport(report=from_json(data, str(file)), path=file,
-                        intact=isinstance(data, dict) and verify(data))
+    report = from_json(data, str(file))
+    return LoadedReport(report=report, path=file, intact=verify(data),
+                        signature=check_signature(data))

@@ -60,7 +60,7 @@ def _call(engine: Engine, prompts: list[str], settings: DecodingSettings, timing
     texts = [output_text(g.text if isinstance(g.text, str) else "") for g in gens]
     timings = [g.timing for g in gens]
     if judgements is not None and any(t is not None for t in timings):
-        judgements.append(judge_batch(timings, texts))
+        judgements.append(judge_batch(timings, texts, settings.max_new_tokens))
     if settings.beam_width == 1:
         return texts, None
     return texts, [[output_text(b if isinstance(b, str) else "") for b in (g.beams or (text,))]

@@ -24,8 +24,8 @@ from harness.model.report import Timing
 from harness.plan import cells_for, choose_batch_sizes, make_plan, shard_cells
 from harness.stages.run import Prepared
 from harness.storage.cache import GenerationCache
+from harness.storage.cache_key import engine_code, key_inputs
 from harness.storage.cache_key import fingerprint as cache_fingerprint
-from harness.storage.cache_key import key_inputs
 from harness.storage.folders import check_writable
 from harness.storage.goldens import GoldenSet, GoldensStore
 
@@ -107,13 +107,15 @@ def _cache(config: RunConfig, engine: Engine, ranks: Ranks) -> GenerationCache:
     if ranks.world > 1:  # a rank that skipped a cached batch would leave the others waiting
         return GenerationCache(None, None, f"off (MPI world of {ranks.world}: every rank "
                                            "generates every batch)")
-    key = key_inputs(engine.info, config.engine_options())
+    code = engine_code(engine)
+    key = key_inputs(engine.info, config.engine_options(), code) if code is not None else None
     fingerprint = cache_fingerprint(key) if key is not None else None
     if fingerprint:
         check_writable(config.cache_dir, "--cache-dir", "choose a writable folder, or run "
                        "with --no-cache")
     return GenerationCache(config.cache_dir, fingerprint, "" if fingerprint else (
         "off (a server's answers are not cached)" if engine.info.backend == "openai"
+        else "off (the engine's class has no source file to key its outputs by)" if code is None
         else "off (the engine has no directory to fingerprint)"), key=key)
 
 

@@ -20,7 +20,7 @@ from harness.model.scores import CellScores, Levels
 from harness.stages.run import Baseline, CellOutputs, Generated, Prepared, Scored
 from harness.storage.generations import Row
 from harness.storage.goldens import GoldenSet
-from harness.verdict.scoring import rouge_l
+from harness.verdict.scoring import rouge_l, scorable
 
 Level = tuple[Levels, float]  # batch size 1's per-prompt levels, CPU seconds spent
 
@@ -73,15 +73,23 @@ def _differs(row: Row, bs1: Row) -> tuple[float, ...]:
     return tuple(math.nan if t is None else float(t != b) for t, b in zip(row, bs1))
 
 
+def _empty(row: Row) -> tuple[float, ...]:
+    """1.0 where the output has no text ROUGE-L can score (empty, blank, only punctuation or
+    symbols; an engine's non-text output is stored as ""), 0.0 where it has, NaN: the prompt
+    never sat here."""
+    return tuple(math.nan if t is None else float(not scorable(t)) for t in row)
+
+
 def score_cell(outputs: CellOutputs, base: Sequence[str], references: Sequence[str | None],
                bs1: Row) -> tuple[CellScores, float]:
     """One cell's ROUGE-L against baseline and references, which outputs differ from batch
-    size 1's, and the CPU seconds it took."""
+    size 1's, which have no text, and the CPU seconds it took."""
     start = time.thread_time()
     rows = outputs.scored_rows()
     scores = CellScores(baseline=tuple(visited_rouge(base, t) for t in rows),
                         reference=tuple(visited_rouge(references, t) for t in rows),
-                        differs=tuple(_differs(t, bs1) for t in rows))
+                        differs=tuple(_differs(t, bs1) for t in rows),
+                        empty=tuple(_empty(t) for t in rows))
     return scores, time.thread_time() - start
 
 

@@ -1,11 +1,19 @@
 """Generation cache: each batch's outputs on disk as soon as they exist.
 
 Keyed by the engine fingerprint (every input besides the batch that can change an output:
-the engine directory's files, the backend and what it reports about itself, the engine
-options, the tokenizer by content, library versions and the GPU; see ``cache_key``), the
-decoding settings and the batch composition (the prompts in position order), so a rerun with other tolerances or report options, or after a crash, asks the
+the engine directory's files, the engine's code, the backend and what it reports about
+itself, the engine options, the tokenizer by content, library versions and the GPU; see
+``cache_key``), the decoding settings and the batch composition (the prompts in position
+order), so a rerun with other tolerances or report options, or after a crash, asks the
 engine only for what is missing. Engines without a directory (module:Class) have no
 fingerprint and are never cached.
+
+Each entry says whose it is and what it held when written: the full fingerprint, the batch's
+key (fingerprint, settings, prompts) and a sha256 over both and the outputs. An entry is
+used only when all three still match; one that does not (edited by hand, copied from another
+batch or engine, written by an older harness, damaged) is a miss: generated again,
+overwritten, and counted in the report (``batches_rejected``). The sha256 is not keyed: it
+catches edits and mix-ups, not someone who recomputes it (docs/reliability.md).
 
 Each file is written atomically, so runs sharing a cache never see half a batch, whatever
 kills them. Writers hold the folder's lock shared (they never wait for each other); a new
@@ -33,11 +41,21 @@ from harness.storage.locks import file_lock, try_lock
 LOCK_FILE = ".lock"
 
 
-def engine_fingerprint(info: EngineInfo, options: EngineOptions | None = None) -> str | None:
-    """sha256 over every input besides the batch that can change an output (``cache_key``);
-    None for an engine without a directory."""
-    inputs = key_inputs(info, options)
+FORMAT = 2  # 2: entries carry their fingerprint, batch key and content sha256
+
+
+def engine_fingerprint(info: EngineInfo, options: EngineOptions | None = None,
+                       code: dict[str, str] | None = None) -> str | None:
+    """sha256 over every input besides the batch that can change an output (``cache_key``;
+    ``code``: the engine's ``engine_code``); None for an engine without a directory."""
+    inputs = key_inputs(info, options, code)
     return fingerprint(inputs) if inputs is not None else None
+
+
+def _content_sha256(key: str, texts: Any, beams: Any) -> str:
+    """sha256 of what an entry holds, bound to the batch it belongs to."""
+    body = json.dumps([key, texts, beams], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
 class GenerationCache:
@@ -47,9 +65,9 @@ class GenerationCache:
                  key: dict[str, Any] | None = None) -> None:
         self.folder = root / fingerprint[:24] if root is not None and fingerprint else None
         self.fingerprint = fingerprint
+        self.said = reason or ("on" if self.folder else "off")  # the reason, before rejects
         self.stats = CacheStats(folder=str(self.folder) if self.folder else None,
-                                enabled=self.folder is not None,
-                                reason=reason or ("on" if self.folder else "off"), key=key or {})
+                                enabled=self.folder is not None, reason=self.said, key=key or {})
         self.writable = self.folder is not None
         if self.folder is not None and self.folder.is_dir():
             self._remove_strays()
@@ -63,10 +81,13 @@ class GenerationCache:
                     if TEMP_NAME.match(stray.name):
                         stray.unlink(missing_ok=True)
 
-    def _path(self, settings: DecodingSettings, prompts: Sequence[str]) -> Path:
+    def _key(self, settings: DecodingSettings, prompts: Sequence[str]) -> str:
+        """The batch's key: a sha256 of the fingerprint, the settings and the prompts."""
+        return hashlib.sha256(json.dumps([self.fingerprint, settings.as_dict(), list(prompts)],
+                                         ensure_ascii=False).encode("utf-8")).hexdigest()
+
+    def _path(self, key: str) -> Path:
         assert self.folder is not None
-        key = hashlib.sha256(json.dumps([self.fingerprint, settings.as_dict(), list(prompts)],
-                                        ensure_ascii=False).encode("utf-8")).hexdigest()
         return self.folder / key[:2] / f"{key}.json"
 
     def get(self, settings: DecodingSettings, prompts: Sequence[str]) -> list[str] | None:
@@ -76,40 +97,75 @@ class GenerationCache:
 
     def get_entry(self, settings: DecodingSettings, prompts: Sequence[str]
                   ) -> tuple[list[str], list[list[str]] | None] | None:
-        """The batch's outputs and, where stored, every beam of each; None when missing."""
+        """The batch's outputs and, where stored, every beam of each; None when missing or
+        when the entry is not this batch's as written (then counted as rejected)."""
         if self.folder is None:
             return None
-        path = self._path(settings, prompts)
+        key = self._key(settings, prompts)
         try:
-            stored = bounds.loads(path.read_text(encoding="utf-8"))
-            texts = stored["outputs"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return None  # missing or damaged: generate again, and overwrite
-        if not isinstance(texts, list) or len(texts) != len(prompts) or not all(
+            text = self._path(key).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):  # unreadable, undecodable: generate again, and overwrite
+            text = ""
+        found = self._verified(text, key, len(prompts)) if text else None
+        if found is None:
+            self._reject()
+            return None
+        self.stats.batches_from_cache += 1
+        self.stats.generations_from_cache += len(found[0])
+        return found
+
+    def _verified(self, text: str, key: str, size: int
+                  ) -> tuple[list[str], list[list[str]] | None] | None:
+        """An entry's outputs and beams when it is this batch's, as written; else None."""
+        try:
+            stored = bounds.loads(text)
+        except ValueError:  # damaged, or nested too deep
+            return None
+        if not isinstance(stored, dict) or stored.get("format") != FORMAT:
+            return None
+        texts, beams = stored.get("outputs"), stored.get("beams")
+        if (stored.get("fingerprint") != self.fingerprint or stored.get("key") != key
+                or stored.get("sha256") != _content_sha256(key, texts, beams)):
+            return None  # another engine's or batch's entry, or edited after it was written
+        if not isinstance(texts, list) or len(texts) != size or not all(
                 isinstance(t, str) for t in texts):
             return None
-        beams = stored.get("beams")
-        if not (isinstance(beams, list) and len(beams) == len(prompts) and all(
+        if beams is not None and not (isinstance(beams, list) and len(beams) == size and all(
                 isinstance(b, list) and all(isinstance(t, str) for t in b) for b in beams)):
-            beams = None
-        self.stats.batches_from_cache += 1
-        self.stats.generations_from_cache += len(texts)
+            return None
         return texts, beams
+
+    def _reject(self) -> None:
+        """A miss that found an entry it could not use: counted, and said in the reason."""
+        self.stats.batches_rejected += 1
+        self._say()
+
+    def _say(self) -> None:
+        n = self.stats.batches_rejected
+        rejected = (f"; {n} {'entry' if n == 1 else 'entries'} rejected (damaged, edited after "
+                    "written, or not this engine's and batch's) and generated again") if n else ""
+        self.stats.reason = self.said + rejected
 
     def put(self, settings: DecodingSettings, prompts: Sequence[str], texts: Sequence[str],
             beams: Sequence[Sequence[str]] | None = None) -> None:
         self.stats.batches_generated += 1
         if self.folder is None or not self.writable:
             return
-        entry: dict[str, Any] = {"outputs": list(texts)}
-        if beams is not None:
-            entry["beams"] = [list(b) for b in beams]
+        key = self._key(settings, prompts)
+        outputs = list(texts)
+        kept = [list(b) for b in beams] if beams is not None else None
+        entry: dict[str, Any] = {"format": FORMAT, "fingerprint": self.fingerprint, "key": key,
+                                 "outputs": outputs, "beams": kept,
+                                 "sha256": _content_sha256(key, outputs, kept)}
         try:
             with file_lock(self.folder / LOCK_FILE, purpose="writing the generation cache",
                            shared=True):
-                atomic_write_text(self._path(settings, prompts), json.dumps(entry, ensure_ascii=False))
+                atomic_write_text(self._path(key), json.dumps(entry, ensure_ascii=False))
         except OSError as exc:  # disk full, folder made read-only: keep the run going
             self.writable = False
-            self.stats.reason = f"on, writing stopped ({exc.strerror or exc}) at {self.folder}"
+            self.said = f"on, writing stopped ({exc.strerror or exc}) at {self.folder}"
+            self._say()
             print(f"warning: generation cache {self.folder}: cannot write ({exc.strerror or exc}); "
                   "the run goes on without storing batches", file=sys.stderr, flush=True)

@@ -7,6 +7,12 @@ change an engine's output.
 - the options a backend reads at load (``EngineOptions``, every field: tokenizer, end and
   pad ids, TensorRT-LLM runtime, trust_remote_code, server options), the tokenizer folder by
   content, not by path;
+- the engine's code: the source of the module of its class and of every class it inherits
+  from, with every module of the package each lies in or, outside a package, the modules
+  imported from its folder (``engine_code``), so that a changed plug-in (``--backend
+  module:Class``) or two plug-ins of one name never share outputs; a class whose source
+  cannot be read is not cached. A plug-in whose outputs depend on anything else (environment
+  variables, files outside its directory) is keyed by none of it: run it with --no-cache;
 - the libraries that compute the outputs (torch, transformers, tokenizers, tensorrt_llm) and
   the harness, and the GPU where there is one.
 
@@ -19,13 +25,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from harness import __version__
 from harness.config import EngineOptions
-from harness.engines.base import EngineInfo
+from harness.engines.base import AdoptedEngine, EngineInfo
 from harness.storage.fingerprint import file_sha256
 
 LIBRARIES = ("torch", "transformers", "tokenizers", "tensorrt_llm")
@@ -77,14 +84,64 @@ def options_inputs(options: EngineOptions) -> dict[str, Any]:
     return out
 
 
-def key_inputs(info: EngineInfo, options: EngineOptions | None = None) -> dict[str, Any] | None:
+def _loaded_beside(folder: Path) -> set[Path]:
+    """The files of the modules imported from ``folder`` itself (a plug-in's helpers)."""
+    out = set()
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and Path(file).parent.resolve() == folder and Path(file).is_file():
+            out.add(Path(file).resolve())
+    return out
+
+
+def _source_files(module_name: str) -> list[Path] | None:
+    """The files of a module's code: the module's file and, in a package, every module of the
+    package (its subpackages too); out of a package, the modules imported from its folder. []
+    for the standard library and built-ins (the Python version is not an engine's code); None
+    when the module has no file to read (defined in a session, or gone)."""
+    top = module_name.partition(".")[0]
+    if top in sys.stdlib_module_names or top == "builtins":
+        return []
+    module = sys.modules.get(module_name)
+    file = getattr(module, "__file__", None)
+    if not file or not Path(file).is_file():
+        return None
+    path = Path(file).resolve()
+    folder = path.parent
+    if (folder / "__init__.py").is_file():  # a package: its other modules are its code too
+        return sorted({path, *(p.resolve() for p in folder.rglob("*.py") if p.is_file())})
+    return sorted({path, *_loaded_beside(folder)})
+
+
+def engine_code(engine: object) -> dict[str, str] | None:
+    """What decides an engine object's outputs besides its files and options: the class (a
+    user's class, not the harness's wrapper around it) and a sha256 over the source of the
+    module of every class in its hierarchy, with their packages (``_source_files``); None
+    when some of that code has no file to read (such an engine is not cached)."""
+    target = engine.engine if isinstance(engine, AdoptedEngine) else engine
+    cls = type(target)
+    files: set[Path] = set()
+    for klass in cls.__mro__:
+        found = _source_files(klass.__module__)
+        if found is None:
+            return None
+        files.update(found)
+    h = hashlib.sha256()
+    for file in sorted(files, key=lambda f: (f.name, str(f))):
+        h.update(f"{file.name}\n{file_sha256(file)}\n".encode())
+    return {"class": f"{cls.__module__}:{cls.__qualname__}", "sha256": h.hexdigest()}
+
+
+def key_inputs(info: EngineInfo, options: EngineOptions | None = None,
+               code: dict[str, str] | None = None) -> dict[str, Any] | None:
     """Everything besides the batch that the outputs depend on; None for an engine without a
-    directory (never cached)."""
+    directory (never cached). ``code``: the engine's ``engine_code``."""
     folder = Path(info.path)
     if not folder.is_dir():
         return None
     return {"backend": info.backend, "harness": __version__,
             "engine_files_sha256": folder_digest(folder),
+            "engine_code": code,
             "engine_details": json.loads(json.dumps(info.details, sort_keys=True, default=str)),
             "options": options_inputs(options or EngineOptions()),
             "libraries": library_versions(), "device": device()}

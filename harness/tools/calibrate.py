@@ -160,11 +160,12 @@ def _generate(job: Job) -> dict[Cell, list[list[str]]]:
     from harness.engines.emulator.engine import EmulatorEngine
     from harness.stages.generate import generate_cell
     from harness.storage.cache import GenerationCache, engine_fingerprint
+    from harness.storage.cache_key import engine_code
 
     torch.set_num_threads(1)
     engine = EmulatorEngine(job.engine_dir)
     cache = GenerationCache(Path(job.cache_dir) if job.cache_dir else None,
-                            engine_fingerprint(engine.info))
+                            engine_fingerprint(engine.info, code=engine_code(engine)))
     plan = _ring(job.order, job.cells)
     out: dict[Cell, list[list[str]]] = {}
     for cell in job.cells:

@@ -60,6 +60,12 @@ def _f1(target: tuple[str, ...], prediction: tuple[str, ...]) -> float:
     return 0.0
 
 
+def scorable(text: str) -> bool:
+    """Whether ROUGE-L can score ``text`` at all: its tokenizer finds a word in it (an empty,
+    blank, punctuation-only or symbol-only text has none, and scores 0 against anything)."""
+    return bool(_tokens(text, False))
+
+
 def rouge_l(targets: Sequence[str], predictions: Sequence[str], *, use_stemmer: bool = False) -> list[float]:
     """ROUGE-L F1 of each (target, prediction) pair, equal to
     ``RougeScorer(["rougeL"], use_stemmer=...).score(target, prediction)["rougeL"].fmeasure``."""

@@ -20,8 +20,10 @@ every position, so each comparison is paired by prompt and prompt difficulty can
 A test flags when its mean drop exceeds ``tolerance`` and a one-sided t-test rejects
 H0: drop <= tolerance at ``alpha`` after Holm's correction over every test of the run. A
 position is degraded when question 1 or 2 flags it; a cell fails on a degraded position, on
-its omnibus test, or (--deterministic) on a differing output. docs/method.md has the power
-tables and the calibration.
+its omnibus test, (--deterministic) on a differing output, or on an output with no text:
+every test is relative to batch size 1, so an engine that returns nothing (or what is not
+text) at every batch size would pass them all. docs/method.md has the power tables and the
+calibration.
 """
 
 from __future__ import annotations
@@ -175,13 +177,14 @@ def _stats(cell: Cell, cs: CellScores, level: Levels, p: int, tolerance: float) 
     quality = finite([ref_row[i] for i in seen])
     bs1 = finite([level.quality[i] for i in seen if not math.isnan(ref_row[i])])
     differs = finite([cs.differs[p][i] for i in seen]) if cs.differs else []
+    empty = finite([cs.empty[p][i] for i in seen]) if cs.empty else []
     tested = cell.batch_size > 1
     q_drops = quality_drops([ref_row[i] for i in seen], [level.quality[i] for i in seen])
     low, high = mean_ci(agreement)
     return PositionStats(
         position=p, n=len(seen), agreement=mean(agreement), ci_low=low, ci_high=high,
         agreement_drop=mean([level.agreement[i] - base_row[i] for i in seen]),
-        differing=mean(differs) if differs else 0.0,
+        differing=mean(differs) if differs else 0.0, empty=mean(empty) if empty else 0.0,
         quality=mean(quality) if quality else None, quality_bs1=mean(bs1) if bs1 else None,
         position_test=position_test(cs.baseline, p, tolerance) if tested else None,
         quality_test=_test(q_drops, tolerance) if tested and len(q_drops) >= 1 else None)
@@ -242,6 +245,16 @@ def _message(cell_id: str, row: Sequence[PositionStats], bad: Sequence[int], spr
     return f"{cell_id}: no degraded position (batch size 1 level {level:.2f})"
 
 
+def empty_note(cell_id: str, row: Sequence[PositionStats], positions: Sequence[int]) -> str:
+    """What a cell with outputs that have no text says: why it cannot pass."""
+    share = mean([s.empty for s in row]) if row else 0.0
+    return (f"{cell_id}: {share:.0%} of outputs have no text ROUGE-L can score (empty, blank, "
+            f"only punctuation or symbols, or not text) at position"
+            f"{'s' if len(positions) != 1 else ''} {ranges(positions)}: nothing there was "
+            "measured, and an engine that returns no text at every batch size passes every test "
+            "against batch size 1, so this is a finding, never a pass")
+
+
 def drift_note(cell_id: str, differing: float, quality: float | None, quality_bs1: float | None,
                position_dependent: bool) -> str | None:
     """What a cell that changed outputs without losing quality says (a finding, not a failure)."""
@@ -273,11 +286,16 @@ def _cell(cell: Cell, level: Levels, row: list[PositionStats], omnibus: DropTest
     shape = CellAnalysis(cell=cell, level=agreement, positions=tuple(row), verdict=Verdict.PASS,
                          message="", omnibus=omnibus, detectable=detectable)
     bad, nondet = shape.degraded_positions, shape.nondeterministic_positions
-    failed = bool(bad or flagged or nondet)
+    empty = shape.empty_positions
+    failed = bool(bad or flagged or nondet or empty)
     positional = any(s.position_test is not None and s.position_test.flagged for s in row)
+    message = _message(cell.id, row, bad, omnibus if shape.spread else None, nondet, agreement)
+    if empty:  # the first thing to say; what else failed follows
+        other = message.removeprefix(f"{cell.id}: ")
+        message = empty_note(cell.id, row, empty) + (
+            f"; also {other}" if bad or flagged or nondet else "")
     return replace(
-        shape, verdict=Verdict.FAIL if failed else Verdict.PASS,
-        message=_message(cell.id, row, bad, omnibus if shape.spread else None, nondet, agreement),
+        shape, verdict=Verdict.FAIL if failed else Verdict.PASS, message=message,
         drift=None if failed else drift_note(cell.id, shape.differing, shape.quality,
                                              shape.quality_bs1, positional))
 

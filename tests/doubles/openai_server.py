@@ -1,7 +1,9 @@
 """A test double of an OpenAI-compatible server that behaves as the real ones were seen to
 behave (tests/servers/README.md), for tests of what the openai backend checks.
 
-It answers each prompt with the prompt reversed and gives ``n`` choices as configured: one
+It answers each prompt with the prompt reversed (at most ``max_tokens`` words of it, and
+counts 10 tokens per choice, or ``max_tokens`` when that is fewer, as a real server counts
+no more than it was asked for) and gives ``n`` choices as configured: one
 choice for any ``n`` (llama-cpp-python), ``n`` greedy copies (llama-server), or distinct beams
 (a server that runs beam search); it serves one request at a time behind a lock
 (llama-cpp-python) or all at once; it can trickle its answers byte by byte, crash (close the
@@ -55,12 +57,13 @@ class BehavingServer(ThreadingHTTPServer):
         threading.Thread(target=self.shutdown, daemon=True).start()
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
-        text = " " + body["prompt"][::-1]
+        limit = int(body.get("max_tokens", 10))
+        text = " " + " ".join(body["prompt"][::-1].split(" ")[:limit])
         n = int(body.get("n", 1))
         texts = {"one": [text], "copies": [text] * n,
                  "distinct": [text + ("" if k == 0 else f" beam{k}") for k in range(n)]}[self.beams]
         return {"choices": [{"index": k, "text": t} for k, t in enumerate(texts)],
-                "usage": {"completion_tokens": 10 * len(texts)}}
+                "usage": {"completion_tokens": min(10, limit) * len(texts)}}
 
 
 class _Handler(BaseHTTPRequestHandler):

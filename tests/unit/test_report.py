@@ -95,14 +95,17 @@ def test_compare_lists_fixed_cells_and_exits_by_direction(reports, capsys):
     assert "<script" not in page.read_text().lower()
 
 
-def test_compare_flags_an_edited_report(reports, tmp_path):
+def test_compare_refuses_an_edited_report(reports, tmp_path):
+    """Issue 24: a report whose sha256 no longer matches is refused, not compared with a warning."""
+    from harness.errors import ConfigError
+
     edited = json.loads((reports["fixed"] / "report.json").read_text())
     edited["verdict"] = "pass"
     edited["seconds"] = 0.0
     file = tmp_path / "report.json"
     file.write_text(json.dumps(edited))
-    result = compare(load_report(reports["fixed"]), load_report(file))
-    assert any("changed after it was written" in line for line in result.lines)
+    with pytest.raises(ConfigError, match=f"{file}: changed after it was written"):
+        compare(load_report(reports["fixed"]), load_report(file))
 
 
 @pytest.mark.skipif(not shutil.which("chromium"), reason="Chromium is not installed")

@@ -1,0 +1,195 @@
+"""Does a report's every verdict follow from its own statistics and method?
+
+report.json records the figures each test was computed from (mean drop, p-value, n), the
+method (tolerance, alpha) and what was decided from them (adjusted p, flags, degraded
+positions, cell and run verdicts). ``audit`` decides again from the figures, exactly as the
+analysis does (``harness.verdict.statistics``, ``harness.stages.analyse.cell_result``,
+``run_verdict``), and lists every recorded decision that does not follow: a verdict edited
+after the run, even with the sha256 recomputed, is found here. Recorded figures that two
+fields hold twice are held to each other too (a position's quality test against its quality
+and batch size 1's; its position test against the agreements of the positions; a cell's
+figures against its positions').
+
+What it cannot find: figures rewritten consistently (drops, p-values, means, all together);
+no check of a file's content can, and only a keyed signature (``integrity.hmac``) shows who
+wrote them (docs/reliability.md). Allowances are the report's own rounding: drops and means
+to 6 decimals, p-values to 12.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+from harness.model.analysis import DropTest, PositionStats
+from harness.model.limits import failing
+from harness.model.report import CellResult, Report, run_verdict
+from harness.model.scores import mean
+from harness.model.vocab import Rotation, Verdict
+from harness.verdict.statistics import holm
+
+FIGURE = 1e-5  # two figures rounded to 6 decimals, and their difference
+P_ROUNDING = 1e-12  # p-values are kept to 12 decimals
+
+
+@dataclass(frozen=True)
+class _Test:
+    where: str
+    test: DropTest
+
+
+def _tests(report: Report) -> Iterator[_Test]:
+    """Every test of the run: one Holm family (harness.verdict.statistics)."""
+    for cell in report.cells:
+        for s in cell.positions:
+            for name, test in (("position test", s.position_test),
+                               ("quality test", s.quality_test)):
+                if test is not None:
+                    yield _Test(f"{cell.id} position {s.position} {name}", test)
+        if cell.omnibus is not None:
+            yield _Test(f"{cell.id} omnibus test", cell.omnibus)
+
+
+def _near(a: float | None, b: float | None, allowance: float = FIGURE) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return abs(a - b) <= allowance
+
+
+def _flags(report: Report, out: list[str]) -> dict[int, bool]:
+    """Each test's flag as the method decides it from the recorded drop and p-value (by
+    ``id`` of the test); a recorded adjusted p or flag that differs is listed."""
+    tests = list(_tests(report))
+    adjusted = holm([t.test.p_value for t in tests])
+    slack = (len(tests) + 1) * P_ROUNDING
+    tol, alpha = report.method.tolerance, report.method.alpha
+    decided: dict[int, bool] = {}
+    for t, adj in zip(tests, adjusted):
+        recorded = t.test.p_adjusted
+        if recorded is None or not _near(recorded, adj, slack):
+            out.append(f"{t.where}: adjusted p {recorded} is not Holm's over the run's "
+                       f"{len(tests)} tests ({adj:.3g})")
+        flag = t.test.drop > tol and adj < alpha
+        at_edge = abs(t.test.drop - tol) <= FIGURE or abs(adj - alpha) <= slack
+        if t.test.flagged != flag and not at_edge:
+            out.append(f"{t.where}: flagged {str(t.test.flagged).lower()}, but its drop "
+                       f"{t.test.drop} against tolerance {tol} and adjusted p {adj:.3g} against "
+                       f"alpha {alpha} say {str(flag).lower()}")
+        decided[id(t.test)] = t.test.flagged if at_edge else flag
+    return decided
+
+
+def _weighted(positions: Sequence[PositionStats]) -> float:
+    n = sum(s.n for s in positions)
+    return math.fsum(s.agreement * s.n for s in positions) / n if n else math.nan
+
+
+def _position(report: Report, cell: CellResult, s: PositionStats, flags: dict[int, bool],
+              out: list[str]) -> bool:
+    """One position's recorded decisions and twice-held figures; returns whether it is
+    degraded as its tests decide."""
+    where = f"{cell.id} position {s.position}"
+    degraded = any(flags.get(id(t), False) for t in (s.position_test, s.quality_test)
+                   if t is not None)
+    if s.degraded != degraded:
+        out.append(f"{where}: degraded {str(s.degraded).lower()}, but its tests say "
+                   f"{str(degraded).lower()}")
+    nondeterministic = report.method.deterministic and s.differing > 0
+    if s.nondeterministic != nondeterministic:
+        out.append(f"{where}: nondeterministic {str(s.nondeterministic).lower()}, but "
+                   f"--deterministic {str(report.method.deterministic).lower()} and "
+                   f"{s.differing:.0%} differing outputs say {str(nondeterministic).lower()}")
+    q = s.quality_test
+    if q is not None and s.quality is not None and s.quality_bs1 is not None and not _near(
+            q.drop, s.quality_bs1 - s.quality):
+        out.append(f"{where}: quality test drop {q.drop}, but its quality {s.quality} and batch "
+                   f"size 1's {s.quality_bs1} differ by {s.quality_bs1 - s.quality:.6f}")
+    others = [o for o in cell.positions if o.position != s.position]
+    p = s.position_test
+    if p is not None and others and not _near(p.drop, _weighted(others) - s.agreement):
+        out.append(f"{where}: position test drop {p.drop}, but its agreement {s.agreement} is "
+                   f"{_weighted(others) - s.agreement:.6f} below the other positions'")
+    return degraded
+
+
+def _cell(report: Report, cell: CellResult, flags: dict[int, bool], out: list[str]) -> Verdict:
+    """One cell's recorded decisions; returns its verdict as its figures decide it."""
+    degraded = tuple(s.position for s in cell.positions
+                     if _position(report, cell, s, flags, out))
+    if tuple(cell.degraded_positions) != degraded:
+        out.append(f"{cell.id}: degraded positions {list(cell.degraded_positions)}, but its "
+                   f"positions' tests say {list(degraded)}")
+    nondet = tuple(s.position for s in cell.positions
+                   if report.method.deterministic and s.differing > 0) if cell.batch_size > 1 else ()
+    if tuple(cell.nondeterministic_positions) != nondet:
+        out.append(f"{cell.id}: nondeterministic positions {list(cell.nondeterministic_positions)}"
+                   f", but its positions say {list(nondet)}")
+    empty = tuple(s.position for s in cell.positions if s.empty > 0)
+    omnibus = cell.omnibus is not None and flags.get(id(cell.omnibus), False)
+    _cell_figures(report, cell, out)
+    failed = bool(degraded or omnibus or nondet or empty)
+    verdict = (Verdict.ERROR if cell.error is not None else Verdict.FAIL if failed
+               else Verdict.UNTESTED if cell.notice else Verdict.PASS)
+    why = ("an engine error" if cell.error is not None else
+           f"degraded positions {list(degraded)}" if degraded else
+           "its omnibus test" if omnibus else
+           f"outputs with no text at positions {list(empty)}" if empty else
+           f"differing outputs at positions {list(nondet)} under --deterministic" if nondet else
+           "its notice" if cell.notice else "no failing test")
+    if cell.verdict != verdict:
+        out.append(f"{cell.id}: verdict {cell.verdict}, but its figures make it {verdict} "
+                   f"({why})")
+    limits = Verdict.FAIL if failing(cell.limit_checks) else Verdict.PASS
+    if cell.limits_verdict != limits:
+        out.append(f"{cell.id}: limits verdict {cell.limits_verdict}, but its limit checks say "
+                   f"{limits}")
+    return verdict
+
+
+def _cell_figures(report: Report, cell: CellResult, out: list[str]) -> None:
+    """A cell's means against its positions' (and, in a full rotation, its omnibus drop)."""
+    rows = cell.positions
+    if not rows:
+        return
+    for name, values in (("quality", [s.quality for s in rows]),
+                         ("quality_bs1", [s.quality_bs1 for s in rows]),
+                         ("differing", [s.differing for s in rows])):
+        seen = [v for v in values if v is not None]
+        expected = mean(seen) if seen else None
+        recorded = getattr(cell, name)
+        if name == "differing" and recorded is None:
+            continue
+        if not _near(recorded, expected):
+            out.append(f"{cell.id}: {name} {recorded}, but its positions' mean is {expected}")
+    o = cell.omnibus
+    if (o is not None and report.method.rotation == Rotation.FULL and cell.quality is not None
+            and cell.quality_bs1 is not None and not _near(o.drop, cell.quality_bs1 - cell.quality)):
+        out.append(f"{cell.id}: omnibus drop {o.drop}, but its quality {cell.quality} and batch "
+                   f"size 1's {cell.quality_bs1} differ by {cell.quality_bs1 - cell.quality:.6f}")
+
+
+def _method(report: Report, out: list[str]) -> None:
+    """The method block against the options the run was given."""
+    m, given = report.method, report.options
+    for name, value in (("tolerance", m.tolerance), ("alpha", m.alpha),
+                        ("deterministic", m.deterministic), ("rotation", str(m.rotation))):
+        if name in given and given[name] != value:
+            out.append(f"method.{name} {value}, but the run was given {name} {given[name]}")
+
+
+def audit(report: Report) -> list[str]:
+    """Every recorded decision of the report that does not follow from its own figures and
+    method (empty: every verdict follows)."""
+    out: list[str] = []
+    _method(report, out)
+    flags = _flags(report, out)
+    decided = [_cell(report, cell, flags, out) for cell in report.cells]
+    expected = run_verdict([replace(c, verdict=v) for c, v in zip(report.cells, decided)])
+    if report.cells and report.verdict != expected:
+        out.append(f"verdict {report.verdict}, but its cells make it {expected}")
+    if report.signoff.verdict != report.verdict:
+        out.append(f"signoff.verdict {report.signoff.verdict}, but the report's verdict is "
+                   f"{report.verdict}")
+    return out
+

@@ -1,0 +1,203 @@
+"""Issue 24 class 3: the generation cache serves only outputs of this engine's code.
+
+A `--backend module:Class --engine DIR` engine was keyed by its label and its folder, not by
+its code: changed plug-in code got every output of the old code from the cache, two plug-ins
+of one label sharing a cache mixed each other's outputs, and an entry edited by hand (valid
+JSON) was used silently. Each test runs a small engine module written into tmp_path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.config import RunConfig
+from harness.pipeline import run
+
+MODULE = "hostile_cache_engine"
+ENGINE = '''
+from harness.engines.base import Generation
+
+WORD = {word!r}
+
+
+class Engine:
+    def __init__(self, path):
+        self.path = path
+
+    def generate(self, prompts, settings):
+        return [Generation(text=WORD + " " + " ".join(p.split()[:6])) for p in prompts]
+'''
+
+
+def _write_engine(folder: Path, word: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{MODULE}.py").write_text(ENGINE.format(word=word), encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def plug(monkeypatch: pytest.MonkeyPatch):
+    """use(folder): import the engine module from ``folder`` afresh, as a new process would."""
+
+    def use(folder: Path) -> None:
+        monkeypatch.delitem(sys.modules, MODULE, raising=False)
+        monkeypatch.delitem(sys.modules, HELPER, raising=False)
+        monkeypatch.setattr(sys, "path", [str(folder), *[p for p in sys.path
+                                                         if not p.startswith(str(folder.parent))]])
+        monkeypatch.setattr(sys, "dont_write_bytecode", True)  # never a stale .pyc
+        importlib.invalidate_caches()
+
+    yield use
+    sys.modules.pop(MODULE, None)
+    sys.modules.pop(HELPER, None)
+
+
+HELPER = "hostile_cache_helper"
+WITH_HELPER = '''
+from harness.engines.base import Generation
+from hostile_cache_helper import words
+
+
+class Engine:
+    def __init__(self, path):
+        self.path = path
+
+    def generate(self, prompts, settings):
+        return [Generation(text=words(p)) for p in prompts]
+'''
+
+
+def test_changed_code_in_a_module_the_plugin_imports_is_generated_again(tmp_path, small_dataset,
+                                                                        weights, plug):
+    """The plug-in's own file is unchanged; the helper module beside it, which decides the
+    outputs, changes."""
+    code = tmp_path / "plugin"
+    code.mkdir()
+    (code / f"{MODULE}.py").write_text(WITH_HELPER, encoding="utf-8")
+    helper = code / f"{HELPER}.py"
+    helper.write_text("def words(p):\n    return 'one ' + p.split()[0]\n", encoding="utf-8")
+    plug(code)
+    first = _run(tmp_path, "r1", weights, small_dataset)
+    helper.write_text("def words(p):\n    return 'three ' + p.split()[1]\n", encoding="utf-8")
+    plug(code)
+    second = _run(tmp_path, "r2", weights, small_dataset)
+    assert first.cache.batches_generated == 32 and second.cache.generations_from_cache == 0
+    assert all(o.startswith("three ") for o in _outputs(second))
+
+
+def _run(tmp: Path, name: str, weights: Path, dataset: Path):
+    config = RunConfig.from_options({
+        "backend": f"{MODULE}:Engine", "engine": str(weights), "dataset": str(dataset),
+        "batch_sizes": "1,2", "beam_widths": "1", "max_new_tokens": "16",
+        "report_dir": str(tmp / name), "goldens_dir": str(tmp / "goldens"),
+        "cache_dir": str(tmp / "cache")})
+    return run(config)
+
+
+def _outputs(result) -> list[str]:
+    lines = (result.report_dir / "generations.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line)["output"] for line in lines]
+
+
+@pytest.fixture
+def weights(tmp_path: Path) -> Path:
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    (folder / "weights.bin").write_bytes(b"same weights")
+    return folder
+
+
+def test_changed_plugin_code_is_generated_again(tmp_path, small_dataset, weights, plug):
+    code = _write_engine(tmp_path / "plugin", "alpha")
+    plug(code)
+    first = _run(tmp_path, "r1", weights, small_dataset)
+    assert first.cache.enabled and first.cache.batches_generated == 32
+    assert all(o.startswith("alpha ") for o in _outputs(first))
+
+    _write_engine(code, "beta-version")  # the plug-in's code changes, nothing else does
+    plug(code)
+    second = _run(tmp_path, "r2", weights, small_dataset)
+    assert second.cache.generations_from_cache == 0, second.cache
+    assert second.cache.batches_generated == 32
+    assert all(o.startswith("beta-version ") for o in _outputs(second))
+
+    plug(code)  # the same code again: now it is the cache's
+    third = _run(tmp_path, "r3", weights, small_dataset)
+    assert third.cache.batches_generated == 0 and third.cache.generations_from_cache == 48
+    assert _outputs(third) == _outputs(second)
+
+
+def test_two_plugins_of_one_label_sharing_a_cache_do_not_mix(tmp_path, small_dataset, weights,
+                                                              plug):
+    """Two checkouts of the same module:Class (a team's build and a colleague's), one cache."""
+    ours = _write_engine(tmp_path / "ours", "ours")
+    theirs = _write_engine(tmp_path / "theirs", "theirs-too")
+    plug(ours)
+    a = _run(tmp_path, "a", weights, small_dataset)
+    plug(theirs)
+    b = _run(tmp_path, "b", weights, small_dataset)
+    plug(ours)
+    again = _run(tmp_path, "a2", weights, small_dataset)
+    assert b.cache.generations_from_cache == 0
+    assert all(o.startswith("ours ") for o in _outputs(a) + _outputs(again))
+    assert all(o.startswith("theirs-too ") for o in _outputs(b))
+    assert again.cache.generations_from_cache == 48  # its own entries, still there
+    assert a.cache.folder != b.cache.folder
+
+
+def test_an_entry_edited_by_hand_is_not_used(tmp_path, small_dataset, weights, plug):
+    code = _write_engine(tmp_path / "plugin", "honest")
+    plug(code)
+    first = _run(tmp_path, "r1", weights, small_dataset)
+    entries = sorted(Path(first.cache.folder).rglob("*.json"))
+    assert len(entries) == 32
+    for entry in entries[:5]:  # valid JSON, the outputs changed
+        data = json.loads(entry.read_text(encoding="utf-8"))
+        data["outputs"] = ["forged " + t for t in data["outputs"]]
+        entry.write_text(json.dumps(data), encoding="utf-8")
+    # an intact entry of another batch, copied over a third one: not this batch's
+    entries[5].write_text(entries[6].read_text(encoding="utf-8"), encoding="utf-8")
+    plug(code)
+    second = _run(tmp_path, "r2", weights, small_dataset)
+    assert not any(o.startswith("forged") for o in _outputs(second))
+    assert _outputs(second) == _outputs(first)
+    assert second.cache.batches_generated == 6 and second.cache.batches_rejected == 6
+    assert "6 entries rejected" in second.cache.reason
+    report = (second.report_dir / "report.md").read_text(encoding="utf-8")
+    assert "6 entries rejected" in report
+    # rewritten on the way: a third run takes every batch from the cache
+    plug(code)
+    third = _run(tmp_path, "r3", weights, small_dataset)
+    assert third.cache.batches_generated == 0 and third.cache.batches_rejected == 0
+
+
+def test_an_engine_class_without_source_is_not_cached(tmp_path, small_dataset, weights):
+    """Code that cannot be read cannot key the cache: such an engine is generated every time."""
+    import types
+
+    from harness.storage.cache_key import engine_code
+
+    module = types.ModuleType("hostile_cache_no_source")  # made in memory, no file behind it
+    exec(ENGINE.format(word="unread"), module.__dict__)
+    module.Engine.__module__ = module.__name__
+    assert engine_code(module.Engine(None)) is None
+    config = RunConfig.from_options({
+        "engine": str(weights), "dataset": str(small_dataset), "batch_sizes": "1,2",
+        "beam_widths": "1", "max_new_tokens": "16", "report_dir": str(tmp_path / "r"),
+        "goldens_dir": str(tmp_path / "goldens"), "cache_dir": str(tmp_path / "cache")})
+    sys.modules[module.__name__] = module
+    try:
+        from harness.engines.base import EngineInfo
+
+        engine = module.Engine(None)
+        engine.info = EngineInfo(backend="in-memory", path=str(weights), identity="in-memory")
+        result = run(config, engine=engine)
+    finally:
+        del sys.modules[module.__name__]
+    assert not result.cache.enabled and "no source file" in result.cache.reason
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.json"))
