@@ -57,6 +57,8 @@ class FindingKind(Word):
     """The known fault signatures a failing cell can match (harness.verdict.signatures)."""
 
     OVERFLOW = "overflow"
+    BEAM_BUFFER = "beam-buffer"
+    GRAPH_LADDER = "graph-ladder"
     FULL_BATCH = "full-batch"
     PADDING = "padding"
     STRIDE = "stride"

@@ -8,6 +8,12 @@ gets at most one finding, the first that fits, in this order:
   (``position * num_beams + beam``) lie beyond ``max_batch_size x max_beam_width`` from the
   engine's limits; without limits, only when two or more beam widths fail and one slot count
   explains every failing beam cell *and* every passing one;
+- ``beam-buffer``: with the engine's limits, the degraded positions of every beam cell are
+  exactly those whose beam slots lie beyond ``max_batch_size`` alone: a buffer sized without the
+  beam factor (TensorRT-LLM PR #17014); greedy cells never overflow it;
+- ``graph-ladder``: at one beam width, two or more batch sizes that are not powers of two fail,
+  each only at positions from the power of two below it, while the powers of two pass (a
+  batch padded up to the next CUDA-graph size, TensorRT-LLM #17964; ``--sweep`` finds it);
 - ``full-batch``: only the cells whose batch size is the engine's ``max_batch_size`` fail while
   a smaller batch of the same beam width passes (TensorRT-LLM #2072); needs the limits;
 - ``padding``: the damage follows how much shorter a prompt is than the longest prompt of
@@ -141,6 +147,63 @@ def _overflow(a: CellAnalysis, analyses: Sequence[CellAnalysis], failing: Sequen
     return Finding(FindingKind.OVERFLOW, f"{' and '.join(firsts)}: matches KV beam-slot overflow for {source}"
                                f"{fix}", evidence="degraded positions = those whose beam slots "
                                f"(position x beam width + beam) lie beyond {slots}")
+
+
+def _beam_buffer(a: CellAnalysis, analyses: Sequence[CellAnalysis], limits: EngineLimits | None
+                 ) -> Finding | None:
+    """Beam slots counted against max_batch_size alone (the beam factor left out)."""
+    if a.cell.beam_width == 1 or limits is None or limits.max_batch_size is None:
+        return None
+    slots = limits.max_batch_size
+    if slots == limits.beam_slots or not _explains(slots, analyses):
+        return None
+    expected = overflow_positions(a.cell.batch_size, a.cell.beam_width, slots)
+    if not expected or set(expected) != set(a.degraded_positions):
+        return None
+    w = a.cell.beam_width
+    return Finding(FindingKind.BEAM_BUFFER,
+                   f"positions >= {min(expected)} degraded at beam width {w}: their beam slots "
+                   f"(position x {w} + beam) lie beyond {slots}, the engine's max_batch_size, "
+                   f"though it was built for {limits.beam_slots} (max_beam_width "
+                   f"{limits.max_beam_width}): suspect a buffer sized without the beam factor "
+                   "(as TensorRT-LLM PR #17014)",
+                   evidence=f"every beam cell's degraded positions = those beyond {slots} beam slots")
+
+
+def _powers_below(size: int) -> int:
+    """The largest power of two below ``size`` (0 for 1)."""
+    return 1 << (size - 1).bit_length() - 1 if size > 1 else 0
+
+
+def _is_power(size: int) -> bool:
+    return size & (size - 1) == 0
+
+
+def _graph_ladder(a: CellAnalysis, analyses: Sequence[CellAnalysis]) -> Finding | None:
+    """Padded batch sizes fail at their padded-in positions; the powers of two pass."""
+    same = [b for b in analyses if b.cell.beam_width == a.cell.beam_width]
+    failing = [b for b in same if b.verdict == Verdict.FAIL]
+    if len(failing) < 2 or a not in failing:
+        return None
+    for b in failing:
+        size = b.cell.batch_size
+        low = _powers_below(size)
+        if _is_power(size) or not b.degraded_positions or min(b.degraded_positions) < low:
+            return None
+    powers = [b.cell.batch_size for b in same if _is_power(b.cell.batch_size)]
+    if any(b.verdict != Verdict.PASS for b in same if _is_power(b.cell.batch_size)):
+        return None
+    sizes = sorted(b.cell.batch_size for b in failing)
+    if not any(p > sizes[0] for p in powers):
+        return None  # no captured size above a failing one passes: a plain threshold
+    return Finding(FindingKind.GRAPH_LADDER,
+                   f"batch sizes {ranges(sizes)} fail, each at positions from the power of two "
+                   f"below it, and the powers of two {', '.join(map(str, sorted(powers)))} pass: "
+                   "matches a CUDA-graph batch-size ladder (a batch padded up to the next "
+                   "captured size; as TensorRT-LLM #17964); to confirm, run with CUDA graphs "
+                   "off or capture every batch size",
+                   evidence=f"beam width {a.cell.beam_width}: failing sizes are not powers of "
+                            "two, degraded positions start at the power of two below each")
 
 
 def _full_batch(a: CellAnalysis, analyses: Sequence[CellAnalysis], limits: EngineLimits | None
@@ -284,6 +347,8 @@ def _candidates(e: CellEvidence, analyses: Sequence[CellAnalysis], failing: Sequ
     """Each signature's finding for one failing cell, in order, computed as asked for."""
     a = e.analysis
     yield _overflow(a, analyses, failing, limits)
+    yield _beam_buffer(a, analyses, limits)
+    yield _graph_ladder(a, analyses)
     yield _full_batch(a, analyses, limits)
     yield _padding(e)
     yield _stride(e, analyses)
