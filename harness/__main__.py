@@ -28,6 +28,7 @@ from harness.config import (
 )
 from harness.engines.emulator import DEFAULT_COMPUTE_DTYPE
 from harness.errors import HarnessError, interrupted
+from harness.outside import terminal
 
 if TYPE_CHECKING:
     from harness.progress import Progress
@@ -421,16 +422,19 @@ def main(argv: list[str] | None = None) -> int:
                               "folder next to the first shard's)")
     p_merge.set_defaults(func=cmd_merge)
 
-    args = parser.parse_args(argv)
-    command: Callable[[argparse.Namespace], int] = args.func
-    try:
-        return command(args)
-    except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as exc:  # Ctrl-C: what was kept and how to resume, no traceback
-        print(interrupted(exc), file=sys.stderr)
-        return 130
+    # everything this command prints, argparse's errors included, leaves through one gate:
+    # secrets redacted, control characters escaped (harness.outside)
+    with terminal():
+        args = parser.parse_args(argv)
+        command: Callable[[argparse.Namespace], int] = args.func
+        try:
+            return command(args)
+        except HarnessError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as exc:  # Ctrl-C: what was kept and how to resume, no traceback
+            print(interrupted(exc), file=sys.stderr)
+            return 130
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 from harness import bounds
 from harness.errors import ConfigError
 from harness.model.report import SCHEMA_VERSION, Integrity, Report
+from harness.outside import cleaned
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,12 @@ def verify(report: dict[str, Any]) -> bool:
 
 
 def seal(report: Report) -> Report:
-    """The report with its ``integrity`` block (re)computed; last step before writing."""
-    body = to_json(replace(report, integrity=None))
+    """The report with its outside text cleaned (``harness.outside``: secrets redacted, control
+    characters escaped, in every string of it) and its ``integrity`` block (re)computed; the
+    last step before writing, so report.json, report.md, report.html and the terminal summary
+    all show the one clean report."""
+    report = cleaned(replace(report, integrity=None))
+    body = to_json(report)
     return replace(report, integrity=Integrity(sha256=canonical_hash(body)))
 
 
@@ -102,5 +107,6 @@ def load_report(path: str | Path) -> LoadedReport:
         data = bounds.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:  # unreadable, undecodable, invalid, nested too deep
         raise ConfigError(f"{file}: not a readable report ({type(exc).__name__}: {exc})") from None
-    return LoadedReport(report=from_json(data, str(file)), path=file,
+    # shown by compare and merge: outside text, cleaned as a run's own report is when sealed
+    return LoadedReport(report=cleaned(from_json(data, str(file))), path=file,
                         intact=isinstance(data, dict) and verify(data))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from harness import bounds
 from harness.config import DecodingSettings, EngineOptions
 from harness.engines.base import EngineInfo
 from harness.model.report import CacheStats
+from harness.outside import say
 from harness.storage.atomic import TEMP_NAME, atomic_write_text
 from harness.storage.cache_key import fingerprint, key_inputs
 from harness.storage.locks import file_lock, try_lock
@@ -111,5 +111,5 @@ class GenerationCache:
         except OSError as exc:  # disk full, folder made read-only: keep the run going
             self.writable = False
             self.stats.reason = f"on, writing stopped ({exc.strerror or exc}) at {self.folder}"
-            print(f"warning: generation cache {self.folder}: cannot write ({exc.strerror or exc}); "
-                  "the run goes on without storing batches", file=sys.stderr, flush=True)
+            say(f"warning: generation cache {self.folder}: cannot write ({exc.strerror or exc}); "
+                "the run goes on without storing batches")
