@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import IO, Any, TextIO, TypeVar, cast
 
-from harness.redact import redact
+from harness.redact import redact, redact_field
 
 T = TypeVar("T")
 
@@ -64,8 +64,10 @@ def clean(text: str) -> str:
 
 def cleaned(value: T, text: Callable[[str], str] = clean) -> T:
     """``value`` with ``text`` applied to every string in it: fields of dataclasses, items of
-    tuples and lists, keys and values of dicts (enum members, numbers and other objects stay
-    as they are). The same object comes back where nothing changed."""
+    tuples and lists, keys and values of dicts, a dict's value under a secret's name
+    (``api_key``, ``password``: ``harness.redact.redact_field``) REDACTED whole; enum members,
+    numbers and other objects stay as they are. The same object comes back where nothing
+    changed."""
     return cast(T, _walk(value, text))
 
 
@@ -88,8 +90,9 @@ def _walk(value: Any, text: Callable[[str], str]) -> Any:
         if all(n is o for n, o in zip(items, value)):
             return value
         return type(value)(items) if not hasattr(value, "_fields") else type(value)(*items)
-    if isinstance(value, dict):
-        pairs = [(_walk(k, text), _walk(v, text)) for k, v in value.items()]
+    if isinstance(value, dict):  # a value under a secret's name (api_key, password) is one
+        pairs = [(_walk(k, text), text(redact_field(k, v)) if isinstance(v, str) else _walk(v, text))
+                 for k, v in value.items()]
         if all(nk is k and nv is v for (nk, nv), (k, v) in zip(pairs, value.items())):
             return value
         return type(value)(pairs)

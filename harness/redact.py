@@ -8,8 +8,9 @@ Two kinds of secret are redacted (each becomes ``REDACTED``):
   query parameter (``?api_key=...``, ``?tenant=...``: a gateway decides what its parameters
   mean, so each value counts as a secret);
 - **secret-looking text** wherever it appears: OpenAI-style keys (``sk-...``), ``Bearer ...``
-  tokens, an ``Authorization:`` header, ``api_key=...``/``password: ...`` pairs, and every
-  http(s) address, shown as ``redact_url`` shows it.
+  tokens, an ``Authorization:`` header, ``api_key=...``/``password: ...`` pairs (and the value
+  of a field so named: ``redact_field``), and every http(s) address, shown as ``redact_url``
+  shows it.
 
 ``redact_url`` gives an address as it may appear anywhere (user and password, every query
 value and the fragment redacted; scheme, host, port, path and parameter names kept, so a
@@ -42,9 +43,13 @@ _TOKEN = r"(?=[^\s,;\"'<>]{8})(?=[^\s,;\"'<>]*?[0-9+/=_\-]|[^\s,;\"'<>]+?[A-Z])[
 _BEARER = re.compile(r"\b([Bb]earer)(\s+)" + _TOKEN)
 _AUTH_HEADER = re.compile(r"\b((?i:(?:proxy-)?authorization))(\s*[:=]\s*)"
                           r"(?:(?i:bearer|basic|token)\s+)?" + _TOKEN)
-_PAIR = re.compile(r"\b([A-Za-z0-9_\-]*(?:api[_\-]?key|secret|passw(?:or)?d|access[_\-]?token|"
-                   r"auth[_\-]?token|refresh[_\-]?token|session[_\-]?token)[A-Za-z0-9_\-]*)"
-                   r"(\"?\s*[:=]\s*\"?)([^\s\"'&,;<>]+)", re.IGNORECASE)
+# names whose value is a secret: api_key, x-api-key, client_secret, db_password, access_token
+# (bounded prefixes, and a match starts only where a name does: linear in the text's length)
+_SECRET_NAME = (r"(?:[A-Za-z0-9]{1,32}[_\-]){0,3}(?:api[_\-]?key|apikey|secret|passw(?:or)?d|pwd|"
+                r"(?:access|auth|refresh|session|bearer|id)[_\-]?token)")
+_NAME = re.compile(_SECRET_NAME, re.IGNORECASE)
+_PAIR = re.compile(r"(?<![A-Za-z0-9_\-])(" + _SECRET_NAME + r")(\"?\s*[:=]\s*\"?)([^\s\"'&,;<>]+)",
+                   re.IGNORECASE)
 _NUMBERISH = re.compile(r"[0-9.:\-+/ ]*")
 
 
@@ -127,6 +132,21 @@ def redact_url(url: str) -> str:
         netloc = f"{REDACTED}@{netloc}"
     fragment = REDACTED if parts.fragment else ""
     return urlunsplit((parts.scheme, netloc, parts.path, _query(parts.query), fragment))
+
+
+def secret_name(name: str) -> bool:
+    """True for a field or parameter name whose value is a secret (``api_key``,
+    ``X-Api-Key``, ``client_secret``, ``password``, ``access_token``; not ``api_key_env``,
+    which names a variable)."""
+    return bool(_NAME.fullmatch(name))
+
+
+def redact_field(name: object, value: str) -> str:
+    """A field's value as it may be shown: REDACTED whole under a secret's name (a
+    ``--request-field api_key=...``, a server's ``"password"``), else ``redact(value)``."""
+    if isinstance(name, str) and value and secret_name(name):
+        return REDACTED
+    return redact(value)
 
 
 def redact(text: str) -> str:

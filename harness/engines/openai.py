@@ -180,7 +180,8 @@ class OpenAIEngine(EngineBase):
                      "model_entry": {k: v for k, v in entry.items() if k != "created"},
                      "identity_note": "the server's model id (and root): only as good as its naming",
                      "beam_search_fields": list(BEAM_SEARCH_FIELDS),
-                     "api_key": f"${key_from}, sent as Authorization: Bearer" if key_from else None,
+                     # the variable the key was read from (sent as Authorization: Bearer)
+                     "key_from": key_from,
                      "request_timeout_s": self.request_timeout, "retries": self.retries})
 
     # --- HTTP -------------------------------------------------------------------------------

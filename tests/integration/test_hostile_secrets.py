@@ -155,7 +155,7 @@ def test_a_server_echoing_the_key_leaks_nothing_into_files_or_the_terminal(tmp_p
     assert "\\x1b[2K verdict: pass" in error and "\\u202e" in error
     assert report["engine"]["path"] == f"{server.url}?tenant=REDACTED&api_key=REDACTED"
     assert report["options"]["engine"] == report["engine"]["path"]
-    assert report["engine"]["details"]["api_key"].startswith("$OPENAI_API_KEY")
+    assert report["engine"]["details"]["key_from"] == "OPENAI_API_KEY"
     html = next(text for name, text in files.items() if name.endswith("report.html"))
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     # the terminal shows the escapes, never performs them: no forged verdict line
@@ -176,16 +176,19 @@ def test_a_server_refusing_the_key_at_load_is_one_clean_line(tmp_path, hostile, 
 def test_api_key_env_names_the_variable_and_only_its_name_is_recorded(tmp_path, hostile, four,
                                                                      suites):
     server = hostile(completions_status=401)
+    field = "plain-field-value"  # a field under a secret's name is one, whatever it looks like
     proc = suites("--engine", server.url, "--dataset", str(four), *FAST, "--api-key-env",
-                  "GATEWAY_KEY", "--report-dir", str(tmp_path),
-                  env={"GATEWAY_KEY": OTHER_KEY, "OPENAI_API_KEY": ENV_KEY})
+                  "GATEWAY_KEY", "--request-field", f"x_api_key={field}", "--report-dir",
+                  str(tmp_path), env={"GATEWAY_KEY": OTHER_KEY, "OPENAI_API_KEY": ENV_KEY})
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert set(server.authorizations) == {f"Bearer {OTHER_KEY}"}  # the named one, not the default
     files = _files(tmp_path)
     _assert_clean({**files, "stdout": proc.stdout, "stderr": proc.stderr})
     report = json.loads(next(text for name, text in files.items() if name.endswith("report.json")))
     assert report["options"]["api_key_env"] == "GATEWAY_KEY"
-    assert report["engine"]["details"]["api_key"].startswith("$GATEWAY_KEY")
+    assert report["options"]["request_fields"] == {"x_api_key": "REDACTED"}
+    assert not any(field in text for text in [*files.values(), proc.stdout, proc.stderr])
+    assert report["engine"]["details"]["key_from"] == "GATEWAY_KEY"
 
 
 def test_api_key_env_unset_or_given_the_key_is_one_line_that_never_shows_it(tmp_path, hostile,
@@ -284,3 +287,25 @@ def test_control_characters_are_shown_escaped_everywhere_a_string_goes():
     nested = {"k\x1b": (f"x{FORGED}", ["\u202e"]), 3: 1.5}
     assert cleaned(nested) == {"k\\x1b": ("x\\x1b[2K\\rverdict: pass", ["\\u202e"]), 3: 1.5}
     assert cleaned(nested) is not nested and cleaned({"a": "b"}) == {"a": "b"}
+
+
+def test_goldens_keep_no_secret_and_still_match_their_run(tmp_path: Path):
+    """Goldens are a file too: their texts and settings are stored redacted, and a run with the
+    same settings still finds them (the settings are compared redacted the same way)."""
+    from harness.config import DecodingSettings
+    from harness.inputs.data import Dataset, Document, content_hash
+    from harness.redact import remember
+    from harness.storage.goldens import GoldenSet, GoldensStore
+
+    remember(OTHER_KEY)
+    docs = (Document("d0", "a", "s0"), Document("d1", "b", "s1"))
+    ds = Dataset(name="mine", path="mine.jsonl", documents=docs, hash=content_hash(docs))
+    settings = DecodingSettings(1, 8, request_fields=(("x_api_key", '"plain-field-value"'),))
+    ident = "server:m"
+    store = GoldensStore(tmp_path)
+    path = store.write(GoldenSet(identity=ident, dataset_name=ds.name, dataset_hash=ds.hash,
+                                 settings=settings.as_dict(),
+                                 outputs={"d0": f"the key is {OTHER_KEY}", "d1": "y"}, source={}), 1)
+    text = path.read_text(encoding="utf-8")
+    assert OTHER_KEY not in text and "plain-field-value" not in text
+    assert store.load(ident, ds, settings).outputs == {"d0": "the key is REDACTED", "d1": "y"}
