@@ -29,6 +29,7 @@ from harness.config import (
 )
 from harness.engines.emulator import DEFAULT_COMPUTE_DTYPE
 from harness.errors import HarnessError, exit_status, interrupted
+from harness.outside import terminal
 from harness.stop_signals import stop_signals
 
 if TYPE_CHECKING:
@@ -423,17 +424,20 @@ def main(argv: list[str] | None = None) -> int:
                               "folder next to the first shard's)")
     p_merge.set_defaults(func=cmd_merge)
 
-    args = parser.parse_args(argv)
-    command: Callable[[argparse.Namespace], int] = args.func
-    try:
-        with stop_signals() if getattr(args, "stoppable", False) else contextlib.nullcontext():
-            return command(args)
-    except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: what was kept, how to resume
-        print(interrupted(exc), file=sys.stderr)
-        return exit_status(exc)
+    # everything this command prints, argparse's errors included, leaves through one gate:
+    # secrets redacted, control characters escaped (harness.outside)
+    with terminal():
+        args = parser.parse_args(argv)
+        command: Callable[[argparse.Namespace], int] = args.func
+        try:
+            with stop_signals() if getattr(args, "stoppable", False) else contextlib.nullcontext():
+                return command(args)
+        except HarnessError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: what was kept, how to resume
+            print(interrupted(exc), file=sys.stderr)
+            return exit_status(exc)
 
 
 if __name__ == "__main__":

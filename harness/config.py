@@ -265,6 +265,25 @@ def size(option: str) -> Callable[[str], str]:
     return parse
 
 
+OPENAI_KEY_VARIABLE = "OPENAI_API_KEY"  # where a server's key is read from, as OpenAI's clients do
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def env_name(option: str) -> Callable[[str], str]:
+    """An argparse ``type=`` for the name of an environment variable. A value that is not one
+    is refused without being repeated: it may be the key itself, given by mistake."""
+
+    def parse(value: str) -> str:
+        if not ENV_NAME.fullmatch(str(value)):
+            raise argparse.ArgumentTypeError(
+                f"{option}: expected the NAME of an environment variable (letters, digits and _, "
+                f"e.g. MY_GATEWAY_KEY), not the key itself; export the key in that variable "
+                "(the value given is not shown, in case it is a key)")
+        return str(value)
+
+    return parse
+
+
 # --request-field: fields the harness sets itself, and the option that sets each
 RESERVED_FIELDS: dict[str, str] = {
     "model": "--model", "prompt": "--dataset and --prompt-template",
@@ -456,6 +475,9 @@ class RunConfig:
     batch_timeout: float | None = None  # seconds; None: wait for every batch
     deterministic: bool = False  # gate on outputs equal to batch size 1's (batch-invariant engines)
     request_fields: RequestFields = ()  # --request-field, sorted by key
+    # --api-key-env: the NAME of the variable holding a server's key (never the key: this
+    # config is recorded in report.json; the openai backend reads the value when it loads)
+    api_key_env: str | None = None
     throughput: str | None = None  # sequences/s, or a report folder: the dry run's estimate
     # where relative folders and module:Class engines are found: pytest's rootdir, the CLI's
     # current folder (not an option; set by from_options)
@@ -532,7 +554,8 @@ class RunConfig:
                              end_id=self.end_id, pad_id=self.pad_id,
                              trtllm_runtime=self.trtllm_runtime, dtype=self.dtype,
                              kv_cache_reuse=self.kv_cache_reuse, model=self.model,
-                             request_timeout=self.request_timeout, retries=self.retries)
+                             request_timeout=self.request_timeout, retries=self.retries,
+                             api_key_env=self.api_key_env)
 
     def decoding(self, beam_width: int) -> DecodingSettings:
         """The decoding settings of one beam width."""
@@ -571,11 +594,12 @@ class EngineOptions:
     model: str | None = None  # openai: the server's model name
     request_timeout: float = RunConfig.request_timeout
     retries: int = RunConfig.retries
+    api_key_env: str | None = None  # openai: the variable holding the key (its name only)
 
     def server_kwargs(self) -> dict[str, Any]:
         """The openai backend's keyword options."""
         return {"model": self.model, "request_timeout": self.request_timeout,
-                "retries": self.retries}
+                "retries": self.retries, "api_key_env": self.api_key_env}
 
 
 def _listed(values: tuple[int, ...]) -> str:
@@ -689,6 +713,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("--retries", "retries", "times a server batch is resent after a connection error or "
                "an HTTP 5xx answer, with backoff; never after a 4xx (--engine http://...; default "
                f"{RunConfig.retries})", non_negative_int("--retries"), metavar="N"),
+    OptionSpec("--api-key-env", "api_key_env", "the environment variable that holds the key "
+               f"an OpenAI-compatible server wants (default {OPENAI_KEY_VARIABLE}, used when set), "
+               "sent as Authorization: Bearer; give the variable's NAME, never the key: the key "
+               "is read when the engine loads and redacted from every report, file and terminal "
+               "line (--engine http://...)", env_name("--api-key-env"), metavar="NAME"),
     OptionSpec("--request-field", "request_fields", "a field sent with every request to an "
                "OpenAI-compatible server, KEY=VALUE (VALUE as JSON, else a string; repeatable) or a "
                "JSON object, e.g. repeat_penalty=1.0; recorded in the report and the goldens key; "
@@ -703,7 +732,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
                positive_real("--batch-timeout"), metavar="SECONDS"),
 )
 
-SERVER_OPTIONS = ("model", "request_timeout", "retries", "request_fields")
+SERVER_OPTIONS = ("model", "request_timeout", "retries", "request_fields", "api_key_env")
 
 
 def option(dest: str) -> OptionSpec:

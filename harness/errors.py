@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from harness.outside import clean
+
 
 class HarnessError(Exception):
-    """A problem the user can fix; shown as one message, never as a traceback."""
+    """A problem the user can fix; shown as one message, never as a traceback. The message
+    often quotes outside text (a server's answer, a file's content, a path): it is shown
+    cleaned (``harness.outside``: secrets redacted, control characters escaped) wherever it
+    is printed or embedded in another message."""
+
+    def __str__(self) -> str:
+        return clean(super().__str__())
 
 
 class ConfigError(HarnessError):

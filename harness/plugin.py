@@ -18,6 +18,7 @@ import pytest
 
 from harness.config import OPTIONS, RunConfig
 from harness.errors import HarnessError, exit_status, interrupted
+from harness.outside import clean, cleaned
 from harness.stop_signals import stop_signals
 
 if TYPE_CHECKING:
@@ -81,6 +82,13 @@ def pytest_configure(config: pytest.Config) -> None:
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[STATE] = HarnessState(run_config=run_config)
+
+
+def _say(reporter: Any, line: str, **markup: bool) -> None:
+    """One line through pytest's terminal writer, cleaned (``harness.outside``: secrets
+    redacted, control characters escaped): the plugin's one way to the terminal. (Error
+    messages are HarnessErrors, which show themselves cleaned.)"""
+    reporter.write_line(clean(line), **markup)
 
 
 def _state(config: pytest.Config) -> HarnessState:
@@ -195,7 +203,7 @@ def _dry_run(config: pytest.Config) -> None:
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
     for line in [*planned.cost_lines(), *planned.limit_lines(), estimate]:
-        reporter.write_line(line)
+        _say(reporter, line)
 
 
 def _progress_factory(config: pytest.Config) -> ProgressFactory:
@@ -207,7 +215,7 @@ def _progress_factory(config: pytest.Config) -> ProgressFactory:
     terminal = sys.stderr.isatty()
     if reporter is None or (not terminal and config.get_verbosity() < -1):
         return progress_factory(lambda line: None, terminal=True, quiet=True)
-    return progress_factory(reporter.write_line, terminal=terminal,
+    return progress_factory(lambda line: _say(reporter, line), terminal=terminal,
                             quiet=config.get_verbosity() < 0)
 
 
@@ -225,9 +233,9 @@ def _prepare(config: pytest.Config) -> Prepared:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         warning = preflight_line(state.prepared.limit_failures(), "see test_engine_limits")
         if reporter is not None:
-            reporter.write_line(state.prepared.plan.describe())
+            _say(reporter, state.prepared.plan.describe())
             if warning:
-                reporter.write_line(warning, yellow=True)
+                _say(reporter, warning, yellow=True)
     return state.prepared
 
 
@@ -246,10 +254,10 @@ def _planned(config: pytest.Config, *, announce: bool = True) -> PlanOnly:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         warning = preflight_line(state.planned.limit_failures, "see test_engine_limits")
         if reporter is not None and announce:
-            reporter.write_line(state.planned.plan.describe() + "; the engine is not loaded: "
-                                "only its build limits are checked")
+            _say(reporter, state.planned.plan.describe() + "; the engine is not loaded: only "
+                 "its build limits are checked")
             if warning:
-                reporter.write_line(warning, yellow=True)
+                _say(reporter, warning, yellow=True)
     return state.planned
 
 
@@ -377,7 +385,9 @@ def harness_cell_checks(request: pytest.FixtureRequest, harness_cell: Cell) -> t
 
     prepared = _state(request.config).prepared
     _skip_unless_root(prepared.ranks if prepared is not None else current())
-    checks = (prepared.checks if prepared is not None else _planned(request.config).checks)[harness_cell]
+    # cleaned: a failing check's message reaches the terminal, and its JUnit properties a file
+    checks = cleaned((prepared.checks if prepared is not None else
+                      _planned(request.config).checks)[harness_cell])
     _record(request.node, [(f"limit_{c.name}", c.status) for c in checks])
     return checks
 
@@ -385,11 +395,13 @@ def harness_cell_checks(request: pytest.FixtureRequest, harness_cell: Cell) -> t
 @pytest.fixture
 def harness_cell_result(request: pytest.FixtureRequest, harness_result: RunResult,
                         harness_cell: Cell) -> CellResult:
-    """The result of the cell this test is parametrized with."""
+    """The result of the cell this test is parametrized with, cleaned: its error and messages
+    reach the terminal (the test's failure) and its JUnit properties a file."""
     for c in harness_result.cells:
         if c.cell == harness_cell:
+            c = cleaned(c)
             props: list[tuple[str, object]] = [("cell", c.id), ("verdict", c.verdict),
-                                               ("report", harness_result.report_dir)]
+                                               ("report", clean(str(harness_result.report_dir)))]
             if c.positions:
                 props.append(("degraded_positions", ",".join(map(str, c.degraded_positions))))
                 props += [(f"quality_position_{s.position}", f"{s.quality:.4f}")
@@ -412,12 +424,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr = terminalreporter
     tr.write_sep("=", "batch-position harness")
     if isinstance(result, FollowerRun):
-        tr.write_line(result.message)
+        _say(tr, result.message)
         return
     report = result.report
     assert report is not None
-    for line in header_lines(report):
-        tr.write_line(line)
-    tr.write_line(legend(report))
-    for line in [*cell_lines(report), *drift_lines(report), *footer_lines(report, result.report_dir)]:
-        tr.write_line(line)
+    for line in [*header_lines(report), legend(report), *cell_lines(report), *drift_lines(report),
+                 *footer_lines(report, result.report_dir)]:
+        _say(tr, line)

@@ -67,8 +67,12 @@ def progress_factory(write: Callable[[str], object], *, terminal: bool,
 
         from tqdm import tqdm
 
+        from harness.outside import unfiltered
+
+        # the bar is the harness's own text and needs its carriage returns: it bypasses the
+        # terminal gate that outside text goes through (harness.outside)
         bar = tqdm(total=total, unit="seq", desc="generating", disable=quiet, leave=False,
-                   file=sys.stderr)
+                   file=unfiltered(sys.stderr))
         return bar.update
 
     return factory

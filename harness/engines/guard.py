@@ -11,11 +11,11 @@ EngineError line (harness.engines.registry). The other calls a stage makes are h
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
 from harness.engines.base import Engine
 from harness.errors import EngineError, HarnessError, describe
+from harness.outside import clean, say
 
 
 def label(engine: Engine) -> str:
@@ -57,6 +57,6 @@ def close(engine: Engine | None) -> str | None:
     except Exception as exc:
         warning = (f"warning: {label(engine)}: close() raised {describe(exc)}; every output was "
                    "already kept, so the run and its report stand")
-        print(warning, file=sys.stderr, flush=True)
-        return warning
+        say(warning)
+        return clean(warning)
     return None

@@ -27,8 +27,13 @@ choices, the best first. Every answer is checked for the beam search it was aske
 beam search, fail the cell with the reason (llama-cpp-python and llama-server do not run
 beam search). SGLang has no beam search: beam widths above 1 fail there.
 
-The address may carry a key in its query string (``?api_key=...``): it is sent with every
-request and shown redacted everywhere (``harness.redact``); ``user:password@`` is refused.
+The key a server wants is read from the environment when the engine loads: the variable named
+by --api-key-env, else ``OPENAI_API_KEY`` when set (as OpenAI's clients do); it is sent as
+``Authorization: Bearer KEY`` with every request. Only the variable's name is in the run's
+options (report.json); the value is remembered as a secret (``harness.redact``), so it is
+redacted wherever a string leaves the process, a server's error body that echoes it included
+(``harness.outside``). A gateway that wants its key in the query string (``?api_key=...``)
+gets it there: every query value is redacted the same way. ``user:password@`` is refused.
 
 Identity: the served model id from ``GET /v1/models`` (with its ``root`` where the server gives
 one). It is only as good as the server's naming: two checkpoints served under one name share
@@ -39,20 +44,21 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from harness import __version__
-from harness.config import DecodingSettings
+from harness.config import OPENAI_KEY_VARIABLE, DecodingSettings
 from harness.engines.base import BatchError, EngineBase, EngineInfo, FailureKind, Generation
 from harness.engines.beams import BeamCheck
 from harness.engines.http_batch import Answer, send_batch
 from harness.errors import EngineError
 from harness.model.report import KvCacheReuse
 from harness.model.vocab import CacheReuse
-from harness.redact import redact_url
+from harness.redact import redact, redact_url, remember, remember_url
 
 POSITION_SEMANTICS = ("arrival slot: requests are sent concurrently in position order; the "
                       "server's scheduler decides the real batch")
@@ -80,9 +86,33 @@ class _Retryable(Exception):
         self.kind = kind
 
 
+def api_key(variable: str | None, environ: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """(the key, the variable it came from): ``variable`` (--api-key-env), which must be set,
+    else OPENAI_API_KEY when set, else no key. The key is remembered as a secret (redacted
+    from every string from now on). EngineError naming the variable, never its value, when it
+    is unset, empty or not a single header token."""
+    env = os.environ if environ is None else environ
+    name = variable or OPENAI_KEY_VARIABLE
+    value = (env.get(name) or "").strip()
+    if not value:
+        if variable is None:
+            return None, None
+        state = "empty" if name in env else "not set"
+        raise EngineError(f"--api-key-env {name}: the environment variable {name} is {state}; "
+                          f"export {name}=KEY before the run, or drop --api-key-env")
+    remember(value)
+    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7f for ch in value):
+        raise EngineError(f"${name}: the key holds a space or a control character, which cannot "
+                          "be sent in an Authorization header; set the variable to the key alone")
+    return value, name
+
+
 def _server_message(body: bytes) -> str:
     """The error text of an answer: OpenAI's {"error": {"message"}}, vLLM's and trtllm-serve's
-    {"message"}, FastAPI's {"detail"}, else the start of the body."""
+    {"message"}, FastAPI's {"detail"}, else the start of the body. Secrets are redacted before
+    it is cut to MESSAGE_CHARS, so that no cut leaves a piece of a key that no longer matches
+    (everything else about outside text is done where it leaves the process:
+    ``harness.outside``)."""
     text = body.decode("utf-8", "replace").strip()
     try:
         data = json.loads(text)
@@ -95,7 +125,7 @@ def _server_message(body: bytes) -> str:
             if candidate:
                 text = str(candidate)
                 break
-    text = " ".join(text.split())
+    text = redact(" ".join(text.split()))
     return text[:MESSAGE_CHARS] + ("…" if len(text) > MESSAGE_CHARS else "") or "(empty body)"
 
 
@@ -111,9 +141,10 @@ def _address(url: str) -> tuple[str, str, int, str, str]:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise EngineError(f"--engine {shown}: not a server address; use http://HOST:PORT/v1")
     if parts.username or parts.password:
-        raise EngineError(f"--engine {shown}: credentials in the address would be written to "
-                          "the report; remove them (a key the server needs can go in the query "
-                          "string, which reports show redacted)")
+        raise EngineError(f"--engine {shown}: credentials in the address end up in shell "
+                          f"history and CI logs; remove them and export the key in "
+                          f"{OPENAI_KEY_VARIABLE} (or another variable named by --api-key-env), "
+                          "which is sent as Authorization: Bearer")
     try:
         port = parts.port
     except ValueError:
@@ -127,10 +158,12 @@ class OpenAIEngine(EngineBase):
     concurrent requests in position order (see the module docstring)."""
 
     def __init__(self, url: str, *, model: str | None = None, request_timeout: float = 600.0,
-                 retries: int = 2, backoff: float = BACKOFF_S) -> None:
+                 retries: int = 2, backoff: float = BACKOFF_S, api_key_env: str | None = None) -> None:
+        remember_url(url)  # its credentials are redacted from every string from now on
         self.url = url.rstrip("/")  # what requests go to; never shown (see ``shown``)
         self.shown = redact_url(self.url)
         self.scheme, self.host, self.port, self.base_path, self.query = _address(self.url)
+        self._key, key_from = api_key(api_key_env)  # never stored anywhere else
         self.request_timeout = float(request_timeout)
         self.retries = int(retries)
         self.backoff = float(backoff)
@@ -147,6 +180,8 @@ class OpenAIEngine(EngineBase):
                      "model_entry": {k: v for k, v in entry.items() if k != "created"},
                      "identity_note": "the server's model id (and root): only as good as its naming",
                      "beam_search_fields": list(BEAM_SEARCH_FIELDS),
+                     # the variable the key was read from (sent as Authorization: Bearer)
+                     "key_from": key_from,
                      "request_timeout_s": self.request_timeout, "retries": self.retries})
 
     # --- HTTP -------------------------------------------------------------------------------
@@ -159,9 +194,10 @@ class OpenAIEngine(EngineBase):
         """The request path; the address's query string (a key the server wants) goes along."""
         return self.base_path + endpoint + (f"?{self.query}" if self.query else "")
 
-    @staticmethod
-    def _headers(body: bool) -> dict[str, str]:
+    def _headers(self, body: bool) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": f"batch-position-harness/{__version__}"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
         if body:
             headers["Content-Type"] = "application/json"
         return headers

@@ -15,7 +15,7 @@ from harness.config import BUNDLED, EngineOptions, is_url
 from harness.engines.base import EngineBase, as_engine, class_label
 from harness.errors import EngineError, describe
 from harness.limits.engine_config import load_config_json
-from harness.redact import redact_url
+from harness.redact import redact_url, remember_url
 
 BACKENDS: dict[str, str] = {
     "emulator": "harness.engines.emulator.engine:EmulatorEngine",
@@ -233,6 +233,7 @@ def _server_kwargs(cls: Any, options: EngineOptions) -> dict[str, Any]:
 def _load_url(spec: str, backend: str | None, options: EngineOptions,
               strict: bool = True, roots: Sequence[Path] = ()) -> EngineBase:
     """A server address: the openai backend (or a user's class, given the URL unchanged)."""
+    remember_url(spec)  # its credentials are redacted from every string from now on
     name = backend or URL_BACKEND
     cls = resolve_backend(name, roots)
     if strict:

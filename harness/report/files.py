@@ -17,15 +17,17 @@ from harness.report.markdown import markdown
 from harness.report.serialize import to_json
 from harness.stages.run import RunResult
 from harness.storage.atomic import atomic_write_text, disk_errors
+from harness.storage.generations import stored_line
 
 
 def write_files(report: Report, rows: Iterable[str] | None, folder: Path) -> dict[str, Path]:
     """generations.jsonl (unless None: already written), report.md, report.html, then
-    report.json."""
+    report.json. ``report`` is sealed, so its outside text is already clean
+    (``harness.report.serialize.seal``)."""
     paths = {"generations": folder / "generations.jsonl", "md": folder / "report.md",
              "html": folder / "report.html", "json": folder / "report.json"}
-    if rows is not None:
-        atomic_write_text(paths["generations"], "\n".join(rows) + "\n")
+    if rows is not None:  # merge: its shards' rows, as the run that wrote them stored them
+        atomic_write_text(paths["generations"], "\n".join(map(stored_line, rows)) + "\n")
     atomic_write_text(paths["md"], markdown(report))
     atomic_write_text(paths["html"], render_report(report))
     atomic_write_text(paths["json"], json.dumps(to_json(report), indent=2, ensure_ascii=False) + "\n")

@@ -30,6 +30,7 @@ from harness import bounds
 from harness.errors import ConfigError
 from harness.model.report import SCHEMA_VERSION, Integrity, Report
 from harness.model.vocab import Signature
+from harness.outside import cleaned
 
 SIGNING_KEY = "HARNESS_SIGNING_KEY"
 
@@ -113,9 +114,12 @@ def verify(report: dict[str, Any]) -> bool:
 
 
 def seal(report: Report) -> Report:
-    """The report with its ``integrity`` block (re)computed, signed when HARNESS_SIGNING_KEY
-    is set; last step before writing."""
-    body = to_json(replace(report, integrity=None))
+    """The report with its outside text cleaned (``harness.outside``: secrets redacted, control
+    characters escaped, in every string of it) and its ``integrity`` block (re)computed, signed
+    when HARNESS_SIGNING_KEY is set; the last step before writing, so report.json, report.md,
+    report.html and the terminal summary all show the one clean report."""
+    report = cleaned(replace(report, integrity=None))
+    body = to_json(report)
     key = signing_key()
     return replace(report, integrity=Integrity(
         sha256=canonical_hash(body), hmac=signature(body, key) if key is not None else None))
@@ -168,6 +172,7 @@ def load_report(path: str | Path) -> LoadedReport:
         data = bounds.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:  # unreadable, undecodable, invalid, nested too deep
         raise ConfigError(f"{file}: not a readable report ({type(exc).__name__}: {exc})") from None
-    report = from_json(data, str(file))
+    # shown by compare and merge: outside text, cleaned as a run's own report is when sealed
+    report = cleaned(from_json(data, str(file)))
     return LoadedReport(report=report, path=file, intact=verify(data),
                         signature=check_signature(data))

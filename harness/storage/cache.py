@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from harness import bounds
 from harness.config import DecodingSettings, EngineOptions
 from harness.engines.base import EngineInfo
 from harness.model.report import CacheStats
+from harness.outside import say
 from harness.storage.atomic import TEMP_NAME, atomic_write_text
 from harness.storage.cache_key import fingerprint, key_inputs
 from harness.storage.locks import file_lock, try_lock
@@ -167,5 +167,5 @@ class GenerationCache:
             self.writable = False
             self.said = f"on, writing stopped ({exc.strerror or exc}) at {self.folder}"
             self._say()
-            print(f"warning: generation cache {self.folder}: cannot write ({exc.strerror or exc}); "
-                  "the run goes on without storing batches", file=sys.stderr, flush=True)
+            say(f"warning: generation cache {self.folder}: cannot write ({exc.strerror or exc}); "
+                "the run goes on without storing batches")

@@ -78,6 +78,7 @@ def device() -> dict[str, Any]:
 def options_inputs(options: EngineOptions) -> dict[str, Any]:
     """Every EngineOptions field; the tokenizer folder by content as well as by path."""
     out = dataclasses.asdict(options)
+    del out["api_key_env"]  # where a server's key is read from changes no output
     if options.tokenizer:
         out["tokenizer"] = {"path": options.tokenizer,
                             "sha256": content_digest(Path(options.tokenizer).expanduser())}

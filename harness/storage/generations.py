@@ -21,10 +21,39 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from harness.redact import redact
 from harness.storage.atomic import disk_error, disk_errors
 
 Row = tuple[str | None, ...]  # one position: a text per document, None where it never sat
 BeamRow = tuple[tuple[str, ...] | None, ...]  # one position: every beam of each document's output
+
+
+def stored(entry: dict[str, object]) -> dict[str, object]:
+    """A row as generations.jsonl keeps it: its output and beams with every secret redacted
+    (``harness.redact``: a server that echoes the request's key in its text); the id stays as
+    the dataset has it, since rows are found by it. What is scored is read back from the file,
+    so every position and the goldens see the same redacted texts. Control characters stay as
+    generated (JSON escapes them): these texts are data, scored and compared."""
+    out = dict(entry)
+    if isinstance(out.get("output"), str):
+        out["output"] = redact(str(out["output"]))
+    beams = out.get("beams")
+    if isinstance(beams, list):
+        out["beams"] = [redact(b) if isinstance(b, str) else b for b in beams]
+    return out
+
+
+def stored_line(line: str) -> str:
+    """A generations.jsonl line (``merge`` copies its shards' lines) as ``stored`` keeps its
+    row; the line itself where nothing is redacted."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return redact(line)
+    if not isinstance(entry, dict):
+        return line
+    kept = stored(entry)
+    return line if kept == entry else json.dumps(kept, ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -110,7 +139,7 @@ class GenerationsLog:
                     beams = texts.beams[position][i] if texts.beams else None
                     if beams is not None:
                         entry["beams"] = list(beams)
-                    lines.append(json.dumps(entry, ensure_ascii=False) + "\n")
+                    lines.append(json.dumps(stored(entry), ensure_ascii=False) + "\n")
                 self._file.write("".join(lines).encode("utf-8"))
             self._file.flush()
             end = self._file.tell()

@@ -25,6 +25,8 @@ from harness import bounds
 from harness.config import DecodingSettings
 from harness.errors import GoldensError
 from harness.inputs.data import Dataset
+from harness.outside import cleaned
+from harness.redact import redact
 from harness.storage.atomic import TEMP_NAME, atomic_write_text, durable_temp, fsync_dir, safe_name
 from harness.storage.locks import file_lock
 
@@ -47,10 +49,16 @@ class GoldenSet:
     source: dict[str, Any]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, "identity": self.identity,
-                "dataset": {"name": self.dataset_name, "hash": self.dataset_hash,
+        """The goldens file's content, every secret redacted (``harness.redact``) but in the
+        document ids, by which outputs are found (``load`` compares the identity and settings
+        redacted the same way)."""
+        head = cleaned({"identity": self.identity, "dataset": self.dataset_name,
+                        "settings": self.settings, "source": self.source}, redact)
+        return {"schema_version": SCHEMA_VERSION, "identity": head["identity"],
+                "dataset": {"name": head["dataset"], "hash": self.dataset_hash,
                             "count": len(self.outputs)},
-                "settings": self.settings, "source": self.source, "outputs": self.outputs}
+                "settings": head["settings"], "source": head["source"],
+                "outputs": {doc: redact(text) for doc, text in self.outputs.items()}}
 
 
 class GoldensStore:
@@ -87,7 +95,7 @@ class GoldensStore:
                                outputs=raw["outputs"], source=raw.get("source", {}))
         except (KeyError, TypeError) as exc:
             raise GoldensError(f"{path}: goldens lack key {exc}; {FIX}") from None
-        if golden.identity != identity:
+        if redact(golden.identity) != redact(identity):
             raise GoldensError(f"{path}: recorded for model {golden.identity}, not {identity}; {FIX}")
         if not isinstance(golden.settings, dict):
             raise GoldensError(f"{path}: 'settings' must be an object; {FIX}")
@@ -98,11 +106,12 @@ class GoldensStore:
             raise GoldensError(
                 f"{path}: recorded for dataset hash {golden.dataset_hash[:12]}, but this run's "
                 f"dataset {dataset.path} hashes to {dataset.hash[:12]} (its content changed); {FIX}")
-        want = settings.as_dict()
+        # as the file keeps them, secrets redacted (``GoldenSet.as_dict``)
+        want, have = cleaned(settings.as_dict(), redact), cleaned(golden.settings, redact)
         # both ways: keys present only when set (chat, request_fields) must match when absent too
-        diff = [f"{k} {golden.settings.get(k)!r} (run: {want.get(k)!r})"
-                for k in [*want, *(k for k in golden.settings if k not in want)]
-                if golden.settings.get(k) != want.get(k)]
+        diff = [f"{k} {have.get(k)!r} (run: {want.get(k)!r})"
+                for k in [*want, *(k for k in have if k not in want)]
+                if have.get(k) != want.get(k)]
         if diff:
             raise GoldensError(f"{path}: recorded with other decoding settings: {', '.join(diff)}; "
                                f"{FIX}")

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from harness.outside import say as outside_say
 
 try:
     import fcntl
@@ -23,8 +24,6 @@ except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]  # a module where it exists; None marks it absent
 
 
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def _holder(fd: int) -> str:
@@ -53,7 +52,7 @@ def file_lock(path: Path, *, purpose: str, shared: bool = False,
             try:
                 fcntl.flock(fd, mode | fcntl.LOCK_NB)
             except BlockingIOError:
-                (say or _say)(f"waiting for the lock on {path} held by {_holder(fd)} ({purpose})")
+                (say or outside_say)(f"waiting for the lock on {path} held by {_holder(fd)} ({purpose})")
                 fcntl.flock(fd, mode)
             if not shared:
                 os.ftruncate(fd, 0)

@@ -332,7 +332,7 @@ def test_server_options_need_a_server():
     config = RunConfig.from_options({"engine": "http://h:1/v1", "request_timeout": "2.5",
                                      "retries": "0"})
     assert config.engine_options().server_kwargs() == {"model": None, "request_timeout": 2.5,
-                                                        "retries": 0}
+                                                        "retries": 0, "api_key_env": None}
     with pytest.raises(ConfigError, match="--request-timeout '0': must be more than 0"):
         RunConfig.from_options({"engine": "http://h:1/v1", "request_timeout": "0"})
 
