@@ -21,9 +21,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 from harness.errors import StorageError
 
@@ -111,10 +110,10 @@ def open_fd(root: Path, path: Path, flags: int, mode: int = 0o666) -> int:
     return fd
 
 
-def open_append(root: Path, path: Path) -> BinaryIO:
-    """``path`` opened for appending (created when missing), never through a link."""
-    fd = open_fd(root, path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    return os.fdopen(fd, "ab")
+def opener(root: Path) -> Callable[[str, int], int]:
+    """An ``opener`` for the built-in ``open`` of a file inside ``root``: never through a link
+    (``open(path, "ab", opener=confine.opener(root))``)."""
+    return lambda path, flags: open_fd(root, Path(path), flags)
 
 
 def replace(root: Path, src: Path, dst: Path) -> None:

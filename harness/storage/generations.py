@@ -85,8 +85,8 @@ class GenerationsLog:
         self.path = Path(path)
         self.ids = tuple(ids)
         self.index = {doc: i for i, doc in enumerate(self.ids)}
-        self._file: BinaryIO = confine.open_append(self.path.parent if root is None else root,
-                                                   self.path)
+        self._file: BinaryIO = open(self.path, "ab", opener=confine.opener(
+            self.path.parent if root is None else root))
         self._lock = threading.Lock()
         self.cells = 0  # complete cells written
         self.failed = False  # a write failed: the file ends with a partial cell

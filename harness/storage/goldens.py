@@ -165,7 +165,9 @@ class GoldensStore:
         if golden.dataset_hash != dataset.hash:
             raise GoldensError(
                 f"{path}: recorded for dataset hash {golden.dataset_hash[:12]}, but this run's "
-                f"dataset {dataset.path} hashes to {dataset.hash[:12]} (its content changed); {FIX}")
+                f"dataset {dataset.path} hashes to {dataset.hash[:12]} (its content changed), unless it "
+                f"is another dataset named {dataset.name!r} (give that one a name of its own); "
+                f"{FIX}")
         want = settings.as_dict()
         # both ways: keys present only when set (chat, request_fields) must match when absent too
         diff = [f"{k} {golden.settings.get(k)!r} (run: {want.get(k)!r})"
