@@ -27,10 +27,12 @@ def write_files(report: Report, rows: Iterable[str] | None, folder: Path) -> dic
     paths = {"generations": folder / "generations.jsonl", "md": folder / "report.md",
              "html": folder / "report.html", "json": folder / "report.json"}
     if rows is not None:  # merge: its shards' rows, as the run that wrote them stored them
-        atomic_write_text(paths["generations"], "\n".join(map(stored_line, rows)) + "\n")
-    atomic_write_text(paths["md"], markdown(report))
-    atomic_write_text(paths["html"], render_report(report))
-    atomic_write_text(paths["json"], json.dumps(to_json(report), indent=2, ensure_ascii=False) + "\n")
+        atomic_write_text(paths["generations"], "\n".join(map(stored_line, rows)) + "\n",
+                          root=folder)
+    atomic_write_text(paths["md"], markdown(report), root=folder)
+    atomic_write_text(paths["html"], render_report(report), root=folder)
+    atomic_write_text(paths["json"], json.dumps(to_json(report), indent=2, ensure_ascii=False) + "\n",
+                      root=folder)
     return paths
 
 

@@ -92,6 +92,8 @@ def _goldens(config: RunConfig, store: GoldensStore, engine: Engine, dataset: Da
     if config.update_goldens:
         check_writable(config.goldens_dir, "--goldens-dir", "choose a writable folder for the "
                        "goldens, or drop --update-goldens")
+        # before anything is generated: no link on the way, no other dataset's file replaced
+        store.check_update(engine.info.identity, dataset.name, config.beam_widths)
         return {}
     goldens: dict[int, GoldenSet] = {}
     for w in config.beam_widths:

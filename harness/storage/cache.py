@@ -19,6 +19,10 @@ Each file is written atomically, so runs sharing a cache never see half a batch,
 kills them. Writers hold the folder's lock shared (they never wait for each other); a new
 cache object takes it exclusively, without waiting, to remove temporary files that killed
 runs left behind. A cache folder that cannot be written stops the cache, not the run.
+
+A shared cache folder can hold what another user put there: below ``--cache-dir`` nothing is
+read, written or removed through a symbolic link (``confine``). A link there stops the cache
+(one warning naming it and the fix; report.json ``cache.reason`` says so), not the run.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from harness.config import DecodingSettings, EngineOptions
 from harness.engines.base import EngineInfo
 from harness.model.report import CacheStats
 from harness.outside import say
+from harness.storage import confine
 from harness.storage.atomic import TEMP_NAME, atomic_write_text
 from harness.storage.cache_key import fingerprint, key_inputs
 from harness.storage.locks import file_lock, try_lock
@@ -63,23 +68,46 @@ class GenerationCache:
 
     def __init__(self, root: Path | None, fingerprint: str | None, reason: str = "",
                  key: dict[str, Any] | None = None) -> None:
+        self.root = root
         self.folder = root / fingerprint[:24] if root is not None and fingerprint else None
         self.fingerprint = fingerprint
         self.said = reason or ("on" if self.folder else "off")  # the reason, before rejects
         self.stats = CacheStats(folder=str(self.folder) if self.folder else None,
                                 enabled=self.folder is not None, reason=self.said, key=key or {})
         self.writable = self.folder is not None
-        if self.folder is not None and self.folder.is_dir():
-            self._remove_strays()
+        if self.folder is not None:
+            try:
+                confine.inside(self._root, self.folder)
+                if self.folder.is_dir():
+                    self._remove_strays()
+            except confine.LinkInside as exc:
+                self._stop(exc)
+
+    @property
+    def _root(self) -> Path:
+        assert self.root is not None
+        return self.root
+
+    def _stop(self, exc: confine.LinkInside) -> None:
+        """A link inside the cache folder: no more reads or writes there, said once."""
+        self.writable = False
+        self.folder = None
+        self.stats.enabled = False
+        self.said = f"off ({exc})"
+        self._say()
+        say(f"warning: generation cache: {exc}; the run goes on without the cache")
 
     def _remove_strays(self) -> None:
         """Temporary files of runs killed mid-write; only when no other run is writing."""
         assert self.folder is not None
-        with try_lock(self.folder / LOCK_FILE) as locked:
+        with try_lock(self.folder / LOCK_FILE, root=self._root) as locked:
             if locked:
-                for stray in self.folder.glob("*/.*"):
-                    if TEMP_NAME.match(stray.name):
-                        stray.unlink(missing_ok=True)
+                for sub in confine.entries(self._root, self.folder):
+                    if not sub.is_dir():
+                        continue
+                    for stray in confine.entries(self._root, sub):
+                        if TEMP_NAME.match(stray.name):
+                            confine.remove(self._root, stray, missing_ok=True)
 
     def _key(self, settings: DecodingSettings, prompts: Sequence[str]) -> str:
         """The batch's key: a sha256 of the fingerprint, the settings and the prompts."""
@@ -102,8 +130,14 @@ class GenerationCache:
         if self.folder is None:
             return None
         key = self._key(settings, prompts)
+        path = self._path(key)
         try:
-            text = self._path(key).read_text(encoding="utf-8")
+            confine.inside(self._root, path)
+        except confine.LinkInside as exc:
+            self._stop(exc)
+            return None
+        try:
+            text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return None
         except (OSError, ValueError):  # unreadable, undecodable: generate again, and overwrite
@@ -161,8 +195,11 @@ class GenerationCache:
                                  "sha256": _content_sha256(key, outputs, kept)}
         try:
             with file_lock(self.folder / LOCK_FILE, purpose="writing the generation cache",
-                           shared=True):
-                atomic_write_text(self._path(key), json.dumps(entry, ensure_ascii=False))
+                           shared=True, root=self._root):
+                atomic_write_text(self._path(key), json.dumps(entry, ensure_ascii=False),
+                                  root=self._root)
+        except confine.LinkInside as exc:
+            self._stop(exc)
         except OSError as exc:  # disk full, folder made read-only: keep the run going
             self.writable = False
             self.said = f"on, writing stopped ({exc.strerror or exc}) at {self.folder}"

@@ -8,7 +8,8 @@ import os
 from pathlib import Path
 
 from harness.errors import ConfigError
-from harness.storage.atomic import safe_name
+from harness.storage import confine
+from harness.storage.atomic import readable
 
 
 def check_writable(root: Path, option: str = "--report-dir",
@@ -23,14 +24,15 @@ def check_writable(root: Path, option: str = "--report-dir",
 
 
 def new_report_dir(root: Path, backend: str, started: dt.datetime) -> Path:
-    """A new ``run-<time>-<backend>`` folder under ``root`` (suffixed when the name is taken)."""
+    """A new ``run-<time>-<backend>`` folder under ``root`` (suffixed when the name is taken: the
+    name need not tell backends apart, ``mkdir`` makes it unique; never a link's target)."""
     check_writable(root)
-    stem = f"run-{started:%Y%m%d-%H%M%S}-{safe_name(backend.replace(':', '-').replace('.', '-'))}"
+    stem = f"run-{started:%Y%m%d-%H%M%S}-{readable(backend.replace(':', '-').replace('.', '-'))}"
     for i in range(1000):
         path = root / (stem if i == 0 else f"{stem}-{i}")
         try:
-            path.mkdir()
-            return path
+            path.mkdir()  # a new folder: a link or anything else of that name is EEXIST
+            return confine.inside(root, path)
         except FileExistsError:
             continue
         except OSError as exc:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from harness.redact import redact
+from harness.storage import confine
 from harness.storage.atomic import disk_error, disk_errors
 
 Row = tuple[str | None, ...]  # one position: a text per document, None where it never sat
@@ -106,13 +107,15 @@ class CellTexts:
 
 
 class GenerationsLog:
-    """Appends complete cells to generations.jsonl; ``close`` makes the file durable."""
+    """Appends complete cells to generations.jsonl (inside ``root``, default its folder, never
+    through a link: ``confine``); ``close`` makes the file durable."""
 
-    def __init__(self, path: Path, ids: Sequence[str]) -> None:
+    def __init__(self, path: Path, ids: Sequence[str], root: Path | None = None) -> None:
         self.path = Path(path)
         self.ids = tuple(ids)
         self.index = {doc: i for i, doc in enumerate(self.ids)}
-        self._file: BinaryIO = open(self.path, "ab")
+        self._file: BinaryIO = open(self.path, "ab", opener=confine.opener(
+            self.path.parent if root is None else root))
         self._lock = threading.Lock()
         self.cells = 0  # complete cells written
         self.failed = False  # a write failed: the file ends with a partial cell

@@ -5,7 +5,9 @@ the folder's lock, so one run's goldens commit or cache clean-up never interleav
 another's. The lock file holds the holder's pid, only for the waiting message; it is never
 deleted (deleting a lock file races with a process that just opened it). The kernel drops
 a flock when its holder dies, SIGKILL included, so a killed run never leaves a stale lock.
-On systems without ``fcntl`` (Windows) the lock does nothing.
+The lock file is opened inside its folder (``root``) never through a symbolic link
+(``confine``): a committed ``goldens/.lock`` made a link would otherwise have its target
+truncated to the pid. On systems without ``fcntl`` (Windows) the lock does nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from harness.outside import say as outside_say
+from harness.storage import confine
 
 try:
     import fcntl
@@ -34,18 +37,20 @@ def _holder(fd: int) -> str:
     return f"pid {text}" if text.isdigit() else "another process"
 
 
-def _open(path: Path) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+def _open(path: Path, root: Path | None) -> int:
+    root = path.parent if root is None else Path(root)
+    confine.make_dirs(root, path.parent)
+    return confine.open_fd(root, path, os.O_RDWR | os.O_CREAT)
 
 
 @contextlib.contextmanager
 def file_lock(path: Path, *, purpose: str, shared: bool = False,
-              say: Callable[[str], None] | None = None) -> Iterator[None]:
-    """Hold a lock on ``path`` (created if missing), exclusive unless ``shared``; blocks until
-    it is free, saying once "waiting for the lock on PATH held by pid N (purpose)"."""
+              say: Callable[[str], None] | None = None, root: Path | None = None) -> Iterator[None]:
+    """Hold a lock on ``path`` (created if missing) inside ``root`` (default: its folder),
+    exclusive unless ``shared``; blocks until it is free, saying once "waiting for the lock on
+    PATH held by pid N (purpose)"."""
     path = Path(path)
-    fd = _open(path)
+    fd = _open(path, root)
     try:
         if fcntl is not None:
             mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
@@ -63,9 +68,10 @@ def file_lock(path: Path, *, purpose: str, shared: bool = False,
 
 
 @contextlib.contextmanager
-def try_lock(path: Path) -> Iterator[bool]:
-    """An exclusive lock on ``path`` if it is free right now; yields whether it was taken."""
-    fd = _open(Path(path))
+def try_lock(path: Path, *, root: Path | None = None) -> Iterator[bool]:
+    """An exclusive lock on ``path`` (inside ``root``, default its folder) if it is free right
+    now; yields whether it was taken."""
+    fd = _open(Path(path), root)
     try:
         if fcntl is None:
             yield False

@@ -48,6 +48,7 @@ from harness.model.scores import CellScores, Levels
 from harness.model.vocab import FindingKind, Layout, Rotation, Verdict, Word
 from harness.plan import Plan
 from harness.stages.analyse import harm
+from harness.storage import confine
 from harness.verdict.signatures import CellEvidence, match, shortfall
 from harness.verdict.statistics import analyze
 
@@ -366,7 +367,8 @@ def _engine_dir(pool: _Pool, model: Model, r: int) -> Path:
     drift = Drift(rate=model.drift, seed=r) if model.drift else None
     recipe = json.dumps([model.fault.as_dict() if model.fault else None,
                          drift.as_dict() if drift else None, model.limits.__dict__], sort_keys=True)
-    path = pool.work / f"{model.name}-{hashlib.sha256(recipe.encode()).hexdigest()[:10]}"
+    path = confine.inside(pool.work, pool.work / f"{model.name}-"
+                          f"{hashlib.sha256(recipe.encode()).hexdigest()[:10]}")
     if not (path / "config.json").is_file():
         build_engine(path, model.limits, fault=model.fault, drift=drift)
     return path

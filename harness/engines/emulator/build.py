@@ -23,6 +23,7 @@ from harness.engines.emulator.drift import Drift
 from harness.engines.emulator.engine import TOKENIZER_DIR, WEIGHTS_FILE
 from harness.engines.emulator.faults import Fault, split_fault
 from harness.errors import EngineError
+from harness.storage import confine
 
 BUNDLED_MODEL = Path(__file__).resolve().parents[2] / "bundled" / "model"
 MIMICS_VERSION = "0.13.0"  # the TensorRT-LLM release whose config layout this follows
@@ -119,6 +120,7 @@ def build_engine(output: Path, limits: BuildLimits, *, model_dir: Path | None = 
         raise EngineError(f"--max-seq-len {limits.max_seq_len} must exceed --max-input-len "
                           f"{limits.max_input_len} (it counts prompt and output together)")
     output = Path(output)
+    confine.inside(output.parent, output)  # a rebuild replaces the folder, never a link's target
     if output.exists() and not output.is_dir():
         raise EngineError(f"--output {output}: is a file; choose a new folder")
     if output.exists() and any(output.iterdir()) and not _is_emulator_engine(output):
@@ -154,7 +156,7 @@ def bundled_engine(cache_root: Path | None = None) -> Path:
 
     folder = cache_root / CACHE_FOLDER if cache_root else harness_cache_dir()
     key = file_sha256(BUNDLED_MODEL / "model.safetensors")[:12]
-    path = folder / f"bundled-engine-{__version__}-{key}-{DEFAULT_COMPUTE_DTYPE}"
+    path = confine.inside(folder, folder / f"bundled-engine-{__version__}-{key}-{DEFAULT_COMPUTE_DTYPE}")
     if not (path / "config.json").is_file():
         build_engine(path, BuildLimits())
     return path

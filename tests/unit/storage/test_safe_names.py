@@ -1,0 +1,116 @@
+"""Names that become file names (issue 24, class 5): no two dataset names share a goldens
+file, and the goldens an older harness wrote are still read where they lie."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.config import DecodingSettings
+from harness.errors import GoldensError
+from harness.inputs.data import Dataset, Document, content_hash
+from harness.storage.atomic import safe_name
+from harness.storage.goldens import GoldenSet, GoldensStore
+
+LONG = "org-team-summaries-" + "x" * 70  # past 80 characters
+IDENT = "sha256:" + "ab" * 32
+
+
+def _old(text: str) -> str:
+    """The file name an older harness gave a name (kept here to show the collisions)."""
+    s = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")
+    return s[:80] or "unnamed"
+
+
+COLLIDED = [  # pairs the old safe_name mapped to one file name
+    ("news a", "news-a"),
+    ("news/a", "news-a"),
+    ("news a", "news?a"),
+    ("news.a.", "news.a"),
+    ("-news", "news"),
+    (f"{LONG}-n16-seed0", f"{LONG}-n8-seed0"),
+    ("News", "news"),  # one file on a case-insensitive file system (macOS, Windows)
+    ("", "unnamed"),
+    ("news a", "news-a-h" + "0" * 16),  # a name spelled like another's new file name
+]
+
+
+@pytest.mark.parametrize("a, b", COLLIDED)
+def test_names_that_used_to_collide_are_distinct(a: str, b: str):
+    assert _old(a) == _old(b) or a.lower() == b.lower() or b.startswith(_old(a))
+    assert safe_name(a) != safe_name(b)
+    assert safe_name(a).lower() != safe_name(b).lower()
+
+
+@pytest.mark.parametrize("name", ["bundled-news", "news", "cnn_dailymail-3.0.0-test",
+                                  "bundled-news-n16-seed0", "a", "_x_"])
+def test_plain_names_keep_their_file_name(name: str):
+    """The names every goldens file had so far, committed ones included, do not move."""
+    assert safe_name(name) == name == _old(name)
+
+
+@pytest.mark.parametrize("name", ["news a", "../../etc/passwd", "x" * 300, "", ".", "..",
+                                  "a\udcff", "ümlaut", "News", "CON", "-" * 90])
+def test_every_name_stays_inside_its_folder(name: str):
+    out = safe_name(name)
+    assert re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", out) and len(out) <= 80
+    assert out not in (".", "..")
+    assert safe_name(name) == out  # the same name, the same file, every run
+
+
+def test_no_two_of_many_names_share_a_file():
+    names = [f"{p}{sep}{q}" for p in ("news", "News", "NEWS", LONG) for sep in " -_./:?"
+             for q in ("a", "A", "n8", "n16", "")]
+    names += [safe_name(n) for n in names]  # a name spelled like another's file name
+    assert len({safe_name(n).lower() for n in set(names)}) == len(set(names))
+
+
+def _dataset(name: str, text: str) -> Dataset:
+    docs = (Document("d0", text, "s0"),)
+    return Dataset(name=name, path=f"{name}.jsonl", documents=docs, hash=content_hash(docs))
+
+
+def _golden(ds: Dataset, output: str) -> GoldenSet:
+    return GoldenSet(identity=IDENT, dataset_name=ds.name, dataset_hash=ds.hash,
+                     settings=DecodingSettings(1, 8).as_dict(), outputs={"d0": output}, source={})
+
+
+def test_two_datasets_whose_names_used_to_collide_keep_their_own_goldens(tmp_path: Path):
+    store, st = GoldensStore(tmp_path), DecodingSettings(1, 8)
+    a, b = _dataset("news a", "first"), _dataset("news-a", "second")
+    pa, pb = store.write(_golden(a, "A"), 1), store.write(_golden(b, "B"), 1)
+    assert pa != pb
+    assert store.load(IDENT, a, st).outputs == {"d0": "A"}
+    assert store.load(IDENT, b, st).outputs == {"d0": "B"}
+
+
+def test_goldens_an_older_harness_wrote_are_read_where_they_lie(tmp_path: Path):
+    """An older harness stored ``news a`` as news-a-beam1.json: still this dataset's, and never
+    taken for (or overwritten by) the goldens of ``news-a``, whose file that name is now."""
+    store, st = GoldensStore(tmp_path), DecodingSettings(1, 8)
+    a, b = _dataset("news a", "first"), _dataset("news-a", "second")
+    old = store.legacy_path_for(IDENT, a.name, 1)
+    assert old is not None and old == store.path_for(IDENT, b.name, 1)
+    old.parent.mkdir(parents=True)
+    old.write_text(json.dumps(_golden(a, "A").as_dict()))
+    before = old.read_bytes()
+    assert store.load(IDENT, a, st).outputs == {"d0": "A"}
+    with pytest.raises(GoldensError, match=r"holds the goldens of dataset 'news a'.*git mv"):
+        store.load(IDENT, b, st)
+    with pytest.raises(GoldensError, match=r"holds the goldens of dataset 'news a'"):
+        store.write(_golden(b, "B"), 1)
+    assert old.read_bytes() == before
+    store.write(_golden(a, "A2"), 1)  # re-recorded: under its own name now
+    assert store.load(IDENT, a, st).outputs == {"d0": "A2"} and old.read_bytes() == before
+
+
+def test_long_names_differing_past_80_characters_keep_their_own_goldens(tmp_path: Path):
+    store, st = GoldensStore(tmp_path), DecodingSettings(1, 8)
+    n16, n8 = _dataset(f"{LONG}-n16-seed0", "sixteen"), _dataset(f"{LONG}-n8-seed0", "eight")
+    store.write(_golden(n16, "16"), 1)
+    store.write(_golden(n8, "8"), 1)
+    assert store.load(IDENT, n16, st).outputs == {"d0": "16"}
+    assert store.load(IDENT, n8, st).outputs == {"d0": "8"}
