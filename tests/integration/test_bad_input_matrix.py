@@ -75,6 +75,19 @@ class Setup:
         return [*TOY, "--dataset", str(self.dataset), "--batch-sizes", "1", "--beam-widths", "1",
                 "--goldens-dir", str(folder)]
 
+    def goldens_linked(self) -> list[str]:
+        """A goldens folder (as a pull request could commit it) whose identity folder is a
+        symbolic link to a folder outside it, holding a file the run must not touch."""
+        folder = self.tmp / "goldens"
+        shutil.copytree(self.goldens, folder)
+        [identity] = [p for p in folder.iterdir() if p.is_dir()]
+        outside = self.tmp / "outside"
+        identity.rename(outside)
+        (outside / ".keep-me.json.abcdefgh").write_text("must stay")
+        identity.symlink_to(outside, target_is_directory=True)
+        return [*TOY, "--dataset", str(self.dataset), "--batch-sizes", "1", "--beam-widths", "1",
+                "--goldens-dir", str(folder)]
+
     def hf_pickle_model(self) -> str:
         """A transformers folder whose only weights are a pickle (pytorch_model.bin)."""
         folder = self.tmp / "hf-pickle"
@@ -283,6 +296,18 @@ CASES = [
     Case("cache-dir-under-a-file", lambda s: ["--engine", str(s.engine), "--dataset", str(s.dataset),
                                               "--cache-dir", str(s.regular_file() / "cache")],
          ("--cache-dir", "plain-file/cache: cannot create (Not a directory)", "--no-cache")),
+    # issue 24 (the third hostile round) and issues 23, 26: refused in one line, before anything
+    Case("goldens-identity-folder-is-a-link", lambda s: s.goldens_linked(),  # 24.1
+         ("a symbolic link (to ", "inside ")),
+    Case("api-key-env-unset", lambda s: ["--engine", "http://127.0.0.1:9/v1", "--api-key-env",
+                                         "HARNESS_TEST_NO_SUCH_KEY"],  # 24.2
+         ("--api-key-env", "HARNESS_TEST_NO_SUCH_KEY")),
+    Case("kv-cache-reuse-on-for-a-backend-without-it", lambda s: ["--kv-cache-reuse", "on"],  # 23.3
+         ("--kv-cache-reuse does not apply to the emulator backend", "drop it")),
+    Case("sweep-and-batch-sizes", lambda s: ["--sweep", "--batch-sizes", "1-4"],  # 26
+         ("--sweep tests every batch size", "drop --batch-sizes")),
+    Case("batch-size-range-backwards", lambda s: ["--batch-sizes", "8-1"],  # 26
+         ("--batch-sizes '8-1'", "runs backwards; write 1-8")),
 ]
 
 
