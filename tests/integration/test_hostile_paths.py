@@ -148,7 +148,7 @@ def test_a_link_inside_the_cache_stops_the_cache_not_the_run(tmp_path: Path, cap
     cache = GenerationCache(root, "f" * 64)
     assert cache.stats.enabled
     settings = DecodingSettings(1, 8)
-    path = cache._path(settings, ["p"])
+    path = cache._path(cache._key(settings, ["p"]))
     path.parent.symlink_to(elsewhere, target_is_directory=True)  # planted after the start
     cache.put(settings, ["p"], ["out"])
     assert list(elsewhere.iterdir()) == [] and not cache.writable
