@@ -226,11 +226,16 @@ def _full_batch(a: CellAnalysis, analyses: Sequence[CellAnalysis], limits: Engin
 
 
 def _padding(e: CellEvidence) -> Finding | None:
-    """The longest prompt of each batch needs no padding: a padding fault spares it."""
+    """The longest prompt of each batch needs no padding: a padding fault spares it. Counted
+    within prompts, over those that were the longest of some batches and shorter in others, so
+    that a prompt's own difficulty (long documents lose less when outputs are cut everywhere)
+    is not read as padding."""
     if e.shorter is None:
         return None
-    pairs = [(d, s) for drow, srow in zip(e.harm, e.shorter) for d, s in zip(drow, srow)
-             if not math.isnan(d)]
+    visits = [[(drow[i], srow[i]) for drow, srow in zip(e.harm, e.shorter) if not math.isnan(drow[i])]
+              for i in range(len(e.harm[0]) if e.harm else 0)]
+    both = [v for v in visits if any(s == 0 for _, s in v) and any(s > 0 for _, s in v)]
+    pairs = [pair for v in both for pair in v]
     harm, short = [d for d, _ in pairs], [s for _, s in pairs]
     longest = [d > HIT for d, s in zip(harm, short) if s == 0]
     shorter = [d > HIT for d, s in zip(harm, short) if s > 0]
@@ -249,7 +254,9 @@ def _padding(e: CellEvidence) -> Finding | None:
                               f"{longest_hit:.0%} (Spearman rho {rho:.2f} between harm and "
                               "missing length); suspect padding (padding on the wrong side or "
                               "not masked, as TensorRT-LLM #1881)",
-                   evidence=f"Fisher exact test, longest vs shorter prompts hit: p {p:.1g}")
+                   evidence=f"Fisher exact test, longest vs shorter prompts hit, over the {len(both)} "
+                            f"prompts that were the longest of some batches and shorter in "
+                            f"others: p {p:.1g}")
 
 
 def _stride(e: CellEvidence, analyses: Sequence[CellAnalysis]) -> Finding | None:
@@ -276,6 +283,11 @@ def _stride(e: CellEvidence, analyses: Sequence[CellAnalysis]) -> Finding | None
                             + (", greedy passes" if greedy else ""))
 
 
+def _mean_harm(row: Sequence[float]) -> float:
+    seen = _seen(row)
+    return math.fsum(seen) / len(seen) if seen else 0.0
+
+
 def _changed_share(row: Sequence[float]) -> float:
     seen = _seen(row)
     return sum(seen) / len(seen) if seen else 0.0
@@ -292,6 +304,9 @@ def _single_share(e: CellEvidence, p: int) -> tuple[float, str] | None:
     the share that changes at the other positions (benign drift changes outputs at every
     position alike); without that record, from the prompts whose harm exceeds ``HIT``."""
     if e.changed:
+        harm = [_mean_harm(row) for row in e.harm]
+        if harm[p] <= 0 or max((h for q, h in enumerate(harm) if q != p), default=0.0) > harm[p] / 2:
+            return None  # the quality lost is not singled out at p
         here = _changed_share(e.changed[p])
         elsewhere = [_changed_share(row) for q, row in enumerate(e.changed) if q != p]
         background = float(np.median(elsewhere)) if elsewhere else 0.0
