@@ -55,6 +55,7 @@ from harness.verdict.statistics import ranges
 
 HIT = 0.2  # a prompt is hit at a position when its harm there exceeds this
 STRIDE_MIN_BATCH = 4  # a stride signature needs every later position of a batch this large
+PADDING_MIN_PROMPTS = 3  # prompts seen both as the longest of a batch and shorter, for padding
 
 
 @dataclass(frozen=True)
@@ -225,20 +226,24 @@ def _full_batch(a: CellAnalysis, analyses: Sequence[CellAnalysis], limits: Engin
                    evidence=f"only cells at max_batch_size {full} fail; batch sizes {sizes} pass")
 
 
+def _hit_shares(pairs: Sequence[tuple[float, int]]) -> tuple[list[bool], list[bool]]:
+    """Hits of the visits as the longest prompt of a batch, and as a shorter one."""
+    return ([d > HIT for d, s in pairs if s == 0], [d > HIT for d, s in pairs if s > 0])
+
+
 def _padding(e: CellEvidence) -> Finding | None:
-    """The longest prompt of each batch needs no padding: a padding fault spares it. Counted
-    within prompts, over those that were the longest of some batches and shorter in others, so
-    that a prompt's own difficulty (long documents lose less when outputs are cut everywhere)
-    is not read as padding."""
+    """The longest prompt of each batch needs no padding: a padding fault spares it. Over all
+    visits (a Fisher test), and within the prompts that were the longest of some batches and
+    shorter in others, where the same prompt must be hit far more often as a shorter one: a
+    prompt's own difficulty (long documents lose less when every output is cut) is not
+    padding, and without such prompts (the sparse rotation) no padding is named."""
     if e.shorter is None:
         return None
     visits = [[(drow[i], srow[i]) for drow, srow in zip(e.harm, e.shorter) if not math.isnan(drow[i])]
               for i in range(len(e.harm[0]) if e.harm else 0)]
-    both = [v for v in visits if any(s == 0 for _, s in v) and any(s > 0 for _, s in v)]
-    pairs = [pair for v in both for pair in v]
+    pairs = [pair for v in visits for pair in v]
     harm, short = [d for d, _ in pairs], [s for _, s in pairs]
-    longest = [d > HIT for d, s in zip(harm, short) if s == 0]
-    shorter = [d > HIT for d, s in zip(harm, short) if s > 0]
+    longest, shorter = _hit_shares(pairs)
     if len(longest) < 5 or not shorter:
         return None
     longest_hit, shorter_hit = sum(longest) / len(longest), sum(shorter) / len(shorter)
@@ -247,6 +252,11 @@ def _padding(e: CellEvidence) -> Finding | None:
     _, p = stats.fisher_exact(table, alternative="less")
     if not (p < 1e-3 and shorter_hit >= 2 * longest_hit + 0.2):
         return None
+    both = [v for v in visits if any(s == 0 for _, s in v) and any(s > 0 for _, s in v)]
+    own_longest, own_shorter = _hit_shares([pair for v in both for pair in v])
+    if len(both) < PADDING_MIN_PROMPTS or not (
+            sum(own_shorter) / len(own_shorter) >= sum(own_longest) / len(own_longest) + 0.3):
+        return None
     rho, _ = stats.spearmanr(short, harm)
     return Finding(FindingKind.PADDING, "damage follows prompt length rather than position: prompts "
                               f"shorter than the longest in their batch lose quality in "
@@ -254,9 +264,11 @@ def _padding(e: CellEvidence) -> Finding | None:
                               f"{longest_hit:.0%} (Spearman rho {rho:.2f} between harm and "
                               "missing length); suspect padding (padding on the wrong side or "
                               "not masked, as TensorRT-LLM #1881)",
-                   evidence=f"Fisher exact test, longest vs shorter prompts hit, over the {len(both)} "
-                            f"prompts that were the longest of some batches and shorter in "
-                            f"others: p {p:.1g}")
+                   evidence=f"Fisher exact test, longest vs shorter prompts hit: p {p:.1g}; the "
+                            f"{len(both)} prompts that were the longest of some batches and "
+                            f"shorter in others are hit in {sum(own_shorter)} of "
+                            f"{len(own_shorter)} visits as a shorter prompt, {sum(own_longest)} "
+                            f"of {len(own_longest)} as the longest")
 
 
 def _stride(e: CellEvidence, analyses: Sequence[CellAnalysis]) -> Finding | None:
