@@ -5,6 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def is_captured(size: int) -> bool:
+    """Whether a batch size is on a CUDA-graph ladder of powers of two (1, 2, 4, 8, ...)."""
+    return size & (size - 1) == 0
+
+
+def captured_below(size: int) -> int:
+    """The largest power of two below ``size`` (0 for 1): where a batch padded up to the next
+    captured size starts its padded-in entries."""
+    return 1 << (size - 1).bit_length() - 1 if size > 1 else 0
+
+
 @dataclass(frozen=True)
 class Cell:
     """One batch size x beam width combination."""

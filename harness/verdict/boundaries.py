@@ -22,11 +22,13 @@ FAILING = (Verdict.FAIL, Verdict.ERROR)
 
 def sizes_text(sizes: Sequence[int]) -> str:
     """[1, 2, 4] -> '1, 2, 4'; [1, 2, 3, 4, 8] -> '1–4, 8': runs of three or more as ranges."""
-    out: list[str] = []
-    for run in ranges(sizes).split(", ") if sizes else []:
-        low, dash, high = run.partition("–")
-        out.append(run if not dash or int(high) - int(low) >= 2 else f"{low}, {high}")
-    return ", ".join(out)
+    runs: list[list[int]] = []
+    for size in sorted(sizes):
+        if runs and size == runs[-1][-1] + 1:
+            runs[-1].append(size)
+        else:
+            runs.append([size])
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) >= 3 else ", ".join(map(str, r)) for r in runs)
 
 
 def _pass(sizes: Sequence[int]) -> str:

@@ -47,7 +47,7 @@ import numpy as np
 from scipy import stats
 
 from harness.model.analysis import CellAnalysis, Finding
-from harness.model.cell import Cell
+from harness.model.cell import Cell, captured_below, is_captured
 from harness.model.limits import EngineLimits, overflow_positions
 from harness.model.vocab import FindingKind, Verdict
 from harness.plan import Plan
@@ -171,15 +171,6 @@ def _beam_buffer(a: CellAnalysis, analyses: Sequence[CellAnalysis], limits: Engi
                    evidence=f"every beam cell's degraded positions = those beyond {slots} beam slots")
 
 
-def _powers_below(size: int) -> int:
-    """The largest power of two below ``size`` (0 for 1)."""
-    return 1 << (size - 1).bit_length() - 1 if size > 1 else 0
-
-
-def _is_power(size: int) -> bool:
-    return size & (size - 1) == 0
-
-
 def _graph_ladder(a: CellAnalysis, analyses: Sequence[CellAnalysis]) -> Finding | None:
     """Padded batch sizes fail at their padded-in positions; the powers of two pass."""
     same = [b for b in analyses if b.cell.beam_width == a.cell.beam_width]
@@ -188,11 +179,11 @@ def _graph_ladder(a: CellAnalysis, analyses: Sequence[CellAnalysis]) -> Finding 
         return None
     for b in failing:
         size = b.cell.batch_size
-        low = _powers_below(size)
-        if _is_power(size) or not b.degraded_positions or min(b.degraded_positions) < low:
+        low = captured_below(size)
+        if is_captured(size) or not b.degraded_positions or min(b.degraded_positions) < low:
             return None
-    powers = [b.cell.batch_size for b in same if _is_power(b.cell.batch_size)]
-    if any(b.verdict != Verdict.PASS for b in same if _is_power(b.cell.batch_size)):
+    powers = [b.cell.batch_size for b in same if is_captured(b.cell.batch_size)]
+    if any(b.verdict != Verdict.PASS for b in same if is_captured(b.cell.batch_size)):
         return None
     sizes = sorted(b.cell.batch_size for b in failing)
     if not any(p > sizes[0] for p in powers):
@@ -282,7 +273,7 @@ def _stride(e: CellEvidence, analyses: Sequence[CellAnalysis]) -> Finding | None
         return None
     if _hit_share(e.harm[0]) > 0.02:
         return None
-    means = [math.fsum(_seen(row)) / max(1, len(_seen(row))) for row in e.harm]
+    means = [_seen_mean(row) for row in e.harm]
     return Finding(FindingKind.STRIDE, f"beam search only: position 0 intact, positions "
                              f"{ranges(a.degraded_positions)} degraded (mean harm by position "
                              f"{', '.join(f'{m:.2f}' for m in means)}): suspect a stride or offset "
@@ -295,14 +286,10 @@ def _stride(e: CellEvidence, analyses: Sequence[CellAnalysis]) -> Finding | None
                             + (", greedy passes" if greedy else ""))
 
 
-def _mean_harm(row: Sequence[float]) -> float:
+def _seen_mean(row: Sequence[float]) -> float:
+    """The mean over the prompts that sat at this position (0 for none)."""
     seen = _seen(row)
     return math.fsum(seen) / len(seen) if seen else 0.0
-
-
-def _changed_share(row: Sequence[float]) -> float:
-    seen = _seen(row)
-    return sum(seen) / len(seen) if seen else 0.0
 
 
 def _net(share: float, background: float) -> float:
@@ -316,11 +303,11 @@ def _single_share(e: CellEvidence, p: int) -> tuple[float, str] | None:
     the share that changes at the other positions (benign drift changes outputs at every
     position alike); without that record, from the prompts whose harm exceeds ``HIT``."""
     if e.changed:
-        harm = [_mean_harm(row) for row in e.harm]
+        harm = [_seen_mean(row) for row in e.harm]
         if harm[p] <= 0 or max((h for q, h in enumerate(harm) if q != p), default=0.0) > harm[p] / 2:
             return None  # the quality lost is not singled out at p
-        here = _changed_share(e.changed[p])
-        elsewhere = [_changed_share(row) for q, row in enumerate(e.changed) if q != p]
+        here = _seen_mean(e.changed[p])
+        elsewhere = [_seen_mean(row) for q, row in enumerate(e.changed) if q != p]
         background = float(np.median(elsewhere)) if elsewhere else 0.0
         share = _net(here, background)
         if share == 0 or (elsewhere and _net(max(elsewhere), background) > share / 2):

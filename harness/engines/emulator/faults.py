@@ -61,6 +61,7 @@ from typing import Any
 
 from harness.engines.emulator.drift import DEFAULT_MARGIN, DEFAULT_RATE, Drift, check_drift
 from harness.errors import ConfigError
+from harness.model.cell import captured_below, is_captured
 from harness.model.vocab import Word
 
 
@@ -160,17 +161,6 @@ class Fault:
     @property
     def strided(self) -> bool:
         return self.kind == FaultKind.STRIDE
-
-
-def is_captured(size: int) -> bool:
-    """graph-ladder: whether a batch size has its own captured graph (a power of two)."""
-    return size & (size - 1) == 0
-
-
-def captured_below(size: int) -> int:
-    """graph-ladder: the largest captured size below ``size`` (its padded batch's last real
-    entries start there)."""
-    return 1 << (size - 1).bit_length() - 1 if size > 1 else 0
 
 
 def hit(prompt: str, seed: int, fraction: float) -> bool:
