@@ -3,6 +3,7 @@ three questions, and the fault signature a failing cell matches (docs/method.md)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.model.cell import Cell
@@ -40,7 +41,9 @@ class PositionStats:
     - batch-size quality: ROUGE-L against the references here against batch size 1, same
       prompts (``quality_test``; None without reference summaries);
     - determinism: the share of outputs that differ from batch size 1's (``differing``) and
-      the agreement with the baseline (``agreement``), a gate only with --deterministic.
+      the agreement with the baseline (``agreement``), a gate only with --deterministic;
+    - sparse, large damage: more outputs changed here than at the other positions
+      (``change_test``), counted only where the position's own figures show a loss.
     """
 
     position: int
@@ -54,6 +57,10 @@ class PositionStats:
     quality_bs1: float | None  # the same prompts at batch size 1
     position_test: DropTest | None = None  # batch size > 1
     quality_test: DropTest | None = None  # batch size > 1, with references
+    # batch size > 1: more outputs changed from batch size 1's here than at the other
+    # positions (drop: the excess share; counts only where the position also lost, see
+    # ``shows_loss``)
+    change_test: DropTest | None = None
     degraded: bool = False  # a test flagged it (set once Holm's correction is applied)
     nondeterministic: bool = False  # --deterministic and an output differs
     # share of outputs with no text ROUGE-L can score (empty, blank, only punctuation or
@@ -61,6 +68,23 @@ class PositionStats:
     # every test is relative to batch size 1 and an engine that returns nothing at every
     # batch size would otherwise pass
     empty: float = 0.0
+
+    def shows_loss(self, tolerance: float) -> bool:
+        """The position's own figures show a loss beyond the tolerance: agreement below the
+        other positions' and, where the run has references, quality below batch size 1's. A
+        flagged change test degrades a position only then: outputs that changed more often
+        here without losing anything are drift, not damage."""
+        p, q = self.position_test, self.quality_test
+        return p is not None and p.drop > tolerance and (q is None or q.drop > tolerance)
+
+    def degraded_by(self, flagged: Callable[[DropTest], bool], tolerance: float) -> bool:
+        """Whether the tests degrade this position, given how a test's flag is decided: the
+        position or the quality test flags, or the change test does where the position shows
+        a loss."""
+        def hit(t: DropTest | None) -> bool:
+            return t is not None and flagged(t)
+        return (hit(self.position_test) or hit(self.quality_test)
+                or (hit(self.change_test) and self.shows_loss(tolerance)))
 
     @property
     def shown(self) -> float:

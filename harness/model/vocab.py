@@ -76,11 +76,12 @@ class Rotation(Word):
 
 
 class Question(Word):
-    """The three questions the verdict asks per cell and position (docs/method.md)."""
+    """The questions the verdict asks per cell and position (docs/method.md)."""
 
     POSITION = "position dependence"
     QUALITY = "batch-size quality"
     DETERMINISM = "determinism"
+    CHANGES = "changed outputs"  # sparse damage: more outputs changed at one position
 
 
 class Change(Word):

@@ -7,7 +7,8 @@ analysis does (``harness.verdict.statistics``, ``harness.stages.analyse.cell_res
 ``run_verdict``), and lists every recorded decision that does not follow: a verdict edited
 after the run, even with the sha256 recomputed, is found here. Recorded figures that two
 fields hold twice are held to each other too (a position's quality test against its quality
-and batch size 1's; its position test against the agreements of the positions; a cell's
+and batch size 1's; its position test against the agreements of the positions and
+its change test against their differing outputs; a cell's
 figures against its positions').
 
 What it cannot find: figures rewritten consistently (drops, p-values, means, all together);
@@ -44,7 +45,7 @@ def _tests(report: Report) -> Iterator[_Test]:
     for cell in report.cells:
         for s in cell.positions:
             for name, test in (("position test", s.position_test),
-                               ("quality test", s.quality_test)):
+                               ("quality test", s.quality_test), ("change test", s.change_test)):
                 if test is not None:
                     yield _Test(f"{cell.id} position {s.position} {name}", test)
         if cell.omnibus is not None:
@@ -80,9 +81,10 @@ def _flags(report: Report, out: list[str]) -> dict[int, bool]:
     return decided
 
 
-def _weighted(positions: Sequence[PositionStats]) -> float:
+def _weighted(positions: Sequence[PositionStats], name: str) -> float:
+    """The positions' mean of a figure, weighted by their prompts."""
     n = sum(s.n for s in positions)
-    return math.fsum(s.agreement * s.n for s in positions) / n if n else math.nan
+    return math.fsum(getattr(s, name) * s.n for s in positions) / n if n else math.nan
 
 
 def _position(report: Report, cell: CellResult, s: PositionStats, flags: dict[int, bool],
@@ -90,8 +92,7 @@ def _position(report: Report, cell: CellResult, s: PositionStats, flags: dict[in
     """One position's recorded decisions and twice-held figures; returns whether it is
     degraded as its tests decide."""
     where = f"{cell.id} position {s.position}"
-    degraded = any(flags.get(id(t), False) for t in (s.position_test, s.quality_test)
-                   if t is not None)
+    degraded = s.degraded_by(lambda t: flags.get(id(t), False), report.method.tolerance)
     if s.degraded != degraded:
         out.append(f"{where}: degraded {str(s.degraded).lower()}, but its tests say "
                    f"{str(degraded).lower()}")
@@ -107,9 +108,14 @@ def _position(report: Report, cell: CellResult, s: PositionStats, flags: dict[in
                    f"size 1's {s.quality_bs1} differ by {s.quality_bs1 - s.quality:.6f}")
     others = [o for o in cell.positions if o.position != s.position]
     p = s.position_test
-    if p is not None and others and not _near(p.drop, _weighted(others) - s.agreement):
+    if p is not None and others and not _near(p.drop, _weighted(others, "agreement") - s.agreement):
         out.append(f"{where}: position test drop {p.drop}, but its agreement {s.agreement} is "
-                   f"{_weighted(others) - s.agreement:.6f} below the other positions'")
+                   f"{_weighted(others, 'agreement') - s.agreement:.6f} below the other positions'")
+    c = s.change_test
+    if c is not None and others and not _near(c.drop, s.differing - _weighted(others, "differing")):
+        out.append(f"{where}: change test share {c.drop}, but its differing outputs "
+                   f"{s.differing} are {s.differing - _weighted(others, 'differing'):.6f} above "
+                   "the other positions'")
     return degraded
 
 

@@ -45,8 +45,10 @@ PROMPT_CHARS = 600
 TEST = ("three questions per cell and position (docs/method.md): position dependence (agreement "
         "with the baseline below the other positions of the batch, same prompts), batch-size "
         "quality (ROUGE-L against the references below batch size 1, same prompts; per cell "
-        "too), determinism (outputs that differ from batch size 1); one-sided paired t-tests of "
-        "the drop against the tolerance, Holm-corrected over all tests of the run")
+        "too), determinism (outputs that differ from batch size 1), changed outputs (more "
+        "outputs differ from batch size 1 than at the other positions, where the position also "
+        "lost); one-sided paired t-tests of the drop against the tolerance, Holm-corrected over "
+        "all tests of the run")
 PLANS = {Rotation.FULL: "cyclic rotation: every prompt at every position once per cell",
          Rotation.SPARSE: "sparse rotation: every prompt at one position per cell"}
 
@@ -91,7 +93,8 @@ def _position(s: PositionStats) -> PositionStats:
         s, agreement=round(s.agreement, 6), ci_low=_round(s.ci_low), ci_high=_round(s.ci_high),
         agreement_drop=round(s.agreement_drop, 6), differing=round(s.differing, 6),
         quality=_round(s.quality), quality_bs1=_round(s.quality_bs1),
-        position_test=_test(s.position_test), quality_test=_test(s.quality_test))
+        position_test=_test(s.position_test), quality_test=_test(s.quality_test),
+        change_test=_test(s.change_test))
 
 
 def reported(c: CellResult, examples: Sequence[Example]) -> CellResult:
@@ -137,7 +140,8 @@ def questions(deterministic: bool, has_references: bool, blind: str | None = Non
                "dependence" + (" and determinism" if deterministic else "") +
                " only, so damage that hits every position alike is not caught")
     return {Question.POSITION: "gate", Question.QUALITY: quality,
-            Question.DETERMINISM: "gate (--deterministic)" if deterministic else "reported"}
+            Question.DETERMINISM: "gate (--deterministic)" if deterministic else "reported",
+            Question.CHANGES: "gate where the position also lost"}
 
 
 def _shard_blocks(result: RunResult) -> tuple[ShardInfo | None, ShardScores | None]:

@@ -8,7 +8,7 @@ at every position in ``rounds`` different batches. A trial then draws ``prompts`
 from the pool and, for every position and prompt, one of the rounds; its scores go through
 ``harness.verdict.statistics.analyze`` and ``harness.verdict.signatures.match``, the same code
 as a real run, with the same tolerance and alpha. The Holm family is sized as in a run of the
-default grid (93 tests): the model's own tests plus, for the cells it does not run, tests that
+default grid (135 tests): the model's own tests plus, for the cells it does not run, tests that
 come out clean (p = 1), which is exact for the healthy engine and conservative for detection.
 
 Batch size 1 is generated once, by the healthy engine, and is the baseline of every model: no
@@ -221,7 +221,7 @@ class Targets:
     false_alarm: float = 0.01
     detection: float = 0.99
     exact: float = 0.95
-    partial_detection: float = 0.90
+    partial_detection: float = 0.95
 
     def check(self, o: Outcome) -> tuple[bool, str]:
         ok, said = self._check(o)
@@ -267,11 +267,11 @@ class Settings:
 
 
 def default_family() -> int:
-    """Tests in a run of the default grid: two per position of every cell with batch size > 1
-    (position dependence, batch-size quality) and one omnibus per such cell (93 for batch sizes
-    1,2,4,8 and beam widths 1,2,4)."""
+    """Tests in a run of the default grid: three per position of every cell with batch size > 1
+    (position dependence, batch-size quality, changed outputs) and one omnibus per such cell
+    (135 for batch sizes 1,2,4,8 and beam widths 1,2,4)."""
     sizes = [b for b in DEFAULT_BATCH_SIZES if b > 1]
-    return (2 * sum(sizes) + len(sizes)) * len(DEFAULT_BEAM_WIDTHS)
+    return (3 * sum(sizes) + len(sizes)) * len(DEFAULT_BEAM_WIDTHS)
 
 
 def _model_key(name: str) -> int:

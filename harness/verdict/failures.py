@@ -10,10 +10,10 @@ from harness.model.report import CellResult
 from harness.model.vocab import CheckStatus, Verdict
 
 
-def _test_line(name: str, test: DropTest | None) -> str | None:
+def _test_line(name: str, test: DropTest | None, what: str = "drop") -> str | None:
     if test is None or not test.flagged:
         return None
-    return f"{name} drop {test.drop:.3f} (adjusted p {shown_p(test.p_adjusted)})"
+    return f"{name} {what} {test.drop:.3f} (adjusted p {shown_p(test.p_adjusted)})"
 
 
 def position_line(s: PositionStats) -> str:
@@ -21,7 +21,9 @@ def position_line(s: PositionStats) -> str:
     quality = ("" if s.quality is None else
                f", quality vs references {s.quality:.3f} (batch size 1: {s.quality_bs1:.3f})")
     tests = [t for t in (_test_line("below the other positions:", s.position_test),
-                         _test_line("below batch size 1 in quality:", s.quality_test)) if t]
+                         _test_line("below batch size 1 in quality:", s.quality_test),
+                         _test_line("more outputs changed than at the other positions:",
+                                    s.change_test, "share")) if t]
     return (f"  position {s.position}: agreement with the baseline {s.agreement:.3f}{quality}; "
             f"{s.differing:.0%} of outputs differ from batch size 1; " + "; ".join(tests))
 

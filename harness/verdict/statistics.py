@@ -16,6 +16,13 @@ every position, so each comparison is paired by prompt and prompt difficulty can
 3. Determinism: the share of outputs that differ from batch size 1's and the agreement with
    the baseline. Always reported; a gate only with ``--deterministic`` (batch-invariant
    engines), where any differing output fails its position.
+4. Sparse damage: do more outputs change from batch size 1's at p than at the other positions
+   of the same prompts? A fault that hits some prompts hard at one slot barely moves a mean
+   drop (most prompts are untouched and the rest vary a lot), but it changes every output it
+   hits; drift changes outputs alike at every position. The same paired (or, sparse, Welch)
+   test on the share of unchanged outputs. It degrades p only where p's own figures show a
+   loss too (agreement below the other positions and, with references, quality below batch
+   size 1, each by more than the tolerance): changes without a loss are drift.
 
 A test flags when its mean drop exceeds ``tolerance`` and a one-sided t-test rejects
 H0: drop <= tolerance at ``alpha`` after Holm's correction over every test of the run. A
@@ -33,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
+import numpy as np
 from scipy import stats
 
 from harness.model.analysis import CellAnalysis, DropTest, PositionStats, shown_p
@@ -129,6 +137,52 @@ def position_test(agreement: Sequence[Sequence[float]], p: int, tolerance: float
                       p_value=one_sided_welch_p(here_values, elsewhere, tolerance))
 
 
+def exchangeable_tail(changed_here: Sequence[bool], shares: Sequence[float]) -> float:
+    """P(at least as many prompts changed at p as observed) when, within each prompt, which of
+    its scored positions changed is a random pick: prompt i changed at p with probability
+    ``shares[i]`` (its changed outputs over its positions), independently (a Poisson-binomial
+    tail, computed exactly)."""
+    observed = sum(changed_here)
+    pmf = np.ones(1)
+    for q in shares:
+        if 0.0 < q < 1.0:
+            pmf = np.convolve(pmf, (1.0 - q, q))
+        elif q >= 1.0:
+            pmf = np.concatenate(([0.0], pmf))
+    return float(min(1.0, pmf[observed:].sum()))
+
+
+def change_test(differs: Sequence[Sequence[float]], agreement: Sequence[Sequence[float]], p: int,
+                tolerance: float) -> DropTest:
+    """Question 4 at position p: more of p's outputs changed from batch size 1 than at the
+    other positions of the same prompts (drop: the excess share), over the outputs that were
+    scored (those with an agreement). H0: within a prompt, the positions its changed outputs
+    sit at are a random pick, as drift's are; exact (``exchangeable_tail``). --rotation
+    sparse: the changed share of p's prompts against the others' (Fisher's exact test)."""
+    rows = [[math.nan if math.isnan(a) else d for d, a in zip(drow, arow)]
+            for drow, arow in zip(differs, agreement)]
+    here_row = rows[p]
+    others = [q for q in range(len(rows)) if q != p]
+    excess, shares, here = [], [], []
+    for i, d in enumerate(here_row):
+        rest = [] if math.isnan(d) else finite([rows[q][i] for q in others])
+        if rest:
+            excess.append(d - mean(rest))
+            shares.append((d + math.fsum(rest)) / (1 + len(rest)))
+            here.append(d > 0)
+    if len(excess) >= 2:
+        return DropTest(drop=mean(excess), n=len(excess), p_value=exchangeable_tail(here, shares))
+    # --rotation sparse: each prompt at one position, so compare prompts here with the others
+    at_p = finite(here_row)
+    elsewhere = [x for q in others for x in finite(rows[q])]
+    drop = mean(at_p) - mean(elsewhere) if at_p and elsewhere else 0.0
+    if len(at_p) < 2 or len(elsewhere) < 2:
+        return DropTest(drop=drop, p_value=1.0, n=len(at_p))
+    changed, total = sum(x > 0 for x in at_p), sum(x > 0 for x in at_p + elsewhere)
+    p_value = float(stats.hypergeom.sf(changed - 1, len(at_p) + len(elsewhere), total, len(at_p)))
+    return DropTest(drop=drop, p_value=min(1.0, p_value), n=len(at_p))
+
+
 def quality_drops(quality: Sequence[float], bs1: Sequence[float]) -> list[float]:
     """Per prompt seated here and with a reference: batch size 1's quality minus this one's."""
     return [b - q for q, b in zip(quality, bs1) if not math.isnan(q) and not math.isnan(b)]
@@ -187,7 +241,9 @@ def _stats(cell: Cell, cs: CellScores, level: Levels, p: int, tolerance: float) 
         differing=mean(differs) if differs else 0.0, empty=mean(empty) if empty else 0.0,
         quality=mean(quality) if quality else None, quality_bs1=mean(bs1) if bs1 else None,
         position_test=position_test(cs.baseline, p, tolerance) if tested else None,
-        quality_test=_test(q_drops, tolerance) if tested and len(q_drops) >= 1 else None)
+        quality_test=_test(q_drops, tolerance) if tested and len(q_drops) >= 1 else None,
+        change_test=change_test(cs.differs, cs.baseline, p, tolerance)
+        if tested and cs.differs else None)
 
 
 @dataclass
@@ -232,6 +288,13 @@ def _message(cell_id: str, row: Sequence[PositionStats], bad: Sequence[int], spr
             worst = max(t.drop for _, t in by_position)
             parts.append(f"agreement with the baseline {_span([s.agreement for s, _ in by_position])}"
                          f", up to {worst:.2f} below the other positions")
+        said = {s.position for s in by_quality} | {s.position for s, _ in by_position}
+        by_change = [(row[p], t) for p in bad if p not in said
+                     and (t := row[p].change_test) is not None and t.flagged]
+        if by_change:  # only this test: sparse damage, some prompts hit hard
+            parts.append(f"{_span([s.differing for s, _ in by_change])} of outputs changed from "
+                         f"batch size 1, up to {max(t.drop for _, t in by_change):.2f} more than "
+                         "at the other positions, with a loss there")
         return f"{cell_id}: {noun} {ranges(bad)} degraded ({'; '.join(parts)})"
     if spread is not None:
         return (f"{cell_id}: quality against the references drops across positions (mean drop "
@@ -266,15 +329,19 @@ def drift_note(cell_id: str, differing: float, quality: float | None, quality_bs
     return said + ("" if position_dependent else "; not position-dependent")
 
 
-def _settled(row: list[PositionStats], slots: list[tuple[int | None, int | None]],
-             done: list[DropTest], deterministic: bool) -> list[PositionStats]:
-    """The positions with their tests after Holm: degraded where a test flagged."""
+Slots = tuple[int | None, int | None, int | None]  # a position's tests in the family
+
+
+def _settled(row: list[PositionStats], slots: list[Slots], done: list[DropTest],
+             deterministic: bool, tolerance: float) -> list[PositionStats]:
+    """The positions with their tests after Holm: degraded where the tests say so."""
     out = []
-    for s, (pi, qi) in zip(row, slots):
-        tests = (done[pi] if pi is not None else None, done[qi] if qi is not None else None)
-        out.append(replace(s, position_test=tests[0], quality_test=tests[1],
-                           degraded=any(t is not None and t.flagged for t in tests),
-                           nondeterministic=deterministic and s.differing > 0))
+    for s, (pi, qi, ci) in zip(row, slots):
+        settled = replace(s, position_test=done[pi] if pi is not None else None,
+                          quality_test=done[qi] if qi is not None else None,
+                          change_test=done[ci] if ci is not None else None,
+                          nondeterministic=deterministic and s.differing > 0)
+        out.append(replace(settled, degraded=settled.degraded_by(lambda t: t.flagged, tolerance)))
     return out
 
 
@@ -309,13 +376,14 @@ def analyze(scores: Mapping[Cell, CellScores], levels: Mapping[int, Levels], *, 
     other tests all came out clean (p = 1): the correction of that grid, for these cells."""
     tests = _Family()
     rows: list[list[PositionStats]] = []
-    slots: list[list[tuple[int | None, int | None]]] = []
+    slots: list[list[Slots]] = []
     omnibus: list[int | None] = []
     spreads: list[list[tuple[int, float]]] = []  # per cell: (n, sd) of each position's drops
     for cell, cs in scores.items():
         level = levels[cell.beam_width]
         row = [_stats(cell, cs, level, p, tolerance) for p in range(len(cs.baseline))]
-        slots.append([(tests.add(s.position_test), tests.add(s.quality_test)) for s in row])
+        slots.append([(tests.add(s.position_test), tests.add(s.quality_test),
+                       tests.add(s.change_test)) for s in row])
         drops = _omnibus_drops(cs.reference, level.quality) if cell.batch_size > 1 else []
         omnibus.append(tests.add(_test(drops, tolerance)) if len(drops) >= 2 else None)
         rows.append(row)
@@ -326,7 +394,8 @@ def analyze(scores: Mapping[Cell, CellScores], levels: Mapping[int, Levels], *, 
     m = max(len(done), family or 0, 1)
     detectable = [max((min_detectable_drop(n, sd, tolerance=tolerance, alpha=alpha, tests=m)
                        for n, sd in spread), default=None) for spread in spreads]
-    return [_cell(cell, levels[cell.beam_width], _settled(row, slot, done, deterministic),
+    return [_cell(cell, levels[cell.beam_width],
+                  _settled(row, slot, done, deterministic, tolerance),
                   done[oi] if oi is not None else None, d)
             for cell, row, slot, oi, d in zip(scores, rows, slots, omnibus, detectable)]
 

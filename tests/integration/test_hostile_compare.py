@@ -75,8 +75,8 @@ def _forged(good: Path, bad: Path, *, p_values: bool = False) -> dict:
         for position, theirs in zip(cell["positions"], twin["positions"]):
             position.update(degraded=False, agreement=theirs["agreement"],
                             quality=theirs["quality"])
-            for test in ("position_test", "quality_test"):
-                if position[test] is not None:
+            for test in ("position_test", "quality_test", "change_test"):
+                if position.get(test) is not None:
                     position[test]["flagged"] = False
                     if p_values:
                         position[test].update(p_value=1.0, p_adjusted=1.0)

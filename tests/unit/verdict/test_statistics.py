@@ -209,23 +209,28 @@ def test_damage_spread_thinly_fails_the_cell_through_the_omnibus_test():
 
 
 def test_every_test_joins_one_holm_family():
-    """Per cell: B position tests, B quality tests and one omnibus; ``family`` pads it."""
+    """Per cell: B position tests, B quality tests, B change tests and one omnibus; ``family``
+    pads it."""
     rng = random.Random(1)
     cell = Cell(4, 2)
     q1 = [1.0] * 30
-    quality = [[1.0] * 30 for _ in range(3)] + [[rng.uniform(0.5, 0.9) for _ in range(30)]]
+    quality = [[1.0] * 30 for _ in range(3)] + [[rng.uniform(0.93, 1.0) for _ in range(30)]]
     [b] = analyze([_scores(cell, [[1.0] * 30] * 4, quality)], {2: _levels(q1)}, tolerance=0.02,
                   alpha=0.01)
     raw = b.positions[3].quality_test.p_value
-    tests = [t for s in b.positions for t in (s.position_test, s.quality_test)] + [b.omnibus]
-    assert len(tests) == 9
+    assert 1e-6 < raw < 1e-3  # large enough for the comparisons below to mean something
+    tests = [t for s in b.positions for t in (s.position_test, s.quality_test, s.change_test)]
+    tests.append(b.omnibus)
+    assert len(tests) == 13
     smallest = min(t.p_value for t in tests)
-    assert min(t.p_adjusted for t in tests) == pytest.approx(9 * smallest)
+    assert min(t.p_adjusted for t in tests) == pytest.approx(13 * smallest, rel=1e-9, abs=0)
     [c] = analyze([_scores(cell, [[1.0] * 30] * 4, quality)], {2: _levels(q1)}, tolerance=0.02,
-                  alpha=0.01, family=93)
+                  alpha=0.01, family=135)
     assert c.positions[3].quality_test.p_value == raw
-    padded = [t for s in c.positions for t in (s.position_test, s.quality_test)] + [c.omnibus]
-    assert min(t.p_adjusted for t in padded) == pytest.approx(min(93 * smallest, 1.0))
+    padded = [t for s in c.positions for t in (s.position_test, s.quality_test, s.change_test)]
+    padded.append(c.omnibus)
+    assert min(t.p_adjusted for t in padded) == pytest.approx(min(135 * smallest, 1.0), rel=1e-9,
+                                                               abs=0)
 
 
 def test_sparse_cells_test_each_position_on_its_own_prompts():
@@ -260,10 +265,103 @@ def test_each_cell_says_the_smallest_quality_drop_it_detects():
                            _scores(Cell(4, 1), [[1.0] * 32] * 4, quality)],
                           {1: _levels(q1)}, tolerance=0.02, alpha=0.01)
     assert one.detectable is None  # batch size 1 is the level, not tested
-    tests = 2 * 4 + 1  # two questions per position and the omnibus test
+    tests = 3 * 4 + 1  # three tests per position (position, quality, changes) and the omnibus
     sds = [stats.tstd([b - q for q, b in zip(row, q1)]) for row in quality]
     assert four.detectable == pytest.approx(max(
         min_detectable_drop(32, sd, tolerance=0.02, alpha=0.01, tests=tests) for sd in sds))
     [same] = analyze([_scores(Cell(4, 1), [[1.0] * 32] * 4, [q1] * 4)], {1: _levels(q1)},
                      tolerance=0.02, alpha=0.01)
     assert same.detectable == pytest.approx(0.02)  # no spread: the tolerance itself
+
+
+def _sparse_damage(rng, q1, position, hit, batch=8):
+    """Every prompt in ``hit`` loses its output at ``position`` (agreement 0.05-0.6, quality
+    down by 0.1-0.5); everything else equals batch size 1's."""
+    agreement = [[1.0] * len(q1) for _ in range(batch)]
+    quality = [list(q1) for _ in range(batch)]
+    for i in hit:
+        agreement[position][i] = rng.uniform(0.05, 0.6)
+        quality[position][i] = q1[i] - rng.uniform(0.1, 0.5)
+    return agreement, quality
+
+
+def test_sparse_large_damage_is_found_by_the_changed_outputs_it_leaves():
+    """15 of 64 prompts broken at one slot: the mean drops are large but so noisy that neither
+    the position nor the quality test is significant over the default grid's family; every
+    broken output changed there and none elsewhere, which the change test counts."""
+    rng = random.Random(11)
+    q1 = [rng.uniform(0.5, 0.8) for _ in range(N)]
+    hit = sorted(rng.sample(range(N), 15))
+    [a] = analyze([_scores(Cell(8, 1), *_sparse_damage(rng, q1, 3, hit))], {1: _levels(q1)},
+                  tolerance=0.02, alpha=0.01, family=135)
+    s = a.positions[3]
+    assert not s.position_test.flagged and not s.quality_test.flagged
+    assert s.change_test.flagged and s.change_test.drop == pytest.approx(15 / N)
+    assert a.degraded_positions == (3,) and a.verdict == "fail"
+    assert "changed from batch size 1" in a.message
+
+
+def test_outputs_that_change_at_one_position_without_a_loss_are_not_damage():
+    """Position 5 changes on a third of the prompts (more than elsewhere, significantly), but
+    its outputs keep their agreement and quality: the change test flags, the position is not
+    degraded."""
+    rng = random.Random(12)
+    q1 = [rng.uniform(0.5, 0.8) for _ in range(N)]
+    agreement = [[1.0] * N for _ in range(8)]
+    differs = [[0.0] * N for _ in range(8)]
+    for i in rng.sample(range(N), 21):
+        agreement[5][i], differs[5][i] = 0.98, 1.0  # one word changed
+    [a] = analyze([_scores(Cell(8, 1), agreement, [q1] * 8, differs)], {1: _levels(q1)},
+                  tolerance=0.02, alpha=0.01, family=135)
+    assert a.positions[5].change_test.flagged
+    assert a.degraded_positions == () and a.verdict == "pass"
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.3, 0.6])
+def test_drift_that_changes_every_position_alike_never_trips_the_change_test(rate):
+    """Within a prompt, drift's changed outputs sit at random positions: over 200 seeded
+    drifting cells no change test is significant at alpha 0.01 before any correction more
+    often than alpha allows (its p-values are exact, not approximate)."""
+    rng = random.Random(13)
+    q1 = [rng.uniform(0.45, 0.8) for _ in range(N)]
+    rejected = tested = 0
+    for _ in range(200):
+        agreement, quality = _drifting(rng, q1, rate, 8)
+        [a] = analyze([_scores(Cell(8, 1), agreement, quality)], {1: _levels(q1)},
+                      tolerance=0.02, alpha=0.01)
+        tested += len(a.positions)
+        rejected += sum(s.change_test.p_value < 0.01 for s in a.positions)
+        assert a.verdict == "pass"
+    assert rejected / tested <= 0.01
+
+
+def test_the_exchangeable_tail_is_the_exact_probability():
+    """Against enumeration of every outcome of a few prompts."""
+    import itertools
+
+    from harness.verdict.statistics import exchangeable_tail
+
+    shares = [0.125, 0.5, 0.25, 1.0, 0.0, 0.375]
+    for observed in range(len(shares) + 1):
+        exact = 0.0
+        for outcome in itertools.product((0, 1), repeat=len(shares)):
+            if sum(outcome) >= observed:
+                exact += math.prod(q if o else 1 - q for o, q in zip(outcome, shares))
+        here = [True] * observed + [False] * (len(shares) - observed)
+        assert exchangeable_tail(here, shares) == pytest.approx(exact, rel=1e-12, abs=1e-15)
+
+
+def test_sparse_cells_count_changes_with_fishers_exact_test():
+    """--rotation sparse: the change test is Fisher's one-sided exact test of the changed
+    share at p against the other positions' prompts."""
+    from harness.verdict.statistics import change_test
+
+    nan = math.nan
+    differs = [[1.0, 1.0, 1.0, 0.0, nan, nan, nan, nan, nan, nan, nan, nan],
+               [nan, nan, nan, nan, 0.0, 0.0, 1.0, 0.0, nan, nan, nan, nan],
+               [nan, nan, nan, nan, nan, nan, nan, nan, 0.0, 0.0, 0.0, 1.0]]
+    agreement = [[0.5 if not math.isnan(d) else nan for d in row] for row in differs]
+    t = change_test(differs, agreement, 0, 0.02)
+    expected = stats.fisher_exact([[3, 1], [2, 6]], alternative="greater").pvalue
+    assert t.p_value == pytest.approx(expected, rel=1e-12)
+    assert t.drop == pytest.approx(3 / 4 - 2 / 8) and t.n == 4
