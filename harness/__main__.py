@@ -348,13 +348,15 @@ def _add_calibrate(sub: Any) -> None:
     p_cal.add_argument("--only", default=None, metavar="NAMES",
                        help="comma-separated models: healthy, drift-0.1, drift-0.3, drift-0.6, "
                             "overflow, full-batch, padding, stride (each also +drift), partial, "
-                            "partial+drift, truncate")
+                            "partial+drift, truncate; swept to max_batch_size 8: graph-ladder, "
+                            "beam-buffer (each also +drift), sweep-drift-0.3")
     _add_run_options(p_cal, ("seed", "max_new_tokens", "tolerance", "alpha", "cache_dir",
                              "no_cache", "rotation"), defaults=True, helps={
         "seed": f"seed for the rounds' shuffles and the trials (default {RunConfig.seed})",
         "cache_dir": "generation cache folder (default: the run's cache folder)",
         "rotation": "the plan the trials analyse (full, the default, or sparse: each prompt at "
-                    "one position per cell, as with run --rotation sparse)"})
+                    "one position per cell, as with run --rotation sparse); the sweep models "
+                    "are always sparse, as --sweep is"})
     p_cal.set_defaults(func=cmd_calibrate)
 
 def _add_serve(sub: Any) -> None:

@@ -16,6 +16,12 @@ fault model and no drift changes batch size 1 (tests/unit/engines/test_faults.py
 on real engines. For partial degradation the engine is built to hit every prompt at its
 position; a trial hits each of its prompts with probability ``fraction`` (damaged output) or
 not (the output of the same engine without the fault: healthy, or drifting).
+
+The sweep models (graph-ladder, beam-buffer, each also on drift, and a drifting healthy
+engine) run every batch size from 2 to SWEEP_TO as ``--sweep`` does: each trial seats each
+prompt at one position per size (the sweep's cost) and sizes the Holm family as the sweep's
+(``sweep_family``); besides the positions, a trial checks the boundary: every beam width's
+first failing batch size must be the true one.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -82,10 +88,16 @@ class Model:
     extra: tuple[Cell, ...] = ()  # cells borrowed from the undamaged twin (untouched by the fault)
     twin: str = "healthy"  # the same engine without the fault: partial's unhit prompts, extras
     target: Target = Target.DETECT
+    sweep: int = 0  # a --sweep to this max_batch_size (sparse rotation, the sweep's family)
 
     @property
     def should_fail(self) -> bool:
         return any(self.damaged.values())
+
+    def boundary(self, beam_width: int) -> int | None:
+        """The first damaged batch size of a beam width (None: every size passes)."""
+        return min((c.batch_size for c, d in self.damaged.items()
+                    if c.beam_width == beam_width and d), default=None)
 
 
 def _all(b: int) -> frozenset[int]:
@@ -94,9 +106,42 @@ def _all(b: int) -> frozenset[int]:
 
 def _drifting(m: Model, twin: str) -> Model:
     """``m`` built on an engine that also drifts at DRIFT_UNDER."""
-    return Model(f"{m.name}+drift", f"{m.label} + {DRIFT_UNDER:.0%} drift", m.fault, m.cells,
-                 m.damaged, m.pattern, drift=DRIFT_UNDER, limits=m.limits, rounds=1,
-                 extra=m.extra, twin=twin, target=m.target)
+    return replace(m, name=f"{m.name}+drift", label=f"{m.label} + {DRIFT_UNDER:.0%} drift",
+                   drift=DRIFT_UNDER, rounds=1, twin=twin)
+
+
+SWEEP_TO = 8  # the sweep models' max_batch_size
+
+
+def _sweep(name: str, label: str, fault: Fault | None, beam_width: int,
+           damaged: dict[int, frozenset[int]], pattern: FindingKind | None, limits: BuildLimits,
+           drift: float = 0.0) -> Model:
+    """A --sweep of every batch size 2..SWEEP_TO at one beam width; ``damaged`` by batch size
+    (sizes not given are undamaged)."""
+    cells = tuple(Cell(b, beam_width) for b in range(2, SWEEP_TO + 1))
+    return Model(name, label, fault, cells, {c: damaged.get(c.batch_size, frozenset()) for c in cells},
+                 pattern, drift=drift, limits=limits, sweep=SWEEP_TO,
+                 target=Target.DETECT if damaged else Target.PASS)
+
+
+def sweep_models() -> tuple[Model, ...]:
+    """The threshold faults under --sweep, each alone and on 30% drift, and a drifting healthy
+    engine swept: the damaged positions per batch size, written out (faults.py's table)."""
+    ladder = _sweep("graph-ladder", f"graph ladder (sweep 1-{SWEEP_TO})",
+                    Fault(FaultKind.GRAPH_LADDER), 1,
+                    {3: frozenset({2}), 5: frozenset({4}), 6: frozenset({4, 5}),
+                     7: frozenset({4, 5, 6})}, FindingKind.GRAPH_LADDER,
+                    BuildLimits(max_batch_size=SWEEP_TO, max_beam_width=1))
+    buffer = _sweep("beam-buffer", f"beam buffer, beam 2 (sweep 1-{SWEEP_TO})",
+                    Fault(FaultKind.BEAM_BUFFER), 2,
+                    {5: frozenset({4}), 6: frozenset({4, 5}), 7: frozenset({4, 5, 6}),
+                     8: frozenset({4, 5, 6, 7})}, FindingKind.BEAM_BUFFER,
+                    BuildLimits(max_batch_size=SWEEP_TO, max_beam_width=2))
+    drifting = _sweep(f"sweep-drift-{DRIFT_UNDER:g}", f"benign drift {DRIFT_UNDER:.0%} "
+                      f"(sweep 1-{SWEEP_TO})", None, 1, {}, None,
+                      BuildLimits(max_batch_size=SWEEP_TO, max_beam_width=1), drift=DRIFT_UNDER)
+    under = f"drift-{DRIFT_UNDER:g}"
+    return ladder, buffer, _drifting(ladder, under), _drifting(buffer, under), drifting
 
 
 def models(rounds: int, fraction: float, position: int) -> tuple[Model, ...]:
@@ -126,7 +171,7 @@ def models(rounds: int, fraction: float, position: int) -> tuple[Model, ...]:
                     None, target=Target.PASS)
     under = f"drift-{DRIFT_UNDER:g}"
     return (healthy, *drifts, *faults, *(_drifting(m, under) for m in faults), partial,
-            _drifting(partial, under), uniform)
+            _drifting(partial, under), uniform, *sweep_models())
 
 
 @dataclass(frozen=True)
@@ -198,6 +243,7 @@ class Outcome:
     exact: int
     named: int
     wrong: int = 0  # trials in which a finding named another signature than the model's
+    boundary: int = 0  # trials in which every beam width's first failing size was the true one
     differing: dict[Cell, float] = field(default_factory=dict)  # share unlike batch size 1
     quality_delta: dict[Cell, float] = field(default_factory=dict)  # vs batch size 1, pool mean
 
@@ -213,6 +259,10 @@ class Outcome:
     def named_rate(self) -> float:
         return self.named / self.trials
 
+    @property
+    def boundary_rate(self) -> float:
+        return self.boundary / self.trials
+
 
 @dataclass(frozen=True)
 class Targets:
@@ -222,6 +272,7 @@ class Targets:
     detection: float = 0.99
     exact: float = 0.95
     partial_detection: float = 0.95
+    boundary: float = 0.95  # sweeps: the first failing batch size found exactly
 
     def check(self, o: Outcome) -> tuple[bool, str]:
         ok, said = self._check(o)
@@ -232,7 +283,11 @@ class Targets:
     def _check(self, o: Outcome) -> tuple[bool, str]:
         target = o.model.target
         if target == Target.PASS:
-            return o.flagged_rate <= self.false_alarm, f"flagged <= {self.false_alarm:.0%}"
+            ok = o.flagged_rate <= self.false_alarm
+            if o.model.sweep:
+                return (ok and o.boundary_rate >= self.boundary,
+                        f"flagged <= {self.false_alarm:.0%}, no boundary >= {self.boundary:.0%}")
+            return ok, f"flagged <= {self.false_alarm:.0%}"
         if target == Target.PARTIAL:
             if o.model.drift:
                 return True, "reported (no target with drift)"
@@ -241,7 +296,11 @@ class Targets:
         if target == Target.UNIFORM:
             return o.flagged_rate >= self.detection, f"detected >= {self.detection:.0%}"
         ok = o.flagged_rate >= self.detection and o.exact_rate >= self.exact
-        return ok, f"detected >= {self.detection:.0%}, exact >= {self.exact:.0%}"
+        said = f"detected >= {self.detection:.0%}, exact >= {self.exact:.0%}"
+        if o.model.sweep:
+            return (ok and o.boundary_rate >= self.boundary,
+                    f"{said}, boundary >= {self.boundary:.0%}")
+        return ok, said
 
 
 @dataclass(frozen=True)
@@ -272,6 +331,14 @@ def default_family() -> int:
     (135 for batch sizes 1,2,4,8 and beam widths 1,2,4)."""
     sizes = [b for b in DEFAULT_BATCH_SIZES if b > 1]
     return (3 * sum(sizes) + len(sizes)) * len(DEFAULT_BEAM_WIDTHS)
+
+
+def sweep_family(model: Model) -> int:
+    """Tests in a --sweep to the model's max_batch_size at every default beam width its engine
+    runs: three per position of every size from 2 up, one omnibus per size."""
+    sizes = range(2, model.sweep + 1)
+    widths = [w for w in DEFAULT_BEAM_WIDTHS if w <= model.limits.max_beam_width]
+    return (3 * sum(sizes) + len(sizes)) * len(widths)
 
 
 def _model_key(name: str) -> int:
@@ -312,9 +379,20 @@ def _trial_cell(cell: Cell, own: Observations, twin: Observations, rng: np.rando
     return scores, own.shorter[cell][rounds, rows, cols]
 
 
+@dataclass(frozen=True)
+class TrialResult:
+    """What one trial found against what is true of the model."""
+
+    flagged: bool  # the model's cells fail
+    exact: bool  # every cell's degraded positions are exactly the damaged ones
+    named: bool  # a finding names the model's signature
+    wrong: bool  # a finding names another cause
+    boundary: bool  # every beam width's first failing batch size is the true one
+
+
 def trial(model: Model, obs: Observations, twin: Observations, levels: dict[int, BatchSizeOne],
-          rng: np.random.Generator, s: Settings) -> tuple[bool, bool, bool, bool]:
-    """One trial: (flagged, localized exactly, the right signature named, another named)."""
+          rng: np.random.Generator, s: Settings) -> TrialResult:
+    """One trial of a model: its cells' scores through the run's analysis and signatures."""
     subset = np.sort(rng.choice(s.pool, size=s.prompts, replace=False))
     hits = rng.random(s.prompts) < s.fraction if model.target == Target.PARTIAL else None
     scores: dict[Cell, CellScores] = {}
@@ -323,12 +401,12 @@ def trial(model: Model, obs: Observations, twin: Observations, levels: dict[int,
         own = obs if cell in model.cells else twin
         scores[cell], shorter[cell] = _trial_cell(
             cell, own, twin, rng, subset, hits if cell in model.cells else None, s.position,
-            s.rotation == Rotation.SPARSE)
+            s.rotation == Rotation.SPARSE or bool(model.sweep))
     level = {w: Levels(agreement=tuple(float(x) for x in lv.agreement[subset]),
                        quality=tuple(float(x) for x in lv.quality[subset]))
              for w, lv in levels.items()}
     analyses = analyze(scores, level, tolerance=s.tolerance, alpha=s.alpha,
-                       family=s.family or default_family())
+                       family=s.family or (sweep_family(model) if model.sweep else default_family()))
     flagged = any(a.verdict == Verdict.FAIL for a in analyses)
     exact = all(set(a.degraded_positions) == set(model.damaged.get(a.cell, frozenset()))
                 and (a.verdict == Verdict.FAIL) == bool(model.damaged.get(a.cell)) for a in analyses)
@@ -340,7 +418,12 @@ def trial(model: Model, obs: Observations, twin: Observations, levels: dict[int,
     named = model.pattern is not None and any(f.kind == model.pattern for f in found.values())
     # spread names no cause: it says what was seen (damage over many positions, none alone)
     wrong = any(f.kind not in (model.pattern, FindingKind.SPREAD) for f in found.values())
-    return flagged, exact, named, wrong
+    widths = sorted({c.beam_width for c in model.cells})
+    first = {w: min((a.cell.batch_size for a in analyses
+                     if a.cell.beam_width == w and a.verdict == Verdict.FAIL), default=None)
+             for w in widths}
+    boundary = all(first[w] == model.boundary(w) for w in widths)
+    return TrialResult(flagged, exact, named, wrong, boundary)
 
 
 def _limits(model: Model) -> EngineLimits:
@@ -483,23 +566,29 @@ def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Out
                                pool, bs1, lengths) for name in dict.fromkeys(n for n, _, _ in jobs)}
     outcomes = []
     for m in chosen:
-        flagged = exact = named = wrong = 0
-        for t in range(s.trials):
-            rng = np.random.default_rng([s.seed, _model_key(m.name), t])
-            got = trial(m, observed[m.name], observed.get(m.twin, observed["healthy"]), levels, rng, s)
-            flagged, exact, named, wrong = (flagged + got[0], exact + got[1], named + got[2],
-                                            wrong + got[3])
+        got = [trial(m, observed[m.name], observed.get(m.twin, observed["healthy"]), levels,
+                     np.random.default_rng([s.seed, _model_key(m.name), t]), s)
+               for t in range(s.trials)]
         differing, delta = _effects(observed[m.name], m, levels)
-        outcomes.append(Outcome(m, s.trials, flagged, exact, named, wrong=wrong,
-                                differing=differing, quality_delta=delta))
+        outcomes.append(Outcome(m, s.trials, sum(g.flagged for g in got), sum(g.exact for g in got),
+                                sum(g.named for g in got), wrong=sum(g.wrong for g in got),
+                                boundary=sum(g.boundary for g in got), differing=differing,
+                                quality_delta=delta))
     return outcomes
+
+
+def _cells_text(m: Model) -> str:
+    """A model's cells as the table shows them: a sweep as its range of sizes."""
+    if m.sweep:
+        return ",".join(f"bs2-{m.sweep}-beam{w}" for w in sorted({c.beam_width for c in m.cells}))
+    return ",".join(c.id for c in m.cells)
 
 
 def table(outcomes: Sequence[Outcome], s: Settings, targets: Targets) -> tuple[list[str], bool]:
     """The printed table, what each engine did to its outputs, the varying-factors note and the
     one-line summary; and whether every target holds."""
     lines = [f"{'model':40} {'cells':16} {'expect':6} {'flagged':>8} {'exact':>7} {'named':>7} "
-             f"{'wrong':>6}  target"]
+             f"{'wrong':>6} {'bound.':>7}  target"]
     ok_all = True
     for o in outcomes:
         ok, target = targets.check(o)
@@ -507,9 +596,11 @@ def table(outcomes: Sequence[Outcome], s: Settings, targets: Targets) -> tuple[l
         m = o.model
         exact = f"{o.exact_rate:7.1%}" if m.target == Target.DETECT else f"{'-':>7}"
         named = f"{o.named_rate:7.1%}" if m.pattern else f"{'-':>7}"
-        lines.append(f"{m.label:40} {','.join(c.id for c in m.cells):16} "
+        bound = f"{o.boundary_rate:7.1%}" if m.sweep else f"{'-':>7}"
+        lines.append(f"{m.label:40} {_cells_text(m):16} "
                      f"{'fail' if m.should_fail else 'pass':6} {o.flagged_rate:8.1%} {exact} "
-                     f"{named} {o.wrong / o.trials:6.1%}  {target}: {'ok' if ok else 'MISSED'}")
+                     f"{named} {o.wrong / o.trials:6.1%} {bound}  {target}: "
+                     f"{'ok' if ok else 'MISSED'}")
     lines += ["", "what each engine did to its outputs (pool of "
               f"{s.pool}): share unlike batch size 1's; mean quality against the references "
               "minus batch size 1's"]
@@ -533,9 +624,13 @@ def _note(s: Settings) -> str:
             f"{s.tolerance}, alpha {s.alpha}, max_new_tokens {s.max_new_tokens}, seed {s.seed}, "
             f"{s.rotation} rotation"
             + (" (each prompt at one position per cell)" if s.rotation == Rotation.SPARSE else "")
-            + ". flagged = the model's grid fails; exact = every cell's degraded positions are "
-            "exactly the damaged ones; named = the failure names the right signature; wrong = "
-            "a finding names another (a target on every model: none).")
+            + f". Sweep models (bs2-{SWEEP_TO}): every batch size 2..{SWEEP_TO} at the sweep's "
+            "cost (sparse rotation: each prompt at one position per size) with the sweep's Holm "
+            "family (every default beam width the engine runs). flagged = the model's grid "
+            "fails; exact = every cell's degraded positions are exactly the damaged ones; named "
+            "= the failure names the right signature; wrong = a finding names another (a target "
+            "on every model: none); bound. = every beam width's first failing batch size is the "
+            "true one (none for a healthy engine).")
 
 
 def _summary(outcomes: Sequence[Outcome], s: Settings, ok_all: bool) -> str:
@@ -551,5 +646,10 @@ def _summary(outcomes: Sequence[Outcome], s: Settings, ok_all: bool) -> str:
                       key=lambda o: o.exact_rate, default=None)
     if worst_exact is not None:
         summary += f"; worst exact localization {worst_exact.exact_rate:.1%} ({worst_exact.model.name})"
+    worst_boundary = min((o for o in outcomes if o.model.sweep), key=lambda o: o.boundary_rate,
+                         default=None)
+    if worst_boundary is not None:
+        summary += (f"; worst sweep boundary {worst_boundary.boundary_rate:.1%} "
+                    f"({worst_boundary.model.name})")
     return summary + f"; {s.trials} trials; " + ("all targets met" if ok_all else "TARGETS MISSED")
 

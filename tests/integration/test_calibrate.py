@@ -47,11 +47,29 @@ def test_cli_refuses_unknown_models_in_one_line(capsys):
 
 
 def test_minimum_detectable_drop_matches_the_documented_table():
-    """docs/method.md's table: the default grid's Holm family of 93 tests."""
+    """docs/method.md's table: the default grid's Holm family of 135 tests."""
     from harness.tools.calibrate import default_family
 
-    assert default_family() == 93
-    assert min_detectable_drop(64, 0.1, tolerance=0.02, alpha=0.01, tests=93) == \
-        pytest.approx(0.080, abs=5e-4)
-    assert min_detectable_drop(512, 0.3, tolerance=0.02, alpha=0.01, tests=93) == \
+    assert default_family() == 135
+    assert min_detectable_drop(64, 0.1, tolerance=0.02, alpha=0.01, tests=135) == \
         pytest.approx(0.081, abs=5e-4)
+    assert min_detectable_drop(512, 0.3, tolerance=0.02, alpha=0.01, tests=135) == \
+        pytest.approx(0.082, abs=5e-4)
+
+
+@pytest.mark.slow  # a sweep's every batch size over 40 prompts
+def test_a_sweep_model_reports_its_boundary(tmp_path):
+    """The graph ladder swept to 8: trials at the sweep's cost (each prompt at one position
+    per size) find the first failing size, 3, and the damaged positions per size."""
+    from harness.tools.calibrate import sweep_family
+
+    settings = Settings(trials=10, seed=5, prompts=40, pool=40, rounds=1, max_new_tokens=16,
+                        jobs=1, cache_dir=tmp_path / "cache", work_dir=tmp_path / "engines",
+                        only=("graph-ladder",))
+    [o] = run_calibration(settings, say=lambda line: None)
+    assert sweep_family(o.model) == 3 * 35 + 7  # sizes 2..8 at beam width 1
+    assert o.model.boundary(1) == 3
+    assert o.boundary == o.flagged == 10 and o.named == 10
+    lines, ok = table([o], settings, Targets())
+    assert "bs2-8-beam1" in lines[1] and lines[1].split()[-4:-1] == ["100.0%", "detected", ">="]
+    assert "worst sweep boundary 100.0% (graph-ladder)" in lines[-1]
