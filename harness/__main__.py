@@ -181,7 +181,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                         tolerance=args.tolerance, alpha=args.alpha, jobs=args.jobs,
                         cache_dir=None if args.no_cache else Path(args.cache_dir).expanduser(),
                         only=tuple(args.only.split(",")) if args.only else (),
-                        rotation=args.rotation)
+                        rotation=args.rotation, sweep_to=args.sweep_to)
     outcomes = run_calibration(settings, say=lambda line: print(line, flush=True))
     lines, ok = table(outcomes, settings, Targets())
     print("\n".join(lines))
@@ -350,6 +350,9 @@ def _add_calibrate(sub: Any) -> None:
                             "overflow, full-batch, padding, stride (each also +drift), partial, "
                             "partial+drift, truncate; swept to max_batch_size 8: graph-ladder, "
                             "beam-buffer (each also +drift), sweep-drift-0.3")
+    p_cal.add_argument("--sweep-to", type=positive_int("--sweep-to"), default=8, metavar="N",
+                       help="max_batch_size the sweep models are built with and swept to "
+                            "(default 8; needs --prompts >= 5 N)")
     _add_run_options(p_cal, ("seed", "max_new_tokens", "tolerance", "alpha", "cache_dir",
                              "no_cache", "rotation"), defaults=True, helps={
         "seed": f"seed for the rounds' shuffles and the trials (default {RunConfig.seed})",

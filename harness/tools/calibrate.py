@@ -18,7 +18,7 @@ position; a trial hits each of its prompts with probability ``fraction`` (damage
 not (the output of the same engine without the fault: healthy, or drifting).
 
 The sweep models (graph-ladder, beam-buffer, each also on drift, and a drifting healthy
-engine) run every batch size from 2 to SWEEP_TO as ``--sweep`` does: each trial seats each
+engine) run every batch size from 2 to ``--sweep-to`` (8) as ``--sweep`` does: each trial seats each
 prompt at one position per size (the sweep's cost) and sizes the Holm family as the sweep's
 (``sweep_family``); besides the positions, a trial checks the boundary: every beam width's
 first failing batch size must be the true one.
@@ -52,7 +52,7 @@ from harness.model.cell import Cell
 from harness.model.limits import EngineLimits
 from harness.model.scores import CellScores, Levels
 from harness.model.vocab import FindingKind, Layout, Rotation, Verdict, Word
-from harness.plan import Plan
+from harness.plan import SPARSE_MIN, Plan
 from harness.stages.analyse import harm
 from harness.storage import confine
 from harness.verdict.signatures import CellEvidence, match, shortfall
@@ -110,41 +110,53 @@ def _drifting(m: Model, twin: str) -> Model:
                    drift=DRIFT_UNDER, rounds=1, twin=twin)
 
 
-SWEEP_TO = 8  # the sweep models' max_batch_size
+SWEEP_TO = 8  # the sweep models' max_batch_size (--sweep-to)
 
 
 def _sweep(name: str, label: str, fault: Fault | None, beam_width: int,
            damaged: dict[int, frozenset[int]], pattern: FindingKind | None, limits: BuildLimits,
            drift: float = 0.0) -> Model:
-    """A --sweep of every batch size 2..SWEEP_TO at one beam width; ``damaged`` by batch size
-    (sizes not given are undamaged)."""
-    cells = tuple(Cell(b, beam_width) for b in range(2, SWEEP_TO + 1))
+    """A --sweep of every batch size 2..max_batch_size at one beam width; ``damaged`` by batch
+    size (sizes not given are undamaged)."""
+    cells = tuple(Cell(b, beam_width) for b in range(2, limits.max_batch_size + 1))
     return Model(name, label, fault, cells, {c: damaged.get(c.batch_size, frozenset()) for c in cells},
-                 pattern, drift=drift, limits=limits, sweep=SWEEP_TO,
+                 pattern, drift=drift, limits=limits, sweep=limits.max_batch_size,
                  target=Target.DETECT if damaged else Target.PASS)
 
 
-def sweep_models() -> tuple[Model, ...]:
-    """The threshold faults under --sweep, each alone and on 30% drift, and a drifting healthy
-    engine swept: the damaged positions per batch size, written out (faults.py's table)."""
-    ladder = _sweep("graph-ladder", f"graph ladder (sweep 1-{SWEEP_TO})",
-                    Fault(FaultKind.GRAPH_LADDER), 1,
-                    {3: frozenset({2}), 5: frozenset({4}), 6: frozenset({4, 5}),
-                     7: frozenset({4, 5, 6})}, FindingKind.GRAPH_LADDER,
-                    BuildLimits(max_batch_size=SWEEP_TO, max_beam_width=1))
-    buffer = _sweep("beam-buffer", f"beam buffer, beam 2 (sweep 1-{SWEEP_TO})",
-                    Fault(FaultKind.BEAM_BUFFER), 2,
-                    {5: frozenset({4}), 6: frozenset({4, 5}), 7: frozenset({4, 5, 6}),
-                     8: frozenset({4, 5, 6, 7})}, FindingKind.BEAM_BUFFER,
-                    BuildLimits(max_batch_size=SWEEP_TO, max_beam_width=2))
+def ladder_damage(size: int) -> frozenset[int]:
+    """Graph ladder (faults.py's table): a size off the powers of two runs in the graph of the
+    next one up, and its entries from the power of two below it on are damaged."""
+    below = 1
+    while below * 2 < size:
+        below *= 2
+    return frozenset() if size == below * 2 else frozenset(range(below, size))
+
+
+def buffer_damage(size: int, width: int, slots: int) -> frozenset[int]:
+    """Beam buffer (faults.py's table): the entries whose last beam slot lies past ``slots``."""
+    return frozenset(p for p in range(size) if (p + 1) * width > slots)
+
+
+def sweep_models(to: int = SWEEP_TO) -> tuple[Model, ...]:
+    """The threshold faults under --sweep to ``to``, each alone and on 30% drift, and a
+    drifting healthy engine swept."""
+    sizes = range(2, to + 1)
+    ladder = _sweep("graph-ladder", f"graph ladder (sweep 1-{to})",
+                    Fault(FaultKind.GRAPH_LADDER), 1, {b: ladder_damage(b) for b in sizes},
+                    FindingKind.GRAPH_LADDER, BuildLimits(max_batch_size=to, max_beam_width=1))
+    buffer = _sweep("beam-buffer", f"beam buffer, beam 2 (sweep 1-{to})",
+                    Fault(FaultKind.BEAM_BUFFER), 2, {b: buffer_damage(b, 2, to) for b in sizes},
+                    FindingKind.BEAM_BUFFER, BuildLimits(max_batch_size=to, max_beam_width=2))
     drifting = _sweep(f"sweep-drift-{DRIFT_UNDER:g}", f"benign drift {DRIFT_UNDER:.0%} "
-                      f"(sweep 1-{SWEEP_TO})", None, 1, {}, None,
-                      BuildLimits(max_batch_size=SWEEP_TO, max_beam_width=1), drift=DRIFT_UNDER)
+                      f"(sweep 1-{to})", None, 1, {}, None,
+                      BuildLimits(max_batch_size=to, max_beam_width=1), drift=DRIFT_UNDER)
     under = f"drift-{DRIFT_UNDER:g}"
     return ladder, buffer, _drifting(ladder, under), _drifting(buffer, under), drifting
 
 
-def models(rounds: int, fraction: float, position: int) -> tuple[Model, ...]:
+def models(rounds: int, fraction: float, position: int, sweep_to: int = SWEEP_TO
+           ) -> tuple[Model, ...]:
     """The engines calibrate runs, with their cells and the damage each must show."""
     c81, c41, c82, c42, c44 = Cell(8, 1), Cell(4, 1), Cell(8, 2), Cell(4, 2), Cell(4, 4)
     drifts = tuple(Model(f"drift-{r:g}", f"benign drift {r:.0%}", None, (c81, c42),
@@ -171,7 +183,7 @@ def models(rounds: int, fraction: float, position: int) -> tuple[Model, ...]:
                     None, target=Target.PASS)
     under = f"drift-{DRIFT_UNDER:g}"
     return (healthy, *drifts, *faults, *(_drifting(m, under) for m in faults), partial,
-            _drifting(partial, under), uniform, *sweep_models())
+            _drifting(partial, under), uniform, *sweep_models(sweep_to))
 
 
 @dataclass(frozen=True)
@@ -323,6 +335,7 @@ class Settings:
     only: tuple[str, ...] = ()
     rotation: Rotation = RunConfig.rotation
     family: int = 0  # Holm family size; 0: the default grid's (see default_family)
+    sweep_to: int = SWEEP_TO  # the sweep models' max_batch_size
 
 
 def default_family() -> int:
@@ -507,12 +520,17 @@ def _chosen(s: Settings) -> tuple[tuple[Model, ...], tuple[Model, ...]]:
     if s.prompts > s.pool:
         raise ConfigError(f"--prompts {s.prompts} exceeds --pool {s.pool}; a trial draws its "
                           "prompts from the pool")
-    everything = models(s.rounds, s.fraction, s.position)
+    everything = models(s.rounds, s.fraction, s.position, s.sweep_to)
     unknown = set(s.only) - {m.name for m in everything}
     if unknown:
         raise ConfigError(f"--only {','.join(s.only)}: unknown model(s) {', '.join(sorted(unknown))}; "
                           f"choose from {', '.join(m.name for m in everything)}")
     chosen = tuple(m for m in everything if m.name in s.only) if s.only else everything
+    if any(m.sweep for m in chosen) and s.prompts < SPARSE_MIN * s.sweep_to:
+        raise ConfigError(f"--sweep-to {s.sweep_to}: a sweep needs at least "
+                          f"{SPARSE_MIN * s.sweep_to} prompts ({SPARSE_MIN} per position of its "
+                          f"largest batch); give --prompts {SPARSE_MIN * s.sweep_to} (and a --pool "
+                          "at least as large), or leave the sweep models out with --only")
     return chosen, everything
 
 
@@ -624,7 +642,7 @@ def _note(s: Settings) -> str:
             f"{s.tolerance}, alpha {s.alpha}, max_new_tokens {s.max_new_tokens}, seed {s.seed}, "
             f"{s.rotation} rotation"
             + (" (each prompt at one position per cell)" if s.rotation == Rotation.SPARSE else "")
-            + f". Sweep models (bs2-{SWEEP_TO}): every batch size 2..{SWEEP_TO} at the sweep's "
+            + f". Sweep models (bs2-{s.sweep_to}): every batch size 2..{s.sweep_to} at the sweep's "
             "cost (sparse rotation: each prompt at one position per size) with the sweep's Holm "
             "family (every default beam width the engine runs). flagged = the model's grid "
             "fails; exact = every cell's degraded positions are exactly the damaged ones; named "

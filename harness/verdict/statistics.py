@@ -319,14 +319,19 @@ def empty_note(cell_id: str, row: Sequence[PositionStats], positions: Sequence[i
 
 
 def drift_note(cell_id: str, differing: float, quality: float | None, quality_bs1: float | None,
-               position_dependent: bool) -> str | None:
-    """What a cell that changed outputs without losing quality says (a finding, not a failure)."""
+               concentrated: Sequence[int] = ()) -> str | None:
+    """What a cell that changed outputs without losing quality says (a finding, not a failure);
+    ``concentrated``: positions where more outputs changed than at the others (their change
+    test flagged) without a loss there."""
     if differing <= 0:
         return None
     said = f"{cell_id}: {differing:.0%} of outputs differ from batch size 1"
     if quality is not None and quality_bs1 is not None:
         said += f"; quality against references {quality:.3f} vs {quality_bs1:.3f}"
-    return said + ("" if position_dependent else "; not position-dependent")
+    if concentrated:
+        return said + (f"; more of them at position{'s' if len(concentrated) > 1 else ''} "
+                       f"{ranges(concentrated)} than at the others, without a loss there")
+    return said + "; not position-dependent"
 
 
 Slots = tuple[int | None, int | None, int | None]  # a position's tests in the family
@@ -355,7 +360,7 @@ def _cell(cell: Cell, level: Levels, row: list[PositionStats], omnibus: DropTest
     bad, nondet = shape.degraded_positions, shape.nondeterministic_positions
     empty = shape.empty_positions
     failed = bool(bad or flagged or nondet or empty)
-    positional = any(s.position_test is not None and s.position_test.flagged for s in row)
+    concentrated = [s.position for s in row if s.change_test is not None and s.change_test.flagged]
     message = _message(cell.id, row, bad, omnibus if shape.spread else None, nondet, agreement)
     if empty:  # the first thing to say; what else failed follows
         other = message.removeprefix(f"{cell.id}: ")
@@ -364,7 +369,7 @@ def _cell(cell: Cell, level: Levels, row: list[PositionStats], omnibus: DropTest
     return replace(
         shape, verdict=Verdict.FAIL if failed else Verdict.PASS, message=message,
         drift=None if failed else drift_note(cell.id, shape.differing, shape.quality,
-                                             shape.quality_bs1, positional))
+                                             shape.quality_bs1, concentrated))
 
 
 def analyze(scores: Mapping[Cell, CellScores], levels: Mapping[int, Levels], *, tolerance: float,

@@ -73,3 +73,26 @@ def test_a_sweep_model_reports_its_boundary(tmp_path):
     lines, ok = table([o], settings, Targets())
     assert "bs2-8-beam1" in lines[1] and lines[1].split()[-4:-1] == ["100.0%", "detected", ">="]
     assert "worst sweep boundary 100.0% (graph-ladder)" in lines[-1]
+
+
+def test_a_sweep_too_large_for_its_prompts_is_refused_in_one_line(capsys):
+    assert main(["calibrate", "--sweep-to", "16", "--only", "graph-ladder"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "give --prompts 80" in err
+
+
+@pytest.mark.parametrize("to", [8, 16, 32])
+def test_the_sweep_models_truth_is_what_the_emulator_damages(to):
+    """calibrate writes the damaged positions of the threshold faults out on its own; the
+    emulator's faults damage exactly those entries at every size and beam width."""
+    from harness.engines.emulator.faults import Fault, FaultKind
+    from harness.tools.calibrate import buffer_damage, ladder_damage
+
+    ladder, buffer = Fault(FaultKind.GRAPH_LADDER), Fault(FaultKind.BEAM_BUFFER)
+    for size in range(1, to + 1):
+        prompts = [f"p{i}" for i in range(size)]
+        assert ladder.dead_entries(prompts, to) == set(ladder_damage(size))
+        for width in (1, 2, 4):
+            assert buffer.dead_entries(prompts, to, width) == set(buffer_damage(size, width, to))
+    assert ladder_damage(5) == {4} and ladder_damage(8) == set() and ladder_damage(3) == {2}
+    assert buffer_damage(8, 2, 8) == {4, 5, 6, 7} and buffer_damage(4, 2, 8) == set()

@@ -315,6 +315,7 @@ def test_outputs_that_change_at_one_position_without_a_loss_are_not_damage():
                   tolerance=0.02, alpha=0.01, family=135)
     assert a.positions[5].change_test.flagged
     assert a.degraded_positions == () and a.verdict == "pass"
+    assert a.drift.endswith("more of them at position 5 than at the others, without a loss there")
 
 
 @pytest.mark.parametrize("rate", [0.1, 0.3, 0.6])
