@@ -477,11 +477,13 @@ def _jobs(pool: _Pool, chosen: Sequence[Model], everything: Sequence[Model], s: 
     that a chosen model borrows from are generated too."""
     names = {m.name for m in chosen} | {m.twin for m in chosen if m.extra or m.target == Target.PARTIAL}
     needed = [m for m in everything if m.name in names]
-    widths = sorted({c.beam_width for m in needed for c in m.cells + m.extra})
     healthy = next(m for m in everything if m.name == "healthy")
     healthy_cells = tuple(sorted({c for m in needed if m.twin == "healthy"
                                   for c in m.extra + (m.cells if m.target == Target.PARTIAL else ())}
                                  | set(healthy.cells), key=lambda c: (c.beam_width, c.batch_size)))
+    # batch size 1 at every width a cell is generated at (the healthy engine's own included)
+    widths = sorted({c.beam_width for m in needed for c in m.cells + m.extra}
+                    | {c.beam_width for c in healthy_cells})
     first = Job(str(_engine_dir(pool, healthy, 0)), tuple(Cell(1, w) for w in widths) + healthy_cells,
                 pool.prompts, pool.orders[0], s.max_new_tokens, pool.cache)
     jobs = [("healthy", 0, first)]

@@ -71,7 +71,8 @@ def test_a_sweep_model_reports_its_boundary(tmp_path):
     assert o.model.boundary(1) == 3
     assert o.boundary == o.flagged == 10 and o.named == 10
     lines, ok = table([o], settings, Targets())
-    assert "bs2-8-beam1" in lines[1] and lines[1].split()[-4:-1] == ["100.0%", "detected", ">="]
+    assert "bs2-8-beam1" in lines[1] and lines[1].endswith("boundary >= 95%: ok")
+    assert lines[1].split()[-14:-10] == ["100.0%", "100.0%", "0.0%", "100.0%"]  # exact .. bound.
     assert "worst sweep boundary 100.0% (graph-ladder)" in lines[-1]
 
 
