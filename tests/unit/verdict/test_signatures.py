@@ -159,3 +159,37 @@ def test_spread_and_no_guess():
     assert match([spread], LIMITS_8x4)[Cell(8, 1)].kind == "spread"
     # two scattered positions, nothing known: the failure stands without a guessed cause
     assert match([evidence(Cell(8, 1), {2, 5}, share=0.5)], LIMITS_8x4) == {}
+
+
+LIMITS_16x2 = EngineLimits(layout=Layout.UNIFIED, max_batch_size=16, max_beam_width=2)
+
+
+def _buffer_sweep(missed=None, extra=None):
+    """A beam-2 sweep of a buffer of 16 slots: sizes 9-16 damaged from position 8; ``missed``:
+    (size, position) not found; ``extra``: (size, position) degraded below the threshold."""
+    cells = []
+    for b in range(2, 17):
+        damaged = set(range(8, b))
+        if missed and missed[0] == b:
+            damaged.discard(missed[1])
+        if extra and extra[0] == b:
+            damaged.add(extra[1])
+        cells.append(evidence(Cell(b, 2), damaged))
+    return cells
+
+
+def test_a_beam_buffer_is_named_when_a_sparse_sweep_misses_one_of_its_positions():
+    """Five prompts per position at batch 15 can leave a damaged position short of
+    significance: every degraded position still lies beyond 16 slots and every size beyond
+    fails, so the cause is named (it used to fall back to 'single' at batch 9)."""
+    found = match(_buffer_sweep(), LIMITS_16x2)
+    assert {f.kind for f in found.values()} == {"beam-buffer"} and len(found) == 8
+    missed = match(_buffer_sweep(missed=(15, 13)), LIMITS_16x2)
+    assert {f.kind for f in missed.values()} == {"beam-buffer"} and len(missed) == 8
+    assert "35 of their 36 positions degraded" in missed[Cell(9, 2)].evidence
+
+
+def test_a_beam_buffer_is_not_named_for_damage_before_its_threshold():
+    """One degraded position below the 16 slots, or a size beyond them that passes: not it."""
+    for cells in (_buffer_sweep(extra=(12, 3)), _buffer_sweep(missed=(9, 8))):
+        assert "beam-buffer" not in {f.kind for f in match(cells, LIMITS_16x2).values()}
