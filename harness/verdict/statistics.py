@@ -19,10 +19,11 @@ every position, so each comparison is paired by prompt and prompt difficulty can
 4. Sparse damage: do more outputs change from batch size 1's at p than at the other positions
    of the same prompts? A fault that hits some prompts hard at one slot barely moves a mean
    drop (most prompts are untouched and the rest vary a lot), but it changes every output it
-   hits; drift changes outputs alike at every position. The same paired (or, sparse, Welch)
-   test on the share of unchanged outputs. It degrades p only where p's own figures show a
-   loss too (agreement below the other positions and, with references, quality below batch
-   size 1, each by more than the tolerance): changes without a loss are drift.
+   hits; drift changes outputs alike at every position. An exact test: under H0 the positions
+   a prompt's changed outputs sit at are a random pick (sparse: Fisher's exact test against
+   the other positions' prompts). It degrades p only where p's own figures show a loss too
+   (agreement below the other positions and, with references, quality below batch size 1,
+   each by more than the tolerance): changes without a loss are drift.
 
 A test flags when its mean drop exceeds ``tolerance`` and a one-sided t-test rejects
 H0: drop <= tolerance at ``alpha`` after Holm's correction over every test of the run. A
@@ -152,8 +153,8 @@ def exchangeable_tail(changed_here: Sequence[bool], shares: Sequence[float]) -> 
     return float(min(1.0, pmf[observed:].sum()))
 
 
-def change_test(differs: Sequence[Sequence[float]], agreement: Sequence[Sequence[float]], p: int,
-                tolerance: float) -> DropTest:
+def change_test(differs: Sequence[Sequence[float]], agreement: Sequence[Sequence[float]], p: int
+                ) -> DropTest:
     """Question 4 at position p: more of p's outputs changed from batch size 1 than at the
     other positions of the same prompts (drop: the excess share), over the outputs that were
     scored (those with an agreement). H0: within a prompt, the positions its changed outputs
@@ -242,8 +243,7 @@ def _stats(cell: Cell, cs: CellScores, level: Levels, p: int, tolerance: float) 
         quality=mean(quality) if quality else None, quality_bs1=mean(bs1) if bs1 else None,
         position_test=position_test(cs.baseline, p, tolerance) if tested else None,
         quality_test=_test(q_drops, tolerance) if tested and len(q_drops) >= 1 else None,
-        change_test=change_test(cs.differs, cs.baseline, p, tolerance)
-        if tested and cs.differs else None)
+        change_test=change_test(cs.differs, cs.baseline, p) if tested and cs.differs else None)
 
 
 @dataclass

@@ -362,7 +362,7 @@ def test_sparse_cells_count_changes_with_fishers_exact_test():
                [nan, nan, nan, nan, 0.0, 0.0, 1.0, 0.0, nan, nan, nan, nan],
                [nan, nan, nan, nan, nan, nan, nan, nan, 0.0, 0.0, 0.0, 1.0]]
     agreement = [[0.5 if not math.isnan(d) else nan for d in row] for row in differs]
-    t = change_test(differs, agreement, 0, 0.02)
+    t = change_test(differs, agreement, 0)
     expected = stats.fisher_exact([[3, 1], [2, 6]], alternative="greater").pvalue
     assert t.p_value == pytest.approx(expected, rel=1e-12)
     assert t.drop == pytest.approx(3 / 4 - 2 / 8) and t.n == 4
