@@ -88,7 +88,7 @@ class Model:
     extra: tuple[Cell, ...] = ()  # cells borrowed from the undamaged twin (untouched by the fault)
     twin: str = "healthy"  # the same engine without the fault: partial's unhit prompts, extras
     target: Target = Target.DETECT
-    sweep: int = 0  # a --sweep to this max_batch_size (sparse rotation, the sweep's family)
+    sweep: bool = False  # a --sweep to limits.max_batch_size (sparse rotation, its family)
 
     @property
     def should_fail(self) -> bool:
@@ -120,7 +120,7 @@ def _sweep(name: str, label: str, fault: Fault | None, beam_width: int,
     size (sizes not given are undamaged)."""
     cells = tuple(Cell(b, beam_width) for b in range(2, limits.max_batch_size + 1))
     return Model(name, label, fault, cells, {c: damaged.get(c.batch_size, frozenset()) for c in cells},
-                 pattern, drift=drift, limits=limits, sweep=limits.max_batch_size,
+                 pattern, drift=drift, limits=limits, sweep=True,
                  target=Target.DETECT if damaged else Target.PASS)
 
 
@@ -338,20 +338,24 @@ class Settings:
     sweep_to: int = SWEEP_TO  # the sweep models' max_batch_size
 
 
+def _family(sizes: Sequence[int], widths: int) -> int:
+    """Tests in a run of these batch sizes at ``widths`` beam widths: three per position of
+    every cell with batch size > 1 (position dependence, batch-size quality, changed outputs)
+    and one omnibus per such cell."""
+    tested = [b for b in sizes if b > 1]
+    return (3 * sum(tested) + len(tested)) * widths
+
+
 def default_family() -> int:
-    """Tests in a run of the default grid: three per position of every cell with batch size > 1
-    (position dependence, batch-size quality, changed outputs) and one omnibus per such cell
-    (135 for batch sizes 1,2,4,8 and beam widths 1,2,4)."""
-    sizes = [b for b in DEFAULT_BATCH_SIZES if b > 1]
-    return (3 * sum(sizes) + len(sizes)) * len(DEFAULT_BEAM_WIDTHS)
+    """Tests in a run of the default grid (135 for batch sizes 1,2,4,8, beam widths 1,2,4)."""
+    return _family(DEFAULT_BATCH_SIZES, len(DEFAULT_BEAM_WIDTHS))
 
 
 def sweep_family(model: Model) -> int:
     """Tests in a --sweep to the model's max_batch_size at every default beam width its engine
-    runs: three per position of every size from 2 up, one omnibus per size."""
-    sizes = range(2, model.sweep + 1)
-    widths = [w for w in DEFAULT_BEAM_WIDTHS if w <= model.limits.max_beam_width]
-    return (3 * sum(sizes) + len(sizes)) * len(widths)
+    runs."""
+    return _family(range(1, model.limits.max_batch_size + 1),
+                   sum(w <= model.limits.max_beam_width for w in DEFAULT_BEAM_WIDTHS))
 
 
 def _model_key(name: str) -> int:
@@ -414,7 +418,7 @@ def trial(model: Model, obs: Observations, twin: Observations, levels: dict[int,
         own = obs if cell in model.cells else twin
         scores[cell], shorter[cell] = _trial_cell(
             cell, own, twin, rng, subset, hits if cell in model.cells else None, s.position,
-            s.rotation == Rotation.SPARSE or bool(model.sweep))
+            s.rotation == Rotation.SPARSE or model.sweep)
     level = {w: Levels(agreement=tuple(float(x) for x in lv.agreement[subset]),
                        quality=tuple(float(x) for x in lv.quality[subset]))
              for w, lv in levels.items()}
@@ -600,7 +604,8 @@ def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Out
 def _cells_text(m: Model) -> str:
     """A model's cells as the table shows them: a sweep as its range of sizes."""
     if m.sweep:
-        return ",".join(f"bs2-{m.sweep}-beam{w}" for w in sorted({c.beam_width for c in m.cells}))
+        return ",".join(f"bs2-{m.limits.max_batch_size}-beam{w}"
+                        for w in sorted({c.beam_width for c in m.cells}))
     return ",".join(c.id for c in m.cells)
 
 

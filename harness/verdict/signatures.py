@@ -96,29 +96,29 @@ def shortfall(plan: Plan, cell: Cell, lengths: Sequence[int]) -> tuple[tuple[int
     return tuple(tuple(row) for row in out)
 
 
-def _explains(slots: int, analyses: Sequence[CellAnalysis]) -> bool:
-    """Every beam cell's degraded positions are exactly its overflow positions under ``slots``."""
-    return all(set(a.degraded_positions) == set(overflow_positions(a.cell.batch_size,
-                                                                   a.cell.beam_width, slots))
-               for a in analyses if a.cell.beam_width > 1)
-
-
-def _beyond(slots: int, analyses: Sequence[CellAnalysis]) -> bool:
-    """A threshold explains the beam cells even where a few of its positions were not found:
-    every beam cell's degraded positions lie beyond ``slots`` beam slots, a cell with positions
-    beyond fails at some of them and the others degrade none, and together they show at least
-    FOUND_MIN of those positions (a sparse sweep of a large batch has a few prompts per
-    position, so a damaged one can fall short of significance; none is ever extra)."""
-    expected_total = found = 0
+def _beyond(slots: int, analyses: Sequence[CellAnalysis]) -> tuple[int, int] | None:
+    """How well ``slots`` beam slots explain the beam cells: (positions found, positions
+    beyond), or None where it cannot: a beam cell degrades a position that lies within the
+    slots, or has positions beyond them and degrades none of them (or none beyond and some
+    degraded), or no beam cell has positions beyond. A sparse sweep of a large batch has a
+    few prompts per position, so a damaged one can fall short of significance: found can be
+    below beyond, never a position extra."""
+    beyond = found = 0
     for a in analyses:
         if a.cell.beam_width == 1:
             continue
         expected = set(overflow_positions(a.cell.batch_size, a.cell.beam_width, slots))
         degraded = set(a.degraded_positions)
         if not degraded <= expected or bool(expected) != bool(degraded):
-            return False
-        expected_total, found = expected_total + len(expected), found + len(degraded)
-    return expected_total > 0 and found >= FOUND_MIN * expected_total
+            return None
+        beyond, found = beyond + len(expected), found + len(degraded)
+    return (found, beyond) if beyond else None
+
+
+def _explains(slots: int, analyses: Sequence[CellAnalysis]) -> bool:
+    """Every beam cell's degraded positions are exactly its overflow positions under ``slots``."""
+    counts = _beyond(slots, analyses)
+    return counts is not None and counts[0] == counts[1]
 
 
 def _inferred_slots(analyses: Sequence[CellAnalysis], failing: Sequence[CellAnalysis]) -> int | None:
@@ -177,16 +177,14 @@ def _beam_buffer(a: CellAnalysis, analyses: Sequence[CellAnalysis], limits: Engi
     if a.cell.beam_width == 1 or limits is None or limits.max_batch_size is None:
         return None
     slots = limits.max_batch_size
-    if slots == limits.beam_slots or not _beyond(slots, analyses):
+    counts = _beyond(slots, analyses)
+    if slots == limits.beam_slots or counts is None or not a.degraded_positions:
+        return None
+    found, total = counts
+    if found < FOUND_MIN * total:
         return None
     expected = overflow_positions(a.cell.batch_size, a.cell.beam_width, slots)
-    if not a.degraded_positions:
-        return None
     w = a.cell.beam_width
-    beam_cells = [b for b in analyses if b.cell.beam_width > 1]
-    total = sum(len(overflow_positions(b.cell.batch_size, b.cell.beam_width, slots))
-                for b in beam_cells)
-    found = sum(len(b.degraded_positions) for b in beam_cells)
     return Finding(FindingKind.BEAM_BUFFER,
                    f"positions >= {min(expected)} degraded at beam width {w}: their beam slots "
                    f"(position x {w} + beam) lie beyond {slots}, the engine's max_batch_size, "
