@@ -38,8 +38,13 @@ if TYPE_CHECKING:
 _IMPORTED = time.perf_counter()  # bench's fallback start where /proc cannot say when the process began
 
 
-def _add_run_options(parser: argparse.ArgumentParser, dests: tuple[str, ...] | None = None, *,
-                     defaults: bool = False, helps: dict[str, str] | None = None) -> None:
+def _add_run_options(
+    parser: argparse.ArgumentParser,
+    dests: tuple[str, ...] | None = None,
+    *,
+    defaults: bool = False,
+    helps: dict[str, str] | None = None,
+) -> None:
     """The run options (those in ``dests``, else all) with their parsers and ranges. Without
     ``defaults`` an option not given is None and RunConfig applies its default; with it, the
     parsed arguments hold RunConfig's defaults (for commands that read them directly)."""
@@ -93,8 +98,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     report = result.report
     assert report is not None
-    for line in [*header_lines(report), legend(report), *cell_lines(report), *finding_lines(report),
-                 *footer_lines(report, result.report_dir)]:
+    for line in [
+        *header_lines(report),
+        legend(report),
+        *cell_lines(report),
+        *finding_lines(report),
+        *footer_lines(report, result.report_dir),
+    ]:
         print(line)
     return 0 if result.verdict == Verdict.PASS else 1
 
@@ -106,8 +116,11 @@ def dry_run(config: RunConfig) -> int:
     from harness.stages.plan_only import estimate_line, plan_only
 
     planned = plan_only(config)
-    for line in [*planned.cost_lines(), *planned.limit_lines(),
-                 estimate_line(config, planned.plan.sequences())]:
+    for line in [
+        *planned.cost_lines(),
+        *planned.limit_lines(),
+        estimate_line(config, planned.plan.sequences()),
+    ]:
         print(line)
     return 1 if planned.limit_failures else 0
 
@@ -116,17 +129,28 @@ def cmd_build_engine(args: argparse.Namespace) -> int:
     from harness.engines.emulator.build import BuildLimits, build_engine
     from harness.engines.emulator.faults import parse_drift, parse_fault, split_fault
 
-    limits = BuildLimits(max_batch_size=args.max_batch_size, max_beam_width=args.max_beam_width,
-                         max_input_len=args.max_input_len, max_seq_len=args.max_seq_len)
-    fault = (parse_fault(args.fault, max_batch_size=limits.max_batch_size)
-             if args.fault else None)
+    limits = BuildLimits(
+        max_batch_size=args.max_batch_size,
+        max_beam_width=args.max_beam_width,
+        max_input_len=args.max_input_len,
+        max_seq_len=args.max_seq_len,
+    )
+    fault = parse_fault(args.fault, max_batch_size=limits.max_batch_size) if args.fault else None
     fault, drift = split_fault(fault, parse_drift(args.drift) if args.drift else None)
-    path = build_engine(Path(args.output), limits, model_dir=args.model,
-                        compute_dtype=args.compute_dtype, fault=fault, drift=drift)
+    path = build_engine(
+        Path(args.output),
+        limits,
+        model_dir=args.model,
+        compute_dtype=args.compute_dtype,
+        fault=fault,
+        drift=drift,
+    )
     what = [x.describe() for x in (fault, drift) if x is not None]
-    print(f"built emulator engine {path} (max_batch_size {limits.max_batch_size}, max_beam_width "
-          f"{limits.max_beam_width}, max_input_len {limits.max_input_len}, max_seq_len "
-          f"{limits.max_seq_len}" + (f"; fault: {' + '.join(what)}" if what else "") + ")")
+    print(
+        f"built emulator engine {path} (max_batch_size {limits.max_batch_size}, max_beam_width "
+        f"{limits.max_beam_width}, max_input_len {limits.max_input_len}, max_seq_len "
+        f"{limits.max_seq_len}" + (f"; fault: {' + '.join(what)}" if what else "") + ")"
+    )
     return 0
 
 
@@ -136,11 +160,20 @@ def cmd_lint(args: argparse.Namespace) -> int:
     from harness.limits.lint import format_text, lint
     from harness.model.vocab import Verdict
 
-    result = lint(args.engine_dir, batch_size=args.batch_size, num_beams=args.num_beams,
-                  max_new_tokens=args.max_new_tokens, gpu=args.gpu_memory,
-                  tokenizer=args.tokenizer, dataset=args.dataset, text_field=args.text_field,
-                  summary_field=args.summary_field, prompt_template=args.prompt_template,
-                  dataset_config=args.dataset_config, split=args.split)
+    result = lint(
+        args.engine_dir,
+        batch_size=args.batch_size,
+        num_beams=args.num_beams,
+        max_new_tokens=args.max_new_tokens,
+        gpu=args.gpu_memory,
+        tokenizer=args.tokenizer,
+        dataset=args.dataset,
+        text_field=args.text_field,
+        summary_field=args.summary_field,
+        prompt_template=args.prompt_template,
+        dataset_config=args.dataset_config,
+        split=args.split,
+    )
     print(json.dumps(result.as_dict(), indent=2) if args.json else format_text(result))
     return 0 if result.verdict == Verdict.PASS else 1
 
@@ -158,8 +191,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for line in result.lines:
         print(line)
     if html is not None:
-        with disk_errors(f"--html {html}", "the comparison above is complete; give a file on a "
-                         "disk with space"):
+        with disk_errors(
+            f"--html {html}", "the comparison above is complete; give a file on a disk with space"
+        ):
             atomic_write_text(html, render_compare(result))
         print(f"page: {html}")
     print(f"verdict: {result.verdict} (new against old, tolerance {result.tolerance})")
@@ -176,12 +210,21 @@ def cmd_options(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from harness.tools.calibrate import Settings, Targets, run_calibration, table
 
-    settings = Settings(trials=args.trials, seed=args.seed, prompts=args.prompts, pool=args.pool,
-                        rounds=args.rounds, max_new_tokens=args.max_new_tokens,
-                        tolerance=args.tolerance, alpha=args.alpha, jobs=args.jobs,
-                        cache_dir=None if args.no_cache else Path(args.cache_dir).expanduser(),
-                        only=tuple(args.only.split(",")) if args.only else (),
-                        rotation=args.rotation, sweep_to=args.sweep_to)
+    settings = Settings(
+        trials=args.trials,
+        seed=args.seed,
+        prompts=args.prompts,
+        pool=args.pool,
+        rounds=args.rounds,
+        max_new_tokens=args.max_new_tokens,
+        tolerance=args.tolerance,
+        alpha=args.alpha,
+        jobs=args.jobs,
+        cache_dir=None if args.no_cache else Path(args.cache_dir).expanduser(),
+        only=tuple(args.only.split(",")) if args.only else (),
+        rotation=args.rotation,
+        sweep_to=args.sweep_to,
+    )
     outcomes = run_calibration(settings, say=lambda line: print(line, flush=True))
     lines, ok = table(outcomes, settings, Targets())
     print("\n".join(lines))
@@ -191,9 +234,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from harness.tools.serve import serve
 
-    return serve(args.engine, backend=args.backend, host=args.host, port=args.port,
-                 max_batch_size=args.max_batch_size, window_ms=args.batch_window_ms,
-                 model_name=args.model_name, quiet=not args.verbose)
+    return serve(
+        args.engine,
+        backend=args.backend,
+        host=args.host,
+        port=args.port,
+        max_batch_size=args.max_batch_size,
+        window_ms=args.batch_window_ms,
+        model_name=args.model_name,
+        quiet=not args.verbose,
+    )
 
 
 def _non_negative_ms(value: str) -> float:
@@ -251,23 +301,34 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "report_s": round(wall - startup - timing.harness_total_s, 3),
     }
     cells = [c.id for c in result.cells]
-    out = {"engine": result.engine.path, "backend": result.engine.backend,
-           "cells": cells, "sequences": result.plan.sequences(),
-           "engine_calls": timing.engine_calls,
-           "engine_generate_s": round(engine, 3), "harness_wall_s": round(wall, 3),
-           "ratio": round(wall / engine, 4) if engine > 0 else None, "target_ratio": 1.10,
-           "breakdown": breakdown, "report_dir": str(result.report_dir)}
+    out = {
+        "engine": result.engine.path,
+        "backend": result.engine.backend,
+        "cells": cells,
+        "sequences": result.plan.sequences(),
+        "engine_calls": timing.engine_calls,
+        "engine_generate_s": round(engine, 3),
+        "harness_wall_s": round(wall, 3),
+        "ratio": round(wall / engine, 4) if engine > 0 else None,
+        "target_ratio": 1.10,
+        "breakdown": breakdown,
+        "report_dir": str(result.report_dir),
+    }
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"engine {out['engine']} ({out['backend']}), {len(cells)} cells, "
-          f"{out['sequences']} sequences, {out['engine_calls']} engine calls")
+    print(
+        f"engine {out['engine']} ({out['backend']}), {len(cells)} cells, "
+        f"{out['sequences']} sequences, {out['engine_calls']} engine calls"
+    )
     print(f"engine generate time: {engine:.2f} s")
     print(f"harness wall time:    {wall:.2f} s (process start to report written)")
     ratio = f"{wall / engine:.3f}" if engine > 0 else "n/a (the engine generated nothing)"
     print(f"ratio:                {ratio} (target <= 1.10)")
-    print("where the rest goes: " + ", ".join(f"{k} {v}" for k, v in breakdown.items()
-                                               if k != "engine_generate_s"))
+    print(
+        "where the rest goes: "
+        + ", ".join(f"{k} {v}" for k, v in breakdown.items() if k != "engine_generate_s")
+    )
     print(f"report: {result.report_dir}")
     return 0
 
@@ -283,8 +344,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
     assert report.shard is not None and report.shard.merged_from
     first = Path(report.shard.merged_from[0])
     folder = prepare_output(Path(args.output) if args.output else default_output(first))
-    with disk_errors(f"--output {folder}", "the shard reports are unchanged; free space or give "
-                     "another --output, and merge again"):
+    with disk_errors(
+        f"--output {folder}",
+        "the shard reports are unchanged; free space or give another --output, and merge again",
+    ):
         write_files(report, rows, folder)
     for line in cell_lines(report):
         print(line)
@@ -300,19 +363,36 @@ def _add_build_engine(sub: Any) -> None:
     p_build.add_argument("--max-beam-width", type=positive_int("--max-beam-width"), default=1)
     p_build.add_argument("--max-input-len", type=positive_int("--max-input-len"), default=384)
     p_build.add_argument("--max-seq-len", type=positive_int("--max-seq-len"), default=512)
-    p_build.add_argument("--model", type=Path, default=None, metavar="DIR",
-                         help="transformers Mistral model directory (default: the bundled model)")
-    p_build.add_argument("--compute-dtype", choices=("float32", "float64"), default=DEFAULT_COMPUTE_DTYPE,
-                         help=f"the emulator's arithmetic (default {DEFAULT_COMPUTE_DTYPE})")
-    p_build.add_argument("--fault", default=None, metavar="KIND[:k=v,...]",
-                         help="build a faulty engine: full-batch[:slot=], padding, stride, "
-                              "partial[:position=,fraction=,seed=], truncate[:keep=], or "
-                              "drift[:rate=,seed=] for drift alone (see docs/method.md)")
-    p_build.add_argument("--drift", default=None, metavar="RATE[:seed=S]",
-                         help="benign batch-shape drift on top of any fault: the share of "
-                              "sequences at batch size > 1 that take the runner-up of a "
-                              "near-tie (with greedy decoding, the share of outputs that "
-                              "differ from batch size 1), e.g. 0.3 or 0.6:seed=2")
+    p_build.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="transformers Mistral model directory (default: the bundled model)",
+    )
+    p_build.add_argument(
+        "--compute-dtype",
+        choices=("float32", "float64"),
+        default=DEFAULT_COMPUTE_DTYPE,
+        help=f"the emulator's arithmetic (default {DEFAULT_COMPUTE_DTYPE})",
+    )
+    p_build.add_argument(
+        "--fault",
+        default=None,
+        metavar="KIND[:k=v,...]",
+        help="build a faulty engine: full-batch[:slot=], padding, stride, "
+        "partial[:position=,fraction=,seed=], truncate[:keep=], or "
+        "drift[:rate=,seed=] for drift alone (see docs/method.md)",
+    )
+    p_build.add_argument(
+        "--drift",
+        default=None,
+        metavar="RATE[:seed=S]",
+        help="benign batch-shape drift on top of any fault: the share of "
+        "sequences at batch size > 1 that take the runner-up of a "
+        "near-tie (with greedy decoding, the share of outputs that "
+        "differ from batch size 1), e.g. 0.3 or 0.6:seed=2",
+    )
     p_build.set_defaults(func=cmd_build_engine)
 
 
@@ -320,67 +400,144 @@ def _add_lint(sub: Any) -> None:
     """lint: one cell against an engine's config.json."""
     p_lint = sub.add_parser("lint", help="check an engine's build limits and KV-cache memory")
     p_lint.add_argument("engine_dir", metavar="ENGINE_DIR")
-    p_lint.add_argument("--batch-size", type=positive_int("--batch-size"), default=None,
-                        help="batch size to check (default: the engine's max_batch_size)")
+    p_lint.add_argument(
+        "--batch-size",
+        type=positive_int("--batch-size"),
+        default=None,
+        help="batch size to check (default: the engine's max_batch_size)",
+    )
     p_lint.add_argument("--num-beams", type=positive_int("--num-beams"), default=1)
-    p_lint.add_argument("--tokenizer", default=None, metavar="DIR",
-                        help="tokenizer for prompt lengths (emulator engines carry their own)")
-    _add_run_options(p_lint, ("max_new_tokens", "gpu_memory", "dataset", "dataset_config", "split",
-                              "text_field", "summary_field", "prompt_template"), defaults=True)
+    p_lint.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="DIR",
+        help="tokenizer for prompt lengths (emulator engines carry their own)",
+    )
+    _add_run_options(
+        p_lint,
+        (
+            "max_new_tokens",
+            "gpu_memory",
+            "dataset",
+            "dataset_config",
+            "split",
+            "text_field",
+            "summary_field",
+            "prompt_template",
+        ),
+        defaults=True,
+    )
     p_lint.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p_lint.set_defaults(func=cmd_lint)
 
+
 def _add_calibrate(sub: Any) -> None:
     """calibrate: the run's decision options, plus the trials'."""
-    p_cal = sub.add_parser("calibrate", help="measure false-alarm and detection rates on the "
-                                              "emulator's fault models (docs/method.md)")
+    p_cal = sub.add_parser(
+        "calibrate",
+        help="measure false-alarm and detection rates on the emulator's fault models (docs/method.md)",
+    )
     p_cal.add_argument("--trials", type=positive_int("--trials"), default=200)
-    p_cal.add_argument("--prompts", type=positive_int("--prompts"), default=64,
-                       help="prompts per trial (the default dataset size)")
+    p_cal.add_argument(
+        "--prompts",
+        type=positive_int("--prompts"),
+        default=64,
+        help="prompts per trial (the default dataset size)",
+    )
     # the defaults of harness.tools.calibrate.Settings (not imported here: it loads torch)
-    p_cal.add_argument("--pool", type=positive_int("--pool"), default=96,
-                       help="generated prompts the trials draw from (default 96)")
-    p_cal.add_argument("--rounds", type=positive_int("--rounds"), default=1,
-                       help="rotation rounds per cell for drift, padding and stride (default 1; "
-                            "each more adds about a third to the generation)")
-    p_cal.add_argument("--jobs", type=positive_int("--jobs"), default=min(2, os.cpu_count() or 1),
-                       help="worker processes for generation")
-    p_cal.add_argument("--only", default=None, metavar="NAMES",
-                       help="comma-separated models: healthy, drift-0.1, drift-0.3, drift-0.6, "
-                            "overflow, full-batch, padding, stride (each also +drift), partial, "
-                            "partial+drift, truncate; swept to max_batch_size 8: graph-ladder, "
-                            "beam-buffer (each also +drift), sweep-drift-0.3")
-    p_cal.add_argument("--sweep-to", type=positive_int("--sweep-to"), default=8, metavar="N",
-                       help="max_batch_size the sweep models are built with and swept to "
-                            "(default 8; needs --prompts >= 5 N)")
-    _add_run_options(p_cal, ("seed", "max_new_tokens", "tolerance", "alpha", "cache_dir",
-                             "no_cache", "rotation"), defaults=True, helps={
-        "seed": f"seed for the rounds' shuffles and the trials (default {RunConfig.seed})",
-        "cache_dir": "generation cache folder (default: the run's cache folder)",
-        "rotation": "the plan the trials analyse (full, the default, or sparse: each prompt at "
-                    "one position per cell, as with run --rotation sparse); the sweep models "
-                    "are always sparse, as --sweep is"})
+    p_cal.add_argument(
+        "--pool",
+        type=positive_int("--pool"),
+        default=96,
+        help="generated prompts the trials draw from (default 96)",
+    )
+    p_cal.add_argument(
+        "--rounds",
+        type=positive_int("--rounds"),
+        default=1,
+        help="rotation rounds per cell for drift, padding and stride (default 1; "
+        "each more adds about a third to the generation)",
+    )
+    p_cal.add_argument(
+        "--jobs",
+        type=positive_int("--jobs"),
+        default=min(2, os.cpu_count() or 1),
+        help="worker processes for generation",
+    )
+    p_cal.add_argument(
+        "--only",
+        default=None,
+        metavar="NAMES",
+        help="comma-separated models: healthy, drift-0.1, drift-0.3, drift-0.6, "
+        "overflow, full-batch, padding, stride (each also +drift), partial, "
+        "partial+drift, truncate; swept to max_batch_size 8: graph-ladder, "
+        "beam-buffer (each also +drift), sweep-drift-0.3",
+    )
+    p_cal.add_argument(
+        "--sweep-to",
+        type=positive_int("--sweep-to"),
+        default=8,
+        metavar="N",
+        help="max_batch_size the sweep models are built with and swept to "
+        "(default 8; needs --prompts >= 5 N)",
+    )
+    _add_run_options(
+        p_cal,
+        ("seed", "max_new_tokens", "tolerance", "alpha", "cache_dir", "no_cache", "rotation"),
+        defaults=True,
+        helps={
+            "seed": f"seed for the rounds' shuffles and the trials (default {RunConfig.seed})",
+            "cache_dir": "generation cache folder (default: the run's cache folder)",
+            "rotation": "the plan the trials analyse (full, the default, or sparse: each prompt at "
+            "one position per cell, as with run --rotation sparse); the sweep models "
+            "are always sparse, as --sweep is",
+        },
+    )
     p_cal.set_defaults(func=cmd_calibrate)
+
 
 def _add_serve(sub: Any) -> None:
     """serve: an engine on loopback."""
-    p_serve = sub.add_parser("serve", help="serve an emulator or hf engine through an "
-                             "OpenAI-compatible /v1/completions on loopback")
-    p_serve.add_argument("--engine", default=BUNDLED, metavar="DIR",
-                         help="engine or hf model directory (default: the bundled engine)")
-    p_serve.add_argument("--backend", default=None, metavar="NAME",
-                         help="emulator, hf or module:Class (default: detected)")
-    p_serve.add_argument("--port", required=True, type=non_negative_int("--port"),
-                         help="port to listen on (0: any free port; the ready line names it)")
+    p_serve = sub.add_parser(
+        "serve",
+        help="serve an emulator or hf engine through an OpenAI-compatible /v1/completions on loopback",
+    )
+    p_serve.add_argument(
+        "--engine",
+        default=BUNDLED,
+        metavar="DIR",
+        help="engine or hf model directory (default: the bundled engine)",
+    )
+    p_serve.add_argument(
+        "--backend", default=None, metavar="NAME", help="emulator, hf or module:Class (default: detected)"
+    )
+    p_serve.add_argument(
+        "--port",
+        required=True,
+        type=non_negative_int("--port"),
+        help="port to listen on (0: any free port; the ready line names it)",
+    )
     p_serve.add_argument("--host", default="127.0.0.1", help="loopback address (default 127.0.0.1)")
-    p_serve.add_argument("--max-batch-size", type=positive_int("--max-batch-size"), default=None,
-                         metavar="N", help="largest engine batch (default: the engine's "
-                         "max_batch_size, else 8)")
-    p_serve.add_argument("--batch-window-ms", type=_non_negative_ms, default=100.0, metavar="MS",
-                         help="how long the first request of a batch waits for others with the "
-                         "same settings (default 100)")
-    p_serve.add_argument("--model-name", default=None, metavar="NAME",
-                         help="model id in /v1/models (default: the engine directory's name)")
+    p_serve.add_argument(
+        "--max-batch-size",
+        type=positive_int("--max-batch-size"),
+        default=None,
+        metavar="N",
+        help="largest engine batch (default: the engine's max_batch_size, else 8)",
+    )
+    p_serve.add_argument(
+        "--batch-window-ms",
+        type=_non_negative_ms,
+        default=100.0,
+        metavar="MS",
+        help="how long the first request of a batch waits for others with the same settings (default 100)",
+    )
+    p_serve.add_argument(
+        "--model-name",
+        default=None,
+        metavar="NAME",
+        help="model id in /v1/models (default: the engine directory's name)",
+    )
     p_serve.add_argument("--verbose", action="store_true", help="log every request")
     p_serve.set_defaults(func=cmd_serve)
 
@@ -391,10 +548,13 @@ def main(argv: list[str] | None = None) -> int:
 
     p_run = sub.add_parser("run", help="run the batch-position suite without pytest")
     _add_run_options(p_run)
-    p_run.add_argument("--dry-run", action="store_true",
-                       help="print the plan, the tokens it may generate, the build-limit checks "
-                            "and (with --throughput) an estimate of its time, without loading "
-                            "the engine or generating; exit 1 when a cell exceeds a build limit")
+    p_run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan, the tokens it may generate, the build-limit checks "
+        "and (with --throughput) an estimate of its time, without loading "
+        "the engine or generating; exit 1 when a cell exceeds a build limit",
+    )
     p_run.set_defaults(func=cmd_run, stoppable=True)  # SIGTERM/SIGHUP end it as Ctrl-C does
 
     _add_build_engine(sub)
@@ -403,30 +563,36 @@ def main(argv: list[str] | None = None) -> int:
     p_cmp = sub.add_parser("compare", help="what changed between two runs' reports")
     p_cmp.add_argument("old", metavar="OLD", help="report folder or report.json")
     p_cmp.add_argument("new", metavar="NEW", help="report folder or report.json")
-    p_cmp.add_argument("--tolerance", type=option("tolerance").type or float, default=None,
-                       help="ROUGE-L change that counts (default: NEW's --tolerance)")
+    p_cmp.add_argument(
+        "--tolerance",
+        type=option("tolerance").type or float,
+        default=None,
+        help="ROUGE-L change that counts (default: NEW's --tolerance)",
+    )
     p_cmp.add_argument("--html", metavar="FILE", help="also write the comparison as a page")
     p_cmp.set_defaults(func=cmd_compare)
 
     _add_calibrate(sub)
     _add_serve(sub)
 
-    p_opts = sub.add_parser("options", help="every run option (of run and pytest suites/) as a "
-                                             "Markdown table")
+    p_opts = sub.add_parser(
+        "options", help="every run option (of run and pytest suites/) as a Markdown table"
+    )
     p_opts.set_defaults(func=cmd_options)
 
-    p_bench = sub.add_parser("bench", help="time a run (no cache) against the engine's own "
-                             "generate time")
+    p_bench = sub.add_parser("bench", help="time a run (no cache) against the engine's own generate time")
     _add_run_options(p_bench)
     p_bench.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p_bench.set_defaults(func=cmd_bench, stoppable=True)
 
     p_merge = sub.add_parser("merge", help="combine the reports of --shard K/N runs into one")
-    p_merge.add_argument("reports", nargs="+", metavar="REPORT_DIR",
-                         help="the report folder of every shard")
-    p_merge.add_argument("--output", metavar="DIR", default=None,
-                         help="folder for the merged report (default: a new merged-<time> "
-                              "folder next to the first shard's)")
+    p_merge.add_argument("reports", nargs="+", metavar="REPORT_DIR", help="the report folder of every shard")
+    p_merge.add_argument(
+        "--output",
+        metavar="DIR",
+        default=None,
+        help="folder for the merged report (default: a new merged-<time> folder next to the first shard's)",
+    )
     p_merge.set_defaults(func=cmd_merge)
 
     # everything this command prints, argparse's errors included, leaves through one gate:

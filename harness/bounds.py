@@ -39,8 +39,9 @@ class Range:
 OPTION_RANGES: dict[str, Range] = {
     "--batch-timeout": Range(None, DAY_S, "one day; a batch that runs longer is hung"),
     "--request-timeout": Range(None, DAY_S, "one day; an answer that takes longer is lost"),
-    "--length-penalty": Range(-MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY,
-                              "beam search raises lengths to this power"),
+    "--length-penalty": Range(
+        -MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY, "beam search raises lengths to this power"
+    ),
     "--max-new-tokens": Range(None, MAX_NEW_TOKENS, "what is scored is a multiple of it"),
     "--retries": Range(None, MAX_RETRIES, "each retry waits longer than the one before"),
     "--batch-sizes": Range(None, MAX_BATCH_SIZE, "the largest max_batch_size an engine may have"),
@@ -58,13 +59,27 @@ OPTION_RANGES: dict[str, Range] = {
 
 # config.json integers, by key (in any section and layout); other keys: INT32_MAX.
 CONFIG_MAXIMA: dict[str, int] = {
-    "max_batch_size": MAX_BATCH_SIZE, "max_beam_width": MAX_BEAM_WIDTH,
-    "max_input_len": MAX_TOKENS, "max_seq_len": MAX_TOKENS, "max_output_len": MAX_TOKENS,
-    "max_num_tokens": 1 << 24, "num_hidden_layers": 4096, "num_layers": 4096,
-    "num_attention_heads": 4096, "num_heads": 4096, "num_key_value_heads": 4096,
-    "num_kv_heads": 4096, "head_size": 1 << 16, "hidden_size": 1 << 20,
-    "intermediate_size": 1 << 22, "vocab_size": 1 << 24, "tp_size": 4096, "pp_size": 4096,
-    "tensor_parallel": 4096, "pipeline_parallel": 4096, "tokens_per_block": 1 << 16,
+    "max_batch_size": MAX_BATCH_SIZE,
+    "max_beam_width": MAX_BEAM_WIDTH,
+    "max_input_len": MAX_TOKENS,
+    "max_seq_len": MAX_TOKENS,
+    "max_output_len": MAX_TOKENS,
+    "max_num_tokens": 1 << 24,
+    "num_hidden_layers": 4096,
+    "num_layers": 4096,
+    "num_attention_heads": 4096,
+    "num_heads": 4096,
+    "num_key_value_heads": 4096,
+    "num_kv_heads": 4096,
+    "head_size": 1 << 16,
+    "hidden_size": 1 << 20,
+    "intermediate_size": 1 << 22,
+    "vocab_size": 1 << 24,
+    "tp_size": 4096,
+    "pp_size": 4096,
+    "tensor_parallel": 4096,
+    "pipeline_parallel": 4096,
+    "tokens_per_block": 1 << 16,
 }
 
 
@@ -138,23 +153,26 @@ class ScoringCap:
 
     @classmethod
     def for_tokens(cls, max_new_tokens: int) -> ScoringCap:
-        return cls(words=SCORED_WORDS_PER_TOKEN * max_new_tokens,
-                   chars=SCORED_CHARS_PER_TOKEN * max_new_tokens)
+        return cls(
+            words=SCORED_WORDS_PER_TOKEN * max_new_tokens, chars=SCORED_CHARS_PER_TOKEN * max_new_tokens
+        )
 
     def describe(self) -> str:
-        return (f"{SCORED_WORDS_PER_TOKEN} x --max-new-tokens words ({self.words}, at most "
-                f"{self.chars} characters)")
+        return (
+            f"{SCORED_WORDS_PER_TOKEN} x --max-new-tokens words ({self.words}, at most "
+            f"{self.chars} characters)"
+        )
 
     def cut(self, text: str) -> str:
         """``text`` itself when within the cap, else its longest prefix that is."""
         if len(text) <= self.words:  # fewer characters than words allowed
             return text
-        head = text[:self.chars]
+        head = text[: self.chars]
         words = _WORD.finditer(head)
         last = next(itertools.islice(words, self.words - 1, None), None)
         if last is None or next(words, None) is None:  # at most ``words`` words
             return head
-        return head[:last.end()]
+        return head[: last.end()]
 
     def cut_row(self, row: Sequence[str | None]) -> tuple[str | None, ...]:
         """Every text of a row cut to the cap (None: no text there)."""

@@ -63,8 +63,10 @@ def is_url(spec: str) -> bool:
 def check_template(template: str, option: str = "--prompt-template") -> str:
     """The template, when it has a place for the document; a ConfigError otherwise."""
     if not isinstance(template, str) or "{text}" not in template:
-        raise ConfigError(f"{option} {template!r}: must contain {{text}}, where each document "
-                          "goes, e.g. 'Article: {text} Summary: '")
+        raise ConfigError(
+            f"{option} {template!r}: must contain {{text}}, where each document "
+            "goes, e.g. 'Article: {text} Summary: '"
+        )
     return template
 
 
@@ -77,7 +79,8 @@ def positive_int_list(option: str) -> Callable[[str], tuple[int, ...]]:
             n = int(p)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{option} {value!r}: {p!r} is not an integer; use e.g. 1,2,4,8 or 1-8,16") from None
+                f"{option} {value!r}: {p!r} is not an integer; use e.g. 1,2,4,8 or 1-8,16"
+            ) from None
         if n <= 0:
             raise argparse.ArgumentTypeError(f"{option} {value!r}: {n} must be at least 1")
         if too_far := out_of_range(option, n):
@@ -89,7 +92,8 @@ def positive_int_list(option: str) -> Callable[[str], tuple[int, ...]]:
         if not value or any(p == "" for p in parts):
             raise argparse.ArgumentTypeError(
                 f"{option} {value!r}: expected comma-separated positive integers or ranges, "
-                "e.g. 1,2,4,8 or 1-8,16")
+                "e.g. 1,2,4,8 or 1-8,16"
+            )
         numbers: list[int] = []
         for p in parts:
             low, dash, high = p.partition("-")
@@ -97,14 +101,16 @@ def positive_int_list(option: str) -> Callable[[str], tuple[int, ...]]:
                 first, last = number(value, low.strip()), number(value, high.strip())
                 if last < first:
                     raise argparse.ArgumentTypeError(
-                        f"{option} {value!r}: the range {p!r} runs backwards; write {last}-{first}")
+                        f"{option} {value!r}: the range {p!r} runs backwards; write {last}-{first}"
+                    )
                 span = range(first, last + 1)
             else:
                 span = range(number(value, p), number(value, p) + 1)
             for n in span:
                 if n in numbers:
                     raise argparse.ArgumentTypeError(
-                        f"{option} {value!r}: {n} is given twice; list each value once")
+                        f"{option} {value!r}: {n} is given twice; list each value once"
+                    )
                 numbers.append(n)
         return tuple(sorted(numbers))
 
@@ -164,7 +170,8 @@ def choice(option: str, words: type[W]) -> Callable[[str], W]:
             return words(value)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{option} {value!r}: expected one of {', '.join(w.value for w in words)}") from None
+                f"{option} {value!r}: expected one of {', '.join(w.value for w in words)}"
+            ) from None
 
     return parse
 
@@ -174,8 +181,8 @@ def _reuse_choice(value: str) -> CacheReuse:
         return reuse_setting(value)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--kv-cache-reuse {value!r}: expected one of "
-            f"{', '.join(w.value for w in REUSE_SETTINGS)}") from None
+            f"--kv-cache-reuse {value!r}: expected one of {', '.join(w.value for w in REUSE_SETTINGS)}"
+        ) from None
 
 
 def fraction(option: str, *, low: float, high: float, open_low: bool = False) -> Callable[[str], float]:
@@ -186,8 +193,7 @@ def fraction(option: str, *, low: float, high: float, open_low: bool = False) ->
         bad_low = x <= low if open_low else x < low
         if math.isnan(x) or bad_low or x > high:
             bracket = "(" if open_low else "["
-            raise argparse.ArgumentTypeError(
-                f"{option} {value!r}: must be in {bracket}{low}, {high}]")
+            raise argparse.ArgumentTypeError(f"{option} {value!r}: must be in {bracket}{low}, {high}]")
         return x
 
     return parse
@@ -223,14 +229,14 @@ def shard(option: str) -> Callable[[str], tuple[int, int]]:
     def parse(value: str) -> tuple[int, int]:
         m = re.fullmatch(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*", str(value))
         if not m:
-            raise argparse.ArgumentTypeError(
-                f"{option} {value!r}: expected K/N (shard K of N), e.g. 1/2")
+            raise argparse.ArgumentTypeError(f"{option} {value!r}: expected K/N (shard K of N), e.g. 1/2")
         k, n = int(m.group(1)), int(m.group(2))
         if n < 1:
             raise argparse.ArgumentTypeError(f"{option} {value!r}: N must be at least 1")
         if not 1 <= k <= n:
             raise argparse.ArgumentTypeError(
-                f"{option} {value!r}: K must be between 1 and N ({n}); shards are numbered 1..{n}")
+                f"{option} {value!r}: K must be between 1 and N ({n}); shards are numbered 1..{n}"
+            )
         return k, n
 
     return parse
@@ -278,7 +284,8 @@ def env_name(option: str) -> Callable[[str], str]:
             raise argparse.ArgumentTypeError(
                 f"{option}: expected the NAME of an environment variable (letters, digits and _, "
                 f"e.g. MY_GATEWAY_KEY), not the key itself; export the key in that variable "
-                "(the value given is not shown, in case it is a key)")
+                "(the value given is not shown, in case it is a key)"
+            )
         return str(value)
 
     return parse
@@ -286,11 +293,17 @@ def env_name(option: str) -> Callable[[str], str]:
 
 # --request-field: fields the harness sets itself, and the option that sets each
 RESERVED_FIELDS: dict[str, str] = {
-    "model": "--model", "prompt": "--dataset and --prompt-template",
-    "max_tokens": "--max-new-tokens", "temperature": "always 0: the harness decodes greedily",
-    "n": "--beam-widths", "best_of": "--beam-widths", "use_beam_search": "--beam-widths",
-    "length_penalty": "--length-penalty", "early_stopping": "set with the beam width",
-    "stream": "the harness reads whole answers", "echo": "an answer must not repeat its prompt",
+    "model": "--model",
+    "prompt": "--dataset and --prompt-template",
+    "max_tokens": "--max-new-tokens",
+    "temperature": "always 0: the harness decodes greedily",
+    "n": "--beam-widths",
+    "best_of": "--beam-widths",
+    "use_beam_search": "--beam-widths",
+    "length_penalty": "--length-penalty",
+    "early_stopping": "set with the beam width",
+    "stream": "the harness reads whole answers",
+    "echo": "an answer must not repeat its prompt",
 }
 FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
 FIELD_DEPTH = 16  # nesting of one field's JSON value
@@ -304,32 +317,39 @@ def _field_value(option: str, given: str, raw: str) -> Any:
         return json.loads(raw)
     except (ValueError, RecursionError):
         if raw.lstrip()[:1] in ("[", "{", '"'):
-            raise argparse.ArgumentTypeError(f"{option} {given!r}: the value is not valid JSON; "
-                                             "quote it for the shell, e.g. stop='[\"END\"]'") from None
+            raise argparse.ArgumentTypeError(
+                f"{option} {given!r}: the value is not valid JSON; "
+                "quote it for the shell, e.g. stop='[\"END\"]'"
+            ) from None
         return raw
 
 
 def _field(option: str, given: str, key: Any, value: Any) -> tuple[str, str]:
     """One checked (key, canonical JSON) pair."""
     if not isinstance(key, str) or not FIELD_NAME.fullmatch(key):
-        raise argparse.ArgumentTypeError(f"{option} {given!r}: {key!r} is not a field name; use "
-                                         "letters, digits and _ (e.g. repeat_penalty=1.0)")
+        raise argparse.ArgumentTypeError(
+            f"{option} {given!r}: {key!r} is not a field name; use "
+            "letters, digits and _ (e.g. repeat_penalty=1.0)"
+        )
     if key in RESERVED_FIELDS:
         raise argparse.ArgumentTypeError(
             f"{option} {given!r}: {key} is set by the harness ({RESERVED_FIELDS[key]}); "
-            f"reserved: {', '.join(RESERVED_FIELDS)}")
+            f"reserved: {', '.join(RESERVED_FIELDS)}"
+        )
     if not json_depth_ok(value, FIELD_DEPTH):
-        raise argparse.ArgumentTypeError(f"{option} {given!r}: the value nests deeper than "
-                                         f"{FIELD_DEPTH} levels")
+        raise argparse.ArgumentTypeError(
+            f"{option} {given!r}: the value nests deeper than {FIELD_DEPTH} levels"
+        )
     try:
-        text = json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False,
-                          separators=(",", ":"))
+        text = json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{option} {given!r}: NaN and Infinity are not JSON; "
-                                         "give a finite number") from None
+        raise argparse.ArgumentTypeError(
+            f"{option} {given!r}: NaN and Infinity are not JSON; give a finite number"
+        ) from None
     if len(text) > FIELD_CHARS:
-        raise argparse.ArgumentTypeError(f"{option} {given!r}: the value is longer than "
-                                         f"{FIELD_CHARS} characters")
+        raise argparse.ArgumentTypeError(
+            f"{option} {given!r}: the value is longer than {FIELD_CHARS} characters"
+        )
     return key, text
 
 
@@ -345,21 +365,26 @@ def request_field(option: str) -> Callable[[str], RequestFields]:
             except (ValueError, RecursionError):
                 obj = None
             if not isinstance(obj, dict) or not obj:
-                raise argparse.ArgumentTypeError(f"{option} {value!r}: expected a JSON object of "
-                                                 'fields, e.g. \'{"repeat_penalty": 1.0}\'')
+                raise argparse.ArgumentTypeError(
+                    f"{option} {value!r}: expected a JSON object of "
+                    "fields, e.g. '{\"repeat_penalty\": 1.0}'"
+                )
             return tuple(_field(option, text, k, v) for k, v in obj.items())
         key, sep, raw = text.partition("=")
         if not sep or not key.strip():
-            raise argparse.ArgumentTypeError(f"{option} {value!r}: expected KEY=VALUE (VALUE as "
-                                             "JSON, else a string), e.g. repeat_penalty=1.0")
+            raise argparse.ArgumentTypeError(
+                f"{option} {value!r}: expected KEY=VALUE (VALUE as "
+                "JSON, else a string), e.g. repeat_penalty=1.0"
+            )
         return (_field(option, text, key.strip(), _field_value(option, text, raw)),)
 
     return parse
 
 
 def _is_pair(item: Any) -> bool:
-    return (isinstance(item, tuple) and len(item) == 2
-            and isinstance(item[0], str) and isinstance(item[1], str))
+    return (
+        isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], str)
+    )
 
 
 def _parts(given: Any, parse: Callable[[str], RequestFields]) -> list[RequestFields]:
@@ -529,16 +554,22 @@ class RunConfig:
         server = is_url(str(kwargs.get("engine", ""))) or kwargs.get("backend") == "openai"
         for dest in SERVER_OPTIONS:
             if kwargs.get(dest) is not None and not server:
-                raise ConfigError(f"{option(dest).flag} applies only to an OpenAI-compatible "
-                                  "server: use it with --engine http://HOST:PORT/v1")
+                raise ConfigError(
+                    f"{option(dest).flag} applies only to an OpenAI-compatible "
+                    "server: use it with --engine http://HOST:PORT/v1"
+                )
         if kwargs.get("shard") and kwargs.get("update_goldens"):
-            raise ConfigError("--update-goldens records goldens from a whole run: run it once "
-                              "without --shard, then shard the runs that use them")
+            raise ConfigError(
+                "--update-goldens records goldens from a whole run: run it once "
+                "without --shard, then shard the runs that use them"
+            )
         if kwargs.get("sweep"):
             if kwargs.get("batch_sizes") is not None:
-                raise ConfigError("--sweep tests every batch size up to the engine's max_batch_size: "
-                                  "drop --batch-sizes, or bound the sweep yourself with "
-                                  "--batch-sizes 1-N --rotation sparse")
+                raise ConfigError(
+                    "--sweep tests every batch size up to the engine's max_batch_size: "
+                    "drop --batch-sizes, or bound the sweep yourself with "
+                    "--batch-sizes 1-N --rotation sparse"
+                )
             kwargs["rotation"] = Rotation.SPARSE  # each prompt once per size: the sweep's cost
         return cls(**kwargs, root=root)
 
@@ -550,19 +581,30 @@ class RunConfig:
 
     def engine_options(self) -> EngineOptions:
         """The options backends read at load time."""
-        return EngineOptions(tokenizer=self.tokenizer, trust_remote_code=self.trust_remote_code,
-                             end_id=self.end_id, pad_id=self.pad_id,
-                             trtllm_runtime=self.trtllm_runtime, dtype=self.dtype,
-                             kv_cache_reuse=self.kv_cache_reuse, model=self.model,
-                             request_timeout=self.request_timeout, retries=self.retries,
-                             api_key_env=self.api_key_env)
+        return EngineOptions(
+            tokenizer=self.tokenizer,
+            trust_remote_code=self.trust_remote_code,
+            end_id=self.end_id,
+            pad_id=self.pad_id,
+            trtllm_runtime=self.trtllm_runtime,
+            dtype=self.dtype,
+            kv_cache_reuse=self.kv_cache_reuse,
+            model=self.model,
+            request_timeout=self.request_timeout,
+            retries=self.retries,
+            api_key_env=self.api_key_env,
+        )
 
     def decoding(self, beam_width: int) -> DecodingSettings:
         """The decoding settings of one beam width."""
-        return DecodingSettings(beam_width=beam_width, max_new_tokens=self.max_new_tokens,
-                                length_penalty=self.length_penalty,
-                                prompt_template=self.prompt_template, chat=self.chat,
-                                request_fields=self.request_fields)
+        return DecodingSettings(
+            beam_width=beam_width,
+            max_new_tokens=self.max_new_tokens,
+            length_penalty=self.length_penalty,
+            prompt_template=self.prompt_template,
+            chat=self.chat,
+            request_fields=self.request_fields,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """Options as recorded in the report."""
@@ -598,8 +640,12 @@ class EngineOptions:
 
     def server_kwargs(self) -> dict[str, Any]:
         """The openai backend's keyword options."""
-        return {"model": self.model, "request_timeout": self.request_timeout,
-                "retries": self.retries, "api_key_env": self.api_key_env}
+        return {
+            "model": self.model,
+            "request_timeout": self.request_timeout,
+            "retries": self.retries,
+            "api_key_env": self.api_key_env,
+        }
 
 
 def _listed(values: tuple[int, ...]) -> str:
@@ -607,129 +653,314 @@ def _listed(values: tuple[int, ...]) -> str:
 
 
 OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec("--engine", "engine", "engine directory (emulator or TensorRT-LLM), hf model "
-               "directory, module:Class or a server's http://HOST:PORT/v1 (default: the "
-               "bundled emulator engine)", metavar="DIR"),
-    OptionSpec("--backend", "backend", "emulator, hf, trtllm, llmapi, openai or module:Class "
-               "(default: detected from the engine)", metavar="NAME"),
-    OptionSpec("--batch-sizes", "batch_sizes", "comma-separated batch sizes and ranges, e.g. "
-               "1-16 or 1-8,16,32 (default "
-               f"{_listed(DEFAULT_BATCH_SIZES)}, capped at the engine's max_batch_size)",
-               positive_int_list("--batch-sizes"), metavar="LIST"),
-    OptionSpec("--sweep", "sweep", "every batch size from 1 to the engine's max_batch_size "
-               "(config.json), each prompt once per size (--rotation sparse): names, per beam "
-               "width, the batch size from which cells fail (report.json boundaries); cost and "
-               "detection in docs/method.md", action="store_true"),
-    OptionSpec("--beam-widths", "beam_widths", "comma-separated beam widths (default "
-               f"{_listed(RunConfig.beam_widths)})", positive_int_list("--beam-widths"),
-               metavar="LIST"),
-    OptionSpec("--max-new-tokens", "max_new_tokens", "tokens generated per prompt (default "
-               f"{RunConfig.max_new_tokens})", positive_int("--max-new-tokens"), metavar="N"),
-    OptionSpec("--length-penalty", "length_penalty", "beam-search length penalty (default "
-               f"{RunConfig.length_penalty})", real("--length-penalty"), metavar="X"),
-    OptionSpec("--tolerance", "tolerance", "ROUGE-L drop that counts as a regression: a position "
-               "below the other positions of its batch, or quality against the references below "
-               f"batch size 1's (default {RunConfig.tolerance})",
-               fraction("--tolerance", low=0.0, high=1.0), metavar="X"),
-    OptionSpec("--alpha", "alpha", "significance level of each test after Holm's correction "
-               f"over every test of the run (default {RunConfig.alpha})",
-               fraction("--alpha", low=0.0, high=0.5, open_low=True), metavar="P"),
-    OptionSpec("--deterministic", "deterministic", "also fail every position where an output "
-               "differs from batch size 1's, for batch-invariant engines (vLLM's batch-invariant "
-               "mode, SGLang's deterministic inference); off: differing outputs are reported, and "
-               "fail only when they lose quality or depend on the position", action="store_true"),
-    OptionSpec("--dataset", "dataset", "documents with reference summaries: a JSONL, JSON, CSV "
-               "or Parquet file, a save_to_disk folder, a preset (cnn_dailymail, xsum, samsum) or "
-               "a datasets hub name read from the local cache (default: the bundled news set)",
-               metavar="PATH|NAME"),
-    OptionSpec("--dataset-config", "dataset_config", "configuration of a hub dataset (default: "
-               "the preset's, e.g. 3.0.0 for cnn_dailymail)", metavar="NAME"),
-    OptionSpec("--split", "split", "split of a hub dataset or a saved DatasetDict (default: the "
-               "preset's, else test)", metavar="NAME"),
-    OptionSpec("--text-field", "text_field", "dataset field holding the document (default: the "
-               "preset's, else text)", metavar="NAME"),
-    OptionSpec("--summary-field", "summary_field", "dataset field holding the reference "
-               "summary (default: the preset's, else summary)", metavar="NAME"),
-    OptionSpec("--num-prompts", "num_prompts", "use N documents of the dataset, chosen "
-               "reproducibly from --seed (default: all)", positive_int("--num-prompts"),
-               metavar="N"),
-    OptionSpec("--prompt-template", "prompt_template", "prompt built from each document; must "
-               f"contain {{text}} (default {RunConfig.prompt_template!r})", metavar="TEMPLATE"),
-    OptionSpec("--chat", "chat", "wrap each prompt in the engine tokenizer's chat template "
-               "(as the user's message, with the generation prompt)", action="store_true"),
-    OptionSpec("--gpu-memory", "gpu_memory", "GPU memory for the KV-cache budget, e.g. 80GiB "
-               "(default: read from the GPU, else 80GiB)", size("--gpu-memory"),
-               metavar="SIZE"),
-    OptionSpec("--seed", "seed", "seed for the order of prompts in batches and the "
-               f"--num-prompts subset (default {RunConfig.seed})", non_negative_int("--seed"),
-               metavar="N"),
-    OptionSpec("--report-dir", "report_dir", "folder under which each run writes a new report "
-               f"folder (default {RunConfig.report_dir}/)", metavar="DIR"),
-    OptionSpec("--goldens-dir", "goldens_dir", f"folder of goldens (default {RunConfig.goldens_dir}/)",
-               metavar="DIR"),
-    OptionSpec("--cache-dir", "cache_dir", "generation cache folder (default "
-               f"~/.cache/{CACHE_FOLDER}/{GENERATIONS_FOLDER}; $XDG_CACHE_HOME for ~/.cache "
-               "when set)", metavar="DIR"),
-    OptionSpec("--no-cache", "no_cache", "neither read nor write the generation cache",
-               action="store_true"),
-    OptionSpec("--signoff-by", "signoff_by", "name recorded in the report's sign-off block",
-               metavar="NAME"),
-    OptionSpec("--update-goldens", "update_goldens", "record goldens from this run (batch size 1 "
-               "of the engine, or --golden-engine) and write them after a complete run",
-               action="store_true"),
-    OptionSpec("--shard", "shard", "run only shard K of N of the cells (for CI matrices); "
-               "combine the shard reports with `python -m harness merge`", shard("--shard"),
-               metavar="K/N"),
-    OptionSpec("--rotation", "rotation", "full (default: every prompt at every position of every "
-               "cell, N x B sequences per cell) or sparse (each prompt at one position per cell, "
-               "N sequences per cell: B times cheaper, less sensitive; see docs/method.md)",
-               choice("--rotation", Rotation), metavar="{full,sparse}"),
-    OptionSpec("--golden-engine", "golden_engine", "engine or hf model directory whose batch-size-1 "
-               "outputs become the goldens with --update-goldens", metavar="DIR"),
-    OptionSpec("--trtllm-runtime", "trtllm_runtime", "TensorRT-LLM runner of the trtllm backend: cpp "
-               "(ModelRunnerCpp, default) or python (ModelRunner)",
-               choice("--trtllm-runtime", TrtllmRuntime), metavar="{cpp,python}"),
-    OptionSpec("--kv-cache-reuse", "kv_cache_reuse", "KV-cache block reuse across requests for "
-               "the trtllm and llmapi backends: off (default: every prompt's prefill is computed in "
-               "its own batch, though the rotation sends it many times) or on (tests prefix-cache "
-               "reuse on purpose); report.json engine.kv_cache_reuse records it, and unknown for a "
-               "server", _reuse_choice, metavar="{off,on}"),
-    OptionSpec("--dtype", "dtype", "weights and compute dtype of the hf backend: float32 (default), "
-               "bfloat16 or float16, as the model is served on GPUs (goldens are kept per dtype)",
-               choice("--dtype", Dtype), metavar="{float32,bfloat16,float16}"),
-    OptionSpec("--tokenizer", "tokenizer", "transformers tokenizer folder for the trtllm and llmapi "
-               "backends (default: the engine or checkpoint folder, when it holds one)", metavar="DIR"),
-    OptionSpec("--trust-remote-code", "trust_remote_code", "let the tokenizer (and the LLM API) run "
-               "code shipped with the model; off unless given", action="store_true"),
-    OptionSpec("--end-id", "end_id", "end-of-sequence token id (default: the tokenizer's eos)",
-               non_negative_int("--end-id"), metavar="ID"),
-    OptionSpec("--pad-id", "pad_id", "padding token id (default: the tokenizer's pad, else the end id)",
-               non_negative_int("--pad-id"), metavar="ID"),
-    OptionSpec("--model", "model", "model name sent to an OpenAI-compatible server (--engine "
-               "http://HOST:PORT/v1; default: the first model of GET /v1/models)", metavar="NAME"),
-    OptionSpec("--request-timeout", "request_timeout", "seconds to wait for a server's answer "
-               f"(--engine http://...; default {RunConfig.request_timeout:g})",
-               positive_real("--request-timeout"), metavar="SECONDS"),
-    OptionSpec("--retries", "retries", "times a server batch is resent after a connection error or "
-               "an HTTP 5xx answer, with backoff; never after a 4xx (--engine http://...; default "
-               f"{RunConfig.retries})", non_negative_int("--retries"), metavar="N"),
-    OptionSpec("--api-key-env", "api_key_env", "the environment variable that holds the key "
-               f"an OpenAI-compatible server wants (default {OPENAI_KEY_VARIABLE}, used when set), "
-               "sent as Authorization: Bearer; give the variable's NAME, never the key: the key "
-               "is read when the engine loads and redacted from every report, file and terminal "
-               "line (--engine http://...)", env_name("--api-key-env"), metavar="NAME"),
-    OptionSpec("--request-field", "request_fields", "a field sent with every request to an "
-               "OpenAI-compatible server, KEY=VALUE (VALUE as JSON, else a string; repeatable) or a "
-               "JSON object, e.g. repeat_penalty=1.0; recorded in the report and the goldens key; "
-               f"reserved: {', '.join(RESERVED_FIELDS)} (--engine http://...)",
-               request_field("--request-field"), action="append", metavar="KEY=VALUE"),
-    OptionSpec("--throughput", "throughput", "for an estimate of the run's time in a dry run "
-               "(python -m harness run --dry-run, pytest --collect-only): the sequences per second "
-               "the engine generates, or a previous run's report folder whose own rate is used",
-               metavar="SEQ_PER_S|REPORT"),
-    OptionSpec("--batch-timeout", "batch_timeout", "seconds one engine batch may take; a batch "
-               "that runs longer fails its cell and the run goes on (default: no limit)",
-               positive_real("--batch-timeout"), metavar="SECONDS"),
+    OptionSpec(
+        "--engine",
+        "engine",
+        "engine directory (emulator or TensorRT-LLM), hf model "
+        "directory, module:Class or a server's http://HOST:PORT/v1 (default: the "
+        "bundled emulator engine)",
+        metavar="DIR",
+    ),
+    OptionSpec(
+        "--backend",
+        "backend",
+        "emulator, hf, trtllm, llmapi, openai or module:Class (default: detected from the engine)",
+        metavar="NAME",
+    ),
+    OptionSpec(
+        "--batch-sizes",
+        "batch_sizes",
+        "comma-separated batch sizes and ranges, e.g. "
+        "1-16 or 1-8,16,32 (default "
+        f"{_listed(DEFAULT_BATCH_SIZES)}, capped at the engine's max_batch_size)",
+        positive_int_list("--batch-sizes"),
+        metavar="LIST",
+    ),
+    OptionSpec(
+        "--sweep",
+        "sweep",
+        "every batch size from 1 to the engine's max_batch_size "
+        "(config.json), each prompt once per size (--rotation sparse): names, per beam "
+        "width, the batch size from which cells fail (report.json boundaries); cost and "
+        "detection in docs/method.md",
+        action="store_true",
+    ),
+    OptionSpec(
+        "--beam-widths",
+        "beam_widths",
+        f"comma-separated beam widths (default {_listed(RunConfig.beam_widths)})",
+        positive_int_list("--beam-widths"),
+        metavar="LIST",
+    ),
+    OptionSpec(
+        "--max-new-tokens",
+        "max_new_tokens",
+        f"tokens generated per prompt (default {RunConfig.max_new_tokens})",
+        positive_int("--max-new-tokens"),
+        metavar="N",
+    ),
+    OptionSpec(
+        "--length-penalty",
+        "length_penalty",
+        f"beam-search length penalty (default {RunConfig.length_penalty})",
+        real("--length-penalty"),
+        metavar="X",
+    ),
+    OptionSpec(
+        "--tolerance",
+        "tolerance",
+        "ROUGE-L drop that counts as a regression: a position "
+        "below the other positions of its batch, or quality against the references below "
+        f"batch size 1's (default {RunConfig.tolerance})",
+        fraction("--tolerance", low=0.0, high=1.0),
+        metavar="X",
+    ),
+    OptionSpec(
+        "--alpha",
+        "alpha",
+        "significance level of each test after Holm's correction "
+        f"over every test of the run (default {RunConfig.alpha})",
+        fraction("--alpha", low=0.0, high=0.5, open_low=True),
+        metavar="P",
+    ),
+    OptionSpec(
+        "--deterministic",
+        "deterministic",
+        "also fail every position where an output "
+        "differs from batch size 1's, for batch-invariant engines (vLLM's batch-invariant "
+        "mode, SGLang's deterministic inference); off: differing outputs are reported, and "
+        "fail only when they lose quality or depend on the position",
+        action="store_true",
+    ),
+    OptionSpec(
+        "--dataset",
+        "dataset",
+        "documents with reference summaries: a JSONL, JSON, CSV "
+        "or Parquet file, a save_to_disk folder, a preset (cnn_dailymail, xsum, samsum) or "
+        "a datasets hub name read from the local cache (default: the bundled news set)",
+        metavar="PATH|NAME",
+    ),
+    OptionSpec(
+        "--dataset-config",
+        "dataset_config",
+        "configuration of a hub dataset (default: the preset's, e.g. 3.0.0 for cnn_dailymail)",
+        metavar="NAME",
+    ),
+    OptionSpec(
+        "--split",
+        "split",
+        "split of a hub dataset or a saved DatasetDict (default: the preset's, else test)",
+        metavar="NAME",
+    ),
+    OptionSpec(
+        "--text-field",
+        "text_field",
+        "dataset field holding the document (default: the preset's, else text)",
+        metavar="NAME",
+    ),
+    OptionSpec(
+        "--summary-field",
+        "summary_field",
+        "dataset field holding the reference summary (default: the preset's, else summary)",
+        metavar="NAME",
+    ),
+    OptionSpec(
+        "--num-prompts",
+        "num_prompts",
+        "use N documents of the dataset, chosen reproducibly from --seed (default: all)",
+        positive_int("--num-prompts"),
+        metavar="N",
+    ),
+    OptionSpec(
+        "--prompt-template",
+        "prompt_template",
+        f"prompt built from each document; must contain {{text}} (default {RunConfig.prompt_template!r})",
+        metavar="TEMPLATE",
+    ),
+    OptionSpec(
+        "--chat",
+        "chat",
+        "wrap each prompt in the engine tokenizer's chat template "
+        "(as the user's message, with the generation prompt)",
+        action="store_true",
+    ),
+    OptionSpec(
+        "--gpu-memory",
+        "gpu_memory",
+        "GPU memory for the KV-cache budget, e.g. 80GiB (default: read from the GPU, else 80GiB)",
+        size("--gpu-memory"),
+        metavar="SIZE",
+    ),
+    OptionSpec(
+        "--seed",
+        "seed",
+        f"seed for the order of prompts in batches and the --num-prompts subset (default {RunConfig.seed})",
+        non_negative_int("--seed"),
+        metavar="N",
+    ),
+    OptionSpec(
+        "--report-dir",
+        "report_dir",
+        f"folder under which each run writes a new report folder (default {RunConfig.report_dir}/)",
+        metavar="DIR",
+    ),
+    OptionSpec(
+        "--goldens-dir", "goldens_dir", f"folder of goldens (default {RunConfig.goldens_dir}/)", metavar="DIR"
+    ),
+    OptionSpec(
+        "--cache-dir",
+        "cache_dir",
+        "generation cache folder (default "
+        f"~/.cache/{CACHE_FOLDER}/{GENERATIONS_FOLDER}; $XDG_CACHE_HOME for ~/.cache "
+        "when set)",
+        metavar="DIR",
+    ),
+    OptionSpec("--no-cache", "no_cache", "neither read nor write the generation cache", action="store_true"),
+    OptionSpec("--signoff-by", "signoff_by", "name recorded in the report's sign-off block", metavar="NAME"),
+    OptionSpec(
+        "--update-goldens",
+        "update_goldens",
+        "record goldens from this run (batch size 1 "
+        "of the engine, or --golden-engine) and write them after a complete run",
+        action="store_true",
+    ),
+    OptionSpec(
+        "--shard",
+        "shard",
+        "run only shard K of N of the cells (for CI matrices); "
+        "combine the shard reports with `python -m harness merge`",
+        shard("--shard"),
+        metavar="K/N",
+    ),
+    OptionSpec(
+        "--rotation",
+        "rotation",
+        "full (default: every prompt at every position of every "
+        "cell, N x B sequences per cell) or sparse (each prompt at one position per cell, "
+        "N sequences per cell: B times cheaper, less sensitive; see docs/method.md)",
+        choice("--rotation", Rotation),
+        metavar="{full,sparse}",
+    ),
+    OptionSpec(
+        "--golden-engine",
+        "golden_engine",
+        "engine or hf model directory whose batch-size-1 outputs become the goldens with --update-goldens",
+        metavar="DIR",
+    ),
+    OptionSpec(
+        "--trtllm-runtime",
+        "trtllm_runtime",
+        "TensorRT-LLM runner of the trtllm backend: cpp (ModelRunnerCpp, default) or python (ModelRunner)",
+        choice("--trtllm-runtime", TrtllmRuntime),
+        metavar="{cpp,python}",
+    ),
+    OptionSpec(
+        "--kv-cache-reuse",
+        "kv_cache_reuse",
+        "KV-cache block reuse across requests for "
+        "the trtllm and llmapi backends: off (default: every prompt's prefill is computed in "
+        "its own batch, though the rotation sends it many times) or on (tests prefix-cache "
+        "reuse on purpose); report.json engine.kv_cache_reuse records it, and unknown for a "
+        "server",
+        _reuse_choice,
+        metavar="{off,on}",
+    ),
+    OptionSpec(
+        "--dtype",
+        "dtype",
+        "weights and compute dtype of the hf backend: float32 (default), "
+        "bfloat16 or float16, as the model is served on GPUs (goldens are kept per dtype)",
+        choice("--dtype", Dtype),
+        metavar="{float32,bfloat16,float16}",
+    ),
+    OptionSpec(
+        "--tokenizer",
+        "tokenizer",
+        "transformers tokenizer folder for the trtllm and llmapi "
+        "backends (default: the engine or checkpoint folder, when it holds one)",
+        metavar="DIR",
+    ),
+    OptionSpec(
+        "--trust-remote-code",
+        "trust_remote_code",
+        "let the tokenizer (and the LLM API) run code shipped with the model; off unless given",
+        action="store_true",
+    ),
+    OptionSpec(
+        "--end-id",
+        "end_id",
+        "end-of-sequence token id (default: the tokenizer's eos)",
+        non_negative_int("--end-id"),
+        metavar="ID",
+    ),
+    OptionSpec(
+        "--pad-id",
+        "pad_id",
+        "padding token id (default: the tokenizer's pad, else the end id)",
+        non_negative_int("--pad-id"),
+        metavar="ID",
+    ),
+    OptionSpec(
+        "--model",
+        "model",
+        "model name sent to an OpenAI-compatible server (--engine "
+        "http://HOST:PORT/v1; default: the first model of GET /v1/models)",
+        metavar="NAME",
+    ),
+    OptionSpec(
+        "--request-timeout",
+        "request_timeout",
+        f"seconds to wait for a server's answer (--engine http://...; default {RunConfig.request_timeout:g})",
+        positive_real("--request-timeout"),
+        metavar="SECONDS",
+    ),
+    OptionSpec(
+        "--retries",
+        "retries",
+        "times a server batch is resent after a connection error or "
+        "an HTTP 5xx answer, with backoff; never after a 4xx (--engine http://...; default "
+        f"{RunConfig.retries})",
+        non_negative_int("--retries"),
+        metavar="N",
+    ),
+    OptionSpec(
+        "--api-key-env",
+        "api_key_env",
+        "the environment variable that holds the key "
+        f"an OpenAI-compatible server wants (default {OPENAI_KEY_VARIABLE}, used when set), "
+        "sent as Authorization: Bearer; give the variable's NAME, never the key: the key "
+        "is read when the engine loads and redacted from every report, file and terminal "
+        "line (--engine http://...)",
+        env_name("--api-key-env"),
+        metavar="NAME",
+    ),
+    OptionSpec(
+        "--request-field",
+        "request_fields",
+        "a field sent with every request to an "
+        "OpenAI-compatible server, KEY=VALUE (VALUE as JSON, else a string; repeatable) or a "
+        "JSON object, e.g. repeat_penalty=1.0; recorded in the report and the goldens key; "
+        f"reserved: {', '.join(RESERVED_FIELDS)} (--engine http://...)",
+        request_field("--request-field"),
+        action="append",
+        metavar="KEY=VALUE",
+    ),
+    OptionSpec(
+        "--throughput",
+        "throughput",
+        "for an estimate of the run's time in a dry run "
+        "(python -m harness run --dry-run, pytest --collect-only): the sequences per second "
+        "the engine generates, or a previous run's report folder whose own rate is used",
+        metavar="SEQ_PER_S|REPORT",
+    ),
+    OptionSpec(
+        "--batch-timeout",
+        "batch_timeout",
+        "seconds one engine batch may take; a batch "
+        "that runs longer fails its cell and the run goes on (default: no limit)",
+        positive_real("--batch-timeout"),
+        metavar="SECONDS",
+    ),
 )
 
 SERVER_OPTIONS = ("model", "request_timeout", "retries", "request_fields", "api_key_env")

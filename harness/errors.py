@@ -54,8 +54,7 @@ class Stopped(KeyboardInterrupt):
         self.number = number
 
 
-RESUME = ("rerun the same command to resume: batches in the generation cache are not "
-          "generated again")
+RESUME = "rerun the same command to resume: batches in the generation cache are not generated again"
 
 
 def interrupted_by(exc: KeyboardInterrupt) -> str:
@@ -74,9 +73,11 @@ def interrupted(exc: KeyboardInterrupt) -> str:
     """The one line an interruption ends with: what was kept and how to resume."""
     if isinstance(exc, Interrupted) and str(exc):
         return str(exc)
-    return (f"{interrupted_by(exc)}: every batch generated so far is kept in the generation "
-            "cache (unless --no-cache) and the cells completed so far in the run's "
-            f"generations.jsonl; {RESUME}")
+    return (
+        f"{interrupted_by(exc)}: every batch generated so far is kept in the generation "
+        "cache (unless --no-cache) and the cells completed so far in the run's "
+        f"generations.jsonl; {RESUME}"
+    )
 
 
 def first_line(exc: BaseException) -> str:

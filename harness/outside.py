@@ -42,8 +42,7 @@ T = TypeVar("T")
 
 # C0 but \t and \n; DEL and C1; ALM, LRM, RLM; line/paragraph separators; bidi embeddings,
 # overrides and isolates
-CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
-                     "\u2066-\u2069]")
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -91,8 +90,10 @@ def _walk(value: Any, text: Callable[[str], str]) -> Any:
             return value
         return type(value)(items) if not hasattr(value, "_fields") else type(value)(*items)
     if isinstance(value, dict):  # a value under a secret's name (api_key, password) is one
-        pairs = [(_walk(k, text), text(redact_field(k, v)) if isinstance(v, str) else _walk(v, text))
-                 for k, v in value.items()]
+        pairs = [
+            (_walk(k, text), text(redact_field(k, v)) if isinstance(v, str) else _walk(v, text))
+            for k, v in value.items()
+        ]
         if all(nk is k and nv is v for (nk, nv), (k, v) in zip(pairs, value.items())):
             return value
         return type(value)(pairs)

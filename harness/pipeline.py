@@ -32,8 +32,9 @@ from harness.storage.goldens import GoldenSet
 __all__ = ["FollowerRun", "RunResult", "execute", "prepare", "run"]
 
 
-def run(config: RunConfig, *, progress: ProgressFactory | None = None,
-        engine: Engine | None = None) -> RunResult | FollowerRun:
+def run(
+    config: RunConfig, *, progress: ProgressFactory | None = None, engine: Engine | None = None
+) -> RunResult | FollowerRun:
     """Run the pipeline once and write the report; raises HarnessError for bad input.
     Under MPI, ranks other than 0 return a FollowerRun (see ``execute``)."""
     return execute(prepare(config, engine=engine), progress=progress)
@@ -44,16 +45,19 @@ def _close(prep: Prepared) -> None:
     guard.close(prep.golden_engine)
 
 
-def _generate(prep: Prepared, progress: ProgressFactory | None, timing: Timing,
-              early: EarlyScorer | None, log: GenerationsLog
-              ) -> tuple[Generated, dict[int, GoldenSet], tuple[str, ...], StorageError | None]:
+def _generate(
+    prep: Prepared,
+    progress: ProgressFactory | None,
+    timing: Timing,
+    early: EarlyScorer | None,
+    log: GenerationsLog,
+) -> tuple[Generated, dict[int, GoldenSet], tuple[str, ...], StorageError | None]:
     """Generate every cell (and record goldens when asked); engines closed whatever happens.
     Goldens that cannot be written come back as the error, raised once the report is kept."""
     unsaved = None
     try:
         t_gen = time.perf_counter()
-        generated = generate_all(prep, progress, timing=timing,
-                                 on_cell=early.add if early else None, log=log)
+        generated = generate_all(prep, progress, timing=timing, on_cell=early.add if early else None, log=log)
         timing.generate_stage_s = time.perf_counter() - t_gen
         goldens, written = dict(prep.goldens), list[str]()
         if prep.config.update_goldens:
@@ -73,33 +77,61 @@ def _generate(prep: Prepared, progress: ProgressFactory | None, timing: Timing,
     return generated, goldens, tuple(written), unsaved
 
 
-def _result(prep: Prepared, generated: Generated, scored: Scored, bases: dict[int, Baseline],
-            written: tuple[str, ...], timing: Timing, report_dir: Path) -> RunResult:
+def _result(
+    prep: Prepared,
+    generated: Generated,
+    scored: Scored,
+    bases: dict[int, Baseline],
+    written: tuple[str, ...],
+    timing: Timing,
+    report_dir: Path,
+) -> RunResult:
     """Analyse the scores and gather everything the report needs."""
     config, plan = prep.config, prep.plan
     lengths = prep.lengths()
-    analyses, findings = analyse(scored.cells, scored.levels, plan, lengths, prep.limits,
-                                 tolerance=config.tolerance, alpha=config.alpha,
-                                 deterministic=config.deterministic)
+    analyses, findings = analyse(
+        scored.cells,
+        scored.levels,
+        plan,
+        lengths,
+        prep.limits,
+        tolerance=config.tolerance,
+        alpha=config.alpha,
+        deterministic=config.deterministic,
+    )
     errors = {**generated.errors, **scored.unscored}
     checks = output_checks(prep.checks, generated.capped, config.max_new_tokens)
     notices = {c: out.notice for c, out in generated.outputs.items()}
     cells = cell_results(plan.cells, checks, analyses, errors, findings, notices)
     return RunResult(
-        config=config, engine=prep.engine.info, limits=prep.limits, dataset=prep.dataset,
-        plan=plan, baselines=bases, cells=cells,
+        config=config,
+        engine=prep.engine.info,
+        limits=prep.limits,
+        dataset=prep.dataset,
+        plan=plan,
+        baselines=bases,
+        cells=cells,
         outputs=tuple(generated.outputs[c] for c in plan.all_cells if c in generated.outputs),
         started=prep.started.isoformat(timespec="seconds"),
-        seconds=time.perf_counter() - prep.t0, memory=prep.memory,
+        seconds=time.perf_counter() - prep.t0,
+        memory=prep.memory,
         cache=prep.cache.stats if prep.cache else None,
         finished=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        goldens_written=written, report_dir=report_dir, prompts=prep.prompts, ranks=prep.ranks,
-        timing=timing, scores=scored.cells, levels=scored.levels,
-        grid=prep.grid or plan.cells, prompt_lengths=lengths)
+        goldens_written=written,
+        report_dir=report_dir,
+        prompts=prep.prompts,
+        ranks=prep.ranks,
+        timing=timing,
+        scores=scored.cells,
+        levels=scored.levels,
+        grid=prep.grid or plan.cells,
+        prompt_lengths=lengths,
+    )
 
 
-def execute(prep: Prepared, *, progress: ProgressFactory | None = None,
-            overlap: bool = True) -> RunResult | FollowerRun:
+def execute(
+    prep: Prepared, *, progress: ProgressFactory | None = None, overlap: bool = True
+) -> RunResult | FollowerRun:
     """Generate every planned batch, score, analyse and write the report (rank 0); other
     ranks only generate, in step (``follow``).
 
@@ -114,8 +146,9 @@ def execute(prep: Prepared, *, progress: ProgressFactory | None = None,
     timing = dataclasses.replace(prep.timing)
     report_dir = new_report_dir(prep.config.report_dir, prep.engine.info.backend, prep.started)
     early = EarlyScorer(prep) if overlap and not prep.config.update_goldens else None
-    log = GenerationsLog(report_dir / "generations.jsonl", [d.id for d in prep.dataset.documents],
-                         root=prep.config.report_dir)
+    log = GenerationsLog(
+        report_dir / "generations.jsonl", [d.id for d in prep.dataset.documents], root=prep.config.report_dir
+    )
     generated, goldens, written, unsaved = _generate(prep, progress, timing, early, log)
     t_after = time.perf_counter()
     bases = baselines(prep, goldens, generated)
@@ -129,4 +162,3 @@ def execute(prep: Prepared, *, progress: ProgressFactory | None = None,
     if unsaved is not None:  # the run is complete and its report kept; the goldens are not
         raise StorageError(f"{unsaved}; the run's report was kept in {report_dir}")
     return dataclasses.replace(result, report=report)
-

@@ -47,8 +47,7 @@ class Plan:
         """The N rotation batches of a cell (full), or every B-th of them (sparse)."""
         n, b = len(self.order), cell.batch_size
         step = b if self.rotation == Rotation.SPARSE else 1
-        return [Batch(cell, k, tuple(self.order[(k + j) % n] for j in range(b)))
-                for k in range(0, n, step)]
+        return [Batch(cell, k, tuple(self.order[(k + j) % n] for j in range(b))) for k in range(0, n, step)]
 
     @property
     def all_cells(self) -> tuple[Cell, ...]:
@@ -57,8 +56,9 @@ class Plan:
         cells under test. Grouped by width because an engine's decoder serves one beam width
         per load (a TensorRT-LLM runner is reloaded when the width changes)."""
         extra = tuple(c for c in self.cells if c not in self.reference_cells)
-        return tuple(sorted(self.reference_cells + extra,
-                            key=lambda c: (c.beam_width, c not in self.reference_cells)))
+        return tuple(
+            sorted(self.reference_cells + extra, key=lambda c: (c.beam_width, c not in self.reference_cells))
+        )
 
     def shard(self, index: int, count: int) -> Plan:
         """The plan of shard ``index`` (1-based) of ``count``: its cells (see ``shard_cells``) plus
@@ -66,9 +66,13 @@ class Plan:
         generates for itself because its baseline level comes from it."""
         cells = shard_cells(self.cells, index, count)
         widths = {c.beam_width for c in cells}
-        return Plan(cells=cells, reference_cells=tuple(c for c in self.reference_cells
-                                                       if c.beam_width in widths),
-                    order=self.order, seed=self.seed, rotation=self.rotation)
+        return Plan(
+            cells=cells,
+            reference_cells=tuple(c for c in self.reference_cells if c.beam_width in widths),
+            order=self.order,
+            seed=self.seed,
+            rotation=self.rotation,
+        )
 
     def describe(self) -> str:
         """One line printed before the run: what the plan costs, and in the other mode."""
@@ -77,10 +81,12 @@ class Plan:
         batches = sum(len(self.batches(c)) for c in self.all_cells)
         tested = len(self.cells)
         baseline = [c.id for c in self.reference_cells if c not in self.cells]
-        extra = (f" and the batch-size-1 baseline {', '.join(baseline)}" if baseline else "")
-        return (f"plan: {self.sequences():,} sequences in {batches:,} batches over {tested} "
-                f"cell{'s' if tested != 1 else ''} under test{extra} ({self.rotation} rotation; "
-                f"--rotation {other} would need {alt.sequences():,} sequences)")
+        extra = f" and the batch-size-1 baseline {', '.join(baseline)}" if baseline else ""
+        return (
+            f"plan: {self.sequences():,} sequences in {batches:,} batches over {tested} "
+            f"cell{'s' if tested != 1 else ''} under test{extra} ({self.rotation} rotation; "
+            f"--rotation {other} would need {alt.sequences():,} sequences)"
+        )
 
     def sequences(self) -> int:
         """Number of prompts sent to the engine over the whole plan."""
@@ -105,28 +111,34 @@ def cells_for(batch_sizes: tuple[int, ...], beam_widths: tuple[int, ...]) -> tup
 SPARSE_MIN = 5  # prompts per position below which --rotation sparse is refused
 
 
-def make_plan(batch_sizes: tuple[int, ...], beam_widths: tuple[int, ...], num_documents: int,
-              seed: int, rotation: Rotation = Rotation.FULL) -> Plan:
+def make_plan(
+    batch_sizes: tuple[int, ...],
+    beam_widths: tuple[int, ...],
+    num_documents: int,
+    seed: int,
+    rotation: Rotation = Rotation.FULL,
+) -> Plan:
     """Cells and the seeded ring order of documents."""
     largest = max(batch_sizes)
     if num_documents < largest:
         raise ConfigError(
             f"--batch-sizes {','.join(map(str, batch_sizes))}: batch size {largest} needs at least "
             f"{largest} prompts so that every batch holds distinct prompts, but the dataset has "
-            f"{num_documents}; use a larger --dataset or smaller --batch-sizes")
+            f"{num_documents}; use a larger --dataset or smaller --batch-sizes"
+        )
     if rotation == Rotation.SPARSE and num_documents < SPARSE_MIN * largest:
         raise ConfigError(
             f"--rotation sparse: batch size {largest} with {num_documents} prompts leaves "
             f"{num_documents // largest} prompt(s) per position, and a position needs at least "
             f"{SPARSE_MIN} to be tested; use at least {SPARSE_MIN * largest} prompts, smaller "
-            "--batch-sizes, or --rotation full")
+            "--batch-sizes, or --rotation full"
+        )
     rotation = Rotation(rotation)
     order = list(range(num_documents))
     random.Random(seed).shuffle(order)
     cells = cells_for(batch_sizes, beam_widths)
     reference = tuple(Cell(1, w) for w in beam_widths)
-    return Plan(cells=cells, reference_cells=reference, order=tuple(order), seed=seed,
-                rotation=rotation)
+    return Plan(cells=cells, reference_cells=reference, order=tuple(order), seed=seed, rotation=rotation)
 
 
 def shard_cells(cells: tuple[Cell, ...], index: int, count: int) -> tuple[Cell, ...]:
@@ -139,9 +151,11 @@ def shard_cells(cells: tuple[Cell, ...], index: int, count: int) -> tuple[Cell, 
     if not 1 <= index <= count:
         raise ConfigError(f"--shard {index}/{count}: K must be between 1 and N")
     if count > len(cells):
-        raise ConfigError(f"--shard {index}/{count}: the grid has {len(cells)} cell(s) "
-                          f"({', '.join(c.id for c in cells)}), so {count} shards would leave "
-                          f"some empty; use at most {len(cells)} shards")
+        raise ConfigError(
+            f"--shard {index}/{count}: the grid has {len(cells)} cell(s) "
+            f"({', '.join(c.id for c in cells)}), so {count} shards would leave "
+            f"some empty; use at most {len(cells)} shards"
+        )
     load = [0] * count
     owner: dict[Cell, int] = {}
     for i in sorted(range(len(cells)), key=lambda i: (-cells[i].batch_size * cells[i].beam_width, i)):

@@ -38,10 +38,12 @@ ENGINE_FIXTURES = {"harness_cell_result", "harness_result", "harness_prepared", 
 HARNESS_FIXTURES = ENGINE_FIXTURES | {"harness_cell"}
 # a pytest-xdist worker's word to the controller (config.workeroutput) that it refused to run
 XDIST_REFUSED = "batch_position_harness_refused"
-XDIST_LINE = ("pytest suites/ runs one generation for the whole grid and writes one report, so "
-              "pytest-xdist would run all of it in every worker; drop -n (pytest-xdist): to "
-              "spread a run over GPUs, give each job one --shard K/N and merge their reports "
-              "(docs/ci.md)")
+XDIST_LINE = (
+    "pytest suites/ runs one generation for the whole grid and writes one report, so "
+    "pytest-xdist would run all of it in every worker; drop -n (pytest-xdist): to "
+    "spread a run over GPUs, give each job one --shard K/N and merge their reports "
+    "(docs/ci.md)"
+)
 CELLS_SHOWN = 8  # cell ids a selection line names before "and N more"
 
 
@@ -117,8 +119,9 @@ def _xdist_worker(config: pytest.Config) -> bool:
 def _fixture_uses(items: Iterable[pytest.Item]) -> list[set[str]]:
     """The fixtures each test that will run asks for (a test marked skip runs none of them:
     the throughput tests when benchmarks are not asked for)."""
-    return [set(getattr(item, "fixturenames", ())) for item in items
-            if item.get_closest_marker("skip") is None]
+    return [
+        set(getattr(item, "fixturenames", ())) for item in items if item.get_closest_marker("skip") is None
+    ]
 
 
 def _harness_run(items: Iterable[pytest.Item]) -> bool:
@@ -178,13 +181,17 @@ def _selection_line(items: Sequence[pytest.Item], state: HarnessState) -> str | 
             partial.setdefault(tuple(c for c in state.cells if c in cells), []).append(name)
     if not partial:
         return None
-    tested = ", ".join(f"{' and '.join(names)} {'run' if len(names) > 1 else 'runs'} for "
-                       f"{len(cells)} of the {every} cells ({_cell_ids(cells)})"
-                       for cells, names in partial.items())
+    tested = ", ".join(
+        f"{' and '.join(names)} {'run' if len(names) > 1 else 'runs'} for "
+        f"{len(cells)} of the {every} cells ({_cell_ids(cells)})"
+        for cells, names in partial.items()
+    )
     if any("harness_cell_result" in names for names in _fixture_uses(items)):
-        rest = (f"the engine still generates all {every} cells and the report covers them all; "
-                "only the selected tests pass or fail in this session (to generate fewer cells: "
-                "--batch-sizes, --beam-widths)")
+        rest = (
+            f"the engine still generates all {every} cells and the report covers them all; "
+            "only the selected tests pass or fail in this session (to generate fewer cells: "
+            "--batch-sizes, --beam-widths)"
+        )
     else:
         rest = "no selected test needs outputs, so nothing is generated"
     return f"selection (-k, -m, --lf, --deselect or test ids): {tested}; {rest}"
@@ -215,8 +222,9 @@ def _progress_factory(config: pytest.Config) -> ProgressFactory:
     terminal = sys.stderr.isatty()
     if reporter is None or (not terminal and config.get_verbosity() < -1):
         return progress_factory(lambda line: None, terminal=True, quiet=True)
-    return progress_factory(lambda line: _say(reporter, line), terminal=terminal,
-                            quiet=config.get_verbosity() < 0)
+    return progress_factory(
+        lambda line: _say(reporter, line), terminal=terminal, quiet=config.get_verbosity() < 0
+    )
 
 
 def _prepare(config: pytest.Config) -> Prepared:
@@ -254,8 +262,11 @@ def _planned(config: pytest.Config, *, announce: bool = True) -> PlanOnly:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         warning = preflight_line(state.planned.limit_failures, "see test_engine_limits")
         if reporter is not None and announce:
-            _say(reporter, state.planned.plan.describe() + "; the engine is not loaded: only "
-                 "its build limits are checked")
+            _say(
+                reporter,
+                state.planned.plan.describe() + "; the engine is not loaded: only "
+                "its build limits are checked",
+            )
             if warning:
                 _say(reporter, warning, yellow=True)
     return state.planned
@@ -334,8 +345,9 @@ def _skip_unless_root(ranks: Ranks) -> None:
     """Under MPI only rank 0 asserts: the other ranks' per-cell tests are skipped, so that
     mpirun's exit status is rank 0's verdict."""
     if not ranks.is_root:
-        pytest.skip(f"{ranks.label}: this rank drives the engine; rank 0 scores, "
-                    "asserts and writes the report")
+        pytest.skip(
+            f"{ranks.label}: this rank drives the engine; rank 0 scores, asserts and writes the report"
+        )
 
 
 @pytest.fixture(scope="session")
@@ -369,8 +381,7 @@ def harness_engine(request: pytest.FixtureRequest) -> Engine:
 
         try:
             cfg = state.run_config
-            state.engine = load_engine(cfg.engine, cfg.backend, options=cfg.engine_options(),
-                                       roots=cfg.roots)
+            state.engine = load_engine(cfg.engine, cfg.backend, options=cfg.engine_options(), roots=cfg.roots)
         except HarnessError as exc:
             raise pytest.UsageError(str(exc)) from None
         request.addfinalizer(lambda: guard.close(state.engine))
@@ -386,28 +397,35 @@ def harness_cell_checks(request: pytest.FixtureRequest, harness_cell: Cell) -> t
     prepared = _state(request.config).prepared
     _skip_unless_root(prepared.ranks if prepared is not None else current())
     # cleaned: a failing check's message reaches the terminal, and its JUnit properties a file
-    checks = cleaned((prepared.checks if prepared is not None else
-                      _planned(request.config).checks)[harness_cell])
+    checks = cleaned(
+        (prepared.checks if prepared is not None else _planned(request.config).checks)[harness_cell]
+    )
     _record(request.node, [(f"limit_{c.name}", c.status) for c in checks])
     return checks
 
 
 @pytest.fixture
-def harness_cell_result(request: pytest.FixtureRequest, harness_result: RunResult,
-                        harness_cell: Cell) -> CellResult:
+def harness_cell_result(
+    request: pytest.FixtureRequest, harness_result: RunResult, harness_cell: Cell
+) -> CellResult:
     """The result of the cell this test is parametrized with, cleaned: its error and messages
     reach the terminal (the test's failure) and its JUnit properties a file."""
     for c in harness_result.cells:
         if c.cell == harness_cell:
             c = cleaned(c)
-            props: list[tuple[str, object]] = [("cell", c.id), ("verdict", c.verdict),
-                                               ("report", clean(str(harness_result.report_dir)))]
+            props: list[tuple[str, object]] = [
+                ("cell", c.id),
+                ("verdict", c.verdict),
+                ("report", clean(str(harness_result.report_dir))),
+            ]
             if c.positions:
                 props.append(("degraded_positions", ",".join(map(str, c.degraded_positions))))
-                props += [(f"quality_position_{s.position}", f"{s.quality:.4f}")
-                          for s in c.positions if s.quality is not None]
-                props += [(f"agreement_position_{s.position}", f"{s.agreement:.4f}")
-                          for s in c.positions]
+                props += [
+                    (f"quality_position_{s.position}", f"{s.quality:.4f}")
+                    for s in c.positions
+                    if s.quality is not None
+                ]
+                props += [(f"agreement_position_{s.position}", f"{s.agreement:.4f}") for s in c.positions]
             _record(request.node, props)
             return c
     raise LookupError(harness_cell)
@@ -428,6 +446,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     report = result.report
     assert report is not None
-    for line in [*header_lines(report), legend(report), *cell_lines(report), *drift_lines(report),
-                 *footer_lines(report, result.report_dir)]:
+    for line in [
+        *header_lines(report),
+        legend(report),
+        *cell_lines(report),
+        *drift_lines(report),
+        *footer_lines(report, result.report_dir),
+    ]:
         _say(tr, line)

@@ -46,17 +46,22 @@ class ProgressLines:
         elapsed = now - self.start
         rate = self.done / elapsed if elapsed > 0 else 0.0
         if self.done >= self.total:
-            self.write(f"progress: all {self.total:,} sequences generated in {duration(elapsed)}"
-                       f" ({rate:.1f} sequences/s)")
+            self.write(
+                f"progress: all {self.total:,} sequences generated in {duration(elapsed)}"
+                f" ({rate:.1f} sequences/s)"
+            )
         elif now - self.last >= self.interval:
             self.last = now
             left = f", about {duration((self.total - self.done) / rate)} left" if rate > 0 else ""
-            self.write(f"progress: {self.done:,} of {self.total:,} sequences "
-                       f"({self.done / self.total:.0%}), {rate:.1f} sequences/s{left}")
+            self.write(
+                f"progress: {self.done:,} of {self.total:,} sequences "
+                f"({self.done / self.total:.0%}), {rate:.1f} sequences/s{left}"
+            )
 
 
-def progress_factory(write: Callable[[str], object], *, terminal: bool,
-                     quiet: bool = False) -> ProgressFactory:
+def progress_factory(
+    write: Callable[[str], object], *, terminal: bool, quiet: bool = False
+) -> ProgressFactory:
     """A tqdm bar on stderr for a terminal (none when ``quiet``); lines through ``write`` for
     anything else."""
 
@@ -71,8 +76,14 @@ def progress_factory(write: Callable[[str], object], *, terminal: bool,
 
         # the bar is the harness's own text and needs its carriage returns: it bypasses the
         # terminal gate that outside text goes through (harness.outside)
-        bar = tqdm(total=total, unit="seq", desc="generating", disable=quiet, leave=False,
-                   file=unfiltered(sys.stderr))
+        bar = tqdm(
+            total=total,
+            unit="seq",
+            desc="generating",
+            disable=quiet,
+            leave=False,
+            file=unfiltered(sys.stderr),
+        )
         return bar.update
 
     return factory

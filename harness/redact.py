@@ -41,15 +41,20 @@ _SK = re.compile(r"(?<![A-Za-z0-9_\-])sk-[A-Za-z0-9][A-Za-z0-9_\-]{6,}")
 # that prose such as "Bearer tokens" or "Authorization: required" stays)
 _TOKEN = r"(?=[^\s,;\"'<>]{8})(?=[^\s,;\"'<>]*?[0-9+/=_\-]|[^\s,;\"'<>]+?[A-Z])[^\s,;\"'<>]+"
 _BEARER = re.compile(r"\b([Bb]earer)(\s+)" + _TOKEN)
-_AUTH_HEADER = re.compile(r"\b((?i:(?:proxy-)?authorization))(\s*[:=]\s*)"
-                          r"(?:(?i:bearer|basic|token)\s+)?" + _TOKEN)
+_AUTH_HEADER = re.compile(
+    r"\b((?i:(?:proxy-)?authorization))(\s*[:=]\s*)"
+    r"(?:(?i:bearer|basic|token)\s+)?" + _TOKEN
+)
 # names whose value is a secret: api_key, x-api-key, client_secret, db_password, access_token
 # (bounded prefixes, and a match starts only where a name does: linear in the text's length)
-_SECRET_NAME = (r"(?:[A-Za-z0-9]{1,32}[_\-]){0,3}(?:api[_\-]?key|apikey|secret|passw(?:or)?d|pwd|"
-                r"(?:access|auth|refresh|session|bearer|id)[_\-]?token)")
+_SECRET_NAME = (
+    r"(?:[A-Za-z0-9]{1,32}[_\-]){0,3}(?:api[_\-]?key|apikey|secret|passw(?:or)?d|pwd|"
+    r"(?:access|auth|refresh|session|bearer|id)[_\-]?token)"
+)
 _NAME = re.compile(_SECRET_NAME, re.IGNORECASE)
-_PAIR = re.compile(r"(?<![A-Za-z0-9_\-])(" + _SECRET_NAME + r")(\"?\s*[:=]\s*\"?)([^\s\"'&,;<>]+)",
-                   re.IGNORECASE)
+_PAIR = re.compile(
+    r"(?<![A-Za-z0-9_\-])(" + _SECRET_NAME + r")(\"?\s*[:=]\s*\"?)([^\s\"'&,;<>]+)", re.IGNORECASE
+)
 _NUMBERISH = re.compile(r"[0-9.:\-+/ ]*")
 
 
@@ -71,13 +76,16 @@ class _Known:
             if new_values:
                 self.values |= new_values
                 forms = {f for v in self.values for f in (v, quote(v, safe=""))}
-                self.values_re = re.compile("|".join(
-                    re.escape(f) for f in sorted(forms, key=len, reverse=True)))
+                self.values_re = re.compile(
+                    "|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True))
+                )
             if new_names:
                 self.names |= new_names
                 self.names_re = re.compile(
-                    r"(?<![A-Za-z0-9_.\-])(" + "|".join(re.escape(n) for n in sorted(self.names))
-                    + r")=([^&\s\"'<>#]+)")
+                    r"(?<![A-Za-z0-9_.\-])("
+                    + "|".join(re.escape(n) for n in sorted(self.names))
+                    + r")=([^&\s\"'<>#]+)"
+                )
 
 
 _KNOWN = _Known()
@@ -171,6 +179,7 @@ def redact(text: str) -> str:
     if "authorization" in lowered:
         text = _AUTH_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
     if ":" in text or "=" in text:
-        text = _PAIR.sub(lambda m: m.group(0) if m.group(3) == REDACTED
-                         else f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+        text = _PAIR.sub(
+            lambda m: m.group(0) if m.group(3) == REDACTED else f"{m.group(1)}{m.group(2)}{REDACTED}", text
+        )
     return text

@@ -32,8 +32,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
-                            config: pytest.Config) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+) -> None:
     """Why tests were skipped, a line per reason (pytest says it only with -rs)."""
     chars = config.getoption("reportchars", "") or ""
     if any(c in chars for c in "sSaA"):

@@ -39,25 +39,34 @@ def test_throughput(benchmark, harness_cell, harness_prepared, harness_engine):
     def generate(prompts):
         gens = engine.generate(prompts, settings)
         assert len(gens) == len(prompts), (
-            f"{cell.id}: the engine returned {len(gens)} outputs for a batch of {len(prompts)}")
+            f"{cell.id}: the engine returned {len(gens)} outputs for a batch of {len(prompts)}"
+        )
         calls.append((len(prompts), _generated_tokens(engine, gens)))
 
     warmup = 1
     benchmark.group = "throughput"
-    benchmark.pedantic(generate, setup=next_batch, rounds=len(batches), warmup_rounds=warmup,
-                       iterations=1)
-    measured = calls[warmup:warmup + len(batches)]
+    benchmark.pedantic(generate, setup=next_batch, rounds=len(batches), warmup_rounds=warmup, iterations=1)
+    measured = calls[warmup : warmup + len(batches)]
     seconds = benchmark.stats.stats.total
     sequences = sum(n for n, _ in measured)
     tokens = None if any(t is None for _, t in measured) else sum(t for _, t in measured)
     info = engine.info
-    benchmark.extra_info.update({
-        "cell": cell.id, "batch_size": cell.batch_size, "beam_width": cell.beam_width,
-        "max_new_tokens": settings.max_new_tokens, "batches": len(measured),
-        "sequences": sequences, "generated_tokens": tokens,
-        "sequences_per_s": round(sequences / seconds, 3),
-        "tokens_per_s": round(tokens / seconds, 3) if tokens is not None else None,
-        "engine": info.path, "backend": info.backend, "identity": info.identity,
-        "engine_fingerprint": engine_fingerprint(info),
-        "dataset": prep.dataset.name, "dataset_hash": prep.dataset.hash,
-    })
+    benchmark.extra_info.update(
+        {
+            "cell": cell.id,
+            "batch_size": cell.batch_size,
+            "beam_width": cell.beam_width,
+            "max_new_tokens": settings.max_new_tokens,
+            "batches": len(measured),
+            "sequences": sequences,
+            "generated_tokens": tokens,
+            "sequences_per_s": round(sequences / seconds, 3),
+            "tokens_per_s": round(tokens / seconds, 3) if tokens is not None else None,
+            "engine": info.path,
+            "backend": info.backend,
+            "identity": info.identity,
+            "engine_fingerprint": engine_fingerprint(info),
+            "dataset": prep.dataset.name,
+            "dataset_hash": prep.dataset.hash,
+        }
+    )

@@ -47,8 +47,10 @@ def small_dataset(tmp_path_factory) -> Path:
 
     path = tmp_path_factory.mktemp("data") / "small16.jsonl"
     docs = load_dataset(None).documents[:16]
-    path.write_text("".join(json.dumps({"id": d.id, "text": d.text, "summary": d.summary}) + "\n"
-                            for d in docs), encoding="utf-8")
+    path.write_text(
+        "".join(json.dumps({"id": d.id, "text": d.text, "summary": d.summary}) + "\n" for d in docs),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -62,8 +64,9 @@ def engine_factory(tmp_path_factory):
 
     def build(batch: int, beam: int) -> Path:
         if (batch, beam) not in built:
-            built[(batch, beam)] = build_engine(root / f"bs{batch}-bw{beam}",
-                                                BuildLimits(max_batch_size=batch, max_beam_width=beam))
+            built[(batch, beam)] = build_engine(
+                root / f"bs{batch}-bw{beam}", BuildLimits(max_batch_size=batch, max_beam_width=beam)
+            )
         return built[(batch, beam)]
 
     return build
@@ -81,9 +84,14 @@ def run_suites(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subp
     full_env = {**user_env(), **(env or {})}
     # the checkout under test, not whichever copy of the harness is installed
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), full_env.get("PYTHONPATH")) if p)
-    return subprocess.run([sys.executable, "-m", "pytest", str(SUITES), "-p", "no:cacheprovider",
-                           *args], cwd=cwd, env=full_env, capture_output=True, text=True,
-                          timeout=1800)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", str(SUITES), "-p", "no:cacheprovider", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
 
 
 def only_report(report_dir: Path) -> dict:
@@ -95,9 +103,17 @@ def only_report(report_dir: Path) -> dict:
 # imported once before any in-process run: pytester drops the modules a run imported when it
 # ends, numpy, torch, pyarrow or pandas cannot be imported twice in one process, and the rest
 # would be imported (and assert-rewritten) again by every run.
-PRELOAD = ("torch", "transformers", "datasets", "scipy.io", "matplotlib.pyplot",
-           "matplotlib.backends.backend_agg", "matplotlib.backends.backend_svg", "PIL.Image",
-           "hypothesis")
+PRELOAD = (
+    "torch",
+    "transformers",
+    "datasets",
+    "scipy.io",
+    "matplotlib.pyplot",
+    "matplotlib.backends.backend_agg",
+    "matplotlib.backends.backend_svg",
+    "PIL.Image",
+    "hypothesis",
+)
 # `--engine module:Class` test engines that read their environment when imported: dropped
 # before each in-process run, so each run imports them afresh, as a new process would
 ENGINE_MODULES = ("toy_engine", "fault_engines", "rank_engine", "raises_on_import")
@@ -141,8 +157,9 @@ def suites(_harness_imported: None, pytester: pytest.Pytester) -> Callable[..., 
     output, report files); where the process itself is the point (signals, a crash, a
     launcher's environment) use run_suites."""
 
-    def run(*args: str, env: dict[str, str] | None = None, path: Iterable[str | Path] = (),
-            suite: Path = SUITES) -> SuitesRun:
+    def run(
+        *args: str, env: dict[str, str] | None = None, path: Iterable[str | Path] = (), suite: Path = SUITES
+    ) -> SuitesRun:
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("XDG_CACHE_HOME", USER_CACHE)
             for name in XDIST_WORKER_ENV:  # a run of its own, not an xdist worker's
@@ -154,9 +171,14 @@ def suites(_harness_imported: None, pytester: pytest.Pytester) -> Callable[..., 
             for name in ENGINE_MODULES:
                 mp.delitem(sys.modules, name, raising=False)
             result = pytester.runpytest_inprocess(
-                str(suite), "-p", "no:cacheprovider",
+                str(suite),
+                "-p",
+                "no:cacheprovider",
                 # the plugin was imported before this run, so pytest cannot rewrite its asserts
-                "-W", "ignore::pytest.PytestAssertRewriteWarning", *args)
+                "-W",
+                "ignore::pytest.PytestAssertRewriteWarning",
+                *args,
+            )
         return SuitesRun(int(result.ret), "\n".join(result.outlines), "\n".join(result.errlines))
 
     return run

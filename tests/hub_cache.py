@@ -26,8 +26,13 @@ def cache_hub_dataset(cache_dir: Path, name: str, config: str, splits: dict[str,
     for split, rows in splits.items():
         files[split] = [str(source / f"{split}.parquet")]
         datasets.Dataset.from_list(rows).to_parquet(files[split][0])
-    builder = Parquet(cache_dir=str(cache_dir), dataset_name=name, config_name=config,
-                      data_files=DataFilesDict.from_patterns(files), hash="0123456789abcdef")
+    builder = Parquet(
+        cache_dir=str(cache_dir),
+        dataset_name=name,
+        config_name=config,
+        data_files=DataFilesDict.from_patterns(files),
+        hash="0123456789abcdef",
+    )
     builder.download_and_prepare()
     # a download names the folder by the config alone; with data_files the builder adds a suffix
     built = Path(builder.cache_dir).parents[1]

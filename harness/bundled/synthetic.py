@@ -48,16 +48,47 @@ COMPANIES = (
     "Norvel Kestra Altura Brightmoor Caspian Delmont Everfield Fairhaven Granite Helix Ironwood "
     "Juniper Kelvin Lumora Meridian Northwind"
 ).split()
-PRODUCTS = ["batteries", "turbines", "scooters", "tablets", "solar panels", "heat pumps",
-            "drones", "printers", "headphones", "routers", "bicycles", "kettles"]
-FACILITIES = ["bridge", "hospital", "library", "tram line", "school", "stadium", "harbour",
-              "power station", "museum", "water plant", "ferry terminal", "rail depot"]
+PRODUCTS = [
+    "batteries",
+    "turbines",
+    "scooters",
+    "tablets",
+    "solar panels",
+    "heat pumps",
+    "drones",
+    "printers",
+    "headphones",
+    "routers",
+    "bicycles",
+    "kettles",
+]
+FACILITIES = [
+    "bridge",
+    "hospital",
+    "library",
+    "tram line",
+    "school",
+    "stadium",
+    "harbour",
+    "power station",
+    "museum",
+    "water plant",
+    "ferry terminal",
+    "rail depot",
+]
 ILLNESSES = ["measles", "influenza", "dengue", "cholera", "mumps", "hepatitis"]
 STORMS = ["storm", "flood", "heatwave", "blizzard", "wildfire", "hailstorm"]
 FIELDS = ["astronomers", "biologists", "chemists", "geologists", "physicists", "ecologists"]
-FINDINGS = ["a new species of frog", "a distant comet", "an ancient shipwreck",
-            "a rare mineral", "a new kind of bacteria", "a buried Roman road",
-            "a cave of crystals", "a frozen lake under the ice"]
+FINDINGS = [
+    "a new species of frog",
+    "a distant comet",
+    "an ancient shipwreck",
+    "a rare mineral",
+    "a new kind of bacteria",
+    "a buried Roman road",
+    "a cave of crystals",
+    "a frozen lake under the ice",
+]
 PARTIES = ["Green", "Liberal", "Labour", "Centre", "Reform", "Unity"]
 ROLES = ["mayor", "governor", "minister", "senator", "chief executive", "coach"]
 CRIMES = ["fraud", "bribery", "tax evasion", "theft", "forgery", "smuggling"]
@@ -81,8 +112,9 @@ FILLER = [
 ]
 
 
-NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve "
-                "thirteen fourteen").split()
+NUMBER_WORDS = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
+).split()
 
 
 @dataclass(frozen=True)
@@ -138,11 +170,17 @@ def _election(rng: random.Random) -> Story:
         f"{rival} conceded defeat late on {day} evening.",
         f"The {party} party had not held the office in {city} for many years.",
     ]
-    won = ("{who} [of|from] the {party} party [won|took|claimed] [the {city} mayoral race|the mayoralty "
-           "of {city}] [with|taking] {share} percent of the [vote|ballots]")
+    won = (
+        "{who} [of|from] the {party} party [won|took|claimed] [the {city} mayoral race|the mayoralty "
+        "of {city}] [with|taking] {share} percent of the [vote|ballots]"
+    )
     beat = "[defeating|beating|ousting] {rival}"
-    return Story(lead, body, (f"{won}, {beat}.", f"{beat}, {won}."),
-                 {"who": who, "party": party, "city": city, "share": str(share), "rival": rival})
+    return Story(
+        lead,
+        body,
+        (f"{won}, {beat}.", f"{beat}, {won}."),
+        {"who": who, "party": party, "city": city, "share": str(share), "rival": rival},
+    )
 
 
 def _earnings(rng: random.Random) -> Story:
@@ -161,14 +199,25 @@ def _earnings(rng: random.Random) -> Story:
         f"Shares in {co} moved sharply after the report.",
         f"The company employs thousands of people in {city}.",
     ]
-    facts = {"co": co, "product": product, "city": city, "pct": str(pct), "boss": boss,
-             "verb": "[rose|climbed|grew]" if up else "[fell|dropped|slipped]"}
-    return Story(lead, body, (
-        "{co}, the {product} maker based in {city}, said [profits|earnings] {verb} {pct} percent, "
-        "[chief executive|company boss] {boss} [told|informed] investors.",
-        "[chief executive|company boss] {boss} [told|informed] investors that [profits|earnings] "
-        "at {co}, the {product} maker based in {city}, {verb} {pct} percent.",
-    ), facts)
+    facts = {
+        "co": co,
+        "product": product,
+        "city": city,
+        "pct": str(pct),
+        "boss": boss,
+        "verb": "[rose|climbed|grew]" if up else "[fell|dropped|slipped]",
+    }
+    return Story(
+        lead,
+        body,
+        (
+            "{co}, the {product} maker based in {city}, said [profits|earnings] {verb} {pct} percent, "
+            "[chief executive|company boss] {boss} [told|informed] investors.",
+            "[chief executive|company boss] {boss} [told|informed] investors that [profits|earnings] "
+            "at {co}, the {product} maker based in {city}, {verb} {pct} percent.",
+        ),
+        facts,
+    )
 
 
 def _storm(rng: random.Random) -> Story:
@@ -184,12 +233,17 @@ def _storm(rng: random.Random) -> Story:
         "Forecasters said the weather would calm by the weekend.",
         f"Volunteers opened shelters for families affected by the {kind}.",
     ]
-    return Story(lead, body, (
-        "a [severe|fierce|violent] {kind} [struck|hit|battered] {city} on {day} and left {homes} homes without "
-        "[power|electricity] as crews [cleared|reopened] roads.",
-        "{homes} homes in {city} were left without [power|electricity] after a [severe|fierce|violent] {kind} "
-        "[struck|hit|battered] on {day}, and crews [cleared|reopened] roads.",
-    ), {"kind": kind, "city": city, "day": day, "homes": str(homes)})
+    return Story(
+        lead,
+        body,
+        (
+            "a [severe|fierce|violent] {kind} [struck|hit|battered] {city} on {day} and left {homes} homes without "
+            "[power|electricity] as crews [cleared|reopened] roads.",
+            "{homes} homes in {city} were left without [power|electricity] after a [severe|fierce|violent] {kind} "
+            "[struck|hit|battered] on {day}, and crews [cleared|reopened] roads.",
+        ),
+        {"kind": kind, "city": city, "day": day, "homes": str(homes)},
+    )
 
 
 def _sport(rng: random.Random) -> Story:
@@ -209,14 +263,24 @@ def _sport(rng: random.Random) -> Story:
         "More than ten thousand fans watched the game.",
         f"The coach of {c1} {t1} praised the team after the match.",
     ]
-    facts = {"winner": f"{c1} {t1}", "loser": f"{c2} {t2}", "day": day, "scorer": scorer,
-             "score": f"[{g1} to {g2}|{NUMBER_WORDS[g1]} to {NUMBER_WORDS[g2]}]"}
-    return Story(lead, body, (
-        "{winner} [beat|defeated|overcame] {loser} {score} on {day} as {scorer} [scored|netted|struck] twice to "
-        "[lift|move|send] the [side|team|club] to [the top|first place].",
-        "{scorer} [scored|netted|struck] twice as {winner} [beat|defeated|overcame] {loser} {score} on {day} to "
-        "[lift|move|send] the [side|team|club] to [the top|first place].",
-    ), facts)
+    facts = {
+        "winner": f"{c1} {t1}",
+        "loser": f"{c2} {t2}",
+        "day": day,
+        "scorer": scorer,
+        "score": f"[{g1} to {g2}|{NUMBER_WORDS[g1]} to {NUMBER_WORDS[g2]}]",
+    }
+    return Story(
+        lead,
+        body,
+        (
+            "{winner} [beat|defeated|overcame] {loser} {score} on {day} as {scorer} [scored|netted|struck] twice to "
+            "[lift|move|send] the [side|team|club] to [the top|first place].",
+            "{scorer} [scored|netted|struck] twice as {winner} [beat|defeated|overcame] {loser} {score} on {day} to "
+            "[lift|move|send] the [side|team|club] to [the top|first place].",
+        ),
+        facts,
+    )
 
 
 def _science(rng: random.Random) -> Story:
@@ -233,12 +297,16 @@ def _science(rng: random.Random) -> Story:
         f"Other {field} said the work would need to be repeated.",
         f"The University of {city} plans a second expedition next year.",
     ]
-    found = ("[found|discovered|uncovered] {finding} [after|following] a {years} year [study|project]")
-    return Story(lead, body, (
-        "{field} [from|at] the University of {city}, [led|headed] by {author}, " + found + ".",
-        "[led|headed] by {author}, {field} [from|at] the University of {city} " + found + ".",
-    ), {"field": field, "finding": finding, "city": city, "author": lead_author,
-        **_numbers(years=years)})
+    found = "[found|discovered|uncovered] {finding} [after|following] a {years} year [study|project]"
+    return Story(
+        lead,
+        body,
+        (
+            "{field} [from|at] the University of {city}, [led|headed] by {author}, " + found + ".",
+            "[led|headed] by {author}, {field} [from|at] the University of {city} " + found + ".",
+        ),
+        {"field": field, "finding": finding, "city": city, "author": lead_author, **_numbers(years=years)},
+    )
 
 
 def _build(rng: random.Random) -> Story:
@@ -257,13 +325,26 @@ def _build(rng: random.Random) -> Story:
         f"Some residents worry about the cost of the {facility}.",
         "Construction firms will be invited to bid in the spring.",
     ]
-    plan = ("{city} will [build|construct|open] a new {facility} [for|costing] {cost} million euros, "
-            "[finishing|opening|ready] in {year}")
-    return Story(lead, body, (
-        plan + ", {role} {official} [said|announced].",
-        "{role} {official} [said|announced] that " + plan + ".",
-    ), {"city": city, "facility": facility, "cost": str(cost), "year": str(year), "role": role,
-        "official": official})
+    plan = (
+        "{city} will [build|construct|open] a new {facility} [for|costing] {cost} million euros, "
+        "[finishing|opening|ready] in {year}"
+    )
+    return Story(
+        lead,
+        body,
+        (
+            plan + ", {role} {official} [said|announced].",
+            "{role} {official} [said|announced] that " + plan + ".",
+        ),
+        {
+            "city": city,
+            "facility": facility,
+            "cost": str(cost),
+            "year": str(year),
+            "role": role,
+            "official": official,
+        },
+    )
 
 
 def _court(rng: random.Random) -> Story:
@@ -281,10 +362,15 @@ def _court(rng: random.Random) -> Story:
         f"Prosecutors had asked for a longer sentence for the {crime}.",
     ]
     term = "{years} years [in prison|behind bars] for {crime}"
-    return Story(lead, body, (
-        "former {role} {who} was [sentenced to|jailed for] " + term + " by a [court|judge] in {city}.",
-        "a court in {city} [sentenced|condemned] former {role} {who} to " + term + ".",
-    ), {"who": who, "crime": crime, "city": city, "role": role, **_numbers(years=years)})
+    return Story(
+        lead,
+        body,
+        (
+            "former {role} {who} was [sentenced to|jailed for] " + term + " by a [court|judge] in {city}.",
+            "a court in {city} [sentenced|condemned] former {role} {who} to " + term + ".",
+        ),
+        {"who": who, "crime": crime, "city": city, "role": role, **_numbers(years=years)},
+    )
 
 
 def _health(rng: random.Random) -> Story:
@@ -301,10 +387,16 @@ def _health(rng: random.Random) -> Story:
         "Most patients were recovering at home.",
         f"The last outbreak of {illness} in {city} was several years ago.",
     ]
-    urged = "doctor {doctor} [urged|asked|told] [families|parents|residents] to [get vaccinated|seek vaccines]"
+    urged = (
+        "doctor {doctor} [urged|asked|told] [families|parents|residents] to [get vaccinated|seek vaccines]"
+    )
     cases_ = "{city} reported {cases} [new|fresh] cases of {illness} this week"
-    return Story(lead, body, (cases_ + " and " + urged + ".", urged + " after " + cases_ + "."),
-                 {"illness": illness, "city": city, "cases": str(cases), "doctor": doctor})
+    return Story(
+        lead,
+        body,
+        (cases_ + " and " + urged + ".", urged + " after " + cases_ + "."),
+        {"illness": illness, "city": city, "cases": str(cases), "doctor": doctor},
+    )
 
 
 TOPICS = {
@@ -323,8 +415,9 @@ def _words(text: str) -> int:
     return len(text.split())
 
 
-def make_example(rng: random.Random, index: int, *, prefix: str = "doc",
-                 phrasing: random.Random | None = None) -> Example:
+def make_example(
+    rng: random.Random, index: int, *, prefix: str = "doc", phrasing: random.Random | None = None
+) -> Example:
     """Draw one example: a 60-200 word document and a 15-35 word summary.
 
     ``rng`` draws the document and its facts; ``phrasing`` (default: ``rng``) picks the

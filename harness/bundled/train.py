@@ -37,8 +37,13 @@ def write_dataset(path: Path, examples: list[Example]) -> None:
     """One JSON object per line: id, text, summary, topic."""
     with path.open("w", encoding="utf-8") as f:
         for ex in examples:
-            f.write(json.dumps({"id": ex.id, "text": ex.text, "summary": ex.summary,
-                                "topic": ex.topic}, ensure_ascii=False) + "\n")
+            f.write(
+                json.dumps(
+                    {"id": ex.id, "text": ex.text, "summary": ex.summary, "topic": ex.topic},
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
 
 
 def _byte_fallback_bpe(trained: dict[str, Any]) -> BPE:
@@ -66,36 +71,47 @@ def train_tokenizer(corpus: list[str], out_dir: Path) -> PreTrainedTokenizerFast
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
-        pre_tokenizers.Punctuation(),
-        pre_tokenizers.Digits(individual_digits=True),
-    ])
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE - 256, min_frequency=1,
-                                  special_tokens=list(SPECIAL_TOKENS))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
+            pre_tokenizers.Punctuation(),
+            pre_tokenizers.Digits(individual_digits=True),
+        ]
+    )
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE - 256, min_frequency=1, special_tokens=list(SPECIAL_TOKENS)
+    )
     tok.train_from_iterator(corpus, trainer)
     tok.model = _byte_fallback_bpe(json.loads(tok.to_str())["model"])
     # Llama's decoder: spaces back, byte tokens joined into characters, the leading space off
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
-                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
-                                   eos_token="</s>", pad_token="<pad>",
-                                   model_max_length=1024, padding_side="left")
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        model_max_length=1024,
+        padding_side="left",
+    )
     fast.save_pretrained(out_dir)
     return fast
 
 
-def encode_pairs(tok: PreTrainedTokenizerFast, examples: list[Example]
-                 ) -> list[tuple[list[int], list[int]]]:
+def encode_pairs(tok: PreTrainedTokenizerFast, examples: list[Example]) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, summary ids + eos) for each example."""
-    prompts = tok([PROMPT_TEMPLATE.format(text=e.text) for e in examples],
-                  add_special_tokens=False)["input_ids"]
+    prompts = tok([PROMPT_TEMPLATE.format(text=e.text) for e in examples], add_special_tokens=False)[
+        "input_ids"
+    ]
     targets = tok([e.summary for e in examples], add_special_tokens=False)["input_ids"]
     return [(p, t + [tok.eos_token_id]) for p, t in zip(prompts, targets)]
 
 
-def _batch(batch: list[tuple[list[int], list[int]]], pad: int
-           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # ids, mask, labels
+def _batch(
+    batch: list[tuple[list[int], list[int]]], pad: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # ids, mask, labels
     """Right-padded prompt + summary rows; the loss is on the summary only (the model learns
     to summarize, not to write news)."""
     import torch
@@ -118,23 +134,32 @@ def new_model(tok: PreTrainedTokenizerFast) -> MistralForCausalLM:
 
     # a mapping: transformers 4 takes rope_theta as a parameter, 5 folds it into rope_parameters
     settings: dict[str, Any] = dict(
-        vocab_size=len(tok), hidden_size=192, intermediate_size=512, num_hidden_layers=4,
-        num_attention_heads=6, num_key_value_heads=2, head_dim=32,
-        max_position_embeddings=512, rope_theta=10000.0, sliding_window=None,
-        tie_word_embeddings=False, bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok),
+        hidden_size=192,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=512,
+        rope_theta=10000.0,
+        sliding_window=None,
+        tie_word_embeddings=False,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
     )
     return MistralForCausalLM(MistralConfig(**settings))
 
 
-def train_model(model: MistralForCausalLM, pairs: list[tuple[list[int], list[int]]], *,
-                steps: int, batch: int, pad: int) -> float:
+def train_model(
+    model: MistralForCausalLM, pairs: list[tuple[list[int], list[int]]], *, steps: int, batch: int, pad: int
+) -> float:
     """AdamW with a one-cycle schedule over seeded random batches; returns the last loss."""
     import torch
 
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=steps,
-                                                pct_start=0.1)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=steps, pct_start=0.1)
     rng = random.Random(1)
     start = time.time()
     model.train()
@@ -148,8 +173,7 @@ def train_model(model: MistralForCausalLM, pairs: list[tuple[list[int], list[int
         sched.step()
         opt.zero_grad(set_to_none=True)
         if step % 25 == 0 or step == steps - 1:
-            print(f"step {step:5d} loss {loss.item():.4f} {time.time() - start:7.1f}s",
-                  flush=True)
+            print(f"step {step:5d} loss {loss.item():.4f} {time.time() - start:7.1f}s", flush=True)
     model.eval()
     return float(loss.item())
 
@@ -160,8 +184,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=1200)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--train-count", type=int, default=30000)
-    parser.add_argument("--threads", type=int, default=2,
-                        help="torch threads (1 on a machine shared with other jobs)")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch threads (1 on a machine shared with other jobs)"
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -176,8 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     evals = generate(EVAL_COUNT, EVAL_SEED, prefix="news")
     write_dataset(out / "news.jsonl", evals)
     eval_texts = {e.text for e in evals}
-    train = [e for e in generate(args.train_count, TRAIN_SEED, prefix="train")
-             if e.text not in eval_texts]
+    train = [e for e in generate(args.train_count, TRAIN_SEED, prefix="train") if e.text not in eval_texts]
 
     corpus = [PROMPT_TEMPLATE.format(text=e.text) + e.summary for e in train]
     tok = train_tokenizer(corpus, model_dir)

@@ -20,8 +20,10 @@ from harness.config import DecodingSettings
 from harness.model.report import KvCacheReuse
 from harness.model.vocab import CacheReuse, Word
 
-UNSAID_REUSE = KvCacheReuse(CacheReuse.UNKNOWN, "the engine does not say whether it serves a "
-                            "prompt's prefill from KV-cache blocks of earlier requests")
+UNSAID_REUSE = KvCacheReuse(
+    CacheReuse.UNKNOWN,
+    "the engine does not say whether it serves a prompt's prefill from KV-cache blocks of earlier requests",
+)
 
 
 class FailureKind(Word):
@@ -88,14 +90,11 @@ class Engine(Protocol):
 
     info: EngineInfo
 
-    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
-        ...
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]: ...
 
-    def count_tokens(self, prompts: Sequence[str]) -> list[int] | None:
-        ...
+    def count_tokens(self, prompts: Sequence[str]) -> list[int] | None: ...
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...
 
 
 class EngineBase(ABC):
@@ -137,8 +136,10 @@ class AdoptedEngine(EngineBase):
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         outputs: object = self.engine.generate(prompts, settings)
         if not isinstance(outputs, Sequence) or isinstance(outputs, (str, bytes)):
-            raise RuntimeError(f"the engine returned {type(outputs).__name__} outputs for a batch "
-                               f"of {len(prompts)}; generate returns one Generation per prompt")
+            raise RuntimeError(
+                f"the engine returned {type(outputs).__name__} outputs for a batch "
+                f"of {len(prompts)}; generate returns one Generation per prompt"
+            )
         return [as_generation(o) for o in outputs]
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int] | None:
@@ -163,10 +164,13 @@ def as_generation(output: Any) -> Generation:
     text = getattr(output, "text", None)
     beams = getattr(output, "beams", None)
     ids = getattr(output, "token_ids", None)
-    return Generation(text=text if isinstance(text, str) else "",
-                      beams=tuple(b if isinstance(b, str) else "" for b in beams)
-                      if isinstance(beams, (list, tuple)) else (),
-                      token_ids=tuple(ids) if isinstance(ids, (list, tuple)) else ())
+    return Generation(
+        text=text if isinstance(text, str) else "",
+        beams=tuple(b if isinstance(b, str) else "" for b in beams)
+        if isinstance(beams, (list, tuple))
+        else (),
+        token_ids=tuple(ids) if isinstance(ids, (list, tuple)) else (),
+    )
 
 
 def class_label(engine: Any) -> str:
@@ -181,8 +185,7 @@ def as_engine(engine: Any, label: str | None = None, path: str | None = None) ->
     info = getattr(engine, "info", None)
     if not isinstance(info, EngineInfo):
         label = label or class_label(engine)
-        info = EngineInfo(backend=label, path=path or label,
-                          identity=f"{label}:{path}" if path else label)
+        info = EngineInfo(backend=label, path=path or label, identity=f"{label}:{path}" if path else label)
     if not isinstance(engine, EngineBase):
         return AdoptedEngine(engine, info)
     engine.info = info

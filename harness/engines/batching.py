@@ -87,8 +87,9 @@ def _work(timing: RequestTiming, text: str) -> float:
     return float(max(tokens, 0) + 1)
 
 
-def judge_batch(timings: Sequence[RequestTiming | None], texts: Sequence[str],
-                max_tokens: int | None = None) -> BatchJudgement:
+def judge_batch(
+    timings: Sequence[RequestTiming | None], texts: Sequence[str], max_tokens: int | None = None
+) -> BatchJudgement:
     """Together, one after another, cannot tell, or (a token count the server could not have
     generated, ``max_tokens`` being what it was asked for) not to be trusted (see the module
     docstring)."""
@@ -100,8 +101,11 @@ def judge_batch(timings: Sequence[RequestTiming | None], texts: Sequence[str],
         if why is not None:
             return BatchJudgement(size, UNTRUSTED, why=why)
     start = min(t.sent for t in timings if t is not None)
-    rows = sorted((t.finished - start, t.written - start, _work(t, text))
-                  for t, text in zip(timings, texts) if t is not None)
+    rows = sorted(
+        (t.finished - start, t.written - start, _work(t, text))
+        for t, text in zip(timings, texts)
+        if t is not None
+    )
     first_end, first_arrival, first_work = rows[0]
     pace = (first_end - first_arrival) / first_work
     on_the_wire = max(arrival for _, arrival, _ in rows)
@@ -123,16 +127,20 @@ def cell_notice(judgements: Sequence[BatchJudgement]) -> str | None:
     module docstring for the rule)."""
     untrusted = [j for j in judgements if j.verdict == UNTRUSTED]
     if untrusted:
-        return (f"the server's token counts are not plausible ({untrusted[0].why}; in "
-                f"{len(untrusted)} of {len(judgements)} batches), so its timing cannot show that "
-                f"it ran these {untrusted[0].size} requests together: batch positions were not "
-                "shown to be exercised; test a server whose usage counts are real")
+        return (
+            f"the server's token counts are not plausible ({untrusted[0].why}; in "
+            f"{len(untrusted)} of {len(judgements)} batches), so its timing cannot show that "
+            f"it ran these {untrusted[0].size} requests together: batch positions were not "
+            "shown to be exercised; test a server whose usage counts are real"
+        )
     judged = [j for j in judgements if j.verdict not in (UNJUDGED, UNTRUSTED)]
     serial = [j for j in judged if j.verdict == ONE_AFTER_ANOTHER]
     if len(judged) < MIN_JUDGED or 2 * len(serial) <= len(judged):
         return None
     size = judged[0].size
-    return (f"the server answered these {size} requests one after another: batch positions "
-            f"were not exercised ({len(serial)} of the {len(judged)} batches its timing could "
-            f"judge, of {len(judgements)}, were served one request at a time); test a server that "
-            "runs concurrent requests together (llama-server --parallel N, vLLM, trtllm-serve)")
+    return (
+        f"the server answered these {size} requests one after another: batch positions "
+        f"were not exercised ({len(serial)} of the {len(judged)} batches its timing could "
+        f"judge, of {len(judgements)}, were served one request at a time); test a server that "
+        "runs concurrent requests together (llama-server --parallel N, vLLM, trtllm-serve)"
+    )

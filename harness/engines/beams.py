@@ -30,8 +30,10 @@ from collections.abc import Sequence
 from harness.config import DecodingSettings
 
 IDENTICAL_ANSWERS = 4
-HINT = ("use --beam-widths 1 for this server, or a server that runs beam search (trtllm-serve, "
-        "vLLM, python -m harness serve)")
+HINT = (
+    "use --beam-widths 1 for this server, or a server that runs beam search (trtllm-serve, "
+    "vLLM, python -m harness serve)"
+)
 
 
 class BeamCheck:
@@ -41,8 +43,12 @@ class BeamCheck:
         self._identical: dict[DecodingSettings, int] = {}
         self._shown: set[DecodingSettings] = set()
 
-    def check(self, settings: DecodingSettings, choices: Sequence[Sequence[str]],
-              reported: Sequence[int | None] = ()) -> str | None:
+    def check(
+        self,
+        settings: DecodingSettings,
+        choices: Sequence[Sequence[str]],
+        reported: Sequence[int | None] = (),
+    ) -> str | None:
         """The reason no beam search ran, or None; ``choices[i]`` are answer i's choice texts
         in order, ``reported[i]`` the beam width the server says it ran answer i at."""
         width = settings.beam_width
@@ -50,9 +56,11 @@ class BeamCheck:
             return None
         for position, texts in enumerate(choices):
             if len(texts) < width:
-                return (f"the server returned {len(texts)} choice{'s' if len(texts) != 1 else ''} "
-                        f"for best_of {width} (position {position}): no beam search ran (it "
-                        f"ignores use_beam_search, n and best_of); {HINT}")
+                return (
+                    f"the server returned {len(texts)} choice{'s' if len(texts) != 1 else ''} "
+                    f"for best_of {width} (position {position}): no beam search ran (it "
+                    f"ignores use_beam_search, n and best_of); {HINT}"
+                )
         said = list(reported) + [None] * (len(choices) - len(reported))
         for texts, width_said in zip(choices, said):
             if width_said == width or len(set(texts[:width])) > 1:
@@ -63,6 +71,8 @@ class BeamCheck:
         self._identical[settings] = count
         if count < IDENTICAL_ANSWERS:
             return None
-        return (f"the server returned {width} identical choices for best_of {width} in each of "
-                f"its first {count} answers: no beam search ran (it answers n: {width} with "
-                f"{width} greedy copies); {HINT}")
+        return (
+            f"the server returned {width} identical choices for best_of {width} in each of "
+            f"its first {count} answers: no beam search ran (it answers n: {width} with "
+            f"{width} greedy copies); {HINT}"
+        )

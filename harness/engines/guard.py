@@ -31,9 +31,11 @@ def count_tokens(engine: Engine, prompts: Sequence[str]) -> tuple[int, ...] | No
     except HarnessError:
         raise
     except Exception as exc:
-        raise EngineError(f"{label(engine)}: count_tokens raised {describe(exc)}; fix the engine's "
-                          "tokenizer, or have count_tokens return None to skip the input-length "
-                          "check") from None
+        raise EngineError(
+            f"{label(engine)}: count_tokens raised {describe(exc)}; fix the engine's "
+            "tokenizer, or have count_tokens return None to skip the input-length "
+            "check"
+        ) from None
     if counted is None:
         return None
     try:
@@ -41,10 +43,13 @@ def count_tokens(engine: Engine, prompts: Sequence[str]) -> tuple[int, ...] | No
     except TypeError:
         lengths = ()
     if len(lengths) != len(prompts) or not all(
-            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lengths):
-        raise EngineError(f"{label(engine)}: count_tokens returned {type(counted).__name__} for "
-                          f"{len(prompts)} prompts; it returns one token count (an int >= 0) per "
-                          "prompt, or None")
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lengths
+    ):
+        raise EngineError(
+            f"{label(engine)}: count_tokens returned {type(counted).__name__} for "
+            f"{len(prompts)} prompts; it returns one token count (an int >= 0) per "
+            "prompt, or None"
+        )
     return lengths
 
 
@@ -55,8 +60,10 @@ def close(engine: Engine | None) -> str | None:
     try:
         engine.close()
     except Exception as exc:
-        warning = (f"warning: {label(engine)}: close() raised {describe(exc)}; every output was "
-                   "already kept, so the run and its report stand")
+        warning = (
+            f"warning: {label(engine)}: close() raised {describe(exc)}; every output was "
+            "already kept, so the run and its report stand"
+        )
         say(warning)
         return clean(warning)
     return None

@@ -25,8 +25,9 @@ class HFEngine(EngineBase):
 
     reads_options = frozenset({"dtype"})
 
-    def __init__(self, path: str | Path, *, device: str | None = None,
-                 options: EngineOptions | None = None) -> None:
+    def __init__(
+        self, path: str | Path, *, device: str | None = None, options: EngineOptions | None = None
+    ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -34,30 +35,38 @@ class HFEngine(EngineBase):
         self.path = Path(path)
         weights = sorted(self.path.glob("*.safetensors"))
         if not weights:
-            raise EngineError(f"{self.path}: no *.safetensors weights; the hf backend loads "
-                              "safetensors only (convert with `save_pretrained(safe_serialization=True)`)")
+            raise EngineError(
+                f"{self.path}: no *.safetensors weights; the hf backend loads "
+                "safetensors only (convert with `save_pretrained(safe_serialization=True)`)"
+            )
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(self.path), trust_remote_code=False)
             model: Any = AutoModelForCausalLM.from_pretrained(
-                str(self.path), trust_remote_code=False, use_safetensors=True)
+                str(self.path), trust_remote_code=False, use_safetensors=True
+            )
             self.model = model.to(device=self.device, dtype=getattr(torch, self.dtype.value))
         except (OSError, ValueError) as exc:
-            raise EngineError(f"{self.path}: cannot load as a transformers model "
-                              f"({first_line(exc) or type(exc).__name__})") from None
+            raise EngineError(
+                f"{self.path}: cannot load as a transformers model ({first_line(exc) or type(exc).__name__})"
+            ) from None
         self.model.eval()
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         # goldens are kept per dtype: outputs in bfloat16 are not float32's
         identity = weights_identity(weights)
-        self.info = EngineInfo(backend="hf", path=str(self.path),
-                               identity=identity if self.dtype == Dtype.FLOAT32
-                               else f"{self.dtype}:{identity}",
-                               config=None, details={"device": self.device, "dtype": self.dtype.value},
-                               kv_cache_reuse=KvCacheReuse(
-                                   CacheReuse.OFF, "transformers generate() computes every call's "
-                                   "prefill; it keeps no KV cache between calls"))
+        self.info = EngineInfo(
+            backend="hf",
+            path=str(self.path),
+            identity=identity if self.dtype == Dtype.FLOAT32 else f"{self.dtype}:{identity}",
+            config=None,
+            details={"device": self.device, "dtype": self.dtype.value},
+            kv_cache_reuse=KvCacheReuse(
+                CacheReuse.OFF,
+                "transformers generate() computes every call's prefill; it keeps no KV cache between calls",
+            ),
+        )
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]
@@ -69,13 +78,17 @@ class HFEngine(EngineBase):
         beam = settings.beam_width
         with torch.inference_mode():
             out = self.model.generate(
-                **enc, max_new_tokens=settings.max_new_tokens, do_sample=False,
-                num_beams=beam, num_return_sequences=beam,
+                **enc,
+                max_new_tokens=settings.max_new_tokens,
+                do_sample=False,
+                num_beams=beam,
+                num_return_sequences=beam,
                 length_penalty=settings.length_penalty,
                 early_stopping=settings.early_stopping if beam > 1 else False,
                 pad_token_id=self.tokenizer.pad_token_id,
-                eos_token_id=self.tokenizer.eos_token_id)
-        new = out[:, enc["input_ids"].shape[1]:].view(len(prompts), beam, -1).tolist()
+                eos_token_id=self.tokenizer.eos_token_id,
+            )
+        new = out[:, enc["input_ids"].shape[1] :].view(len(prompts), beam, -1).tolist()
         special = set(self.tokenizer.all_special_ids)
         results = []
         for entry in new:

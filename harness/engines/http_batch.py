@@ -48,8 +48,13 @@ class Answer:
     def timing(self, tokens: int | None) -> RequestTiming | None:
         if self.written is None or self.first_byte is None or self.finished is None:
             return None
-        return RequestTiming(sent=self.sent, written=self.written, first_byte=self.first_byte,
-                             finished=self.finished, tokens=tokens)
+        return RequestTiming(
+            sent=self.sent,
+            written=self.written,
+            first_byte=self.first_byte,
+            finished=self.finished,
+            tokens=tokens,
+        )
 
 
 def _encode(body: dict[str, Any]) -> bytes:
@@ -86,8 +91,9 @@ def _earlier_failed(readers: Sequence[threading.Thread], answers: Sequence[Answe
     return False
 
 
-def send_batch(connect: Connect, path: str, bodies: Sequence[dict[str, Any]], headers: dict[str, str],
-               timeout: float) -> list[Answer]:
+def send_batch(
+    connect: Connect, path: str, bodies: Sequence[dict[str, Any]], headers: dict[str, str], timeout: float
+) -> list[Answer]:
     """POST every body to ``path``, in order, all in flight at once; every answer within
     ``timeout`` seconds of its request's send. A failure to connect or write raises (the
     batch is incomplete), unless an earlier request failed first: then the answers so far come
@@ -111,8 +117,9 @@ def send_batch(connect: Connect, path: str, bodies: Sequence[dict[str, Any]], he
                 raise
             socks.append(conn.sock)
             answer.written = time.monotonic() - t0
-            reader = threading.Thread(target=_read, args=(conn, answer, t0), daemon=True,
-                                      name="harness-http-read")
+            reader = threading.Thread(
+                target=_read, args=(conn, answer, t0), daemon=True, name="harness-http-read"
+            )
             reader.start()
             answers.append(answer)
             readers.append(reader)

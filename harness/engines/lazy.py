@@ -20,13 +20,16 @@ def require(module: str, *, backend: str, package: str, extra: str) -> ModuleTyp
         return importlib.import_module(module)
     except ImportError as exc:
         if exc.name == module.split(".")[0] or exc.name == module:
-            raise EngineError(f'the {backend} backend needs {package}: pip install '
-                              f'"{DISTRIBUTION}[{extra}]"') from None
+            raise EngineError(
+                f'the {backend} backend needs {package}: pip install "{DISTRIBUTION}[{extra}]"'
+            ) from None
         raise EngineError(_broken(module, backend, package, exc)) from None
     except Exception as exc:  # a package's own import-time failure (missing GPU libraries)
         raise EngineError(_broken(module, backend, package, exc)) from None
 
 
 def _broken(module: str, backend: str, package: str, exc: BaseException) -> str:
-    return (f"the {backend} backend: {package} is installed but `import {module}` failed "
-            f"({describe(exc)}); check its CUDA and TensorRT libraries")
+    return (
+        f"the {backend} backend: {package} is installed but `import {module}` failed "
+        f"({describe(exc)}); check its CUDA and TensorRT libraries"
+    )

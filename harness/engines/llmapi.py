@@ -61,8 +61,10 @@ def _checkpoint_files(path: Path) -> list[Path]:
         files = sorted(path.glob(pattern))
         if files:
             return files
-    raise EngineError(f"{path}: no weights (*.safetensors or *.bin) in the checkpoint folder; "
-                      "give a Hugging Face or TensorRT-LLM checkpoint, or an engine directory")
+    raise EngineError(
+        f"{path}: no weights (*.safetensors or *.bin) in the checkpoint folder; "
+        "give a Hugging Face or TensorRT-LLM checkpoint, or an engine directory"
+    )
 
 
 def _engine_llm_class(trt: Any) -> Any:
@@ -100,11 +102,15 @@ class LlmApiEngine(EngineBase):
         trt = require_tensorrt_llm("llmapi")
         version = str(getattr(trt, "__version__", "unknown"))
         self.sampling_params: Any = getattr(trt, "SamplingParams", None)
-        if self.sampling_params is None or "use_beam_search" not in inspect.signature(
-                self.sampling_params).parameters:
-            raise EngineError(f"the llmapi backend needs TensorRT-LLM 0.15 or later (SamplingParams "
-                              f"with use_beam_search, n, best_of); this is {version}: upgrade, or "
-                              "run the engine with --backend trtllm")
+        if (
+            self.sampling_params is None
+            or "use_beam_search" not in inspect.signature(self.sampling_params).parameters
+        ):
+            raise EngineError(
+                f"the llmapi backend needs TensorRT-LLM 0.15 or later (SamplingParams "
+                f"with use_beam_search, n, best_of); this is {version}: upgrade, or "
+                "run the engine with --backend trtllm"
+            )
         self.trt = trt
         self.hf_style = _hf_style_beams(self.sampling_params)
         self.llm_class = _engine_llm_class(trt) if self.is_engine else trt.LLM
@@ -119,22 +125,34 @@ class LlmApiEngine(EngineBase):
         self.failures = compat.LoadFailures()
         self._load(None if self.is_engine else 1)  # load errors surface now, not in a cell
         self.info = EngineInfo(
-            backend="llmapi", path=str(self.path), identity=weights_identity(files),
+            backend="llmapi",
+            path=str(self.path),
+            identity=weights_identity(files),
             config=engine_config,
-            details={"model": "engine" if self.is_engine else "checkpoint",
-                     "llm_class": f"{self.llm_class.__module__}.{self.llm_class.__qualname__}",
-                     "tensorrt_llm": version, "engine_version": engine_version,
-                     "tokenizer": str(self.tokens.folder), "end_id": self.tokens.end_id,
-                     "pad_id": self.tokens.pad_id, "trust_remote_code": options.trust_remote_code,
-                     "batch_position": "submission order within one LLM.generate call; the LLM "
-                                       "API's scheduler decides the real batches"},
-            kv_cache_reuse=self.reuse.status)
+            details={
+                "model": "engine" if self.is_engine else "checkpoint",
+                "llm_class": f"{self.llm_class.__module__}.{self.llm_class.__qualname__}",
+                "tensorrt_llm": version,
+                "engine_version": engine_version,
+                "tokenizer": str(self.tokens.folder),
+                "end_id": self.tokens.end_id,
+                "pad_id": self.tokens.pad_id,
+                "trust_remote_code": options.trust_remote_code,
+                "batch_position": "submission order within one LLM.generate call; the LLM "
+                "API's scheduler decides the real batches",
+            },
+            kv_cache_reuse=self.reuse.status,
+        )
 
     def _load(self, beam_width: int | None) -> None:
         """(Re)build the LLM; for a checkpoint with a maximum beam width of ``beam_width``."""
         self._release()
-        base: dict[str, Any] = {"model": str(self.path), "tokenizer": str(self.tokens.folder),
-                                "trust_remote_code": self.trust_remote_code, **self.reuse.kwargs}
+        base: dict[str, Any] = {
+            "model": str(self.path),
+            "tokenizer": str(self.tokens.folder),
+            "trust_remote_code": self.trust_remote_code,
+            **self.reuse.kwargs,
+        }
         self.llm = self.llm_class(**base) if beam_width is None else self._construct(base, beam_width)
         self.llm_beam_width = beam_width
 
@@ -173,12 +191,18 @@ class LlmApiEngine(EngineBase):
     def sampling(self, settings: DecodingSettings) -> Any:
         """The SamplingParams of one cell."""
         w = settings.beam_width
-        kwargs: dict[str, Any] = {"max_tokens": settings.max_new_tokens,
-                                  "end_id": self.tokens.end_id, "pad_id": self.tokens.pad_id}
+        kwargs: dict[str, Any] = {
+            "max_tokens": settings.max_new_tokens,
+            "end_id": self.tokens.end_id,
+            "pad_id": self.tokens.pad_id,
+        }
         if w > 1:
             beams = {"beam_width": w} if self.hf_style else {"use_beam_search": True, "n": w, "best_of": w}
-            kwargs.update(beams, length_penalty=settings.length_penalty,
-                          early_stopping=1 if settings.early_stopping else 0)
+            kwargs.update(
+                beams,
+                length_penalty=settings.length_penalty,
+                early_stopping=1 if settings.early_stopping else 0,
+            )
         else:
             kwargs["top_k"] = 1  # greedy
         return self.sampling_params(**kwargs)
@@ -210,6 +234,7 @@ class LlmApiEngine(EngineBase):
             if not outputs:
                 raise RuntimeError("LLM.generate returned a request without outputs")
             texts = tuple((o.text or "").strip() for o in outputs)
-            gens.append(Generation(text=texts[0], token_ids=tuple(int(t) for t in outputs[0].token_ids),
-                                   beams=texts))
+            gens.append(
+                Generation(text=texts[0], token_ids=tuple(int(t) for t in outputs[0].token_ids), beams=texts)
+            )
         return gens

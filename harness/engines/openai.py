@@ -60,12 +60,16 @@ from harness.model.report import KvCacheReuse
 from harness.model.vocab import CacheReuse
 from harness.redact import redact, redact_url, remember, remember_url
 
-POSITION_SEMANTICS = ("arrival slot: requests are sent concurrently in position order; the "
-                      "server's scheduler decides the real batch")
+POSITION_SEMANTICS = (
+    "arrival slot: requests are sent concurrently in position order; the "
+    "server's scheduler decides the real batch"
+)
 SERVER_REUSE = KvCacheReuse(
-    CacheReuse.UNKNOWN, "a server decides and the OpenAI API has no setting for it (vLLM's prefix "
+    CacheReuse.UNKNOWN,
+    "a server decides and the OpenAI API has no setting for it (vLLM's prefix "
     "caching and llama-server's cache_prompt are on by default): a prompt sent again may have "
-    "its prefill served from an earlier request's cached blocks, which hides a fault in prefill")
+    "its prefill served from an earlier request's cached blocks, which hides a fault in prefill",
+)
 BEAM_SEARCH_FIELDS = ("use_beam_search", "n", "best_of", "length_penalty", "early_stopping")
 LOAD_TIMEOUT_S = 10.0  # GET /v1/models answers at once on a live server
 BACKOFF_S = 0.5  # before retry k: BACKOFF_S * 2**k
@@ -98,12 +102,16 @@ def api_key(variable: str | None, environ: Mapping[str, str] | None = None) -> t
         if variable is None:
             return None, None
         state = "empty" if name in env else "not set"
-        raise EngineError(f"--api-key-env {name}: the environment variable {name} is {state}; "
-                          f"export {name}=KEY before the run, or drop --api-key-env")
+        raise EngineError(
+            f"--api-key-env {name}: the environment variable {name} is {state}; "
+            f"export {name}=KEY before the run, or drop --api-key-env"
+        )
     remember(value)
-    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7f for ch in value):
-        raise EngineError(f"${name}: the key holds a space or a control character, which cannot "
-                          "be sent in an Authorization header; set the variable to the key alone")
+    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+        raise EngineError(
+            f"${name}: the key holds a space or a control character, which cannot "
+            "be sent in an Authorization header; set the variable to the key alone"
+        )
     return value, name
 
 
@@ -120,8 +128,11 @@ def _server_message(body: bytes) -> str:
         data = None
     if isinstance(data, dict):
         inner = data.get("error")
-        for candidate in (inner.get("message") if isinstance(inner, dict) else inner,
-                          data.get("message"), data.get("detail")):
+        for candidate in (
+            inner.get("message") if isinstance(inner, dict) else inner,
+            data.get("message"),
+            data.get("detail"),
+        ):
             if candidate:
                 text = str(candidate)
                 break
@@ -141,24 +152,39 @@ def _address(url: str) -> tuple[str, str, int, str, str]:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise EngineError(f"--engine {shown}: not a server address; use http://HOST:PORT/v1")
     if parts.username or parts.password:
-        raise EngineError(f"--engine {shown}: credentials in the address end up in shell "
-                          f"history and CI logs; remove them and export the key in "
-                          f"{OPENAI_KEY_VARIABLE} (or another variable named by --api-key-env), "
-                          "which is sent as Authorization: Bearer")
+        raise EngineError(
+            f"--engine {shown}: credentials in the address end up in shell "
+            f"history and CI logs; remove them and export the key in "
+            f"{OPENAI_KEY_VARIABLE} (or another variable named by --api-key-env), "
+            "which is sent as Authorization: Bearer"
+        )
     try:
         port = parts.port
     except ValueError:
         raise EngineError(f"--engine {shown}: bad port; use http://HOST:PORT/v1") from None
-    return (parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80),
-            parts.path.rstrip("/") or "/v1", parts.query)
+    return (
+        parts.scheme,
+        parts.hostname,
+        port or (443 if parts.scheme == "https" else 80),
+        parts.path.rstrip("/") or "/v1",
+        parts.query,
+    )
 
 
 class OpenAIEngine(EngineBase):
     """Completions from an OpenAI-compatible server; one ``generate`` call = one batch of
     concurrent requests in position order (see the module docstring)."""
 
-    def __init__(self, url: str, *, model: str | None = None, request_timeout: float = 600.0,
-                 retries: int = 2, backoff: float = BACKOFF_S, api_key_env: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        model: str | None = None,
+        request_timeout: float = 600.0,
+        retries: int = 2,
+        backoff: float = BACKOFF_S,
+        api_key_env: str | None = None,
+    ) -> None:
         remember_url(url)  # its credentials are redacted from every string from now on
         self.url = url.rstrip("/")  # what requests go to; never shown (see ``shown``)
         self.shown = redact_url(self.url)
@@ -174,15 +200,24 @@ class OpenAIEngine(EngineBase):
         if isinstance(root, str) and root and root != self.model:
             identity += f"@{root}"
         self.info = EngineInfo(
-            kv_cache_reuse=SERVER_REUSE, backend="openai", path=self.shown, identity=identity, config=None,
-            details={"position_semantics": POSITION_SEMANTICS,
-                     "model": self.model, "served_models": served,
-                     "model_entry": {k: v for k, v in entry.items() if k != "created"},
-                     "identity_note": "the server's model id (and root): only as good as its naming",
-                     "beam_search_fields": list(BEAM_SEARCH_FIELDS),
-                     # the variable the key was read from (sent as Authorization: Bearer)
-                     "key_from": key_from,
-                     "request_timeout_s": self.request_timeout, "retries": self.retries})
+            kv_cache_reuse=SERVER_REUSE,
+            backend="openai",
+            path=self.shown,
+            identity=identity,
+            config=None,
+            details={
+                "position_semantics": POSITION_SEMANTICS,
+                "model": self.model,
+                "served_models": served,
+                "model_entry": {k: v for k, v in entry.items() if k != "created"},
+                "identity_note": "the server's model id (and root): only as good as its naming",
+                "beam_search_fields": list(BEAM_SEARCH_FIELDS),
+                # the variable the key was read from (sent as Authorization: Bearer)
+                "key_from": key_from,
+                "request_timeout_s": self.request_timeout,
+                "retries": self.retries,
+            },
+        )
 
     # --- HTTP -------------------------------------------------------------------------------
 
@@ -202,8 +237,7 @@ class OpenAIEngine(EngineBase):
             headers["Content-Type"] = "application/json"
         return headers
 
-    def _with_retries(self, attempt: Callable[[], T],
-                      fail: Callable[[_Retryable, int, str], Exception]) -> T:
+    def _with_retries(self, attempt: Callable[[], T], fail: Callable[[_Retryable, int, str], Exception]) -> T:
         """attempt() again after a _Retryable, up to --retries times, with doubling backoff;
         ``fail(last failure, attempts, first reason)`` once they are used up."""
         first = ""
@@ -214,7 +248,7 @@ class OpenAIEngine(EngineBase):
                 first = first or str(exc)
                 if k == self.retries:
                     raise fail(exc, k + 1, first) from None
-                time.sleep(self.backoff * 2 ** k)
+                time.sleep(self.backoff * 2**k)
         raise AssertionError("unreachable")
 
     # --- model list (at load: fails fast, before any generation) ------------------------------
@@ -242,25 +276,32 @@ class OpenAIEngine(EngineBase):
             return EngineError(
                 f"--engine {self.shown}: cannot reach the server at {where}{tries} ({reason}); "
                 f"start it (trtllm-serve, vllm serve, or `python -m harness serve --engine DIR "
-                f"--port {self.port}`) or correct the address")
+                f"--port {self.port}`) or correct the address"
+            )
 
         status, body = self._with_retries(self._get_models, fail)
         listing = f"GET {self.base_path}/models"
         if status != 200:
-            raise EngineError(f"--engine {self.shown}: {listing} answered HTTP {status} "
-                              f"({_server_message(body)}); give the server's OpenAI base URL, "
-                              "e.g. http://HOST:PORT/v1")
+            raise EngineError(
+                f"--engine {self.shown}: {listing} answered HTTP {status} "
+                f"({_server_message(body)}); give the server's OpenAI base URL, "
+                "e.g. http://HOST:PORT/v1"
+            )
         try:
             data = json.loads(body)
             entries = [e for e in data["data"] if isinstance(e, dict) and isinstance(e.get("id"), str)]
         except (ValueError, KeyError, TypeError, RecursionError):
-            raise EngineError(f"--engine {self.shown}: {listing} did not return an OpenAI model "
-                              "list; is this an OpenAI-compatible server?") from None
+            raise EngineError(
+                f"--engine {self.shown}: {listing} did not return an OpenAI model "
+                "list; is this an OpenAI-compatible server?"
+            ) from None
         served = [e["id"] for e in entries]
         if wanted is not None:
             if entries and wanted not in served:
-                raise EngineError(f"--model {wanted!r}: the server at {self.shown} serves "
-                                  f"{', '.join(served)}; pass one of those")
+                raise EngineError(
+                    f"--model {wanted!r}: the server at {self.shown} serves "
+                    f"{', '.join(served)}; pass one of those"
+                )
             return wanted, next((e for e in entries if e["id"] == wanted), {}), served
         if not entries:
             raise EngineError(f"--engine {self.shown}: {listing} lists no model; pass --model NAME")
@@ -271,12 +312,21 @@ class OpenAIEngine(EngineBase):
     def body(self, prompt: str, settings: DecodingSettings) -> dict[str, Any]:
         """The /v1/completions request for one prompt: the harness's fields (only those
         trtllm-serve and vLLM know), then the --request-field ones."""
-        body: dict[str, Any] = {"model": self.model, "prompt": prompt,
-                                "max_tokens": settings.max_new_tokens, "temperature": 0.0, "n": 1}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": settings.max_new_tokens,
+            "temperature": 0.0,
+            "n": 1,
+        }
         if settings.beam_width > 1:
-            body.update(use_beam_search=True, n=settings.beam_width, best_of=settings.beam_width,
-                        length_penalty=settings.length_penalty,
-                        early_stopping=settings.early_stopping)
+            body.update(
+                use_beam_search=True,
+                n=settings.beam_width,
+                best_of=settings.beam_width,
+                length_penalty=settings.length_penalty,
+                early_stopping=settings.early_stopping,
+            )
         body.update(settings.extra_fields())
         return body
 
@@ -296,32 +346,43 @@ class OpenAIEngine(EngineBase):
                 raise _Retryable(f"{type(a.error).__name__} at position {position}: {_reason(a.error)}")
         for position, a in enumerate(answers):
             if a.status is not None and a.status >= 500:
-                raise _Retryable(f"HTTP {a.status} at position {position}: {_server_message(a.body)}",
-                                 FailureKind.SERVER_ERROR)
+                raise _Retryable(
+                    f"HTTP {a.status} at position {position}: {_server_message(a.body)}",
+                    FailureKind.SERVER_ERROR,
+                )
         return [(self._payload(a, position), a) for position, a in enumerate(answers)]
 
     def _exchange(self, bodies: Sequence[dict[str, Any]]) -> list[Answer]:
         """The HTTP exchange of one try (a subclass that records answers wraps this)."""
-        return send_batch(self._connection, self._path("/completions"), bodies,
-                          self._headers(True), self.request_timeout)
+        return send_batch(
+            self._connection, self._path("/completions"), bodies, self._headers(True), self.request_timeout
+        )
 
     def _timeout(self) -> ServerError:
         t = self.request_timeout
-        return ServerError(f"{self.shown}: no complete answer within {t:g} s of the request "
-                           f"(--request-timeout {t:g}, which bounds the whole answer); raise it or "
-                           "check the server", FailureKind.TIMEOUT)
+        return ServerError(
+            f"{self.shown}: no complete answer within {t:g} s of the request "
+            f"(--request-timeout {t:g}, which bounds the whole answer); raise it or "
+            "check the server",
+            FailureKind.TIMEOUT,
+        )
 
     def _payload(self, answer: Answer, position: int) -> dict[str, Any]:
         if answer.status != 200:
-            raise ServerError(f"{self.shown}: HTTP {answer.status} at position {position}: "
-                              f"{_server_message(answer.body)}", FailureKind.REFUSED)
+            raise ServerError(
+                f"{self.shown}: HTTP {answer.status} at position {position}: {_server_message(answer.body)}",
+                FailureKind.REFUSED,
+            )
         try:
             payload = json.loads(answer.body)
         except (ValueError, RecursionError):
             payload = None
         if not isinstance(payload, dict):
-            raise ServerError(f"{self.shown}: position {position}: the answer is not a JSON object "
-                              f"({_server_message(answer.body)})", FailureKind.BAD_ANSWER)
+            raise ServerError(
+                f"{self.shown}: position {position}: the answer is not a JSON object "
+                f"({_server_message(answer.body)})",
+                FailureKind.BAD_ANSWER,
+            )
         return payload
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
@@ -330,8 +391,11 @@ class OpenAIEngine(EngineBase):
         def fail(last: _Retryable, attempts: int, first: str) -> Exception:
             reason = str(last)
             symptoms = f"first: {first}; last: {reason}" if first != reason else f"last: {reason}"
-            return ServerError(f"{self.shown}: a batch of {len(bodies)} failed {attempts} time(s) "
-                               f"(--retries {self.retries}); {symptoms}", last.kind)
+            return ServerError(
+                f"{self.shown}: a batch of {len(bodies)} failed {attempts} time(s) "
+                f"(--retries {self.retries}); {symptoms}",
+                last.kind,
+            )
 
         answered = self._with_retries(lambda: self._attempt(bodies), fail)
         payloads = [payload for payload, _ in answered]
@@ -342,19 +406,30 @@ class OpenAIEngine(EngineBase):
 
     def _generation(self, payload: dict[str, Any], answer: Answer, position: int) -> Generation:
         choices = payload.get("choices")
-        if not isinstance(choices, list) or not choices or not all(
-                isinstance(c, dict) and isinstance(c.get("text"), str) for c in choices):
-            raise ServerError(f"{self.shown}: position {position}: the answer has no choices with "
-                              "text; is this a /v1/completions endpoint?", FailureKind.BAD_ANSWER)
+        if (
+            not isinstance(choices, list)
+            or not choices
+            or not all(isinstance(c, dict) and isinstance(c.get("text"), str) for c in choices)
+        ):
+            raise ServerError(
+                f"{self.shown}: position {position}: the answer has no choices with "
+                "text; is this a /v1/completions endpoint?",
+                FailureKind.BAD_ANSWER,
+            )
         ordered = sorted(enumerate(choices), key=lambda ic: (_index(ic[1], ic[0]), ic[0]))
         texts = tuple(c["text"].strip() for _, c in ordered)
         ids = ordered[0][1].get("token_ids")
         token_ids = tuple(ids) if isinstance(ids, list) and all(isinstance(t, int) for t in ids) else ()
-        return Generation(text=texts[0], token_ids=token_ids, beams=texts,
-                          timing=answer.timing(_completion_tokens(payload, len(choices))))
+        return Generation(
+            text=texts[0],
+            token_ids=token_ids,
+            beams=texts,
+            timing=answer.timing(_completion_tokens(payload, len(choices))),
+        )
 
-    def _check_beams(self, settings: DecodingSettings, payloads: Sequence[dict[str, Any]],
-                     results: Sequence[Generation]) -> None:
+    def _check_beams(
+        self, settings: DecodingSettings, payloads: Sequence[dict[str, Any]], results: Sequence[Generation]
+    ) -> None:
         """Fewer than W choices, or W identical ones with no other evidence: no beam search
         ran, and the cell fails with the reason (``harness.engines.beams``)."""
         reported = [_reported_width(p) for p in payloads]
@@ -371,10 +446,12 @@ class OpenAIEngine(EngineBase):
         ids = [m.get("id") for m in marks]
         positions = [m.get("position") for m in marks]
         if len(set(ids)) != 1 or positions != list(range(len(payloads))):
-            raise ServerError(f"{self.shown}: the server did not keep the planned batch (engine "
-                              f"batches {ids}, positions {positions} for slots 0..{len(payloads) - 1});"
-                              " give `python -m harness serve` a longer --batch-window-ms",
-                              FailureKind.SPLIT_BATCH)
+            raise ServerError(
+                f"{self.shown}: the server did not keep the planned batch (engine "
+                f"batches {ids}, positions {positions} for slots 0..{len(payloads) - 1});"
+                " give `python -m harness serve` a longer --batch-window-ms",
+                FailureKind.SPLIT_BATCH,
+            )
 
 
 def _index(choice: dict[str, Any], default: int) -> int:

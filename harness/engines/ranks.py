@@ -23,8 +23,14 @@ from dataclasses import dataclass
 from harness.errors import ConfigError
 
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK")
-SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS",
-             "SLURM_NTASKS", "WORLD_SIZE")
+SIZE_VARS = (
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+    "PMIX_SIZE",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_NTASKS",
+    "WORLD_SIZE",
+)
 _SLURM = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
 
 
@@ -68,14 +74,18 @@ def current(environ: Mapping[str, str] | None = None) -> Ranks:
             continue
         name, text = found
         if not text.isdigit() or int(text) < low:
-            raise ConfigError(f"environment variable {name}={text!r}: the {what} must be an "
-                              f"integer >= {low}; fix the launcher's environment")
+            raise ConfigError(
+                f"environment variable {name}={text!r}: the {what} must be an "
+                f"integer >= {low}; fix the launcher's environment"
+            )
         values[what] = int(text)
     world, rank = values.get("world size", 1), values.get("rank", 0)
     names = " and ".join(found[0] for found in (rank_found, size_found) if found)
     if rank >= world:
-        raise ConfigError(f"environment: rank {rank} is not below the world size {world} "
-                          f"({names}); fix the launcher's environment")
+        raise ConfigError(
+            f"environment: rank {rank} is not below the world size {world} "
+            f"({names}); fix the launcher's environment"
+        )
     return Ranks(rank=rank, world=world, source=names)
 
 
@@ -89,20 +99,22 @@ def engine_ranks(tp_size: int | None, pp_size: int | None) -> int:
     return (tp_size or 1) * (pp_size or 1)
 
 
-def require_world(ranks: Ranks, tp_size: int | None, pp_size: int | None, *,
-                  engine: str) -> None:
+def require_world(ranks: Ranks, tp_size: int | None, pp_size: int | None, *, engine: str) -> None:
     """Stop before any generation when the processes do not match the engine's mapping."""
     need = engine_ranks(tp_size, pp_size)
     if ranks.world == need:
         return
-    mapping = (f"mapped to tp {tp_size or 1} x pp {pp_size or 1} = {need} rank(s)"
-               if tp_size is not None or pp_size is not None
-               else "not mapped to several ranks (its config records no tp/pp mapping: 1 rank)")
-    have = ("a single process" if ranks.world == 1
-            else f"{ranks.world} processes ({ranks.source})")
+    mapping = (
+        f"mapped to tp {tp_size or 1} x pp {pp_size or 1} = {need} rank(s)"
+        if tp_size is not None or pp_size is not None
+        else "not mapped to several ranks (its config records no tp/pp mapping: 1 rank)"
+    )
+    have = "a single process" if ranks.world == 1 else f"{ranks.world} processes ({ranks.source})"
     if need == 1:
         fix = "run it without mpirun/srun (one process)"
     else:
-        fix = (f"run one process per rank: mpirun -n {need} pytest suites/ --engine {engine} "
-               f"(or mpirun -n {need} python -m harness run --engine {engine})")
+        fix = (
+            f"run one process per rank: mpirun -n {need} pytest suites/ --engine {engine} "
+            f"(or mpirun -n {need} python -m harness run --engine {engine})"
+        )
     raise ConfigError(f"--engine {engine}: the engine is {mapping} but this run has {have}; {fix}")

@@ -26,13 +26,24 @@ BACKENDS: dict[str, str] = {
 }
 URL_BACKEND = "openai"  # chosen for --engine http://... and https://...
 # Options read when an engine loads, passed in EngineOptions to a class that takes ``options``.
-LOAD_OPTIONS = {"tokenizer": "--tokenizer", "end_id": "--end-id", "pad_id": "--pad-id",
-                "trtllm_runtime": "--trtllm-runtime", "trust_remote_code": "--trust-remote-code",
-                "dtype": "--dtype", "kv_cache_reuse": "--kv-cache-reuse"}
-READ_BY = {"tokenizer": "the trtllm and llmapi backends", "end_id": "the trtllm and llmapi backends",
-           "pad_id": "the trtllm and llmapi backends", "trust_remote_code": "the trtllm and llmapi "
-           "backends", "trtllm_runtime": "the trtllm backend", "dtype": "the hf backend",
-           "kv_cache_reuse": "the trtllm and llmapi backends"}
+LOAD_OPTIONS = {
+    "tokenizer": "--tokenizer",
+    "end_id": "--end-id",
+    "pad_id": "--pad-id",
+    "trtllm_runtime": "--trtllm-runtime",
+    "trust_remote_code": "--trust-remote-code",
+    "dtype": "--dtype",
+    "kv_cache_reuse": "--kv-cache-reuse",
+}
+READ_BY = {
+    "tokenizer": "the trtllm and llmapi backends",
+    "end_id": "the trtllm and llmapi backends",
+    "pad_id": "the trtllm and llmapi backends",
+    "trust_remote_code": "the trtllm and llmapi backends",
+    "trtllm_runtime": "the trtllm backend",
+    "dtype": "the hf backend",
+    "kv_cache_reuse": "the trtllm and llmapi backends",
+}
 
 
 def _import_module(name: str, roots: Sequence[Path]) -> ModuleType:
@@ -62,22 +73,28 @@ def _import(target: str, option: str, roots: Sequence[Path] = ()) -> Any:
         module = _import_module(module_name, searched)
     except ModuleNotFoundError as exc:
         where = ", ".join(dict.fromkeys(str(Path(r).resolve()) for r in searched))
-        hint = ("" if exc.name != module_name.partition(".")[0] else
-                f"; it is neither on sys.path nor in {where}: run from the folder that holds it, "
-                "or add that folder to PYTHONPATH")
+        hint = (
+            ""
+            if exc.name != module_name.partition(".")[0]
+            else f"; it is neither on sys.path nor in {where}: run from the folder that holds it, "
+            "or add that folder to PYTHONPATH"
+        )
         raise EngineError(f"{option} {target!r}: cannot import {module_name!r} ({exc}){hint}") from None
     except ImportError as exc:
         raise EngineError(f"{option} {target!r}: cannot import {module_name!r} ({exc})") from None
     except (Exception, SystemExit) as exc:  # the module's own code raised while importing
-        raise EngineError(f"{option} {target!r}: importing {module_name!r} raised "
-                          f"{describe(exc)}; fix the module or its environment") from None
+        raise EngineError(
+            f"{option} {target!r}: importing {module_name!r} raised "
+            f"{describe(exc)}; fix the module or its environment"
+        ) from None
     try:
         return getattr(module, attr)
     except AttributeError:
         raise EngineError(f"{option} {target!r}: module {module_name!r} has no {attr!r}") from None
     except Exception as exc:  # a module __getattr__ of its own
-        raise EngineError(f"{option} {target!r}: reading {attr!r} from {module_name!r} raised "
-                          f"{describe(exc)}") from None
+        raise EngineError(
+            f"{option} {target!r}: reading {attr!r} from {module_name!r} raised {describe(exc)}"
+        ) from None
 
 
 def _is_class_spec(spec: str) -> bool:
@@ -94,8 +111,10 @@ def detect_backend(path: Path) -> str:
         return "hf"
     if "build_config" in config or "builder_config" in config or "version" in config:
         return "trtllm"  # a TensorRT-LLM engine; its backend reports a damaged config
-    raise EngineError(f"{config_file}: neither an engine config (pretrained_config/build_config) "
-                      "nor a transformers config (model_type); pass --backend explicitly")
+    raise EngineError(
+        f"{config_file}: neither an engine config (pretrained_config/build_config) "
+        "nor a transformers config (model_type); pass --backend explicitly"
+    )
 
 
 def resolve_backend(name: str, roots: Sequence[Path] = ()) -> Any:
@@ -107,8 +126,9 @@ def resolve_backend(name: str, roots: Sequence[Path] = ()) -> Any:
         return _import(name, "--backend", roots)
     close = difflib.get_close_matches(name, list(BACKENDS), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise EngineError(f"--backend {name!r}: unknown backend{hint} (known: {', '.join(BACKENDS)}, "
-                      "or module:Class)")
+    raise EngineError(
+        f"--backend {name!r}: unknown backend{hint} (known: {', '.join(BACKENDS)}, or module:Class)"
+    )
 
 
 def _bundled(spec: str, backend: str | None) -> tuple[str, str | None]:
@@ -153,8 +173,9 @@ def _parameters(cls: Any) -> set[str]:
         return set()
 
 
-def _construct(cls: Any, label: str, target: str | None, kwargs: dict[str, Any],
-               signature_hint: str | None = None) -> Any:
+def _construct(
+    cls: Any, label: str, target: str | None, kwargs: dict[str, Any], signature_hint: str | None = None
+) -> Any:
     """``cls(target, **kwargs)``; a failing constructor is one EngineError line (a TypeError,
     where ``signature_hint`` is given, names the constructor the harness expects)."""
     try:
@@ -179,20 +200,30 @@ def options_read(cls: Any) -> frozenset[str]:
 def refuse_unread(cls: Any, label: str, options: EngineOptions) -> None:
     """An EngineError naming every load option given that the backend would ignore."""
     default, reads = EngineOptions(), options_read(cls)
-    ignored = [flag for dest, flag in LOAD_OPTIONS.items()
-               if getattr(options, dest) != getattr(default, dest) and dest not in reads]
+    ignored = [
+        flag
+        for dest, flag in LOAD_OPTIONS.items()
+        if getattr(options, dest) != getattr(default, dest) and dest not in reads
+    ]
     if ignored:
         one = len(ignored) == 1
         it, does, they = ("it", "does", "it is") if one else ("them", "do", "they are")
         readers = sorted({READ_BY[dest] for dest, flag in LOAD_OPTIONS.items() if flag in ignored})
-        raise EngineError(f"{' and '.join(ignored)} {does} not apply to the {label} backend "
-                          f"({they} read by {' and '.join(readers)} and by module:Class engines "
-                          f"that take `options`, and would be ignored here): drop {it}")
+        raise EngineError(
+            f"{' and '.join(ignored)} {does} not apply to the {label} backend "
+            f"({they} read by {' and '.join(readers)} and by module:Class engines "
+            f"that take `options`, and would be ignored here): drop {it}"
+        )
 
 
-def load_engine(spec: str, backend: str | None = None,
-                options: EngineOptions | None = None, *, strict: bool = True,
-                roots: Sequence[Path] = ()) -> EngineBase:
+def load_engine(
+    spec: str,
+    backend: str | None = None,
+    options: EngineOptions | None = None,
+    *,
+    strict: bool = True,
+    roots: Sequence[Path] = (),
+) -> EngineBase:
     """Instantiate the engine named by --engine/--backend; a class whose constructor has an
     ``options`` parameter also gets the EngineOptions (tokenizer, special ids, runtime).
     ``strict``: a load option the class would ignore is refused (off for --golden-engine,
@@ -214,8 +245,13 @@ def load_engine(spec: str, backend: str | None = None,
     if strict:
         refuse_unread(cls, label, options)
     extra = {"options": options} if "options" in _parameters(cls) else {}
-    engine = _construct(cls, label, where, extra, "a backend class takes one argument, the "
-                        "engine path (None for --engine module:Class)")
+    engine = _construct(
+        cls,
+        label,
+        where,
+        extra,
+        "a backend class takes one argument, the engine path (None for --engine module:Class)",
+    )
     return adopt(engine, label, where)
 
 
@@ -230,8 +266,9 @@ def _server_kwargs(cls: Any, options: EngineOptions) -> dict[str, Any]:
     return {k: v for k, v in given.items() if k in accepted}
 
 
-def _load_url(spec: str, backend: str | None, options: EngineOptions,
-              strict: bool = True, roots: Sequence[Path] = ()) -> EngineBase:
+def _load_url(
+    spec: str, backend: str | None, options: EngineOptions, strict: bool = True, roots: Sequence[Path] = ()
+) -> EngineBase:
     """A server address: the openai backend (or a user's class, given the URL unchanged)."""
     remember_url(spec)  # its credentials are redacted from every string from now on
     name = backend or URL_BACKEND

@@ -36,17 +36,23 @@ def tokenizer_folder(model_dir: Path, options: EngineOptions, *, backend: str) -
     if options.tokenizer:
         folder = Path(options.tokenizer).expanduser()
         if not folder.is_dir():
-            raise EngineError(f"--tokenizer {options.tokenizer}: not a folder; give the folder of "
-                              "the model's transformers tokenizer (tokenizer.json, tokenizer_config.json)")
+            raise EngineError(
+                f"--tokenizer {options.tokenizer}: not a folder; give the folder of "
+                "the model's transformers tokenizer (tokenizer.json, tokenizer_config.json)"
+            )
         if not has_tokenizer(folder):
-            raise EngineError(f"--tokenizer {options.tokenizer}: holds none of "
-                              f"{', '.join(TOKENIZER_FILES)}; give the model's tokenizer folder")
+            raise EngineError(
+                f"--tokenizer {options.tokenizer}: holds none of "
+                f"{', '.join(TOKENIZER_FILES)}; give the model's tokenizer folder"
+            )
         return folder
     if has_tokenizer(model_dir):
         return model_dir
-    raise EngineError(f"{model_dir}: no tokenizer in the folder; the {backend} backend needs the "
-                      "model's tokenizer: pass --tokenizer DIR (e.g. the Hugging Face checkpoint "
-                      "the engine was built from)")
+    raise EngineError(
+        f"{model_dir}: no tokenizer in the folder; the {backend} backend needs the "
+        "model's tokenizer: pass --tokenizer DIR (e.g. the Hugging Face checkpoint "
+        "the engine was built from)"
+    )
 
 
 def open_tokenizer(folder: Path, options: EngineOptions) -> Any:
@@ -55,11 +61,13 @@ def open_tokenizer(folder: Path, options: EngineOptions) -> Any:
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(folder),
-                                             trust_remote_code=options.trust_remote_code)
+        return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=options.trust_remote_code)
     except Exception as exc:  # transformers raises OSError, ValueError, ImportError, ...
-        hint = ("; if it ships its own code, add --trust-remote-code"
-                if not options.trust_remote_code and "trust_remote_code" in str(exc) else "")
+        hint = (
+            "; if it ships its own code, add --trust-remote-code"
+            if not options.trust_remote_code and "trust_remote_code" in str(exc)
+            else ""
+        )
         raise EngineError(f"{folder}: cannot load the tokenizer ({describe(exc)}){hint}") from None
 
 
@@ -71,5 +79,9 @@ def load_tokenizer(model_dir: Path, options: EngineOptions, *, backend: str) -> 
     if end_id is None:
         raise EngineError(f"{folder}: the tokenizer has no eos token; pass --end-id ID")
     pad_id = options.pad_id if options.pad_id is not None else tokenizer.pad_token_id
-    return LoadedTokenizer(tokenizer=tokenizer, folder=folder, end_id=int(end_id),
-                           pad_id=int(pad_id if pad_id is not None else end_id))
+    return LoadedTokenizer(
+        tokenizer=tokenizer,
+        folder=folder,
+        end_id=int(end_id),
+        pad_id=int(pad_id if pad_id is not None else end_id),
+    )

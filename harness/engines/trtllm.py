@@ -60,30 +60,38 @@ def engine_files(path: Path) -> list[Path]:
     """The serialized per-rank engines (``rank0.engine``; legacy ``*_rank0.engine``)."""
     files = sorted(path.glob("*.engine"))
     if not files:
-        raise EngineError(f"{path}: no *.engine files next to config.json; build the engine with "
-                          f"`trtllm-build --output_dir {path}`")
+        raise EngineError(
+            f"{path}: no *.engine files next to config.json; build the engine with "
+            f"`trtllm-build --output_dir {path}`"
+        )
     return files
 
 
-def cut_generations(output_ids: Any, sequence_lengths: Any, input_lengths: Sequence[int],
-                    beams: int, end_id: int) -> list[list[list[int]]]:
+def cut_generations(
+    output_ids: Any, sequence_lengths: Any, input_lengths: Sequence[int], beams: int, end_id: int
+) -> list[list[list[int]]]:
     """Generated ids per request and beam: ``output_ids[i, k, input_len_i:sequence_lengths[i, k]]``,
     up to the first end_id; RuntimeError when the shapes are not ``[batch, beams, ...]``."""
     ids = output_ids.tolist() if hasattr(output_ids, "tolist") else output_ids
     lengths = sequence_lengths.tolist() if hasattr(sequence_lengths, "tolist") else sequence_lengths
     n = len(input_lengths)
-    if (len(ids) != n or len(lengths) != n
-            or any(len(row) < beams or len(lens) < beams for row, lens in zip(ids, lengths))):
+    if (
+        len(ids) != n
+        or len(lengths) != n
+        or any(len(row) < beams or len(lens) < beams for row, lens in zip(ids, lengths))
+    ):
         shape = getattr(output_ids, "shape", None)
-        raise RuntimeError(f"the runner returned output_ids of shape {tuple(shape) if shape is not None else '?'} "
-                           f"for {n} requests with {beams} beam(s); expected [{n}, {beams}, max_seq_len]")
+        raise RuntimeError(
+            f"the runner returned output_ids of shape {tuple(shape) if shape is not None else '?'} "
+            f"for {n} requests with {beams} beam(s); expected [{n}, {beams}, max_seq_len]"
+        )
     out: list[list[list[int]]] = []
     for row, lens, start in zip(ids, lengths, input_lengths):
         entry = []
         for k in range(beams):
-            seq = [int(t) for t in row[k][start:int(lens[k])]]
+            seq = [int(t) for t in row[k][start : int(lens[k])]]
             if end_id in seq:
-                seq = seq[:seq.index(end_id)]
+                seq = seq[: seq.index(end_id)]
             entry.append(seq)
         out.append(entry)
     return out
@@ -93,22 +101,24 @@ class TrtllmEngine(EngineBase):
     """A TensorRT-LLM engine directory (config.json and rank*.engine) on one GPU."""
 
     # an engine's dtype is fixed when it is built: --dtype is the hf backend's
-    reads_options = frozenset({"tokenizer", "end_id", "pad_id", "trtllm_runtime",
-                               "trust_remote_code", "kv_cache_reuse"})
+    reads_options = frozenset(
+        {"tokenizer", "end_id", "pad_id", "trtllm_runtime", "trust_remote_code", "kv_cache_reuse"}
+    )
 
     def __init__(self, path: str | Path, *, options: EngineOptions | None = None) -> None:
         options = options or EngineOptions()
         try:
             runtime_word = TrtllmRuntime(options.trtllm_runtime)
         except ValueError:
-            raise EngineError(f"--trtllm-runtime {options.trtllm_runtime!r}: expected one of "
-                              f"{', '.join(w.value for w in TrtllmRuntime)}") from None
+            raise EngineError(
+                f"--trtllm-runtime {options.trtllm_runtime!r}: expected one of "
+                f"{', '.join(w.value for w in TrtllmRuntime)}"
+            ) from None
         self.path = Path(path)
         config, limits = read_engine_config(self.path)
         files = engine_files(self.path)
         trt = require_tensorrt_llm("trtllm")
-        runtime = require("tensorrt_llm.runtime", backend="trtllm", package="TensorRT-LLM",
-                          extra="trtllm")
+        runtime = require("tensorrt_llm.runtime", backend="trtllm", package="TensorRT-LLM", extra="trtllm")
         self.version = str(getattr(trt, "__version__", "unknown"))
         if limits.layout == Layout.LEGACY:
             raise EngineError(compat.legacy_refusal(self.path, self.version))
@@ -116,29 +126,43 @@ class TrtllmEngine(EngineBase):
         self.runner_cls: Any = getattr(runtime, self.runner_name, None)
         if self.runner_cls is None:
             other = TrtllmRuntime.PYTHON if runtime_word == TrtllmRuntime.CPP else TrtllmRuntime.CPP
-            raise EngineError(f"TensorRT-LLM {self.version}: tensorrt_llm.runtime has no "
-                              f"{self.runner_name}; use --trtllm-runtime {other}")
+            raise EngineError(
+                f"TensorRT-LLM {self.version}: tensorrt_llm.runtime has no "
+                f"{self.runner_name}; use --trtllm-runtime {other}"
+            )
         self.tokens = load_tokenizer(self.path, options, backend="trtllm")
         self.tokenizer = self.tokens.tokenizer
         mpi_rank = getattr(trt, "mpi_rank", None)
         self.rank = int(mpi_rank()) if callable(mpi_rank) else 0
         self.engine_max = limits.max_beam_width
         self.sizes_width = compat.takes_keyword(self.runner_cls.from_dir, "max_beam_width")
-        self.reuse = compat.runner_reuse(self.runner_cls, self.runner_name, self.version,
-                                         options.kv_cache_reuse)
+        self.reuse = compat.runner_reuse(
+            self.runner_cls, self.runner_name, self.version, options.kv_cache_reuse
+        )
         self.runner: Any = None
         self.runner_width: int | None = None  # the beam width the runner serves (None: any)
         self.closed = False
         self.failures = compat.LoadFailures()
         self._load_first()
         self.info = EngineInfo(
-            backend="trtllm", path=str(self.path), identity=weights_identity(files), config=config,
-            details={"runtime": runtime_word.value, "runner": self.runner_name,
-                     "tensorrt_llm": self.version, "engine_version": limits.version, "rank": self.rank,
-                     "runner_per_beam_width": compat.PER_WIDTH[runtime_word],
-                     "tokenizer": str(self.tokens.folder), "end_id": self.tokens.end_id,
-                     "pad_id": self.tokens.pad_id, "trust_remote_code": options.trust_remote_code},
-            kv_cache_reuse=self.reuse.status)
+            backend="trtllm",
+            path=str(self.path),
+            identity=weights_identity(files),
+            config=config,
+            details={
+                "runtime": runtime_word.value,
+                "runner": self.runner_name,
+                "tensorrt_llm": self.version,
+                "engine_version": limits.version,
+                "rank": self.rank,
+                "runner_per_beam_width": compat.PER_WIDTH[runtime_word],
+                "tokenizer": str(self.tokens.folder),
+                "end_id": self.tokens.end_id,
+                "pad_id": self.tokens.pad_id,
+                "trust_remote_code": options.trust_remote_code,
+            },
+            kv_cache_reuse=self.reuse.status,
+        )
 
     def _from_dir(self, width: int | None) -> Any:
         kwargs: dict[str, Any] = {"engine_dir": str(self.path), "rank": self.rank, **self.reuse.kwargs}
@@ -153,8 +177,10 @@ class TrtllmEngine(EngineBase):
         try:
             self.runner = self._from_dir(width)
         except Exception as exc:
-            raise EngineError(f"TensorRT-LLM {self.version}: {self.runner_name}.from_dir({self.path}) "
-                              f"failed: {describe(exc)}") from None
+            raise EngineError(
+                f"TensorRT-LLM {self.version}: {self.runner_name}.from_dir({self.path}) "
+                f"failed: {describe(exc)}"
+            ) from None
         self.runner_width = width
 
     def _target_width(self, beams: int) -> int | None:
@@ -216,10 +242,17 @@ class TrtllmEngine(EngineBase):
             # in the same call and have nothing to score (harness.pipeline.follow ignores it)
             return [Generation(text="", token_ids=(), beams=("",)) for _ in prompts]
         if not isinstance(out, dict) or "output_ids" not in out or "sequence_lengths" not in out:
-            raise RuntimeError("the runner returned no output_ids/sequence_lengths (return_dict=True, "
-                               "output_sequence_lengths=True were asked for)")
-        cut = cut_generations(out["output_ids"].cpu(), out["sequence_lengths"].cpu(),
-                              [len(x) for x in ids], beams, self.tokens.end_id)
+            raise RuntimeError(
+                "the runner returned no output_ids/sequence_lengths (return_dict=True, "
+                "output_sequence_lengths=True were asked for)"
+            )
+        cut = cut_generations(
+            out["output_ids"].cpu(),
+            out["sequence_lengths"].cpu(),
+            [len(x) for x in ids],
+            beams,
+            self.tokens.end_id,
+        )
         return [self._generation(entry) for entry in cut]
 
     def _call(self, runner: Any, ids: list[list[int]], settings: DecodingSettings) -> Any:
@@ -227,21 +260,30 @@ class TrtllmEngine(EngineBase):
         import torch
 
         beams = settings.beam_width
-        sampling: dict[str, Any] = {"num_beams": beams, "length_penalty": settings.length_penalty,
-                                    "early_stopping": 1 if settings.early_stopping else 0}
+        sampling: dict[str, Any] = {
+            "num_beams": beams,
+            "length_penalty": settings.length_penalty,
+            "early_stopping": 1 if settings.early_stopping else 0,
+        }
         if beams == 1:
             sampling["top_k"] = 1  # greedy
         with torch.no_grad():
             return runner.generate(
                 batch_input_ids=[torch.tensor(x, dtype=torch.int32) for x in ids],
-                max_new_tokens=settings.max_new_tokens, end_id=self.tokens.end_id,
-                pad_id=self.tokens.pad_id, output_sequence_lengths=True, return_dict=True,
-                **sampling)
+                max_new_tokens=settings.max_new_tokens,
+                end_id=self.tokens.end_id,
+                pad_id=self.tokens.pad_id,
+                output_sequence_lengths=True,
+                return_dict=True,
+                **sampling,
+            )
 
     def _generation(self, entry: list[list[int]]) -> Generation:
         vocab = len(self.tokenizer)
         # ids outside the vocabulary (e.g. -1 from a faulty kernel) are dropped from the text and
         # kept in token_ids, so a damaged position scores low instead of failing the whole cell
-        texts = tuple(self.tokenizer.decode([t for t in beam if 0 <= t < vocab],
-                                            skip_special_tokens=True).strip() for beam in entry)
+        texts = tuple(
+            self.tokenizer.decode([t for t in beam if 0 <= t < vocab], skip_special_tokens=True).strip()
+            for beam in entry
+        )
         return Generation(text=texts[0], token_ids=tuple(entry[0]), beams=texts)

@@ -39,19 +39,22 @@ from harness.model.report import KvCacheReuse
 from harness.model.vocab import CacheReuse
 
 # how the trtllm backend's runners serve beam widths (report.json engine.details)
-PER_WIDTH = {TrtllmRuntime.CPP: "ModelRunnerCpp.from_dir(max_beam_width=W) per beam width",
-             TrtllmRuntime.PYTHON: "a fresh ModelRunner per beam width (its first call fixes "
-                                   "the decoder's width)"}
+PER_WIDTH = {
+    TrtllmRuntime.CPP: "ModelRunnerCpp.from_dir(max_beam_width=W) per beam width",
+    TrtllmRuntime.PYTHON: "a fresh ModelRunner per beam width (its first call fixes the decoder's width)",
+}
 REUSE_KEYWORD = "kv_cache_enable_block_reuse"  # ModelRunnerCpp.from_dir, where the release has it
 
 
 def legacy_refusal(path: Path, version: str) -> str:
     """One line for an engine of the 0.5-0.8 builders under a release that cannot read it."""
-    return (f"{path}: a TensorRT-LLM 0.5-0.8 engine (legacy config.json with builder_config); it "
-            f"does not deserialize under the TensorRT that TensorRT-LLM {version} pins (each "
-            "release pins its own TensorRT build): rebuild it with this release's trtllm-build, "
-            "or run it under the release that built it (its build limits can still be checked: "
-            "python -m harness run --dry-run)")
+    return (
+        f"{path}: a TensorRT-LLM 0.5-0.8 engine (legacy config.json with builder_config); it "
+        f"does not deserialize under the TensorRT that TensorRT-LLM {version} pins (each "
+        "release pins its own TensorRT build): rebuild it with this release's trtllm-build, "
+        "or run it under the release that built it (its build limits can still be checked: "
+        "python -m harness run --dry-run)"
+    )
 
 
 def takes_keyword(func: Callable[..., Any], name: str) -> bool:
@@ -107,14 +110,21 @@ def runner_reuse(runner_cls: Any, name: str, version: str, setting: CacheReuse) 
     release has one; without it, the release reuses nothing and ``on`` is refused."""
     on = setting == CacheReuse.ON
     if takes_keyword(runner_cls.from_dir, REUSE_KEYWORD):
-        return Reuse(KvCacheReuse(setting, f"{name}.from_dir({REUSE_KEYWORD}={on}), TensorRT-LLM "
-                                           f"{version}"), {REUSE_KEYWORD: on})
+        return Reuse(
+            KvCacheReuse(setting, f"{name}.from_dir({REUSE_KEYWORD}={on}), TensorRT-LLM {version}"),
+            {REUSE_KEYWORD: on},
+        )
     if on:
-        raise EngineError(f"--kv-cache-reuse on: TensorRT-LLM {version}'s {name}.from_dir has no "
-                          f"{REUSE_KEYWORD} (this runner reuses no KV-cache blocks across "
-                          "requests): drop the option, or use a release that has it")
-    return Reuse(KvCacheReuse(CacheReuse.OFF, f"TensorRT-LLM {version}'s {name} has no KV-cache "
-                                              "block reuse across requests"))
+        raise EngineError(
+            f"--kv-cache-reuse on: TensorRT-LLM {version}'s {name}.from_dir has no "
+            f"{REUSE_KEYWORD} (this runner reuses no KV-cache blocks across "
+            "requests): drop the option, or use a release that has it"
+        )
+    return Reuse(
+        KvCacheReuse(
+            CacheReuse.OFF, f"TensorRT-LLM {version}'s {name} has no KV-cache block reuse across requests"
+        )
+    )
 
 
 def llm_reuse(version: str, setting: CacheReuse) -> Reuse:
@@ -125,14 +135,23 @@ def llm_reuse(version: str, setting: CacheReuse) -> Reuse:
         config_cls = importlib.import_module("tensorrt_llm.llmapi").KvCacheConfig
     except (ImportError, AttributeError):
         if setting == CacheReuse.ON:
-            raise EngineError(f"--kv-cache-reuse on: TensorRT-LLM {version} has no "
-                              "tensorrt_llm.llmapi.KvCacheConfig to ask for it: drop the option") from None
-        return Reuse(KvCacheReuse(CacheReuse.UNKNOWN, f"TensorRT-LLM {version} has no "
-                                  "tensorrt_llm.llmapi.KvCacheConfig: its default decides"))
+            raise EngineError(
+                f"--kv-cache-reuse on: TensorRT-LLM {version} has no "
+                "tensorrt_llm.llmapi.KvCacheConfig to ask for it: drop the option"
+            ) from None
+        return Reuse(
+            KvCacheReuse(
+                CacheReuse.UNKNOWN,
+                f"TensorRT-LLM {version} has no tensorrt_llm.llmapi.KvCacheConfig: its default decides",
+            )
+        )
     on = setting == CacheReuse.ON
-    return Reuse(KvCacheReuse(setting, f"LLM(kv_cache_config=KvCacheConfig(enable_block_reuse={on})), "
-                                       f"TensorRT-LLM {version}"),
-                 {"kv_cache_config": config_cls(enable_block_reuse=on)})
+    return Reuse(
+        KvCacheReuse(
+            setting, f"LLM(kv_cache_config=KvCacheConfig(enable_block_reuse={on})), TensorRT-LLM {version}"
+        ),
+        {"kv_cache_config": config_cls(enable_block_reuse=on)},
+    )
 
 
 def rejected_keyword(exc: BaseException, keywords: Iterable[str]) -> str | None:

@@ -51,8 +51,10 @@ class BatchTimeoutEngine(AdoptedEngine):
             hung.join(self.seconds)
             self._stuck = hung.is_alive()
         if hung.is_alive():
-            raise BatchTimeout(f"not sent: the engine is still busy with the {self._hung_batch} that "
-                               f"passed --batch-timeout {self.seconds:g}s")
+            raise BatchTimeout(
+                f"not sent: the engine is still busy with the {self._hung_batch} that "
+                f"passed --batch-timeout {self.seconds:g}s"
+            )
         self._hung, self._stuck = None, False
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
@@ -71,10 +73,12 @@ class BatchTimeoutEngine(AdoptedEngine):
         worker.join(self.seconds)
         if worker.is_alive():
             self._hung = worker
-            self._hung_batch = (f"batch of {len(prompts)} at beam width {settings.beam_width}")
-            raise BatchTimeout(f"generate did not return within --batch-timeout {self.seconds:g}s "
-                               f"({self._hung_batch}); the call may still be running, so the "
-                               "rest of this cell was not sent")
+            self._hung_batch = f"batch of {len(prompts)} at beam width {settings.beam_width}"
+            raise BatchTimeout(
+                f"generate did not return within --batch-timeout {self.seconds:g}s "
+                f"({self._hung_batch}); the call may still be running, so the "
+                "rest of this cell was not sent"
+            )
         if errors:
             raise errors[0]
         return results[0]

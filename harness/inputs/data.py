@@ -47,12 +47,15 @@ class Preset:
 # cnn_dailymail as TensorRT-LLM's examples/summarize.py (3.0.0, test, article -> highlights);
 # abisee/cnn_dailymail is the parquet copy `datasets` >= 4 can read (ccdv/'s needs a script).
 PRESETS: dict[str, Preset] = {
-    "cnn_dailymail": Preset(("abisee/cnn_dailymail", "cnn_dailymail"), "3.0.0", "test",
-                            "article", "highlights"),
-    "xsum": Preset(("EdinburghNLP/xsum", "xsum"), None, "test", "document", "summary",
-                   revision="refs/convert/parquet"),
-    "samsum": Preset(("Samsung/samsum", "samsum"), None, "test", "dialogue", "summary",
-                     revision="refs/convert/parquet"),
+    "cnn_dailymail": Preset(
+        ("abisee/cnn_dailymail", "cnn_dailymail"), "3.0.0", "test", "article", "highlights"
+    ),
+    "xsum": Preset(
+        ("EdinburghNLP/xsum", "xsum"), None, "test", "document", "summary", revision="refs/convert/parquet"
+    ),
+    "samsum": Preset(
+        ("Samsung/samsum", "samsum"), None, "test", "dialogue", "summary", revision="refs/convert/parquet"
+    ),
 }
 
 
@@ -77,10 +80,15 @@ class Subset:
     hash: str  # content hash of the chosen documents (equals the run's dataset hash)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"num_prompts": self.num_prompts, "seed": self.seed, "of": self.of,
-                "source_hash": self.source_hash, "ids": list(self.ids), "hash": self.hash,
-                "method": "the num_prompts documents with the smallest sha256(seed, id), "
-                          "kept in dataset order"}
+        return {
+            "num_prompts": self.num_prompts,
+            "seed": self.seed,
+            "of": self.of,
+            "source_hash": self.source_hash,
+            "ids": list(self.ids),
+            "hash": self.hash,
+            "method": "the num_prompts documents with the smallest sha256(seed, id), kept in dataset order",
+        }
 
 
 @dataclass(frozen=True)
@@ -109,11 +117,19 @@ class Dataset:
 
     def describe(self) -> dict[str, Any]:
         """Where the documents came from, as recorded in report.json."""
-        return {"name": self.name, "path": self.path, "source": self.source,
-                "config": self.config, "split": self.split, "revision": self.revision,
-                "text_field": self.text_field, "summary_field": self.summary_field,
-                "count": len(self), "hash": self.hash,
-                "subset": self.subset.as_dict() if self.subset else None}
+        return {
+            "name": self.name,
+            "path": self.path,
+            "source": self.source,
+            "config": self.config,
+            "split": self.split,
+            "revision": self.revision,
+            "text_field": self.text_field,
+            "summary_field": self.summary_field,
+            "count": len(self),
+            "hash": self.hash,
+            "subset": self.subset.as_dict() if self.subset else None,
+        }
 
 
 def content_hash(documents: tuple[Document, ...] | list[Document]) -> str:
@@ -133,8 +149,9 @@ def _quiet_datasets() -> Any:
     return datasets
 
 
-def _documents(table: Any, where: str, text_field: str, summary_field: str,
-               summary_required: bool = True) -> tuple[Document, ...]:
+def _documents(
+    table: Any, where: str, text_field: str, summary_field: str, summary_required: bool = True
+) -> tuple[Document, ...]:
     """Rows of a `datasets.Dataset` as documents, with every field and row checked; without
     ``summary_required`` a dataset lacking the summary field has no references (None)."""
     if len(table) == 0:
@@ -144,16 +161,18 @@ def _documents(table: Any, where: str, text_field: str, summary_field: str,
         wanted.append(("--summary-field", summary_field))
     for option, key in wanted:
         if key not in table.column_names:
-            raise DatasetError(f"{where}: no field {key!r} (fields: "
-                               f"{', '.join(table.column_names)}); name the right one with {option}")
+            raise DatasetError(
+                f"{where}: no field {key!r} (fields: "
+                f"{', '.join(table.column_names)}); name the right one with {option}"
+            )
     ids = table["id"] if "id" in table.column_names else [f"row-{i}" for i in range(len(table))]
-    summaries = (table[summary_field] if summary_field in table.column_names
-                 else [None] * len(table))
+    summaries = table[summary_field] if summary_field in table.column_names else [None] * len(table)
     documents = []
     for i, (doc_id, text, summary) in enumerate(zip(ids, table[text_field], summaries)):
         if not isinstance(text, str) or not text.strip():
-            raise DatasetError(f"{where}: row {i} has an empty or non-text "
-                               f"{text_field!r}; fix or drop that row")
+            raise DatasetError(
+                f"{where}: row {i} has an empty or non-text {text_field!r}; fix or drop that row"
+            )
         if not isinstance(summary, str) and summary_field in table.column_names:
             raise DatasetError(f"{where}: row {i} has a non-text {summary_field!r}")
         documents.append(Document(id=str(doc_id), text=text, summary=summary))
@@ -167,24 +186,28 @@ def _documents(table: Any, where: str, text_field: str, summary_field: str,
 
 def _not_here(option: str, value: str | None, kind: str) -> None:
     if value is not None:
-        raise DatasetError(f"{option} {value}: applies to hub datasets and save_to_disk folders, "
-                           f"not to {kind}; drop {option}")
+        raise DatasetError(
+            f"{option} {value}: applies to hub datasets and save_to_disk folders, "
+            f"not to {kind}; drop {option}"
+        )
 
 
-def _load_file(file: Path, given: str | None, *, config: str | None,
-               split: str | None) -> tuple[Any, str]:
+def _load_file(file: Path, given: str | None, *, config: str | None, split: str | None) -> tuple[Any, str]:
     builder = _BUILDERS.get(file.suffix.lower())
     if builder is None:
-        raise DatasetError(f"--dataset {file}: unknown file type {file.suffix!r}; "
-                           f"use one of {', '.join(sorted(_BUILDERS))} or a save_to_disk folder")
+        raise DatasetError(
+            f"--dataset {file}: unknown file type {file.suffix!r}; "
+            f"use one of {', '.join(sorted(_BUILDERS))} or a save_to_disk folder"
+        )
     _not_here("--dataset-config", config, "a file")
     _not_here("--split", split, "a file")
     if builder in ("json", "csv"):
         try:
             content = file.read_bytes().decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise DatasetError(f"--dataset {file}: not UTF-8 text (byte {exc.start}); "
-                               "re-save the file as UTF-8") from None
+            raise DatasetError(
+                f"--dataset {file}: not UTF-8 text (byte {exc.start}); re-save the file as UTF-8"
+            ) from None
         if not content.strip():
             raise DatasetError(f"--dataset {file}: holds no rows")
     datasets = _quiet_datasets()
@@ -192,8 +215,9 @@ def _load_file(file: Path, given: str | None, *, config: str | None,
     try:
         table = datasets.load_dataset(builder, data_files=pattern, split="train")
     except Exception as exc:  # datasets raises many types for unreadable files
-        raise DatasetError(f"--dataset {file}: cannot be read as {builder}: "
-                           f"{first_line(exc) or type(exc).__name__}") from None
+        raise DatasetError(
+            f"--dataset {file}: cannot be read as {builder}: {first_line(exc) or type(exc).__name__}"
+        ) from None
     return table, file.stem if given is not None else "bundled-news"
 
 
@@ -213,9 +237,11 @@ def _literal_pattern(file: Path) -> str:
     except FileNotFoundError:
         found = []
     if [os.path.normpath(f) for f in found] != [os.path.normpath(literal)]:
-        raise DatasetError(f"--dataset {file}: `datasets` cannot read this file name as one "
-                           "file (it holds characters such as '::' that it reads as a URL); "
-                           "copy or rename the file to a plain name")
+        raise DatasetError(
+            f"--dataset {file}: `datasets` cannot read this file name as one "
+            "file (it holds characters such as '::' that it reads as a URL); "
+            "copy or rename the file to a plain name"
+        )
     return pattern
 
 
@@ -223,16 +249,19 @@ def _load_disk(folder: Path, *, config: str | None, split: str | None) -> tuple[
     """A folder written by Dataset.save_to_disk or DatasetDict.save_to_disk."""
     is_dict = (folder / "dataset_dict.json").is_file()
     if not is_dict and not (folder / "state.json").is_file():
-        raise DatasetError(f"--dataset {folder}: a folder, but not one written by save_to_disk "
-                           "(no dataset_dict.json or state.json); give a JSONL/CSV/Parquet file "
-                           "or the folder Dataset.save_to_disk / DatasetDict.save_to_disk wrote")
+        raise DatasetError(
+            f"--dataset {folder}: a folder, but not one written by save_to_disk "
+            "(no dataset_dict.json or state.json); give a JSONL/CSV/Parquet file "
+            "or the folder Dataset.save_to_disk / DatasetDict.save_to_disk wrote"
+        )
     _not_here("--dataset-config", config, "a save_to_disk folder")
     datasets = _quiet_datasets()
     try:
         loaded = datasets.load_from_disk(str(folder))
     except Exception as exc:
-        raise DatasetError(f"--dataset {folder}: cannot be read with load_from_disk: "
-                           f"{first_line(exc) or type(exc).__name__}") from None
+        raise DatasetError(
+            f"--dataset {folder}: cannot be read with load_from_disk: {first_line(exc) or type(exc).__name__}"
+        ) from None
     if not is_dict:
         _not_here("--split", split, "a single-split save_to_disk folder")
         return loaded, None
@@ -243,11 +272,12 @@ def _load_disk(folder: Path, *, config: str | None, split: str | None) -> tuple[
         elif len(splits) == 1:
             split = splits[0]
         else:
-            raise DatasetError(f"--dataset {folder}: holds splits {', '.join(splits)} and none "
-                               f"is called {DEFAULT_HUB_SPLIT!r}; choose one with --split")
+            raise DatasetError(
+                f"--dataset {folder}: holds splits {', '.join(splits)} and none "
+                f"is called {DEFAULT_HUB_SPLIT!r}; choose one with --split"
+            )
     if split not in splits:
-        raise DatasetError(f"--split {split}: {folder} has no such split (splits: "
-                           f"{', '.join(splits)})")
+        raise DatasetError(f"--split {split}: {folder} has no such split (splits: {', '.join(splits)})")
     return loaded[split], split
 
 
@@ -283,11 +313,12 @@ def fetch_command(hub_id: str, config: str | None, split: str, revision: str | N
     args = [repr(hub_id)] + ([repr(config)] if config else []) + [f"split={split!r}"]
     if revision:
         args.append(f"revision={revision!r}")
-    return f"python -c \"import datasets; datasets.load_dataset({', '.join(args)})\""
+    return f'python -c "import datasets; datasets.load_dataset({", ".join(args)})"'
 
 
-def _load_hub(given: str, hub_ids: tuple[str, ...], *, config: str | None, split: str,
-              revision: str | None) -> tuple[Any, str]:
+def _load_hub(
+    given: str, hub_ids: tuple[str, ...], *, config: str | None, split: str, revision: str | None
+) -> tuple[Any, str]:
     """A hub dataset from the local `datasets` cache (or the hub when downloads are allowed)."""
     datasets = _quiet_datasets()
     where = f"config {config}, split {split}" if config else f"split {split}"
@@ -307,27 +338,39 @@ def _load_hub(given: str, hub_ids: tuple[str, ...], *, config: str | None, split
                 found.append((hub_id, "; ".join(str(exc).strip().splitlines()) or type(exc).__name__))
     if found:
         hub_id, why = found[0]
-        option = ("--split" if re.search(r"split", why, re.IGNORECASE) else
-                  "--dataset-config" if re.search(r"config", why, re.IGNORECASE) else "--dataset")
-        raise DatasetError(f"--dataset {given}: {hub_id} ({where}) cannot be loaded: {why}; "
-                           f"check {option}")
+        option = (
+            "--split"
+            if re.search(r"split", why, re.IGNORECASE)
+            else "--dataset-config"
+            if re.search(r"config", why, re.IGNORECASE)
+            else "--dataset"
+        )
+        raise DatasetError(f"--dataset {given}: {hub_id} ({where}) cannot be loaded: {why}; check {option}")
     reason = unreachable[0] if unreachable else "not found"
     local = " (and no local file or folder has that name)" if "/" in given else ""
     fetch = fetch_command(hub_ids[0], config, split, revision)
     if online:
-        raise DatasetError(f"--dataset {given}: {what} could not be loaded from the hub or the "
-                           f"local cache{local} ({reason}); fetch it with {fetch}, or pass a local "
-                           "JSONL/CSV/Parquet file or a save_to_disk folder")
+        raise DatasetError(
+            f"--dataset {given}: {what} could not be loaded from the hub or the "
+            f"local cache{local} ({reason}); fetch it with {fetch}, or pass a local "
+            "JSONL/CSV/Parquet file or a save_to_disk folder"
+        )
     raise DatasetError(
         f"--dataset {given}: {what} is not in the local datasets cache{local} and this run is "
         f"offline ({reason}); on a machine with network run {fetch} and copy the cache "
         f"(HF_HOME, default ~/.cache/huggingface) here, or set HF_DATASETS_OFFLINE=0 to let the "
-        "run download it, or pass a local JSONL/CSV/Parquet file or a save_to_disk folder")
+        "run download it, or pass a local JSONL/CSV/Parquet file or a save_to_disk folder"
+    )
 
 
-def load_dataset(path: str | None = None, *, text_field: str | None = None,
-                 summary_field: str | None = None, config: str | None = None,
-                 split: str | None = None) -> Dataset:
+def load_dataset(
+    path: str | None = None,
+    *,
+    text_field: str | None = None,
+    summary_field: str | None = None,
+    config: str | None = None,
+    split: str | None = None,
+) -> Dataset:
     """The bundled set (path None), a file, a save_to_disk folder, a preset or a hub name.
 
     Fields default to the preset's (for presets) or to text/summary; see the module docstring
@@ -345,8 +388,10 @@ def load_dataset(path: str | None = None, *, text_field: str | None = None,
             source = "bundled" if path is None else "file"
             table, name = _load_file(local, path, config=config, split=split)
         else:
-            raise DatasetError(f"--dataset {path}: is not a file or folder; give a JSONL, CSV or "
-                               "Parquet file or a save_to_disk folder")
+            raise DatasetError(
+                f"--dataset {path}: is not a file or folder; give a JSONL, CSV or "
+                "Parquet file or a save_to_disk folder"
+            )
         where, shown = f"--dataset {local}", str(local)
     elif preset is not None or (_HUB_ID.match(path) and local.suffix.lower() not in _BUILDERS):
         if preset is not None:
@@ -362,16 +407,27 @@ def load_dataset(path: str | None = None, *, text_field: str | None = None,
         name = "-".join(p for p in (path, config, split) if p)
         where = f"--dataset {path} ({hub_id})"
     else:
-        raise DatasetError(f"--dataset {path}: no such file; give a JSONL, CSV or Parquet file, "
-                           "a save_to_disk folder, a preset (" + ", ".join(PRESETS) + ") or a "
-                           "hub dataset name")
+        raise DatasetError(
+            f"--dataset {path}: no such file; give a JSONL, CSV or Parquet file, "
+            "a save_to_disk folder, a preset (" + ", ".join(PRESETS) + ") or a "
+            "hub dataset name"
+        )
     text_field = text_field or DEFAULT_TEXT_FIELD
     required = summary_field is not None  # named by --summary-field or a preset
     summary_field = summary_field or DEFAULT_SUMMARY_FIELD
     docs = _documents(table, where, text_field, summary_field, required)
-    return Dataset(name=name, path=shown, documents=docs, hash=content_hash(docs), source=source,
-                   config=config, split=split, revision=revision, text_field=text_field,
-                   summary_field=summary_field)
+    return Dataset(
+        name=name,
+        path=shown,
+        documents=docs,
+        hash=content_hash(docs),
+        source=source,
+        config=config,
+        split=split,
+        revision=revision,
+        text_field=text_field,
+        summary_field=summary_field,
+    )
 
 
 def _rank_key(seed: int, doc_id: str) -> str:
@@ -383,16 +439,24 @@ def select_subset(dataset: Dataset, num_prompts: int, seed: int) -> Dataset:
     Python version, and stable when documents are added), kept in dataset order."""
     total = len(dataset)
     if num_prompts > total:
-        raise DatasetError(f"--num-prompts {num_prompts}: the dataset {dataset.name} has only "
-                           f"{total} documents; ask for at most {total}")
-    chosen = set(sorted(range(total), key=lambda i: _rank_key(seed, dataset.documents[i].id))
-                 [:num_prompts])
+        raise DatasetError(
+            f"--num-prompts {num_prompts}: the dataset {dataset.name} has only "
+            f"{total} documents; ask for at most {total}"
+        )
+    chosen = set(sorted(range(total), key=lambda i: _rank_key(seed, dataset.documents[i].id))[:num_prompts])
     docs = tuple(d for i, d in enumerate(dataset.documents) if i in chosen)
     digest = content_hash(docs)
-    subset = Subset(num_prompts=num_prompts, seed=seed, of=total, source_hash=dataset.hash,
-                    ids=tuple(d.id for d in docs), hash=digest)
-    return replace(dataset, name=f"{dataset.name}-n{num_prompts}-seed{seed}", documents=docs,
-                   hash=digest, subset=subset)
+    subset = Subset(
+        num_prompts=num_prompts,
+        seed=seed,
+        of=total,
+        source_hash=dataset.hash,
+        ids=tuple(d.id for d in docs),
+        hash=digest,
+    )
+    return replace(
+        dataset, name=f"{dataset.name}-n{num_prompts}-seed{seed}", documents=docs, hash=digest, subset=subset
+    )
 
 
 def build_prompt(template: str, document: Document) -> str:

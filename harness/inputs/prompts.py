@@ -25,13 +25,17 @@ def chat_tokenizer(engine: Any) -> Any:
     label = f"{info.backend} engine" + (f" {info.path}" if info.path != info.backend else "")
     tokenizer = engine.tokenizer
     if tokenizer is None or not callable(getattr(tokenizer, "apply_chat_template", None)):
-        raise ConfigError(f"--chat: the {label} exposes no transformers tokenizer (a `tokenizer` "
-                          "attribute) to take a chat template from; drop --chat and write the "
-                          "model's prompt format into --prompt-template")
+        raise ConfigError(
+            f"--chat: the {label} exposes no transformers tokenizer (a `tokenizer` "
+            "attribute) to take a chat template from; drop --chat and write the "
+            "model's prompt format into --prompt-template"
+        )
     if not getattr(tokenizer, "chat_template", None):
-        raise ConfigError(f"--chat: the tokenizer of the {label} has no chat template "
-                          "(chat_template in tokenizer_config.json); drop --chat and write the "
-                          "prompt format into --prompt-template")
+        raise ConfigError(
+            f"--chat: the tokenizer of the {label} has no chat template "
+            "(chat_template in tokenizer_config.json); drop --chat and write the "
+            "prompt format into --prompt-template"
+        )
     return tokenizer
 
 
@@ -47,24 +51,30 @@ def render_chat(tokenizer: Any, user_message: str, *, strip_bos: bool | None = N
     """One user turn through the chat template, ready for the assistant's answer; a BOS the
     template writes is dropped when the tokenizer adds its own (``strip_bos`` None: ask it)."""
     try:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": user_message}],
-                                             tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": user_message}], tokenize=False, add_generation_prompt=True
+        )
     except Exception as exc:  # jinja2 errors from a template the user's model ships
-        raise ConfigError(f"--chat: the tokenizer's chat template failed: {describe(exc)}; drop "
-                          "--chat and use --prompt-template") from None
+        raise ConfigError(
+            f"--chat: the tokenizer's chat template failed: {describe(exc)}; drop "
+            "--chat and use --prompt-template"
+        ) from None
     if not isinstance(text, str):
-        raise ConfigError(f"--chat: the tokenizer's chat template gave {type(text).__name__}, not "
-                          "text; drop --chat and use --prompt-template")
+        raise ConfigError(
+            f"--chat: the tokenizer's chat template gave {type(text).__name__}, not "
+            "text; drop --chat and use --prompt-template"
+        )
     bos = getattr(tokenizer, "bos_token", None)
     if strip_bos is None:
         strip_bos = _adds_bos(tokenizer)
     if bos and strip_bos and text.startswith(bos):
-        text = text[len(bos):]
+        text = text[len(bos) :]
     return text
 
 
-def build_prompts(documents: Sequence[Document], template: str, *, chat: bool = False,
-                  engine: Any = None) -> tuple[str, ...]:
+def build_prompts(
+    documents: Sequence[Document], template: str, *, chat: bool = False, engine: Any = None
+) -> tuple[str, ...]:
     """Every document's prompt, in dataset order."""
     check_template(template)
     plain = [build_prompt(template, d) for d in documents]

@@ -34,8 +34,9 @@ class ConfigSection:
 
     def __init__(self, data: Any, file: str, path: str) -> None:
         if not isinstance(data, dict):
-            raise EngineError(f"{file}: {path or 'the top level'} must be a JSON object, "
-                              f"found {type(data).__name__}")
+            raise EngineError(
+                f"{file}: {path or 'the top level'} must be a JSON object, found {type(data).__name__}"
+            )
         self.data: dict[str, Any] = data
         self.file, self.path = file, path
 
@@ -43,8 +44,9 @@ class ConfigSection:
         return f"{self.path}.{key}" if self.path else key
 
     def _missing(self, key: str) -> EngineError:
-        return EngineError(f"{self.file}: missing key {self._key(key)!r}; the engine directory "
-                           "looks damaged, rebuild it")
+        return EngineError(
+            f"{self.file}: missing key {self._key(key)!r}; the engine directory looks damaged, rebuild it"
+        )
 
     def section(self, key: str) -> ConfigSection | None:
         if key not in self.data or self.data[key] is None:
@@ -66,8 +68,10 @@ class ConfigSection:
             raise EngineError(f"{self.file}: {self._key(key)} must be {kind}, found {value!r}")
         too_large = bounds.config_int_too_large(key, abs(value))
         if too_large:
-            raise EngineError(f"{self.file}: {self._key(key)} {too_large}; the engine directory "
-                              "looks damaged or was built with a typo, rebuild it")
+            raise EngineError(
+                f"{self.file}: {self._key(key)} {too_large}; the engine directory "
+                "looks damaged or was built with a typo, rebuild it"
+            )
         return value
 
     def required_integer(self, key: str, *, positive: bool = True) -> int:
@@ -80,10 +84,15 @@ class ConfigSection:
         value = self.data.get(key)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                abs(value) <= bounds.MAX_CONFIG_NUMBER):  # NaN and infinities too
-            raise EngineError(f"{self.file}: {self._key(key)} must be a finite number of at most "
-                              f"{bounds.MAX_CONFIG_NUMBER:g}, found {value!r}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not (abs(value) <= bounds.MAX_CONFIG_NUMBER)
+        ):  # NaN and infinities too
+            raise EngineError(
+                f"{self.file}: {self._key(key)} must be a finite number of at most "
+                f"{bounds.MAX_CONFIG_NUMBER:g}, found {value!r}"
+            )
         return float(value)
 
     def required_number(self, key: str) -> float:
@@ -139,8 +148,10 @@ def _unified(root: ConfigSection) -> EngineLimits:
     emulator = root.section("emulator")
     max_seq_len, max_output_len = build.integer("max_seq_len"), build.integer("max_output_len")
     if max_seq_len is None and max_output_len is None:
-        raise EngineError(f"{root.file}: missing key 'build_config.max_seq_len' (or "
-                          "'build_config.max_output_len' before 0.11); rebuild the engine")
+        raise EngineError(
+            f"{root.file}: missing key 'build_config.max_seq_len' (or "
+            "'build_config.max_output_len' before 0.11); rebuild the engine"
+        )
     heads, hidden = pre.integer("num_attention_heads"), pre.integer("hidden_size")
     dtype = pre.text("dtype")
     quant_algo = quant.text("quant_algo") if quant else None
@@ -159,18 +170,24 @@ def _unified(root: ConfigSection) -> EngineLimits:
         max_batch_size=build.required_integer("max_batch_size"),
         max_beam_width=build.required_integer("max_beam_width"),
         max_input_len=build.required_integer("max_input_len"),
-        max_seq_len=max_seq_len, max_output_len=max_output_len,
+        max_seq_len=max_seq_len,
+        max_output_len=max_output_len,
         max_num_tokens=build.integer("max_num_tokens"),
-        dtype=dtype, kv_cache_dtype=kv_dtype, quant_algo=quant_algo,
-        num_layers=pre.integer("num_hidden_layers"), num_heads=heads,
+        dtype=dtype,
+        kv_cache_dtype=kv_dtype,
+        quant_algo=quant_algo,
+        num_layers=pre.integer("num_hidden_layers"),
+        num_heads=heads,
         num_kv_heads=pre.integer("num_key_value_heads") or heads,
-        head_size=_head_size(pre.integer("head_size"), hidden, heads), hidden_size=hidden,
+        head_size=_head_size(pre.integer("head_size"), hidden, heads),
+        hidden_size=hidden,
         vocab_size=pre.integer("vocab_size"),
         tp_size=mapping.integer("tp_size") if mapping else None,
         pp_size=mapping.integer("pp_size") if mapping else None,
         paged_kv_cache=paged,
         tokens_per_block=plugins.integer("tokens_per_block") if plugins else None,
-        emulator=emulator is not None)
+        emulator=emulator is not None,
+    )
 
 
 def _legacy(root: ConfigSection) -> EngineLimits:
@@ -185,21 +202,27 @@ def _legacy(root: ConfigSection) -> EngineLimits:
     elif (quant_mode is not None and quant_mode & INT8_KV_CACHE_BIT) or b.data.get("int8_kv_cache") is True:
         kv_dtype = "int8"
     return EngineLimits(
-        layout=Layout.LEGACY, version=b.text("tensorrt_llm_version"),
+        layout=Layout.LEGACY,
+        version=b.text("tensorrt_llm_version"),
         max_batch_size=b.required_integer("max_batch_size"),
         max_beam_width=b.integer("max_beam_width"),  # absent in 0.5: unknown, not 1
         max_input_len=b.required_integer("max_input_len"),
         max_output_len=b.required_integer("max_output_len"),
         max_num_tokens=b.integer("max_num_tokens"),
-        dtype=precision, kv_cache_dtype=kv_dtype,
+        dtype=precision,
+        kv_cache_dtype=kv_dtype,
         quant_algo=f"quant_mode={quant_mode}" if quant_mode else None,
-        num_layers=b.integer("num_layers"), num_heads=heads,
+        num_layers=b.integer("num_layers"),
+        num_heads=heads,
         num_kv_heads=b.integer("num_kv_heads") or heads,
-        head_size=_head_size(b.integer("head_size"), hidden, heads), hidden_size=hidden,
+        head_size=_head_size(b.integer("head_size"), hidden, heads),
+        hidden_size=hidden,
         vocab_size=b.integer("vocab_size"),
-        tp_size=b.integer("tensor_parallel"), pp_size=b.integer("pipeline_parallel"),
+        tp_size=b.integer("tensor_parallel"),
+        pp_size=b.integer("pipeline_parallel"),
         paged_kv_cache=plugins.flag("paged_kv_cache") if plugins else None,
-        tokens_per_block=plugins.integer("tokens_per_block") if plugins else None)
+        tokens_per_block=plugins.integer("tokens_per_block") if plugins else None,
+    )
 
 
 def parse_config(config: Any, file: str = "config.json") -> EngineLimits:
@@ -209,8 +232,10 @@ def parse_config(config: Any, file: str = "config.json") -> EngineLimits:
         return _legacy(root)
     if "pretrained_config" in root.data or "build_config" in root.data or "version" in root.data:
         return _unified(root)
-    raise EngineError(f"{file}: not a TensorRT-LLM engine config (no 'build_config'/"
-                      "'pretrained_config' and no legacy 'builder_config')")
+    raise EngineError(
+        f"{file}: not a TensorRT-LLM engine config (no 'build_config'/"
+        "'pretrained_config' and no legacy 'builder_config')"
+    )
 
 
 def load_config_json(engine_dir: str | Path, *, option: str = "") -> dict[str, Any]:
@@ -221,14 +246,18 @@ def load_config_json(engine_dir: str | Path, *, option: str = "") -> dict[str, A
     path = Path(engine_dir)
     label = f"{option} {path}" if option else str(path)
     if not path.exists():
-        raise EngineError(f"{label}: no such engine directory; build one with "
-                          "`python -m harness build-engine --output DIR` or check the path")
+        raise EngineError(
+            f"{label}: no such engine directory; build one with "
+            "`python -m harness build-engine --output DIR` or check the path"
+        )
     if not path.is_dir():
         raise EngineError(f"{label}: is not a directory; give an engine or model folder")
     file = path / "config.json"
     if not file.is_file():
-        raise EngineError(f"{file}: missing; an engine directory holds the config.json that "
-                          "trtllm-build (or `python -m harness build-engine`) writes")
+        raise EngineError(
+            f"{file}: missing; an engine directory holds the config.json that "
+            "trtllm-build (or `python -m harness build-engine`) writes"
+        )
     return parse_config_text(file)
 
 
@@ -243,8 +272,11 @@ def parse_config_text(file: Path) -> dict[str, Any]:
     except bounds.TooDeep as exc:
         raise EngineError(f"{file}: {exc}, which no engine config is; rebuild the engine") from None
     except ValueError as exc:  # json.JSONDecodeError
-        where = (f" at line {exc.lineno} column {exc.colno} ({exc.msg})"
-                 if isinstance(exc, json.JSONDecodeError) else f" ({exc})")
+        where = (
+            f" at line {exc.lineno} column {exc.colno} ({exc.msg})"
+            if isinstance(exc, json.JSONDecodeError)
+            else f" ({exc})"
+        )
         raise EngineError(f"{file}: invalid JSON{where}; rebuild the engine") from None
     if not isinstance(config, dict):
         raise EngineError(f"{file}: expected a JSON object at the top level")

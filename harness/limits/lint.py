@@ -16,10 +16,27 @@ from harness.model.cell import Cell
 from harness.model.limits import EngineLimits, LimitCheck, MemoryBudget, failing
 from harness.model.vocab import Verdict
 
-LIMIT_FIELDS = ("max_batch_size", "max_beam_width", "max_input_len", "max_seq_len",
-                "max_output_len", "max_num_tokens", "dtype", "kv_cache_dtype", "quant_algo",
-                "num_layers", "num_heads", "num_kv_heads", "head_size", "vocab_size", "tp_size",
-                "pp_size", "paged_kv_cache", "tokens_per_block", "version")
+LIMIT_FIELDS = (
+    "max_batch_size",
+    "max_beam_width",
+    "max_input_len",
+    "max_seq_len",
+    "max_output_len",
+    "max_num_tokens",
+    "dtype",
+    "kv_cache_dtype",
+    "quant_algo",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "head_size",
+    "vocab_size",
+    "tp_size",
+    "pp_size",
+    "paged_kv_cache",
+    "tokens_per_block",
+    "version",
+)
 
 
 @dataclass(frozen=True)
@@ -38,20 +55,29 @@ class LintResult:
         return Verdict.FAIL if failing(self.checks) else Verdict.PASS
 
     def as_dict(self) -> dict[str, Any]:
-        return {"engine": self.engine, "layout": self.limits.layout,
-                "limits": self.limits.as_dict(),
-                "cell": {"batch_size": self.cell.batch_size, "beam_width": self.cell.beam_width},
-                "checks": [{"name": c.name, "status": c.status, "message": c.message}
-                           for c in self.checks],
-                "kv_cache_bytes": self.memory[0].kv_cache_bytes if self.memory else None,
-                "memory": [m.as_dict() for m in self.memory],
-                "prompts": self.prompt_source, "verdict": self.verdict}
+        return {
+            "engine": self.engine,
+            "layout": self.limits.layout,
+            "limits": self.limits.as_dict(),
+            "cell": {"batch_size": self.cell.batch_size, "beam_width": self.cell.beam_width},
+            "checks": [{"name": c.name, "status": c.status, "message": c.message} for c in self.checks],
+            "kv_cache_bytes": self.memory[0].kv_cache_bytes if self.memory else None,
+            "memory": [m.as_dict() for m in self.memory],
+            "prompts": self.prompt_source,
+            "verdict": self.verdict,
+        }
 
 
-def _prompt_lengths(engine_dir: Path, tokenizer: str | None, dataset: str | None,
-                    text_field: str | None, summary_field: str | None, template: str,
-                    dataset_config: str | None = None,
-                    split: str | None = None) -> tuple[list[int] | None, str]:
+def _prompt_lengths(
+    engine_dir: Path,
+    tokenizer: str | None,
+    dataset: str | None,
+    text_field: str | None,
+    summary_field: str | None,
+    template: str,
+    dataset_config: str | None = None,
+    split: str | None = None,
+) -> tuple[list[int] | None, str]:
     tok_dir = Path(tokenizer) if tokenizer else engine_dir / "tokenizer"
     if not tok_dir.is_dir():
         return None, "no tokenizer (pass --tokenizer DIR to check prompt lengths)"
@@ -60,41 +86,71 @@ def _prompt_lengths(engine_dir: Path, tokenizer: str | None, dataset: str | None
     try:
         tok = AutoTokenizer.from_pretrained(str(tok_dir), trust_remote_code=False)
     except (OSError, ValueError) as exc:
-        raise EngineError(f"--tokenizer {tok_dir}: cannot load a tokenizer "
-                          f"({first_line(exc) or type(exc).__name__})") from None
-    ds = load_dataset(dataset, text_field=text_field, summary_field=summary_field,
-                      config=dataset_config, split=split)
+        raise EngineError(
+            f"--tokenizer {tok_dir}: cannot load a tokenizer ({first_line(exc) or type(exc).__name__})"
+        ) from None
+    ds = load_dataset(
+        dataset, text_field=text_field, summary_field=summary_field, config=dataset_config, split=split
+    )
     prompts = [build_prompt(template, d) for d in ds.documents]
     return [len(x) for x in tok(prompts)["input_ids"]], f"{ds.name} ({len(ds)} prompts) via {tok_dir}"
 
 
-def lint(engine_dir: str | Path, *, batch_size: int | None = None, num_beams: int = 1,
-         max_new_tokens: int = RunConfig.max_new_tokens, gpu: str | None = None,
-         tokenizer: str | None = None, dataset: str | None = None, text_field: str | None = None,
-         summary_field: str | None = None, prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
-         dataset_config: str | None = None, split: str | None = None) -> LintResult:
+def lint(
+    engine_dir: str | Path,
+    *,
+    batch_size: int | None = None,
+    num_beams: int = 1,
+    max_new_tokens: int = RunConfig.max_new_tokens,
+    gpu: str | None = None,
+    tokenizer: str | None = None,
+    dataset: str | None = None,
+    text_field: str | None = None,
+    summary_field: str | None = None,
+    prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
+    dataset_config: str | None = None,
+    split: str | None = None,
+) -> LintResult:
     """Check one cell (default: the engine's max_batch_size, greedy) against an engine."""
     path = Path(engine_dir)
     _, limits = read_engine_config(path)
     cell = Cell(batch_size or limits.max_batch_size or 1, num_beams)
-    lengths, source = _prompt_lengths(path, tokenizer, dataset, text_field, summary_field,
-                                      prompt_template, dataset_config, split)
-    found = preflight([cell], limits, engine_dir=path, prompt_lengths=lengths,
-                      max_new_tokens=max_new_tokens, gpu_option=gpu, check_ranks=False)
-    return LintResult(engine=str(path), limits=limits, cell=cell, checks=found.checks[cell],
-                      memory=found.memory, prompt_source=source)
+    lengths, source = _prompt_lengths(
+        path, tokenizer, dataset, text_field, summary_field, prompt_template, dataset_config, split
+    )
+    found = preflight(
+        [cell],
+        limits,
+        engine_dir=path,
+        prompt_lengths=lengths,
+        max_new_tokens=max_new_tokens,
+        gpu_option=gpu,
+        check_ranks=False,
+    )
+    return LintResult(
+        engine=str(path),
+        limits=limits,
+        cell=cell,
+        checks=found.checks[cell],
+        memory=found.memory,
+        prompt_source=source,
+    )
 
 
 def format_text(result: LintResult) -> str:
     """Human-readable lint output."""
     lim = result.limits
-    lines = [f"engine {result.engine}: {lim.layout} layout, TensorRT-LLM "
-             f"{lim.version or 'version not recorded'}", "limits:"]
+    lines = [
+        f"engine {result.engine}: {lim.layout} layout, TensorRT-LLM {lim.version or 'version not recorded'}",
+        "limits:",
+    ]
     for name in LIMIT_FIELDS:
         value = getattr(lim, name)
         lines.append(f"  {name:<17} {'unknown' if value is None else value}")
-    lines.append(f"checks for batch size {result.cell.batch_size}, num_beams "
-                 f"{result.cell.beam_width} (prompts: {result.prompt_source}):")
+    lines.append(
+        f"checks for batch size {result.cell.batch_size}, num_beams "
+        f"{result.cell.beam_width} (prompts: {result.prompt_source}):"
+    )
     for c in result.checks:
         lines.append(f"  {c.status.upper():<7} {c.name:<16} {c.message}")
     lines.append("memory per GPU:")

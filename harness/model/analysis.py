@@ -81,10 +81,15 @@ class PositionStats:
         """Whether the tests degrade this position, given how a test's flag is decided: the
         position or the quality test flags, or the change test does where the position shows
         a loss."""
+
         def hit(t: DropTest | None) -> bool:
             return t is not None and flagged(t)
-        return (hit(self.position_test) or hit(self.quality_test)
-                or (hit(self.change_test) and self.shows_loss(tolerance)))
+
+        return (
+            hit(self.position_test)
+            or hit(self.quality_test)
+            or (hit(self.change_test) and self.shows_loss(tolerance))
+        )
 
     @property
     def shown(self) -> float:

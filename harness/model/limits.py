@@ -9,8 +9,15 @@ from typing import Any
 
 from harness.model.vocab import CheckStatus, Layout
 
-BYTES_PER_ELEMENT = {"float64": 8.0, "float32": 4.0, "float16": 2.0, "bfloat16": 2.0,
-                     "int8": 1.0, "fp8": 1.0, "fp4": 0.5}
+BYTES_PER_ELEMENT = {
+    "float64": 8.0,
+    "float32": 4.0,
+    "float16": 2.0,
+    "bfloat16": 2.0,
+    "int8": 1.0,
+    "fp8": 1.0,
+    "fp4": 0.5,
+}
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,11 @@ def _null_for_nan(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-Score = Annotated[float, BeforeValidator(_nan_for_null),
-                  PlainSerializer(_null_for_nan, return_type=float | None, when_used="json")]
+Score = Annotated[
+    float,
+    BeforeValidator(_nan_for_null),
+    PlainSerializer(_null_for_nan, return_type=float | None, when_used="json"),
+]
 Scores = tuple[Score, ...]  # one per prompt, in dataset order
 
 

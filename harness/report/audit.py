@@ -44,8 +44,11 @@ def _tests(report: Report) -> Iterator[_Test]:
     """Every test of the run: one Holm family (harness.verdict.statistics)."""
     for cell in report.cells:
         for s in cell.positions:
-            for name, test in (("position test", s.position_test),
-                               ("quality test", s.quality_test), ("change test", s.change_test)):
+            for name, test in (
+                ("position test", s.position_test),
+                ("quality test", s.quality_test),
+                ("change test", s.change_test),
+            ):
                 if test is not None:
                     yield _Test(f"{cell.id} position {s.position} {name}", test)
         if cell.omnibus is not None:
@@ -69,14 +72,18 @@ def _flags(report: Report, out: list[str]) -> dict[int, bool]:
     for t, adj in zip(tests, adjusted):
         recorded = t.test.p_adjusted
         if recorded is None or not _near(recorded, adj, slack):
-            out.append(f"{t.where}: adjusted p {recorded} is not Holm's over the run's "
-                       f"{len(tests)} tests ({adj:.3g})")
+            out.append(
+                f"{t.where}: adjusted p {recorded} is not Holm's over the run's "
+                f"{len(tests)} tests ({adj:.3g})"
+            )
         flag = t.test.drop > tol and adj < alpha
         at_edge = abs(t.test.drop - tol) <= FIGURE or abs(adj - alpha) <= slack
         if t.test.flagged != flag and not at_edge:
-            out.append(f"{t.where}: flagged {str(t.test.flagged).lower()}, but its drop "
-                       f"{t.test.drop} against tolerance {tol} and adjusted p {adj:.3g} against "
-                       f"alpha {alpha} say {str(flag).lower()}")
+            out.append(
+                f"{t.where}: flagged {str(t.test.flagged).lower()}, but its drop "
+                f"{t.test.drop} against tolerance {tol} and adjusted p {adj:.3g} against "
+                f"alpha {alpha} say {str(flag).lower()}"
+            )
         decided[id(t.test)] = t.test.flagged if at_edge else flag
     return decided
 
@@ -87,69 +94,101 @@ def _weighted(positions: Sequence[PositionStats], name: str) -> float:
     return math.fsum(getattr(s, name) * s.n for s in positions) / n if n else math.nan
 
 
-def _position(report: Report, cell: CellResult, s: PositionStats, flags: dict[int, bool],
-              out: list[str]) -> bool:
+def _position(
+    report: Report, cell: CellResult, s: PositionStats, flags: dict[int, bool], out: list[str]
+) -> bool:
     """One position's recorded decisions and twice-held figures; returns whether it is
     degraded as its tests decide."""
     where = f"{cell.id} position {s.position}"
     degraded = s.degraded_by(lambda t: flags.get(id(t), False), report.method.tolerance)
     if s.degraded != degraded:
-        out.append(f"{where}: degraded {str(s.degraded).lower()}, but its tests say "
-                   f"{str(degraded).lower()}")
+        out.append(f"{where}: degraded {str(s.degraded).lower()}, but its tests say {str(degraded).lower()}")
     nondeterministic = report.method.deterministic and s.differing > 0
     if s.nondeterministic != nondeterministic:
-        out.append(f"{where}: nondeterministic {str(s.nondeterministic).lower()}, but "
-                   f"--deterministic {str(report.method.deterministic).lower()} and "
-                   f"{s.differing:.0%} differing outputs say {str(nondeterministic).lower()}")
+        out.append(
+            f"{where}: nondeterministic {str(s.nondeterministic).lower()}, but "
+            f"--deterministic {str(report.method.deterministic).lower()} and "
+            f"{s.differing:.0%} differing outputs say {str(nondeterministic).lower()}"
+        )
     q = s.quality_test
-    if q is not None and s.quality is not None and s.quality_bs1 is not None and not _near(
-            q.drop, s.quality_bs1 - s.quality):
-        out.append(f"{where}: quality test drop {q.drop}, but its quality {s.quality} and batch "
-                   f"size 1's {s.quality_bs1} differ by {s.quality_bs1 - s.quality:.6f}")
+    if (
+        q is not None
+        and s.quality is not None
+        and s.quality_bs1 is not None
+        and not _near(q.drop, s.quality_bs1 - s.quality)
+    ):
+        out.append(
+            f"{where}: quality test drop {q.drop}, but its quality {s.quality} and batch "
+            f"size 1's {s.quality_bs1} differ by {s.quality_bs1 - s.quality:.6f}"
+        )
     others = [o for o in cell.positions if o.position != s.position]
     p = s.position_test
     if p is not None and others and not _near(p.drop, _weighted(others, "agreement") - s.agreement):
-        out.append(f"{where}: position test drop {p.drop}, but its agreement {s.agreement} is "
-                   f"{_weighted(others, 'agreement') - s.agreement:.6f} below the other positions'")
+        out.append(
+            f"{where}: position test drop {p.drop}, but its agreement {s.agreement} is "
+            f"{_weighted(others, 'agreement') - s.agreement:.6f} below the other positions'"
+        )
     c = s.change_test
     if c is not None and others and not _near(c.drop, s.differing - _weighted(others, "differing")):
-        out.append(f"{where}: change test share {c.drop}, but its differing outputs "
-                   f"{s.differing} are {s.differing - _weighted(others, 'differing'):.6f} above "
-                   "the other positions'")
+        out.append(
+            f"{where}: change test share {c.drop}, but its differing outputs "
+            f"{s.differing} are {s.differing - _weighted(others, 'differing'):.6f} above "
+            "the other positions'"
+        )
     return degraded
 
 
 def _cell(report: Report, cell: CellResult, flags: dict[int, bool], out: list[str]) -> Verdict:
     """One cell's recorded decisions; returns its verdict as its figures decide it."""
-    degraded = tuple(s.position for s in cell.positions
-                     if _position(report, cell, s, flags, out))
+    degraded = tuple(s.position for s in cell.positions if _position(report, cell, s, flags, out))
     if tuple(cell.degraded_positions) != degraded:
-        out.append(f"{cell.id}: degraded positions {list(cell.degraded_positions)}, but its "
-                   f"positions' tests say {list(degraded)}")
-    nondet = tuple(s.position for s in cell.positions
-                   if report.method.deterministic and s.differing > 0) if cell.batch_size > 1 else ()
+        out.append(
+            f"{cell.id}: degraded positions {list(cell.degraded_positions)}, but its "
+            f"positions' tests say {list(degraded)}"
+        )
+    nondet = (
+        tuple(s.position for s in cell.positions if report.method.deterministic and s.differing > 0)
+        if cell.batch_size > 1
+        else ()
+    )
     if tuple(cell.nondeterministic_positions) != nondet:
-        out.append(f"{cell.id}: nondeterministic positions {list(cell.nondeterministic_positions)}"
-                   f", but its positions say {list(nondet)}")
+        out.append(
+            f"{cell.id}: nondeterministic positions {list(cell.nondeterministic_positions)}"
+            f", but its positions say {list(nondet)}"
+        )
     empty = tuple(s.position for s in cell.positions if s.empty > 0)
     omnibus = cell.omnibus is not None and flags.get(id(cell.omnibus), False)
     _cell_figures(report, cell, out)
     failed = bool(degraded or omnibus or nondet or empty)
-    verdict = (Verdict.ERROR if cell.error is not None else Verdict.FAIL if failed
-               else Verdict.UNTESTED if cell.notice else Verdict.PASS)
-    why = ("an engine error" if cell.error is not None else
-           f"degraded positions {list(degraded)}" if degraded else
-           "its omnibus test" if omnibus else
-           f"outputs with no text at positions {list(empty)}" if empty else
-           f"differing outputs at positions {list(nondet)} under --deterministic" if nondet else
-           "its notice" if cell.notice else "no failing test")
+    verdict = (
+        Verdict.ERROR
+        if cell.error is not None
+        else Verdict.FAIL
+        if failed
+        else Verdict.UNTESTED
+        if cell.notice
+        else Verdict.PASS
+    )
+    why = (
+        "an engine error"
+        if cell.error is not None
+        else f"degraded positions {list(degraded)}"
+        if degraded
+        else "its omnibus test"
+        if omnibus
+        else f"outputs with no text at positions {list(empty)}"
+        if empty
+        else f"differing outputs at positions {list(nondet)} under --deterministic"
+        if nondet
+        else "its notice"
+        if cell.notice
+        else "no failing test"
+    )
     if cell.verdict != verdict:
-        out.append(f"{cell.id}: verdict {cell.verdict}, but its figures make it {verdict} "
-                   f"({why})")
+        out.append(f"{cell.id}: verdict {cell.verdict}, but its figures make it {verdict} ({why})")
     limits = Verdict.FAIL if failing(cell.limit_checks) else Verdict.PASS
     if cell.limits_verdict != limits:
-        out.append(f"{cell.id}: limits verdict {cell.limits_verdict}, but its limit checks say "
-                   f"{limits}")
+        out.append(f"{cell.id}: limits verdict {cell.limits_verdict}, but its limit checks say {limits}")
     return verdict
 
 
@@ -158,9 +197,11 @@ def _cell_figures(report: Report, cell: CellResult, out: list[str]) -> None:
     rows = cell.positions
     if not rows:
         return
-    for name, values in (("quality", [s.quality for s in rows]),
-                         ("quality_bs1", [s.quality_bs1 for s in rows]),
-                         ("differing", [s.differing for s in rows])):
+    for name, values in (
+        ("quality", [s.quality for s in rows]),
+        ("quality_bs1", [s.quality_bs1 for s in rows]),
+        ("differing", [s.differing for s in rows]),
+    ):
         seen = [v for v in values if v is not None]
         expected = mean(seen) if seen else None
         recorded = getattr(cell, name)
@@ -169,17 +210,28 @@ def _cell_figures(report: Report, cell: CellResult, out: list[str]) -> None:
         if not _near(recorded, expected):
             out.append(f"{cell.id}: {name} {recorded}, but its positions' mean is {expected}")
     o = cell.omnibus
-    if (o is not None and report.method.rotation == Rotation.FULL and cell.quality is not None
-            and cell.quality_bs1 is not None and not _near(o.drop, cell.quality_bs1 - cell.quality)):
-        out.append(f"{cell.id}: omnibus drop {o.drop}, but its quality {cell.quality} and batch "
-                   f"size 1's {cell.quality_bs1} differ by {cell.quality_bs1 - cell.quality:.6f}")
+    if (
+        o is not None
+        and report.method.rotation == Rotation.FULL
+        and cell.quality is not None
+        and cell.quality_bs1 is not None
+        and not _near(o.drop, cell.quality_bs1 - cell.quality)
+    ):
+        out.append(
+            f"{cell.id}: omnibus drop {o.drop}, but its quality {cell.quality} and batch "
+            f"size 1's {cell.quality_bs1} differ by {cell.quality_bs1 - cell.quality:.6f}"
+        )
 
 
 def _method(report: Report, out: list[str]) -> None:
     """The method block against the options the run was given."""
     m, given = report.method, report.options
-    for name, value in (("tolerance", m.tolerance), ("alpha", m.alpha),
-                        ("deterministic", m.deterministic), ("rotation", str(m.rotation))):
+    for name, value in (
+        ("tolerance", m.tolerance),
+        ("alpha", m.alpha),
+        ("deterministic", m.deterministic),
+        ("rotation", str(m.rotation)),
+    ):
         if name in given and given[name] != value:
             out.append(f"method.{name} {value}, but the run was given {name} {given[name]}")
 
@@ -195,7 +247,5 @@ def audit(report: Report) -> list[str]:
     if report.cells and report.verdict != expected:
         out.append(f"verdict {report.verdict}, but its cells make it {expected}")
     if report.signoff.verdict != report.verdict:
-        out.append(f"signoff.verdict {report.signoff.verdict}, but the report's verdict is "
-                   f"{report.verdict}")
+        out.append(f"signoff.verdict {report.signoff.verdict}, but the report's verdict is {report.verdict}")
     return out
-

@@ -42,15 +42,19 @@ from harness.verdict.boundaries import boundaries
 
 EXAMPLES_PER_CELL = 3
 PROMPT_CHARS = 600
-TEST = ("three questions per cell and position (docs/method.md): position dependence (agreement "
-        "with the baseline below the other positions of the batch, same prompts), batch-size "
-        "quality (ROUGE-L against the references below batch size 1, same prompts; per cell "
-        "too), determinism (outputs that differ from batch size 1), changed outputs (more "
-        "outputs differ from batch size 1 than at the other positions, where the position also "
-        "lost); one-sided paired t-tests of the drop against the tolerance, Holm-corrected over "
-        "all tests of the run")
-PLANS = {Rotation.FULL: "cyclic rotation: every prompt at every position once per cell",
-         Rotation.SPARSE: "sparse rotation: every prompt at one position per cell"}
+TEST = (
+    "three questions per cell and position (docs/method.md): position dependence (agreement "
+    "with the baseline below the other positions of the batch, same prompts), batch-size "
+    "quality (ROUGE-L against the references below batch size 1, same prompts; per cell "
+    "too), determinism (outputs that differ from batch size 1), changed outputs (more "
+    "outputs differ from batch size 1 than at the other positions, where the position also "
+    "lost); one-sided paired t-tests of the drop against the tolerance, Holm-corrected over "
+    "all tests of the run"
+)
+PLANS = {
+    Rotation.FULL: "cyclic rotation: every prompt at every position once per cell",
+    Rotation.SPARSE: "sparse rotation: every prompt at one position per cell",
+}
 
 
 def _round(x: float | None, digits: int = 6) -> float | None:
@@ -74,42 +78,64 @@ def examples_at(result: RunResult, cell: Cell, position: int) -> tuple[Example, 
         return ()
     docs, row = result.dataset.documents, outputs.scored(position)
     picks = [(i, text) for i, text in enumerate(row) if text is not None and text != base.texts[i]]
-    return tuple(Example(position=position, id=docs[i].id,
-                         prompt=(result.prompts[i] if result.prompts else
-                                 build_prompt(result.config.prompt_template, docs[i]))[:PROMPT_CHARS],
-                         baseline=base.texts[i], output=text)
-                 for i, text in picks[:EXAMPLES_PER_CELL])
+    return tuple(
+        Example(
+            position=position,
+            id=docs[i].id,
+            prompt=(
+                result.prompts[i] if result.prompts else build_prompt(result.config.prompt_template, docs[i])
+            )[:PROMPT_CHARS],
+            baseline=base.texts[i],
+            output=text,
+        )
+        for i, text in picks[:EXAMPLES_PER_CELL]
+    )
 
 
 def _test(test: DropTest | None) -> DropTest | None:
     if test is None:
         return None
-    return dataclasses.replace(test, drop=round(test.drop, 6), p_value=round(test.p_value, 12),
-                               p_adjusted=_round(test.p_adjusted, 12))
+    return dataclasses.replace(
+        test,
+        drop=round(test.drop, 6),
+        p_value=round(test.p_value, 12),
+        p_adjusted=_round(test.p_adjusted, 12),
+    )
 
 
 def _position(s: PositionStats) -> PositionStats:
     return dataclasses.replace(
-        s, agreement=round(s.agreement, 6), ci_low=_round(s.ci_low), ci_high=_round(s.ci_high),
-        agreement_drop=round(s.agreement_drop, 6), differing=round(s.differing, 6),
-        quality=_round(s.quality), quality_bs1=_round(s.quality_bs1),
-        position_test=_test(s.position_test), quality_test=_test(s.quality_test),
-        change_test=_test(s.change_test))
+        s,
+        agreement=round(s.agreement, 6),
+        ci_low=_round(s.ci_low),
+        ci_high=_round(s.ci_high),
+        agreement_drop=round(s.agreement_drop, 6),
+        differing=round(s.differing, 6),
+        quality=_round(s.quality),
+        quality_bs1=_round(s.quality_bs1),
+        position_test=_test(s.position_test),
+        quality_test=_test(s.quality_test),
+        change_test=_test(s.change_test),
+    )
 
 
 def reported(c: CellResult, examples: Sequence[Example]) -> CellResult:
     """A cell as the report holds it: figures rounded, with examples of its worst position
     (shared with ``merge``)."""
     return dataclasses.replace(
-        c, baseline_level=_round(c.baseline_level), quality=_round(c.quality),
-        quality_bs1=_round(c.quality_bs1), differing=_round(c.differing),
+        c,
+        baseline_level=_round(c.baseline_level),
+        quality=_round(c.quality),
+        quality_bs1=_round(c.quality_bs1),
+        differing=_round(c.differing),
         detectable_drop=_round(c.detectable_drop),
-        omnibus=_test(c.omnibus), positions=tuple(_position(s) for s in c.positions),
-        examples=tuple(examples))
+        omnibus=_test(c.omnibus),
+        positions=tuple(_position(s) for s in c.positions),
+        examples=tuple(examples),
+    )
 
 
-def blindness(levels: Mapping[int, Levels], cells: Sequence[CellResult], tolerance: float
-              ) -> str | None:
+def blindness(levels: Mapping[int, Levels], cells: Sequence[CellResult], tolerance: float) -> str | None:
     """Why the quality question can hardly see damage in this run, if it cannot: batch size
     1's outputs score about as well against other documents' references (what an off-topic,
     damaged output scores) as against their own, so the most a damaged output can lose is
@@ -123,25 +149,34 @@ def blindness(levels: Mapping[int, Levels], cells: Sequence[CellResult], toleran
         seen = [c.detectable_drop for c in cells if c.beam_width == w and c.detectable_drop]
         smallest = max([tolerance, *seen])
         if room < 2 * smallest and (worst is None or room < worst[0]):
-            worst = (room, f"nearly blind here: at beam width {w} batch size 1 scores "
-                           f"{mean(own):.3f} against its own references and {mean(other):.3f} "
-                           f"against other documents', so a damaged output can lose about "
-                           f"{max(room, 0.0):.3f}, under twice the smallest drop this run "
-                           f"detects ({smallest:.3f}); check that the references, the prompt "
-                           "template and the engine fit this dataset")
+            worst = (
+                room,
+                f"nearly blind here: at beam width {w} batch size 1 scores "
+                f"{mean(own):.3f} against its own references and {mean(other):.3f} "
+                f"against other documents', so a damaged output can lose about "
+                f"{max(room, 0.0):.3f}, under twice the smallest drop this run "
+                f"detects ({smallest:.3f}); check that the references, the prompt "
+                "template and the engine fit this dataset",
+            )
     return worst[1] if worst else None
 
 
-def questions(deterministic: bool, has_references: bool, blind: str | None = None
-              ) -> dict[Question, str]:
+def questions(deterministic: bool, has_references: bool, blind: str | None = None) -> dict[Question, str]:
     """What each question is in this run: a gate, a figure, or not answered (and why)."""
-    quality = ("gate" + (f", but {blind}" if blind else "") if has_references else
-               "not answered: the dataset has no reference summaries; the gate uses position "
-               "dependence" + (" and determinism" if deterministic else "") +
-               " only, so damage that hits every position alike is not caught")
-    return {Question.POSITION: "gate", Question.QUALITY: quality,
-            Question.DETERMINISM: "gate (--deterministic)" if deterministic else "reported",
-            Question.CHANGES: "gate where the position also lost"}
+    quality = (
+        "gate" + (f", but {blind}" if blind else "")
+        if has_references
+        else "not answered: the dataset has no reference summaries; the gate uses position "
+        "dependence"
+        + (" and determinism" if deterministic else "")
+        + " only, so damage that hits every position alike is not caught"
+    )
+    return {
+        Question.POSITION: "gate",
+        Question.QUALITY: quality,
+        Question.DETERMINISM: "gate (--deterministic)" if deterministic else "reported",
+        Question.CHANGES: "gate where the position also lost",
+    }
 
 
 def _shard_blocks(result: RunResult) -> tuple[ShardInfo | None, ShardScores | None]:
@@ -154,24 +189,38 @@ def _shard_blocks(result: RunResult) -> tuple[ShardInfo | None, ShardScores | No
         return None, None
     k, n = result.config.shard
     by_cell = {c.cell: c for c in result.cells}
-    examples = {cell.id: {p: examples_at(result, cell, p)
-                          for p in by_cell[cell].degraded_positions}
-                for cell in result.scores}
-    info = ShardInfo(index=k, count=n, cells=tuple(c.id for c in result.cells),
-                     grid=tuple(c.id for c in result.grid))
-    return info, ShardScores(levels=dict(result.levels),
-                             cells={cell.id: scores for cell, scores in result.scores.items()},
-                             examples=examples, order=result.plan.order,
-                             prompt_lengths=tuple(result.prompt_lengths))
+    examples = {
+        cell.id: {p: examples_at(result, cell, p) for p in by_cell[cell].degraded_positions}
+        for cell in result.scores
+    }
+    info = ShardInfo(
+        index=k, count=n, cells=tuple(c.id for c in result.cells), grid=tuple(c.id for c in result.grid)
+    )
+    return info, ShardScores(
+        levels=dict(result.levels),
+        cells={cell.id: scores for cell, scores in result.scores.items()},
+        examples=examples,
+        order=result.plan.order,
+        prompt_lengths=tuple(result.prompt_lengths),
+    )
 
 
 def dataset_info(dataset: Dataset) -> DatasetInfo:
     s = dataset.subset
     subset = SubsetInfo(**{**s.as_dict(), "ids": tuple(s.ids)}) if s else None
-    return DatasetInfo(name=dataset.name, path=dataset.path, count=len(dataset), hash=dataset.hash,
-                       source=dataset.source, config=dataset.config, split=dataset.split,
-                       revision=dataset.revision, text_field=dataset.text_field,
-                       summary_field=dataset.summary_field, subset=subset)
+    return DatasetInfo(
+        name=dataset.name,
+        path=dataset.path,
+        count=len(dataset),
+        hash=dataset.hash,
+        source=dataset.source,
+        config=dataset.config,
+        split=dataset.split,
+        revision=dataset.revision,
+        text_field=dataset.text_field,
+        summary_field=dataset.summary_field,
+        subset=subset,
+    )
 
 
 def rounded(timing: Timing) -> Timing:
@@ -188,41 +237,73 @@ def _goldens(result: RunResult) -> dict[int, GoldenFile]:
     for w, base in result.baselines.items():
         if base.goldens_path is not None:
             file = Path(base.goldens_path)
-            out[w] = GoldenFile(path=base.goldens_path, sha256=hashlib.sha256(
-                file.read_bytes()).hexdigest() if file.is_file() else None)
+            out[w] = GoldenFile(
+                path=base.goldens_path,
+                sha256=hashlib.sha256(file.read_bytes()).hexdigest() if file.is_file() else None,
+            )
     return out
 
 
 def build_report(result: RunResult) -> Report:
     """The sealed report of one run."""
-    cells = tuple(reported(c, () if (w := worst_position(c)) is None
-                           else examples_at(result, c.cell, w)) for c in result.cells)
+    cells = tuple(
+        reported(c, () if (w := worst_position(c)) is None else examples_at(result, c.cell, w))
+        for c in result.cells
+    )
     shard, scores = _shard_blocks(result)
     info = result.engine
     plan = result.plan
     report = Report(
-        schema_version=SCHEMA_VERSION, verdict=result.verdict, started=result.started,
-        finished=result.finished, seconds=round(result.seconds, 2), harness_version=__version__,
-        signoff=Signoff(by=result.config.signoff_by, at=result.finished, engine=info.path,
-                        identity=info.identity, verdict=result.verdict),
-        engine=EngineSection(path=info.path, backend=info.backend, identity=info.identity,
-                             details=info.details, kv_cache_reuse=info.kv_cache_reuse,
-                             files=tuple(EngineFile(**f) for f in engine_files(info.path))),
-        limits=result.limits, memory=result.memory,
+        schema_version=SCHEMA_VERSION,
+        verdict=result.verdict,
+        started=result.started,
+        finished=result.finished,
+        seconds=round(result.seconds, 2),
+        harness_version=__version__,
+        signoff=Signoff(
+            by=result.config.signoff_by,
+            at=result.finished,
+            engine=info.path,
+            identity=info.identity,
+            verdict=result.verdict,
+        ),
+        engine=EngineSection(
+            path=info.path,
+            backend=info.backend,
+            identity=info.identity,
+            details=info.details,
+            kv_cache_reuse=info.kv_cache_reuse,
+            files=tuple(EngineFile(**f) for f in engine_files(info.path)),
+        ),
+        limits=result.limits,
+        memory=result.memory,
         cache=result.cache or CacheStats(folder=None, enabled=False, reason="off"),
         dataset=dataset_info(result.dataset),
         ranks=RanksInfo(world_size=result.ranks.world, source=result.ranks.source),
-        baseline={w: b.source for w, b in result.baselines.items()}, goldens=_goldens(result),
+        baseline={w: b.source for w, b in result.baselines.items()},
+        goldens=_goldens(result),
         goldens_written=result.goldens_written,
-        method=Method(tolerance=result.config.tolerance, alpha=result.config.alpha,
-                      seed=plan.seed, sequences=plan.sequences(), test=TEST,
-                      plan=PLANS[plan.rotation], rotation=plan.rotation,
-                      deterministic=result.config.deterministic,
-                      questions=questions(result.config.deterministic,
-                                          result.dataset.has_references,
-                                          blindness(result.levels, result.cells,
-                                                    result.config.tolerance))),
-        options=result.config.as_dict(), environment=environment(),
-        timing=rounded(result.timing), cells=cells, boundaries=boundaries(cells), shard=shard,
-        scores=scores)
+        method=Method(
+            tolerance=result.config.tolerance,
+            alpha=result.config.alpha,
+            seed=plan.seed,
+            sequences=plan.sequences(),
+            test=TEST,
+            plan=PLANS[plan.rotation],
+            rotation=plan.rotation,
+            deterministic=result.config.deterministic,
+            questions=questions(
+                result.config.deterministic,
+                result.dataset.has_references,
+                blindness(result.levels, result.cells, result.config.tolerance),
+            ),
+        ),
+        options=result.config.as_dict(),
+        environment=environment(),
+        timing=rounded(result.timing),
+        cells=cells,
+        boundaries=boundaries(cells),
+        shard=shard,
+        scores=scores,
+    )
     return seal(report)

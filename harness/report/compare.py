@@ -105,7 +105,8 @@ def check_same_rotation(old: Method, new: Method) -> None:
             f"compare: OLD used --rotation {rotations[0]} (seed {old.seed}) and NEW "
             f"--rotation {rotations[1]} (seed {new.seed}), so their positions saw "
             "different prompts and their scores measure prompt difficulty, not the engine; "
-            "compare runs made with the same --rotation (and, for sparse, the same --seed)")
+            "compare runs made with the same --rotation (and, for sparse, the same --seed)"
+        )
 
 
 def check_consistent(loaded: LoadedReport) -> None:
@@ -114,9 +115,11 @@ def check_consistent(loaded: LoadedReport) -> None:
     found = audit(loaded.report)
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        raise ConfigError(f"{loaded.path}: its recorded verdicts do not follow from its own "
-                          f"statistics and method: {found[0]}{more}; it was edited after its "
-                          "run wrote it, and compare reads only reports as their runs wrote them")
+        raise ConfigError(
+            f"{loaded.path}: its recorded verdicts do not follow from its own "
+            f"statistics and method: {found[0]}{more}; it was edited after its "
+            "run wrote it, and compare reads only reports as their runs wrote them"
+        )
 
 
 def _shown(value: Any) -> str:
@@ -132,17 +135,21 @@ def check_same_test(old_loaded: LoadedReport, new_loaded: LoadedReport) -> None:
         ("tolerance", old.method.tolerance, new.method.tolerance),
         ("alpha", old.method.alpha, new.method.alpha),
         ("deterministic", old.method.deterministic, new.method.deterministic),
-        *((name, old.options.get(name), new.options.get(name)) for name in SAME_SETTINGS)]
+        *((name, old.options.get(name), new.options.get(name)) for name in SAME_SETTINGS),
+    ]
     differ = [f"{name} (OLD {_shown(a)}, NEW {_shown(b)})" for name, a, b in pairs if a != b]
     old_ids, new_ids = [c.id for c in old.cells], [c.id for c in new.cells]
     if not set(old_ids) & set(new_ids):
-        differ.append(f"the grid: no cell in common (OLD {', '.join(old_ids) or 'none'}; NEW "
-                      f"{', '.join(new_ids) or 'none'})")
+        differ.append(
+            f"the grid: no cell in common (OLD {', '.join(old_ids) or 'none'}; NEW "
+            f"{', '.join(new_ids) or 'none'})"
+        )
     if differ:
         raise ConfigError(
             f"compare: {old_loaded.path} and {new_loaded.path} are not runs of the same test: "
             f"{'; '.join(differ)}; compare two runs on the same dataset with the same method and "
-            "generation settings (the engine is what may differ)")
+            "generation settings (the engine is what may differ)"
+        )
 
 
 def _notes(old_loaded: LoadedReport, new_loaded: LoadedReport) -> list[str]:
@@ -150,12 +157,13 @@ def _notes(old_loaded: LoadedReport, new_loaded: LoadedReport) -> list[str]:
     o, n = old_loaded.report.engine, new_loaded.report.engine
     notes = []
     if (o.identity, o.backend) != (n.identity, n.backend):
-        notes.append(f"engine: OLD {o.identity} ({o.backend}), NEW {n.identity} ({n.backend}): "
-                     "two engines on the same test")
+        notes.append(
+            f"engine: OLD {o.identity} ({o.backend}), NEW {n.identity} ({n.backend}): "
+            "two engines on the same test"
+        )
     for side, loaded in (("OLD", old_loaded), ("NEW", new_loaded)):
         if loaded.signature == Signature.UNCHECKED:
-            notes.append(f"note: {side} {loaded.path}: HMAC not checked ({SIGNING_KEY} is not "
-                         "set here)")
+            notes.append(f"note: {side} {loaded.path}: HMAC not checked ({SIGNING_KEY} is not set here)")
     return notes
 
 
@@ -172,16 +180,27 @@ def _cell_change(oc: CellResult, nc: CellResult, tol: float, lines: list[str]) -
     for pos in sorted(set(op) | set(np_)):
         o, n = op.get(pos), np_.get(pos)
         ov, nv = (value(o) if o else None), (value(n) if n else None)
-        rows.append(PositionChange(position=pos, old=ov, new=nv,
-                                   delta=(nv - ov) if ov is not None and nv is not None else None,
-                                   status=_status(o, n, tol)))
-    for label in (Change.NEW_DEGRADATION, Change.FIXED, Change.WORSE, Change.BETTER,
-                  Change.DROPPED, Change.UNMEASURED):
+        rows.append(
+            PositionChange(
+                position=pos,
+                old=ov,
+                new=nv,
+                delta=(nv - ov) if ov is not None and nv is not None else None,
+                status=_status(o, n, tol),
+            )
+        )
+    for label in (
+        Change.NEW_DEGRADATION,
+        Change.FIXED,
+        Change.WORSE,
+        Change.BETTER,
+        Change.DROPPED,
+        Change.UNMEASURED,
+    ):
         hit = [r.position for r in rows if r.status == label]
         if hit:
             lines.append(f"{nc.id}: {label} at positions {', '.join(map(str, hit))}")
-    return CellChange(id=nc.id, positions=tuple(rows), error_added=error_added,
-                      error_fixed=error_fixed)
+    return CellChange(id=nc.id, positions=tuple(rows), error_added=error_added, error_fixed=error_fixed)
 
 
 def _limits_changed(old: Report, new: Report, lines: list[str]) -> dict[str, dict[str, Any]]:
@@ -195,8 +214,7 @@ def _limits_changed(old: Report, new: Report, lines: list[str]) -> dict[str, dic
     return changed
 
 
-def compare(old_loaded: LoadedReport, new_loaded: LoadedReport,
-            tolerance: float | None = None) -> Comparison:
+def compare(old_loaded: LoadedReport, new_loaded: LoadedReport, tolerance: float | None = None) -> Comparison:
     """What changed from OLD to NEW, per cell and position."""
     old, new = old_loaded.report, new_loaded.report
     for loaded in (old_loaded, new_loaded):
@@ -212,26 +230,35 @@ def compare(old_loaded: LoadedReport, new_loaded: LoadedReport,
     for cid in order:
         oc, nc = old_cells.get(cid), new_cells.get(cid)
         if oc is None or nc is None:
-            lines.append(f"{cid}: only in the new run" if oc is None else
-                         f"{cid}: only in the old run: NEW no longer tests it (counts as worse)")
+            lines.append(
+                f"{cid}: only in the new run"
+                if oc is None
+                else f"{cid}: only in the old run: NEW no longer tests it (counts as worse)"
+            )
             continue
         cells.append(_cell_change(oc, nc, tol, lines))
     limits_changed = _limits_changed(old, new, lines)
     statuses = {p.status for c in cells for p in c.positions}
     errors = {c.id for c in new.cells if c.verdict == Verdict.ERROR} - {
-        c.id for c in old.cells if c.verdict == Verdict.ERROR}
+        c.id for c in old.cells if c.verdict == Verdict.ERROR
+    }
     lost = [cid for cid in old_cells if cid not in new_cells]  # a cell NEW no longer tests
-    worse = bool(errors or lost
-                 or statuses & {Change.NEW_DEGRADATION, Change.WORSE, Change.DROPPED,
-                                Change.UNMEASURED}
-                 or (old.verdict == Verdict.PASS and new.verdict == Verdict.FAIL))
+    worse = bool(
+        errors
+        or lost
+        or statuses & {Change.NEW_DEGRADATION, Change.WORSE, Change.DROPPED, Change.UNMEASURED}
+        or (old.verdict == Verdict.PASS and new.verdict == Verdict.FAIL)
+    )
     better = bool(statuses & {Change.FIXED, Change.BETTER}) or any(c.error_fixed for c in cells)
     if not lines:
         lines.append("no change beyond the tolerance")
     lines[:0] = _notes(old_loaded, new_loaded)
-    return Comparison(verdict=Direction.WORSE if worse else Direction.BETTER if better
-                      else Direction.SAME,
-                      tolerance=tol, lines=tuple(lines), cells=tuple(cells),
-                      old=Side(str(old_loaded.path), old.verdict, old_loaded.intact),
-                      new=Side(str(new_loaded.path), new.verdict, new_loaded.intact),
-                      limits_changed=limits_changed)
+    return Comparison(
+        verdict=Direction.WORSE if worse else Direction.BETTER if better else Direction.SAME,
+        tolerance=tol,
+        lines=tuple(lines),
+        cells=tuple(cells),
+        old=Side(str(old_loaded.path), old.verdict, old_loaded.intact),
+        new=Side(str(new_loaded.path), new.verdict, new_loaded.intact),
+        limits_changed=limits_changed,
+    )

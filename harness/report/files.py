@@ -24,15 +24,19 @@ def write_files(report: Report, rows: Iterable[str] | None, folder: Path) -> dic
     """generations.jsonl (unless None: already written), report.md, report.html, then
     report.json. ``report`` is sealed, so its outside text is already clean
     (``harness.report.serialize.seal``)."""
-    paths = {"generations": folder / "generations.jsonl", "md": folder / "report.md",
-             "html": folder / "report.html", "json": folder / "report.json"}
+    paths = {
+        "generations": folder / "generations.jsonl",
+        "md": folder / "report.md",
+        "html": folder / "report.html",
+        "json": folder / "report.json",
+    }
     if rows is not None:  # merge: its shards' rows, as the run that wrote them stored them
-        atomic_write_text(paths["generations"], "\n".join(map(stored_line, rows)) + "\n",
-                          root=folder)
+        atomic_write_text(paths["generations"], "\n".join(map(stored_line, rows)) + "\n", root=folder)
     atomic_write_text(paths["md"], markdown(report), root=folder)
     atomic_write_text(paths["html"], render_report(report), root=folder)
-    atomic_write_text(paths["json"], json.dumps(to_json(report), indent=2, ensure_ascii=False) + "\n",
-                      root=folder)
+    atomic_write_text(
+        paths["json"], json.dumps(to_json(report), indent=2, ensure_ascii=False) + "\n", root=folder
+    )
     return paths
 
 
@@ -40,8 +44,11 @@ def write_report(result: RunResult, folder: Path) -> Report:
     """Build and write the report of a run beside its generations.jsonl; a full disk is one
     line naming the folder."""
     report = build_report(result)
-    with disk_errors(f"--report-dir {folder}", "the generation cache keeps every generated batch "
-                     "(unless --no-cache): free space or choose another --report-dir and rerun; "
-                     "the rerun reads the batches from the cache"):
+    with disk_errors(
+        f"--report-dir {folder}",
+        "the generation cache keeps every generated batch "
+        "(unless --no-cache): free space or choose another --report-dir and rerun; "
+        "the rerun reads the batches from the cache",
+    ):
         write_files(report, None, folder)
     return report

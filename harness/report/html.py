@@ -20,8 +20,10 @@ from harness.verdict.statistics import ranges
 
 
 def _env() -> Environment:
-    env = Environment(loader=PackageLoader("harness.report", "templates"),
-                      autoescape=select_autoescape(default=True, default_for_string=True))
+    env = Environment(
+        loader=PackageLoader("harness.report", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+    )
     env.filters["gib"] = gib
     env.filters["ranges"] = ranges
     env.filters["f2"] = lambda x: "–" if x is None else f"{x:.2f}"
@@ -35,9 +37,11 @@ def render_report(report: Report) -> str:
     by_beam: dict[int, list[CellResult]] = {}
     for c in report.cells:
         by_beam.setdefault(c.beam_width, []).append(c)
-    heatmaps = [(w, Markup(heatmap_svg(w, cells, report.method.tolerance)))
-                for w, cells in sorted(by_beam.items())
-                if any(c.positions for c in cells)]
+    heatmaps = [
+        (w, Markup(heatmap_svg(w, cells, report.method.tolerance)))
+        for w, cells in sorted(by_beam.items())
+        if any(c.positions for c in cells)
+    ]
     limits = dataclasses.asdict(report.limits) if report.limits else None
     return _env().get_template("report.html.j2").render(r=report, heatmaps=heatmaps, limits=limits)
 

@@ -50,41 +50,59 @@ def _per_position(report: Report) -> str:
 
 def _fields(report: Report) -> str:
     """--request-field as given: KEY=VALUE, VALUE as JSON."""
-    return ", ".join(md(f"{k}={json.dumps(v, ensure_ascii=False)}")
-                     for k, v in report.options["request_fields"].items())
+    return ", ".join(
+        md(f"{k}={json.dumps(v, ensure_ascii=False)}") for k, v in report.options["request_fields"].items()
+    )
 
 
 def _header(report: Report) -> list[str]:
-    eng, ds, lim, cache, method = (report.engine, report.dataset, report.limits, report.cache,
-                                   report.method)
+    eng, ds, lim, cache, method = (report.engine, report.dataset, report.limits, report.cache, report.method)
     semantics = (eng.details or {}).get("position_semantics")
-    lines = [f"- Engine: {md(eng.path)} ({md(eng.backend)}, {md(eng.identity)})",
-             *([f"- Batch position: {md(semantics)}"] if semantics else []),
-             *([f"- KV-cache reuse across requests: {md(eng.kv_cache_reuse.setting)} "
-                f"({md(eng.kv_cache_reuse.how)})"] if eng.kv_cache_reuse else []),
-             f"- Dataset: {md(ds.name)}, {md(ds.count)} prompts, hash {md(ds.hash[:12])}"
-             + (f" (subset of {md(ds.subset.of)}, seed {md(ds.subset.seed)})" if ds.subset else ""),
-             f"- Build limits: max_batch_size {md(lim.max_batch_size)}, max_beam_width "
-             f"{md(lim.max_beam_width)}, max_input_len {md(lim.max_input_len)}, max_seq_len "
-             f"{md(lim.max_seq_len)}" if lim else "- Build limits: the engine records no build "
-             "limits, so none were checked.",
-             *([f"- Request fields sent with every request: {_fields(report)}"]
-               if report.options.get("request_fields") else []),
-             *[f"- Memory per GPU: {md(m.message)}" for m in report.memory],
-             "- Baseline: " + "; ".join(f"beam {w}: {md(n)}" for w, n in report.baseline.items()),
-             f"- Generation cache: {md(cache.reason)}, {md(cache.generations_from_cache)} "
-             f"generations from the cache, {md(cache.batches_generated)} batches generated",
-             "- Questions: " + "; ".join(f"{md(q)}: {md(how)}" for q, how in method.questions.items()),
-             f"- Method: tolerance {md(method.tolerance)}, alpha {md(method.alpha)}, "
-             f"seed {md(method.seed)}, "
-             + (f"sparse rotation (each prompt at one position per cell: {_per_position(report)} "
-                "prompts per position)" if method.rotation == Rotation.SPARSE else "full rotation")]
+    lines = [
+        f"- Engine: {md(eng.path)} ({md(eng.backend)}, {md(eng.identity)})",
+        *([f"- Batch position: {md(semantics)}"] if semantics else []),
+        *(
+            [
+                f"- KV-cache reuse across requests: {md(eng.kv_cache_reuse.setting)} "
+                f"({md(eng.kv_cache_reuse.how)})"
+            ]
+            if eng.kv_cache_reuse
+            else []
+        ),
+        f"- Dataset: {md(ds.name)}, {md(ds.count)} prompts, hash {md(ds.hash[:12])}"
+        + (f" (subset of {md(ds.subset.of)}, seed {md(ds.subset.seed)})" if ds.subset else ""),
+        f"- Build limits: max_batch_size {md(lim.max_batch_size)}, max_beam_width "
+        f"{md(lim.max_beam_width)}, max_input_len {md(lim.max_input_len)}, max_seq_len "
+        f"{md(lim.max_seq_len)}"
+        if lim
+        else "- Build limits: the engine records no build limits, so none were checked.",
+        *(
+            [f"- Request fields sent with every request: {_fields(report)}"]
+            if report.options.get("request_fields")
+            else []
+        ),
+        *[f"- Memory per GPU: {md(m.message)}" for m in report.memory],
+        "- Baseline: " + "; ".join(f"beam {w}: {md(n)}" for w, n in report.baseline.items()),
+        f"- Generation cache: {md(cache.reason)}, {md(cache.generations_from_cache)} "
+        f"generations from the cache, {md(cache.batches_generated)} batches generated",
+        "- Questions: " + "; ".join(f"{md(q)}: {md(how)}" for q, how in method.questions.items()),
+        f"- Method: tolerance {md(method.tolerance)}, alpha {md(method.alpha)}, "
+        f"seed {md(method.seed)}, "
+        + (
+            f"sparse rotation (each prompt at one position per cell: {_per_position(report)} "
+            "prompts per position)"
+            if method.rotation == Rotation.SPARSE
+            else "full rotation"
+        ),
+    ]
     shard = report.shard
     if shard is not None and shard.index:
-        lines.append(f"- Shard {md(shard.index)}/{md(shard.count)}: cells "
-                     f"{md(', '.join(shard.cells or ()))}; "
-                     "verdict of this shard alone (Holm over its positions); "
-                     "`python -m harness merge` of all shards gives the run's")
+        lines.append(
+            f"- Shard {md(shard.index)}/{md(shard.count)}: cells "
+            f"{md(', '.join(shard.cells or ()))}; "
+            "verdict of this shard alone (Holm over its positions); "
+            "`python -m harness merge` of all shards gives the run's"
+        )
     elif shard is not None and shard.merged_from:
         lines.append(f"- Merged from {md(shard.count)} shard reports")
     return lines
@@ -95,58 +113,94 @@ def _findings(report: Report) -> list[str]:
     for c in report.cells:
         if c.verdict != Verdict.PASS:
             said = c.headline.removeprefix(f"{c.id}: ")  # the bold id already names the cell
-            lines.append(f"- **{md(c.id)}**: {md(said)}"
-                         + (f" — {md(c.cause)}" if c.cause else "")
-                         + (f" (evidence: {md(c.evidence)})" if c.evidence else ""))
+            lines.append(
+                f"- **{md(c.id)}**: {md(said)}"
+                + (f" — {md(c.cause)}" if c.cause else "")
+                + (f" (evidence: {md(c.evidence)})" if c.evidence else "")
+            )
         lines += [f"- **{md(c.id)}** build limit: {md(ch.message)}" for ch in failing(c.limit_checks)]
-        lines += [f"- **{md(c.id)}** {md(ch.name)}: {md(ch.message)}" for ch in c.limit_checks
-                  if ch.status == CheckStatus.WARN]
+        lines += [
+            f"- **{md(c.id)}** {md(ch.name)}: {md(ch.message)}"
+            for ch in c.limit_checks
+            if ch.status == CheckStatus.WARN
+        ]
     lines += [f"- {md(line)}" for line in boundary_lines(report)]
     lines = lines or ["No degraded position and no exceeded build limit."]
     drift = [c.drift for c in report.cells if c.drift]
     if drift:
-        lines += ["", "Outputs that differ from batch size 1 without losing quality (not failing):",
-                  "", *[f"- {md(d)}" for d in drift]]
+        lines += [
+            "",
+            "Outputs that differ from batch size 1 without losing quality (not failing):",
+            "",
+            *[f"- {md(d)}" for d in drift],
+        ]
     return lines
 
 
-def _table(cells: tuple[CellResult, ...], value: Callable[[PositionStats], str],
-           verdict: bool) -> list[str]:
+def _table(cells: tuple[CellResult, ...], value: Callable[[PositionStats], str], verdict: bool) -> list[str]:
     """Per cell and position; with ``verdict``, the cell's verdict and the smallest quality
     drop at a position it detects first."""
     width = max((len(c.positions) for c in cells), default=1)
     head = "| cell | " + ("verdict | detects | " if verdict else "")
-    lines = [head + " | ".join(str(p) for p in range(width)) + " |",
-             "|---|" + ("---|---|" if verdict else "") + "---|" * width]
+    lines = [
+        head + " | ".join(str(p) for p in range(width)) + " |",
+        "|---|" + ("---|---|" if verdict else "") + "---|" * width,
+    ]
     for c in cells:
         vals = [value(p) for p in c.positions] + [""] * (width - len(c.positions))
         detects = "–" if c.detectable_drop is None else f"{c.detectable_drop:.2f}"
-        lines.append(f"| {md(c.id)} | " + (f"{md(c.verdict)} | {detects} | " if verdict else "")
-                     + " | ".join(vals) + " |")
+        lines.append(
+            f"| {md(c.id)} | "
+            + (f"{md(c.verdict)} | {detects} | " if verdict else "")
+            + " | ".join(vals)
+            + " |"
+        )
     return lines
 
 
 def markdown(report: Report) -> str:
     """The whole report.md."""
-    lines = [f"# Batch-position report: **{md(str(report.verdict).upper())}**", "", *_header(report),
-             "", "## Findings", "", *_findings(report),
-             "", "## Quality against the reference summaries by batch position (* = degraded)", "",
-             "detects: the smallest mean quality drop at one position this run sees with 80% "
-             "power (docs/method.md).", "",
-             *_table(report.cells, lambda p: "–" if p.quality is None else
-                     f"{'*' if p.degraded else ''}{p.quality:.2f}", True),
-             "", "## Agreement with the baseline by batch position (share of outputs that differ "
-             "from batch size 1)", "",
-             *_table(report.cells, lambda p: f"{'*' if p.degraded else ''}{p.agreement:.2f} "
-                     f"({p.differing:.0%})", False)]
+    lines = [
+        f"# Batch-position report: **{md(str(report.verdict).upper())}**",
+        "",
+        *_header(report),
+        "",
+        "## Findings",
+        "",
+        *_findings(report),
+        "",
+        "## Quality against the reference summaries by batch position (* = degraded)",
+        "",
+        "detects: the smallest mean quality drop at one position this run sees with 80% "
+        "power (docs/method.md).",
+        "",
+        *_table(
+            report.cells,
+            lambda p: "–" if p.quality is None else f"{'*' if p.degraded else ''}{p.quality:.2f}",
+            True,
+        ),
+        "",
+        "## Agreement with the baseline by batch position (share of outputs that differ from batch size 1)",
+        "",
+        *_table(
+            report.cells, lambda p: f"{'*' if p.degraded else ''}{p.agreement:.2f} ({p.differing:.0%})", False
+        ),
+    ]
     degraded = [c for c in report.cells if c.degraded_positions]
     if degraded:
-        lines += ["", "Degraded positions (0-indexed): " + "; ".join(
-            f"{md(c.id)} {ranges(c.degraded_positions)}" for c in degraded)]
+        lines += [
+            "",
+            "Degraded positions (0-indexed): "
+            + "; ".join(f"{md(c.id)} {ranges(c.degraded_positions)}" for c in degraded),
+        ]
     s = report.signoff
     sha = report.integrity.sha256 if report.integrity else ""
-    lines += ["", "## Sign-off", "",
-              f"{md(str(s.verdict).upper())} for {md(s.engine)} ({md(s.identity)}) at "
-              f"{md(s.at)}, run by {md(s.by) if s.by else '(no --signoff-by given)'}; "
-              f"report sha256 {md(sha)}"]
+    lines += [
+        "",
+        "## Sign-off",
+        "",
+        f"{md(str(s.verdict).upper())} for {md(s.engine)} ({md(s.identity)}) at "
+        f"{md(s.at)}, run by {md(s.by) if s.by else '(no --signoff-by given)'}; "
+        f"report sha256 {md(sha)}",
+    ]
     return "\n".join(lines) + "\n"

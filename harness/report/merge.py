@@ -41,8 +41,16 @@ from harness.verdict.boundaries import boundaries
 
 # Options that do not change what a run measures (paths differ between CI jobs; the engine's
 # and the dataset's contents are compared by hash instead): shards may differ in them.
-FREE_OPTIONS = {"shard", "report_dir", "cache_dir", "no_cache", "engine", "dataset", "goldens_dir",
-                "signoff_by"}
+FREE_OPTIONS = {
+    "shard",
+    "report_dir",
+    "cache_dir",
+    "no_cache",
+    "engine",
+    "dataset",
+    "goldens_dir",
+    "signoff_by",
+}
 
 
 @dataclass(frozen=True)
@@ -81,16 +89,19 @@ def _load(path: str | Path) -> Shard:
     file, report = loaded.path, loaded.report
     check_sealed(loaded, "merge combines")
     if report.shard is None or report.shard.index is None or report.scores is None:
-        raise ConfigError(f"{file}: not a shard report; merge combines the reports of runs "
-                          "made with --shard K/N")
+        raise ConfigError(
+            f"{file}: not a shard report; merge combines the reports of runs made with --shard K/N"
+        )
     gens = file.parent / "generations.jsonl"
     try:
         lines = [line for line in gens.read_text(encoding="utf-8").splitlines() if line]
         rows = tuple((_ROWS.validate_python(bounds.loads(line)), line) for line in lines)
     except (OSError, ValueError) as exc:  # ValidationError is a ValueError
         shown = f"{exc.error_count()} bad row(s)" if isinstance(exc, ValidationError) else str(exc)
-        raise ConfigError(f"{gens}: cannot read the shard's generations ({shown}); merge needs "
-                          "the whole report folder as the run wrote it") from None
+        raise ConfigError(
+            f"{gens}: cannot read the shard's generations ({shown}); merge needs "
+            "the whole report folder as the run wrote it"
+        ) from None
     return Shard(file.parent, report, report.shard, report.scores, rows)
 
 
@@ -117,11 +128,16 @@ def _check_same_run(shards: Sequence[Shard]) -> None:
         got = _settings(shard)
         for key in [*want, *(k for k in got if k not in want)]:  # options first, in order
             if want.get(key) != got.get(key):
-                shown = (f" ({want.get(key)!r} vs {got.get(key)!r})"
-                         if key.startswith("--") or key == "shard count" else "")
-                raise ConfigError(f"{shard.folder} and {first.folder} differ in {key}{shown}: they "
-                                  "are not shards of one run; merge only reports of the same "
-                                  "engine, dataset and settings")
+                shown = (
+                    f" ({want.get(key)!r} vs {got.get(key)!r})"
+                    if key.startswith("--") or key == "shard count"
+                    else ""
+                )
+                raise ConfigError(
+                    f"{shard.folder} and {first.folder} differ in {key}{shown}: they "
+                    "are not shards of one run; merge only reports of the same "
+                    "engine, dataset and settings"
+                )
 
 
 def _check_complete(shards: Sequence[Shard]) -> None:
@@ -134,23 +150,29 @@ def _check_complete(shards: Sequence[Shard]) -> None:
         by_index[k] = shard.folder
     missing = [k for k in range(1, count + 1) if k not in by_index]
     if missing:
-        raise ConfigError(f"shard(s) {', '.join(f'{k}/{count}' for k in missing)} missing: merge "
-                          f"needs all {count} shard reports of the run")
+        raise ConfigError(
+            f"shard(s) {', '.join(f'{k}/{count}' for k in missing)} missing: merge "
+            f"needs all {count} shard reports of the run"
+        )
     owner: dict[str, Path] = {}
     for shard in shards:
         for cid in shard.info.cells or ():
             if cid in owner:
-                raise ConfigError(f"cell {cid} is in both {owner[cid]} and {shard.folder}: the "
-                                  "shards overlap; merge reports of one --shard K/N split")
+                raise ConfigError(
+                    f"cell {cid} is in both {owner[cid]} and {shard.folder}: the "
+                    "shards overlap; merge reports of one --shard K/N split"
+                )
             owner[cid] = shard.folder
     lost = [cid for cid in shards[0].info.grid or () if cid not in owner]
     if lost:
-        raise ConfigError(f"cell(s) {', '.join(lost)} are in no shard report: the shards do not "
-                          "cover the grid")
+        raise ConfigError(
+            f"cell(s) {', '.join(lost)} are in no shard report: the shards do not cover the grid"
+        )
 
 
-def _agreeing(shards: Sequence[Shard], beam_widths: Sequence[int]
-              ) -> tuple[dict[int, Levels], dict[str, list[str]]]:
+def _agreeing(
+    shards: Sequence[Shard], beam_widths: Sequence[int]
+) -> tuple[dict[int, Levels], dict[str, list[str]]]:
     """Batch size 1's levels and generation lines by cell, checked equal across shards."""
     levels: dict[int, Levels] = {}
     rows: dict[str, list[GenerationRow]] = {}
@@ -167,16 +189,19 @@ def _agreeing(shards: Sequence[Shard], beam_widths: Sequence[int]
                 raise ConfigError(
                     f"{shard.folder} and {seen[cid]} hold different outputs for {cid}: the engine "
                     "did not repeat its batch-size-1 outputs across the shard runs, so their "
-                    "baselines differ; rerun the shards with one shared --cache-dir or with goldens")
+                    "baselines differ; rerun the shards with one shared --cache-dir or with goldens"
+                )
             rows.setdefault(cid, parsed)
             lines.setdefault(cid, [line for _, line in cell_rows])
             seen.setdefault(cid, shard.folder)
         for w, values in shard.scores.levels.items():
             if not _same_levels(levels.setdefault(w, values), values):
-                raise ConfigError(f"{shard.folder}: batch size 1 scores against the baseline of "
-                                  f"beam width {w} differ from another shard's; the shards' "
-                                  "baselines differ, rerun them with one shared --cache-dir or "
-                                  "with goldens")
+                raise ConfigError(
+                    f"{shard.folder}: batch size 1 scores against the baseline of "
+                    f"beam width {w} differ from another shard's; the shards' "
+                    "baselines differ, rerun them with one shared --cache-dir or "
+                    "with goldens"
+                )
     order = sorted(levels, key=lambda w: beam_widths.index(w) if w in beam_widths else w)
     return {w: levels[w] for w in order}, lines
 
@@ -197,16 +222,17 @@ def _shard_cells(shards: Sequence[Shard]) -> dict[str, tuple[Shard, CellResult, 
         scored = shard.scores.cells
         for c in shard.report.cells:
             if c.id not in scored and c.error is None:
-                raise ConfigError(f"{shard.folder}: report.json has no scores for {c.id}; the "
-                                  "report is damaged, rerun that shard")
+                raise ConfigError(
+                    f"{shard.folder}: report.json has no scores for {c.id}; the "
+                    "report is damaged, rerun that shard"
+                )
             out[c.id] = (shard, c, scored.get(c.id))
     return out
 
 
 def _timing(parts: Sequence[Timing]) -> Timing:
     """Shard timings summed (device time over all shards), and how many were merged."""
-    total = Timing(scoring_overlapped=all(t.scoring_overlapped for t in parts),
-                   merged_shards=len(parts))
+    total = Timing(scoring_overlapped=all(t.scoring_overlapped for t in parts), merged_shards=len(parts))
     for f in dataclasses.fields(Timing):
         if f.name not in ("scoring_overlapped", "merged_shards"):
             setattr(total, f.name, round(sum(getattr(t, f.name) for t in parts), 4))
@@ -216,9 +242,13 @@ def _timing(parts: Sequence[Timing]) -> Timing:
 
 def _cache(reports: Sequence[Report]) -> CacheStats:
     base = reports[0].cache
-    return dataclasses.replace(base, **{k: sum(getattr(r.cache, k) for r in reports)
-                                        for k in ("batches_from_cache", "batches_generated",
-                                                  "generations_from_cache", "batches_rejected")})
+    return dataclasses.replace(
+        base,
+        **{
+            k: sum(getattr(r.cache, k) for r in reports)
+            for k in ("batches_from_cache", "batches_generated", "generations_from_cache", "batches_rejected")
+        },
+    )
 
 
 def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
@@ -234,15 +264,32 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
     levels, lines = _agreeing(shards, beam_widths)
     by_id = _shard_cells(shards)
     scores = {cell: s for cell in grid for _, _, s in [by_id[cell.id]] if s is not None}
-    plan = Plan(cells=tuple(grid), reference_cells=tuple(Cell(1, w) for w in beam_widths),
-                order=shards[0].scores.order, seed=method.seed, rotation=method.rotation)
-    analyses, findings = analyse(scores, levels, plan, shards[0].scores.prompt_lengths,
-                                 base.limits, tolerance=method.tolerance, alpha=method.alpha,
-                                 deterministic=method.deterministic)
+    plan = Plan(
+        cells=tuple(grid),
+        reference_cells=tuple(Cell(1, w) for w in beam_widths),
+        order=shards[0].scores.order,
+        seed=method.seed,
+        rotation=method.rotation,
+    )
+    analyses, findings = analyse(
+        scores,
+        levels,
+        plan,
+        shards[0].scores.prompt_lengths,
+        base.limits,
+        tolerance=method.tolerance,
+        alpha=method.alpha,
+        deterministic=method.deterministic,
+    )
     entries = {cell: by_id[cell.id][1] for cell in grid}
-    results = cell_results(grid, {c: e.limit_checks for c, e in entries.items()}, analyses,
-                           {c: e.error for c, e in entries.items()}, findings,
-                           {c: e.notice for c, e in entries.items()})
+    results = cell_results(
+        grid,
+        {c: e.limit_checks for c, e in entries.items()},
+        analyses,
+        {c: e.error for c, e in entries.items()},
+        findings,
+        {c: e.notice for c, e in entries.items()},
+    )
     cells = []
     for result in results:
         worst, (shard, _, _) = worst_position(result), by_id[result.id]
@@ -252,18 +299,32 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
     reports = [s.report for s in shards]
     finished = max(r.finished for r in reports)
     report = dataclasses.replace(
-        base, verdict=verdict, started=min(r.started for r in reports), finished=finished,
+        base,
+        verdict=verdict,
+        started=min(r.started for r in reports),
+        finished=finished,
         seconds=max(r.seconds for r in reports),
         signoff=dataclasses.replace(base.signoff, at=finished, verdict=verdict),
         cache=_cache(reports),
         baseline={w: r.baseline[w] for w in beam_widths for r in reports if w in r.baseline},
-        goldens={w: g for r in reports for w, g in r.goldens.items()}, goldens_written=(),
-        method=dataclasses.replace(method, sequences=plan.sequences(), questions=questions(
-            method.deterministic, any(p.quality is not None for c in results for p in c.positions),
-            blindness(levels, results, method.tolerance))),
-        options={**base.options, "shard": None}, timing=_timing([r.timing for r in reports]),
-        cells=tuple(cells), boundaries=boundaries(cells), scores=None,
-        shard=ShardInfo(count=len(shards), merged_from=tuple(str(s.folder) for s in shards)))
+        goldens={w: g for r in reports for w, g in r.goldens.items()},
+        goldens_written=(),
+        method=dataclasses.replace(
+            method,
+            sequences=plan.sequences(),
+            questions=questions(
+                method.deterministic,
+                any(p.quality is not None for c in results for p in c.positions),
+                blindness(levels, results, method.tolerance),
+            ),
+        ),
+        options={**base.options, "shard": None},
+        timing=_timing([r.timing for r in reports]),
+        cells=tuple(cells),
+        boundaries=boundaries(cells),
+        scores=None,
+        shard=ShardInfo(count=len(shards), merged_from=tuple(str(s.folder) for s in shards)),
+    )
     order = plan.all_cells  # as the unsharded run wrote generations.jsonl
     return seal(report), [line for c in order for line in lines.get(c.id, [])]
 
@@ -285,6 +346,7 @@ def prepare_output(path: Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"--output {path}: cannot create ({exc.strerror}); choose a writable "
-                          "folder") from None
+        raise ConfigError(
+            f"--output {path}: cannot create ({exc.strerror}); choose a writable folder"
+        ) from None
     return path

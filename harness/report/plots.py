@@ -44,9 +44,9 @@ def heatmap_svg(beam_width: int, cells: Sequence[CellResult], tolerance: float) 
     fig.savefig(out, format="svg")
     plt.close(fig)
     svg = out.getvalue()
-    svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype: the SVG sits inline in HTML
+    svg = svg[svg.index("<svg") :]  # drop the XML prolog and doctype: the SVG sits inline in HTML
     # scale with the page (phones): the viewBox keeps the drawing, CSS sets the width
-    return svg.replace('<svg ', '<svg preserveAspectRatio="xMinYMin meet" ', 1)
+    return svg.replace("<svg ", '<svg preserveAspectRatio="xMinYMin meet" ', 1)
 
 
 def heatmap_figure(beam_width: int, cells: Sequence[CellResult], tolerance: float) -> Figure:
@@ -65,30 +65,44 @@ def heatmap_figure(beam_width: int, cells: Sequence[CellResult], tolerance: floa
         for p in c.positions:
             grid[i, p.position] = severity(p, tolerance)
     cmap = LinearSegmentedColormap.from_list(
-        "drop", [(0.0, "#1a9850"), (0.5 / RED_AT, "#a6d96a"), (1.0 / RED_AT, "#fee08b"),
-                 (1.0, "#d73027")]).with_extremes(bad="#eeeeee")
+        "drop", [(0.0, "#1a9850"), (0.5 / RED_AT, "#a6d96a"), (1.0 / RED_AT, "#fee08b"), (1.0, "#d73027")]
+    ).with_extremes(bad="#eeeeee")
     # at least as wide as the two-line title, which a narrow grid (few positions) would clip
-    fig, ax = plt.subplots(figsize=(max(MIN_WIDTH_IN, 1.2 + 0.62 * width), 1.3 + 0.5 * len(rows)),
-                           dpi=100)
+    fig, ax = plt.subplots(figsize=(max(MIN_WIDTH_IN, 1.2 + 0.62 * width), 1.3 + 0.5 * len(rows)), dpi=100)
     image = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=RED_AT, aspect="auto")
     for i, c in enumerate(rows):
         for p in c.positions:
             j = p.position
-            ax.text(j, i, f"{p.shown:.2f}", ha="center", va="center", fontsize=LABEL_PT,
-                    color="black", fontweight="bold" if p.degraded else "normal")
+            ax.text(
+                j,
+                i,
+                f"{p.shown:.2f}",
+                ha="center",
+                va="center",
+                fontsize=LABEL_PT,
+                color="black",
+                fontweight="bold" if p.degraded else "normal",
+            )
             if p.degraded:
-                ax.add_patch(matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
-                                                          hatch="///", edgecolor="black",
-                                                          linewidth=2.2))
+                ax.add_patch(
+                    matplotlib.patches.Rectangle(
+                        (j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="black", linewidth=2.2
+                    )
+                )
         if c.verdict == Verdict.ERROR:
             ax.text(width / 2 - 0.5, i, "engine error", ha="center", va="center", fontsize=9)
     ax.set_xticks(range(width), [str(j) for j in range(width)], fontsize=LABEL_PT)
     ax.set_yticks(range(len(rows)), [f"bs{c.batch_size}" for c in rows], fontsize=LABEL_PT)
     ax.set_xlabel("batch position", fontsize=LABEL_PT)
-    measured = "quality vs references" if any(p.quality is not None for c in rows
-                                               for p in c.positions) else "agreement with baseline"
-    ax.set_title(f"beam width {beam_width}: {measured}\n"
-                 "colour = drop / tolerance; hatched = degraded", fontsize=LABEL_PT)
+    measured = (
+        "quality vs references"
+        if any(p.quality is not None for c in rows for p in c.positions)
+        else "agreement with baseline"
+    )
+    ax.set_title(
+        f"beam width {beam_width}: {measured}\ncolour = drop / tolerance; hatched = degraded",
+        fontsize=LABEL_PT,
+    )
     bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02, ticks=[0, 1, 2, RED_AT])
     bar.ax.set_yticklabels(["0", "1x", "2x", f">={RED_AT:g}x"], fontsize=LABEL_PT - 1)
     fig.tight_layout()

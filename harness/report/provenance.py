@@ -27,8 +27,12 @@ def _driver() -> str | None:
     if not shutil.which("nvidia-smi"):
         return None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
@@ -39,12 +43,20 @@ def environment() -> dict[str, Any]:
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"harness": __version__, "python": sys.version.split()[0], "platform": platform.platform(),
-            "host": platform.node(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "gpu": gpu, "driver": _driver() if gpu else None,
-            "transformers": _version("transformers"), "datasets": _version("datasets"),
-            "rouge_score": _version("rouge-score") or _version("rouge_score"),
-            "tensorrt_llm": _version("tensorrt_llm") or _version("tensorrt-llm")}
+    return {
+        "harness": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "host": platform.node(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpu": gpu,
+        "driver": _driver() if gpu else None,
+        "transformers": _version("transformers"),
+        "datasets": _version("datasets"),
+        "rouge_score": _version("rouge-score") or _version("rouge_score"),
+        "tensorrt_llm": _version("tensorrt_llm") or _version("tensorrt-llm"),
+    }
 
 
 def engine_files(path: str) -> list[dict[str, Any]]:

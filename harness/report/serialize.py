@@ -73,8 +73,7 @@ def to_json(report: Report) -> dict[str, Any]:
 def _canonical(report: dict[str, Any]) -> bytes:
     """The report without its ``integrity`` block, keys sorted, compact, UTF-8."""
     body = {k: v for k, v in report.items() if k != "integrity"}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False).encode("utf-8")
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def canonical_hash(report: dict[str, Any]) -> str:
@@ -102,8 +101,7 @@ def check_signature(report: dict[str, Any]) -> Signature:
         return Signature.UNCHECKED if recorded else Signature.UNSIGNED
     if not isinstance(recorded, str) or not recorded:
         return Signature.MISSING
-    return (Signature.VALID if hmac.compare_digest(recorded, signature(report, key))
-            else Signature.INVALID)
+    return Signature.VALID if hmac.compare_digest(recorded, signature(report, key)) else Signature.INVALID
 
 
 def verify(report: dict[str, Any]) -> bool:
@@ -121,8 +119,12 @@ def seal(report: Report) -> Report:
     report = cleaned(replace(report, integrity=None))
     body = to_json(report)
     key = signing_key()
-    return replace(report, integrity=Integrity(
-        sha256=canonical_hash(body), hmac=signature(body, key) if key is not None else None))
+    return replace(
+        report,
+        integrity=Integrity(
+            sha256=canonical_hash(body), hmac=signature(body, key) if key is not None else None
+        ),
+    )
 
 
 def check_sealed(loaded: LoadedReport, purpose: str) -> None:
@@ -131,16 +133,22 @@ def check_sealed(loaded: LoadedReport, purpose: str) -> None:
     key. ``purpose``: what the caller does only with such reports."""
     file = loaded.path
     if not loaded.intact:
-        raise ConfigError(f"{file}: changed after it was written (its sha256 no longer matches "
-                          f"its content); {purpose} only reports as their runs wrote them")
+        raise ConfigError(
+            f"{file}: changed after it was written (its sha256 no longer matches "
+            f"its content); {purpose} only reports as their runs wrote them"
+        )
     if loaded.signature == Signature.MISSING:
-        raise ConfigError(f"{file}: carries no HMAC, and {SIGNING_KEY} is set, so only reports "
-                          f"signed with it are accepted; {purpose} reports of runs made with "
-                          f"the key, or unset {SIGNING_KEY}")
+        raise ConfigError(
+            f"{file}: carries no HMAC, and {SIGNING_KEY} is set, so only reports "
+            f"signed with it are accepted; {purpose} reports of runs made with "
+            f"the key, or unset {SIGNING_KEY}"
+        )
     if loaded.signature == Signature.INVALID:
-        raise ConfigError(f"{file}: its HMAC was not made with this {SIGNING_KEY} over this "
-                          f"content: changed after it was written, or signed with another key; "
-                          f"{purpose} only reports as their runs wrote them")
+        raise ConfigError(
+            f"{file}: its HMAC was not made with this {SIGNING_KEY} over this "
+            f"content: changed after it was written, or signed with another key; "
+            f"{purpose} only reports as their runs wrote them"
+        )
 
 
 def _where(error: ValidationError) -> str:
@@ -153,13 +161,15 @@ def from_json(data: Any, source: str = "report.json") -> Report:
     """A report.json document as a Report; ConfigError naming the first bad field."""
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
         found = data.get("schema_version") if isinstance(data, dict) else None
-        raise ConfigError(f"{source}: report schema_version {found!r}; this harness reads "
-                          f"version {SCHEMA_VERSION}")
+        raise ConfigError(
+            f"{source}: report schema_version {found!r}; this harness reads version {SCHEMA_VERSION}"
+        )
     try:
         return _adapter().validate_python(data)
     except ValidationError as exc:
-        raise ConfigError(f"{source}: not a report this harness can read ({_where(exc)}); give "
-                          "the report.json a run wrote") from None
+        raise ConfigError(
+            f"{source}: not a report this harness can read ({_where(exc)}); give the report.json a run wrote"
+        ) from None
 
 
 def load_report(path: str | Path) -> LoadedReport:
@@ -174,5 +184,4 @@ def load_report(path: str | Path) -> LoadedReport:
         raise ConfigError(f"{file}: not a readable report ({type(exc).__name__}: {exc})") from None
     # shown by compare and merge: outside text, cleaned as a run's own report is when sealed
     report = cleaned(from_json(data, str(file)))
-    return LoadedReport(report=report, path=file, intact=verify(data),
-                        signature=check_signature(data))
+    return LoadedReport(report=report, path=file, intact=verify(data), signature=check_signature(data))

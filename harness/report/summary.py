@@ -27,8 +27,10 @@ def legend(report: Report) -> str:
     """What the numbers of ``cell_lines`` are."""
     refs = any(p.quality is not None for c in report.cells for p in c.positions)
     what = "quality vs references" if refs else "agreement with the baseline (no references)"
-    return (f"{what} by batch position (* = degraded); differ = outputs unlike batch size 1's; "
-            "detects = the smallest quality drop at a position this run sees (80% power):")
+    return (
+        f"{what} by batch position (* = degraded); differ = outputs unlike batch size 1's; "
+        "detects = the smallest quality drop at a position this run sees (80% power):"
+    )
 
 
 def finding_lines(report: Report) -> list[str]:
@@ -46,8 +48,7 @@ def finding_lines(report: Report) -> list[str]:
 def boundary_lines(report: Report) -> list[str]:
     """Per beam width whose cells fail somewhere among two or more batch sizes: from which
     batch size (report.json ``boundaries``)."""
-    return [b.message for b in report.boundaries
-            if b.first_failing is not None and len(b.tested) > 1]
+    return [b.message for b in report.boundaries if b.first_failing is not None and len(b.tested) > 1]
 
 
 def drift_lines(report: Report) -> list[str]:
@@ -59,14 +60,21 @@ def header_lines(report: Report) -> list[str]:
     """Engine, dataset, baselines, and a warning when the quality question is nearly blind."""
     ds = report.dataset
     quality = report.method.questions.get(Question.QUALITY, "gate")
-    return [f"engine {report.engine.path} ({report.engine.backend}); dataset {ds.name}, "
-            f"{ds.count} prompts, hash {ds.hash[:12]}",
-            *[f"baseline beam {w}: {name}" for w, name in report.baseline.items()],
-            *([f"KV-cache reuse across requests: {reuse.setting} ({reuse.how})"]
-              if (reuse := report.engine.kv_cache_reuse) is not None
-              and reuse.setting != CacheReuse.OFF else []),
-            *([f"warning: the batch-size quality question is {quality.removeprefix('gate, but ')}"]
-              if quality.startswith("gate, but") else [])]
+    return [
+        f"engine {report.engine.path} ({report.engine.backend}); dataset {ds.name}, "
+        f"{ds.count} prompts, hash {ds.hash[:12]}",
+        *[f"baseline beam {w}: {name}" for w, name in report.baseline.items()],
+        *(
+            [f"KV-cache reuse across requests: {reuse.setting} ({reuse.how})"]
+            if (reuse := report.engine.kv_cache_reuse) is not None and reuse.setting != CacheReuse.OFF
+            else []
+        ),
+        *(
+            [f"warning: the batch-size quality question is {quality.removeprefix('gate, but ')}"]
+            if quality.startswith("gate, but")
+            else []
+        ),
+    ]
 
 
 def closing_lines(report: Report, folder: object) -> list[str]:
@@ -74,18 +82,21 @@ def closing_lines(report: Report, folder: object) -> list[str]:
     lines = []
     shard = report.shard
     if shard is not None and shard.index:
-        lines.append(f"shard {shard.index}/{shard.count}: this shard's verdict only; combine all "
-                     f"{shard.count} reports with `python -m harness merge REPORT_DIR...` for the "
-                     "run's")
-    lines.append(f"verdict: {report.verdict}   report: {folder}/report.html "
-                 "(also report.md, report.json)")
+        lines.append(
+            f"shard {shard.index}/{shard.count}: this shard's verdict only; combine all "
+            f"{shard.count} reports with `python -m harness merge REPORT_DIR...` for the "
+            "run's"
+        )
+    lines.append(f"verdict: {report.verdict}   report: {folder}/report.html (also report.md, report.json)")
     return lines
 
 
 def footer_lines(report: Report, folder: object) -> list[str]:
     """Cache and goldens written, then ``closing_lines``."""
     cache = report.cache
-    return [f"generation cache {cache.reason}: {cache.generations_from_cache} generations from "
-            f"the cache, {cache.batches_generated} batches generated",
-            *[f"goldens written: {path}" for path in report.goldens_written],
-            *closing_lines(report, folder)]
+    return [
+        f"generation cache {cache.reason}: {cache.generations_from_cache} generations from "
+        f"the cache, {cache.batches_generated} batches generated",
+        *[f"goldens written: {path}" for path in report.goldens_written],
+        *closing_lines(report, folder),
+    ]

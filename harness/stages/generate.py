@@ -39,8 +39,13 @@ def output_text(text: str) -> str:
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def _call(engine: Engine, prompts: list[str], settings: DecodingSettings, timing: Timing | None,
-          judgements: list[BatchJudgement] | None = None) -> tuple[list[str], list[list[str]] | None]:
+def _call(
+    engine: Engine,
+    prompts: list[str],
+    settings: DecodingSettings,
+    timing: Timing | None,
+    judgements: list[BatchJudgement] | None = None,
+) -> tuple[list[str], list[list[str]] | None]:
     """One engine batch: the texts, and every beam of each (beam search only); where the
     engine timed its requests (servers), how they were served goes to ``judgements``."""
     t = time.perf_counter()
@@ -51,26 +56,36 @@ def _call(engine: Engine, prompts: list[str], settings: DecodingSettings, timing
     listed = isinstance(gens, Sequence) and not isinstance(gens, str)
     if not listed or len(gens) != len(prompts):
         got = len(gens) if listed else type(gens).__name__
-        raise RuntimeError(f"the engine returned {got} outputs for a batch of {len(prompts)}; "
-                           "generate returns one Generation per prompt")
+        raise RuntimeError(
+            f"the engine returned {got} outputs for a batch of {len(prompts)}; "
+            "generate returns one Generation per prompt"
+        )
     if not all(isinstance(g, Generation) for g in gens):
         wrong = next(type(g).__name__ for g in gens if not isinstance(g, Generation))
-        raise RuntimeError(f"the engine returned a {wrong} where generate returns a Generation "
-                           "(harness.engines.base) per prompt")
+        raise RuntimeError(
+            f"the engine returned a {wrong} where generate returns a Generation "
+            "(harness.engines.base) per prompt"
+        )
     texts = [output_text(g.text if isinstance(g.text, str) else "") for g in gens]
     timings = [g.timing for g in gens]
     if judgements is not None and any(t is not None for t in timings):
         judgements.append(judge_batch(timings, texts, settings.max_new_tokens))
     if settings.beam_width == 1:
         return texts, None
-    return texts, [[output_text(b if isinstance(b, str) else "") for b in (g.beams or (text,))]
-                   for g, text in zip(gens, texts)]
+    return texts, [
+        [output_text(b if isinstance(b, str) else "") for b in (g.beams or (text,))]
+        for g, text in zip(gens, texts)
+    ]
 
 
-def generate_batch(engine: Engine, prompts: list[str], settings: DecodingSettings,
-                   cache: GenerationCache | None = None, timing: Timing | None = None,
-                   judgements: list[BatchJudgement] | None = None
-                   ) -> tuple[list[str], list[list[str]] | None]:
+def generate_batch(
+    engine: Engine,
+    prompts: list[str],
+    settings: DecodingSettings,
+    cache: GenerationCache | None = None,
+    timing: Timing | None = None,
+    judgements: list[BatchJudgement] | None = None,
+) -> tuple[list[str], list[list[str]] | None]:
     """One batch from the cache when it holds it, else from the engine (then stored)."""
     entry = cache.get_entry(settings, prompts) if cache else None
     if entry is not None:
@@ -86,15 +101,23 @@ class BatchFailed(Exception):
 
     def __init__(self, number: int, of: int, prompt_ids: Sequence[str], cause: Exception) -> None:
         super().__init__(describe(cause))
-        self.where = f"batch {number} of {of}, prompt{'s' if len(prompt_ids) != 1 else ''} " \
-                     f"{', '.join(prompt_ids)}"
+        self.where = (
+            f"batch {number} of {of}, prompt{'s' if len(prompt_ids) != 1 else ''} {', '.join(prompt_ids)}"
+        )
         self.cause = cause
 
 
-def generate_cell(engine: Engine, cell: Cell, plan: Plan, prompts: Sequence[str],
-                  settings: DecodingSettings, tick: Progress = lambda k: None,
-                  cache: GenerationCache | None = None, timing: Timing | None = None,
-                  ids: Sequence[str] = ()) -> CellOutputs:
+def generate_cell(
+    engine: Engine,
+    cell: Cell,
+    plan: Plan,
+    prompts: Sequence[str],
+    settings: DecodingSettings,
+    tick: Progress = lambda k: None,
+    cache: GenerationCache | None = None,
+    timing: Timing | None = None,
+    ids: Sequence[str] = (),
+) -> CellOutputs:
     """Every rotation batch of one cell; texts by [position][document]. A batch that raises
     raises ``BatchFailed`` (naming it by number and by its prompts' ``ids``, else indices)."""
     n = len(plan.order)
@@ -104,8 +127,9 @@ def generate_cell(engine: Engine, cell: Cell, plan: Plan, prompts: Sequence[str]
     batches = plan.batches(cell)
     for number, batch in enumerate(batches, 1):
         try:
-            outs, all_beams = generate_batch(engine, [prompts[d] for d in batch.documents],
-                                             settings, cache, timing, judgements)
+            outs, all_beams = generate_batch(
+                engine, [prompts[d] for d in batch.documents], settings, cache, timing, judgements
+            )
         except HarnessError:
             raise
         except Exception as exc:
@@ -119,8 +143,12 @@ def generate_cell(engine: Engine, cell: Cell, plan: Plan, prompts: Sequence[str]
     rows: tuple[Row, ...] = tuple(tuple(t) for t in texts)
     kept: tuple[BeamRow, ...] = tuple(tuple(b) for b in beams) if cell.beam_width > 1 else ()
     notice = cell_notice(judgements) if cell.batch_size > 1 else None
-    return CellOutputs(cell=cell, texts=CellTexts(held=rows, beams=kept),
-                       cap=ScoringCap.for_tokens(settings.max_new_tokens), notice=notice)
+    return CellOutputs(
+        cell=cell,
+        texts=CellTexts(held=rows, beams=kept),
+        cap=ScoringCap.for_tokens(settings.max_new_tokens),
+        notice=notice,
+    )
 
 
 @dataclass(frozen=True)
@@ -148,29 +176,40 @@ def failure_text(cell: Cell, failed: BatchFailed, first: _First | None) -> tuple
         return f"{text} (the run's first failure: {cell.id}, {failed.where})", first
     if kind != first.kind:
         return f"{text} ({failed.where})", first
-    return (f"failed the same way as the run's first failure, {first.cell} ({first.where}): "
-            f"{first.text}; this cell stopped at {failed.where}", first)
+    return (
+        f"failed the same way as the run's first failure, {first.cell} ({first.where}): "
+        f"{first.text}; this cell stopped at {failed.where}",
+        first,
+    )
 
 
-def output_checks(checks: dict[Cell, tuple[LimitCheck, ...]], capped: dict[Cell, int],
-                  max_new_tokens: int) -> dict[Cell, tuple[LimitCheck, ...]]:
+def output_checks(
+    checks: dict[Cell, tuple[LimitCheck, ...]], capped: dict[Cell, int], max_new_tokens: int
+) -> dict[Cell, tuple[LimitCheck, ...]]:
     """The cells' checks plus, where outputs were cut before scoring, a warning naming how
     many (an engine that does not stop at --max-new-tokens)."""
     cap = ScoringCap.for_tokens(max_new_tokens)
     out = dict(checks)
     for cell, n in capped.items():
-        note = LimitCheck(cell.id, "output_length", CheckStatus.WARN,
-                          f"{n} outputs ran past {cap.describe()} and were scored on that much; "
-                          f"the engine did not stop at --max-new-tokens {max_new_tokens} "
-                          "(generations.jsonl keeps them whole)")
+        note = LimitCheck(
+            cell.id,
+            "output_length",
+            CheckStatus.WARN,
+            f"{n} outputs ran past {cap.describe()} and were scored on that much; "
+            f"the engine did not stop at --max-new-tokens {max_new_tokens} "
+            "(generations.jsonl keeps them whole)",
+        )
         out[cell] = (*out.get(cell, ()), note)
     return out
 
 
-def generate_all(prep: Prepared, progress: ProgressFactory | None = None,
-                 timing: Timing | None = None,
-                 on_cell: Callable[[Cell, CellOutputs], None] | None = None,
-                 log: GenerationsLog | None = None) -> Generated:
+def generate_all(
+    prep: Prepared,
+    progress: ProgressFactory | None = None,
+    timing: Timing | None = None,
+    on_cell: Callable[[Cell, CellOutputs], None] | None = None,
+    log: GenerationsLog | None = None,
+) -> Generated:
     """Every cell's outputs, each handed to ``on_cell`` as soon as it is complete; an engine
     fault fails its cell, not the run. With ``log`` each complete cell's texts (and beams) go
     to generations.jsonl first and are read back from there, so memory does not grow with
@@ -183,9 +222,17 @@ def generate_all(prep: Prepared, progress: ProgressFactory | None = None,
     first: _First | None = None
     for cell in prep.plan.all_cells:
         try:
-            out = generate_cell(prep.engine, cell, prep.plan, prep.prompts,
-                                prep.config.decoding(cell.beam_width), tick, prep.cache, timing,
-                                ids)
+            out = generate_cell(
+                prep.engine,
+                cell,
+                prep.plan,
+                prep.prompts,
+                prep.config.decoding(cell.beam_width),
+                tick,
+                prep.cache,
+                timing,
+                ids,
+            )
         except BatchFailed as failed:
             errors[cell], first = failure_text(cell, failed, first)
             continue
@@ -208,14 +255,19 @@ def interrupted(prep: Prepared, log: GenerationsLog, cause: KeyboardInterrupt) -
     head, status = interrupted_by(cause), exit_status(cause)
     if stats is None or not stats.enabled:
         why = stats.reason if stats else "off"
-        return Interrupted(f"{head}: {cells}; the generation cache is {why}, so a rerun "
-                           "generates everything again", status)
+        return Interrupted(
+            f"{head}: {cells}; the generation cache is {why}, so a rerun generates everything again", status
+        )
     if prep.cache is not None and not prep.cache.writable:
-        return Interrupted(f"{head}: {cells}; the generation cache {stats.reason}, so a "
-                           "rerun generates the rest again", status)
-    return Interrupted(f"{head}: {stats.batches_generated} batches generated this run are "
-                       f"kept in the generation cache {stats.folder} and {cells}; {RESUME}",
-                       status)
+        return Interrupted(
+            f"{head}: {cells}; the generation cache {stats.reason}, so a rerun generates the rest again",
+            status,
+        )
+    return Interrupted(
+        f"{head}: {stats.batches_generated} batches generated this run are "
+        f"kept in the generation cache {stats.folder} and {cells}; {RESUME}",
+        status,
+    )
 
 
 def follow(prep: Prepared, progress: ProgressFactory | None = None) -> FollowerRun:
@@ -224,7 +276,11 @@ def follow(prep: Prepared, progress: ProgressFactory | None = None) -> FollowerR
         generated = generate_all(prep, progress)
     finally:
         guard.close(prep.engine)
-    return FollowerRun(ranks=prep.ranks, engine=prep.engine.info,
-                       batches=sum(len(prep.plan.batches(c)) for c in prep.plan.all_cells),
-                       sequences=prep.plan.sequences(), seconds=time.perf_counter() - prep.t0,
-                       errors={c.id: e for c, e in generated.errors.items()})
+    return FollowerRun(
+        ranks=prep.ranks,
+        engine=prep.engine.info,
+        batches=sum(len(prep.plan.batches(c)) for c in prep.plan.all_cells),
+        sequences=prep.plan.sequences(),
+        seconds=time.perf_counter() - prep.t0,
+        errors={c.id: e for c, e in generated.errors.items()},
+    )

@@ -49,21 +49,26 @@ class PlanOnly:
         batches = sum(len(plan.batches(c)) for c in cells)
         sequences = plan.sequences()
         beam_tokens = sum(len(plan.batches(c)) * c.batch_size * c.beam_width for c in cells) * tokens
-        return [plan.describe(),
-                f"cells: {', '.join(c.id for c in plan.cells)}",
-                f"tokens: at most {sequences * tokens:,} generated ({tokens} per sequence), "
-                f"{beam_tokens:,} counting every beam; {batches * tokens:,} decode steps "
-                f"({batches:,} batches x {tokens})"]
+        return [
+            plan.describe(),
+            f"cells: {', '.join(c.id for c in plan.cells)}",
+            f"tokens: at most {sequences * tokens:,} generated ({tokens} per sequence), "
+            f"{beam_tokens:,} counting every beam; {batches * tokens:,} decode steps "
+            f"({batches:,} batches x {tokens})",
+        ]
 
     def limit_lines(self) -> list[str]:
         """The build limits against the cells (config.json), one line per exceeded limit."""
         if self.limits is None:
-            return ["build limits: the engine records none (no TensorRT-LLM config.json), so none "
-                    "are checked"]
+            return [
+                "build limits: the engine records none (no TensorRT-LLM config.json), so none are checked"
+            ]
         failed = self.limit_failures
-        head = (f"build limits ({self.limits.layout} config.json"
-                + (f", TensorRT-LLM {self.limits.version}" if self.limits.version else "")
-                + f"; prompt lengths: {self.lengths}): ")
+        head = (
+            f"build limits ({self.limits.layout} config.json"
+            + (f", TensorRT-LLM {self.limits.version}" if self.limits.version else "")
+            + f"; prompt lengths: {self.lengths}): "
+        )
         if not failed:
             return [head + f"every cell within them ({len(self.checks)} checked)"]
         return [head + f"{len(failed)} exceeded", *(f"  {c.cell}: {c.message}" for c in failed)]
@@ -79,8 +84,9 @@ def _tokenizer_folder(config: RunConfig, engine_dir: Path) -> Path | None:
     return None
 
 
-def _prompt_lengths(config: RunConfig, engine_dir: Path | None, prompts: list[str]
-                    ) -> tuple[list[int] | None, str]:
+def _prompt_lengths(
+    config: RunConfig, engine_dir: Path | None, prompts: list[str]
+) -> tuple[list[int] | None, str]:
     """Prompt lengths in tokens from the tokenizer files alone, and where they came from."""
     folder = _tokenizer_folder(config, engine_dir) if engine_dir is not None else None
     if folder is None:
@@ -91,8 +97,10 @@ def _prompt_lengths(config: RunConfig, engine_dir: Path | None, prompts: list[st
         return None, f"unknown ({exc})"
     if config.chat:
         if not getattr(tokenizer, "chat_template", None):
-            raise ConfigError(f"--chat: the tokenizer in {folder} has no chat template; drop "
-                              "--chat and write the prompt format into --prompt-template")
+            raise ConfigError(
+                f"--chat: the tokenizer in {folder} has no chat template; drop "
+                "--chat and write the prompt format into --prompt-template"
+            )
         prompts = [render_chat(tokenizer, p) for p in prompts]
     return [len(ids) for ids in tokenizer(prompts)["input_ids"]], f"tokenizer {folder}"
 
@@ -102,20 +110,33 @@ def plan_only(config: RunConfig) -> PlanOnly:
     from harness.inputs.data import build_prompt
 
     dataset = load_run_dataset(config)
-    plan = make_plan(planned_batch_sizes(config), config.beam_widths, len(dataset), config.seed,
-                     config.rotation)
+    plan = make_plan(
+        planned_batch_sizes(config), config.beam_widths, len(dataset), config.seed, config.rotation
+    )
     limits = peeked_limits(config)
     engine_dir = engine_folder(config.engine, config.backend)
     prompts = [build_prompt(config.prompt_template, d) for d in dataset.documents]
     lengths, source = _prompt_lengths(config, engine_dir, prompts)
     # a dry run outside mpirun leaves the rank count to the run (as lint does)
-    checked = preflight(plan.cells, limits, engine_dir=engine_dir or Path("."),
-                        prompt_lengths=lengths, max_new_tokens=config.max_new_tokens,
-                        gpu_option=config.gpu_memory, check_ranks=current().world > 1)
+    checked = preflight(
+        plan.cells,
+        limits,
+        engine_dir=engine_dir or Path("."),
+        prompt_lengths=lengths,
+        max_new_tokens=config.max_new_tokens,
+        gpu_option=config.gpu_memory,
+        check_ranks=current().world > 1,
+    )
     if config.shard:
         plan = plan.shard(*config.shard)
-    return PlanOnly(plan=plan, limits=limits, checks=checked.checks, memory=checked.memory,
-                    max_new_tokens=config.max_new_tokens, lengths=source)
+    return PlanOnly(
+        plan=plan,
+        limits=limits,
+        checks=checked.checks,
+        memory=checked.memory,
+        max_new_tokens=config.max_new_tokens,
+        lengths=source,
+    )
 
 
 def throughput(given: str, sequences: int) -> tuple[float, str]:
@@ -134,21 +155,25 @@ def throughput(given: str, sequences: int) -> tuple[float, str]:
     try:
         report = load_report(given).report
     except ConfigError as exc:
-        raise ConfigError(f"--throughput {given!r}: neither a number (sequences per second) nor a "
-                          f"readable report ({exc})") from None
+        raise ConfigError(
+            f"--throughput {given!r}: neither a number (sequences per second) nor a readable report ({exc})"
+        ) from None
     seconds = report.timing.engine_generate_s
     if seconds <= 0 or report.method.sequences <= 0:
-        raise ConfigError(f"--throughput {given}: that run generated nothing itself (all from the "
-                          "cache?); give a run made with --no-cache, or a number")
+        raise ConfigError(
+            f"--throughput {given}: that run generated nothing itself (all from the "
+            "cache?); give a run made with --no-cache, or a number"
+        )
     rate = report.method.sequences / seconds
-    return rate, (f"{rate:.2f} sequences/s, the rate of {given} ({report.method.sequences:,} "
-                  f"sequences in {duration(seconds)} of engine time)")
+    return rate, (
+        f"{rate:.2f} sequences/s, the rate of {given} ({report.method.sequences:,} "
+        f"sequences in {duration(seconds)} of engine time)"
+    )
 
 
 def estimate_line(config: RunConfig, sequences: int) -> str:
     """How long generation would take, or how to get an estimate."""
     if not config.throughput:
-        return ("estimate: none (add --throughput SEQUENCES_PER_S, or a previous run's report "
-                "folder, for one)")
+        return "estimate: none (add --throughput SEQUENCES_PER_S, or a previous run's report folder, for one)"
     rate, source = throughput(config.throughput, sequences)
     return f"estimate: about {duration(sequences / rate)} of generation at {source}"

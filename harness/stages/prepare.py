@@ -39,17 +39,20 @@ def planned_batch_sizes(config: RunConfig) -> tuple[int, ...]:
     top = limits.max_batch_size if limits else None
     if config.sweep:
         if top is None:
-            raise ConfigError(f"--sweep: {config.engine} records no max_batch_size (no "
-                              "TensorRT-LLM config.json); bound the sweep yourself with "
-                              "--batch-sizes 1-N --rotation sparse")
+            raise ConfigError(
+                f"--sweep: {config.engine} records no max_batch_size (no "
+                "TensorRT-LLM config.json); bound the sweep yourself with "
+                "--batch-sizes 1-N --rotation sparse"
+            )
         return tuple(range(1, top + 1))
     return choose_batch_sizes(config.batch_sizes, top)
 
 
 def peeked_limits(config: RunConfig) -> EngineLimits | None:
     """The build limits in config.json, read before the engine loads."""
-    return read_limits(peek_config(config.engine, config.backend),
-                       str(Path(config.engine).expanduser() / "config.json"))
+    return read_limits(
+        peek_config(config.engine, config.backend), str(Path(config.engine).expanduser() / "config.json")
+    )
 
 
 def planned_cells(config: RunConfig) -> list[Cell]:
@@ -60,16 +63,21 @@ def planned_cells(config: RunConfig) -> list[Cell]:
 
 def load_run_dataset(config: RunConfig) -> Dataset:
     """The run's documents (the --num-prompts subset, when asked)."""
-    dataset = load_dataset(config.dataset, text_field=config.text_field,
-                           summary_field=config.summary_field, config=config.dataset_config,
-                           split=config.split)
+    dataset = load_dataset(
+        config.dataset,
+        text_field=config.text_field,
+        summary_field=config.summary_field,
+        config=config.dataset_config,
+        split=config.split,
+    )
     if config.num_prompts is not None:
         dataset = select_subset(dataset, config.num_prompts, config.seed)
     return dataset
 
 
-def _engine(config: RunConfig, given: Engine | None, ranks: Ranks, timing: Timing
-            ) -> tuple[Engine, EngineLimits | None]:
+def _engine(
+    config: RunConfig, given: Engine | None, ranks: Ranks, timing: Timing
+) -> tuple[Engine, EngineLimits | None]:
     """The engine under test and its limits; one process per engine rank, checked before a
     multi-GPU engine loads."""
     if given is None:
@@ -77,21 +85,32 @@ def _engine(config: RunConfig, given: Engine | None, ranks: Ranks, timing: Timin
         if peeked is not None:
             require_world(ranks, peeked.tp_size, peeked.pp_size, engine=config.engine)
     t_load = time.perf_counter()
-    engine = adopt(given) if given is not None else load_engine(
-        config.engine, config.backend, options=config.engine_options(), roots=config.roots)
+    engine = (
+        adopt(given)
+        if given is not None
+        else load_engine(config.engine, config.backend, options=config.engine_options(), roots=config.roots)
+    )
     timing.engine_load_s = time.perf_counter() - t_load
     limits = read_limits(engine.info.config, str(Path(engine.info.path) / "config.json"))
-    require_world(ranks, limits.tp_size if limits else None, limits.pp_size if limits else None,
-                  engine=config.engine if given is None else engine.info.path)
+    require_world(
+        ranks,
+        limits.tp_size if limits else None,
+        limits.pp_size if limits else None,
+        engine=config.engine if given is None else engine.info.path,
+    )
     return engine, limits
 
 
-def _goldens(config: RunConfig, store: GoldensStore, engine: Engine, dataset: Dataset
-             ) -> dict[int, GoldenSet]:
+def _goldens(
+    config: RunConfig, store: GoldensStore, engine: Engine, dataset: Dataset
+) -> dict[int, GoldenSet]:
     """The goldens this run compares with, per beam width (none when it records them)."""
     if config.update_goldens:
-        check_writable(config.goldens_dir, "--goldens-dir", "choose a writable folder for the "
-                       "goldens, or drop --update-goldens")
+        check_writable(
+            config.goldens_dir,
+            "--goldens-dir",
+            "choose a writable folder for the goldens, or drop --update-goldens",
+        )
         # before anything is generated: no link on the way, no other dataset's file replaced
         store.check_update(engine.info.identity, dataset.name, config.beam_widths)
         return {}
@@ -107,18 +126,28 @@ def _cache(config: RunConfig, engine: Engine, ranks: Ranks) -> GenerationCache:
     if config.no_cache:
         return GenerationCache(None, None, "off (--no-cache)")
     if ranks.world > 1:  # a rank that skipped a cached batch would leave the others waiting
-        return GenerationCache(None, None, f"off (MPI world of {ranks.world}: every rank "
-                                           "generates every batch)")
+        return GenerationCache(
+            None, None, f"off (MPI world of {ranks.world}: every rank generates every batch)"
+        )
     code = engine_code(engine)
     key = key_inputs(engine.info, config.engine_options(), code) if code is not None else None
     fingerprint = cache_fingerprint(key) if key is not None else None
     if fingerprint:
-        check_writable(config.cache_dir, "--cache-dir", "choose a writable folder, or run "
-                       "with --no-cache")
-    return GenerationCache(config.cache_dir, fingerprint, "" if fingerprint else (
-        "off (a server's answers are not cached)" if engine.info.backend == "openai"
-        else "off (the engine's class has no source file to key its outputs by)" if code is None
-        else "off (the engine has no directory to fingerprint)"), key=key)
+        check_writable(config.cache_dir, "--cache-dir", "choose a writable folder, or run with --no-cache")
+    return GenerationCache(
+        config.cache_dir,
+        fingerprint,
+        ""
+        if fingerprint
+        else (
+            "off (a server's answers are not cached)"
+            if engine.info.backend == "openai"
+            else "off (the engine's class has no source file to key its outputs by)"
+            if code is None
+            else "off (the engine has no directory to fingerprint)"
+        ),
+        key=key,
+    )
 
 
 def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
@@ -130,16 +159,23 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     under_test, limits = _engine(config, engine, ranks, timing)
     # test ids were made from config.json alone (planned_batch_sizes); an engine handed in
     # directly has no test ids to agree with, so its own limits cap the grid
-    sizes = (choose_batch_sizes(config.batch_sizes, limits.max_batch_size if limits else None)
-             if engine is not None else planned_batch_sizes(config))
+    sizes = (
+        choose_batch_sizes(config.batch_sizes, limits.max_batch_size if limits else None)
+        if engine is not None
+        else planned_batch_sizes(config)
+    )
     plan = make_plan(sizes, config.beam_widths, len(dataset), config.seed, config.rotation)
-    prompts = build_prompts(dataset.documents, config.prompt_template, chat=config.chat,
-                            engine=under_test)
+    prompts = build_prompts(dataset.documents, config.prompt_template, chat=config.chat, engine=under_test)
     lengths = guard.count_tokens(under_test, prompts)
     # preflight covers the whole grid, so every shard's report carries the same checks and budgets
-    checked = preflight(plan.cells, limits, engine_dir=under_test.info.path,
-                        prompt_lengths=list(lengths) if lengths is not None else None,
-                        max_new_tokens=config.max_new_tokens, gpu_option=config.gpu_memory)
+    checked = preflight(
+        plan.cells,
+        limits,
+        engine_dir=under_test.info.path,
+        prompt_lengths=list(lengths) if lengths is not None else None,
+        max_new_tokens=config.max_new_tokens,
+        gpu_option=config.gpu_memory,
+    )
     grid = plan.cells
     if config.shard:
         plan = plan.shard(*config.shard)
@@ -147,9 +183,11 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     store = GoldensStore(config.goldens_dir)
     goldens = _goldens(config, store, under_test, dataset)
     t_load = time.perf_counter()
-    golden_engine = (load_engine(config.golden_engine, None, config.engine_options(), strict=False,
-                                 roots=config.roots)
-                     if config.golden_engine and ranks.is_root else None)
+    golden_engine = (
+        load_engine(config.golden_engine, None, config.engine_options(), strict=False, roots=config.roots)
+        if config.golden_engine and ranks.is_root
+        else None
+    )
     timing.engine_load_s += time.perf_counter() - t_load
     cache = _cache(config, under_test, ranks)
     if config.batch_timeout is not None:
@@ -157,8 +195,23 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
         if golden_engine is not None:
             golden_engine = BatchTimeoutEngine(golden_engine, config.batch_timeout)
     timing.prepare_s = time.perf_counter() - t0
-    return Prepared(config=config, dataset=dataset, engine=under_test, limits=limits, plan=plan,
-                    prompts=prompts, checks=checked.checks, memory=checked.memory,
-                    goldens=goldens, store=store, started=started, t0=t0,
-                    golden_engine=golden_engine, cache=cache, prompt_lengths=lengths,
-                    ranks=ranks, timing=timing, grid=grid)
+    return Prepared(
+        config=config,
+        dataset=dataset,
+        engine=under_test,
+        limits=limits,
+        plan=plan,
+        prompts=prompts,
+        checks=checked.checks,
+        memory=checked.memory,
+        goldens=goldens,
+        store=store,
+        started=started,
+        t0=t0,
+        golden_engine=golden_engine,
+        cache=cache,
+        prompt_lengths=lengths,
+        ranks=ranks,
+        timing=timing,
+        grid=grid,
+    )

@@ -162,6 +162,8 @@ class FollowerRun:
     @property
     def message(self) -> str:
         failed = f"; {len(self.errors)} cell(s) raised here too" if self.errors else ""
-        return (f"{self.ranks.label}: drove the engine through {self.batches} batches "
-                f"({self.sequences} sequences) in step with rank 0{failed}; rank 0 scores, "
-                "asserts and writes the report")
+        return (
+            f"{self.ranks.label}: drove the engine through {self.batches} batches "
+            f"({self.sequences} sequences) in step with rank 0{failed}; rank 0 scores, "
+            "asserts and writes the report"
+        )

@@ -25,8 +25,7 @@ from harness.verdict.scoring import rouge_l, scorable
 Level = tuple[Levels, float]  # batch size 1's per-prompt levels, CPU seconds spent
 
 
-def baselines(prep: Prepared, goldens: dict[int, GoldenSet], generated: Generated
-              ) -> dict[int, Baseline]:
+def baselines(prep: Prepared, goldens: dict[int, GoldenSet], generated: Generated) -> dict[int, Baseline]:
     """Per beam width: the goldens when there are some, else batch size 1 of this run.
     Goldens are scored as outputs are, cut to the ScoringCap (--golden-engine's are recorded
     whole, and goldens on disk are outside input)."""
@@ -35,10 +34,12 @@ def baselines(prep: Prepared, goldens: dict[int, GoldenSet], generated: Generate
     for w in prep.config.beam_widths:
         if w in goldens:
             path = str(prep.store.path_for(prep.engine.info.identity, prep.dataset.name, w))
-            out[w] = Baseline(w, f"goldens {path}",
-                              tuple(cap.cut(goldens[w].outputs[d.id])
-                                    for d in prep.dataset.documents),
-                              goldens_path=path)
+            out[w] = Baseline(
+                w,
+                f"goldens {path}",
+                tuple(cap.cut(goldens[w].outputs[d.id]) for d in prep.dataset.documents),
+                goldens_path=path,
+            )
         elif Cell(1, w) in generated.outputs:
             texts = generated.outputs[Cell(1, w)].scored(0)
             out[w] = Baseline(w, "batch size 1 of this run", tuple(t or "" for t in texts))
@@ -48,8 +49,11 @@ def baselines(prep: Prepared, goldens: dict[int, GoldenSet], generated: Generate
 def visited_rouge(targets: Sequence[str | None], row: Row) -> tuple[float, ...]:
     """ROUGE-L per prompt; NaN where the prompt never sat at this position or has no target
     (a dataset without reference summaries)."""
-    pairs = [(i, target, text) for i, (target, text) in enumerate(zip(targets, row))
-             if target is not None and text is not None]
+    pairs = [
+        (i, target, text)
+        for i, (target, text) in enumerate(zip(targets, row))
+        if target is not None and text is not None
+    ]
     got = rouge_l([target for _, target, _ in pairs], [text for _, _, text in pairs])
     seen = [i for i, _, _ in pairs]
     out = [math.nan] * len(row)
@@ -63,8 +67,11 @@ def level(base: Sequence[str], references: Sequence[str | None], bs1: Row) -> Le
     references, and the CPU seconds it took."""
     start = time.thread_time()
     unrelated = tuple(references[1:]) + tuple(references[:1])  # the next document's reference
-    got = Levels(agreement=visited_rouge(base, bs1), quality=visited_rouge(references, bs1),
-                 unrelated=visited_rouge(unrelated, bs1) if len(references) > 1 else ())
+    got = Levels(
+        agreement=visited_rouge(base, bs1),
+        quality=visited_rouge(references, bs1),
+        unrelated=visited_rouge(unrelated, bs1) if len(references) > 1 else (),
+    )
     return got, time.thread_time() - start
 
 
@@ -80,16 +87,19 @@ def _empty(row: Row) -> tuple[float, ...]:
     return tuple(math.nan if t is None else float(not scorable(t)) for t in row)
 
 
-def score_cell(outputs: CellOutputs, base: Sequence[str], references: Sequence[str | None],
-               bs1: Row) -> tuple[CellScores, float]:
+def score_cell(
+    outputs: CellOutputs, base: Sequence[str], references: Sequence[str | None], bs1: Row
+) -> tuple[CellScores, float]:
     """One cell's ROUGE-L against baseline and references, which outputs differ from batch
     size 1's, which have no text, and the CPU seconds it took."""
     start = time.thread_time()
     rows = outputs.scored_rows()
-    scores = CellScores(baseline=tuple(visited_rouge(base, t) for t in rows),
-                        reference=tuple(visited_rouge(references, t) for t in rows),
-                        differs=tuple(_differs(t, bs1) for t in rows),
-                        empty=tuple(_empty(t) for t in rows))
+    scores = CellScores(
+        baseline=tuple(visited_rouge(base, t) for t in rows),
+        reference=tuple(visited_rouge(references, t) for t in rows),
+        differs=tuple(_differs(t, bs1) for t in rows),
+        empty=tuple(_empty(t) for t in rows),
+    )
     return scores, time.thread_time() - start
 
 
@@ -125,8 +135,7 @@ class EarlyScorer:
             if against is None or bs1 is None:
                 still.append((c, out))
             else:
-                self.cells[c] = (against, self.pool.submit(score_cell, out, against,
-                                                           self.references, bs1))
+                self.cells[c] = (against, self.pool.submit(score_cell, out, against, self.references, bs1))
         self.waiting = still
 
     def level(self, w: int, base: tuple[str, ...]) -> Level | None:
@@ -141,8 +150,13 @@ class EarlyScorer:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def score_all(prep: Prepared, bases: dict[int, Baseline], generated: Generated,
-              early: EarlyScorer | None = None, timing: Timing | None = None) -> Scored:
+def score_all(
+    prep: Prepared,
+    bases: dict[int, Baseline],
+    generated: Generated,
+    early: EarlyScorer | None = None,
+    timing: Timing | None = None,
+) -> Scored:
     """ROUGE-L of every output against baseline and reference; the cells that could not be
     scored (no batch-size-1 level for their beam width) come back with the reason."""
     unscored: dict[Cell, str] = {}
@@ -155,18 +169,22 @@ def score_all(prep: Prepared, bases: dict[int, Baseline], generated: Generated,
         for w, base in bases.items():
             if Cell(1, w) in outputs:
                 got = (early.level(w, base.texts) if early else None) or level(
-                    base.texts, references, outputs[Cell(1, w)].scored(0))
+                    base.texts, references, outputs[Cell(1, w)].scored(0)
+                )
                 levels[w], spent = got[0], spent + got[1]
         for cell in prep.plan.cells:
             if cell in errors:
                 continue
             if cell.beam_width not in levels:
-                unscored[cell] = (f"no batch-size-1 baseline for beam width {cell.beam_width}: "
-                                  f"{errors.get(Cell(1, cell.beam_width), 'batch size 1 produced nothing')}")
+                unscored[cell] = (
+                    f"no batch-size-1 baseline for beam width {cell.beam_width}: "
+                    f"{errors.get(Cell(1, cell.beam_width), 'batch size 1 produced nothing')}"
+                )
                 continue
             against = bases[cell.beam_width].texts
             got_cell = (early.cell(cell, against) if early else None) or score_cell(
-                outputs[cell], against, references, outputs[Cell(1, cell.beam_width)].scored(0))
+                outputs[cell], against, references, outputs[Cell(1, cell.beam_width)].scored(0)
+            )
             cells[cell], spent = got_cell[0], spent + got_cell[1]
     finally:
         if early:

@@ -49,8 +49,9 @@ LOCK_FILE = ".lock"
 FORMAT = 2  # 2: entries carry their fingerprint, batch key and content sha256
 
 
-def engine_fingerprint(info: EngineInfo, options: EngineOptions | None = None,
-                       code: dict[str, str] | None = None) -> str | None:
+def engine_fingerprint(
+    info: EngineInfo, options: EngineOptions | None = None, code: dict[str, str] | None = None
+) -> str | None:
     """sha256 over every input besides the batch that can change an output (``cache_key``;
     ``code``: the engine's ``engine_code``); None for an engine without a directory."""
     inputs = key_inputs(info, options, code)
@@ -66,14 +67,19 @@ def _content_sha256(key: str, texts: Any, beams: Any) -> str:
 class GenerationCache:
     """One JSON file per batch under ``root/<fingerprint>/``, written atomically."""
 
-    def __init__(self, root: Path | None, fingerprint: str | None, reason: str = "",
-                 key: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, root: Path | None, fingerprint: str | None, reason: str = "", key: dict[str, Any] | None = None
+    ) -> None:
         self.root = root
         self.folder = root / fingerprint[:24] if root is not None and fingerprint else None
         self.fingerprint = fingerprint
         self.said = reason or ("on" if self.folder else "off")  # the reason, before rejects
-        self.stats = CacheStats(folder=str(self.folder) if self.folder else None,
-                                enabled=self.folder is not None, reason=self.said, key=key or {})
+        self.stats = CacheStats(
+            folder=str(self.folder) if self.folder else None,
+            enabled=self.folder is not None,
+            reason=self.said,
+            key=key or {},
+        )
         self.writable = self.folder is not None
         if self.folder is not None:
             try:
@@ -111,8 +117,11 @@ class GenerationCache:
 
     def _key(self, settings: DecodingSettings, prompts: Sequence[str]) -> str:
         """The batch's key: a sha256 of the fingerprint, the settings and the prompts."""
-        return hashlib.sha256(json.dumps([self.fingerprint, settings.as_dict(), list(prompts)],
-                                         ensure_ascii=False).encode("utf-8")).hexdigest()
+        return hashlib.sha256(
+            json.dumps([self.fingerprint, settings.as_dict(), list(prompts)], ensure_ascii=False).encode(
+                "utf-8"
+            )
+        ).hexdigest()
 
     def _path(self, key: str) -> Path:
         assert self.folder is not None
@@ -123,8 +132,9 @@ class GenerationCache:
         entry = self.get_entry(settings, prompts)
         return entry[0] if entry is not None else None
 
-    def get_entry(self, settings: DecodingSettings, prompts: Sequence[str]
-                  ) -> tuple[list[str], list[list[str]] | None] | None:
+    def get_entry(
+        self, settings: DecodingSettings, prompts: Sequence[str]
+    ) -> tuple[list[str], list[list[str]] | None] | None:
         """The batch's outputs and, where stored, every beam of each; None when missing or
         when the entry is not this batch's as written (then counted as rejected)."""
         if self.folder is None:
@@ -150,8 +160,7 @@ class GenerationCache:
         self.stats.generations_from_cache += len(found[0])
         return found
 
-    def _verified(self, text: str, key: str, size: int
-                  ) -> tuple[list[str], list[list[str]] | None] | None:
+    def _verified(self, text: str, key: str, size: int) -> tuple[list[str], list[list[str]] | None] | None:
         """An entry's outputs and beams when it is this batch's, as written; else None."""
         try:
             stored = bounds.loads(text)
@@ -160,14 +169,19 @@ class GenerationCache:
         if not isinstance(stored, dict) or stored.get("format") != FORMAT:
             return None
         texts, beams = stored.get("outputs"), stored.get("beams")
-        if (stored.get("fingerprint") != self.fingerprint or stored.get("key") != key
-                or stored.get("sha256") != _content_sha256(key, texts, beams)):
+        if (
+            stored.get("fingerprint") != self.fingerprint
+            or stored.get("key") != key
+            or stored.get("sha256") != _content_sha256(key, texts, beams)
+        ):
             return None  # another engine's or batch's entry, or edited after it was written
-        if not isinstance(texts, list) or len(texts) != size or not all(
-                isinstance(t, str) for t in texts):
+        if not isinstance(texts, list) or len(texts) != size or not all(isinstance(t, str) for t in texts):
             return None
-        if beams is not None and not (isinstance(beams, list) and len(beams) == size and all(
-                isinstance(b, list) and all(isinstance(t, str) for t in b) for b in beams)):
+        if beams is not None and not (
+            isinstance(beams, list)
+            and len(beams) == size
+            and all(isinstance(b, list) and all(isinstance(t, str) for t in b) for b in beams)
+        ):
             return None
         return texts, beams
 
@@ -178,31 +192,49 @@ class GenerationCache:
 
     def _say(self) -> None:
         n = self.stats.batches_rejected
-        rejected = (f"; {n} {'entry' if n == 1 else 'entries'} rejected (damaged, edited after "
-                    "written, or not this engine's and batch's) and generated again") if n else ""
+        rejected = (
+            (
+                f"; {n} {'entry' if n == 1 else 'entries'} rejected (damaged, edited after "
+                "written, or not this engine's and batch's) and generated again"
+            )
+            if n
+            else ""
+        )
         self.stats.reason = self.said + rejected
 
-    def put(self, settings: DecodingSettings, prompts: Sequence[str], texts: Sequence[str],
-            beams: Sequence[Sequence[str]] | None = None) -> None:
+    def put(
+        self,
+        settings: DecodingSettings,
+        prompts: Sequence[str],
+        texts: Sequence[str],
+        beams: Sequence[Sequence[str]] | None = None,
+    ) -> None:
         self.stats.batches_generated += 1
         if self.folder is None or not self.writable:
             return
         key = self._key(settings, prompts)
         outputs = list(texts)
         kept = [list(b) for b in beams] if beams is not None else None
-        entry: dict[str, Any] = {"format": FORMAT, "fingerprint": self.fingerprint, "key": key,
-                                 "outputs": outputs, "beams": kept,
-                                 "sha256": _content_sha256(key, outputs, kept)}
+        entry: dict[str, Any] = {
+            "format": FORMAT,
+            "fingerprint": self.fingerprint,
+            "key": key,
+            "outputs": outputs,
+            "beams": kept,
+            "sha256": _content_sha256(key, outputs, kept),
+        }
         try:
-            with file_lock(self.folder / LOCK_FILE, purpose="writing the generation cache",
-                           shared=True, root=self._root):
-                atomic_write_text(self._path(key), json.dumps(entry, ensure_ascii=False),
-                                  root=self._root)
+            with file_lock(
+                self.folder / LOCK_FILE, purpose="writing the generation cache", shared=True, root=self._root
+            ):
+                atomic_write_text(self._path(key), json.dumps(entry, ensure_ascii=False), root=self._root)
         except confine.LinkInside as exc:
             self._stop(exc)
         except OSError as exc:  # disk full, folder made read-only: keep the run going
             self.writable = False
             self.said = f"on, writing stopped ({exc.strerror or exc}) at {self.folder}"
             self._say()
-            say(f"warning: generation cache {self.folder}: cannot write ({exc.strerror or exc}); "
-                "the run goes on without storing batches")
+            say(
+                f"warning: generation cache {self.folder}: cannot write ({exc.strerror or exc}); "
+                "the run goes on without storing batches"
+            )

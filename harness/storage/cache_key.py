@@ -80,8 +80,10 @@ def options_inputs(options: EngineOptions) -> dict[str, Any]:
     out = dataclasses.asdict(options)
     del out["api_key_env"]  # where a server's key is read from changes no output
     if options.tokenizer:
-        out["tokenizer"] = {"path": options.tokenizer,
-                            "sha256": content_digest(Path(options.tokenizer).expanduser())}
+        out["tokenizer"] = {
+            "path": options.tokenizer,
+            "sha256": content_digest(Path(options.tokenizer).expanduser()),
+        }
     return out
 
 
@@ -133,19 +135,24 @@ def engine_code(engine: object) -> dict[str, str] | None:
     return {"class": f"{cls.__module__}:{cls.__qualname__}", "sha256": h.hexdigest()}
 
 
-def key_inputs(info: EngineInfo, options: EngineOptions | None = None,
-               code: dict[str, str] | None = None) -> dict[str, Any] | None:
+def key_inputs(
+    info: EngineInfo, options: EngineOptions | None = None, code: dict[str, str] | None = None
+) -> dict[str, Any] | None:
     """Everything besides the batch that the outputs depend on; None for an engine without a
     directory (never cached). ``code``: the engine's ``engine_code``."""
     folder = Path(info.path)
     if not folder.is_dir():
         return None
-    return {"backend": info.backend, "harness": __version__,
-            "engine_files_sha256": folder_digest(folder),
-            "engine_code": code,
-            "engine_details": json.loads(json.dumps(info.details, sort_keys=True, default=str)),
-            "options": options_inputs(options or EngineOptions()),
-            "libraries": library_versions(), "device": device()}
+    return {
+        "backend": info.backend,
+        "harness": __version__,
+        "engine_files_sha256": folder_digest(folder),
+        "engine_code": code,
+        "engine_details": json.loads(json.dumps(info.details, sort_keys=True, default=str)),
+        "options": options_inputs(options or EngineOptions()),
+        "libraries": library_versions(),
+        "device": device(),
+    }
 
 
 def fingerprint(inputs: dict[str, Any]) -> str:

@@ -39,9 +39,11 @@ def _link_error(root: Path, link: Path) -> LinkInside:
         target = os.readlink(link)
     except OSError:
         target = "?"
-    return LinkInside(f"{link}: a symbolic link (to {target}) inside {root}, a folder the harness "
-                      "writes; it never writes, renames or deletes through a link there: replace "
-                      "the link with a real folder or file, or remove it, and rerun")
+    return LinkInside(
+        f"{link}: a symbolic link (to {target}) inside {root}, a folder the harness "
+        "writes; it never writes, renames or deletes through a link there: replace "
+        "the link with a real folder or file, or remove it, and rerun"
+    )
 
 
 def _within(root: Path, path: Path) -> tuple[str, ...]:
@@ -50,8 +52,9 @@ def _within(root: Path, path: Path) -> tuple[str, ...]:
     except ValueError:
         parts = ("..",)
     if ".." in parts:
-        raise LinkInside(f"{path}: not inside {root}, the folder the harness writes it in; "
-                         "nothing was written")
+        raise LinkInside(
+            f"{path}: not inside {root}, the folder the harness writes it in; nothing was written"
+        )
     return parts
 
 
@@ -72,8 +75,10 @@ def inside(root: Path, path: Path) -> Path:
     real_root = os.path.realpath(root)
     resolved = os.path.realpath(path)
     if resolved != real_root and not resolved.startswith(real_root.rstrip(os.sep) + os.sep):
-        raise LinkInside(f"{path}: resolves to {resolved}, outside {root}, the folder the harness "
-                         "writes it in; nothing was written")
+        raise LinkInside(
+            f"{path}: resolves to {resolved}, outside {root}, the folder the harness "
+            "writes it in; nothing was written"
+        )
     return path
 
 
@@ -105,8 +110,9 @@ def open_fd(root: Path, path: Path, flags: int, mode: int = 0o666) -> int:
         raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise LinkInside(f"{path}: not a regular file, inside {root}, a folder the harness "
-                         "writes; remove it and rerun")
+        raise LinkInside(
+            f"{path}: not a regular file, inside {root}, a folder the harness writes; remove it and rerun"
+        )
     return fd
 
 

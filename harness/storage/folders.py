@@ -12,8 +12,7 @@ from harness.storage import confine
 from harness.storage.atomic import readable
 
 
-def check_writable(root: Path, option: str = "--report-dir",
-                   fix: str = "choose a writable folder") -> None:
+def check_writable(root: Path, option: str = "--report-dir", fix: str = "choose a writable folder") -> None:
     """Create ``root`` if needed; a ConfigError naming ``option`` when it cannot be written."""
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -36,16 +35,15 @@ def new_report_dir(root: Path, backend: str, started: dt.datetime) -> Path:
         except FileExistsError:
             continue
         except OSError as exc:
-            raise ConfigError(f"--report-dir {root}: not writable ({exc.strerror}); "
-                              "choose a writable folder") from None
+            raise ConfigError(
+                f"--report-dir {root}: not writable ({exc.strerror}); choose a writable folder"
+            ) from None
     raise ConfigError(f"--report-dir {root}: too many runs started this second")
 
 
 def check_output_file(path: Path, option: str) -> Path:
     """A file the command will write: not a folder, in a folder that exists or can be made."""
     if path.is_dir():
-        raise ConfigError(f"{option} {path}: is a folder; give a file name, e.g. "
-                          f"{path / 'compare.html'}")
-    check_writable(path.parent if str(path.parent) else Path("."), option,
-                   "give a file in a writable folder")
+        raise ConfigError(f"{option} {path}: is a folder; give a file name, e.g. {path / 'compare.html'}")
+    check_writable(path.parent if str(path.parent) else Path("."), option, "give a file in a writable folder")
     return path

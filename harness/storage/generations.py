@@ -114,16 +114,19 @@ class GenerationsLog:
         self.path = Path(path)
         self.ids = tuple(ids)
         self.index = {doc: i for i, doc in enumerate(self.ids)}
-        self._file: BinaryIO = open(self.path, "ab", opener=confine.opener(
-            self.path.parent if root is None else root))
+        self._file: BinaryIO = open(
+            self.path, "ab", opener=confine.opener(self.path.parent if root is None else root)
+        )
         self._lock = threading.Lock()
         self.cells = 0  # complete cells written
         self.failed = False  # a write failed: the file ends with a partial cell
 
     def _kept(self) -> str:
-        return (f"the {self.cells} cells completed before are kept in it and every generated "
-                "batch in the generation cache (unless --no-cache); free space and rerun the same "
-                "command to resume from the cache")
+        return (
+            f"the {self.cells} cells completed before are kept in it and every generated "
+            "batch in the generation cache (unless --no-cache); free space and rerun the same "
+            "command to resume from the cache"
+        )
 
     def add(self, cell_id: str, texts: CellTexts) -> CellTexts:
         """Write one cell's held texts and, for beam search, every beam of each; returns the
@@ -137,8 +140,12 @@ class GenerationsLog:
                 for i, (doc, text) in enumerate(zip(self.ids, row)):
                     if text is None:
                         continue
-                    entry: dict[str, object] = {"cell": cell_id, "position": position, "id": doc,
-                                                "output": text}
+                    entry: dict[str, object] = {
+                        "cell": cell_id,
+                        "position": position,
+                        "id": doc,
+                        "output": text,
+                    }
                     beams = texts.beams[position][i] if texts.beams else None
                     if beams is not None:
                         entry["beams"] = list(beams)

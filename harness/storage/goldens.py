@@ -47,8 +47,10 @@ from harness.storage.locks import file_lock
 SCHEMA_VERSION = 1
 LOCK_FILE = ".lock"
 JOURNAL_FILE = ".commit.json"
-FIX = ("re-record them by adding --update-goldens to this run's command (same options), or keep "
-       "them and point --goldens-dir elsewhere for these settings")
+FIX = (
+    "re-record them by adding --update-goldens to this run's command (same options), or keep "
+    "them and point --goldens-dir elsewhere for these settings"
+)
 _WEIGHTS = re.compile(r"sha256:[0-9a-f]{64}")  # a weights identity (storage.fingerprint)
 
 
@@ -67,13 +69,23 @@ class GoldenSet:
         """The goldens file's content, every secret redacted (``harness.redact``) but in the
         document ids, by which outputs are found (``load`` compares the identity and settings
         redacted the same way)."""
-        head = cleaned({"identity": self.identity, "dataset": self.dataset_name,
-                        "settings": self.settings, "source": self.source}, redact)
-        return {"schema_version": SCHEMA_VERSION, "identity": head["identity"],
-                "dataset": {"name": head["dataset"], "hash": self.dataset_hash,
-                            "count": len(self.outputs)},
-                "settings": head["settings"], "source": head["source"],
-                "outputs": {doc: redact(text) for doc, text in self.outputs.items()}}
+        head = cleaned(
+            {
+                "identity": self.identity,
+                "dataset": self.dataset_name,
+                "settings": self.settings,
+                "source": self.source,
+            },
+            redact,
+        )
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "identity": head["identity"],
+            "dataset": {"name": head["dataset"], "hash": self.dataset_hash, "count": len(self.outputs)},
+            "settings": head["settings"],
+            "source": head["source"],
+            "outputs": {doc: redact(text) for doc, text in self.outputs.items()},
+        }
 
 
 class GoldensStore:
@@ -93,8 +105,9 @@ class GoldensStore:
     def path_for(self, identity: str, dataset_name: str, beam_width: int) -> Path:
         """The file of one model's goldens of one dataset and beam width: no other identity,
         dataset name or beam width has it."""
-        return (self.root / self._identity_folder(identity)
-                / f"{safe_name(dataset_name)}-beam{beam_width}.json")
+        return (
+            self.root / self._identity_folder(identity) / f"{safe_name(dataset_name)}-beam{beam_width}.json"
+        )
 
     def legacy_path_for(self, identity: str, dataset_name: str, beam_width: int) -> Path | None:
         """Where harness 0.x named these goldens when that differs from ``path_for``: dataset
@@ -115,12 +128,18 @@ class GoldensStore:
             raise GoldensError(f"{path}: corrupt goldens ({exc}); {FIX}") from None
         if not isinstance(raw, dict) or raw.get("schema_version") != SCHEMA_VERSION:
             found = raw.get("schema_version") if isinstance(raw, dict) else None
-            raise GoldensError(f"{path}: goldens schema_version {found!r}, this harness reads "
-                               f"{SCHEMA_VERSION}; {FIX}")
+            raise GoldensError(
+                f"{path}: goldens schema_version {found!r}, this harness reads {SCHEMA_VERSION}; {FIX}"
+            )
         try:
-            return GoldenSet(identity=raw["identity"], dataset_name=raw["dataset"]["name"],
-                             dataset_hash=raw["dataset"]["hash"], settings=raw["settings"],
-                             outputs=raw["outputs"], source=raw.get("source", {}))
+            return GoldenSet(
+                identity=raw["identity"],
+                dataset_name=raw["dataset"]["name"],
+                dataset_hash=raw["dataset"]["hash"],
+                settings=raw["settings"],
+                outputs=raw["outputs"],
+                source=raw.get("source", {}),
+            )
         except (KeyError, TypeError) as exc:
             raise GoldensError(f"{path}: goldens lack key {exc}; {FIX}") from None
 
@@ -134,13 +153,15 @@ class GoldensStore:
             return None
         return name if isinstance(name, str) else None
 
-    def _another_dataset(self, path: Path, owner: str, identity: str, dataset_name: str,
-                         beam_width: int) -> GoldensError:
+    def _another_dataset(
+        self, path: Path, owner: str, identity: str, dataset_name: str, beam_width: int
+    ) -> GoldensError:
         home = self.path_for(identity, owner, beam_width)
         return GoldensError(
             f"{path}: holds the goldens of dataset {owner!r}, not of this run's {dataset_name!r} "
             f"(an older harness gave both names one file, or it was copied here); move that file to "
-            f"{home} (git mv) and rerun; nothing was changed")
+            f"{home} (git mv) and rerun; nothing was changed"
+        )
 
     def _find(self, identity: str, dataset: Dataset, beam_width: int) -> Path | None:
         """This dataset's goldens file: where ``path_for`` names it, else where an older
@@ -168,27 +189,29 @@ class GoldensStore:
         if not isinstance(golden.settings, dict):
             raise GoldensError(f"{path}: 'settings' must be an object; {FIX}")
         if not isinstance(golden.outputs, dict) or not all(
-                isinstance(v, str) for v in golden.outputs.values()):
+            isinstance(v, str) for v in golden.outputs.values()
+        ):
             raise GoldensError(f"{path}: 'outputs' must map document ids to texts; {FIX}")
         if golden.dataset_hash != dataset.hash:
             raise GoldensError(
                 f"{path}: recorded for dataset hash {golden.dataset_hash[:12]}, but this run's "
                 f"dataset {dataset.path} hashes to {dataset.hash[:12]} (its content changed), unless it "
                 f"is another dataset named {dataset.name!r} (give that one a name of its own); "
-                f"{FIX}")
+                f"{FIX}"
+            )
         # as the file keeps them, secrets redacted (``GoldenSet.as_dict``)
         want, have = cleaned(settings.as_dict(), redact), cleaned(golden.settings, redact)
         # both ways: keys present only when set (chat, request_fields) must match when absent too
-        diff = [f"{k} {have.get(k)!r} (run: {want.get(k)!r})"
-                for k in [*want, *(k for k in have if k not in want)]
-                if have.get(k) != want.get(k)]
+        diff = [
+            f"{k} {have.get(k)!r} (run: {want.get(k)!r})"
+            for k in [*want, *(k for k in have if k not in want)]
+            if have.get(k) != want.get(k)
+        ]
         if diff:
-            raise GoldensError(f"{path}: recorded with other decoding settings: {', '.join(diff)}; "
-                               f"{FIX}")
+            raise GoldensError(f"{path}: recorded with other decoding settings: {', '.join(diff)}; {FIX}")
         missing = [d.id for d in dataset.documents if d.id not in golden.outputs]
         if missing:
-            raise GoldensError(f"{path}: no golden for {len(missing)} documents (e.g. "
-                               f"{missing[0]!r}); {FIX}")
+            raise GoldensError(f"{path}: no golden for {len(missing)} documents (e.g. {missing[0]!r}); {FIX}")
         return golden
 
     def check_update(self, identity: str, dataset_name: str, beam_widths: tuple[int, ...]) -> None:
@@ -218,8 +241,7 @@ class GoldensStore:
             try:
                 for w, golden in goldens.items():
                     path = self.path_for(golden.identity, golden.dataset_name, w)
-                    text = json.dumps(golden.as_dict(), indent=1, ensure_ascii=False,
-                                      sort_keys=True) + "\n"
+                    text = json.dumps(golden.as_dict(), indent=1, ensure_ascii=False, sort_keys=True) + "\n"
                     moves.append((durable_temp(path, text, root=self.root), path))
             except BaseException:
                 for tmp, _ in moves:
@@ -227,9 +249,21 @@ class GoldensStore:
                 raise
             journal = self.root / JOURNAL_FILE
             try:
-                atomic_write_text(journal, json.dumps({"moves": [
-                    [tmp.relative_to(self.root).as_posix(), path.relative_to(self.root).as_posix()]
-                    for tmp, path in moves]}), root=self.root)
+                atomic_write_text(
+                    journal,
+                    json.dumps(
+                        {
+                            "moves": [
+                                [
+                                    tmp.relative_to(self.root).as_posix(),
+                                    path.relative_to(self.root).as_posix(),
+                                ]
+                                for tmp, path in moves
+                            ]
+                        }
+                    ),
+                    root=self.root,
+                )
             except BaseException:  # before the commit point: the old goldens stay
                 for tmp, _ in moves:
                     confine.remove(self.root, tmp, missing_ok=True)
@@ -268,9 +302,14 @@ class GoldensStore:
             for entry in entries if isinstance(entries, list) else []:
                 pair = [self._inside(x) for x in entry] if isinstance(entry, list) else []
                 # only our own renames: hidden temporary file -> <name>-beam<W>.json, same folder
-                if (len(pair) == 2 and pair[0] is not None and pair[1] is not None
-                        and pair[0].parent == pair[1].parent and TEMP_NAME.match(pair[0].name)
-                        and pair[0].name.startswith(f".{pair[1].name}.")):
+                if (
+                    len(pair) == 2
+                    and pair[0] is not None
+                    and pair[1] is not None
+                    and pair[0].parent == pair[1].parent
+                    and TEMP_NAME.match(pair[0].name)
+                    and pair[0].name.startswith(f".{pair[1].name}.")
+                ):
                     moves.append((pair[0], pair[1]))
             self._apply(moves)
             confine.remove(self.root, journal)
@@ -286,8 +325,9 @@ class GoldensStore:
         found = []
         for entry in confine.entries(self.root, self.root):
             if entry.is_dir():
-                found += [p for p in confine.entries(self.root, entry)
-                          if TEMP_NAME.match(p.name) and p.is_file()]
+                found += [
+                    p for p in confine.entries(self.root, entry) if TEMP_NAME.match(p.name) and p.is_file()
+                ]
             elif TEMP_NAME.match(entry.name) and entry.is_file():
                 found.append(entry)
         return found
@@ -299,12 +339,15 @@ class GoldensStore:
         if not journal and not self._strays():
             return
         try:
-            with file_lock(self.root / LOCK_FILE, purpose="finishing an interrupted goldens update",
-                           root=self.root):
+            with file_lock(
+                self.root / LOCK_FILE, purpose="finishing an interrupted goldens update", root=self.root
+            ):
                 self._recover()
         except OSError as exc:
             if journal:
-                raise GoldensError(f"{self.root / JOURNAL_FILE}: an interrupted goldens update could "
-                                   f"not be finished ({exc.strerror}); make {self.root} writable and "
-                                   "rerun, or re-record with --update-goldens") from None
+                raise GoldensError(
+                    f"{self.root / JOURNAL_FILE}: an interrupted goldens update could "
+                    f"not be finished ({exc.strerror}); make {self.root} writable and "
+                    "rerun, or re-record with --update-goldens"
+                ) from None
             # leftover temporary files in a folder this run cannot write are harmless

@@ -27,8 +27,6 @@ except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]  # a module where it exists; None marks it absent
 
 
-
-
 def _holder(fd: int) -> str:
     try:
         text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
@@ -44,8 +42,14 @@ def _open(path: Path, root: Path | None) -> int:
 
 
 @contextlib.contextmanager
-def file_lock(path: Path, *, purpose: str, shared: bool = False,
-              say: Callable[[str], None] | None = None, root: Path | None = None) -> Iterator[None]:
+def file_lock(
+    path: Path,
+    *,
+    purpose: str,
+    shared: bool = False,
+    say: Callable[[str], None] | None = None,
+    root: Path | None = None,
+) -> Iterator[None]:
     """Hold a lock on ``path`` (created if missing) inside ``root`` (default: its folder),
     exclusive unless ``shared``; blocks until it is free, saying once "waiting for the lock on
     PATH held by pid N (purpose)"."""

@@ -96,8 +96,9 @@ class Model:
 
     def boundary(self, beam_width: int) -> int | None:
         """The first damaged batch size of a beam width (None: every size passes)."""
-        return min((c.batch_size for c, d in self.damaged.items()
-                    if c.beam_width == beam_width and d), default=None)
+        return min(
+            (c.batch_size for c, d in self.damaged.items() if c.beam_width == beam_width and d), default=None
+        )
 
 
 def _all(b: int) -> frozenset[int]:
@@ -106,22 +107,44 @@ def _all(b: int) -> frozenset[int]:
 
 def _drifting(m: Model, twin: str) -> Model:
     """``m`` built on an engine that also drifts at DRIFT_UNDER."""
-    return replace(m, name=f"{m.name}+drift", label=f"{m.label} + {DRIFT_UNDER:.0%} drift",
-                   drift=DRIFT_UNDER, rounds=1, twin=twin)
+    return replace(
+        m,
+        name=f"{m.name}+drift",
+        label=f"{m.label} + {DRIFT_UNDER:.0%} drift",
+        drift=DRIFT_UNDER,
+        rounds=1,
+        twin=twin,
+    )
 
 
 SWEEP_TO = 8  # the sweep models' max_batch_size (--sweep-to)
 
 
-def _sweep(name: str, label: str, fault: Fault | None, beam_width: int,
-           damaged: dict[int, frozenset[int]], pattern: FindingKind | None, limits: BuildLimits,
-           drift: float = 0.0) -> Model:
+def _sweep(
+    name: str,
+    label: str,
+    fault: Fault | None,
+    beam_width: int,
+    damaged: dict[int, frozenset[int]],
+    pattern: FindingKind | None,
+    limits: BuildLimits,
+    drift: float = 0.0,
+) -> Model:
     """A --sweep of every batch size 2..max_batch_size at one beam width; ``damaged`` by batch
     size (sizes not given are undamaged)."""
     cells = tuple(Cell(b, beam_width) for b in range(2, limits.max_batch_size + 1))
-    return Model(name, label, fault, cells, {c: damaged.get(c.batch_size, frozenset()) for c in cells},
-                 pattern, drift=drift, limits=limits, sweep=True,
-                 target=Target.DETECT if damaged else Target.PASS)
+    return Model(
+        name,
+        label,
+        fault,
+        cells,
+        {c: damaged.get(c.batch_size, frozenset()) for c in cells},
+        pattern,
+        drift=drift,
+        limits=limits,
+        sweep=True,
+        target=Target.DETECT if damaged else Target.PASS,
+    )
 
 
 def ladder_damage(size: int) -> frozenset[int]:
@@ -142,48 +165,125 @@ def sweep_models(to: int = SWEEP_TO) -> tuple[Model, ...]:
     """The threshold faults under --sweep to ``to``, each alone and on 30% drift, and a
     drifting healthy engine swept."""
     sizes = range(2, to + 1)
-    ladder = _sweep("graph-ladder", f"graph ladder (sweep 1-{to})",
-                    Fault(FaultKind.GRAPH_LADDER), 1, {b: ladder_damage(b) for b in sizes},
-                    FindingKind.GRAPH_LADDER, BuildLimits(max_batch_size=to, max_beam_width=1))
-    buffer = _sweep("beam-buffer", f"beam buffer, beam 2 (sweep 1-{to})",
-                    Fault(FaultKind.BEAM_BUFFER), 2, {b: buffer_damage(b, 2, to) for b in sizes},
-                    FindingKind.BEAM_BUFFER, BuildLimits(max_batch_size=to, max_beam_width=2))
-    drifting = _sweep(f"sweep-drift-{DRIFT_UNDER:g}", f"benign drift {DRIFT_UNDER:.0%} "
-                      f"(sweep 1-{to})", None, 1, {}, None,
-                      BuildLimits(max_batch_size=to, max_beam_width=1), drift=DRIFT_UNDER)
+    ladder = _sweep(
+        "graph-ladder",
+        f"graph ladder (sweep 1-{to})",
+        Fault(FaultKind.GRAPH_LADDER),
+        1,
+        {b: ladder_damage(b) for b in sizes},
+        FindingKind.GRAPH_LADDER,
+        BuildLimits(max_batch_size=to, max_beam_width=1),
+    )
+    buffer = _sweep(
+        "beam-buffer",
+        f"beam buffer, beam 2 (sweep 1-{to})",
+        Fault(FaultKind.BEAM_BUFFER),
+        2,
+        {b: buffer_damage(b, 2, to) for b in sizes},
+        FindingKind.BEAM_BUFFER,
+        BuildLimits(max_batch_size=to, max_beam_width=2),
+    )
+    drifting = _sweep(
+        f"sweep-drift-{DRIFT_UNDER:g}",
+        f"benign drift {DRIFT_UNDER:.0%} (sweep 1-{to})",
+        None,
+        1,
+        {},
+        None,
+        BuildLimits(max_batch_size=to, max_beam_width=1),
+        drift=DRIFT_UNDER,
+    )
     under = f"drift-{DRIFT_UNDER:g}"
     return ladder, buffer, _drifting(ladder, under), _drifting(buffer, under), drifting
 
 
-def models(rounds: int, fraction: float, position: int, sweep_to: int = SWEEP_TO
-           ) -> tuple[Model, ...]:
+def models(rounds: int, fraction: float, position: int, sweep_to: int = SWEEP_TO) -> tuple[Model, ...]:
     """The engines calibrate runs, with their cells and the damage each must show."""
     c81, c41, c82, c42, c44 = Cell(8, 1), Cell(4, 1), Cell(8, 2), Cell(4, 2), Cell(4, 4)
-    drifts = tuple(Model(f"drift-{r:g}", f"benign drift {r:.0%}", None, (c81, c42),
-                         {c81: frozenset(), c42: frozenset()}, None, drift=r, rounds=rounds,
-                         target=Target.PASS) for r in DRIFT_RATES)
-    faults = (
-        Model("overflow", "beam-slot overflow (8x1 slots)", None, (c82, c44),
-              {c82: frozenset(range(4, 8)), c44: frozenset({2, 3})}, FindingKind.OVERFLOW,
-              limits=BuildLimits(max_beam_width=1)),
-        Model("full-batch", "full-batch corruption", Fault(FaultKind.FULL_BATCH), (c81, c41),
-              {c81: frozenset({7}), c41: frozenset()}, FindingKind.FULL_BATCH),
-        Model("padding", "padding bug", Fault(FaultKind.PADDING), (c81,), {c81: _all(8)}, FindingKind.PADDING,
-              rounds=rounds),
-        Model("stride", "uneven-finish stride", Fault(FaultKind.STRIDE), (c82,),
-              {c82: frozenset(range(1, 8)), c81: frozenset()}, FindingKind.STRIDE, rounds=rounds,
-              extra=(c81,)),
+    drifts = tuple(
+        Model(
+            f"drift-{r:g}",
+            f"benign drift {r:.0%}",
+            None,
+            (c81, c42),
+            {c81: frozenset(), c42: frozenset()},
+            None,
+            drift=r,
+            rounds=rounds,
+            target=Target.PASS,
+        )
+        for r in DRIFT_RATES
     )
-    partial = Model("partial", f"partial ({fraction:.0%} at position {position})",
-                    Fault(FaultKind.PARTIAL, position=position, fraction=1.0), (c81,),
-                    {c81: frozenset({position})}, FindingKind.PARTIAL, target=Target.PARTIAL)
-    uniform = Model("truncate", "uniform damage (cut short)", Fault(FaultKind.TRUNCATE), (c81, c42),
-                    {c81: _all(8), c42: _all(4)}, FindingKind.ALL_POSITIONS, target=Target.UNIFORM)
-    healthy = Model("healthy", "healthy", None, (c81, c82), {c81: frozenset(), c82: frozenset()},
-                    None, target=Target.PASS)
+    faults = (
+        Model(
+            "overflow",
+            "beam-slot overflow (8x1 slots)",
+            None,
+            (c82, c44),
+            {c82: frozenset(range(4, 8)), c44: frozenset({2, 3})},
+            FindingKind.OVERFLOW,
+            limits=BuildLimits(max_beam_width=1),
+        ),
+        Model(
+            "full-batch",
+            "full-batch corruption",
+            Fault(FaultKind.FULL_BATCH),
+            (c81, c41),
+            {c81: frozenset({7}), c41: frozenset()},
+            FindingKind.FULL_BATCH,
+        ),
+        Model(
+            "padding",
+            "padding bug",
+            Fault(FaultKind.PADDING),
+            (c81,),
+            {c81: _all(8)},
+            FindingKind.PADDING,
+            rounds=rounds,
+        ),
+        Model(
+            "stride",
+            "uneven-finish stride",
+            Fault(FaultKind.STRIDE),
+            (c82,),
+            {c82: frozenset(range(1, 8)), c81: frozenset()},
+            FindingKind.STRIDE,
+            rounds=rounds,
+            extra=(c81,),
+        ),
+    )
+    partial = Model(
+        "partial",
+        f"partial ({fraction:.0%} at position {position})",
+        Fault(FaultKind.PARTIAL, position=position, fraction=1.0),
+        (c81,),
+        {c81: frozenset({position})},
+        FindingKind.PARTIAL,
+        target=Target.PARTIAL,
+    )
+    uniform = Model(
+        "truncate",
+        "uniform damage (cut short)",
+        Fault(FaultKind.TRUNCATE),
+        (c81, c42),
+        {c81: _all(8), c42: _all(4)},
+        FindingKind.ALL_POSITIONS,
+        target=Target.UNIFORM,
+    )
+    healthy = Model(
+        "healthy", "healthy", None, (c81, c82), {c81: frozenset(), c82: frozenset()}, None, target=Target.PASS
+    )
     under = f"drift-{DRIFT_UNDER:g}"
-    return (healthy, *drifts, *faults, *(_drifting(m, under) for m in faults), partial,
-            _drifting(partial, under), uniform, *sweep_models(sweep_to))
+    return (
+        healthy,
+        *drifts,
+        *faults,
+        *(_drifting(m, under) for m in faults),
+        partial,
+        _drifting(partial, under),
+        uniform,
+        *sweep_models(sweep_to),
+    )
 
 
 @dataclass(frozen=True)
@@ -222,13 +322,16 @@ def _generate(job: Job) -> dict[Cell, list[list[str]]]:
 
     torch.set_num_threads(1)
     engine = EmulatorEngine(job.engine_dir)
-    cache = GenerationCache(Path(job.cache_dir) if job.cache_dir else None,
-                            engine_fingerprint(engine.info, code=engine_code(engine)))
+    cache = GenerationCache(
+        Path(job.cache_dir) if job.cache_dir else None,
+        engine_fingerprint(engine.info, code=engine_code(engine)),
+    )
     plan = _ring(job.order, job.cells)
     out: dict[Cell, list[list[str]]] = {}
     for cell in job.cells:
-        settings = DecodingSettings(max_new_tokens=job.max_new_tokens, beam_width=cell.beam_width,
-                                    length_penalty=1.0)
+        settings = DecodingSettings(
+            max_new_tokens=job.max_new_tokens, beam_width=cell.beam_width, length_penalty=1.0
+        )
         got = generate_cell(engine, cell, plan, job.prompts, settings, cache=cache)
         out[cell] = [[t or "" for t in row] for row in got.texts.rows()]  # full ring: no None
     return out
@@ -297,21 +400,21 @@ class Targets:
         if target == Target.PASS:
             ok = o.flagged_rate <= self.false_alarm
             if o.model.sweep:
-                return (ok and o.boundary_rate >= self.boundary,
-                        f"flagged <= {self.false_alarm:.0%}, no boundary >= {self.boundary:.0%}")
+                return (
+                    ok and o.boundary_rate >= self.boundary,
+                    f"flagged <= {self.false_alarm:.0%}, no boundary >= {self.boundary:.0%}",
+                )
             return ok, f"flagged <= {self.false_alarm:.0%}"
         if target == Target.PARTIAL:
             if o.model.drift:
                 return True, "reported (no target with drift)"
-            return (o.flagged_rate >= self.partial_detection,
-                    f"detected >= {self.partial_detection:.0%}")
+            return (o.flagged_rate >= self.partial_detection, f"detected >= {self.partial_detection:.0%}")
         if target == Target.UNIFORM:
             return o.flagged_rate >= self.detection, f"detected >= {self.detection:.0%}"
         ok = o.flagged_rate >= self.detection and o.exact_rate >= self.exact
         said = f"detected >= {self.detection:.0%}, exact >= {self.exact:.0%}"
         if o.model.sweep:
-            return (ok and o.boundary_rate >= self.boundary,
-                    f"{said}, boundary >= {self.boundary:.0%}")
+            return (ok and o.boundary_rate >= self.boundary, f"{said}, boundary >= {self.boundary:.0%}")
         return ok, said
 
 
@@ -354,8 +457,10 @@ def default_family() -> int:
 def sweep_family(model: Model) -> int:
     """Tests in a --sweep to the model's max_batch_size at every default beam width its engine
     runs."""
-    return _family(range(1, model.limits.max_batch_size + 1),
-                   sum(w <= model.limits.max_beam_width for w in DEFAULT_BEAM_WIDTHS))
+    return _family(
+        range(1, model.limits.max_batch_size + 1),
+        sum(w <= model.limits.max_beam_width for w in DEFAULT_BEAM_WIDTHS),
+    )
 
 
 def _model_key(name: str) -> int:
@@ -368,9 +473,16 @@ def _pick(arr: np.ndarray, rounds: np.ndarray, rows: np.ndarray, cols: np.ndarra
     return picked
 
 
-def _trial_cell(cell: Cell, own: Observations, twin: Observations, rng: np.random.Generator,
-                subset: np.ndarray, hits: np.ndarray | None, position: int, sparse: bool
-                ) -> tuple[CellScores, np.ndarray]:
+def _trial_cell(
+    cell: Cell,
+    own: Observations,
+    twin: Observations,
+    rng: np.random.Generator,
+    subset: np.ndarray,
+    hits: np.ndarray | None,
+    position: int,
+    sparse: bool,
+) -> tuple[CellScores, np.ndarray]:
     """One cell's scores in one trial: a round per position and prompt, partial hits mixed in
     from the undamaged twin, and (sparse) each prompt kept at one position only."""
     arr = own.agreement[cell]
@@ -378,14 +490,15 @@ def _trial_cell(cell: Cell, own: Observations, twin: Observations, rng: np.rando
     rounds = rng.integers(arr.shape[0], size=(cell.batch_size, prompts))
     cols = np.broadcast_to(subset, rounds.shape)
     rows = np.arange(cell.batch_size)[:, None]
-    picked = [_pick(getattr(own, k)[cell], rounds, rows, cols)
-              for k in ("agreement", "quality", "differs")]
+    picked = [_pick(getattr(own, k)[cell], rounds, rows, cols) for k in ("agreement", "quality", "differs")]
     if hits is not None:
         keep = np.zeros(rounds.shape, dtype=bool)
         keep[position] = hits
         twin_rounds = rng.integers(twin.agreement[cell].shape[0], size=rounds.shape)
-        picked = [np.where(keep, p, _pick(getattr(twin, k)[cell], twin_rounds, rows, cols))
-                  for p, k in zip(picked, ("agreement", "quality", "differs"))]
+        picked = [
+            np.where(keep, p, _pick(getattr(twin, k)[cell], twin_rounds, rows, cols))
+            for p, k in zip(picked, ("agreement", "quality", "differs"))
+        ]
     if sparse and cell.batch_size > 1:
         ring = rng.permutation(prompts)
         seat = np.empty(prompts, dtype=np.int64)
@@ -407,8 +520,14 @@ class TrialResult:
     boundary: bool  # every beam width's first failing batch size is the true one
 
 
-def trial(model: Model, obs: Observations, twin: Observations, levels: dict[int, BatchSizeOne],
-          rng: np.random.Generator, s: Settings) -> TrialResult:
+def trial(
+    model: Model,
+    obs: Observations,
+    twin: Observations,
+    levels: dict[int, BatchSizeOne],
+    rng: np.random.Generator,
+    s: Settings,
+) -> TrialResult:
     """One trial of a model: its cells' scores through the run's analysis and signatures."""
     subset = np.sort(rng.choice(s.pool, size=s.prompts, replace=False))
     hits = rng.random(s.prompts) < s.fraction if model.target == Target.PARTIAL else None
@@ -417,37 +536,69 @@ def trial(model: Model, obs: Observations, twin: Observations, levels: dict[int,
     for cell in model.cells + model.extra:
         own = obs if cell in model.cells else twin
         scores[cell], shorter[cell] = _trial_cell(
-            cell, own, twin, rng, subset, hits if cell in model.cells else None, s.position,
-            s.rotation == Rotation.SPARSE or model.sweep)
-    level = {w: Levels(agreement=tuple(float(x) for x in lv.agreement[subset]),
-                       quality=tuple(float(x) for x in lv.quality[subset]))
-             for w, lv in levels.items()}
-    analyses = analyze(scores, level, tolerance=s.tolerance, alpha=s.alpha,
-                       family=s.family or (sweep_family(model) if model.sweep else default_family()))
+            cell,
+            own,
+            twin,
+            rng,
+            subset,
+            hits if cell in model.cells else None,
+            s.position,
+            s.rotation == Rotation.SPARSE or model.sweep,
+        )
+    level = {
+        w: Levels(
+            agreement=tuple(float(x) for x in lv.agreement[subset]),
+            quality=tuple(float(x) for x in lv.quality[subset]),
+        )
+        for w, lv in levels.items()
+    }
+    analyses = analyze(
+        scores,
+        level,
+        tolerance=s.tolerance,
+        alpha=s.alpha,
+        family=s.family or (sweep_family(model) if model.sweep else default_family()),
+    )
     flagged = any(a.verdict == Verdict.FAIL for a in analyses)
-    exact = all(set(a.degraded_positions) == set(model.damaged.get(a.cell, frozenset()))
-                and (a.verdict == Verdict.FAIL) == bool(model.damaged.get(a.cell)) for a in analyses)
-    evidence = [CellEvidence(analysis=a, harm=harm(scores[a.cell], level[a.cell.beam_width]),
-                             shorter=tuple(tuple(int(x) for x in row) for row in shorter[a.cell]),
-                             changed=scores[a.cell].differs)
-                for a in analyses]
+    exact = all(
+        set(a.degraded_positions) == set(model.damaged.get(a.cell, frozenset()))
+        and (a.verdict == Verdict.FAIL) == bool(model.damaged.get(a.cell))
+        for a in analyses
+    )
+    evidence = [
+        CellEvidence(
+            analysis=a,
+            harm=harm(scores[a.cell], level[a.cell.beam_width]),
+            shorter=tuple(tuple(int(x) for x in row) for row in shorter[a.cell]),
+            changed=scores[a.cell].differs,
+        )
+        for a in analyses
+    ]
     found = match(evidence, _limits(model))
     named = model.pattern is not None and any(f.kind == model.pattern for f in found.values())
     # spread names no cause: it says what was seen (damage over many positions, none alone)
     wrong = any(f.kind not in (model.pattern, FindingKind.SPREAD) for f in found.values())
     widths = sorted({c.beam_width for c in model.cells})
-    first = {w: min((a.cell.batch_size for a in analyses
-                     if a.cell.beam_width == w and a.verdict == Verdict.FAIL), default=None)
-             for w in widths}
+    first = {
+        w: min(
+            (a.cell.batch_size for a in analyses if a.cell.beam_width == w and a.verdict == Verdict.FAIL),
+            default=None,
+        )
+        for w in widths
+    }
     boundary = all(first[w] == model.boundary(w) for w in widths)
     return TrialResult(flagged, exact, named, wrong, boundary)
 
 
 def _limits(model: Model) -> EngineLimits:
     lim = model.limits
-    return EngineLimits(layout=Layout.UNIFIED, max_batch_size=lim.max_batch_size,
-                        max_beam_width=lim.max_beam_width, max_input_len=lim.max_input_len,
-                        max_seq_len=lim.max_seq_len)
+    return EngineLimits(
+        layout=Layout.UNIFIED,
+        max_batch_size=lim.max_batch_size,
+        max_beam_width=lim.max_beam_width,
+        max_input_len=lim.max_input_len,
+        max_seq_len=lim.max_seq_len,
+    )
 
 
 @dataclass
@@ -466,45 +617,89 @@ def _engine_dir(pool: _Pool, model: Model, r: int) -> Path:
     from harness.engines.emulator.build import build_engine
 
     drift = Drift(rate=model.drift, seed=r) if model.drift else None
-    recipe = json.dumps([model.fault.as_dict() if model.fault else None,
-                         drift.as_dict() if drift else None, model.limits.__dict__], sort_keys=True)
-    path = confine.inside(pool.work, pool.work / f"{model.name}-"
-                          f"{hashlib.sha256(recipe.encode()).hexdigest()[:10]}")
+    recipe = json.dumps(
+        [
+            model.fault.as_dict() if model.fault else None,
+            drift.as_dict() if drift else None,
+            model.limits.__dict__,
+        ],
+        sort_keys=True,
+    )
+    path = confine.inside(
+        pool.work, pool.work / f"{model.name}-{hashlib.sha256(recipe.encode()).hexdigest()[:10]}"
+    )
     if not (path / "config.json").is_file():
         build_engine(path, model.limits, fault=model.fault, drift=drift)
     return path
 
 
-def _jobs(pool: _Pool, chosen: Sequence[Model], everything: Sequence[Model], s: Settings
-          ) -> list[tuple[str, int, Job]]:
+def _jobs(
+    pool: _Pool, chosen: Sequence[Model], everything: Sequence[Model], s: Settings
+) -> list[tuple[str, int, Job]]:
     """Batch size 1 and the healthy cells (one job), then every other model's rounds; twins
     that a chosen model borrows from are generated too."""
     names = {m.name for m in chosen} | {m.twin for m in chosen if m.extra or m.target == Target.PARTIAL}
     needed = [m for m in everything if m.name in names]
     healthy = next(m for m in everything if m.name == "healthy")
-    healthy_cells = tuple(sorted({c for m in needed if m.twin == "healthy"
-                                  for c in m.extra + (m.cells if m.target == Target.PARTIAL else ())}
-                                 | set(healthy.cells), key=lambda c: (c.beam_width, c.batch_size)))
+    healthy_cells = tuple(
+        sorted(
+            {
+                c
+                for m in needed
+                if m.twin == "healthy"
+                for c in m.extra + (m.cells if m.target == Target.PARTIAL else ())
+            }
+            | set(healthy.cells),
+            key=lambda c: (c.beam_width, c.batch_size),
+        )
+    )
     # batch size 1 at every width a cell is generated at (the healthy engine's own included)
-    widths = sorted({c.beam_width for m in needed for c in m.cells + m.extra}
-                    | {c.beam_width for c in healthy_cells})
-    first = Job(str(_engine_dir(pool, healthy, 0)), tuple(Cell(1, w) for w in widths) + healthy_cells,
-                pool.prompts, pool.orders[0], s.max_new_tokens, pool.cache)
+    widths = sorted(
+        {c.beam_width for m in needed for c in m.cells + m.extra} | {c.beam_width for c in healthy_cells}
+    )
+    first = Job(
+        str(_engine_dir(pool, healthy, 0)),
+        tuple(Cell(1, w) for w in widths) + healthy_cells,
+        pool.prompts,
+        pool.orders[0],
+        s.max_new_tokens,
+        pool.cache,
+    )
     jobs = [("healthy", 0, first)]
     for m in needed:
         if m.name == "healthy":
             continue
-        cells = m.cells + tuple(c for m2 in needed if m2.twin == m.name
-                                for c in m2.extra + (m2.cells if m2.target == Target.PARTIAL else ())
-                                if c not in m.cells)
+        cells = m.cells + tuple(
+            c
+            for m2 in needed
+            if m2.twin == m.name
+            for c in m2.extra + (m2.cells if m2.target == Target.PARTIAL else ())
+            if c not in m.cells
+        )
         for r in range(m.rounds):
-            jobs.append((m.name, r, Job(str(_engine_dir(pool, m, r)), cells, pool.prompts,
-                                        pool.orders[r], s.max_new_tokens, pool.cache)))
+            jobs.append(
+                (
+                    m.name,
+                    r,
+                    Job(
+                        str(_engine_dir(pool, m, r)),
+                        cells,
+                        pool.prompts,
+                        pool.orders[r],
+                        s.max_new_tokens,
+                        pool.cache,
+                    ),
+                )
+            )
     return jobs
 
 
-def _observe(runs: Sequence[tuple[int, dict[Cell, list[list[str]]]]], pool: _Pool,
-             bs1: dict[int, list[str]], lengths: Sequence[int]) -> Observations:
+def _observe(
+    runs: Sequence[tuple[int, dict[Cell, list[list[str]]]]],
+    pool: _Pool,
+    bs1: dict[int, list[str]],
+    lengths: Sequence[int],
+) -> Observations:
     from harness.verdict.scoring import rouge_l
 
     obs = Observations()
@@ -513,30 +708,38 @@ def _observe(runs: Sequence[tuple[int, dict[Cell, list[list[str]]]]], pool: _Poo
         rows = [(r, out[cell]) for r, out in runs if cell in out]
         base = bs1[cell.beam_width]
         obs.agreement[cell] = np.asarray([[rouge_l(base, row) for row in texts] for _, texts in rows])
-        obs.quality[cell] = np.asarray([[rouge_l(pool.references, row) for row in texts]
-                                        for _, texts in rows])
-        obs.differs[cell] = np.asarray([[[float(t != b) for t, b in zip(row, base)] for row in texts]
-                                        for _, texts in rows])
-        obs.shorter[cell] = np.asarray([shortfall(_ring(pool.orders[r], (cell,)), cell, lengths)
-                                        for r, _ in rows])
+        obs.quality[cell] = np.asarray(
+            [[rouge_l(pool.references, row) for row in texts] for _, texts in rows]
+        )
+        obs.differs[cell] = np.asarray(
+            [[[float(t != b) for t, b in zip(row, base)] for row in texts] for _, texts in rows]
+        )
+        obs.shorter[cell] = np.asarray(
+            [shortfall(_ring(pool.orders[r], (cell,)), cell, lengths) for r, _ in rows]
+        )
     return obs
 
 
 def _chosen(s: Settings) -> tuple[tuple[Model, ...], tuple[Model, ...]]:
     if s.prompts > s.pool:
-        raise ConfigError(f"--prompts {s.prompts} exceeds --pool {s.pool}; a trial draws its "
-                          "prompts from the pool")
+        raise ConfigError(
+            f"--prompts {s.prompts} exceeds --pool {s.pool}; a trial draws its prompts from the pool"
+        )
     everything = models(s.rounds, s.fraction, s.position, s.sweep_to)
     unknown = set(s.only) - {m.name for m in everything}
     if unknown:
-        raise ConfigError(f"--only {','.join(s.only)}: unknown model(s) {', '.join(sorted(unknown))}; "
-                          f"choose from {', '.join(m.name for m in everything)}")
+        raise ConfigError(
+            f"--only {','.join(s.only)}: unknown model(s) {', '.join(sorted(unknown))}; "
+            f"choose from {', '.join(m.name for m in everything)}"
+        )
     chosen = tuple(m for m in everything if m.name in s.only) if s.only else everything
     if any(m.sweep for m in chosen) and s.prompts < SPARSE_MIN * s.sweep_to:
-        raise ConfigError(f"--sweep-to {s.sweep_to}: a sweep needs at least "
-                          f"{SPARSE_MIN * s.sweep_to} prompts ({SPARSE_MIN} per position of its "
-                          f"largest batch); give --prompts {SPARSE_MIN * s.sweep_to} (and a --pool "
-                          "at least as large), or leave the sweep models out with --only")
+        raise ConfigError(
+            f"--sweep-to {s.sweep_to}: a sweep needs at least "
+            f"{SPARSE_MIN * s.sweep_to} prompts ({SPARSE_MIN} per position of its "
+            f"largest batch); give --prompts {SPARSE_MIN * s.sweep_to} (and a --pool "
+            "at least as large), or leave the sweep models out with --only"
+        )
     return chosen, everything
 
 
@@ -548,20 +751,26 @@ def _make_pool(s: Settings) -> _Pool:
     docs = [Document(id=e.id, text=e.text, summary=e.summary) for e in examples]
     work = s.work_dir or harness_cache_dir() / "calibrate"
     work.mkdir(parents=True, exist_ok=True)
-    orders = [tuple(int(i) for i in np.random.default_rng([s.seed, r]).permutation(s.pool))
-              for r in range(max(s.rounds, 1))]
-    return _Pool(prompts=tuple(build_prompt(DEFAULT_PROMPT_TEMPLATE, d) for d in docs),
-                 references=tuple(e.summary for e in examples),
-                 orders=orders, work=work, cache=str(s.cache_dir) if s.cache_dir else None)
+    orders = [
+        tuple(int(i) for i in np.random.default_rng([s.seed, r]).permutation(s.pool))
+        for r in range(max(s.rounds, 1))
+    ]
+    return _Pool(
+        prompts=tuple(build_prompt(DEFAULT_PROMPT_TEMPLATE, d) for d in docs),
+        references=tuple(e.summary for e in examples),
+        orders=orders,
+        work=work,
+        cache=str(s.cache_dir) if s.cache_dir else None,
+    )
 
 
-def _effects(obs: Observations, m: Model, levels: dict[int, BatchSizeOne]
-             ) -> tuple[dict[Cell, float], dict[Cell, float]]:
+def _effects(
+    obs: Observations, m: Model, levels: dict[int, BatchSizeOne]
+) -> tuple[dict[Cell, float], dict[Cell, float]]:
     """Per cell of the model: the share of outputs unlike batch size 1's, and the pool's mean
     quality against the references minus batch size 1's."""
     differing = {c: float(obs.differs[c].mean()) for c in m.cells}
-    delta = {c: float(obs.quality[c].mean() - levels[c.beam_width].quality.mean())
-             for c in m.cells}
+    delta = {c: float(obs.quality[c].mean() - levels[c.beam_width].quality.mean()) for c in m.cells}
     return differing, delta
 
 
@@ -574,8 +783,7 @@ def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Out
     pool = _make_pool(s)
     jobs = _jobs(pool, chosen, everything, s)
     t0 = time.perf_counter()
-    say(f"generating: {len(jobs)} rotation rounds over a pool of {s.pool} prompts on "
-        f"{s.jobs} worker(s) ...")
+    say(f"generating: {len(jobs)} rotation rounds over a pool of {s.pool} prompts on {s.jobs} worker(s) ...")
     if s.jobs > 1:
         with ProcessPoolExecutor(max_workers=s.jobs) as workers:
             results = list(workers.map(_generate, [j for _, _, j in jobs]))
@@ -584,36 +792,60 @@ def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Out
     say(f"generated in {time.perf_counter() - t0:.0f} s")
     lengths = EmulatorEngine(jobs[0][2].engine_dir).count_tokens(list(pool.prompts))
     bs1 = {c.beam_width: texts[0] for c, texts in results[0].items() if c.batch_size == 1}
-    levels = {w: BatchSizeOne(np.asarray(rouge_l(t, t)), np.asarray(rouge_l(pool.references, t)))
-              for w, t in bs1.items()}
-    observed = {name: _observe([(r, out) for (n, r, _), out in zip(jobs, results) if n == name],
-                               pool, bs1, lengths) for name in dict.fromkeys(n for n, _, _ in jobs)}
+    levels = {
+        w: BatchSizeOne(np.asarray(rouge_l(t, t)), np.asarray(rouge_l(pool.references, t)))
+        for w, t in bs1.items()
+    }
+    observed = {
+        name: _observe([(r, out) for (n, r, _), out in zip(jobs, results) if n == name], pool, bs1, lengths)
+        for name in dict.fromkeys(n for n, _, _ in jobs)
+    }
     outcomes = []
     for m in chosen:
-        got = [trial(m, observed[m.name], observed.get(m.twin, observed["healthy"]), levels,
-                     np.random.default_rng([s.seed, _model_key(m.name), t]), s)
-               for t in range(s.trials)]
+        got = [
+            trial(
+                m,
+                observed[m.name],
+                observed.get(m.twin, observed["healthy"]),
+                levels,
+                np.random.default_rng([s.seed, _model_key(m.name), t]),
+                s,
+            )
+            for t in range(s.trials)
+        ]
         differing, delta = _effects(observed[m.name], m, levels)
-        outcomes.append(Outcome(m, s.trials, sum(g.flagged for g in got), sum(g.exact for g in got),
-                                sum(g.named for g in got), wrong=sum(g.wrong for g in got),
-                                boundary=sum(g.boundary for g in got), differing=differing,
-                                quality_delta=delta))
+        outcomes.append(
+            Outcome(
+                m,
+                s.trials,
+                sum(g.flagged for g in got),
+                sum(g.exact for g in got),
+                sum(g.named for g in got),
+                wrong=sum(g.wrong for g in got),
+                boundary=sum(g.boundary for g in got),
+                differing=differing,
+                quality_delta=delta,
+            )
+        )
     return outcomes
 
 
 def _cells_text(m: Model) -> str:
     """A model's cells as the table shows them: a sweep as its range of sizes."""
     if m.sweep:
-        return ",".join(f"bs2-{m.limits.max_batch_size}-beam{w}"
-                        for w in sorted({c.beam_width for c in m.cells}))
+        return ",".join(
+            f"bs2-{m.limits.max_batch_size}-beam{w}" for w in sorted({c.beam_width for c in m.cells})
+        )
     return ",".join(c.id for c in m.cells)
 
 
 def table(outcomes: Sequence[Outcome], s: Settings, targets: Targets) -> tuple[list[str], bool]:
     """The printed table, what each engine did to its outputs, the varying-factors note and the
     one-line summary; and whether every target holds."""
-    lines = [f"{'model':40} {'cells':16} {'expect':6} {'flagged':>8} {'exact':>7} {'named':>7} "
-             f"{'wrong':>6} {'bound.':>7}  target"]
+    lines = [
+        f"{'model':40} {'cells':16} {'expect':6} {'flagged':>8} {'exact':>7} {'named':>7} "
+        f"{'wrong':>6} {'bound.':>7}  target"
+    ]
     ok_all = True
     for o in outcomes:
         ok, target = targets.check(o)
@@ -622,59 +854,74 @@ def table(outcomes: Sequence[Outcome], s: Settings, targets: Targets) -> tuple[l
         exact = f"{o.exact_rate:7.1%}" if m.target == Target.DETECT else f"{'-':>7}"
         named = f"{o.named_rate:7.1%}" if m.pattern else f"{'-':>7}"
         bound = f"{o.boundary_rate:7.1%}" if m.sweep else f"{'-':>7}"
-        lines.append(f"{m.label:40} {_cells_text(m):16} "
-                     f"{'fail' if m.should_fail else 'pass':6} {o.flagged_rate:8.1%} {exact} "
-                     f"{named} {o.wrong / o.trials:6.1%} {bound}  {target}: "
-                     f"{'ok' if ok else 'MISSED'}")
-    lines += ["", "what each engine did to its outputs (pool of "
-              f"{s.pool}): share unlike batch size 1's; mean quality against the references "
-              "minus batch size 1's"]
+        lines.append(
+            f"{m.label:40} {_cells_text(m):16} "
+            f"{'fail' if m.should_fail else 'pass':6} {o.flagged_rate:8.1%} {exact} "
+            f"{named} {o.wrong / o.trials:6.1%} {bound}  {target}: "
+            f"{'ok' if ok else 'MISSED'}"
+        )
+    lines += [
+        "",
+        "what each engine did to its outputs (pool of "
+        f"{s.pool}): share unlike batch size 1's; mean quality against the references "
+        "minus batch size 1's",
+    ]
     for o in outcomes:
-        lines.append(f"  {o.model.label:38} " + "; ".join(
-            f"{c.id} {o.differing[c]:.0%} differ, quality {o.quality_delta[c]:+.4f}"
-            for c in o.model.cells))
+        lines.append(
+            f"  {o.model.label:38} "
+            + "; ".join(
+                f"{c.id} {o.differing[c]:.0%} differ, quality {o.quality_delta[c]:+.4f}"
+                for c in o.model.cells
+            )
+        )
     lines += ["", _note(s)]
     lines.append(_summary(outcomes, s, ok_all))
     return lines, ok_all
 
 
 def _note(s: Settings) -> str:
-    rounds = (f"for every position and prompt, one of the model's rotation rounds (own shuffle "
-              f"and drift seed; {s.rounds} for benign drift, padding and stride, 1 otherwise)"
-              if s.rounds > 1 else "one rotation round per model (own shuffle and drift seed)")
-    return (f"each trial: {s.prompts} prompts drawn from a pool of {s.pool} generated ones; "
-            f"{rounds}; for partial, which prompts are hit at position {s.position} (each with "
-            f"probability {s.fraction:.0%}). Holm family of {s.family or default_family()} tests "
-            f"(the default grid's; tests outside the model's cells count as clean). tolerance "
-            f"{s.tolerance}, alpha {s.alpha}, max_new_tokens {s.max_new_tokens}, seed {s.seed}, "
-            f"{s.rotation} rotation"
-            + (" (each prompt at one position per cell)" if s.rotation == Rotation.SPARSE else "")
-            + f". Sweep models (bs2-{s.sweep_to}): every batch size 2..{s.sweep_to} at the sweep's "
-            "cost (sparse rotation: each prompt at one position per size) with the sweep's Holm "
-            "family (every default beam width the engine runs). flagged = the model's grid "
-            "fails; exact = every cell's degraded positions are exactly the damaged ones; named "
-            "= the failure names the right signature; wrong = a finding names another (a target "
-            "on every model: none); bound. = every beam width's first failing batch size is the "
-            "true one (none for a healthy engine).")
+    rounds = (
+        f"for every position and prompt, one of the model's rotation rounds (own shuffle "
+        f"and drift seed; {s.rounds} for benign drift, padding and stride, 1 otherwise)"
+        if s.rounds > 1
+        else "one rotation round per model (own shuffle and drift seed)"
+    )
+    return (
+        f"each trial: {s.prompts} prompts drawn from a pool of {s.pool} generated ones; "
+        f"{rounds}; for partial, which prompts are hit at position {s.position} (each with "
+        f"probability {s.fraction:.0%}). Holm family of {s.family or default_family()} tests "
+        f"(the default grid's; tests outside the model's cells count as clean). tolerance "
+        f"{s.tolerance}, alpha {s.alpha}, max_new_tokens {s.max_new_tokens}, seed {s.seed}, "
+        f"{s.rotation} rotation"
+        + (" (each prompt at one position per cell)" if s.rotation == Rotation.SPARSE else "")
+        + f". Sweep models (bs2-{s.sweep_to}): every batch size 2..{s.sweep_to} at the sweep's "
+        "cost (sparse rotation: each prompt at one position per size) with the sweep's Holm "
+        "family (every default beam width the engine runs). flagged = the model's grid "
+        "fails; exact = every cell's degraded positions are exactly the damaged ones; named "
+        "= the failure names the right signature; wrong = a finding names another (a target "
+        "on every model: none); bound. = every beam width's first failing batch size is the "
+        "true one (none for a healthy engine)."
+    )
 
 
 def _summary(outcomes: Sequence[Outcome], s: Settings, ok_all: bool) -> str:
     healthy = [o for o in outcomes if o.model.target == Target.PASS]
-    faults = [o for o in outcomes if o.model.should_fail and not (o.model.target == Target.PARTIAL
-                                                                  and o.model.drift)]
+    faults = [
+        o
+        for o in outcomes
+        if o.model.should_fail and not (o.model.target == Target.PARTIAL and o.model.drift)
+    ]
     fa = ", ".join(f"{o.flagged_rate:.1%} {o.model.name}" for o in healthy) or "n/a"
     summary = f"calibrate: false alarms {fa}"
     worst = min(faults, key=lambda o: o.flagged_rate, default=None)
     if worst is not None:
         summary += f"; worst detection {worst.flagged_rate:.1%} ({worst.model.name})"
-    worst_exact = min((o for o in faults if o.model.target == Target.DETECT),
-                      key=lambda o: o.exact_rate, default=None)
+    worst_exact = min(
+        (o for o in faults if o.model.target == Target.DETECT), key=lambda o: o.exact_rate, default=None
+    )
     if worst_exact is not None:
         summary += f"; worst exact localization {worst_exact.exact_rate:.1%} ({worst_exact.model.name})"
-    worst_boundary = min((o for o in outcomes if o.model.sweep), key=lambda o: o.boundary_rate,
-                         default=None)
+    worst_boundary = min((o for o in outcomes if o.model.sweep), key=lambda o: o.boundary_rate, default=None)
     if worst_boundary is not None:
-        summary += (f"; worst sweep boundary {worst_boundary.boundary_rate:.1%} "
-                    f"({worst_boundary.model.name})")
+        summary += f"; worst sweep boundary {worst_boundary.boundary_rate:.1%} ({worst_boundary.model.name})"
     return summary + f"; {s.trials} trials; " + ("all targets met" if ok_all else "TARGETS MISSED")
-

@@ -29,4 +29,4 @@ def generated_section(text: str) -> str | None:
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
         return None
-    return text[start + len(BEGIN):end].strip("\n") + "\n"
+    return text[start + len(BEGIN) : end].strip("\n") + "\n"

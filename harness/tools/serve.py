@@ -85,23 +85,32 @@ class Bounds:
         if tokens < 1:
             return "the prompt has no tokens: the engine needs at least one to continue from"
         if self.max_input_tokens is not None and tokens > self.max_input_tokens:
-            return (f"the prompt has {tokens} tokens; the engine's max_input_len is "
-                    f"{self.max_input_tokens}")
+            return f"the prompt has {tokens} tokens; the engine's max_input_len is {self.max_input_tokens}"
         if self.max_seq_len is not None and tokens + max_tokens > self.max_seq_len:
-            return (f"the prompt's {tokens} tokens + max_tokens {max_tokens} exceed the engine's "
-                    f"max_seq_len {self.max_seq_len}")
+            return (
+                f"the prompt's {tokens} tokens + max_tokens {max_tokens} exceed the engine's "
+                f"max_seq_len {self.max_seq_len}"
+            )
         return None
 
     @classmethod
     def of(cls, limits: EngineLimits | None, max_batch_size: int) -> Bounds:
         if limits is None:  # an engine without build limits (an hf model, a user's class)
-            return cls(max_prompts=max_batch_size, max_beams=max_batch_size * DEFAULT_MAX_BEAMS,
-                       max_tokens=DEFAULT_MAX_TOKENS, max_input_tokens=None, max_seq_len=None)
+            return cls(
+                max_prompts=max_batch_size,
+                max_beams=max_batch_size * DEFAULT_MAX_BEAMS,
+                max_tokens=DEFAULT_MAX_TOKENS,
+                max_input_tokens=None,
+                max_seq_len=None,
+            )
         beams = limits.max_beam_width or DEFAULT_MAX_BEAMS
-        return cls(max_prompts=max_batch_size,
-                   max_beams=(limits.max_batch_size or max_batch_size) * beams,
-                   max_tokens=limits.max_output_len or limits.max_seq_len or DEFAULT_MAX_TOKENS,
-                   max_input_tokens=limits.max_input_len, max_seq_len=limits.max_seq_len)
+        return cls(
+            max_prompts=max_batch_size,
+            max_beams=(limits.max_batch_size or max_batch_size) * beams,
+            max_tokens=limits.max_output_len or limits.max_seq_len or DEFAULT_MAX_TOKENS,
+            max_input_tokens=limits.max_input_len,
+            max_seq_len=limits.max_seq_len,
+        )
 
 
 def _integer(body: dict[str, Any], key: str, default: int | None, high: int, why: str) -> int | None:
@@ -121,11 +130,12 @@ def _prompts(body: dict[str, Any], bounds: Bounds) -> list[str]:
     if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
         raise BadRequest("prompt must be a string or a non-empty list of strings")
     if len(prompts) > bounds.max_prompts:
-        raise BadRequest(f"{len(prompts)} prompts in one request; at most {bounds.max_prompts} "
-                         "(the server's max batch size)")
+        raise BadRequest(
+            f"{len(prompts)} prompts in one request; at most {bounds.max_prompts} "
+            "(the server's max batch size)"
+        )
     if any(not p.strip() for p in prompts):
-        raise BadRequest("prompt must not be empty: the engine needs at least one token to "
-                         "continue from")
+        raise BadRequest("prompt must not be empty: the engine needs at least one token to continue from")
     for i, p in enumerate(prompts):
         problem = _text_problem(p)
         if problem:
@@ -141,8 +151,10 @@ def _text_problem(text: str) -> str | None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        return (f"is not valid text: a lone surrogate {ascii(text[exc.start])} at character "
-                f"{exc.start} (a \\uD800-\\uDFFF escape must be one of a pair); send UTF-8 text")
+        return (
+            f"is not valid text: a lone surrogate {ascii(text[exc.start])} at character "
+            f"{exc.start} (a \\uD800-\\uDFFF escape must be one of a pair); send UTF-8 text"
+        )
     return None
 
 
@@ -155,8 +167,10 @@ def _unsupported(body: dict[str, Any]) -> None:
             raise BadRequest(f"{key} is not supported by this server")
     temperature = body.get("temperature", 0)
     if temperature not in (0, 0.0, None) or isinstance(temperature, bool):
-        raise BadRequest(f"temperature {temperature!r}: this server decodes greedily or with beam "
-                         "search only; send temperature 0")
+        raise BadRequest(
+            f"temperature {temperature!r}: this server decodes greedily or with beam "
+            "search only; send temperature 0"
+        )
 
 
 def _beam_settings(body: dict[str, Any], bounds: Bounds) -> tuple[int, int, float, bool]:
@@ -173,16 +187,20 @@ def _beam_settings(body: dict[str, Any], bounds: Bounds) -> tuple[int, int, floa
         if n > width:
             raise BadRequest(f"n {n} is more than the beam width best_of {width}")
     elif n != 1 or best_of not in (None, 1):
-        raise BadRequest("n or best_of above 1 needs use_beam_search true (greedy decoding "
-                         "gives one output)")
+        raise BadRequest("n or best_of above 1 needs use_beam_search true (greedy decoding gives one output)")
     else:
         width = 1
     penalty = body.get("length_penalty", 1.0)
     penalty = 1.0 if penalty is None else penalty
-    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) \
-            or not -MAX_LENGTH_PENALTY <= penalty <= MAX_LENGTH_PENALTY:
-        raise BadRequest(f"length_penalty must be a number from -{MAX_LENGTH_PENALTY:g} to "
-                         f"{MAX_LENGTH_PENALTY:g}, got {penalty!r}")
+    if (
+        isinstance(penalty, bool)
+        or not isinstance(penalty, (int, float))
+        or not -MAX_LENGTH_PENALTY <= penalty <= MAX_LENGTH_PENALTY
+    ):
+        raise BadRequest(
+            f"length_penalty must be a number from -{MAX_LENGTH_PENALTY:g} to "
+            f"{MAX_LENGTH_PENALTY:g}, got {penalty!r}"
+        )
     early = body.get("early_stopping", True)
     early = True if early is None else early
     if not isinstance(early, bool):
@@ -190,8 +208,9 @@ def _beam_settings(body: dict[str, Any], bounds: Bounds) -> tuple[int, int, floa
     return width, n, float(penalty), early
 
 
-def parse_completion(body: Any, model_name: str, bounds: Bounds = Bounds()
-                     ) -> tuple[list[str], DecodingSettings, int]:
+def parse_completion(
+    body: Any, model_name: str, bounds: Bounds = Bounds()
+) -> tuple[list[str], DecodingSettings, int]:
     """(prompts, settings, choices per prompt) from a /v1/completions body; BadRequest if not
     servable or beyond ``bounds``. A prompt list is served as consecutive slots."""
     if not isinstance(body, dict):
@@ -201,20 +220,27 @@ def parse_completion(body: Any, model_name: str, bounds: Bounds = Bounds()
         raise BadRequest(f"model {model!r} is not served here; GET /v1/models lists {model_name!r}")
     prompts = _prompts(body, bounds)
     _unsupported(body)
-    max_tokens = _integer(body, "max_tokens", 16, bounds.max_tokens,
-                          "the engine's max_seq_len" if bounds.max_seq_len else "this server's bound")
+    max_tokens = _integer(
+        body,
+        "max_tokens",
+        16,
+        bounds.max_tokens,
+        "the engine's max_seq_len" if bounds.max_seq_len else "this server's bound",
+    )
     width, n, penalty, early = _beam_settings(body, bounds)
     assert max_tokens is not None
-    settings = DecodingSettings(beam_width=width, max_new_tokens=max_tokens,
-                                length_penalty=penalty, early_stopping=early)
+    settings = DecodingSettings(
+        beam_width=width, max_new_tokens=max_tokens, length_penalty=penalty, early_stopping=early
+    )
     return prompts, settings, n
 
 
 class Batcher:
     """The one engine thread: same-settings requests within the window -> one generate call."""
 
-    def __init__(self, engine: Any, *, max_batch_size: int, window_s: float,
-                 bounds: Bounds | None = None) -> None:
+    def __init__(
+        self, engine: Any, *, max_batch_size: int, window_s: float, bounds: Bounds | None = None
+    ) -> None:
         self.engine: EngineBase = as_engine(engine)
         self.max_batch_size = max_batch_size
         self.window_s = window_s
@@ -258,8 +284,11 @@ class Batcher:
     def _take(self, timeout: float | None) -> Pending | None:
         """The next queued item (None: nothing within timeout, or stop asked)."""
         try:
-            item = self._queue.get(timeout=timeout) if timeout is None or timeout > 0 \
+            item = (
+                self._queue.get(timeout=timeout)
+                if timeout is None or timeout > 0
                 else self._queue.get_nowait()
+            )
         except queue.Empty:
             return None
         if item is None:
@@ -277,8 +306,9 @@ class Batcher:
         batch: list[Pending] = [first]
         later: list[Pending] = []
         for item in self._held:
-            (batch if item.settings == first.settings and len(batch) < self.max_batch_size
-             else later).append(item)
+            (batch if item.settings == first.settings and len(batch) < self.max_batch_size else later).append(
+                item
+            )
         self._held = later
         deadline = time.monotonic() + self.window_s
         while len(batch) < self.max_batch_size and not self._stopping:
@@ -337,8 +367,7 @@ class Batcher:
         kept = []
         for item, tokens in zip(batch, counts):
             if isinstance(tokens, Exception):
-                reason: str | None = (f"the engine's tokenizer cannot read the prompt "
-                                      f"({describe(tokens)})")
+                reason: str | None = f"the engine's tokenizer cannot read the prompt ({describe(tokens)})"
             else:
                 reason = self.bounds.input_problem(tokens, item.settings.max_new_tokens)
             if reason is None:
@@ -357,12 +386,15 @@ class Batcher:
         try:
             outputs = self.engine.generate([p.prompt for p in batch], batch[0].settings)
             if len(outputs) != len(batch):
-                raise RuntimeError(f"the engine returned {len(outputs)} outputs for a batch of "
-                                   f"{len(batch)}")
+                raise RuntimeError(f"the engine returned {len(outputs)} outputs for a batch of {len(batch)}")
             for position, (item, out) in enumerate(zip(batch, outputs)):
                 item.result = out
-                item.batch = {"id": batch_id, "size": len(batch), "position": position,
-                              "beam_width": item.settings.beam_width}
+                item.batch = {
+                    "id": batch_id,
+                    "size": len(batch),
+                    "position": position,
+                    "beam_width": item.settings.beam_width,
+                }
         except Exception as exc:  # the engine's fault: every request of the batch gets a 500
             for item in batch:
                 item.error, item.status = describe(exc), 500
@@ -378,9 +410,17 @@ class CompletionServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128  # a full batch connects at once; the default 5 would drop SYNs
 
-    def __init__(self, address: tuple[str, int], engine: Any, *, model_name: str,
-                 max_batch_size: int, window_s: float, quiet: bool = True,
-                 bounds: Bounds | None = None) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        engine: Any,
+        *,
+        model_name: str,
+        max_batch_size: int,
+        window_s: float,
+        quiet: bool = True,
+        bounds: Bounds | None = None,
+    ) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, CompletionHandler)
@@ -389,8 +429,9 @@ class CompletionServer(ThreadingHTTPServer):
         self.created = int(time.time())
         self.quiet = quiet
         self.bounds = bounds or Bounds(max_prompts=max_batch_size)
-        self.batcher = Batcher(self.engine, max_batch_size=max_batch_size, window_s=window_s,
-                               bounds=self.bounds)
+        self.batcher = Batcher(
+            self.engine, max_batch_size=max_batch_size, window_s=window_s, bounds=self.bounds
+        )
         self._arrivals = itertools.count()
         self._arrival_of: dict[Any, int] = {}
         self._lock = threading.Lock()
@@ -407,11 +448,21 @@ class CompletionServer(ThreadingHTTPServer):
 
     def models(self) -> dict[str, Any]:
         info = self.engine.info
-        return {"object": "list", "data": [{
-            "id": self.model_name, "object": "model", "created": self.created,
-            "owned_by": "batch-position-harness", "root": info.identity,
-            "backend": info.backend, "max_batch_size": self.batcher.max_batch_size,
-            "batch_window_ms": self.batcher.window_s * 1000.0}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": self.model_name,
+                    "object": "model",
+                    "created": self.created,
+                    "owned_by": "batch-position-harness",
+                    "root": info.identity,
+                    "backend": info.backend,
+                    "max_batch_size": self.batcher.max_batch_size,
+                    "batch_window_ms": self.batcher.window_s * 1000.0,
+                }
+            ],
+        }
 
     def close(self) -> None:
         """Stop listening, finish the engine thread, close the engine."""
@@ -442,9 +493,18 @@ class CompletionHandler(BaseHTTPRequestHandler):
         try:
             data = json.dumps(payload, ensure_ascii=False).encode("utf-8", "replace")
         except (TypeError, ValueError) as exc:
-            status, data = 500, json.dumps({"error": {
-                "message": f"the answer cannot be sent as JSON ({describe(exc)})",
-                "type": "server_error", "code": 500}}).encode("ascii")
+            status, data = (
+                500,
+                json.dumps(
+                    {
+                        "error": {
+                            "message": f"the answer cannot be sent as JSON ({describe(exc)})",
+                            "type": "server_error",
+                            "code": 500,
+                        }
+                    }
+                ).encode("ascii"),
+            )
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -494,8 +554,9 @@ class CompletionHandler(BaseHTTPRequestHandler):
 
     def _complete(self, prompts: list[str], settings: DecodingSettings, n: int) -> None:
         """Hand the prompts to the engine thread, wait, answer."""
-        items = [Pending(arrival=(self.arrival, i), prompt=p, settings=settings)
-                 for i, p in enumerate(prompts)]
+        items = [
+            Pending(arrival=(self.arrival, i), prompt=p, settings=settings) for i, p in enumerate(prompts)
+        ]
         self.server.batcher.submit(items)
         for item in items:
             item.done.wait()
@@ -509,29 +570,45 @@ class CompletionHandler(BaseHTTPRequestHandler):
             beams = (item.result.text, *item.result.beams[1:])  # choice 0: the text scored
             finish = "length" if len(item.result.token_ids) >= settings.max_new_tokens else "stop"
             for j, text in enumerate(beams[:n]):
-                choices.append({"index": i * n + j, "text": text, "logprobs": None,
-                                "finish_reason": finish})
+                choices.append({"index": i * n + j, "text": text, "logprobs": None, "finish_reason": finish})
             completion_tokens += len(item.result.token_ids)
-        self._json(200, {
-            "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
-            "created": int(time.time()), "model": self.server.model_name, "choices": choices,
-            "usage": {"completion_tokens": completion_tokens},
-            # not part of the OpenAI API: where each prompt went (clients ignore extra fields)
-            "harness_batch": items[0].batch if len(items) == 1 else None,
-            "harness_batches": [item.batch for item in items]})
+        self._json(
+            200,
+            {
+                "id": f"cmpl-{uuid.uuid4().hex}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": self.server.model_name,
+                "choices": choices,
+                "usage": {"completion_tokens": completion_tokens},
+                # not part of the OpenAI API: where each prompt went (clients ignore extra fields)
+                "harness_batch": items[0].batch if len(items) == 1 else None,
+                "harness_batches": [item.batch for item in items],
+            },
+        )
 
 
 def check_host(host: str) -> str:
     """Loopback only: the server has no authentication."""
     if host not in LOOPBACK and not host.startswith("127."):
-        raise ConfigError(f"--host {host}: serve listens on loopback only (127.0.0.1, ::1, "
-                          "localhost); it has no authentication")
+        raise ConfigError(
+            f"--host {host}: serve listens on loopback only (127.0.0.1, ::1, "
+            "localhost); it has no authentication"
+        )
     return host
 
 
-def make_server(engine: Any, *, host: str = "127.0.0.1", port: int = 0, model_name: str,
-                max_batch_size: int, window_ms: float = DEFAULT_WINDOW_MS,
-                quiet: bool = True, bounds: Bounds | None = None) -> CompletionServer:
+def make_server(
+    engine: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    model_name: str,
+    max_batch_size: int,
+    window_ms: float = DEFAULT_WINDOW_MS,
+    quiet: bool = True,
+    bounds: Bounds | None = None,
+) -> CompletionServer:
     """A listening server around a loaded engine (port 0: any free port); requests bounded by
     ``bounds`` (default: the engine's build limits, as ``serve`` reads them)."""
     check_host(host)
@@ -539,12 +616,20 @@ def make_server(engine: Any, *, host: str = "127.0.0.1", port: int = 0, model_na
         info = as_engine(engine).info
         bounds = Bounds.of(read_limits(info.config), max_batch_size)
     try:
-        return CompletionServer((host, port), engine, model_name=model_name,
-                                max_batch_size=max_batch_size, window_s=window_ms / 1000.0,
-                                quiet=quiet, bounds=bounds)
+        return CompletionServer(
+            (host, port),
+            engine,
+            model_name=model_name,
+            max_batch_size=max_batch_size,
+            window_s=window_ms / 1000.0,
+            quiet=quiet,
+            bounds=bounds,
+        )
     except OSError as exc:
-        raise ConfigError(f"--port {port}: cannot listen on {host}:{port} "
-                          f"({exc.strerror or exc}); pick another port, or 0 for any free one") from None
+        raise ConfigError(
+            f"--port {port}: cannot listen on {host}:{port} "
+            f"({exc.strerror or exc}); pick another port, or 0 for any free one"
+        ) from None
 
 
 def base_url(server: CompletionServer) -> str:
@@ -554,21 +639,40 @@ def base_url(server: CompletionServer) -> str:
     return f"http://{shown}:{port}/v1"
 
 
-def serve(spec: str, *, backend: str | None = None, host: str = "127.0.0.1", port: int = 0,
-          max_batch_size: int | None = None, window_ms: float = DEFAULT_WINDOW_MS,
-          model_name: str | None = None, quiet: bool = True) -> int:
+def serve(
+    spec: str,
+    *,
+    backend: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    max_batch_size: int | None = None,
+    window_ms: float = DEFAULT_WINDOW_MS,
+    model_name: str | None = None,
+    quiet: bool = True,
+) -> int:
     """Load the engine, print the ready line, serve until Ctrl-C (or SIGTERM)."""
     from harness.engines.registry import load_engine
 
     check_host(host)
     engine = load_engine(spec, backend)
     limits = read_limits(engine.info.config, str(Path(engine.info.path) / "config.json"))
-    size = max_batch_size or (limits.max_batch_size if limits and limits.max_batch_size else None) \
+    size = (
+        max_batch_size
+        or (limits.max_batch_size if limits and limits.max_batch_size else None)
         or DEFAULT_MAX_BATCH
+    )
     name = model_name or Path(engine.info.path).name or engine.info.backend
     try:
-        server = make_server(engine, host=host, port=port, model_name=name, max_batch_size=size,
-                             window_ms=window_ms, quiet=quiet, bounds=Bounds.of(limits, size))
+        server = make_server(
+            engine,
+            host=host,
+            port=port,
+            model_name=name,
+            max_batch_size=size,
+            window_ms=window_ms,
+            quiet=quiet,
+            bounds=Bounds.of(limits, size),
+        )
     except ConfigError:
         engine.close()
         raise
@@ -579,8 +683,11 @@ def serve(spec: str, *, backend: str | None = None, host: str = "127.0.0.1", por
     # Ctrl-C and SIGTERM both end serve_forever (SIGINT explicitly: a background job may have
     # inherited it ignored)
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
-    print(f"serving {spec} at {base_url(server)} (model {name!r}, {engine.info.backend}, "
-          f"max batch {size}, window {window_ms:g} ms)", flush=True)
+    print(
+        f"serving {spec} at {base_url(server)} (model {name!r}, {engine.info.backend}, "
+        f"max batch {size}, window {window_ms:g} ms)",
+        flush=True,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -39,13 +39,18 @@ def _pass(sizes: Sequence[int]) -> str:
 
 def boundary(beam_width: int, cells: Sequence[CellResult]) -> Boundary:
     """The boundary of one beam width over its cells (any order)."""
-    ran = sorted((c for c in cells if c.beam_width == beam_width
-                  and c.verdict in (Verdict.PASS, *FAILING)), key=lambda c: c.batch_size)
+    ran = sorted(
+        (c for c in cells if c.beam_width == beam_width and c.verdict in (Verdict.PASS, *FAILING)),
+        key=lambda c: c.batch_size,
+    )
     tested = tuple(c.batch_size for c in ran)
     failed = [c for c in ran if c.verdict in FAILING]
     if not failed:
-        said = (f"beam {beam_width}: every batch size tested passes ({sizes_text(tested)})"
-                if tested else f"beam {beam_width}: no batch size ran as asked")
+        said = (
+            f"beam {beam_width}: every batch size tested passes ({sizes_text(tested)})"
+            if tested
+            else f"beam {beam_width}: no batch size ran as asked"
+        )
         return Boundary(beam_width, tested, tested[-1] if tested else None, None, said)
     first = failed[0].batch_size
     below = [c.batch_size for c in ran if c.batch_size < first]
@@ -57,9 +62,13 @@ def boundary(beam_width: int, cells: Sequence[CellResult]) -> Boundary:
         how.append(f"positions {ranges(positions)}")
     if errors:
         how.append(f"engine error at batch size{'s' if len(errors) > 1 else ''} {sizes_text(errors)}")
-    said = (f"beam {beam_width}: " + (f"{_pass(below)}; " if below else "")
-            + f"fails from {first}" + (f" ({'; '.join(how)})" if how else "")
-            + (f"; {_pass(above)} again" if above else ""))
+    said = (
+        f"beam {beam_width}: "
+        + (f"{_pass(below)}; " if below else "")
+        + f"fails from {first}"
+        + (f" ({'; '.join(how)})" if how else "")
+        + (f"; {_pass(above)} again" if above else "")
+    )
     return Boundary(beam_width, tested, below[-1] if below else None, first, said)
 
 

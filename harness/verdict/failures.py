@@ -18,14 +18,24 @@ def _test_line(name: str, test: DropTest | None, what: str = "drop") -> str | No
 
 def position_line(s: PositionStats) -> str:
     """One degraded position: the figures of the three questions and which test flagged it."""
-    quality = ("" if s.quality is None else
-               f", quality vs references {s.quality:.3f} (batch size 1: {s.quality_bs1:.3f})")
-    tests = [t for t in (_test_line("below the other positions:", s.position_test),
-                         _test_line("below batch size 1 in quality:", s.quality_test),
-                         _test_line("more outputs changed than at the other positions:",
-                                    s.change_test, "share")) if t]
-    return (f"  position {s.position}: agreement with the baseline {s.agreement:.3f}{quality}; "
-            f"{s.differing:.0%} of outputs differ from batch size 1; " + "; ".join(tests))
+    quality = (
+        ""
+        if s.quality is None
+        else f", quality vs references {s.quality:.3f} (batch size 1: {s.quality_bs1:.3f})"
+    )
+    tests = [
+        t
+        for t in (
+            _test_line("below the other positions:", s.position_test),
+            _test_line("below batch size 1 in quality:", s.quality_test),
+            _test_line("more outputs changed than at the other positions:", s.change_test, "share"),
+        )
+        if t
+    ]
+    return (
+        f"  position {s.position}: agreement with the baseline {s.agreement:.3f}{quality}; "
+        f"{s.differing:.0%} of outputs differ from batch size 1; " + "; ".join(tests)
+    )
 
 
 def positions_failure(result: CellResult) -> str | None:
@@ -42,8 +52,10 @@ def positions_failure(result: CellResult) -> str | None:
     lines += [position_line(s) for s in result.positions if s.degraded]
     omnibus = result.omnibus
     if omnibus is not None and omnibus.flagged and not result.degraded_positions:
-        lines.append(f"  all positions: mean quality drop {omnibus.drop:.3f} (adjusted p "
-                     f"{shown_p(omnibus.p_adjusted)})")
+        lines.append(
+            f"  all positions: mean quality drop {omnibus.drop:.3f} (adjusted p "
+            f"{shown_p(omnibus.p_adjusted)})"
+        )
     return "\n".join(lines)
 
 
@@ -58,8 +70,10 @@ def preflight_line(checks: Sequence[LimitCheck], see: str) -> str | None:
     if not failed:
         return None
     cells = sorted({c.cell for c in failed})
-    return (f"preflight: build limits exceeded in {len(cells)} cell{'s' if len(cells) != 1 else ''} "
-            f"({', '.join(cells)}); {see}. First: {failed[0].message}")
+    return (
+        f"preflight: build limits exceeded in {len(cells)} cell{'s' if len(cells) != 1 else ''} "
+        f"({', '.join(cells)}); {see}. First: {failed[0].message}"
+    )
 
 
 def limits_unknown(checks: Sequence[LimitCheck]) -> bool:

@@ -133,8 +133,12 @@ def _inferred_slots(analyses: Sequence[CellAnalysis], failing: Sequence[CellAnal
     return fits[0] if fits else None  # the smallest count that explains them all
 
 
-def _overflow(a: CellAnalysis, analyses: Sequence[CellAnalysis], failing: Sequence[CellAnalysis],
-              limits: EngineLimits | None) -> Finding | None:
+def _overflow(
+    a: CellAnalysis,
+    analyses: Sequence[CellAnalysis],
+    failing: Sequence[CellAnalysis],
+    limits: EngineLimits | None,
+) -> Finding | None:
     if a.cell.beam_width == 1:
         return None
     known = limits if limits is not None and limits.beam_slots is not None else None
@@ -147,15 +151,18 @@ def _overflow(a: CellAnalysis, analyses: Sequence[CellAnalysis], failing: Sequen
     beams = sorted({f.cell.beam_width for f in failing if f.cell.beam_width > 1}, reverse=True)
     firsts = []
     for w in beams:
-        starts = [min(f.degraded_positions) for f in failing
-                  if f.cell.beam_width == w and f.degraded_positions]
+        starts = [
+            min(f.degraded_positions) for f in failing if f.cell.beam_width == w and f.degraded_positions
+        ]
         if starts:
             firsts.append(f"positions >= {min(starts)} degraded at beam width {w}")
-    source = (f"max_batch_size {known.max_batch_size} x max_beam_width "
-              f"{known.max_beam_width} = {slots} slots" if known is not None
-              else f"{slots} beam slots (inferred: the engine's limits are unknown, and one slot "
-                   f"count explains the degraded positions at beam widths "
-                   f"{', '.join(map(str, sorted(beams)))})")
+    source = (
+        f"max_batch_size {known.max_batch_size} x max_beam_width {known.max_beam_width} = {slots} slots"
+        if known is not None
+        else f"{slots} beam slots (inferred: the engine's limits are unknown, and one slot "
+        f"count explains the degraded positions at beam widths "
+        f"{', '.join(map(str, sorted(beams)))})"
+    )
     fix = ""
     if known is not None and known.max_beam_width is not None and known.max_batch_size is not None:
         flags = []
@@ -166,13 +173,17 @@ def _overflow(a: CellAnalysis, analyses: Sequence[CellAnalysis], failing: Sequen
         if biggest > known.max_batch_size:
             flags.append(f"--max_batch_size {biggest}")
         fix = "; rebuild with " + (" ".join(flags) if flags else "larger limits")
-    return Finding(FindingKind.OVERFLOW, f"{' and '.join(firsts)}: matches KV beam-slot overflow for {source}"
-                               f"{fix}", evidence="degraded positions = those whose beam slots "
-                               f"(position x beam width + beam) lie beyond {slots}")
+    return Finding(
+        FindingKind.OVERFLOW,
+        f"{' and '.join(firsts)}: matches KV beam-slot overflow for {source}{fix}",
+        evidence="degraded positions = those whose beam slots "
+        f"(position x beam width + beam) lie beyond {slots}",
+    )
 
 
-def _beam_buffer(a: CellAnalysis, analyses: Sequence[CellAnalysis], limits: EngineLimits | None
-                 ) -> Finding | None:
+def _beam_buffer(
+    a: CellAnalysis, analyses: Sequence[CellAnalysis], limits: EngineLimits | None
+) -> Finding | None:
     """Beam slots counted against max_batch_size alone (the beam factor left out)."""
     if a.cell.beam_width == 1 or limits is None or limits.max_batch_size is None:
         return None
@@ -185,15 +196,17 @@ def _beam_buffer(a: CellAnalysis, analyses: Sequence[CellAnalysis], limits: Engi
         return None
     expected = overflow_positions(a.cell.batch_size, a.cell.beam_width, slots)
     w = a.cell.beam_width
-    return Finding(FindingKind.BEAM_BUFFER,
-                   f"positions >= {min(expected)} degraded at beam width {w}: their beam slots "
-                   f"(position x {w} + beam) lie beyond {slots}, the engine's max_batch_size, "
-                   f"though it was built for {limits.beam_slots} (max_beam_width "
-                   f"{limits.max_beam_width}): suspect a buffer sized without the beam factor "
-                   "(as TensorRT-LLM PR #17014)",
-                   evidence=f"every beam cell's degraded positions lie beyond {slots} beam slots, "
-                            f"and every cell with positions there fails ({found} of their {total} "
-                            "positions degraded)")
+    return Finding(
+        FindingKind.BEAM_BUFFER,
+        f"positions >= {min(expected)} degraded at beam width {w}: their beam slots "
+        f"(position x {w} + beam) lie beyond {slots}, the engine's max_batch_size, "
+        f"though it was built for {limits.beam_slots} (max_beam_width "
+        f"{limits.max_beam_width}): suspect a buffer sized without the beam factor "
+        "(as TensorRT-LLM PR #17014)",
+        evidence=f"every beam cell's degraded positions lie beyond {slots} beam slots, "
+        f"and every cell with positions there fails ({found} of their {total} "
+        "positions degraded)",
+    )
 
 
 def _graph_ladder(a: CellAnalysis, analyses: Sequence[CellAnalysis]) -> Finding | None:
@@ -213,33 +226,38 @@ def _graph_ladder(a: CellAnalysis, analyses: Sequence[CellAnalysis]) -> Finding 
     sizes = sorted(b.cell.batch_size for b in failing)
     if not any(p > sizes[0] for p in powers):
         return None  # no captured size above a failing one passes: a plain threshold
-    return Finding(FindingKind.GRAPH_LADDER,
-                   f"batch sizes {ranges(sizes)} fail, each at positions from the power of two "
-                   f"below it, and the powers of two {', '.join(map(str, sorted(powers)))} pass: "
-                   "matches a CUDA-graph batch-size ladder (a batch padded up to the next "
-                   "captured size; as TensorRT-LLM #17964); to confirm, run with CUDA graphs "
-                   "off or capture every batch size",
-                   evidence=f"beam width {a.cell.beam_width}: failing sizes are not powers of "
-                            "two, degraded positions start at the power of two below each")
+    return Finding(
+        FindingKind.GRAPH_LADDER,
+        f"batch sizes {ranges(sizes)} fail, each at positions from the power of two "
+        f"below it, and the powers of two {', '.join(map(str, sorted(powers)))} pass: "
+        "matches a CUDA-graph batch-size ladder (a batch padded up to the next "
+        "captured size; as TensorRT-LLM #17964); to confirm, run with CUDA graphs "
+        "off or capture every batch size",
+        evidence=f"beam width {a.cell.beam_width}: failing sizes are not powers of "
+        "two, degraded positions start at the power of two below each",
+    )
 
 
-def _full_batch(a: CellAnalysis, analyses: Sequence[CellAnalysis], limits: EngineLimits | None
-                ) -> Finding | None:
+def _full_batch(
+    a: CellAnalysis, analyses: Sequence[CellAnalysis], limits: EngineLimits | None
+) -> Finding | None:
     full = limits.max_batch_size if limits is not None else None
     if full is None or a.cell.batch_size != full:
         return None
-    smaller = [b for b in analyses if b.cell.beam_width == a.cell.beam_width
-               and 1 < b.cell.batch_size < full]
+    smaller = [b for b in analyses if b.cell.beam_width == a.cell.beam_width and 1 < b.cell.batch_size < full]
     if not smaller or any(b.verdict != Verdict.PASS for b in smaller):
         return None
     if any(b.verdict != Verdict.PASS and b.cell.batch_size != full for b in analyses):
         return None
     sizes = ", ".join(str(b.cell.batch_size) for b in smaller)
-    return Finding(FindingKind.FULL_BATCH, f"only when the batch is full (batch size {full} = the engine's "
-                                 f"max_batch_size): position {ranges(a.degraded_positions)} "
-                                 f"degraded, batch sizes {sizes} are fine; suspect a fault on "
-                                 "the full-batch path (as TensorRT-LLM #2072)",
-                   evidence=f"only cells at max_batch_size {full} fail; batch sizes {sizes} pass")
+    return Finding(
+        FindingKind.FULL_BATCH,
+        f"only when the batch is full (batch size {full} = the engine's "
+        f"max_batch_size): position {ranges(a.degraded_positions)} "
+        f"degraded, batch sizes {sizes} are fine; suspect a fault on "
+        "the full-batch path (as TensorRT-LLM #2072)",
+        evidence=f"only cells at max_batch_size {full} fail; batch sizes {sizes} pass",
+    )
 
 
 def _hit_shares(pairs: Sequence[tuple[float, int]]) -> tuple[list[bool], list[bool]]:
@@ -255,43 +273,49 @@ def _padding(e: CellEvidence) -> Finding | None:
     padding, and without such prompts (the sparse rotation) no padding is named."""
     if e.shorter is None:
         return None
-    visits = [[(drow[i], srow[i]) for drow, srow in zip(e.harm, e.shorter) if not math.isnan(drow[i])]
-              for i in range(len(e.harm[0]) if e.harm else 0)]
+    visits = [
+        [(drow[i], srow[i]) for drow, srow in zip(e.harm, e.shorter) if not math.isnan(drow[i])]
+        for i in range(len(e.harm[0]) if e.harm else 0)
+    ]
     pairs = [pair for v in visits for pair in v]
     harm, short = [d for d, _ in pairs], [s for _, s in pairs]
     longest, shorter = _hit_shares(pairs)
     if len(longest) < 5 or not shorter:
         return None
     longest_hit, shorter_hit = sum(longest) / len(longest), sum(shorter) / len(shorter)
-    table = np.array([[sum(longest), len(longest) - sum(longest)],
-                      [sum(shorter), len(shorter) - sum(shorter)]])
+    table = np.array(
+        [[sum(longest), len(longest) - sum(longest)], [sum(shorter), len(shorter) - sum(shorter)]]
+    )
     _, p = stats.fisher_exact(table, alternative="less")
     if not (p < 1e-3 and shorter_hit >= 2 * longest_hit + 0.2):
         return None
     both = [v for v in visits if any(s == 0 for _, s in v) and any(s > 0 for _, s in v)]
     own_longest, own_shorter = _hit_shares([pair for v in both for pair in v])
     if len(both) < PADDING_MIN_PROMPTS or not (
-            sum(own_shorter) / len(own_shorter) >= sum(own_longest) / len(own_longest) + 0.3):
+        sum(own_shorter) / len(own_shorter) >= sum(own_longest) / len(own_longest) + 0.3
+    ):
         return None
     rho, _ = stats.spearmanr(short, harm)
-    return Finding(FindingKind.PADDING, "damage follows prompt length rather than position: prompts "
-                              f"shorter than the longest in their batch lose quality in "
-                              f"{shorter_hit:.0%} of cases, the longest prompt of a batch in "
-                              f"{longest_hit:.0%} (Spearman rho {rho:.2f} between harm and "
-                              "missing length); suspect padding (padding on the wrong side or "
-                              "not masked, as TensorRT-LLM #1881)",
-                   evidence=f"Fisher exact test, longest vs shorter prompts hit: p {p:.1g}; the "
-                            f"{len(both)} prompts that were the longest of some batches and "
-                            f"shorter in others are hit in {sum(own_shorter)} of "
-                            f"{len(own_shorter)} visits as a shorter prompt, {sum(own_longest)} "
-                            f"of {len(own_longest)} as the longest")
+    return Finding(
+        FindingKind.PADDING,
+        "damage follows prompt length rather than position: prompts "
+        f"shorter than the longest in their batch lose quality in "
+        f"{shorter_hit:.0%} of cases, the longest prompt of a batch in "
+        f"{longest_hit:.0%} (Spearman rho {rho:.2f} between harm and "
+        "missing length); suspect padding (padding on the wrong side or "
+        "not masked, as TensorRT-LLM #1881)",
+        evidence=f"Fisher exact test, longest vs shorter prompts hit: p {p:.1g}; the "
+        f"{len(both)} prompts that were the longest of some batches and "
+        f"shorter in others are hit in {sum(own_shorter)} of "
+        f"{len(own_shorter)} visits as a shorter prompt, {sum(own_longest)} "
+        f"of {len(own_longest)} as the longest",
+    )
 
 
 def _stride(e: CellEvidence, analyses: Sequence[CellAnalysis]) -> Finding | None:
     a = e.analysis
     later = set(range(1, a.cell.batch_size))
-    if (a.cell.beam_width == 1 or a.cell.batch_size < STRIDE_MIN_BATCH
-            or set(a.degraded_positions) != later):
+    if a.cell.beam_width == 1 or a.cell.batch_size < STRIDE_MIN_BATCH or set(a.degraded_positions) != later:
         return None
     greedy = [b for b in analyses if b.cell.beam_width == 1 and b.cell.batch_size == a.cell.batch_size]
     if any(b.verdict != Verdict.PASS for b in greedy):
@@ -299,16 +323,16 @@ def _stride(e: CellEvidence, analyses: Sequence[CellAnalysis]) -> Finding | None
     if _hit_share(e.harm[0]) > 0.02:
         return None
     means = [_seen_mean(row) for row in e.harm]
-    return Finding(FindingKind.STRIDE, f"beam search only: position 0 intact, positions "
-                             f"{ranges(a.degraded_positions)} degraded (mean harm by position "
-                             f"{', '.join(f'{m:.2f}' for m in means)}): suspect a stride or offset "
-                             "error once requests in the batch finish unevenly (as TensorRT-LLM "
-                             "PR #15125)"
-                             + ("" if greedy else "; run --beam-widths 1 too to confirm greedy "
-                                                  "is fine"),
-                   evidence=f"every position but 0 of a batch of {a.cell.batch_size} degraded at "
-                            f"beam width {a.cell.beam_width}, position 0 untouched"
-                            + (", greedy passes" if greedy else ""))
+    return Finding(
+        FindingKind.STRIDE,
+        f"beam search only: position 0 intact, positions "
+        f"{ranges(a.degraded_positions)} degraded (mean harm by position "
+        f"{', '.join(f'{m:.2f}' for m in means)}): suspect a stride or offset "
+        "error once requests in the batch finish unevenly (as TensorRT-LLM "
+        "PR #15125)" + ("" if greedy else "; run --beam-widths 1 too to confirm greedy is fine"),
+        evidence=f"every position but 0 of a batch of {a.cell.batch_size} degraded at "
+        f"beam width {a.cell.beam_width}, position 0 untouched" + (", greedy passes" if greedy else ""),
+    )
 
 
 def _seen_mean(row: Sequence[float]) -> float:
@@ -337,14 +361,18 @@ def _single_share(e: CellEvidence, p: int) -> tuple[float, str] | None:
         share = _net(here, background)
         if share == 0 or (elsewhere and _net(max(elsewhere), background) > share / 2):
             return None
-        return share, (f"{here:.0%} of outputs at position {p} differ from batch size 1, "
-                       f"{background:.0%} at the other positions (median)")
+        return share, (
+            f"{here:.0%} of outputs at position {p} differ from batch size 1, "
+            f"{background:.0%} at the other positions (median)"
+        )
     hit = _hit_share(e.harm[p])
     others = [_hit_share(row) for q, row in enumerate(e.harm) if q != p]
     if hit == 0 or (others and max(others) > hit / 2):
         return None
-    return hit, (f"{hit:.0%} of prompts at position {p} lose more than {HIT} ROUGE-L, at most "
-                 f"{max(others, default=0.0):.0%} at any other")
+    return hit, (
+        f"{hit:.0%} of prompts at position {p} lose more than {HIT} ROUGE-L, at most "
+        f"{max(others, default=0.0):.0%} at any other"
+    )
 
 
 def _single(e: CellEvidence) -> Finding | None:
@@ -357,11 +385,18 @@ def _single(e: CellEvidence) -> Finding | None:
         return None
     share, evidence = found
     if share >= 0.9:
-        return Finding(FindingKind.SINGLE, f"only position {p} degraded, on {share:.0%} of prompts: a "
-                                 "fault tied to that batch slot", evidence=evidence)
-    return Finding(FindingKind.PARTIAL, f"only position {p} degraded, on about {share:.0%} of prompts (the "
-                              "others match batch size 1): a slot-specific fault that hits some "
-                              "requests only", evidence=evidence)
+        return Finding(
+            FindingKind.SINGLE,
+            f"only position {p} degraded, on {share:.0%} of prompts: a fault tied to that batch slot",
+            evidence=evidence,
+        )
+    return Finding(
+        FindingKind.PARTIAL,
+        f"only position {p} degraded, on about {share:.0%} of prompts (the "
+        "others match batch size 1): a slot-specific fault that hits some "
+        "requests only",
+        evidence=evidence,
+    )
 
 
 def _all_positions(e: CellEvidence) -> Finding | None:
@@ -373,16 +408,23 @@ def _all_positions(e: CellEvidence) -> Finding | None:
     quality = [s.quality for s in a.positions if s.quality is not None]
     if not quality or a.quality_bs1 is None:
         return None
-    return Finding(FindingKind.ALL_POSITIONS, f"every position loses quality alike (against the references "
-                                    f"{min(quality):.2f}–{max(quality):.2f} vs {a.quality_bs1:.2f} "
-                                    "at batch size 1; no position worse than the others): suspect "
-                                    "a code path used only for batch size > 1 (as TensorRT-LLM "
-                                    "#1539)",
-                   evidence="quality drop at every position, none position-dependent")
+    return Finding(
+        FindingKind.ALL_POSITIONS,
+        f"every position loses quality alike (against the references "
+        f"{min(quality):.2f}–{max(quality):.2f} vs {a.quality_bs1:.2f} "
+        "at batch size 1; no position worse than the others): suspect "
+        "a code path used only for batch size > 1 (as TensorRT-LLM "
+        "#1539)",
+        evidence="quality drop at every position, none position-dependent",
+    )
 
 
-def _candidates(e: CellEvidence, analyses: Sequence[CellAnalysis], failing: Sequence[CellAnalysis],
-                limits: EngineLimits | None) -> Iterator[Finding | None]:
+def _candidates(
+    e: CellEvidence,
+    analyses: Sequence[CellAnalysis],
+    failing: Sequence[CellAnalysis],
+    limits: EngineLimits | None,
+) -> Iterator[Finding | None]:
     """Each signature's finding for one failing cell, in order, computed as asked for."""
     a = e.analysis
     yield _overflow(a, analyses, failing, limits)
@@ -409,19 +451,27 @@ def match(evidence: Sequence[CellEvidence], limits: EngineLimits | None) -> dict
     banned: set[FindingKind] = set()
     while True:
         out = _match(evidence, limits, banned)
-        failing = [e.analysis for e in evidence
-                   if e.analysis.verdict == Verdict.FAIL and e.analysis.degraded_positions]
+        failing = [
+            e.analysis
+            for e in evidence
+            if e.analysis.verdict == Verdict.FAIL and e.analysis.degraded_positions
+        ]
         named = {kind: sum(f.kind == kind for f in out.values()) for kind in ENGINE_WIDE}
-        inconsistent = [kind for kind, could in ENGINE_WIDE.items() if named[kind] and any(
-            could(a) and (a.cell not in out or out[a.cell].kind != kind) for a in failing)]
+        inconsistent = [
+            kind
+            for kind, could in ENGINE_WIDE.items()
+            if named[kind]
+            and any(could(a) and (a.cell not in out or out[a.cell].kind != kind) for a in failing)
+        ]
         if not inconsistent:
             return out
         # the least supported first: the cells it leaves may then fit the other consistently
         banned.add(min(inconsistent, key=lambda kind: named[kind]))
 
 
-def _match(evidence: Sequence[CellEvidence], limits: EngineLimits | None,
-           banned: set[FindingKind]) -> dict[Cell, Finding]:
+def _match(
+    evidence: Sequence[CellEvidence], limits: EngineLimits | None, banned: set[FindingKind]
+) -> dict[Cell, Finding]:
     analyses = [e.analysis for e in evidence]
     failing = [a for a in analyses if a.verdict == Verdict.FAIL and a.degraded_positions]
     out: dict[Cell, Finding] = {}
@@ -431,14 +481,19 @@ def _match(evidence: Sequence[CellEvidence], limits: EngineLimits | None,
             continue
         if not a.degraded_positions:
             if a.spread and a.omnibus is not None:
-                out[a.cell] = Finding(FindingKind.SPREAD, f"no single position is significant but the cell's "
-                                                f"mean quality drop over positions is "
-                                                f"{a.omnibus.drop:.3f}: damage spread thinly over "
-                                                "many positions",
-                                      evidence="the cell's omnibus test")
+                out[a.cell] = Finding(
+                    FindingKind.SPREAD,
+                    f"no single position is significant but the cell's "
+                    f"mean quality drop over positions is "
+                    f"{a.omnibus.drop:.3f}: damage spread thinly over "
+                    "many positions",
+                    evidence="the cell's omnibus test",
+                )
             continue
-        found = next((f for f in _candidates(e, analyses, failing, limits)
-                      if f is not None and f.kind not in banned), None)
+        found = next(
+            (f for f in _candidates(e, analyses, failing, limits) if f is not None and f.kind not in banned),
+            None,
+        )
         if found is not None:
             out[a.cell] = found
     return out

@@ -73,7 +73,7 @@ def one_sided_welch_p(here: Sequence[float], elsewhere: Sequence[float], toleran
     vy = math.fsum((y - my) ** 2 for y in elsewhere) / (m - 1) / m
     if vx + vy <= 1e-24:
         return 0.0 if my - mx > tolerance else 1.0
-    df = (vx + vy) ** 2 / (vx ** 2 / (n - 1) + vy ** 2 / (m - 1))
+    df = (vx + vy) ** 2 / (vx**2 / (n - 1) + vy**2 / (m - 1))
     return float(stats.t.sf((my - mx - tolerance) / math.sqrt(vx + vy), df))
 
 
@@ -134,8 +134,11 @@ def position_test(agreement: Sequence[Sequence[float]], p: int, tolerance: float
     # --rotation sparse: each prompt at one position, so compare prompts here with the others
     here_values = finite(row)
     elsewhere = [x for q in others for x in finite(agreement[q])]
-    return DropTest(drop=mean(elsewhere) - mean(here_values), n=len(here_values),
-                      p_value=one_sided_welch_p(here_values, elsewhere, tolerance))
+    return DropTest(
+        drop=mean(elsewhere) - mean(here_values),
+        n=len(here_values),
+        p_value=one_sided_welch_p(here_values, elsewhere, tolerance),
+    )
 
 
 def exchangeable_tail(changed_here: Sequence[bool], shares: Sequence[float]) -> float:
@@ -153,15 +156,16 @@ def exchangeable_tail(changed_here: Sequence[bool], shares: Sequence[float]) -> 
     return float(min(1.0, pmf[observed:].sum()))
 
 
-def change_test(differs: Sequence[Sequence[float]], agreement: Sequence[Sequence[float]], p: int
-                ) -> DropTest:
+def change_test(differs: Sequence[Sequence[float]], agreement: Sequence[Sequence[float]], p: int) -> DropTest:
     """Question 4 at position p: more of p's outputs changed from batch size 1 than at the
     other positions of the same prompts (drop: the excess share), over the outputs that were
     scored (those with an agreement). H0: within a prompt, the positions its changed outputs
     sit at are a random pick, as drift's are; exact (``exchangeable_tail``). --rotation
     sparse: the changed share of p's prompts against the others' (Fisher's exact test)."""
-    rows = [[math.nan if math.isnan(a) else d for d, a in zip(drow, arow)]
-            for drow, arow in zip(differs, agreement)]
+    rows = [
+        [math.nan if math.isnan(a) else d for d, a in zip(drow, arow)]
+        for drow, arow in zip(differs, agreement)
+    ]
     here_row = rows[p]
     others = [q for q in range(len(rows)) if q != p]
     excess, shares, here = [], [], []
@@ -199,8 +203,9 @@ def _omnibus_drops(reference: Sequence[Sequence[float]], bs1: Sequence[float]) -
     return out
 
 
-def min_detectable_drop(n: int, sd: float, *, tolerance: float, alpha: float, tests: int,
-                        power: float = 0.8) -> float:
+def min_detectable_drop(
+    n: int, sd: float, *, tolerance: float, alpha: float, tests: int, power: float = 0.8
+) -> float:
     """Smallest true mean drop a position test detects with the given power, Bonferroni-bound
     (Holm is at least as powerful), for a paired-difference standard deviation ``sd``."""
     return tolerance + _t_sum(n, alpha, tests, power) * sd / math.sqrt(n)
@@ -237,13 +242,20 @@ def _stats(cell: Cell, cs: CellScores, level: Levels, p: int, tolerance: float) 
     q_drops = quality_drops([ref_row[i] for i in seen], [level.quality[i] for i in seen])
     low, high = mean_ci(agreement)
     return PositionStats(
-        position=p, n=len(seen), agreement=mean(agreement), ci_low=low, ci_high=high,
+        position=p,
+        n=len(seen),
+        agreement=mean(agreement),
+        ci_low=low,
+        ci_high=high,
         agreement_drop=mean([level.agreement[i] - base_row[i] for i in seen]),
-        differing=mean(differs) if differs else 0.0, empty=mean(empty) if empty else 0.0,
-        quality=mean(quality) if quality else None, quality_bs1=mean(bs1) if bs1 else None,
+        differing=mean(differs) if differs else 0.0,
+        empty=mean(empty) if empty else 0.0,
+        quality=mean(quality) if quality else None,
+        quality_bs1=mean(bs1) if bs1 else None,
         position_test=position_test(cs.baseline, p, tolerance) if tested else None,
         quality_test=_test(q_drops, tolerance) if tested and len(q_drops) >= 1 else None,
-        change_test=change_test(cs.differs, cs.baseline, p) if tested and cs.differs else None)
+        change_test=change_test(cs.differs, cs.baseline, p) if tested and cs.differs else None,
+    )
 
 
 @dataclass
@@ -262,8 +274,10 @@ class _Family:
         """Every test with its adjusted p and flag; ``family`` pads with clean tests (p = 1)."""
         nulls = max(0, (family or 0) - len(self.tests))
         adjusted = holm([t.p_value for t in self.tests] + [1.0] * nulls)
-        return [replace(t, p_adjusted=adj, flagged=t.drop > tolerance and adj < alpha)
-                for t, adj in zip(self.tests, adjusted)]
+        return [
+            replace(t, p_adjusted=adj, flagged=t.drop > tolerance and adj < alpha)
+            for t, adj in zip(self.tests, adjusted)
+        ]
 
 
 def _span(values: Sequence[float]) -> str:
@@ -271,55 +285,76 @@ def _span(values: Sequence[float]) -> str:
     return lo if lo == hi else f"{lo}–{hi}"
 
 
-def _message(cell_id: str, row: Sequence[PositionStats], bad: Sequence[int], spread: DropTest | None,
-             nondeterministic: Sequence[int], level: float) -> str:
+def _message(
+    cell_id: str,
+    row: Sequence[PositionStats],
+    bad: Sequence[int],
+    spread: DropTest | None,
+    nondeterministic: Sequence[int],
+    level: float,
+) -> str:
     """The cell's one-line verdict, naming the positions and the evidence."""
     if bad:
         noun = "position" if len(bad) == 1 else "positions"
         parts = []
         by_quality = [row[p] for p in bad if (t := row[p].quality_test) is not None and t.flagged]
-        by_position = [(row[p], t) for p in bad
-                       if (t := row[p].position_test) is not None and t.flagged]
+        by_position = [(row[p], t) for p in bad if (t := row[p].position_test) is not None and t.flagged]
         if by_quality:  # a quality test exists only where the position's quality does
             bs1 = mean([s.quality_bs1 for s in by_quality if s.quality_bs1 is not None])
             quality = [s.quality for s in by_quality if s.quality is not None]
             parts.append(f"quality vs references {_span(quality)} vs {bs1:.2f} at batch size 1")
         if by_position:
             worst = max(t.drop for _, t in by_position)
-            parts.append(f"agreement with the baseline {_span([s.agreement for s, _ in by_position])}"
-                         f", up to {worst:.2f} below the other positions")
+            parts.append(
+                f"agreement with the baseline {_span([s.agreement for s, _ in by_position])}"
+                f", up to {worst:.2f} below the other positions"
+            )
         said = {s.position for s in by_quality} | {s.position for s, _ in by_position}
-        by_change = [(row[p], t) for p in bad if p not in said
-                     and (t := row[p].change_test) is not None and t.flagged]
+        by_change = [
+            (row[p], t) for p in bad if p not in said and (t := row[p].change_test) is not None and t.flagged
+        ]
         if by_change:  # only this test: sparse damage, some prompts hit hard
-            parts.append(f"{_span([s.differing for s, _ in by_change])} of outputs changed from "
-                         f"batch size 1, up to {max(t.drop for _, t in by_change):.2f} more than "
-                         "at the other positions, with a loss there")
+            parts.append(
+                f"{_span([s.differing for s, _ in by_change])} of outputs changed from "
+                f"batch size 1, up to {max(t.drop for _, t in by_change):.2f} more than "
+                "at the other positions, with a loss there"
+            )
         return f"{cell_id}: {noun} {ranges(bad)} degraded ({'; '.join(parts)})"
     if spread is not None:
-        return (f"{cell_id}: quality against the references drops across positions (mean drop "
-                f"{spread.drop:.3f} below batch size 1 over {len(row)} positions, adjusted p "
-                f"{shown_p(spread.p_adjusted)}) though no single position is significant alone")
+        return (
+            f"{cell_id}: quality against the references drops across positions (mean drop "
+            f"{spread.drop:.3f} below batch size 1 over {len(row)} positions, adjusted p "
+            f"{shown_p(spread.p_adjusted)}) though no single position is significant alone"
+        )
     if nondeterministic:
         share = mean([row[p].differing for p in nondeterministic])
-        return (f"{cell_id}: outputs differ from batch size 1 at positions {ranges(nondeterministic)} "
-                f"({share:.0%} of them there; --deterministic expects every output to equal batch "
-                "size 1's)")
+        return (
+            f"{cell_id}: outputs differ from batch size 1 at positions {ranges(nondeterministic)} "
+            f"({share:.0%} of them there; --deterministic expects every output to equal batch "
+            "size 1's)"
+        )
     return f"{cell_id}: no degraded position (batch size 1 level {level:.2f})"
 
 
 def empty_note(cell_id: str, row: Sequence[PositionStats], positions: Sequence[int]) -> str:
     """What a cell with outputs that have no text says: why it cannot pass."""
     share = mean([s.empty for s in row]) if row else 0.0
-    return (f"{cell_id}: {share:.0%} of outputs have no text ROUGE-L can score (empty, blank, "
-            f"only punctuation or symbols, or not text) at position"
-            f"{'s' if len(positions) != 1 else ''} {ranges(positions)}: nothing there was "
-            "measured, and an engine that returns no text at every batch size passes every test "
-            "against batch size 1, so this is a finding, never a pass")
+    return (
+        f"{cell_id}: {share:.0%} of outputs have no text ROUGE-L can score (empty, blank, "
+        f"only punctuation or symbols, or not text) at position"
+        f"{'s' if len(positions) != 1 else ''} {ranges(positions)}: nothing there was "
+        "measured, and an engine that returns no text at every batch size passes every test "
+        "against batch size 1, so this is a finding, never a pass"
+    )
 
 
-def drift_note(cell_id: str, differing: float, quality: float | None, quality_bs1: float | None,
-               concentrated: Sequence[int] = ()) -> str | None:
+def drift_note(
+    cell_id: str,
+    differing: float,
+    quality: float | None,
+    quality_bs1: float | None,
+    concentrated: Sequence[int] = (),
+) -> str | None:
     """What a cell that changed outputs without losing quality says (a finding, not a failure);
     ``concentrated``: positions where more outputs changed than at the others (their change
     test flagged) without a loss there."""
@@ -329,34 +364,48 @@ def drift_note(cell_id: str, differing: float, quality: float | None, quality_bs
     if quality is not None and quality_bs1 is not None:
         said += f"; quality against references {quality:.3f} vs {quality_bs1:.3f}"
     if concentrated:
-        return said + (f"; more of them at position{'s' if len(concentrated) > 1 else ''} "
-                       f"{ranges(concentrated)} than at the others, without a loss there")
+        return said + (
+            f"; more of them at position{'s' if len(concentrated) > 1 else ''} "
+            f"{ranges(concentrated)} than at the others, without a loss there"
+        )
     return said + "; not position-dependent"
 
 
 Slots = tuple[int | None, int | None, int | None]  # a position's tests in the family
 
 
-def _settled(row: list[PositionStats], slots: list[Slots], done: list[DropTest],
-             deterministic: bool, tolerance: float) -> list[PositionStats]:
+def _settled(
+    row: list[PositionStats], slots: list[Slots], done: list[DropTest], deterministic: bool, tolerance: float
+) -> list[PositionStats]:
     """The positions with their tests after Holm: degraded where the tests say so."""
     out = []
     for s, (pi, qi, ci) in zip(row, slots):
-        settled = replace(s, position_test=done[pi] if pi is not None else None,
-                          quality_test=done[qi] if qi is not None else None,
-                          change_test=done[ci] if ci is not None else None,
-                          nondeterministic=deterministic and s.differing > 0)
+        settled = replace(
+            s,
+            position_test=done[pi] if pi is not None else None,
+            quality_test=done[qi] if qi is not None else None,
+            change_test=done[ci] if ci is not None else None,
+            nondeterministic=deterministic and s.differing > 0,
+        )
         out.append(replace(settled, degraded=settled.degraded_by(lambda t: t.flagged, tolerance)))
     return out
 
 
-def _cell(cell: Cell, level: Levels, row: list[PositionStats], omnibus: DropTest | None,
-          detectable: float | None) -> CellAnalysis:
+def _cell(
+    cell: Cell, level: Levels, row: list[PositionStats], omnibus: DropTest | None, detectable: float | None
+) -> CellAnalysis:
     flagged = omnibus is not None and omnibus.flagged
     agreement = mean(level.agreement)
     # the verdict and its message come from what the positions and the omnibus test show
-    shape = CellAnalysis(cell=cell, level=agreement, positions=tuple(row), verdict=Verdict.PASS,
-                         message="", omnibus=omnibus, detectable=detectable)
+    shape = CellAnalysis(
+        cell=cell,
+        level=agreement,
+        positions=tuple(row),
+        verdict=Verdict.PASS,
+        message="",
+        omnibus=omnibus,
+        detectable=detectable,
+    )
     bad, nondet = shape.degraded_positions, shape.nondeterministic_positions
     empty = shape.empty_positions
     failed = bool(bad or flagged or nondet or empty)
@@ -364,17 +413,26 @@ def _cell(cell: Cell, level: Levels, row: list[PositionStats], omnibus: DropTest
     message = _message(cell.id, row, bad, omnibus if shape.spread else None, nondet, agreement)
     if empty:  # the first thing to say; what else failed follows
         other = message.removeprefix(f"{cell.id}: ")
-        message = empty_note(cell.id, row, empty) + (
-            f"; also {other}" if bad or flagged or nondet else "")
+        message = empty_note(cell.id, row, empty) + (f"; also {other}" if bad or flagged or nondet else "")
     return replace(
-        shape, verdict=Verdict.FAIL if failed else Verdict.PASS, message=message,
-        drift=None if failed else drift_note(cell.id, shape.differing, shape.quality,
-                                             shape.quality_bs1, concentrated))
+        shape,
+        verdict=Verdict.FAIL if failed else Verdict.PASS,
+        message=message,
+        drift=None
+        if failed
+        else drift_note(cell.id, shape.differing, shape.quality, shape.quality_bs1, concentrated),
+    )
 
 
-def analyze(scores: Mapping[Cell, CellScores], levels: Mapping[int, Levels], *, tolerance: float,
-            alpha: float, deterministic: bool = False, family: int | None = None
-            ) -> list[CellAnalysis]:
+def analyze(
+    scores: Mapping[Cell, CellScores],
+    levels: Mapping[int, Levels],
+    *,
+    tolerance: float,
+    alpha: float,
+    deterministic: bool = False,
+    family: int | None = None,
+) -> list[CellAnalysis]:
     """Analyse every cell; ``levels[beam_width]`` holds batch size 1's per-prompt levels.
 
     ``family`` (calibrate only) sizes the Holm family as if a larger grid had been run whose
@@ -387,20 +445,30 @@ def analyze(scores: Mapping[Cell, CellScores], levels: Mapping[int, Levels], *, 
     for cell, cs in scores.items():
         level = levels[cell.beam_width]
         row = [_stats(cell, cs, level, p, tolerance) for p in range(len(cs.baseline))]
-        slots.append([(tests.add(s.position_test), tests.add(s.quality_test),
-                       tests.add(s.change_test)) for s in row])
+        slots.append(
+            [(tests.add(s.position_test), tests.add(s.quality_test), tests.add(s.change_test)) for s in row]
+        )
         drops = _omnibus_drops(cs.reference, level.quality) if cell.batch_size > 1 else []
         omnibus.append(tests.add(_test(drops, tolerance)) if len(drops) >= 2 else None)
         rows.append(row)
         at = [_quality_drops_at(cs, level, p) for p in range(len(cs.baseline))]
-        spreads.append([(len(d), _spread(d)) for d in at if len(d) >= 2]
-                       if cell.batch_size > 1 else [])
+        spreads.append([(len(d), _spread(d)) for d in at if len(d) >= 2] if cell.batch_size > 1 else [])
     done = tests.settle(tolerance, alpha, family)
     m = max(len(done), family or 0, 1)
-    detectable = [max((min_detectable_drop(n, sd, tolerance=tolerance, alpha=alpha, tests=m)
-                       for n, sd in spread), default=None) for spread in spreads]
-    return [_cell(cell, levels[cell.beam_width],
-                  _settled(row, slot, done, deterministic, tolerance),
-                  done[oi] if oi is not None else None, d)
-            for cell, row, slot, oi, d in zip(scores, rows, slots, omnibus, detectable)]
-
+    detectable = [
+        max(
+            (min_detectable_drop(n, sd, tolerance=tolerance, alpha=alpha, tests=m) for n, sd in spread),
+            default=None,
+        )
+        for spread in spreads
+    ]
+    return [
+        _cell(
+            cell,
+            levels[cell.beam_width],
+            _settled(row, slot, done, deterministic, tolerance),
+            done[oi] if oi is not None else None,
+            d,
+        )
+        for cell, row, slot, oi, d in zip(scores, rows, slots, omnibus, detectable)
+    ]

@@ -62,8 +62,9 @@ def first_difference(a: str, b: str) -> float | None:
     return k / max(len(x), 1)
 
 
-def run_cells(engine: EmulatorEngine, prompts: list[str], batch_sizes: list[int],
-              beam: int, seed: int) -> list[CellResult]:
+def run_cells(
+    engine: EmulatorEngine, prompts: list[str], batch_sizes: list[int], beam: int, seed: int
+) -> list[CellResult]:
     """Batch size 1, then every batch size's full rotation, for one beam width."""
     settings = DecodingSettings(beam_width=beam, max_new_tokens=64)
     single = [engine.generate([p], settings)[0].text for p in prompts]
@@ -87,10 +88,15 @@ def cell_line(result: CellResult, refs: list[str], rate: float) -> str:
     here = np.mean(rouge_l([refs[d] for d, _ in flat], [t for _, t in flat]))
     where = [w for d, t in flat if (w := first_difference(result.single[d], t)) is not None]
     differ = len(where) / len(flat)
-    spread = (f"{statistics.median(where):.2f} [{np.percentile(where, 10):.2f}, "
-              f"{np.percentile(where, 90):.2f}]" if where else "-")
-    return (f"{rate:5.2f} {result.cell.id:11s} {differ:7.3f} {single:9.4f} {here:9.4f} "
-            f"{here - single:+8.4f}   {spread}")
+    spread = (
+        f"{statistics.median(where):.2f} [{np.percentile(where, 10):.2f}, {np.percentile(where, 90):.2f}]"
+        if where
+        else "-"
+    )
+    return (
+        f"{rate:5.2f} {result.cell.id:11s} {differ:7.3f} {single:9.4f} {here:9.4f} "
+        f"{here - single:+8.4f}   {spread}"
+    )
 
 
 def position_line(result: CellResult, refs: list[str]) -> str:
@@ -99,13 +105,15 @@ def position_line(result: CellResult, refs: list[str]) -> str:
     return " ".join(f"p{i} {m:.4f}" for i, m in enumerate(means))
 
 
-def measure(folder: Path, name: str, drift: Drift, fault: Fault | None, prompts: list[str],
-            args: argparse.Namespace) -> list[CellResult]:
+def measure(
+    folder: Path, name: str, drift: Drift, fault: Fault | None, prompts: list[str], args: argparse.Namespace
+) -> list[CellResult]:
     """Build one engine and run all its cells; prints how long it took."""
     start = time.perf_counter()
     engine = EmulatorEngine(build_engine(folder / name, BuildLimits(), fault=fault, drift=drift))
-    results = [r for beam in args.beam_widths
-               for r in run_cells(engine, prompts, args.batch_sizes, beam, args.seed)]
+    results = [
+        r for beam in args.beam_widths for r in run_cells(engine, prompts, args.batch_sizes, beam, args.seed)
+    ]
     print(f"# {name}: {time.perf_counter() - start:.0f} s", flush=True)
     return results
 
@@ -126,8 +134,9 @@ def gap_table(folder: Path, prompts: list[str], refs: list[str]) -> list[str]:
         texts, ties = [], []
         for i in range(0, len(rows), 8):  # batches that fit the engine's 8 x 4 KV slots
             part = {r - i: t for r, t in flips.items() if i <= r < i + 8}
-            beams, found = engine._decode([ids[r] for r in rows[i : i + 8]], settings,
-                                          _Pass(limit=64, flips=part, margin=margin))
+            beams, found = engine._decode(
+                [ids[r] for r in rows[i : i + 8]], settings, _Pass(limit=64, flips=part, margin=margin)
+            )
             texts += [engine.tokenizer.decode(b[0], skip_special_tokens=True).strip() for b in beams]
             ties += found
         return texts, ties
@@ -146,8 +155,9 @@ def gap_table(folder: Path, prompts: list[str], refs: list[str]) -> list[str]:
     for margin in LADDER:
         d = deltas[margin]
         if d:
-            lines.append(f"{margin:9.2f} {len(d):7d} {np.mean(d):+26.4f} "
-                         f"{np.mean([x < -0.15 for x in d]):28.3f}")
+            lines.append(
+                f"{margin:9.2f} {len(d):7d} {np.mean(d):+26.4f} {np.mean([x < -0.15 for x in d]):28.3f}"
+            )
     return lines
 
 
@@ -160,20 +170,23 @@ def neutrality(folder: Path, count: int, beams: list[int], seed: int) -> list[st
     prompts = [build_prompt(DEFAULT_PROMPT_TEMPLATE, e) for e in examples]  # type: ignore[arg-type]
     refs = [e.summary for e in examples]
     engine = EmulatorEngine(build_engine(folder / "neutral", BuildLimits(), drift=Drift(1.0, seed)))
-    lines = [f"{count} generated prompts (seed {seed}), rate 1, batch size 2; change vs batch "
-             "size 1 against the references"]
+    lines = [
+        f"{count} generated prompts (seed {seed}), rate 1, batch size 2; change vs batch "
+        "size 1 against the references"
+    ]
     for beam in beams:
         settings = DecodingSettings(beam_width=beam, max_new_tokens=64)
         single = [engine.generate([p], settings)[0].text for p in prompts]
-        paired = [g.text for i in range(0, count, 2)
-                  for g in engine.generate(prompts[i : i + 2], settings)]
+        paired = [g.text for i in range(0, count, 2) for g in engine.generate(prompts[i : i + 2], settings)]
         delta = np.array(rouge_l(refs, paired)) - np.array(rouge_l(refs, single))
         differ = np.mean([a != b for a, b in zip(single, paired)])
         blocks = [float(delta[i : i + 64].mean()) for i in range(0, count - 63, 64)]
         spread = f"[{min(blocks):+.4f}, {max(blocks):+.4f}]" if blocks else "-"
-        lines.append(f"beam {beam}: {differ:.0%} differ; mean change {delta.mean():+.4f} "
-                     f"(standard error {delta.std(ddof=1) / np.sqrt(count):.4f}); blocks of 64 "
-                     f"prompts: {spread}")
+        lines.append(
+            f"beam {beam}: {differ:.0%} differ; mean change {delta.mean():+.4f} "
+            f"(standard error {delta.std(ddof=1) / np.sqrt(count):.4f}); blocks of 64 "
+            f"prompts: {spread}"
+        )
     return lines
 
 
@@ -189,8 +202,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="plan seed and drift seed")
     parser.add_argument("--truncate", action="store_true")
     parser.add_argument("--gaps", action="store_true")
-    parser.add_argument("--neutrality", type=int, metavar="N", default=0,
-                        help="rate 1 on N generated prompts: is a flip quality-neutral?")
+    parser.add_argument(
+        "--neutrality",
+        type=int,
+        metavar="N",
+        default=0,
+        help="rate 1 on N generated prompts: is a flip quality-neutral?",
+    )
     args = parser.parse_args()
     import torch
 
@@ -198,8 +216,10 @@ def main() -> None:
     docs = load_dataset(None).documents
     prompts = [build_prompt(DEFAULT_PROMPT_TEMPLATE, d) for d in docs]
     refs = [d.summary for d in docs]
-    header = (" rate cell         differ  bs1 refs  here refs    delta   first difference "
-              "(share of words: median [p10, p90])")
+    header = (
+        " rate cell         differ  bs1 refs  here refs    delta   first difference "
+        "(share of words: median [p10, p90])"
+    )
     last: list[CellResult] = []
     if args.neutrality:
         with tempfile.TemporaryDirectory() as tmp:
@@ -213,8 +233,7 @@ def main() -> None:
         runs = [(f"drift-{r}", Drift(rate=r, seed=args.seed), None, r) for r in args.rates]
         if args.truncate:
             rate = args.rates[-1]
-            runs.append((f"truncate+drift-{rate}", Drift(rate=rate, seed=args.seed),
-                         Fault("truncate"), rate))
+            runs.append((f"truncate+drift-{rate}", Drift(rate=rate, seed=args.seed), Fault("truncate"), rate))
         print(header, flush=True)
         for name, drift, fault, rate in runs:
             results = measure(Path(tmp), name, drift, fault, prompts, args)

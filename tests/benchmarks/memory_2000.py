@@ -74,12 +74,20 @@ def main(argv: list[str] | None = None) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="memory-bench-") as tmp:
         data = Path(tmp) / f"synthetic-{args.prompts}.jsonl"
-        data.write_text("".join(json.dumps({"id": e.id, "text": e.text, "summary": e.summary}) + "\n"
-                                for e in generate(args.prompts, args.seed, prefix="bench")),
-                        encoding="utf-8")
-        config = RunConfig(dataset=str(data), max_new_tokens=args.max_new_tokens,
-                           report_dir=Path(tmp) / "reports", no_cache=True,
-                           goldens_dir=Path(tmp) / "goldens")
+        data.write_text(
+            "".join(
+                json.dumps({"id": e.id, "text": e.text, "summary": e.summary}) + "\n"
+                for e in generate(args.prompts, args.seed, prefix="bench")
+            ),
+            encoding="utf-8",
+        )
+        config = RunConfig(
+            dataset=str(data),
+            max_new_tokens=args.max_new_tokens,
+            report_dir=Path(tmp) / "reports",
+            no_cache=True,
+            goldens_dir=Path(tmp) / "goldens",
+        )
         t0 = time.perf_counter()
         prep = prepare(config, engine=EchoEngine(None) if args.engine == "echo" else None)
         after_prepare = peak_rss_bytes()
@@ -89,13 +97,16 @@ def main(argv: list[str] | None = None) -> dict:
         result = execute(prep)
         seconds = time.perf_counter() - t1
         figures = {
-            "engine": args.engine, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
-            "generations": result.plan.sequences(), "verdict": result.verdict,
-            "execute_s": round(seconds, 1), "prepare_s": round(t1 - t0, 1),
+            "engine": args.engine,
+            "prompts": args.prompts,
+            "max_new_tokens": args.max_new_tokens,
+            "generations": result.plan.sequences(),
+            "verdict": result.verdict,
+            "execute_s": round(seconds, 1),
+            "prepare_s": round(t1 - t0, 1),
             "rss_after_prepare_mib": round(after_prepare / MIB, 1),
             "peak_rss_mib": round(peak_rss_bytes() / MIB, 1),
-            "generations_jsonl_mib": round(
-                (result.report_dir / "generations.jsonl").stat().st_size / MIB, 2),
+            "generations_jsonl_mib": round((result.report_dir / "generations.jsonl").stat().st_size / MIB, 2),
         }
         if args.trace:
             current, peak = tracemalloc.get_traced_memory()

@@ -40,8 +40,10 @@ def main() -> None:
         rouge_l(t2, p2)
         fast_rate = len(t2) / (time.perf_counter() - start)
         assert rouge_l(t, p) == slow
-        print(f"{words:4d} words: rouge-score {ref_rate:9.1f} pairs/s, harness {fast_rate:9.1f} pairs/s, "
-              f"{fast_rate / ref_rate:6.1f}x")
+        print(
+            f"{words:4d} words: rouge-score {ref_rate:9.1f} pairs/s, harness {fast_rate:9.1f} pairs/s, "
+            f"{fast_rate / ref_rate:6.1f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -19,8 +19,9 @@ def line(name: str) -> ModuleType:
     try:
         return LINES[name]
     except KeyError:
-        raise KeyError(f"{ENV}={name!r}: no TensorRT-LLM double of that line; one of "
-                       f"{', '.join(LINES)}") from None
+        raise KeyError(
+            f"{ENV}={name!r}: no TensorRT-LLM double of that line; one of {', '.join(LINES)}"
+        ) from None
 
 
 @pytest.fixture(params=list(LINES))

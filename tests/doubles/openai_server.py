@@ -33,8 +33,15 @@ class BehavingServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 64
 
-    def __init__(self, beams: str = "distinct", serial: bool = False, seconds: float = 0.0,
-                 trickle: float = 0.0, crash_at: int | None = None, model: str = "m") -> None:
+    def __init__(
+        self,
+        beams: str = "distinct",
+        serial: bool = False,
+        seconds: float = 0.0,
+        trickle: float = 0.0,
+        crash_at: int | None = None,
+        model: str = "m",
+    ) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.model = model
         self.beams, self.serial, self.seconds, self.trickle = beams, serial, seconds, trickle
@@ -60,10 +67,15 @@ class BehavingServer(ThreadingHTTPServer):
         limit = int(body.get("max_tokens", 10))
         text = " " + " ".join(body["prompt"][::-1].split(" ")[:limit])
         n = int(body.get("n", 1))
-        texts = {"one": [text], "copies": [text] * n,
-                 "distinct": [text + ("" if k == 0 else f" beam{k}") for k in range(n)]}[self.beams]
-        return {"choices": [{"index": k, "text": t} for k, t in enumerate(texts)],
-                "usage": {"completion_tokens": min(10, limit) * len(texts)}}
+        texts = {
+            "one": [text],
+            "copies": [text] * n,
+            "distinct": [text + ("" if k == 0 else f" beam{k}") for k in range(n)],
+        }[self.beams]
+        return {
+            "choices": [{"index": k, "text": t} for k, t in enumerate(texts)],
+            "usage": {"completion_tokens": min(10, limit) * len(texts)},
+        }
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -79,7 +91,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.server.trickle:
             for i in range(len(data)):
-                self.wfile.write(data[i:i + 1])
+                self.wfile.write(data[i : i + 1])
                 self.wfile.flush()
                 time.sleep(self.server.trickle)
         else:

@@ -68,11 +68,26 @@ from tests.doubles import trtllm_common as common
 VERSION = "0.13.0.dev2024082000"
 LINE = "0.12-0.13"
 
-CPP_ACCEPTED = frozenset({
-    "num_beams", "top_k", "top_p", "top_p_min", "top_p_reset_ids", "top_p_decay", "random_seed",
-    "temperature", "min_length", "beam_search_diversity_rate", "repetition_penalty",
-    "presence_penalty", "frequency_penalty", "length_penalty", "early_stopping",
-    "no_repeat_ngram_size"})
+CPP_ACCEPTED = frozenset(
+    {
+        "num_beams",
+        "top_k",
+        "top_p",
+        "top_p_min",
+        "top_p_reset_ids",
+        "top_p_decay",
+        "random_seed",
+        "temperature",
+        "min_length",
+        "beam_search_diversity_rate",
+        "repetition_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+        "length_penalty",
+        "early_stopping",
+        "no_repeat_ngram_size",
+    }
+)
 
 
 class ModelRunnerCpp(common.ExecutorRunner):
@@ -81,20 +96,38 @@ class ModelRunnerCpp(common.ExecutorRunner):
     ACCEPTED = CPP_ACCEPTED
 
     @classmethod
-    def from_dir(cls, engine_dir: str, *, lora_dir: str | None = None, rank: int = 0,
-                 max_batch_size: int | None = None, max_input_len: int | None = None,
-                 max_output_len: int | None = None, max_beam_width: int | None = None,
-                 max_attention_window_size: list[int] | None = None,
-                 sink_token_length: int | None = None,
-                 kv_cache_free_gpu_memory_fraction: float | None = None,
-                 medusa_choices: list[list[int]] | None = None, lookahead_config: list[int] | None = None,
-                 debug_mode: bool = False, lora_ckpt_source: str = "hf", gpu_weights_percent: float = 1,
-                 max_tokens_in_paged_kv_cache: int | None = None,
-                 kv_cache_enable_block_reuse: bool = False, enable_chunked_context: bool = False,
-                 is_enc_dec: bool = False, multi_block_mode: bool | None = None,
-                 enable_context_fmha_fp32_acc: bool | None = None) -> ModelRunnerCpp:
-        return cls.load(engine_dir, rank, max_batch_size, max_beam_width,
-                        kv_cache_enable_block_reuse=kv_cache_enable_block_reuse)
+    def from_dir(
+        cls,
+        engine_dir: str,
+        *,
+        lora_dir: str | None = None,
+        rank: int = 0,
+        max_batch_size: int | None = None,
+        max_input_len: int | None = None,
+        max_output_len: int | None = None,
+        max_beam_width: int | None = None,
+        max_attention_window_size: list[int] | None = None,
+        sink_token_length: int | None = None,
+        kv_cache_free_gpu_memory_fraction: float | None = None,
+        medusa_choices: list[list[int]] | None = None,
+        lookahead_config: list[int] | None = None,
+        debug_mode: bool = False,
+        lora_ckpt_source: str = "hf",
+        gpu_weights_percent: float = 1,
+        max_tokens_in_paged_kv_cache: int | None = None,
+        kv_cache_enable_block_reuse: bool = False,
+        enable_chunked_context: bool = False,
+        is_enc_dec: bool = False,
+        multi_block_mode: bool | None = None,
+        enable_context_fmha_fp32_acc: bool | None = None,
+    ) -> ModelRunnerCpp:
+        return cls.load(
+            engine_dir,
+            rank,
+            max_batch_size,
+            max_beam_width,
+            kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
+        )
 
     def width(self, beams: int) -> int:
         return self.max_beam_width
@@ -102,21 +135,44 @@ class ModelRunnerCpp(common.ExecutorRunner):
     def refusal(self, beams: int) -> str | None:
         if beams == self.max_beam_width:
             return None
-        return ("Encountered an error in forward function: [TensorRT-LLM][ERROR] Assertion failed: "
-                f"Request with beam width {beams} differs from the max beam width {self.max_beam_width}")
+        return (
+            "Encountered an error in forward function: [TensorRT-LLM][ERROR] Assertion failed: "
+            f"Request with beam width {beams} differs from the max beam width {self.max_beam_width}"
+        )
 
-    def generate(self, batch_input_ids: list[Any], *, encoder_input_ids: Any = None,
-                 sampling_config: Any = None, lora_uids: list | None = None, streaming: bool = False,
-                 stopping_criteria: Any = None, logits_processor: Any = None, max_new_tokens: int = 1,
-                 end_id: int | None = None, pad_id: int | None = None, bad_words_list: Any = None,
-                 stop_words_list: Any = None, return_dict: bool = False,
-                 output_sequence_lengths: bool = False, output_log_probs: bool = False,
-                 output_cum_log_probs: bool = False, prompt_table: Any = None,
-                 prompt_tasks: str | None = None, return_all_generated_tokens: bool = False,
-                 **kwargs: Any) -> Any:
-        return self.run(batch_input_ids, max_new_tokens=max_new_tokens, end_id=end_id, pad_id=pad_id,
-                        return_dict=return_dict, output_sequence_lengths=output_sequence_lengths,
-                        kwargs=kwargs)
+    def generate(
+        self,
+        batch_input_ids: list[Any],
+        *,
+        encoder_input_ids: Any = None,
+        sampling_config: Any = None,
+        lora_uids: list | None = None,
+        streaming: bool = False,
+        stopping_criteria: Any = None,
+        logits_processor: Any = None,
+        max_new_tokens: int = 1,
+        end_id: int | None = None,
+        pad_id: int | None = None,
+        bad_words_list: Any = None,
+        stop_words_list: Any = None,
+        return_dict: bool = False,
+        output_sequence_lengths: bool = False,
+        output_log_probs: bool = False,
+        output_cum_log_probs: bool = False,
+        prompt_table: Any = None,
+        prompt_tasks: str | None = None,
+        return_all_generated_tokens: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        return self.run(
+            batch_input_ids,
+            max_new_tokens=max_new_tokens,
+            end_id=end_id,
+            pad_id=pad_id,
+            return_dict=return_dict,
+            output_sequence_lengths=output_sequence_lengths,
+            kwargs=kwargs,
+        )
 
 
 class ModelRunner(common.SessionRunner):
@@ -125,18 +181,34 @@ class ModelRunner(common.SessionRunner):
     FIELDS = common.SAMPLING_CONFIG_FIELDS
 
     @classmethod
-    def from_dir(cls, engine_dir: str, max_output_len: int | None = None,
-                 lora_dir: list[str] | None = None, rank: int = 0, debug_mode: bool = False,
-                 lora_ckpt_source: str = "hf", medusa_choices: Any = None, stream: Any = None,
-                 gpu_weights_percent: float = 1,
-                 enable_context_fmha_fp32_acc: bool | None = None) -> ModelRunner:
+    def from_dir(
+        cls,
+        engine_dir: str,
+        max_output_len: int | None = None,
+        lora_dir: list[str] | None = None,
+        rank: int = 0,
+        debug_mode: bool = False,
+        lora_ckpt_source: str = "hf",
+        medusa_choices: Any = None,
+        stream: Any = None,
+        gpu_weights_percent: float = 1,
+        enable_context_fmha_fp32_acc: bool | None = None,
+    ) -> ModelRunner:
         return cls.load(engine_dir, rank)
 
-    def generate(self, batch_input_ids: list[Any], sampling_config: Any = None,
-                 prompt_table: Any = None, prompt_tasks: str | None = None,
-                 lora_uids: list | None = None, streaming: bool = False,
-                 stopping_criteria: Any = None, logits_processor: Any = None,
-                 medusa_choices: Any = None, **kwargs: Any) -> Any:
+    def generate(
+        self,
+        batch_input_ids: list[Any],
+        sampling_config: Any = None,
+        prompt_table: Any = None,
+        prompt_tasks: str | None = None,
+        lora_uids: list | None = None,
+        streaming: bool = False,
+        stopping_criteria: Any = None,
+        logits_processor: Any = None,
+        medusa_choices: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         return self.run(batch_input_ids, kwargs)
 
 
@@ -169,10 +241,19 @@ def mpi_rank() -> int:
 def install(monkeypatch: Any) -> common.Recorder:
     """Put this double into sys.modules as ``tensorrt_llm`` 0.13.0.dev2024082000."""
     doc = f"TEST DOUBLE of tensorrt_llm {VERSION} (tests/doubles/trtllm_0_12.py)"
-    runtime = common.module("tensorrt_llm.runtime", doc, ModelRunner=ModelRunner,
-                            ModelRunnerCpp=ModelRunnerCpp)
-    pkg = common.module("tensorrt_llm", doc, __version__=VERSION, __path__=[], runtime=runtime,
-                        LLM=LLM, SamplingParams=SamplingParams, mpi_rank=mpi_rank)
+    runtime = common.module(
+        "tensorrt_llm.runtime", doc, ModelRunner=ModelRunner, ModelRunnerCpp=ModelRunnerCpp
+    )
+    pkg = common.module(
+        "tensorrt_llm",
+        doc,
+        __version__=VERSION,
+        __path__=[],
+        runtime=runtime,
+        LLM=LLM,
+        SamplingParams=SamplingParams,
+        mpi_rank=mpi_rank,
+    )
     return common.install_modules(monkeypatch, {"tensorrt_llm": pkg, "tensorrt_llm.runtime": runtime})
 
 

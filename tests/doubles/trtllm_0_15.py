@@ -59,11 +59,27 @@ from tests.doubles import trtllm_common as common
 VERSION = "0.16.0"
 LINE = "0.15-0.16"
 
-CPP_ACCEPTED = frozenset({
-    "num_beams", "top_k", "top_p", "top_p_min", "top_p_reset_ids", "top_p_decay", "temperature",
-    "min_tokens", "beam_search_diversity_rate", "repetition_penalty", "presence_penalty",
-    "frequency_penalty", "length_penalty", "early_stopping", "no_repeat_ngram_size",
-    "random_seed", "num_return_sequences"})
+CPP_ACCEPTED = frozenset(
+    {
+        "num_beams",
+        "top_k",
+        "top_p",
+        "top_p_min",
+        "top_p_reset_ids",
+        "top_p_decay",
+        "temperature",
+        "min_tokens",
+        "beam_search_diversity_rate",
+        "repetition_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+        "length_penalty",
+        "early_stopping",
+        "no_repeat_ngram_size",
+        "random_seed",
+        "num_return_sequences",
+    }
+)
 
 
 class ModelRunnerCpp(common.ExecutorRunner):
@@ -72,40 +88,86 @@ class ModelRunnerCpp(common.ExecutorRunner):
     ACCEPTED = CPP_ACCEPTED
 
     @classmethod
-    def from_dir(cls, engine_dir: str, *, lora_dir: str | None = None, rank: int = 0,
-                 max_batch_size: int | None = None, max_input_len: int | None = None,
-                 max_output_len: int | None = None, max_beam_width: int | None = None,
-                 max_attention_window_size: list[int] | None = None,
-                 sink_token_length: int | None = None,
-                 kv_cache_free_gpu_memory_fraction: float | None = None,
-                 cross_kv_cache_fraction: float | None = None, medusa_choices: Any = None,
-                 eagle_choices: Any = None, eagle_posterior_threshold: float | None = None,
-                 lookahead_config: list[int] | None = None, debug_mode: bool = False,
-                 lora_ckpt_source: str = "hf", gpu_weights_percent: float = 1,
-                 max_tokens_in_paged_kv_cache: int | None = None,
-                 kv_cache_enable_block_reuse: bool = False, enable_chunked_context: bool = False,
-                 is_enc_dec: bool = False, multi_block_mode: bool = True,
-                 enable_context_fmha_fp32_acc: bool | None = None, cuda_graph_mode: bool | None = None,
-                 logits_processor_map: Any = None, device_ids: list[int] | None = None,
-                 is_orchestrator_mode: bool = False, use_runtime_defaults: bool = True) -> ModelRunnerCpp:
-        return cls.load(engine_dir, rank, max_batch_size, max_beam_width,
-                        kv_cache_enable_block_reuse=kv_cache_enable_block_reuse)
+    def from_dir(
+        cls,
+        engine_dir: str,
+        *,
+        lora_dir: str | None = None,
+        rank: int = 0,
+        max_batch_size: int | None = None,
+        max_input_len: int | None = None,
+        max_output_len: int | None = None,
+        max_beam_width: int | None = None,
+        max_attention_window_size: list[int] | None = None,
+        sink_token_length: int | None = None,
+        kv_cache_free_gpu_memory_fraction: float | None = None,
+        cross_kv_cache_fraction: float | None = None,
+        medusa_choices: Any = None,
+        eagle_choices: Any = None,
+        eagle_posterior_threshold: float | None = None,
+        lookahead_config: list[int] | None = None,
+        debug_mode: bool = False,
+        lora_ckpt_source: str = "hf",
+        gpu_weights_percent: float = 1,
+        max_tokens_in_paged_kv_cache: int | None = None,
+        kv_cache_enable_block_reuse: bool = False,
+        enable_chunked_context: bool = False,
+        is_enc_dec: bool = False,
+        multi_block_mode: bool = True,
+        enable_context_fmha_fp32_acc: bool | None = None,
+        cuda_graph_mode: bool | None = None,
+        logits_processor_map: Any = None,
+        device_ids: list[int] | None = None,
+        is_orchestrator_mode: bool = False,
+        use_runtime_defaults: bool = True,
+    ) -> ModelRunnerCpp:
+        return cls.load(
+            engine_dir,
+            rank,
+            max_batch_size,
+            max_beam_width,
+            kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
+        )
 
-    def generate(self, batch_input_ids: list[Any], *, position_ids: Any = None,
-                 encoder_input_ids: Any = None, encoder_input_features: Any = None,
-                 encoder_output_lengths: Any = None, cross_attention_masks: Any = None,
-                 sampling_config: Any = None, lora_uids: list | None = None,
-                 lookahead_config: list[int] | None = None, streaming: bool = False,
-                 stopping_criteria: Any = None, logits_processor_names: list[str] | None = None,
-                 max_new_tokens: int = 1, end_id: int | None = None, pad_id: int | None = None,
-                 bad_words_list: Any = None, stop_words_list: Any = None, return_dict: bool = False,
-                 output_sequence_lengths: bool = False, output_log_probs: bool = False,
-                 output_cum_log_probs: bool = False, prompt_table: Any = None,
-                 prompt_tasks: str | None = None, input_token_extra_ids: Any = None,
-                 return_all_generated_tokens: bool = False, **kwargs: Any) -> Any:
-        return self.run(batch_input_ids, max_new_tokens=max_new_tokens, end_id=end_id, pad_id=pad_id,
-                        return_dict=return_dict, output_sequence_lengths=output_sequence_lengths,
-                        kwargs=kwargs)
+    def generate(
+        self,
+        batch_input_ids: list[Any],
+        *,
+        position_ids: Any = None,
+        encoder_input_ids: Any = None,
+        encoder_input_features: Any = None,
+        encoder_output_lengths: Any = None,
+        cross_attention_masks: Any = None,
+        sampling_config: Any = None,
+        lora_uids: list | None = None,
+        lookahead_config: list[int] | None = None,
+        streaming: bool = False,
+        stopping_criteria: Any = None,
+        logits_processor_names: list[str] | None = None,
+        max_new_tokens: int = 1,
+        end_id: int | None = None,
+        pad_id: int | None = None,
+        bad_words_list: Any = None,
+        stop_words_list: Any = None,
+        return_dict: bool = False,
+        output_sequence_lengths: bool = False,
+        output_log_probs: bool = False,
+        output_cum_log_probs: bool = False,
+        prompt_table: Any = None,
+        prompt_tasks: str | None = None,
+        input_token_extra_ids: Any = None,
+        return_all_generated_tokens: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        return self.run(
+            batch_input_ids,
+            max_new_tokens=max_new_tokens,
+            end_id=end_id,
+            pad_id=pad_id,
+            return_dict=return_dict,
+            output_sequence_lengths=output_sequence_lengths,
+            kwargs=kwargs,
+        )
 
 
 class ModelRunner(common.SessionRunner):
@@ -114,18 +176,37 @@ class ModelRunner(common.SessionRunner):
     FIELDS = common.SAMPLING_CONFIG_FIELDS
 
     @classmethod
-    def from_dir(cls, engine_dir: str, *, max_output_len: int | None = None,
-                 lora_dir: list[str] | None = None, rank: int = 0, debug_mode: bool = False,
-                 lora_ckpt_source: str = "hf", medusa_choices: Any = None, stream: Any = None,
-                 gpu_weights_percent: float = 1, enable_context_fmha_fp32_acc: bool | None = None,
-                 multi_block_mode: bool | None = None) -> ModelRunner:
+    def from_dir(
+        cls,
+        engine_dir: str,
+        *,
+        max_output_len: int | None = None,
+        lora_dir: list[str] | None = None,
+        rank: int = 0,
+        debug_mode: bool = False,
+        lora_ckpt_source: str = "hf",
+        medusa_choices: Any = None,
+        stream: Any = None,
+        gpu_weights_percent: float = 1,
+        enable_context_fmha_fp32_acc: bool | None = None,
+        multi_block_mode: bool | None = None,
+    ) -> ModelRunner:
         return cls.load(engine_dir, rank)
 
-    def generate(self, batch_input_ids: list[Any], position_ids: Any = None,
-                 sampling_config: Any = None, prompt_table: Any = None, prompt_tasks: Any = None,
-                 lora_uids: list | None = None, streaming: bool = False,
-                 stopping_criteria: Any = None, logits_processor: Any = None,
-                 medusa_choices: Any = None, **kwargs: Any) -> Any:
+    def generate(
+        self,
+        batch_input_ids: list[Any],
+        position_ids: Any = None,
+        sampling_config: Any = None,
+        prompt_table: Any = None,
+        prompt_tasks: Any = None,
+        lora_uids: list | None = None,
+        streaming: bool = False,
+        stopping_criteria: Any = None,
+        logits_processor: Any = None,
+        medusa_choices: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         return self.run(batch_input_ids, kwargs)
 
 
@@ -154,9 +235,11 @@ class SamplingParams:
             self.pad_id = self.end_id
         hf_style = self.beam_width > 1 or self.num_return_sequences
         if hf_style and (self.n > 1 or self.best_of or self.use_beam_search):
-            raise ValueError("Got ambiguous parameters. Please specify either Hugging Face style "
-                             "parameters (beam_width or num_return_sequences) or OpenAI style "
-                             "parameters (n, best_of, or use_beam_search), but not both")
+            raise ValueError(
+                "Got ambiguous parameters. Please specify either Hugging Face style "
+                "parameters (beam_width or num_return_sequences) or OpenAI style "
+                "parameters (n, best_of, or use_beam_search), but not both"
+            )
         if hf_style:
             self.n, self.best_of = self.beam_width, self.num_return_sequences
             self.use_beam_search = self.beam_width > 1
@@ -165,14 +248,18 @@ class SamplingParams:
 
     def _validate(self) -> None:
         if self.best_of > 1 and self.best_of < self.n:
-            raise ValueError(f"In beam search, beam_width ({self.beam_width}) must be greater than or "
-                             f"equal to num_return_sequences ({self.num_return_sequences}).")
-        greedy = (not self.use_beam_search and self.top_k in (None, 1) and self.top_p in (None, 0.0))
+            raise ValueError(
+                f"In beam search, beam_width ({self.beam_width}) must be greater than or "
+                f"equal to num_return_sequences ({self.num_return_sequences})."
+            )
+        greedy = not self.use_beam_search and self.top_k in (None, 1) and self.top_p in (None, 0.0)
         if self.best_of > 1 and greedy and not os.environ.get("TLLM_ALLOW_N_GREEDY_DECODING"):
-            raise ValueError(f"Greedy decoding in the LLM API does not allow multiple returns. Please "
-                             f"set to best_of=1, got best_of={self.best_of}. Please set to best_of=1 or "
-                             "set an environment variable TLLM_ALLOW_N_GREEDY_DECODING=1 to allow "
-                             "best_of > 1 under the greedy decoding.")
+            raise ValueError(
+                f"Greedy decoding in the LLM API does not allow multiple returns. Please "
+                f"set to best_of=1, got best_of={self.best_of}. Please set to best_of=1 or "
+                "set an environment variable TLLM_ALLOW_N_GREEDY_DECODING=1 to allow "
+                "best_of > 1 under the greedy decoding."
+            )
 
     def executor_beam_width(self) -> int:
         """``_get_sampling_config``: beam_width = best_of with beam search, else 1."""
@@ -242,28 +329,60 @@ def _engine_build_config(model: str) -> BuildConfig | None:
 class LLM:
     """Double of tensorrt_llm.LLM 0.16 (TensorRT engines; checkpoints are built first)."""
 
-    def __init__(self, model: str, tokenizer: Any = None, tokenizer_mode: str = "auto",
-                 skip_tokenizer_init: bool = False, trust_remote_code: bool = False,
-                 tensor_parallel_size: int = 1, dtype: str = "auto", revision: str | None = None,
-                 tokenizer_revision: str | None = None, speculative_model: str | None = None,
-                 **kwargs: Any) -> None:
-        self.args = LlmArgs.from_kwargs(model=model, tokenizer=tokenizer, trust_remote_code=trust_remote_code,
-                                        tokenizer_mode=tokenizer_mode, dtype=dtype, **kwargs)
+    def __init__(
+        self,
+        model: str,
+        tokenizer: Any = None,
+        tokenizer_mode: str = "auto",
+        skip_tokenizer_init: bool = False,
+        trust_remote_code: bool = False,
+        tensor_parallel_size: int = 1,
+        dtype: str = "auto",
+        revision: str | None = None,
+        tokenizer_revision: str | None = None,
+        speculative_model: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.args = LlmArgs.from_kwargs(
+            model=model,
+            tokenizer=tokenizer,
+            trust_remote_code=trust_remote_code,
+            tokenizer_mode=tokenizer_mode,
+            dtype=dtype,
+            **kwargs,
+        )
         self.args.build_config = _engine_build_config(model) or self.args.build_config or BuildConfig()
         if self.args.build_config.max_seq_len is None:
             self.args.build_config.max_seq_len = 2048  # a checkpoint's build (default inferred)
         self.tokenizer = common.hf_tokenizer(str(tokenizer or model), trust_remote_code)
-        common.record_load("tensorrt_llm.LLM", model=model, tokenizer=tokenizer,
-                           trust_remote_code=trust_remote_code,
-                           block_reuse=block_reuse(self.args.kv_cache_config), **kwargs)
+        common.record_load(
+            "tensorrt_llm.LLM",
+            model=model,
+            tokenizer=tokenizer,
+            trust_remote_code=trust_remote_code,
+            block_reuse=block_reuse(self.args.kv_cache_config),
+            **kwargs,
+        )
         self._executor: Any = common.Executor(self.args.build_config.max_beam_width)
         self._next_id = 0
 
-    def generate(self, inputs: Any, sampling_params: Any = None, use_tqdm: bool = True,
-                 lora_request: Any = None, prompt_adapter_request: Any = None) -> Any:
+    def generate(
+        self,
+        inputs: Any,
+        sampling_params: Any = None,
+        use_tqdm: bool = True,
+        lora_request: Any = None,
+        prompt_adapter_request: Any = None,
+    ) -> Any:
         batch = inputs if isinstance(inputs, list) else [inputs]
-        common.RECORDER.calls.append({"runner": "LLM", "prompts": list(batch),
-                                      "sampling_params": sampling_params, "use_tqdm": use_tqdm})
+        common.RECORDER.calls.append(
+            {
+                "runner": "LLM",
+                "prompts": list(batch),
+                "sampling_params": sampling_params,
+                "use_tqdm": use_tqdm,
+            }
+        )
         outs = [self._one(prompt, sampling_params, i) for i, prompt in enumerate(batch)]
         return outs if isinstance(inputs, list) else outs[0]
 
@@ -274,21 +393,34 @@ class LLM:
             raise RuntimeError("the LLM's executor was shut down")
         self._check_arguments(len(self.tokenizer(prompt)["input_ids"]), sp)
         if sp.executor_beam_width() > self._executor.max_beam_width:
-            raise RuntimeError(f"TEST DOUBLE: request beam width {sp.executor_beam_width()} above the "
-                               f"executor's max_beam_width {self._executor.max_beam_width} (the C++ "
-                               "check's text is not modelled)")
+            raise RuntimeError(
+                f"TEST DOUBLE: request beam width {sp.executor_beam_width()} above the "
+                f"executor's max_beam_width {self._executor.max_beam_width} (the C++ "
+                "check's text is not modelled)"
+            )
         self._next_id += 1
-        return common.request_output(self.tokenizer, self._next_id, prompt, position, n=sp.n,
-                                     max_tokens=sp.max_tokens, end_id=sp.end_id)
+        return common.request_output(
+            self.tokenizer,
+            self._next_id,
+            prompt,
+            position,
+            n=sp.n,
+            max_tokens=sp.max_tokens,
+            end_id=sp.end_id,
+        )
 
     def _check_arguments(self, prompt_len: int, sp: SamplingParams) -> None:
         build = self.args.build_config
         if not self.args.enable_chunked_prefill and prompt_len + sp.max_tokens > build.max_seq_len:
-            raise ValueError(f"The sum of prompt length ({prompt_len}) and max_tokens ({sp.max_tokens}) "
-                             f"should not exceed max_seq_len ({build.max_seq_len})")
+            raise ValueError(
+                f"The sum of prompt length ({prompt_len}) and max_tokens ({sp.max_tokens}) "
+                f"should not exceed max_seq_len ({build.max_seq_len})"
+            )
         if sp.beam_width > build.max_beam_width:
-            raise ValueError(f"sampling_params's beam_width ({sp.beam_width}) should not exceed "
-                             f"max_beam_width ({build.max_beam_width})")
+            raise ValueError(
+                f"sampling_params's beam_width ({sp.beam_width}) should not exceed "
+                f"max_beam_width ({build.max_beam_width})"
+            )
 
     def _shutdown(self) -> None:
         if getattr(self, "_executor", None) is not None:
@@ -303,16 +435,39 @@ def mpi_rank() -> int:
 def install(monkeypatch: Any) -> common.Recorder:
     """Put this double into sys.modules as ``tensorrt_llm`` 0.16.0."""
     doc = f"TEST DOUBLE of tensorrt_llm {VERSION} (tests/doubles/trtllm_0_15.py)"
-    runtime = common.module("tensorrt_llm.runtime", doc, ModelRunner=ModelRunner,
-                            ModelRunnerCpp=ModelRunnerCpp)
-    llmapi = common.module("tensorrt_llm.llmapi", doc, __path__=[], LLM=LLM,
-                           SamplingParams=SamplingParams, KvCacheConfig=KvCacheConfig)
-    pkg = common.module("tensorrt_llm", doc, __version__=VERSION, __path__=[], runtime=runtime,
-                        LLM=LLM, LlmArgs=LlmArgs, SamplingParams=SamplingParams,
-                        BuildConfig=BuildConfig, mpi_rank=mpi_rank, llmapi=llmapi)
-    return common.install_modules(monkeypatch, {"tensorrt_llm": pkg, "tensorrt_llm.runtime": runtime,
-                                                "tensorrt_llm.llmapi": llmapi,
-                                                "tensorrt_llm._tensorrt_engine": None})
+    runtime = common.module(
+        "tensorrt_llm.runtime", doc, ModelRunner=ModelRunner, ModelRunnerCpp=ModelRunnerCpp
+    )
+    llmapi = common.module(
+        "tensorrt_llm.llmapi",
+        doc,
+        __path__=[],
+        LLM=LLM,
+        SamplingParams=SamplingParams,
+        KvCacheConfig=KvCacheConfig,
+    )
+    pkg = common.module(
+        "tensorrt_llm",
+        doc,
+        __version__=VERSION,
+        __path__=[],
+        runtime=runtime,
+        LLM=LLM,
+        LlmArgs=LlmArgs,
+        SamplingParams=SamplingParams,
+        BuildConfig=BuildConfig,
+        mpi_rank=mpi_rank,
+        llmapi=llmapi,
+    )
+    return common.install_modules(
+        monkeypatch,
+        {
+            "tensorrt_llm": pkg,
+            "tensorrt_llm.runtime": runtime,
+            "tensorrt_llm.llmapi": llmapi,
+            "tensorrt_llm._tensorrt_engine": None,
+        },
+    )
 
 
 def make_engine_dir(path: Path, **kwargs: Any) -> Path:

@@ -63,15 +63,46 @@ VERSION = "0.9.0"
 LINE = "0.9"
 
 # tensorrt_llm.runtime.SamplingConfig fields at v0.9.0 (generation.py)
-SAMPLING_FIELDS = frozenset({
-    "end_id", "pad_id", "max_new_tokens", "num_beams", "max_attention_window_size",
-    "sink_token_length", "output_sequence_lengths", "return_dict", "stop_words_list",
-    "bad_words_list", "temperature", "top_k", "top_p", "top_p_decay", "top_p_min",
-    "top_p_reset_ids", "length_penalty", "early_stopping", "repetition_penalty", "min_length",
-    "presence_penalty", "frequency_penalty", "use_beam_hyps", "beam_search_diversity_rate",
-    "random_seed", "output_cum_log_probs", "output_log_probs"})
-SAMPLING_DEFAULTS = {"end_id": None, "pad_id": None, "max_new_tokens": 20, "num_beams": 1,
-                     "top_k": 1, "output_sequence_lengths": False, "return_dict": False}
+SAMPLING_FIELDS = frozenset(
+    {
+        "end_id",
+        "pad_id",
+        "max_new_tokens",
+        "num_beams",
+        "max_attention_window_size",
+        "sink_token_length",
+        "output_sequence_lengths",
+        "return_dict",
+        "stop_words_list",
+        "bad_words_list",
+        "temperature",
+        "top_k",
+        "top_p",
+        "top_p_decay",
+        "top_p_min",
+        "top_p_reset_ids",
+        "length_penalty",
+        "early_stopping",
+        "repetition_penalty",
+        "min_length",
+        "presence_penalty",
+        "frequency_penalty",
+        "use_beam_hyps",
+        "beam_search_diversity_rate",
+        "random_seed",
+        "output_cum_log_probs",
+        "output_log_probs",
+    }
+)
+SAMPLING_DEFAULTS = {
+    "end_id": None,
+    "pad_id": None,
+    "max_new_tokens": 20,
+    "num_beams": 1,
+    "top_k": 1,
+    "output_sequence_lengths": False,
+    "return_dict": False,
+}
 
 
 def _config(engine_dir: str) -> dict[str, Any]:
@@ -82,10 +113,12 @@ def _cpp_limits(config: dict[str, Any]) -> tuple[Limits, str]:
     """GptJsonConfig::parseJson: limits and the engine file name for rank 0."""
     legacy = "version" not in config
     build = config["builder_config"] if legacy else config["build_config"]
-    limits = Limits(max_batch_size=build.get("max_batch_size", 0),
-                    max_input_len=build.get("max_input_len", 0),
-                    max_seq_len=build.get("max_input_len", 0) + build.get("max_output_len", 0),
-                    max_beam_width=build.get("max_beam_width", 0))
+    limits = Limits(
+        max_batch_size=build.get("max_batch_size", 0),
+        max_input_len=build.get("max_input_len", 0),
+        max_seq_len=build.get("max_input_len", 0) + build.get("max_output_len", 0),
+        max_beam_width=build.get("max_beam_width", 0),
+    )
     if not legacy:
         return limits, "rank0.engine"
     pp = build.get("pipeline_parallel", 1)
@@ -100,9 +133,12 @@ def _python_limits(config: dict[str, Any]) -> Limits:
         plugin["mamba_conv1d_plugin"], plugin["paged_state"]  # noqa: B018  KeyError on 0.5-0.8 configs
     else:
         build = config["build_config"]
-    return Limits(max_batch_size=build["max_batch_size"], max_input_len=build["max_input_len"],
-                  max_seq_len=build["max_input_len"] + build["max_output_len"],
-                  max_beam_width=build["max_beam_width"])
+    return Limits(
+        max_batch_size=build["max_batch_size"],
+        max_input_len=build["max_input_len"],
+        max_seq_len=build["max_input_len"] + build["max_output_len"],
+        max_beam_width=build["max_beam_width"],
+    )
 
 
 class SamplingConfig:
@@ -137,8 +173,9 @@ class _Runner:
     def decode(self, beams: int) -> None:
         common.first_call_decoder(self, beams)
 
-    def _generate(self, batch_input_ids: Any, sampling_config: Any, kwargs: dict[str, Any],
-                  seq_len: int | None) -> Any:
+    def _generate(
+        self, batch_input_ids: Any, sampling_config: Any, kwargs: dict[str, Any], seq_len: int | None
+    ) -> Any:
         sc = SamplingConfig(end_id=None, pad_id=None) if sampling_config is None else sampling_config
         sc.update(**kwargs)
         ids = common.token_lists(batch_input_ids)
@@ -146,21 +183,37 @@ class _Runner:
         common.check_inputs(self.limits, ids, sc.max_new_tokens, sc.num_beams)
         self.decode(sc.num_beams)
         width = max(len(x) for x in ids) + sc.max_new_tokens if seq_len is None else seq_len
-        return common.pack(ids, beams=sc.num_beams, width=sc.num_beams, seq_len=width, end_id=sc.end_id,
-                           max_new_tokens=sc.max_new_tokens, return_dict=sc.return_dict,
-                           output_sequence_lengths=sc.output_sequence_lengths)
+        return common.pack(
+            ids,
+            beams=sc.num_beams,
+            width=sc.num_beams,
+            seq_len=width,
+            end_id=sc.end_id,
+            max_new_tokens=sc.max_new_tokens,
+            return_dict=sc.return_dict,
+            output_sequence_lengths=sc.output_sequence_lengths,
+        )
 
 
 class ModelRunnerCpp(_Runner):
     """Double of tensorrt_llm.runtime.ModelRunnerCpp 0.9 (GptSession)."""
 
     @classmethod
-    def from_dir(cls, engine_dir: str, lora_dir: str | None = None, rank: int = 0,
-                 max_batch_size: int | None = None, max_input_len: int | None = None,
-                 max_output_len: int | None = None, max_beam_width: int | None = None,
-                 max_attention_window_size: int | None = None, sink_token_length: int | None = None,
-                 free_gpu_memory_fraction: float | None = None, debug_mode: bool = False,
-                 lora_ckpt_source: str = "hf") -> ModelRunnerCpp:
+    def from_dir(
+        cls,
+        engine_dir: str,
+        lora_dir: str | None = None,
+        rank: int = 0,
+        max_batch_size: int | None = None,
+        max_input_len: int | None = None,
+        max_output_len: int | None = None,
+        max_beam_width: int | None = None,
+        max_attention_window_size: int | None = None,
+        sink_token_length: int | None = None,
+        free_gpu_memory_fraction: float | None = None,
+        debug_mode: bool = False,
+        lora_ckpt_source: str = "hf",
+    ) -> ModelRunnerCpp:
         limits, engine_file = _cpp_limits(_config(engine_dir))
         if not (Path(engine_dir) / engine_file).is_file():
             raise RuntimeError(f"Failed to open engine file {Path(engine_dir) / engine_file}")
@@ -172,14 +225,21 @@ class ModelRunnerCpp(_Runner):
             limits.max_batch_size = max_batch_size
         runner = cls("ModelRunnerCpp", limits)
         runner.decoder_width = limits.max_beam_width  # fixed at load: gptSession.cpp l.297-301
-        common.record_load("ModelRunnerCpp", engine_dir=engine_dir, rank=rank,
-                           max_beam_width=max_beam_width)
+        common.record_load("ModelRunnerCpp", engine_dir=engine_dir, rank=rank, max_beam_width=max_beam_width)
         return runner
 
-    def generate(self, batch_input_ids: list[Any], sampling_config: Any = None,
-                 prompt_table_path: str | None = None, prompt_tasks: str | None = None,
-                 lora_uids: list | None = None, streaming: bool = False,
-                 stopping_criteria: Any = None, logits_processor: Any = None, **kwargs: Any) -> Any:
+    def generate(
+        self,
+        batch_input_ids: list[Any],
+        sampling_config: Any = None,
+        prompt_table_path: str | None = None,
+        prompt_tasks: str | None = None,
+        lora_uids: list | None = None,
+        streaming: bool = False,
+        stopping_criteria: Any = None,
+        logits_processor: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         return self._generate(batch_input_ids, sampling_config, kwargs, self.limits.max_seq_len)
 
 
@@ -187,27 +247,49 @@ class ModelRunner(_Runner):
     """Double of tensorrt_llm.runtime.ModelRunner 0.9 (the Python GenerationSession)."""
 
     @classmethod
-    def from_dir(cls, engine_dir: str, lora_dir: list[str] | None = None, rank: int = 0,
-                 debug_mode: bool = False, lora_ckpt_source: str = "hf",
-                 medusa_choices: Any = None, stream: Any = None) -> ModelRunner:
+    def from_dir(
+        cls,
+        engine_dir: str,
+        lora_dir: list[str] | None = None,
+        rank: int = 0,
+        debug_mode: bool = False,
+        lora_ckpt_source: str = "hf",
+        medusa_choices: Any = None,
+        stream: Any = None,
+    ) -> ModelRunner:
         runner = cls("ModelRunner", _python_limits(_config(engine_dir)))
         common.record_load("ModelRunner", engine_dir=engine_dir, rank=rank)
         return runner
 
-    def generate(self, batch_input_ids: list[Any], sampling_config: Any = None,
-                 prompt_table_path: str | None = None, prompt_tasks: str | None = None,
-                 lora_uids: list | None = None, streaming: bool = False,
-                 stopping_criteria: Any = None, logits_processor: Any = None,
-                 medusa_choices: Any = None, **kwargs: Any) -> Any:
+    def generate(
+        self,
+        batch_input_ids: list[Any],
+        sampling_config: Any = None,
+        prompt_table_path: str | None = None,
+        prompt_tasks: str | None = None,
+        lora_uids: list | None = None,
+        streaming: bool = False,
+        stopping_criteria: Any = None,
+        logits_processor: Any = None,
+        medusa_choices: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         return self._generate(batch_input_ids, sampling_config, kwargs, None)
 
 
 class LLM:
     """Double of the 0.9 hlapi ``LLM`` signature only (``config`` is a required ModelConfig)."""
 
-    def __init__(self, config: Any, *, tokenizer: Any = None, kv_cache_config: Any = None,
-                 streaming_llm: Any = False, async_engine_tmp_dir: str | None = None,
-                 **_additional_options: Any) -> None:
+    def __init__(
+        self,
+        config: Any,
+        *,
+        tokenizer: Any = None,
+        kv_cache_config: Any = None,
+        streaming_llm: Any = False,
+        async_engine_tmp_dir: str | None = None,
+        **_additional_options: Any,
+    ) -> None:
         raise NotImplementedError("TEST DOUBLE: the 0.9 hlapi LLM is not modelled beyond its signature")
 
 
@@ -218,10 +300,16 @@ def mpi_rank() -> int:
 def install(monkeypatch: Any) -> common.Recorder:
     """Put this double into sys.modules as ``tensorrt_llm`` 0.9.0; returns a fresh Recorder."""
     doc = "TEST DOUBLE of tensorrt_llm 0.9.0 (tests/doubles/trtllm_0_9.py)"
-    runtime = common.module("tensorrt_llm.runtime", doc, ModelRunner=ModelRunner,
-                            ModelRunnerCpp=ModelRunnerCpp, SamplingConfig=SamplingConfig)
-    pkg = common.module("tensorrt_llm", doc, __version__=VERSION, __path__=[], runtime=runtime,
-                        LLM=LLM, mpi_rank=mpi_rank)
+    runtime = common.module(
+        "tensorrt_llm.runtime",
+        doc,
+        ModelRunner=ModelRunner,
+        ModelRunnerCpp=ModelRunnerCpp,
+        SamplingConfig=SamplingConfig,
+    )
+    pkg = common.module(
+        "tensorrt_llm", doc, __version__=VERSION, __path__=[], runtime=runtime, LLM=LLM, mpi_rank=mpi_rank
+    )
     return common.install_modules(monkeypatch, {"tensorrt_llm": pkg, "tensorrt_llm.runtime": runtime})
 
 

@@ -95,15 +95,21 @@ class SamplingParams:
         if self.best_of < self.n:
             raise ValueError(f"best_of ({self.best_of}) cannot be less than n ({self.n})")
         if self.best_of > 1 and self._greedy_decoding and not os.environ.get("TLLM_ALLOW_N_GREEDY_DECODING"):
-            raise ValueError(f"Greedy decoding in the LLM API does not allow multiple returns. Please "
-                             f"set to best_of=1, got best_of={self.best_of}. Please set to best_of=1 or "
-                             "set an environment variable TLLM_ALLOW_N_GREEDY_DECODING=1 to allow "
-                             "best_of > 1 under the greedy decoding.")
+            raise ValueError(
+                f"Greedy decoding in the LLM API does not allow multiple returns. Please "
+                f"set to best_of=1, got best_of={self.best_of}. Please set to best_of=1 or "
+                "set an environment variable TLLM_ALLOW_N_GREEDY_DECODING=1 to allow "
+                "best_of > 1 under the greedy decoding."
+            )
 
     @property
     def _greedy_decoding(self) -> bool:
-        implied = ((self.temperature is None and self.top_p is None and self.top_k is None)
-                   or self.top_k == 1 or self.top_p == 0.0 or self.temperature == 0)
+        implied = (
+            (self.temperature is None and self.top_p is None and self.top_k is None)
+            or self.top_k == 1
+            or self.top_p == 0.0
+            or self.temperature == 0
+        )
         return not self.use_beam_search and implied
 
     def executor_beam_width(self) -> int:
@@ -159,22 +165,42 @@ class _BaseLLM:
     ARGS: type = TorchLlmArgs
     BACKEND = "pytorch"
 
-    def __init__(self, model: str, tokenizer: Any = None, tokenizer_mode: str = "auto",
-                 skip_tokenizer_init: bool = False, trust_remote_code: bool = False,
-                 tensor_parallel_size: int = 1, dtype: str = "auto", revision: str | None = None,
-                 tokenizer_revision: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: str,
+        tokenizer: Any = None,
+        tokenizer_mode: str = "auto",
+        skip_tokenizer_init: bool = False,
+        trust_remote_code: bool = False,
+        tensor_parallel_size: int = 1,
+        dtype: str = "auto",
+        revision: str | None = None,
+        tokenizer_revision: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         valid = {f.name for f in fields(self.ARGS)} | {"backend"}
         for key in kwargs:
             if key not in valid:
                 raise ValueError(f"{self.__class__.__name__} got invalid argument: {key}")
         kwargs.pop("backend", None)
-        self.args = self.ARGS(model=model, tokenizer=tokenizer, trust_remote_code=trust_remote_code,
-                              tokenizer_mode=tokenizer_mode, dtype=dtype, **kwargs)
+        self.args = self.ARGS(
+            model=model,
+            tokenizer=tokenizer,
+            trust_remote_code=trust_remote_code,
+            tokenizer_mode=tokenizer_mode,
+            dtype=dtype,
+            **kwargs,
+        )
         self._setup()
         self.tokenizer = common.hf_tokenizer(str(tokenizer or model), trust_remote_code)
-        common.record_load(f"{type(self).__module__}.{type(self).__qualname__}", model=model,
-                           tokenizer=tokenizer, trust_remote_code=trust_remote_code,
-                           block_reuse=block_reuse(self.args.kv_cache_config), **kwargs)
+        common.record_load(
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            model=model,
+            tokenizer=tokenizer,
+            trust_remote_code=trust_remote_code,
+            block_reuse=block_reuse(self.args.kv_cache_config),
+            **kwargs,
+        )
         self._executor: Any = common.Executor(self.args.max_beam_width)
         self._next_id = 0
 
@@ -182,13 +208,27 @@ class _BaseLLM:
         if self.args.max_beam_width is None:
             self.args.max_beam_width = 1
 
-    def generate(self, inputs: Any, sampling_params: Any = None, use_tqdm: bool = True,
-                 lora_request: Any = None, prompt_adapter_request: Any = None,
-                 kv_cache_retention_config: Any = None, disaggregated_params: Any = None,
-                 scheduling_params: Any = None, cache_salt: Any = None) -> Any:
+    def generate(
+        self,
+        inputs: Any,
+        sampling_params: Any = None,
+        use_tqdm: bool = True,
+        lora_request: Any = None,
+        prompt_adapter_request: Any = None,
+        kv_cache_retention_config: Any = None,
+        disaggregated_params: Any = None,
+        scheduling_params: Any = None,
+        cache_salt: Any = None,
+    ) -> Any:
         batch = inputs if isinstance(inputs, list) else [inputs]
-        common.RECORDER.calls.append({"runner": "LLM", "prompts": list(batch),
-                                      "sampling_params": sampling_params, "use_tqdm": use_tqdm})
+        common.RECORDER.calls.append(
+            {
+                "runner": "LLM",
+                "prompts": list(batch),
+                "sampling_params": sampling_params,
+                "use_tqdm": use_tqdm,
+            }
+        )
         outs = [self._one(prompt, sampling_params, i) for i, prompt in enumerate(batch)]
         return outs if isinstance(inputs, list) else outs[0]
 
@@ -200,16 +240,25 @@ class _BaseLLM:
         self._check_arguments(len(self.tokenizer(prompt)["input_ids"]), sp)
         self._verify_request(sp.executor_beam_width())
         self._next_id += 1
-        return common.request_output(self.tokenizer, self._next_id, prompt, position, n=sp.n,
-                                     max_tokens=sp.max_tokens, end_id=sp.end_id)
+        return common.request_output(
+            self.tokenizer,
+            self._next_id,
+            prompt,
+            position,
+            n=sp.n,
+            max_tokens=sp.max_tokens,
+            end_id=sp.end_id,
+        )
 
     def _check_arguments(self, prompt_len: int, sp: SamplingParams) -> None:
         return  # the PyTorch backend leaves the request checks to its executor
 
     def _verify_request(self, width: int) -> None:
         if width != self.args.max_beam_width:
-            raise RequestError(f"Request beam width {width} is not equal to max_beam_width "
-                               f"{self.args.max_beam_width}. This is not supported!")
+            raise RequestError(
+                f"Request beam width {width} is not equal to max_beam_width "
+                f"{self.args.max_beam_width}. This is not supported!"
+            )
 
     def shutdown(self) -> None:
         if getattr(self, "_executor", None) is not None:
@@ -225,9 +274,11 @@ class LLM(_BaseLLM):
         a = self.args
         cuda_graphs = getattr(a, "cuda_graph_config", None)  # a field of some releases only
         if a.max_beam_width > 1 and (not a.disable_overlap_scheduler or cuda_graphs is not None):
-            raise ValueError("TEST DOUBLE: beam search on the PyTorch backend needs "
-                             "disable_overlap_scheduler=True and cuda_graph_config=None "
-                             "(docs/source/1.0/features/sampling.md); the real failure is not recorded")
+            raise ValueError(
+                "TEST DOUBLE: beam search on the PyTorch backend needs "
+                "disable_overlap_scheduler=True and cuda_graph_config=None "
+                "(docs/source/1.0/features/sampling.md); the real failure is not recorded"
+            )
 
 
 class _TrtLLM(_BaseLLM):
@@ -240,18 +291,22 @@ class _TrtLLM(_BaseLLM):
         config = json.loads((Path(self.args.model) / "config.json").read_text())
         build = config.get("build_config") or {}
         self.args.build_config = line_0_15.BuildConfig(
-            **{k: v for k, v in build.items() if k in {f.name for f in fields(line_0_15.BuildConfig)}})
+            **{k: v for k, v in build.items() if k in {f.name for f in fields(line_0_15.BuildConfig)}}
+        )
         self.args.max_beam_width = self.args.build_config.max_beam_width
 
     def _check_arguments(self, prompt_len: int, sp: SamplingParams) -> None:
         limit, seq = self.args.build_config.max_beam_width, self.args.build_config.max_seq_len
         if not self.args.enable_chunked_prefill and prompt_len + (sp.max_tokens or 0) > seq:
-            raise ValueError(f"The sum of prompt length ({prompt_len}) and query length (0) max_tokens "
-                             f"({sp.max_tokens}) should not exceed max_seq_len ({seq})")
+            raise ValueError(
+                f"The sum of prompt length ({prompt_len}) and query length (0) max_tokens "
+                f"({sp.max_tokens}) should not exceed max_seq_len ({seq})"
+            )
         if sp.use_beam_search and sp.best_of > limit:
             which = f"n ({sp.n})" if sp.n == sp.best_of else f"best_of ({sp.best_of})"
-            raise ValueError(f"sampling_params.{which} cannot exceed max_beam_width ({limit}) when "
-                             "use_beam_search is True")
+            raise ValueError(
+                f"sampling_params.{which} cannot exceed max_beam_width ({limit}) when use_beam_search is True"
+            )
 
     def _verify_request(self, width: int) -> None:
         return  # the C++ executor of 1.x accepts a beam width up to its maximum
@@ -267,20 +322,45 @@ def mpi_rank() -> int:
 def install(monkeypatch: Any) -> common.Recorder:
     """Put this double into sys.modules as ``tensorrt_llm`` 1.0.0."""
     doc = f"TEST DOUBLE of tensorrt_llm {VERSION} (tests/doubles/trtllm_1_x.py)"
-    runtime = common.module("tensorrt_llm.runtime", doc, ModelRunner=ModelRunner,
-                            ModelRunnerCpp=ModelRunnerCpp)
+    runtime = common.module(
+        "tensorrt_llm.runtime", doc, ModelRunner=ModelRunner, ModelRunnerCpp=ModelRunnerCpp
+    )
     engine = common.module("tensorrt_llm._tensorrt_engine", doc, LLM=_TrtLLM)
     utils = common.module("tensorrt_llm.executor.utils", doc, RequestError=RequestError)
-    llmapi = common.module("tensorrt_llm.llmapi", doc, __path__=[], LLM=LLM,
-                           SamplingParams=SamplingParams, KvCacheConfig=KvCacheConfig)
+    llmapi = common.module(
+        "tensorrt_llm.llmapi",
+        doc,
+        __path__=[],
+        LLM=LLM,
+        SamplingParams=SamplingParams,
+        KvCacheConfig=KvCacheConfig,
+    )
     executor = common.module("tensorrt_llm.executor", doc, __path__=[], utils=utils)
-    pkg = common.module("tensorrt_llm", doc, __version__=VERSION, __path__=[], runtime=runtime,
-                        LLM=LLM, SamplingParams=SamplingParams, BuildConfig=line_0_15.BuildConfig,
-                        mpi_rank=mpi_rank, executor=executor, _tensorrt_engine=engine, llmapi=llmapi)
-    return common.install_modules(monkeypatch, {
-        "tensorrt_llm": pkg, "tensorrt_llm.runtime": runtime, "tensorrt_llm._tensorrt_engine": engine,
-        "tensorrt_llm.llmapi": llmapi,
-        "tensorrt_llm.executor": executor, "tensorrt_llm.executor.utils": utils})
+    pkg = common.module(
+        "tensorrt_llm",
+        doc,
+        __version__=VERSION,
+        __path__=[],
+        runtime=runtime,
+        LLM=LLM,
+        SamplingParams=SamplingParams,
+        BuildConfig=line_0_15.BuildConfig,
+        mpi_rank=mpi_rank,
+        executor=executor,
+        _tensorrt_engine=engine,
+        llmapi=llmapi,
+    )
+    return common.install_modules(
+        monkeypatch,
+        {
+            "tensorrt_llm": pkg,
+            "tensorrt_llm.runtime": runtime,
+            "tensorrt_llm._tensorrt_engine": engine,
+            "tensorrt_llm.llmapi": llmapi,
+            "tensorrt_llm.executor": executor,
+            "tensorrt_llm.executor.utils": utils,
+        },
+    )
 
 
 def make_engine_dir(path: Path, **kwargs: Any) -> Path:

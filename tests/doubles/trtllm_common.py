@@ -64,8 +64,10 @@ class Gpu:
         """``holder`` (with ``holds_gpu()``) takes the GPU; RuntimeError while another holds it."""
         live = [ref for ref in self._held if ref() is not None]
         if any(ref().holds_gpu() for ref in live):  # type: ignore[union-attr]
-            raise RuntimeError("[TensorRT-LLM][ERROR] CUDA runtime error in cudaMalloc: out of "
-                               "memory (TEST DOUBLE: another engine still holds this GPU)")
+            raise RuntimeError(
+                "[TensorRT-LLM][ERROR] CUDA runtime error in cudaMalloc: out of "
+                "memory (TEST DOUBLE: another engine still holds this GPU)"
+            )
         self._held = [*live, weakref.ref(holder)]
         self.loads += 1
 
@@ -78,8 +80,10 @@ def decoder_refusal(configured: int, beams: int) -> str | None:
     """The decoder's beam-width check (dynamicDecodeLayer.cpp, see the module docstring)."""
     if (configured == 1 and beams == 1) or (configured > 1 and 1 < beams <= configured):
         return None
-    return (f"[TensorRT-LLM][ERROR] Assertion failed: Decoder is configured with beam width "
-            f"{configured}, but {beams} was given")
+    return (
+        f"[TensorRT-LLM][ERROR] Assertion failed: Decoder is configured with beam width "
+        f"{configured}, but {beams} was given"
+    )
 
 
 @dataclass
@@ -110,6 +114,7 @@ def fresh_recorder() -> Recorder:
 
 # --- the double's "model" -------------------------------------------------------------------
 
+
 def continuation(prompt: list[int], beam: int, max_new_tokens: int, end_id: int) -> list[int]:
     """A prompt- and beam-dependent slice of the prompt's own ids (3 to 11 tokens, never end_id)."""
     source = [t for t in prompt if t != end_id] or [0]
@@ -117,8 +122,7 @@ def continuation(prompt: list[int], beam: int, max_new_tokens: int, end_id: int)
     return [source[(2 * beam + 1 + j) % len(source)] for j in range(length)]
 
 
-def generated(prompt: list[int], beam: int, max_new_tokens: int, end_id: int,
-              position: int) -> list[int]:
+def generated(prompt: list[int], beam: int, max_new_tokens: int, end_id: int, position: int) -> list[int]:
     """The tokens request ``position`` gets for ``beam``; -1 then garbage past ``corrupt_from``."""
     gen = continuation(prompt, beam, max_new_tokens, end_id)
     if RECORDER.corrupt_from is not None and position >= RECORDER.corrupt_from:
@@ -128,11 +132,13 @@ def generated(prompt: list[int], beam: int, max_new_tokens: int, end_id: int,
 
 # --- runner inputs and outputs ----------------------------------------------------------------
 
+
 def token_lists(batch_input_ids: Any) -> list[list[int]]:
     """``batch_input_ids`` as lists; TypeError unless a non-empty list of 1-D integer tensors."""
     if not isinstance(batch_input_ids, list) or not batch_input_ids:
-        raise TypeError(f"batch_input_ids must be a non-empty list of torch.Tensor, got "
-                        f"{type(batch_input_ids).__name__}")
+        raise TypeError(
+            f"batch_input_ids must be a non-empty list of torch.Tensor, got {type(batch_input_ids).__name__}"
+        )
     out = []
     for t in batch_input_ids:
         if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.numel() == 0:
@@ -156,22 +162,36 @@ class Limits:
 def check_inputs(limits: Limits, ids: list[list[int]], max_new_tokens: int, beams: int) -> None:
     """The runners' input checks, in their order and words (RuntimeError)."""
     if len(ids) > limits.max_batch_size:
-        raise RuntimeError(f"Input batch size ({len(ids)}) exceeds the engine or specified limit "
-                           f"({limits.max_batch_size})")
+        raise RuntimeError(
+            f"Input batch size ({len(ids)}) exceeds the engine or specified limit ({limits.max_batch_size})"
+        )
     longest = max(len(x) for x in ids)
     if longest > limits.max_input_len:
-        raise RuntimeError(f"Maximum input length ({longest}) exceeds the engine or specified limit "
-                           f"({limits.max_input_len})")
+        raise RuntimeError(
+            f"Maximum input length ({longest}) exceeds the engine or specified limit ({limits.max_input_len})"
+        )
     if longest + max_new_tokens > limits.max_seq_len:
-        raise RuntimeError(f"Maximum input length ({longest}) + maximum new tokens ({max_new_tokens}) "
-                           f"exceeds the engine or specified limit ({limits.max_seq_len})")
+        raise RuntimeError(
+            f"Maximum input length ({longest}) + maximum new tokens ({max_new_tokens}) "
+            f"exceeds the engine or specified limit ({limits.max_seq_len})"
+        )
     if beams > limits.max_beam_width:
-        raise RuntimeError(f"Num beams ({beams}) exceeds the engine or specified limit "
-                           f"({limits.max_beam_width})")
+        raise RuntimeError(
+            f"Num beams ({beams}) exceeds the engine or specified limit ({limits.max_beam_width})"
+        )
 
 
-def pack(ids: list[list[int]], *, beams: int, width: int, seq_len: int, end_id: int,
-         max_new_tokens: int, return_dict: bool, output_sequence_lengths: bool) -> Any:
+def pack(
+    ids: list[list[int]],
+    *,
+    beams: int,
+    width: int,
+    seq_len: int,
+    end_id: int,
+    max_new_tokens: int,
+    return_dict: bool,
+    output_sequence_lengths: bool,
+) -> Any:
     """``output_ids`` [batch, width, seq_len] and ``sequence_lengths`` [batch, width]; beams at
     and past ``beams`` stay empty (length 0), as in the lines whose width is the executor's."""
     output_ids = torch.full((len(ids), width, seq_len), end_id, dtype=torch.int32)
@@ -179,7 +199,7 @@ def pack(ids: list[list[int]], *, beams: int, width: int, seq_len: int, end_id: 
     for i, prompt in enumerate(ids):
         for k in range(beams):
             seq = prompt + generated(prompt, k, max_new_tokens, end_id, i)
-            output_ids[i, k, :len(seq)] = torch.tensor(seq, dtype=torch.int32)
+            output_ids[i, k, : len(seq)] = torch.tensor(seq, dtype=torch.int32)
             lengths[i, k] = len(seq)
     if not return_dict:
         return output_ids
@@ -208,6 +228,7 @@ def record_ignored(kwargs: dict[str, Any], accepted: frozenset[str]) -> None:
 
 # --- LLM API results (the same shape on 0.15/0.16 and 1.x) --------------------------------------
 
+
 @dataclass
 class CompletionOutput:
     index: int
@@ -224,15 +245,17 @@ class RequestOutput:
     finished: bool = True
 
 
-def request_output(tokenizer: Any, request_id: int, prompt: str, position: int, *, n: int,
-                   max_tokens: int, end_id: int) -> RequestOutput:
+def request_output(
+    tokenizer: Any, request_id: int, prompt: str, position: int, *, n: int, max_tokens: int, end_id: int
+) -> RequestOutput:
     """One finished request with ``n`` outputs, text decoded by the LLM's tokenizer."""
     ids = tokenizer(prompt)["input_ids"]
     outputs = []
     for k in range(n):
         gen = [t for t in generated(ids, k, max_tokens, end_id, position) if t >= 0]
-        outputs.append(CompletionOutput(index=k, text=tokenizer.decode(gen, skip_special_tokens=True),
-                                        token_ids=gen))
+        outputs.append(
+            CompletionOutput(index=k, text=tokenizer.decode(gen, skip_special_tokens=True), token_ids=gen)
+        )
     return RequestOutput(request_id=request_id, prompt=prompt, prompt_token_ids=ids, outputs=outputs)
 
 
@@ -244,6 +267,7 @@ def hf_tokenizer(folder: str, trust_remote_code: bool) -> Any:
 
 # --- packages in sys.modules ------------------------------------------------------------------
 
+
 def module(name: str, doc: str, **attrs: Any) -> types.ModuleType:
     mod = types.ModuleType(name)
     mod.__doc__ = doc
@@ -254,7 +278,9 @@ def module(name: str, doc: str, **attrs: Any) -> types.ModuleType:
 
 def install_modules(monkeypatch: Any, modules: dict[str, types.ModuleType | None]) -> Recorder:
     """Put ``modules`` into sys.modules (None marks a module the line does not have)."""
-    for prefix in [name for name in sys.modules if name == "tensorrt_llm" or name.startswith("tensorrt_llm.")]:
+    for prefix in [
+        name for name in sys.modules if name == "tensorrt_llm" or name.startswith("tensorrt_llm.")
+    ]:
         if prefix not in modules:
             monkeypatch.setitem(sys.modules, prefix, None)
     for name, mod in modules.items():
@@ -264,14 +290,21 @@ def install_modules(monkeypatch: Any, modules: dict[str, types.ModuleType | None
 
 # --- engine folders for the tests ---------------------------------------------------------------
 
+
 def _tokenizer_files(path: Path) -> None:
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (path / name).write_bytes((BUNDLED_MODEL / name).read_bytes())
 
 
-def make_engine_dir(path: Path, *, version: str = "0.13.0", max_beam_width: int = 1,
-                    max_batch_size: int = 256, with_tokenizer: bool = False,
-                    sample: str = "unified_0.13_llama2.json") -> Path:
+def make_engine_dir(
+    path: Path,
+    *,
+    version: str = "0.13.0",
+    max_beam_width: int = 1,
+    max_batch_size: int = 256,
+    with_tokenizer: bool = False,
+    sample: str = "unified_0.13_llama2.json",
+) -> Path:
     """A unified engine directory: a real config.json (version and limits set), a stand-in
     ``rank0.engine`` and, optionally, the bundled model's tokenizer files."""
     path.mkdir(parents=True, exist_ok=True)
@@ -285,8 +318,9 @@ def make_engine_dir(path: Path, *, version: str = "0.13.0", max_beam_width: int 
     return path
 
 
-def make_legacy_engine_dir(path: Path, *, max_beam_width: int | None = 1, max_batch_size: int = 16,
-                           with_tokenizer: bool = False) -> Path:
+def make_legacy_engine_dir(
+    path: Path, *, max_beam_width: int | None = 1, max_batch_size: int = 16, with_tokenizer: bool = False
+) -> Path:
     """A legacy (0.5-0.8 ``build.py``) engine directory: a real 0.7 config.json and the engine
     file named ``{name}_{precision}_tp{tp}_rank0.engine`` as those builders wrote it."""
     path.mkdir(parents=True, exist_ok=True)
@@ -306,6 +340,7 @@ def make_legacy_engine_dir(path: Path, *, max_beam_width: int | None = 1, max_ba
 
 
 # --- runners that several lines implement the same way ------------------------------------------
+
 
 class Executor:
     """Stand-in for ``tensorrt_llm.bindings.executor.Executor`` (``ModelRunnerCpp.session`` from
@@ -350,13 +385,23 @@ class ExecutorRunner:
         return executor
 
     @classmethod
-    def load(cls, engine_dir: str, rank: int, max_batch_size: int | None,
-             max_beam_width: int | None, **recorded: Any) -> ExecutorRunner:
+    def load(
+        cls,
+        engine_dir: str,
+        rank: int,
+        max_batch_size: int | None,
+        max_beam_width: int | None,
+        **recorded: Any,
+    ) -> ExecutorRunner:
         if not isinstance(engine_dir, str):
             raise TypeError(f"engine_dir must be a str, got {type(engine_dir).__name__}")
         build = unified_build_config(engine_dir)
-        limits = Limits(max_batch_size=build["max_batch_size"], max_input_len=build["max_input_len"],
-                        max_seq_len=build["max_seq_len"], max_beam_width=build["max_beam_width"])
+        limits = Limits(
+            max_batch_size=build["max_batch_size"],
+            max_input_len=build["max_input_len"],
+            max_seq_len=build["max_seq_len"],
+            max_beam_width=build["max_beam_width"],
+        )
         if max_batch_size is not None:
             assert max_batch_size <= limits.max_batch_size
             limits.max_batch_size = max_batch_size
@@ -364,8 +409,7 @@ class ExecutorRunner:
             assert max_beam_width <= limits.max_beam_width
             limits.max_beam_width = max_beam_width
         runner = cls(limits)
-        record_load(cls.NAME, engine_dir=engine_dir, rank=rank, max_beam_width=max_beam_width,
-                    **recorded)
+        record_load(cls.NAME, engine_dir=engine_dir, rank=rank, max_beam_width=max_beam_width, **recorded)
         return runner
 
     def width(self, beams: int) -> int:
@@ -375,36 +419,85 @@ class ExecutorRunner:
         """The executor's error for a request of ``beams`` beams, if it refuses it."""
         return None
 
-    def run(self, batch_input_ids: Any, *, max_new_tokens: int, end_id: Any, pad_id: Any,
-            return_dict: bool, output_sequence_lengths: bool, kwargs: dict[str, Any]) -> Any:
+    def run(
+        self,
+        batch_input_ids: Any,
+        *,
+        max_new_tokens: int,
+        end_id: Any,
+        pad_id: Any,
+        return_dict: bool,
+        output_sequence_lengths: bool,
+        kwargs: dict[str, Any],
+    ) -> Any:
         if not self.executor_.alive:
             raise RuntimeError("the executor was shut down")
         if not self.executor_.can_enqueue_requests():
             return []
         record_ignored(kwargs, self.ACCEPTED)
         ids = token_lists(batch_input_ids)
-        RECORDER.calls.append({"runner": self.NAME, "ids": ids, "max_new_tokens": max_new_tokens,
-                               "end_id": end_id, "pad_id": pad_id, **kwargs})
+        RECORDER.calls.append(
+            {
+                "runner": self.NAME,
+                "ids": ids,
+                "max_new_tokens": max_new_tokens,
+                "end_id": end_id,
+                "pad_id": pad_id,
+                **kwargs,
+            }
+        )
         beams = kwargs.get("num_beams", 1)
         check_inputs(self.limits, ids, max_new_tokens, beams)
         error = self.refusal(beams)
         if error is not None:
             raise RuntimeError(error)
-        return pack(ids, beams=beams, width=self.width(beams), seq_len=self.limits.max_seq_len,
-                    end_id=end_id, max_new_tokens=max_new_tokens, return_dict=return_dict,
-                    output_sequence_lengths=output_sequence_lengths)
+        return pack(
+            ids,
+            beams=beams,
+            width=self.width(beams),
+            seq_len=self.limits.max_seq_len,
+            end_id=end_id,
+            max_new_tokens=max_new_tokens,
+            return_dict=return_dict,
+            output_sequence_lengths=output_sequence_lengths,
+        )
 
 
 # tensorrt_llm.runtime.SamplingConfig fields (generation.py @0.13.0.dev2024082000: 0.9's plus
 # no_repeat_ngram_size); ModelRunner.generate(**kwargs) sets these and drops the rest. Not
 # stored at the 0.15/0.16/1.x release commits: assumed unchanged there.
-SAMPLING_CONFIG_FIELDS = frozenset({
-    "end_id", "pad_id", "max_new_tokens", "num_beams", "max_attention_window_size",
-    "sink_token_length", "output_sequence_lengths", "return_dict", "stop_words_list",
-    "bad_words_list", "temperature", "top_k", "top_p", "top_p_decay", "top_p_min",
-    "top_p_reset_ids", "length_penalty", "early_stopping", "repetition_penalty", "min_length",
-    "presence_penalty", "frequency_penalty", "use_beam_hyps", "beam_search_diversity_rate",
-    "random_seed", "output_cum_log_probs", "output_log_probs", "no_repeat_ngram_size"})
+SAMPLING_CONFIG_FIELDS = frozenset(
+    {
+        "end_id",
+        "pad_id",
+        "max_new_tokens",
+        "num_beams",
+        "max_attention_window_size",
+        "sink_token_length",
+        "output_sequence_lengths",
+        "return_dict",
+        "stop_words_list",
+        "bad_words_list",
+        "temperature",
+        "top_k",
+        "top_p",
+        "top_p_decay",
+        "top_p_min",
+        "top_p_reset_ids",
+        "length_penalty",
+        "early_stopping",
+        "repetition_penalty",
+        "min_length",
+        "presence_penalty",
+        "frequency_penalty",
+        "use_beam_hyps",
+        "beam_search_diversity_rate",
+        "random_seed",
+        "output_cum_log_probs",
+        "output_log_probs",
+        "no_repeat_ngram_size",
+    }
+)
 
 
 def first_call_decoder(runner: Any, beams: int) -> None:
@@ -438,20 +531,38 @@ class SessionRunner:
         if not isinstance(engine_dir, str):
             raise TypeError(f"engine_dir must be a str, got {type(engine_dir).__name__}")
         build = unified_build_config(engine_dir)
-        runner = cls(Limits(max_batch_size=build["max_batch_size"], max_input_len=build["max_input_len"],
-                            max_seq_len=build["max_seq_len"], max_beam_width=build["max_beam_width"]))
+        runner = cls(
+            Limits(
+                max_batch_size=build["max_batch_size"],
+                max_input_len=build["max_input_len"],
+                max_seq_len=build["max_seq_len"],
+                max_beam_width=build["max_beam_width"],
+            )
+        )
         record_load("ModelRunner", engine_dir=engine_dir, rank=rank)
         return runner
 
     def run(self, batch_input_ids: Any, kwargs: dict[str, Any]) -> Any:
         record_ignored(kwargs, self.FIELDS)
-        values = {"max_new_tokens": 20, "num_beams": 1, "end_id": None, "return_dict": False,
-                  "output_sequence_lengths": False, **{k: v for k, v in kwargs.items() if k in self.FIELDS}}
+        values = {
+            "max_new_tokens": 20,
+            "num_beams": 1,
+            "end_id": None,
+            "return_dict": False,
+            "output_sequence_lengths": False,
+            **{k: v for k, v in kwargs.items() if k in self.FIELDS},
+        }
         ids = token_lists(batch_input_ids)
         RECORDER.calls.append({"runner": "ModelRunner", "ids": ids, **kwargs})
         check_inputs(self.limits, ids, values["max_new_tokens"], values["num_beams"])
         first_call_decoder(self, values["num_beams"])
-        return pack(ids, beams=values["num_beams"], width=values["num_beams"],
-                    seq_len=max(len(x) for x in ids) + values["max_new_tokens"], end_id=values["end_id"],
-                    max_new_tokens=values["max_new_tokens"], return_dict=values["return_dict"],
-                    output_sequence_lengths=values["output_sequence_lengths"])
+        return pack(
+            ids,
+            beams=values["num_beams"],
+            width=values["num_beams"],
+            seq_len=max(len(x) for x in ids) + values["max_new_tokens"],
+            end_id=values["end_id"],
+            max_new_tokens=values["max_new_tokens"],
+            return_dict=values["return_dict"],
+            output_sequence_lengths=values["output_sequence_lengths"],
+        )

@@ -43,8 +43,9 @@ class Echo:
 class Hangs(Echo):
     """The first call of one cell takes ``seconds`` (or until ``release`` is set)."""
 
-    def __init__(self, path: str | None = None, *, cell: str | None = None,
-                 seconds: float | None = None) -> None:
+    def __init__(
+        self, path: str | None = None, *, cell: str | None = None, seconds: float | None = None
+    ) -> None:
         super().__init__(path)
         spec = cell or os.environ.get("FAULT_HANG_CELL", "2x1")
         self.cell = tuple(int(x) for x in spec.split("x"))
@@ -94,8 +95,10 @@ class WrongCount(Echo):
 
 RAISES = {
     # what CUDA-backed engines raise, by kind (the texts of torch and TensorRT-LLM)
-    "oom": lambda: MemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.11 GiB "
-                               "total capacity; 77.02 GiB already allocated)"),
+    "oom": lambda: MemoryError(
+        "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.11 GiB "
+        "total capacity; 77.02 GiB already allocated)"
+    ),
     "cuda": lambda: RuntimeError("CUDA error: an illegal memory access was encountered"),
     "refusal": lambda: RuntimeError("Num beams (2) exceeds the engine or specified limit (1)"),
     "value": lambda: ValueError("max_new_tokens must be positive"),
@@ -150,8 +153,10 @@ class OptionsEcho(Echo):
 
         tok = self.options.tokenizer
         mark = (Path(tok) / "vocab.txt").read_text().strip() if tok else ""
-        return [Generation(text=f"{echo(p, settings.beam_width)} end{self.options.end_id} {mark}")
-                for p in prompts]
+        return [
+            Generation(text=f"{echo(p, settings.beam_width)} end{self.options.end_id} {mark}")
+            for p in prompts
+        ]
 
 
 class Runaway(Echo):

@@ -19,8 +19,11 @@ from harness.engines.ranks import current
 class RecordingEngine(EmulatorEngine):
     def generate(self, prompts, settings):
         rank = current().rank
-        line = {"rank": rank, "beam_width": settings.beam_width,
-                "prompts": [hashlib.sha256(p.encode()).hexdigest()[:16] for p in prompts]}
+        line = {
+            "rank": rank,
+            "beam_width": settings.beam_width,
+            "prompts": [hashlib.sha256(p.encode()).hexdigest()[:16] for p in prompts],
+        }
         with open(f"{os.environ['RANK_ENGINE_LOG']}.rank{rank}", "a", encoding="utf-8") as log:
             log.write(json.dumps(line) + "\n")
         return super().generate(prompts, settings)

@@ -19,15 +19,32 @@ HERE = Path(__file__).resolve().parent
 
 def _run(tmp_path: Path, engine: str, dataset: Path, capsys) -> tuple[int, str, str]:
     capsys.readouterr()
-    code = main(["run", "--engine", engine, "--dataset", str(dataset), "--batch-sizes", "1,2",
-                 "--beam-widths", "1", "--report-dir", str(tmp_path / "reports"),
-                 "--goldens-dir", str(tmp_path / "goldens"), "--cache-dir", str(tmp_path / "cache")])
+    code = main(
+        [
+            "run",
+            "--engine",
+            engine,
+            "--dataset",
+            str(dataset),
+            "--batch-sizes",
+            "1,2",
+            "--beam-widths",
+            "1",
+            "--report-dir",
+            str(tmp_path / "reports"),
+            "--goldens-dir",
+            str(tmp_path / "goldens"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ]
+    )
     out = capsys.readouterr()
     return code, out.out, out.err
 
 
-def test_close_raising_after_a_complete_run_keeps_the_report(tmp_path: Path, small_dataset: Path,
-                                                             monkeypatch, capsys):
+def test_close_raising_after_a_complete_run_keeps_the_report(
+    tmp_path: Path, small_dataset: Path, monkeypatch, capsys
+):
     monkeypatch.syspath_prepend(str(HERE))
     code, out, err = _run(tmp_path, "fault_engines:CloseRaises", small_dataset, capsys)
     assert code == 0, out + err
@@ -39,13 +56,17 @@ def test_close_raising_after_a_complete_run_keeps_the_report(tmp_path: Path, sma
     assert "Traceback" not in out + err
 
 
-@pytest.mark.parametrize("engine, words", [
-    ("fault_engines:CountRaises", "count_tokens raised ValueError: tokenizer.json: unknown normalizer"),
-    ("fault_engines:CountsWrong", "count_tokens returned int for 16 prompts"),
-    ("raises_on_import:Engine", "importing 'raises_on_import' raised RuntimeError: CUDA driver"),
-])
-def test_other_backend_calls_are_one_line(tmp_path: Path, small_dataset: Path, monkeypatch, capsys,
-                                         engine: str, words: str):
+@pytest.mark.parametrize(
+    "engine, words",
+    [
+        ("fault_engines:CountRaises", "count_tokens raised ValueError: tokenizer.json: unknown normalizer"),
+        ("fault_engines:CountsWrong", "count_tokens returned int for 16 prompts"),
+        ("raises_on_import:Engine", "importing 'raises_on_import' raised RuntimeError: CUDA driver"),
+    ],
+)
+def test_other_backend_calls_are_one_line(
+    tmp_path: Path, small_dataset: Path, monkeypatch, capsys, engine: str, words: str
+):
     monkeypatch.syspath_prepend(str(HERE))
     code, out, err = _run(tmp_path, engine, small_dataset, capsys)
     assert code == 2, out + err

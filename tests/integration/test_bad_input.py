@@ -25,20 +25,25 @@ def _bad_engine(tmp_path: Path, content: str | None) -> Path:
     return d
 
 
-@pytest.mark.parametrize("make_args, words", [
-    (lambda t: ["--batch-sizes", "0"], "--batch-sizes '0': 0 must be at least 1"),
-    (lambda t: ["--beam-widths", "2,x"], "'x' is not an integer"),
-    (lambda t: ["--beam-widths", "2,2"], "given twice"),
-    (lambda t: ["--max-new-tokens", "-1"], "--max-new-tokens"),
-    (lambda t: ["--engine", str(t / "nope")], "no such engine directory"),
-    (lambda t: ["--engine", str(_bad_engine(t, None))], "config.json: missing"),
-    (lambda t: ["--engine", str(_bad_engine(t, "{oops"))], "invalid JSON at line 1"),
-    (lambda t: ["--backend", "emulater", "--engine", str(t)], "did you mean 'emulator'"),
-    (lambda t: ["--engine", "toy_engine:ToyEngine", "--dataset", str(t / "none.jsonl")],
-     "no such file"),
-    (lambda t: ["--engine", "toy_engine:ToyEngine", "--batch-sizes", "128"], "needs at least 128 prompts"),
-    (lambda t: ["--engine", "toy_engine:ToyEngine", "--prompt-template", "Summarize"], "{text}"),
-])
+@pytest.mark.parametrize(
+    "make_args, words",
+    [
+        (lambda t: ["--batch-sizes", "0"], "--batch-sizes '0': 0 must be at least 1"),
+        (lambda t: ["--beam-widths", "2,x"], "'x' is not an integer"),
+        (lambda t: ["--beam-widths", "2,2"], "given twice"),
+        (lambda t: ["--max-new-tokens", "-1"], "--max-new-tokens"),
+        (lambda t: ["--engine", str(t / "nope")], "no such engine directory"),
+        (lambda t: ["--engine", str(_bad_engine(t, None))], "config.json: missing"),
+        (lambda t: ["--engine", str(_bad_engine(t, "{oops"))], "invalid JSON at line 1"),
+        (lambda t: ["--backend", "emulater", "--engine", str(t)], "did you mean 'emulator'"),
+        (lambda t: ["--engine", "toy_engine:ToyEngine", "--dataset", str(t / "none.jsonl")], "no such file"),
+        (
+            lambda t: ["--engine", "toy_engine:ToyEngine", "--batch-sizes", "128"],
+            "needs at least 128 prompts",
+        ),
+        (lambda t: ["--engine", "toy_engine:ToyEngine", "--prompt-template", "Summarize"], "{text}"),
+    ],
+)
 def test_usage_errors(tmp_path: Path, suites, make_args, words):
     proc = suites(*make_args(tmp_path), "--report-dir", str(tmp_path / "r"), path=[HERE])
     out = proc.stdout + proc.stderr
@@ -49,8 +54,16 @@ def test_usage_errors(tmp_path: Path, suites, make_args, words):
 
 def test_a_usage_error_in_a_real_process(tmp_path: Path):
     """The same through `python -m pytest suites/` in a subprocess: exit status 4, one line."""
-    proc = run_suites("--engine", "toy_engine:ToyEngine", "--prompt-template", "Summarize",
-                      "--report-dir", str(tmp_path / "r"), cwd=tmp_path, env=TOY)
+    proc = run_suites(
+        "--engine",
+        "toy_engine:ToyEngine",
+        "--prompt-template",
+        "Summarize",
+        "--report-dir",
+        str(tmp_path / "r"),
+        cwd=tmp_path,
+        env=TOY,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4, out
     assert "{text}" in out and "Traceback" not in out
@@ -59,8 +72,17 @@ def test_a_usage_error_in_a_real_process(tmp_path: Path):
 def test_missing_dataset_field(tmp_path: Path, suites):
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"article": "a b c", "summary": "x"}) + "\n")
-    proc = suites("--engine", "toy_engine:ToyEngine", "--dataset", str(data), "--batch-sizes", "1",
-                  "--report-dir", str(tmp_path / "r"), path=[HERE])
+    proc = suites(
+        "--engine",
+        "toy_engine:ToyEngine",
+        "--dataset",
+        str(data),
+        "--batch-sizes",
+        "1",
+        "--report-dir",
+        str(tmp_path / "r"),
+        path=[HERE],
+    )
     assert proc.returncode == 4
     assert "no field 'text'" in proc.stdout + proc.stderr and "--text-field" in proc.stdout + proc.stderr
 
@@ -75,10 +97,22 @@ def test_engine_fault_fails_only_its_cell(tmp_path: Path, small_dataset: Path, s
         "    def generate(self, prompts, settings):\n"
         "        if settings.beam_width == 2 and len(prompts) == 4:\n"
         "            raise RuntimeError('Num beams (2) exceeds the engine or specified limit (1)')\n"
-        "        return [Generation(text=p.split()[0]) for p in prompts]\n")
-    proc = suites("--engine", "faulty_engine:Faulty", "--dataset", str(small_dataset),
-                  "--batch-sizes", "1,4", "--beam-widths", "1,2", "--report-dir", str(tmp_path / "r"),
-                  "-v", path=[tmp_path])
+        "        return [Generation(text=p.split()[0]) for p in prompts]\n"
+    )
+    proc = suites(
+        "--engine",
+        "faulty_engine:Faulty",
+        "--dataset",
+        str(small_dataset),
+        "--batch-sizes",
+        "1,4",
+        "--beam-widths",
+        "1,2",
+        "--report-dir",
+        str(tmp_path / "r"),
+        "-v",
+        path=[tmp_path],
+    )
     assert proc.returncode == 1
     assert "test_batch_positions[bs4-beam2] FAILED" in proc.stdout
     assert "test_batch_positions[bs4-beam1] PASSED" in proc.stdout

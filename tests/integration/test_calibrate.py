@@ -12,9 +12,18 @@ from harness.verdict.statistics import min_detectable_drop
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("calibrate")
-    settings = Settings(trials=20, seed=5, prompts=12, pool=16, rounds=1, max_new_tokens=12,
-                        jobs=1, cache_dir=root / "cache", work_dir=root / "engines",
-                        only=("healthy", "full-batch"))
+    settings = Settings(
+        trials=20,
+        seed=5,
+        prompts=12,
+        pool=16,
+        rounds=1,
+        max_new_tokens=12,
+        jobs=1,
+        cache_dir=root / "cache",
+        work_dir=root / "engines",
+        only=("healthy", "full-batch"),
+    )
     return settings, run_calibration(settings, say=lambda line: None)
 
 
@@ -25,16 +34,16 @@ def test_rates_and_table(tiny):
     assert by["full-batch"].flagged == 20 and by["full-batch"].exact == 20
     assert by["full-batch"].named == 20
     lines, ok = table(outcomes, settings, Targets())
-    assert ok and lines[-1].startswith("calibrate: false alarms 0.0% healthy; worst detection "
-                                       "100.0% (full-batch)")
+    assert ok and lines[-1].startswith(
+        "calibrate: false alarms 0.0% healthy; worst detection 100.0% (full-batch)"
+    )
     assert "12 prompts drawn from a pool of 16" in "\n".join(lines)
 
 
 def test_same_seed_same_results_and_a_missed_target_is_reported(tiny):
     settings, outcomes = tiny
     again = run_calibration(settings, say=lambda line: None)  # generations from the cache
-    assert [(o.flagged, o.exact, o.named) for o in again] == \
-        [(o.flagged, o.exact, o.named) for o in outcomes]
+    assert [(o.flagged, o.exact, o.named) for o in again] == [(o.flagged, o.exact, o.named) for o in outcomes]
     lines, ok = table(outcomes, settings, Targets(exact=1.01))
     assert not ok and lines[-1].endswith("TARGETS MISSED") and "MISSED" in lines[2]
 
@@ -51,10 +60,12 @@ def test_minimum_detectable_drop_matches_the_documented_table():
     from harness.tools.calibrate import default_family
 
     assert default_family() == 135
-    assert min_detectable_drop(64, 0.1, tolerance=0.02, alpha=0.01, tests=135) == \
-        pytest.approx(0.081, abs=5e-4)
-    assert min_detectable_drop(512, 0.3, tolerance=0.02, alpha=0.01, tests=135) == \
-        pytest.approx(0.082, abs=5e-4)
+    assert min_detectable_drop(64, 0.1, tolerance=0.02, alpha=0.01, tests=135) == pytest.approx(
+        0.081, abs=5e-4
+    )
+    assert min_detectable_drop(512, 0.3, tolerance=0.02, alpha=0.01, tests=135) == pytest.approx(
+        0.082, abs=5e-4
+    )
 
 
 @pytest.mark.slow  # a sweep's every batch size over 40 prompts
@@ -63,9 +74,18 @@ def test_a_sweep_model_reports_its_boundary(tmp_path):
     per size) find the first failing size, 3, and the damaged positions per size."""
     from harness.tools.calibrate import sweep_family
 
-    settings = Settings(trials=10, seed=5, prompts=40, pool=40, rounds=1, max_new_tokens=16,
-                        jobs=1, cache_dir=tmp_path / "cache", work_dir=tmp_path / "engines",
-                        only=("graph-ladder",))
+    settings = Settings(
+        trials=10,
+        seed=5,
+        prompts=40,
+        pool=40,
+        rounds=1,
+        max_new_tokens=16,
+        jobs=1,
+        cache_dir=tmp_path / "cache",
+        work_dir=tmp_path / "engines",
+        only=("graph-ladder",),
+    )
     [o] = run_calibration(settings, say=lambda line: None)
     assert sweep_family(o.model) == 3 * 35 + 7  # sizes 2..8 at beam width 1
     assert o.model.boundary(1) == 3

@@ -20,18 +20,31 @@ from harness.pipeline import run
 
 def _numbers(report_dir: Path) -> dict:
     report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
-    return {"verdict": report["verdict"], "cells": report["cells"], "method": report["method"],
-            "baseline": report["baseline"], "dataset_hash": report["dataset"]["hash"]}
+    return {
+        "verdict": report["verdict"],
+        "cells": report["cells"],
+        "method": report["method"],
+        "baseline": report["baseline"],
+        "dataset_hash": report["dataset"]["hash"],
+    }
 
 
 def test_same_seed_same_numbers(tmp_path: Path, small_dataset: Path):
-    engine = build_engine(tmp_path / "drift", BuildLimits(max_batch_size=4, max_beam_width=2),
-                          drift=Drift(rate=0.6))
+    engine = build_engine(
+        tmp_path / "drift", BuildLimits(max_batch_size=4, max_beam_width=2), drift=Drift(rate=0.6)
+    )
 
     def once(name: str, seed: int) -> dict:
-        config = RunConfig(engine=str(engine), dataset=str(small_dataset),
-                           batch_sizes=(1, 4), beam_widths=(1, 2), max_new_tokens=16, seed=seed,
-                           no_cache=True, report_dir=tmp_path / name)
+        config = RunConfig(
+            engine=str(engine),
+            dataset=str(small_dataset),
+            batch_sizes=(1, 4),
+            beam_widths=(1, 2),
+            max_new_tokens=16,
+            seed=seed,
+            no_cache=True,
+            report_dir=tmp_path / name,
+        )
         return _numbers(run(config).report_dir)
 
     first, second = once("a", 7), once("b", 7)

@@ -50,10 +50,26 @@ def _run_args(tmp: Path, dataset: Path, *extra: str) -> list[str]:
     echo = tmp / "echo-engine"
     echo.mkdir(exist_ok=True)
     (echo / "weights.bin").write_text("echo")  # a folder, so the generation cache is on
-    return ["run", "--engine", str(echo), "--backend", "fault_engines:Echo", "--dataset",
-            str(dataset), "--batch-sizes", "1,2,4", "--beam-widths", "1", "--report-dir",
-            str(tmp / "reports"), "--cache-dir", str(tmp / "cache"), "--goldens-dir",
-            str(tmp / "goldens"), *extra]
+    return [
+        "run",
+        "--engine",
+        str(echo),
+        "--backend",
+        "fault_engines:Echo",
+        "--dataset",
+        str(dataset),
+        "--batch-sizes",
+        "1,2,4",
+        "--beam-widths",
+        "1",
+        "--report-dir",
+        str(tmp / "reports"),
+        "--cache-dir",
+        str(tmp / "cache"),
+        "--goldens-dir",
+        str(tmp / "goldens"),
+        *extra,
+    ]
 
 
 def _one_line(err: str) -> str:
@@ -63,8 +79,7 @@ def _one_line(err: str) -> str:
     return lines[0]
 
 
-def test_full_disk_while_generations_stream(tmp_path: Path, small_dataset: Path, monkeypatch,
-                                            capsys):
+def test_full_disk_while_generations_stream(tmp_path: Path, small_dataset: Path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(HERE))
     real_open = open
     one_cell = len((small_dataset).read_bytes()) // 4  # room for about one cell's rows
@@ -92,8 +107,9 @@ def test_full_disk_while_generations_stream(tmp_path: Path, small_dataset: Path,
     assert cache["generations_from_cache"] >= 16
 
 
-def test_full_disk_while_goldens_are_written_keeps_the_report(tmp_path: Path, small_dataset: Path,
-                                                             monkeypatch, capsys):
+def test_full_disk_while_goldens_are_written_keeps_the_report(
+    tmp_path: Path, small_dataset: Path, monkeypatch, capsys
+):
     monkeypatch.syspath_prepend(str(HERE))
     code, out, err = _cli(capsys, *_run_args(tmp_path, small_dataset, "--update-goldens"))
     assert code == 0, out + err
@@ -102,8 +118,7 @@ def test_full_disk_while_goldens_are_written_keeps_the_report(tmp_path: Path, sm
     from harness.storage import goldens
 
     monkeypatch.setattr(goldens, "durable_temp", _no_space)
-    code, out, err = _cli(capsys, *_run_args(tmp_path, small_dataset, "--update-goldens",
-                                             "--no-cache"))
+    code, out, err = _cli(capsys, *_run_args(tmp_path, small_dataset, "--update-goldens", "--no-cache"))
     line = _one_line(err)
     assert code == 2
     assert f"--goldens-dir {tmp_path / 'goldens'}: cannot write (No space left on device)" in line
@@ -111,8 +126,9 @@ def test_full_disk_while_goldens_are_written_keeps_the_report(tmp_path: Path, sm
     assert len(list((tmp_path / "reports").glob("*/report.json"))) == 2  # this run's is there
     after = {p: p.read_bytes() for p in (tmp_path / "goldens").rglob("*.json")}
     assert after == before  # the old goldens, byte for byte
-    assert not [p for p in (tmp_path / "goldens").rglob(".*") if p.is_file()
-                and p.name != ".lock"]  # no temporary file left behind
+    assert not [
+        p for p in (tmp_path / "goldens").rglob(".*") if p.is_file() and p.name != ".lock"
+    ]  # no temporary file left behind
 
 
 @pytest.fixture
@@ -134,8 +150,7 @@ def test_full_disk_under_compare_html(one_report: Path, tmp_path: Path, monkeypa
 
 
 def test_compare_html_pointing_at_a_folder(one_report: Path, tmp_path: Path, capsys):
-    code, out, err = _cli(capsys, "compare", str(one_report), str(one_report), "--html",
-                          str(tmp_path))
+    code, out, err = _cli(capsys, "compare", str(one_report), str(one_report), "--html", str(tmp_path))
     assert code == 2 and f"--html {tmp_path}: is a folder; give a file name" in _one_line(err)
 
 

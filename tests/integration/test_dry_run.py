@@ -20,21 +20,40 @@ def _no_tensorrt_llm() -> None:
 
 
 def test_a_dry_run_on_a_tensorrt_llm_engine_prints_plan_limits_and_estimate(
-        tmp_path: Path, small_dataset: Path, capsys: pytest.CaptureFixture[str]):
+    tmp_path: Path, small_dataset: Path, capsys: pytest.CaptureFixture[str]
+):
     _no_tensorrt_llm()
-    engine = make_engine_dir(tmp_path / "engine", max_beam_width=1, max_batch_size=8,
-                             with_tokenizer=True)
-    code = cli.main(["run", "--dry-run", "--engine", str(engine), "--dataset", str(small_dataset),
-                     "--batch-sizes", "1,4", "--beam-widths", "1,2", "--max-new-tokens", "32",
-                     "--throughput", "2.5", "--report-dir", str(tmp_path / "r")])
+    engine = make_engine_dir(tmp_path / "engine", max_beam_width=1, max_batch_size=8, with_tokenizer=True)
+    code = cli.main(
+        [
+            "run",
+            "--dry-run",
+            "--engine",
+            str(engine),
+            "--dataset",
+            str(small_dataset),
+            "--batch-sizes",
+            "1,4",
+            "--beam-widths",
+            "1,2",
+            "--max-new-tokens",
+            "32",
+            "--throughput",
+            "2.5",
+            "--report-dir",
+            str(tmp_path / "r"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1  # beam 2 exceeds max_beam_width 1
     lines = out.splitlines()
     # 16 prompts: bs1 16 + bs4 64, at both beam widths
     assert lines[0].startswith("plan: 160 sequences in 64 batches over 4 cells under test")
     assert lines[1] == "cells: bs1-beam1, bs4-beam1, bs1-beam2, bs4-beam2"
-    assert lines[2] == ("tokens: at most 5,120 generated (32 per sequence), 7,680 counting every "
-                        "beam; 2,048 decode steps (64 batches x 32)")
+    assert lines[2] == (
+        "tokens: at most 5,120 generated (32 per sequence), 7,680 counting every "
+        "beam; 2,048 decode steps (64 batches x 32)"
+    )
     assert "build limits (unified config.json, TensorRT-LLM 0.13.0; prompt lengths: tokenizer " in out
     assert "2 exceeded" in out and "  bs4-beam2: num_beams 2 exceeds the engine's max_beam_width 1" in out
     assert lines[-1] == "estimate: about 1 min 04 s of generation at --throughput 2.5 sequences/s"
@@ -47,8 +66,16 @@ def test_the_estimate_can_come_from_a_previous_run(tmp_path: Path, small_dataset
     from harness.stages.plan_only import estimate_line
     from tests.integration.toy_engine import ToyEngine
 
-    previous = run(RunConfig(dataset=str(small_dataset), batch_sizes=(1, 4), beam_widths=(1,),
-                             no_cache=True, report_dir=tmp_path / "runs"), engine=ToyEngine(None))
+    previous = run(
+        RunConfig(
+            dataset=str(small_dataset),
+            batch_sizes=(1, 4),
+            beam_widths=(1,),
+            no_cache=True,
+            report_dir=tmp_path / "runs",
+        ),
+        engine=ToyEngine(None),
+    )
     folder = previous.report_dir
     rate = previous.plan.sequences() / round(previous.timing.engine_generate_s, 4)
     line = estimate_line(RunConfig(throughput=str(folder)), 1000)
@@ -63,12 +90,26 @@ def test_the_estimate_can_come_from_a_previous_run(tmp_path: Path, small_dataset
 
 
 def test_preflight_suite_checks_a_tensorrt_llm_engine_without_tensorrt_llm(
-        tmp_path: Path, small_dataset: Path, suites):
+    tmp_path: Path, small_dataset: Path, suites
+):
     _no_tensorrt_llm()
     engine = make_engine_dir(tmp_path / "engine", max_beam_width=1, max_batch_size=8)
-    proc = suites("--engine", str(engine), "--tokenizer", str(BUNDLED_MODEL), "--dataset",
-                  str(small_dataset), "--batch-sizes", "4,8", "--beam-widths", "1,4", "-v",
-                  "--report-dir", str(tmp_path / "r"), suite=SUITES / "test_preflight.py")
+    proc = suites(
+        "--engine",
+        str(engine),
+        "--tokenizer",
+        str(BUNDLED_MODEL),
+        "--dataset",
+        str(small_dataset),
+        "--batch-sizes",
+        "4,8",
+        "--beam-widths",
+        "1,4",
+        "-v",
+        "--report-dir",
+        str(tmp_path / "r"),
+        suite=SUITES / "test_preflight.py",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert "test_engine_limits[bs8-beam1] PASSED" in out
@@ -78,13 +119,23 @@ def test_preflight_suite_checks_a_tensorrt_llm_engine_without_tensorrt_llm(
     assert not (tmp_path / "r").exists()
 
 
-def test_collect_only_prints_the_plan_without_loading_the_engine(
-        tmp_path: Path, small_dataset: Path, suites):
+def test_collect_only_prints_the_plan_without_loading_the_engine(tmp_path: Path, small_dataset: Path, suites):
     _no_tensorrt_llm()
-    engine = make_engine_dir(tmp_path / "engine", max_beam_width=4, max_batch_size=8,
-                             with_tokenizer=True)
-    proc = suites("--collect-only", "-q", "--engine", str(engine), "--dataset", str(small_dataset),
-                  "--batch-sizes", "1,8", "--beam-widths", "4", "--throughput", "10")
+    engine = make_engine_dir(tmp_path / "engine", max_beam_width=4, max_batch_size=8, with_tokenizer=True)
+    proc = suites(
+        "--collect-only",
+        "-q",
+        "--engine",
+        str(engine),
+        "--dataset",
+        str(small_dataset),
+        "--batch-sizes",
+        "1,8",
+        "--beam-widths",
+        "4",
+        "--throughput",
+        "10",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "plan: 144 sequences in 32 batches over 2 cells under test" in out

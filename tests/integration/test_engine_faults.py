@@ -25,9 +25,15 @@ HERE = Path(__file__).resolve().parent
 
 
 def _config(tmp_path: Path, dataset: Path, **extra) -> RunConfig:
-    return RunConfig(dataset=str(dataset), batch_sizes=(1, 2, 4), beam_widths=(1,),
-                     report_dir=tmp_path / "reports", goldens_dir=tmp_path / "goldens",
-                     cache_dir=tmp_path / "cache", **extra)
+    return RunConfig(
+        dataset=str(dataset),
+        batch_sizes=(1, 2, 4),
+        beam_widths=(1,),
+        report_dir=tmp_path / "reports",
+        goldens_dir=tmp_path / "goldens",
+        cache_dir=tmp_path / "cache",
+        **extra,
+    )
 
 
 def _cells(result) -> dict[str, object]:  # type: ignore[no-untyped-def]
@@ -42,14 +48,19 @@ def test_a_slow_batch_fails_its_cell_and_the_engine_recovers(tmp_path: Path, sma
     result = run(_config(tmp_path, small_dataset, batch_timeout=1.0), engine=engine)
     cells = _cells(result)
     assert cells["bs2-beam1"].verdict == "error"
-    assert "BatchTimeout: generate did not return within --batch-timeout 1s (batch of 2 at beam " \
-           "width 1)" in cells["bs2-beam1"].error
+    assert (
+        "BatchTimeout: generate did not return within --batch-timeout 1s (batch of 2 at beam "
+        "width 1)" in cells["bs2-beam1"].error
+    )
     assert cells["bs1-beam1"].verdict == "pass" and cells["bs4-beam1"].verdict == "pass"
     assert engine.finished_hung_call.is_set()  # bs4 started only after the late call ended
     assert time.perf_counter() - t0 < 30
     report = json.loads((result.report_dir / "report.json").read_text())
     assert {c["id"]: c["verdict"] for c in report["cells"]} == {
-        "bs1-beam1": "pass", "bs2-beam1": "error", "bs4-beam1": "pass"}
+        "bs1-beam1": "pass",
+        "bs2-beam1": "error",
+        "bs4-beam1": "pass",
+    }
     assert report["options"]["batch_timeout"] == 1.0
 
 
@@ -64,8 +75,10 @@ def test_a_hung_engine_costs_two_timeouts_and_the_report_is_written(tmp_path: Pa
     cells = _cells(result)
     assert cells["bs1-beam1"].verdict == "pass"
     assert "--batch-timeout 0.5s" in cells["bs2-beam1"].error
-    assert "not sent: the engine is still busy with the batch of 2 at beam width 1 that passed " \
-           "--batch-timeout 0.5s" in cells["bs4-beam1"].error
+    assert (
+        "not sent: the engine is still busy with the batch of 2 at beam width 1 that passed "
+        "--batch-timeout 0.5s" in cells["bs4-beam1"].error
+    )
     assert result.verdict == "fail" and (result.report_dir / "report.json").is_file()
 
 
@@ -73,10 +86,23 @@ def test_a_hung_engine_costs_two_timeouts_and_the_report_is_written(tmp_path: Pa
 def test_batch_timeout_through_pytest_and_the_process_exits(tmp_path: Path, small_dataset: Path):
     """The hung call sleeps 600 s; the pytest run still ends in seconds and fails that cell."""
     t0 = time.perf_counter()
-    proc = run_suites("--engine", "fault_engines:Hangs", "--dataset", str(small_dataset),
-                      "--batch-sizes", "1,2", "--beam-widths", "1", "--batch-timeout", "1",
-                      "--report-dir", str(tmp_path / "r"), "-v", cwd=tmp_path,
-                      env={"PYTHONPATH": str(HERE), "FAULT_HANG_CELL": "2x1"})
+    proc = run_suites(
+        "--engine",
+        "fault_engines:Hangs",
+        "--dataset",
+        str(small_dataset),
+        "--batch-sizes",
+        "1,2",
+        "--beam-widths",
+        "1",
+        "--batch-timeout",
+        "1",
+        "--report-dir",
+        str(tmp_path / "r"),
+        "-v",
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(HERE), "FAULT_HANG_CELL": "2x1"},
+    )
     out = proc.stdout + proc.stderr
     assert time.perf_counter() - t0 < 120
     assert proc.returncode == 1, out
@@ -88,15 +114,25 @@ def test_batch_timeout_through_pytest_and_the_process_exits(tmp_path: Path, smal
 
 @pytest.mark.parametrize("kind", sorted(RAISES))
 def test_a_raising_generate_fails_its_cell_through_both_entry_points(
-        kind: str, tmp_path: Path, small_dataset: Path, monkeypatch, capsys, suites):
+    kind: str, tmp_path: Path, small_dataset: Path, monkeypatch, capsys, suites
+):
     """Out of memory, a CUDA error, a refusal, any exception: that cell is an error with the
     message, the other cells run and pass, the report is written; exit 1, no traceback."""
     monkeypatch.syspath_prepend(str(HERE))
     monkeypatch.setenv("FAULT_RAISE", kind)
     monkeypatch.setenv("FAULT_RAISE_CELL", "4x2")
     message = str(RAISES[kind]())
-    args = ["--engine", "fault_engines:Raises", "--dataset", str(small_dataset), "--batch-sizes", "1,4",
-            "--beam-widths", "1,2", "--no-cache"]
+    args = [
+        "--engine",
+        "fault_engines:Raises",
+        "--dataset",
+        str(small_dataset),
+        "--batch-sizes",
+        "1,4",
+        "--beam-widths",
+        "1,2",
+        "--no-cache",
+    ]
 
     capsys.readouterr()
     code = main(["run", *args, "--report-dir", str(tmp_path / "cli")])
@@ -119,8 +155,13 @@ def test_a_raising_generate_fails_its_cell_through_both_entry_points(
 
 
 def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path):
-    config = RunConfig(dataset=str(small_dataset), batch_sizes=(1, 8), beam_widths=(1,),
-                       report_dir=tmp_path / "reports", no_cache=True)
+    config = RunConfig(
+        dataset=str(small_dataset),
+        batch_sizes=(1, 8),
+        beam_widths=(1,),
+        report_dir=tmp_path / "reports",
+        no_cache=True,
+    )
     result = run(config, engine=OddOutputs())
     cells = _cells(result)
     assert all(c.error is None for c in result.cells), [c.error for c in result.cells]
@@ -130,7 +171,9 @@ def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path)
     assert bs8.positions[3].agreement > 0  # the plain string is scored as text
     assert cells["bs8-beam1"].verdict == "fail" and cells["bs1-beam1"].verdict == "pass"
     folder = result.report_dir
-    rows = [json.loads(line) for line in (folder / "generations.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = [
+        json.loads(line) for line in (folder / "generations.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     by_position = {(r["position"], r["id"]): r["output"] for r in rows if r["cell"] == "bs8-beam1"}
     doc = rows[0]["id"]
     assert by_position[(0, doc)] == by_position[(1, doc)] == by_position[(2, doc)] == ""
@@ -141,26 +184,38 @@ def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path)
 
 
 def test_wrong_number_of_outputs_fails_the_cell_with_a_message(tmp_path: Path, small_dataset: Path):
-    config = RunConfig(dataset=str(small_dataset), batch_sizes=(1, 2), beam_widths=(1, 2),
-                       report_dir=tmp_path / "reports", no_cache=True)
+    config = RunConfig(
+        dataset=str(small_dataset),
+        batch_sizes=(1, 2),
+        beam_widths=(1, 2),
+        report_dir=tmp_path / "reports",
+        no_cache=True,
+    )
     cells = _cells(run(config, engine=WrongCount()))
-    assert "the engine returned 1 outputs for a batch of 2; generate returns one Generation per " \
-           "prompt" in cells["bs2-beam1"].error
+    assert (
+        "the engine returned 1 outputs for a batch of 2; generate returns one Generation per "
+        "prompt" in cells["bs2-beam1"].error
+    )
     assert "the engine returned NoneType outputs for a batch of 2" in cells["bs2-beam2"].error
     assert cells["bs1-beam1"].verdict == "pass" and cells["bs1-beam2"].verdict == "pass"
 
 
-@pytest.mark.parametrize("ids, text", [
-    ([2, 2, 2, 2], ""),  # all end/pad ids: nothing generated
-    ([5, 10_000_000, -1, 6], None),  # ids outside the vocabulary are dropped, the rest decoded
-])
+@pytest.mark.parametrize(
+    "ids, text",
+    [
+        ([2, 2, 2, 2], ""),  # all end/pad ids: nothing generated
+        ([5, 10_000_000, -1, 6], None),  # ids outside the vocabulary are dropped, the rest decoded
+    ],
+)
 def test_trtllm_outputs_of_padding_or_outside_the_vocabulary(tmp_path: Path, monkeypatch, ids, text):
     from harness.config import EngineOptions
     from harness.engines.trtllm import TrtllmEngine, cut_generations
     from tests.doubles import trtllm_1_x as double
 
     double.install(monkeypatch)
-    engine = TrtllmEngine(double.make_engine_dir(tmp_path / "e", with_tokenizer=True), options=EngineOptions())
+    engine = TrtllmEngine(
+        double.make_engine_dir(tmp_path / "e", with_tokenizer=True), options=EngineOptions()
+    )
     end = engine.tokens.end_id
     row = [7, 8] + [end if t == 2 else t for t in ids]
     cut = cut_generations([[row]], [[len(row)]], [2], 1, end)
@@ -173,11 +228,33 @@ def test_trtllm_outputs_of_padding_or_outside_the_vocabulary(tmp_path: Path, mon
 def test_hung_call_does_not_keep_the_cli_alive(tmp_path: Path, small_dataset: Path):
     """`python -m harness run` returns once the report is written, abandoned call or not."""
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "harness", "run", "--engine", "fault_engines:Hangs",
-                           "--dataset", str(small_dataset), "--batch-sizes", "1,2", "--beam-widths", "1",
-                           "--batch-timeout", "0.5", "--report-dir", str(tmp_path / "r")],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**__import__("os").environ, "PYTHONPATH": f"{HERE}:{REPO}"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--engine",
+            "fault_engines:Hangs",
+            "--dataset",
+            str(small_dataset),
+            "--batch-sizes",
+            "1,2",
+            "--beam-widths",
+            "1",
+            "--batch-timeout",
+            "0.5",
+            "--report-dir",
+            str(tmp_path / "r"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "PYTHONPATH": f"{HERE}:{REPO}"},
+    )
     assert proc.returncode == 1, proc.stderr
-    assert "bs2-beam1  ERROR  BatchTimeout: generate did not return within --batch-timeout 0.5s" in proc.stdout
+    assert (
+        "bs2-beam1  ERROR  BatchTimeout: generate did not return within --batch-timeout 0.5s" in proc.stdout
+    )
     assert time.perf_counter() - t0 < 60

@@ -29,19 +29,29 @@ CASES = [
 
 
 @pytest.mark.slow  # every fault model generates
-@pytest.mark.parametrize("fault, limits, sizes, widths, damaged, signature", CASES,
-                         ids=[c[0].split(":")[0] for c in CASES])
-def test_each_fault_fails_exactly_where_it_damages(tmp_path, small_dataset, fault, limits, sizes,
-                                                   widths, damaged, signature):
+@pytest.mark.parametrize(
+    "fault, limits, sizes, widths, damaged, signature", CASES, ids=[c[0].split(":")[0] for c in CASES]
+)
+def test_each_fault_fails_exactly_where_it_damages(
+    tmp_path, small_dataset, fault, limits, sizes, widths, damaged, signature
+):
     spec = None if fault in ("healthy", "overflow") else parse_fault(fault, max_batch_size=8)
-    engine = build_engine(tmp_path / "engine", BuildLimits(max_batch_size=limits[0],
-                                                           max_beam_width=limits[1]), fault=spec)
-    config = RunConfig.from_options({
-        "engine": str(engine), "dataset": None if fault == "stride" else str(small_dataset),
-        "batch_sizes": sizes,
-        "beam_widths": widths, "report_dir": str(tmp_path / "r"), "goldens_dir": str(tmp_path / "g"),
-        # stride needs requests that finish before max_new_tokens, unevenly
-        "max_new_tokens": "48" if fault == "stride" else "24", "no_cache": True})
+    engine = build_engine(
+        tmp_path / "engine", BuildLimits(max_batch_size=limits[0], max_beam_width=limits[1]), fault=spec
+    )
+    config = RunConfig.from_options(
+        {
+            "engine": str(engine),
+            "dataset": None if fault == "stride" else str(small_dataset),
+            "batch_sizes": sizes,
+            "beam_widths": widths,
+            "report_dir": str(tmp_path / "r"),
+            "goldens_dir": str(tmp_path / "g"),
+            # stride needs requests that finish before max_new_tokens, unevenly
+            "max_new_tokens": "48" if fault == "stride" else "24",
+            "no_cache": True,
+        }
+    )
     result = run(config)
     found = {c.id: list(c.degraded_positions) for c in result.cells if c.verdict == "fail"}
     assert found == damaged
@@ -54,10 +64,18 @@ def test_each_fault_fails_exactly_where_it_damages(tmp_path, small_dataset, faul
 def test_sparse_rotation_still_catches_the_incident_at_a_fraction_of_the_cost(tmp_path, engine_factory):
     """--rotation sparse on the bundled 64 prompts: 8 prompts per position, 64 sequences for
     bs8-beam4 instead of 512, and the overflow positions are still found exactly."""
-    config = RunConfig.from_options({
-        "engine": str(engine_factory(8, 1)), "batch_sizes": "8", "beam_widths": "4",
-        "max_new_tokens": "24", "rotation": "sparse", "report_dir": str(tmp_path / "r"),
-        "goldens_dir": str(tmp_path / "g"), "no_cache": True})
+    config = RunConfig.from_options(
+        {
+            "engine": str(engine_factory(8, 1)),
+            "batch_sizes": "8",
+            "beam_widths": "4",
+            "max_new_tokens": "24",
+            "rotation": "sparse",
+            "report_dir": str(tmp_path / "r"),
+            "goldens_dir": str(tmp_path / "g"),
+            "no_cache": True,
+        }
+    )
     result = run(config)
     [cell] = result.cells
     assert cell.degraded_positions == (2, 3, 4, 5, 6, 7)

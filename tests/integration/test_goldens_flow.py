@@ -22,8 +22,18 @@ def _copy(src: Path, dst: Path) -> Path:
 def test_record_use_and_refuse_mismatched_goldens(tmp_path: Path, small_dataset: Path, suites):
     data = _copy(small_dataset, tmp_path / "news.jsonl")
     goldens = tmp_path / "g"
-    common = ["--engine", "toy_engine:ToyEngine", "--dataset", str(data), "--batch-sizes", "1,2",
-              "--beam-widths", "1,2", "--goldens-dir", str(goldens)]
+    common = [
+        "--engine",
+        "toy_engine:ToyEngine",
+        "--dataset",
+        str(data),
+        "--batch-sizes",
+        "1,2",
+        "--beam-widths",
+        "1,2",
+        "--goldens-dir",
+        str(goldens),
+    ]
 
     rec = suites(*common, "--update-goldens", "--report-dir", str(tmp_path / "r1"), env=TOY, path=[HERE])
     assert rec.returncode == 0, rec.stdout
@@ -56,10 +66,25 @@ def test_goldens_from_another_engine(tmp_path: Path, engine_factory, small_datas
     from harness.engines.emulator.build import BUNDLED_MODEL
 
     goldens = tmp_path / "g"
-    proc = suites("--engine", str(engine_factory(8, 1)), "--dataset", str(small_dataset),
-                  "--batch-sizes", "1,2", "--beam-widths", "1", "--max-new-tokens", "24",
-                  "--update-goldens", "--golden-engine", str(BUNDLED_MODEL),
-                  "--goldens-dir", str(goldens), "--report-dir", str(tmp_path))
+    proc = suites(
+        "--engine",
+        str(engine_factory(8, 1)),
+        "--dataset",
+        str(small_dataset),
+        "--batch-sizes",
+        "1,2",
+        "--beam-widths",
+        "1",
+        "--max-new-tokens",
+        "24",
+        "--update-goldens",
+        "--golden-engine",
+        str(BUNDLED_MODEL),
+        "--goldens-dir",
+        str(goldens),
+        "--report-dir",
+        str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stdout[-2000:]
     [file] = list(goldens.rglob("*.json"))
     recorded = json.loads(file.read_text())

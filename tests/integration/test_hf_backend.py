@@ -14,8 +14,21 @@ pytestmark = pytest.mark.slow  # the hf backend generates over a 2 x 2 grid
 def test_hf_model_directory_runs_and_skips_limits(tmp_path: Path, small_dataset: Path, suites):
     from harness.engines.emulator.build import BUNDLED_MODEL
 
-    proc = suites("--engine", str(BUNDLED_MODEL), "--dataset", str(small_dataset), "--batch-sizes", "1,2",
-                  "--beam-widths", "1,2", "--max-new-tokens", "24", "--report-dir", str(tmp_path), "-v")
+    proc = suites(
+        "--engine",
+        str(BUNDLED_MODEL),
+        "--dataset",
+        str(small_dataset),
+        "--batch-sizes",
+        "1,2",
+        "--beam-widths",
+        "1,2",
+        "--max-new-tokens",
+        "24",
+        "--report-dir",
+        str(tmp_path),
+        "-v",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "test_engine_limits[bs2-beam2] SKIPPED" in proc.stdout
     report = only_report(tmp_path)
@@ -33,10 +46,18 @@ def test_bfloat16_drifts_with_the_batch_shape_without_losing_quality(tmp_path: P
     from harness.pipeline import run
     from harness.stages.run import RunResult
 
-    config = RunConfig.from_options({
-        "engine": str(BUNDLED_MODEL), "backend": "hf", "dtype": "bfloat16",
-        "batch_sizes": "1,8", "beam_widths": "1", "no_cache": True,
-        "report_dir": str(tmp_path / "r"), "goldens_dir": str(tmp_path / "g")})
+    config = RunConfig.from_options(
+        {
+            "engine": str(BUNDLED_MODEL),
+            "backend": "hf",
+            "dtype": "bfloat16",
+            "batch_sizes": "1,8",
+            "beam_widths": "1",
+            "no_cache": True,
+            "report_dir": str(tmp_path / "r"),
+            "goldens_dir": str(tmp_path / "g"),
+        }
+    )
     result = run(config)
     assert isinstance(result, RunResult)
     assert result.engine.details["dtype"] == "bfloat16" and result.engine.identity.startswith("bfloat16:")
@@ -53,6 +74,7 @@ def test_dtype_is_the_hf_backends_alone():
     from harness.engines.registry import load_engine
     from harness.errors import EngineError
 
-    with pytest.raises(EngineError, match="--dtype does not apply to the emulator backend .*read by "
-                                          "the hf backend"):
+    with pytest.raises(
+        EngineError, match="--dtype does not apply to the emulator backend .*read by the hf backend"
+    ):
         load_engine("bundled", None, EngineOptions(dtype="bfloat16"))

@@ -19,7 +19,7 @@ from harness.config import RunConfig
 from harness.pipeline import run
 
 MODULE = "hostile_cache_engine"
-ENGINE = '''
+ENGINE = """
 from harness.engines.base import Generation
 
 WORD = {word!r}
@@ -31,7 +31,7 @@ class Engine:
 
     def generate(self, prompts, settings):
         return [Generation(text=WORD + " " + " ".join(p.split()[:6])) for p in prompts]
-'''
+"""
 
 
 def _write_engine(folder: Path, word: str) -> Path:
@@ -47,8 +47,9 @@ def plug(monkeypatch: pytest.MonkeyPatch):
     def use(folder: Path) -> None:
         monkeypatch.delitem(sys.modules, MODULE, raising=False)
         monkeypatch.delitem(sys.modules, HELPER, raising=False)
-        monkeypatch.setattr(sys, "path", [str(folder), *[p for p in sys.path
-                                                         if not p.startswith(str(folder.parent))]])
+        monkeypatch.setattr(
+            sys, "path", [str(folder), *[p for p in sys.path if not p.startswith(str(folder.parent))]]
+        )
         monkeypatch.setattr(sys, "dont_write_bytecode", True)  # never a stale .pyc
         importlib.invalidate_caches()
 
@@ -58,7 +59,7 @@ def plug(monkeypatch: pytest.MonkeyPatch):
 
 
 HELPER = "hostile_cache_helper"
-WITH_HELPER = '''
+WITH_HELPER = """
 from harness.engines.base import Generation
 from hostile_cache_helper import words
 
@@ -69,11 +70,12 @@ class Engine:
 
     def generate(self, prompts, settings):
         return [Generation(text=words(p)) for p in prompts]
-'''
+"""
 
 
-def test_changed_code_in_a_module_the_plugin_imports_is_generated_again(tmp_path, small_dataset,
-                                                                        weights, plug):
+def test_changed_code_in_a_module_the_plugin_imports_is_generated_again(
+    tmp_path, small_dataset, weights, plug
+):
     """The plug-in's own file is unchanged; the helper module beside it, which decides the
     outputs, changes."""
     code = tmp_path / "plugin"
@@ -91,11 +93,19 @@ def test_changed_code_in_a_module_the_plugin_imports_is_generated_again(tmp_path
 
 
 def _run(tmp: Path, name: str, weights: Path, dataset: Path):
-    config = RunConfig.from_options({
-        "backend": f"{MODULE}:Engine", "engine": str(weights), "dataset": str(dataset),
-        "batch_sizes": "1,2", "beam_widths": "1", "max_new_tokens": "16",
-        "report_dir": str(tmp / name), "goldens_dir": str(tmp / "goldens"),
-        "cache_dir": str(tmp / "cache")})
+    config = RunConfig.from_options(
+        {
+            "backend": f"{MODULE}:Engine",
+            "engine": str(weights),
+            "dataset": str(dataset),
+            "batch_sizes": "1,2",
+            "beam_widths": "1",
+            "max_new_tokens": "16",
+            "report_dir": str(tmp / name),
+            "goldens_dir": str(tmp / "goldens"),
+            "cache_dir": str(tmp / "cache"),
+        }
+    )
     return run(config)
 
 
@@ -132,8 +142,7 @@ def test_changed_plugin_code_is_generated_again(tmp_path, small_dataset, weights
     assert _outputs(third) == _outputs(second)
 
 
-def test_two_plugins_of_one_label_sharing_a_cache_do_not_mix(tmp_path, small_dataset, weights,
-                                                              plug):
+def test_two_plugins_of_one_label_sharing_a_cache_do_not_mix(tmp_path, small_dataset, weights, plug):
     """Two checkouts of the same module:Class (a team's build and a colleague's), one cache."""
     ours = _write_engine(tmp_path / "ours", "ours")
     theirs = _write_engine(tmp_path / "theirs", "theirs-too")
@@ -186,10 +195,18 @@ def test_an_engine_class_without_source_is_not_cached(tmp_path, small_dataset, w
     exec(ENGINE.format(word="unread"), module.__dict__)
     module.Engine.__module__ = module.__name__
     assert engine_code(module.Engine(None)) is None
-    config = RunConfig.from_options({
-        "engine": str(weights), "dataset": str(small_dataset), "batch_sizes": "1,2",
-        "beam_widths": "1", "max_new_tokens": "16", "report_dir": str(tmp_path / "r"),
-        "goldens_dir": str(tmp_path / "goldens"), "cache_dir": str(tmp_path / "cache")})
+    config = RunConfig.from_options(
+        {
+            "engine": str(weights),
+            "dataset": str(small_dataset),
+            "batch_sizes": "1,2",
+            "beam_widths": "1",
+            "max_new_tokens": "16",
+            "report_dir": str(tmp_path / "r"),
+            "goldens_dir": str(tmp_path / "goldens"),
+            "cache_dir": str(tmp_path / "cache"),
+        }
+    )
     sys.modules[module.__name__] = module
     try:
         from harness.engines.base import EngineInfo

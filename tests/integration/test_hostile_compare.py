@@ -33,9 +33,16 @@ class OtherBuild(ToyEngine):
 
 
 def _run(tmp: Path, name: str, dataset: Path, engine: object, **options: str) -> Path:
-    values = {"dataset": str(dataset), "batch_sizes": "1,4", "beam_widths": "1",
-              "max_new_tokens": "16", "report_dir": str(tmp / name), "no_cache": True,
-              "goldens_dir": str(tmp / "goldens"), **options}
+    values = {
+        "dataset": str(dataset),
+        "batch_sizes": "1,4",
+        "beam_widths": "1",
+        "max_new_tokens": "16",
+        "report_dir": str(tmp / name),
+        "no_cache": True,
+        "goldens_dir": str(tmp / "goldens"),
+        **options,
+    }
     result = run(RunConfig.from_options(values), engine=engine)
     assert result.report_dir is not None
     return result.report_dir / "report.json"
@@ -47,13 +54,15 @@ def runs(tmp_path_factory, small_dataset: Path) -> dict[str, Path]:
     twelve = tmp / "twelve.jsonl"
     twelve.write_text("".join(small_dataset.read_text().splitlines(keepends=True)[:12]))
     healthy, broken = ToyEngine(None, broken_from=-1), ToyEngine(None, broken_from=2)
-    return {"good": _run(tmp, "good", small_dataset, healthy),
-            "bad": _run(tmp, "bad", small_dataset, broken),
-            "other-build": _run(tmp, "other-build", small_dataset, OtherBuild(None, broken_from=-1)),
-            "other-dataset": _run(tmp, "other-dataset", twelve, healthy),
-            "other-tolerance": _run(tmp, "other-tol", small_dataset, healthy, tolerance="0.05"),
-            "other-tokens": _run(tmp, "other-tokens", small_dataset, healthy, max_new_tokens="32"),
-            "other-grid": _run(tmp, "other-grid", small_dataset, healthy, batch_sizes="2")}
+    return {
+        "good": _run(tmp, "good", small_dataset, healthy),
+        "bad": _run(tmp, "bad", small_dataset, broken),
+        "other-build": _run(tmp, "other-build", small_dataset, OtherBuild(None, broken_from=-1)),
+        "other-dataset": _run(tmp, "other-dataset", twelve, healthy),
+        "other-tolerance": _run(tmp, "other-tol", small_dataset, healthy, tolerance="0.05"),
+        "other-tokens": _run(tmp, "other-tokens", small_dataset, healthy, max_new_tokens="32"),
+        "other-grid": _run(tmp, "other-grid", small_dataset, healthy, batch_sizes="2"),
+    }
 
 
 def _compare(old: Path, new: Path, capsys) -> tuple[int, str, str]:
@@ -70,11 +79,18 @@ def _forged(good: Path, bad: Path, *, p_values: bool = False) -> dict:
     data["verdict"] = data["signoff"]["verdict"] = "pass"
     for cell in data["cells"]:
         twin = healthy[cell["id"]]
-        cell.update(verdict="pass", degraded_positions=[], message=twin["message"], cause=None,
-                    pattern=None, evidence=None, quality=twin["quality"], examples=[])
+        cell.update(
+            verdict="pass",
+            degraded_positions=[],
+            message=twin["message"],
+            cause=None,
+            pattern=None,
+            evidence=None,
+            quality=twin["quality"],
+            examples=[],
+        )
         for position, theirs in zip(cell["positions"], twin["positions"]):
-            position.update(degraded=False, agreement=theirs["agreement"],
-                            quality=theirs["quality"])
+            position.update(degraded=False, agreement=theirs["agreement"], quality=theirs["quality"])
             for test in ("position_test", "quality_test", "change_test"):
                 if position.get(test) is not None:
                     position[test]["flagged"] = False
@@ -99,6 +115,7 @@ def test_the_genuine_comparison_is_worse(runs, capsys):
 
 # --- (a) a broken integrity check fails -------------------------------------------------------
 
+
 def test_a_report_whose_sha256_does_not_match_is_refused(runs, tmp_path, capsys):
     edited = _write(_forged(runs["good"], runs["bad"]), tmp_path / "report.json", reseal=False)
     code, out, err = _compare(runs["good"], edited, capsys)
@@ -110,19 +127,19 @@ def test_a_report_whose_sha256_does_not_match_is_refused(runs, tmp_path, capsys)
 
 # --- (b) verdicts are checked against the report's own statistics -----------------------------
 
+
 @pytest.mark.parametrize("p_values", [False, True], ids=["flags", "flags-and-p-values"])
-def test_verdicts_edited_to_pass_with_a_recomputed_sha256_are_refused(runs, tmp_path, capsys,
-                                                                       p_values):
-    forged = _write(_forged(runs["good"], runs["bad"], p_values=p_values),
-                    tmp_path / "report.json", reseal=True)
+def test_verdicts_edited_to_pass_with_a_recomputed_sha256_are_refused(runs, tmp_path, capsys, p_values):
+    forged = _write(
+        _forged(runs["good"], runs["bad"], p_values=p_values), tmp_path / "report.json", reseal=True
+    )
     code, out, err = _compare(runs["good"], forged, capsys)
     assert code == 2, out + err
     [line] = err.strip().splitlines()
     assert str(forged) in line and "do not follow from its own statistics" in line
 
 
-def test_with_a_signing_key_only_reports_signed_by_it_compare(tmp_path, small_dataset, capsys,
-                                                              monkeypatch):
+def test_with_a_signing_key_only_reports_signed_by_it_compare(tmp_path, small_dataset, capsys, monkeypatch):
     """An unkeyed sha256 proves nothing about who wrote a report: a consistent report relabelled
     as another build passes every check of its own. The HMAC of HARNESS_SIGNING_KEY does."""
     monkeypatch.setenv(KEY, "release-team-secret")
@@ -153,9 +170,16 @@ def test_with_a_signing_key_only_reports_signed_by_it_compare(tmp_path, small_da
 
 # --- (c) unrelated runs are refused --------------------------------------------------------
 
-@pytest.mark.parametrize(("other", "named"), [
-    ("other-dataset", "dataset"), ("other-tolerance", "tolerance"),
-    ("other-tokens", "max_new_tokens"), ("other-grid", "no cell in common")])
+
+@pytest.mark.parametrize(
+    ("other", "named"),
+    [
+        ("other-dataset", "dataset"),
+        ("other-tolerance", "tolerance"),
+        ("other-tokens", "max_new_tokens"),
+        ("other-grid", "no cell in common"),
+    ],
+)
 def test_runs_of_another_dataset_or_method_are_refused(runs, capsys, other, named):
     code, out, err = _compare(runs["good"], runs[other], capsys)
     assert code == 2, out + err
@@ -172,6 +196,7 @@ def test_another_engine_build_on_the_same_test_is_compared_and_named(runs, capsy
 
 # --- (d) outputs with no text are a finding, never a pass --------------------------------------
 
+
 class Returns:
     """A user's engine that returns ``value`` for every prompt."""
 
@@ -182,9 +207,11 @@ class Returns:
         return [self.value for _ in prompts]
 
 
-@pytest.mark.parametrize("value", ["", "   ", "... !!", "\u200b", b"bytes", 42, Generation(text="")],
-                         ids=["empty", "blank", "punctuation", "zero-width", "bytes", "int",
-                              "empty-generation"])
+@pytest.mark.parametrize(
+    "value",
+    ["", "   ", "... !!", "\u200b", b"bytes", 42, Generation(text="")],
+    ids=["empty", "blank", "punctuation", "zero-width", "bytes", "int", "empty-generation"],
+)
 def test_an_engine_that_returns_no_text_passes_no_cell(tmp_path, small_dataset, value):
     report = json.loads(_run(tmp_path, "r", small_dataset, Returns(value)).read_text())
     assert report["verdict"] == "fail"
@@ -197,8 +224,9 @@ class SilentAt:
     """Real text, but nothing at one batch position of the bigger batches."""
 
     def generate(self, prompts, settings):
-        return ["" if len(prompts) > 1 and i == 3 else " ".join(p.split()[:12])
-                for i, p in enumerate(prompts)]
+        return [
+            "" if len(prompts) > 1 and i == 3 else " ".join(p.split()[:12]) for i, p in enumerate(prompts)
+        ]
 
 
 def test_no_text_at_one_position_fails_that_cell(tmp_path, small_dataset):
@@ -206,26 +234,31 @@ def test_no_text_at_one_position_fails_that_cell(tmp_path, small_dataset):
     cells = {c["id"]: c for c in report["cells"]}
     assert cells["bs1-beam1"]["verdict"] == "pass"
     assert cells["bs4-beam1"]["verdict"] == "fail"
-    assert "no text ROUGE-L can score (empty, blank, only punctuation or symbols, or not text) at position 3" in cells["bs4-beam1"]["message"]
+    assert (
+        "no text ROUGE-L can score (empty, blank, only punctuation or symbols, or not text) at position 3"
+        in cells["bs4-beam1"]["message"]
+    )
     assert [p["empty"] for p in cells["bs4-beam1"]["positions"]] == [0.0, 0.0, 0.0, 1.0]
 
 
 # --- (e) token counts a server could not have generated ----------------------------------------
+
 
 def test_token_counts_above_max_tokens_are_no_evidence_of_a_batch():
     from harness.engines.base import RequestTiming
     from harness.engines.batching import ONE_AFTER_ANOTHER, UNTRUSTED, cell_notice, judge_batch
 
     def t(written: float, finished: float, tokens: int) -> RequestTiming:
-        return RequestTiming(sent=0.0, written=written, first_byte=finished, finished=finished,
-                             tokens=tokens)
+        return RequestTiming(sent=0.0, written=written, first_byte=finished, finished=finished, tokens=tokens)
 
     texts = ["a short answer"] * 4
     honest = [t(0.001, 0.20, 16), t(0.002, 0.40, 16), t(0.003, 0.60, 16), t(0.004, 0.80, 16)]
     assert judge_batch(honest, texts, 16).verdict == ONE_AFTER_ANOTHER
     # the same server, claiming a million tokens for every answer that queued behind another
-    forged = [t(0.001, 0.20, 16), *(t(w, f, 1_000_000) for w, f in
-                                   ((0.002, 0.40), (0.003, 0.60), (0.004, 0.80)))]
+    forged = [
+        t(0.001, 0.20, 16),
+        *(t(w, f, 1_000_000) for w, f in ((0.002, 0.40), (0.003, 0.60), (0.004, 0.80))),
+    ]
     judged = judge_batch(forged, texts, 16)
     assert judged.verdict == UNTRUSTED and "above its max_tokens 16" in judged.why
     notice = cell_notice([judged] * 4)
@@ -258,15 +291,21 @@ def forging(behaving):
     return server
 
 
-def test_a_server_claiming_a_million_tokens_does_not_pass_as_batched(tmp_path, small_dataset,
-                                                                     forging):
+def test_a_server_claiming_a_million_tokens_does_not_pass_as_batched(tmp_path, small_dataset, forging):
     eight = tmp_path / "eight.jsonl"
     eight.write_text("".join(small_dataset.read_text().splitlines(keepends=True)[:8]))
-    values = {"engine": forging.url, "dataset": str(eight), "batch_sizes": "1,4",
-              "beam_widths": "1", "max_new_tokens": "8", "report_dir": str(tmp_path / "r"),
-              "goldens_dir": str(tmp_path / "goldens")}
+    values = {
+        "engine": forging.url,
+        "dataset": str(eight),
+        "batch_sizes": "1,4",
+        "beam_widths": "1",
+        "max_new_tokens": "8",
+        "report_dir": str(tmp_path / "r"),
+        "goldens_dir": str(tmp_path / "goldens"),
+    }
     result = run(RunConfig.from_options(values))
     cells = {c.id: c for c in result.cells}
     assert cells["bs4-beam1"].verdict == "untested", cells["bs4-beam1"].message
     assert "usage.completion_tokens 1000000 for one answer, above its max_tokens 8" in (
-        cells["bs4-beam1"].notice or "")
+        cells["bs4-beam1"].notice or ""
+    )

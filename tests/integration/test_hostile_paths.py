@@ -21,8 +21,20 @@ TEMP = ".news-beam1.json.abcdefgh"  # named like a temporary file of a goldens u
 
 
 def _common(data: Path, goldens: Path, reports: Path) -> list[str]:
-    return ["--engine", "toy_engine:ToyEngine", "--dataset", str(data), "--batch-sizes", "1,2",
-            "--beam-widths", "1", "--goldens-dir", str(goldens), "--report-dir", str(reports)]
+    return [
+        "--engine",
+        "toy_engine:ToyEngine",
+        "--dataset",
+        str(data),
+        "--batch-sizes",
+        "1,2",
+        "--beam-widths",
+        "1",
+        "--goldens-dir",
+        str(goldens),
+        "--report-dir",
+        str(reports),
+    ]
 
 
 def _news(small_dataset: Path, folder: Path, name: str = "news.jsonl") -> Path:
@@ -33,8 +45,9 @@ def _news(small_dataset: Path, folder: Path, name: str = "news.jsonl") -> Path:
 
 
 def _files(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def _refusal(call: Callable[[], Any]) -> str:
@@ -54,7 +67,8 @@ def _refused(proc, link: Path) -> None:
 
 
 def test_a_plain_run_deletes_nothing_through_a_linked_identity_folder(
-        tmp_path: Path, small_dataset: Path, suites):
+    tmp_path: Path, small_dataset: Path, suites
+):
     """The clean-up of temporary files went through ``goldens/*/.*`` and followed the link."""
     victim = tmp_path / "elsewhere"
     victim.mkdir()
@@ -69,7 +83,8 @@ def test_a_plain_run_deletes_nothing_through_a_linked_identity_folder(
 
 
 def test_update_goldens_writes_nothing_through_a_linked_identity_folder(
-        tmp_path: Path, small_dataset: Path, suites):
+    tmp_path: Path, small_dataset: Path, suites
+):
     data = _news(small_dataset, tmp_path / "data")
     goldens = tmp_path / "goldens"
     rec = suites(*_common(data, goldens, tmp_path / "r1"), "--update-goldens", env=TOY, path=[HERE])
@@ -80,8 +95,14 @@ def test_update_goldens_writes_nothing_through_a_linked_identity_folder(
     identity.symlink_to(victim, target_is_directory=True)
     before = _files(victim)
 
-    upd = suites(*_common(data, goldens, tmp_path / "r2"), "--update-goldens",
-                 "--max-new-tokens", "24", env=TOY, path=[HERE])
+    upd = suites(
+        *_common(data, goldens, tmp_path / "r2"),
+        "--update-goldens",
+        "--max-new-tokens",
+        "24",
+        env=TOY,
+        path=[HERE],
+    )
     assert _files(victim) == before  # nothing written, renamed or left behind there
     _refused(upd, identity)
     assert not (tmp_path / "r2").exists() or not list((tmp_path / "r2").glob("*/report.json"))
@@ -199,14 +220,16 @@ def test_folders_the_user_names_may_be_links(tmp_path: Path, small_dataset: Path
     (tmp_path / "reports").symlink_to(real_reports, target_is_directory=True)
     (tmp_path / "goldens").symlink_to(real_goldens, target_is_directory=True)
     data = _news(small_dataset, tmp_path / "data")
-    proc = suites(*_common(data, tmp_path / "goldens", tmp_path / "reports"), "--update-goldens",
-                  env=TOY, path=[HERE])
+    proc = suites(
+        *_common(data, tmp_path / "goldens", tmp_path / "reports"), "--update-goldens", env=TOY, path=[HERE]
+    )
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert only_report(real_reports)["verdict"] and list(real_goldens.rglob("news-beam1.json"))
 
 
 def test_datasets_whose_names_shared_a_file_keep_separate_goldens(
-        tmp_path: Path, small_dataset: Path, suites):
+    tmp_path: Path, small_dataset: Path, suites
+):
     """`news a.jsonl` and `news-a.jsonl` were both stored as news-a-beam1.json: recording the
     second replaced the first's goldens, whose next run then failed blaming a changed dataset."""
     spaced = _news(small_dataset, tmp_path / "data", "news a.jsonl")
@@ -217,8 +240,7 @@ def test_datasets_whose_names_shared_a_file_keep_separate_goldens(
     dashed.write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n", encoding="utf-8")
     goldens = tmp_path / "goldens"
     for i, data in enumerate((spaced, dashed)):
-        rec = suites(*_common(data, goldens, tmp_path / f"rec{i}"), "--update-goldens", env=TOY,
-                     path=[HERE])
+        rec = suites(*_common(data, goldens, tmp_path / f"rec{i}"), "--update-goldens", env=TOY, path=[HERE])
         assert rec.returncode == 0, rec.stdout[-2000:]
     files = sorted(p.name for p in goldens.rglob("*.json"))
     assert len(files) == 2 and "news-a-beam1.json" in files, files

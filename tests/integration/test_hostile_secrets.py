@@ -43,11 +43,9 @@ class Hostile(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, models_status: int = 200, completions_status: int = 500,
-                 model: str = "m") -> None:
+    def __init__(self, models_status: int = 200, completions_status: int = 500, model: str = "m") -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
-        self.models_status, self.completions_status, self.model = (models_status,
-                                                                   completions_status, model)
+        self.models_status, self.completions_status, self.model = (models_status, completions_status, model)
         self.authorizations: list[str | None] = []
         self.lock = threading.Lock()
 
@@ -72,8 +70,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _echo(self, status: int) -> None:
         auth = self.headers.get("Authorization")
-        message = (f"invalid credentials: Authorization={auth} for {self.path} (key "
-                   f"{auth.removeprefix('Bearer ') if auth else None}) {FORGED} {MARKUP} {BIDI}")
+        message = (
+            f"invalid credentials: Authorization={auth} for {self.path} (key "
+            f"{auth.removeprefix('Bearer ') if auth else None}) {FORGED} {MARKUP} {BIDI}"
+        )
         self._answer(status, {"error": {"message": message, "type": "invalid_request_error"}})
 
     def do_GET(self) -> None:
@@ -119,8 +119,11 @@ def _address(server: Hostile) -> str:
 
 def _files(root: Path) -> dict[str, str]:
     """Every file a run left under ``root`` (reports, generations.jsonl, JUnit XML)."""
-    return {str(p.relative_to(root)): p.read_text(encoding="utf-8", errors="replace")
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_text(encoding="utf-8", errors="replace")
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _assert_clean(texts: dict[str, str]) -> None:
@@ -134,19 +137,30 @@ def _assert_clean(texts: dict[str, str]) -> None:
 
 # --- class 2 and 7 through `pytest suites/` ----------------------------------------------------
 
-def test_a_server_echoing_the_key_leaks_nothing_into_files_or_the_terminal(tmp_path, hostile, four,
-                                                                          suites):
+
+def test_a_server_echoing_the_key_leaks_nothing_into_files_or_the_terminal(tmp_path, hostile, four, suites):
     server = hostile(completions_status=500)
     reports = tmp_path / "reports"
-    proc = suites("--engine", _address(server), "--dataset", str(four), *FAST, "--report-dir",
-                  str(reports), "--junitxml", str(reports / "junit.xml"), "-v",
-                  env={"OPENAI_API_KEY": ENV_KEY})
+    proc = suites(
+        "--engine",
+        _address(server),
+        "--dataset",
+        str(four),
+        *FAST,
+        "--report-dir",
+        str(reports),
+        "--junitxml",
+        str(reports / "junit.xml"),
+        "-v",
+        env={"OPENAI_API_KEY": ENV_KEY},
+    )
     assert proc.returncode == 1, proc.stdout[-3000:]
     # the key went through its channel: the Authorization header of every request
     assert server.authorizations and set(server.authorizations) == {f"Bearer {ENV_KEY}"}
     files = _files(reports)
     assert {"report.json", "report.md", "report.html", "generations.jsonl"} <= {
-        Path(name).name for name in files}
+        Path(name).name for name in files
+    }
     _assert_clean({**files, "stdout": proc.stdout, "stderr": proc.stderr})
     report = json.loads(next(text for name, text in files.items() if name.endswith("report.json")))
     # the server's message is kept, with its secrets redacted and its escapes shown
@@ -166,20 +180,38 @@ def test_a_server_echoing_the_key_leaks_nothing_into_files_or_the_terminal(tmp_p
 
 def test_a_server_refusing_the_key_at_load_is_one_clean_line(tmp_path, hostile, four, suites):
     server = hostile(models_status=401)
-    proc = suites("--engine", _address(server), "--dataset", str(four), *FAST, "--report-dir",
-                  str(tmp_path), env={"OPENAI_API_KEY": ENV_KEY})
+    proc = suites(
+        "--engine",
+        _address(server),
+        "--dataset",
+        str(four),
+        *FAST,
+        "--report-dir",
+        str(tmp_path),
+        env={"OPENAI_API_KEY": ENV_KEY},
+    )
     assert proc.returncode == 4
     assert "answered HTTP 401" in proc.stderr and "Traceback" not in proc.stdout + proc.stderr
     _assert_clean({"stdout": proc.stdout, "stderr": proc.stderr})
 
 
-def test_api_key_env_names_the_variable_and_only_its_name_is_recorded(tmp_path, hostile, four,
-                                                                     suites):
+def test_api_key_env_names_the_variable_and_only_its_name_is_recorded(tmp_path, hostile, four, suites):
     server = hostile(completions_status=401)
     field = "plain-field-value"  # a field under a secret's name is one, whatever it looks like
-    proc = suites("--engine", server.url, "--dataset", str(four), *FAST, "--api-key-env",
-                  "GATEWAY_KEY", "--request-field", f"x_api_key={field}", "--report-dir",
-                  str(tmp_path), env={"GATEWAY_KEY": OTHER_KEY, "OPENAI_API_KEY": ENV_KEY})
+    proc = suites(
+        "--engine",
+        server.url,
+        "--dataset",
+        str(four),
+        *FAST,
+        "--api-key-env",
+        "GATEWAY_KEY",
+        "--request-field",
+        f"x_api_key={field}",
+        "--report-dir",
+        str(tmp_path),
+        env={"GATEWAY_KEY": OTHER_KEY, "OPENAI_API_KEY": ENV_KEY},
+    )
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert set(server.authorizations) == {f"Bearer {OTHER_KEY}"}  # the named one, not the default
     files = _files(tmp_path)
@@ -191,35 +223,42 @@ def test_api_key_env_names_the_variable_and_only_its_name_is_recorded(tmp_path, 
     assert report["engine"]["details"]["key_from"] == "GATEWAY_KEY"
 
 
-def test_api_key_env_unset_or_given_the_key_is_one_line_that_never_shows_it(tmp_path, hostile,
-                                                                           four, suites):
+def test_api_key_env_unset_or_given_the_key_is_one_line_that_never_shows_it(tmp_path, hostile, four, suites):
     server = hostile()
-    proc = suites("--engine", server.url, "--dataset", str(four), *FAST, "--api-key-env",
-                  "NOT_SET_ANYWHERE_42", "--report-dir", str(tmp_path))
+    proc = suites(
+        "--engine",
+        server.url,
+        "--dataset",
+        str(four),
+        *FAST,
+        "--api-key-env",
+        "NOT_SET_ANYWHERE_42",
+        "--report-dir",
+        str(tmp_path),
+    )
     assert proc.returncode == 4
     [line] = [x for x in proc.stderr.splitlines() if x.strip()]
-    assert "--api-key-env NOT_SET_ANYWHERE_42: the environment variable NOT_SET_ANYWHERE_42 is " \
-           "not set" in line
+    assert (
+        "--api-key-env NOT_SET_ANYWHERE_42: the environment variable NOT_SET_ANYWHERE_42 is not set" in line
+    )
     assert server.authorizations == []  # refused before any request
-    given_the_key = suites("--engine", server.url, "--api-key-env", OTHER_KEY, "--report-dir",
-                           str(tmp_path))
+    given_the_key = suites("--engine", server.url, "--api-key-env", OTHER_KEY, "--report-dir", str(tmp_path))
     assert given_the_key.returncode == 4
     assert "not the key itself" in given_the_key.stderr
     assert OTHER_KEY not in given_the_key.stdout + given_the_key.stderr
 
 
-def test_escapes_from_a_server_and_a_dataset_are_shown_not_performed(tmp_path, hostile, four,
-                                                                    suites):
+def test_escapes_from_a_server_and_a_dataset_are_shown_not_performed(tmp_path, hostile, four, suites):
     """Class 7 alone: no key anywhere; the server's body and the dataset's ids carry escapes,
     a carriage return, a bidi override and markup."""
     rows = [json.loads(line) for line in four.read_text().splitlines()]
     data = tmp_path / "hostile-ids.jsonl"
-    data.write_text("".join(json.dumps({**r, "id": f"{r['id']}{FORGED}{BIDI}"}) + "\n"
-                            for r in rows), encoding="utf-8")
+    data.write_text(
+        "".join(json.dumps({**r, "id": f"{r['id']}{FORGED}{BIDI}"}) + "\n" for r in rows), encoding="utf-8"
+    )
     server = hostile(completions_status=500)
     reports = tmp_path / "reports"
-    proc = suites("--engine", server.url, "--dataset", str(data), *FAST, "--report-dir",
-                  str(reports), "-v")
+    proc = suites("--engine", server.url, "--dataset", str(data), *FAST, "--report-dir", str(reports), "-v")
     assert proc.returncode == 1, proc.stdout[-3000:]
     files = _files(reports)
     html = next(text for name, text in files.items() if name.endswith("report.html"))
@@ -234,12 +273,15 @@ def test_escapes_from_a_server_and_a_dataset_are_shown_not_performed(tmp_path, h
 
 # --- the same through `python -m harness run` --------------------------------------------------
 
-def test_the_cli_prints_nothing_secret_and_no_escape(tmp_path, hostile, four, monkeypatch,
-                                                     capsys: pytest.CaptureFixture[str]):
+
+def test_the_cli_prints_nothing_secret_and_no_escape(
+    tmp_path, hostile, four, monkeypatch, capsys: pytest.CaptureFixture[str]
+):
     monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
     server = hostile(completions_status=500, model=f"m{FORGED}{BIDI}")  # a hostile model id too
-    code = cli.main(["run", "--engine", _address(server), "--dataset", str(four), *FAST,
-                     "--report-dir", str(tmp_path)])
+    code = cli.main(
+        ["run", "--engine", _address(server), "--dataset", str(four), *FAST, "--report-dir", str(tmp_path)]
+    )
     out, err = capsys.readouterr()
     assert code == 1, out + err
     assert set(server.authorizations) == {f"Bearer {ENV_KEY}"}
@@ -251,8 +293,18 @@ def test_the_cli_prints_nothing_secret_and_no_escape(tmp_path, hostile, four, mo
     assert out.rstrip().splitlines()[-1].startswith("verdict: fail")
 
     refusing = hostile(models_status=401)
-    code = cli.main(["run", "--engine", _address(refusing), "--dataset", str(four), *FAST,
-                     "--report-dir", str(tmp_path / "refused")])
+    code = cli.main(
+        [
+            "run",
+            "--engine",
+            _address(refusing),
+            "--dataset",
+            str(four),
+            *FAST,
+            "--report-dir",
+            str(tmp_path / "refused"),
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 2
     [line] = [x for x in err.splitlines() if x.strip()]
@@ -261,6 +313,7 @@ def test_the_cli_prints_nothing_secret_and_no_escape(tmp_path, hostile, four, mo
 
 
 # --- the gate itself -------------------------------------------------------------------------
+
 
 def test_every_query_value_and_userinfo_is_a_secret():
     from harness.redact import redact, redact_url, remember_url
@@ -303,9 +356,17 @@ def test_goldens_keep_no_secret_and_still_match_their_run(tmp_path: Path):
     settings = DecodingSettings(1, 8, request_fields=(("x_api_key", '"plain-field-value"'),))
     ident = "server:m"
     store = GoldensStore(tmp_path)
-    path = store.write(GoldenSet(identity=ident, dataset_name=ds.name, dataset_hash=ds.hash,
-                                 settings=settings.as_dict(),
-                                 outputs={"d0": f"the key is {OTHER_KEY}", "d1": "y"}, source={}), 1)
+    path = store.write(
+        GoldenSet(
+            identity=ident,
+            dataset_name=ds.name,
+            dataset_hash=ds.hash,
+            settings=settings.as_dict(),
+            outputs={"d0": f"the key is {OTHER_KEY}", "d1": "y"},
+            source={},
+        ),
+        1,
+    )
     text = path.read_text(encoding="utf-8")
     assert OTHER_KEY not in text and "plain-field-value" not in text
     assert store.load(ident, ds, settings).outputs == {"d0": "the key is REDACTED", "d1": "y"}

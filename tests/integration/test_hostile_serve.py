@@ -36,8 +36,12 @@ def _post(srv: CompletionServer, body: dict) -> tuple[int, dict]:
     data = json.dumps(body).encode("ascii")
     conn = http.client.HTTPConnection(*srv.server_address[:2], timeout=120)
     try:
-        conn.request("POST", "/v1/completions", body=data,
-                     headers={"Content-Length": str(len(data)), "Content-Type": "application/json"})
+        conn.request(
+            "POST",
+            "/v1/completions",
+            body=data,
+            headers={"Content-Length": str(len(data)), "Content-Type": "application/json"},
+        )
         response = conn.getresponse()
         return response.status, json.loads(response.read())
     finally:
@@ -89,7 +93,8 @@ def test_a_lone_surrogate_is_its_own_400_and_the_other_client_is_served(emulator
     assert bad_status == 400, bad_body
     assert bad_body["error"]["message"] == (
         "prompt is not valid text: a lone surrogate '\\ud800' at character 23 (a \\uD800-\\uDFFF "
-        "escape must be one of a pair); send UTF-8 text")
+        "escape must be one of a pair); send UTF-8 text"
+    )
     assert good_status == 200, good_body
     assert good_body["harness_batch"]["size"] == 1  # the bad request never joined its batch
     alone_status, alone = _post(emulator, good)  # its normal output: as when sent on its own
@@ -128,18 +133,22 @@ def test_a_prompt_the_tokenizer_cannot_read_is_its_own_400():
     engine = Picky()
     srv = _start(engine)
     try:
-        answers = _together(srv, [{"prompt": "a snowman \u2603 here"}, {"prompt": "plain words"},
-                                  {"prompt": "more words"}])
+        answers = _together(
+            srv, [{"prompt": "a snowman \u2603 here"}, {"prompt": "plain words"}, {"prompt": "more words"}]
+        )
     finally:
         srv.shutdown()
         srv.close()
     (bad_status, bad), (s1, one), (s2, two) = answers
     assert bad_status == 400, bad
-    assert bad["error"]["message"] == ("the engine's tokenizer cannot read the prompt "
-                                       "(ValueError: no token for '\u2603')")
+    assert bad["error"]["message"] == (
+        "the engine's tokenizer cannot read the prompt (ValueError: no token for '\u2603')"
+    )
     assert (s1, one["choices"][0]["text"]) == (200, "PLAIN WORDS")
     assert (s2, two["choices"][0]["text"]) == (200, "MORE WORDS")
-    assert [sorted(b) for b in engine.batches] == [["more words", "plain words"]]  # one batch, not the bad one
+    assert [sorted(b) for b in engine.batches] == [
+        ["more words", "plain words"]
+    ]  # one batch, not the bad one
 
 
 class Undecodable:
@@ -150,8 +159,10 @@ class Undecodable:
         self.info = EngineInfo(backend="undecodable-double", path="undecodable", identity="u:1")
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
-        return [Generation(text=("broken \udcff end" if "odd" in p else p.upper()), token_ids=(1,))
-                for p in prompts]
+        return [
+            Generation(text=("broken \udcff end" if "odd" in p else p.upper()), token_ids=(1,))
+            for p in prompts
+        ]
 
 
 def test_an_output_that_cannot_be_encoded_is_answered_with_a_replacement():
@@ -168,14 +179,15 @@ def test_an_output_that_cannot_be_encoded_is_answered_with_a_replacement():
     assert odd["harness_batch"]["size"] == fine["harness_batch"]["size"] == 2
 
 
-
 class NotText(Undecodable):
     """An engine whose output for one prompt is not text at all (bytes its backend forgot to
     decode)."""
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
-        return [Generation(text=b"raw bytes" if "raw" in p else p.upper(), token_ids=(1,))  # type: ignore[arg-type]
-                for p in prompts]
+        return [
+            Generation(text=b"raw bytes" if "raw" in p else p.upper(), token_ids=(1,))  # type: ignore[arg-type]
+            for p in prompts
+        ]
 
 
 def test_an_output_json_cannot_hold_is_its_own_500():
@@ -188,6 +200,7 @@ def test_an_output_json_cannot_hold_is_its_own_500():
     assert not any(isinstance(a, BaseException) for a in answers), answers
     (raw_status, raw), (fine_status, fine) = answers  # type: ignore[misc]
     assert raw_status == 500
-    assert raw["error"]["message"] == ("the answer cannot be sent as JSON (TypeError: Object of "
-                                       "type bytes is not JSON serializable)")
+    assert raw["error"]["message"] == (
+        "the answer cannot be sent as JSON (TypeError: Object of type bytes is not JSON serializable)"
+    )
     assert (fine_status, fine["choices"][0]["text"]) == (200, "FINE ONE")

@@ -30,8 +30,15 @@ def _default_signals() -> None:
 
 def _stop(cmd: list[str], tmp: Path, env: dict[str, str], sig: int) -> subprocess.CompletedProcess:
     """Start, wait until the cache holds a few batches, then send ``sig``."""
-    proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=_default_signals)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_signals,
+    )
     deadline = time.monotonic() + 600
     while len(list((tmp / "cache").rglob("*.json"))) < 3 and proc.poll() is None:
         assert time.monotonic() < deadline, "no batch reached the cache"
@@ -42,13 +49,19 @@ def _stop(cmd: list[str], tmp: Path, env: dict[str, str], sig: int) -> subproces
 
 
 @pytest.mark.slow  # a process per case, slowed to be stopped in the middle
-@pytest.mark.parametrize("kind, sig", [("run", signal.SIGTERM), ("pytest", signal.SIGTERM),
-                                       ("run", signal.SIGHUP)],
-                         ids=["run-SIGTERM", "pytest-SIGTERM", "run-SIGHUP"])
-def test_sigterm_and_sighup_say_what_was_kept(kind: str, sig: signal.Signals, tmp_path: Path,
-                                              small_dataset: Path):
-    env = {**user_env(), "FAULT_SLEEP": "0.5",
-           "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")])}
+@pytest.mark.parametrize(
+    "kind, sig",
+    [("run", signal.SIGTERM), ("pytest", signal.SIGTERM), ("run", signal.SIGHUP)],
+    ids=["run-SIGTERM", "pytest-SIGTERM", "run-SIGHUP"],
+)
+def test_sigterm_and_sighup_say_what_was_kept(
+    kind: str, sig: signal.Signals, tmp_path: Path, small_dataset: Path
+):
+    env = {
+        **user_env(),
+        "FAULT_SLEEP": "0.5",
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
     done = _stop(_command(kind, tmp_path, small_dataset), tmp_path, env, sig)
     text = done.stdout + done.stderr
     assert done.returncode == 128 + sig, text  # 143 for SIGTERM, 129 for SIGHUP
@@ -66,8 +79,14 @@ def test_sigterm_and_sighup_say_what_was_kept(kind: str, sig: signal.Signals, tm
 
     if kind == "run" and sig == signal.SIGTERM:  # the rerun resumes from the cache
         env["FAULT_SLEEP"] = "0"
-        again = subprocess.run(_command(kind, tmp_path, small_dataset), cwd=tmp_path, env=env,
-                               capture_output=True, text=True, timeout=600)
+        again = subprocess.run(
+            _command(kind, tmp_path, small_dataset),
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert again.returncode == 0, again.stdout + again.stderr
         [report] = (tmp_path / "reports").glob("*/report.json")
         assert json.loads(report.read_text())["cache"]["batches_from_cache"] >= 3

@@ -21,8 +21,17 @@ FAST = ("--max-new-tokens", "32")
 def incident_grid(tmp_path_factory, engine_factory, small_dataset):
     """The broken engine (8 x 1 beam slots) over the default grid."""
     out = tmp_path_factory.mktemp("grid")
-    proc = run_suites("--engine", str(engine_factory(8, 1)), "--dataset", str(small_dataset),
-                      "--report-dir", str(out), "-v", *FAST, cwd=out)
+    proc = run_suites(
+        "--engine",
+        str(engine_factory(8, 1)),
+        "--dataset",
+        str(small_dataset),
+        "--report-dir",
+        str(out),
+        "-v",
+        *FAST,
+        cwd=out,
+    )
     return proc, only_report(out)
 
 
@@ -38,9 +47,11 @@ def test_incident_cell_fails_with_cause_and_positions(incident_grid):
     assert "--max_beam_width 4" in proc.stdout
     assert "bs8-beam4: positions 2–7 degraded (quality vs references" in proc.stdout
     # the default grid fails at beam widths 4 and 2: the finding names both (issue #8's example)
-    assert ("likely cause (overflow): positions >= 2 degraded at beam width 4 and positions >= 4 "
-            "degraded at beam width 2: matches KV beam-slot overflow for max_batch_size 8 x "
-            "max_beam_width 1 = 8 slots; rebuild with --max_beam_width 4") in proc.stdout
+    assert (
+        "likely cause (overflow): positions >= 2 degraded at beam width 4 and positions >= 4 "
+        "degraded at beam width 2: matches KV beam-slot overflow for max_batch_size 8 x "
+        "max_beam_width 1 = 8 slots; rebuild with --max_beam_width 4"
+    ) in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
@@ -57,10 +68,14 @@ def test_default_grid_localizes_every_damaged_cell_and_nothing_else(incident_gri
     assert report["limits"]["max_beam_width"] == 1 and report["verdict"] == "fail"
     # where batch sizes start failing, per beam width (the slot overflow's threshold)
     assert [(b["beam_width"], b["last_passing"], b["first_failing"]) for b in report["boundaries"]] == [
-        (1, 8, None), (2, 4, 8), (4, 2, 4)]
+        (1, 8, None),
+        (2, 4, 8),
+        (4, 2, 4),
+    ]
     assert [b["message"] for b in report["boundaries"]][1:] == [
         "beam 2: batch sizes 1, 2, 4 pass; fails from 8 (positions 4–7)",
-        "beam 4: batch sizes 1, 2 pass; fails from 4 (positions 2–7)"]
+        "beam 4: batch sizes 1, 2 pass; fails from 4 (positions 2–7)",
+    ]
     for c in report["cells"]:
         assert len(c["positions"]) == c["batch_size"]
         for p in c["positions"]:
@@ -69,9 +84,21 @@ def test_default_grid_localizes_every_damaged_cell_and_nothing_else(incident_gri
 
 @pytest.mark.slow  # bs8-beam4 on the emulator
 def test_rebuilt_engine_passes(tmp_path: Path, engine_factory, small_dataset, suites):
-    proc = suites("--engine", str(engine_factory(8, 4)), "--dataset", str(small_dataset),
-                  "--num-prompts", "8", "--batch-sizes", "8", "--beam-widths", "4",
-                  "--report-dir", str(tmp_path), *FAST)
+    proc = suites(
+        "--engine",
+        str(engine_factory(8, 4)),
+        "--dataset",
+        str(small_dataset),
+        "--num-prompts",
+        "8",
+        "--batch-sizes",
+        "8",
+        "--beam-widths",
+        "4",
+        "--report-dir",
+        str(tmp_path),
+        *FAST,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = only_report(tmp_path)
     assert report["verdict"] == "pass"
@@ -82,7 +109,9 @@ def test_rebuilt_engine_passes(tmp_path: Path, engine_factory, small_dataset, su
     assert report["limits"]["layout"] == "emulator" and report["limits"]["max_beam_width"] == 4
     [requested, maxima] = report["memory"]
     # K and V x 4 layers x 2 KV heads x head 32 x 512 positions x 8 x 4 slots x 4 bytes (float32)
-    assert requested["label"] == "bs8-beam4" and requested["kv_cache_bytes"] == 2 * 4 * 2 * 32 * 512 * 8 * 4 * 4
+    assert (
+        requested["label"] == "bs8-beam4" and requested["kv_cache_bytes"] == 2 * 4 * 2 * 32 * 512 * 8 * 4 * 4
+    )
     assert maxima["label"].startswith("engine maxima 8 x 4")
     md = next(tmp_path.glob("*/report.md")).read_text()
     assert "Memory per GPU: bs8-beam4: KV cache" in md
@@ -93,8 +122,19 @@ def test_rebuilt_engine_passes(tmp_path: Path, engine_factory, small_dataset, su
 
 @pytest.mark.slow
 def test_cli_run_has_the_same_verdict(tmp_path: Path, engine_factory, small_dataset, capsys):
-    args = ["--engine", str(engine_factory(8, 1)), "--dataset", str(small_dataset),
-            "--batch-sizes", "8", "--beam-widths", "4", "--report-dir", str(tmp_path), *FAST]
+    args = [
+        "--engine",
+        str(engine_factory(8, 1)),
+        "--dataset",
+        str(small_dataset),
+        "--batch-sizes",
+        "8",
+        "--beam-widths",
+        "4",
+        "--report-dir",
+        str(tmp_path),
+        *FAST,
+    ]
     code = main(["run", *args])
     out, err = capsys.readouterr()
     assert code == 1, err
@@ -104,8 +144,15 @@ def test_cli_run_has_the_same_verdict(tmp_path: Path, engine_factory, small_data
 
 def test_limits_alone_need_no_generation(tmp_path: Path, engine_factory, suites):
     """Selecting only the limits tests reads config.json and the tokenizer, generates nothing."""
-    proc = suites("--engine", str(engine_factory(8, 1)), "--beam-widths", "4",
-                  "--report-dir", str(tmp_path / "r"), suite=SUITES / "test_preflight.py")
+    proc = suites(
+        "--engine",
+        str(engine_factory(8, 1)),
+        "--beam-widths",
+        "4",
+        "--report-dir",
+        str(tmp_path / "r"),
+        suite=SUITES / "test_preflight.py",
+    )
     assert proc.returncode == 1
     assert "preflight: build limits exceeded in 4 cells" in proc.stdout
     assert "4 failed" in proc.stdout

@@ -25,10 +25,24 @@ def _command(kind: str, tmp: Path, dataset: Path) -> list[str]:
     engine = tmp / "echo-engine"
     engine.mkdir(exist_ok=True)
     (engine / "weights.bin").write_text("echo")  # a folder: the generation cache is on
-    options = ["--engine", str(engine), "--backend", "fault_engines:Echo", "--dataset",
-               str(dataset), "--batch-sizes", "1,2", "--beam-widths", "1", "--report-dir",
-               str(tmp / "reports"), "--cache-dir", str(tmp / "cache"), "--goldens-dir",
-               str(tmp / "goldens")]
+    options = [
+        "--engine",
+        str(engine),
+        "--backend",
+        "fault_engines:Echo",
+        "--dataset",
+        str(dataset),
+        "--batch-sizes",
+        "1,2",
+        "--beam-widths",
+        "1",
+        "--report-dir",
+        str(tmp / "reports"),
+        "--cache-dir",
+        str(tmp / "cache"),
+        "--goldens-dir",
+        str(tmp / "goldens"),
+    ]
     if kind == "run":
         return [sys.executable, "-m", "harness", "run", *options]
     return [sys.executable, "-m", "pytest", str(SUITES), "-p", "no:cacheprovider", "-q", *options]
@@ -38,8 +52,15 @@ def _interrupt(cmd: list[str], tmp: Path, env: dict[str, str]) -> subprocess.Com
     """Start, wait until the cache holds a few batches, then Ctrl-C (SIGINT)."""
     # Ctrl-C's default action even where this test runs in the background of a shell, which
     # starts background jobs with SIGINT ignored (Python then installs no handler for it)
-    proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 600
     while len(list((tmp / "cache").rglob("*.json"))) < 3 and proc.poll() is None:
         assert time.monotonic() < deadline, "no batch reached the cache"
@@ -51,8 +72,11 @@ def _interrupt(cmd: list[str], tmp: Path, env: dict[str, str]) -> subprocess.Com
 
 @pytest.mark.parametrize("kind", ["run", "pytest"])
 def test_ctrl_c_says_what_was_kept_and_exits_130(kind: str, tmp_path: Path, small_dataset: Path):
-    env = {**user_env(), "FAULT_SLEEP": "0.5",
-           "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **user_env(),
+        "FAULT_SLEEP": "0.5",
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
     done = _interrupt(_command(kind, tmp_path, small_dataset), tmp_path, env)
     text = done.stdout + done.stderr
     assert done.returncode == 130, text
@@ -64,8 +88,14 @@ def test_ctrl_c_says_what_was_kept_and_exits_130(kind: str, tmp_path: Path, smal
     assert not list((tmp_path / "reports").glob("*/report.json"))
 
     env["FAULT_SLEEP"] = "0"  # the rerun asks the engine only for what is missing
-    again = subprocess.run(_command(kind, tmp_path, small_dataset), cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=600)
+    again = subprocess.run(
+        _command(kind, tmp_path, small_dataset),
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert again.returncode == 0, again.stdout + again.stderr
     [report] = (tmp_path / "reports").glob("*/report.json")
     assert json.loads(report.read_text())["cache"]["batches_from_cache"] >= 3

@@ -13,8 +13,9 @@ from tests.unit.limits.test_preflight import MISTRAL
 
 
 def lint(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", "lint", *args], capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", "lint", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def _engine(tmp_path: Path, beam: int) -> Path:
@@ -36,8 +37,9 @@ def test_incident_engine_fails_and_names_the_fix(tmp_path: Path):
 
 
 def test_rebuilt_engine_passes_with_kv_bytes(tmp_path: Path):
-    proc = lint(str(_engine(tmp_path, 4)), "--batch-size", "8", "--num-beams", "4", "--json",
-                "--gpu-memory", "80GiB")
+    proc = lint(
+        str(_engine(tmp_path, 4)), "--batch-size", "8", "--num-beams", "4", "--json", "--gpu-memory", "80GiB"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads(proc.stdout)
     assert out["kv_cache_bytes"] == 2 * 32 * 8 * 128 * 2560 * 8 * 4 * 2
@@ -61,13 +63,18 @@ def test_emulator_engine_checks_prompt_lengths(engine_factory):
     assert checks["max_input_len"] == "pass" and checks["max_seq_len"] == "pass"
 
 
-@pytest.mark.parametrize("content, words", [
-    (None, "config.json: missing"),
-    ('{"version": "0.13.0", ', "invalid JSON at line 1"),
-    (json.dumps({**MISTRAL, "build_config": {**MISTRAL["build_config"], "max_batch_size": "8"}}),
-     "build_config.max_batch_size must be a positive integer"),
-    (json.dumps({"version": "0.13.0", "pretrained_config": {}}), "missing key 'build_config'"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (None, "config.json: missing"),
+        ('{"version": "0.13.0", ', "invalid JSON at line 1"),
+        (
+            json.dumps({**MISTRAL, "build_config": {**MISTRAL["build_config"], "max_batch_size": "8"}}),
+            "build_config.max_batch_size must be a positive integer",
+        ),
+        (json.dumps({"version": "0.13.0", "pretrained_config": {}}), "missing key 'build_config'"),
+    ],
+)
 def test_unreadable_engine_exits_2_with_one_line(tmp_path: Path, content, words):
     d = tmp_path / "e"
     d.mkdir()

@@ -42,8 +42,9 @@ def gguf():
 
 def _completion(server: llama_cpp.Server, prompt: str, **extra) -> dict:
     body = {"model": server.model, "prompt": prompt, "max_tokens": 64, "temperature": 0.0, "n": 1, **extra}
-    req = urllib.request.Request(f"{server.base_url}/completions", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{server.base_url}/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=120) as r:
         return json.loads(r.read())
 
@@ -59,7 +60,8 @@ def test_a_real_server_starts_tokenizes_like_transformers_answers_as_recorded_an
     digest = llama_cpp.model_digest(llama_cpp.BUNDLED_MODEL)
     assert meta["model_digest"] == digest, (
         f"tests/data/servers/{kind} was recorded with model {meta['model_digest']}, the bundled one "
-        f"is {digest}: re-record with python -m tests.servers.record")
+        f"is {digest}: re-record with python -m tests.servers.record"
+    )
     hf = AutoTokenizer.from_pretrained(str(llama_cpp.BUNDLED_MODEL))
     prompts = bundled_prompts()[:4]
 
@@ -97,18 +99,23 @@ def _check_grid(kind: str, cells: dict) -> None:
         cell = cells[f"bs{size}-beam1"]
         if kind == "llama-cpp-python":  # one lock around the model: a queue, not a batch
             assert cell["verdict"] == "untested", cell
-            assert cell["notice"].startswith(f"the server answered these {size} requests one "
-                                             "after another: batch positions were not exercised")
+            assert cell["notice"].startswith(
+                f"the server answered these {size} requests one "
+                "after another: batch positions were not exercised"
+            )
         else:  # --parallel 4: batched
             assert cell["verdict"] == "pass" and cell["notice"] is None, cell
     first = cells["bs1-beam2"]["error"]
-    reason = ("returned 1 choice for best_of 2 (position 0): no beam search ran" if kind ==
-              "llama-cpp-python" else "returned 2 identical choices for best_of 2 in each of its "
-              "first 4 answers: no beam search ran")
+    reason = (
+        "returned 1 choice for best_of 2 (position 0): no beam search ran"
+        if kind == "llama-cpp-python"
+        else "returned 2 identical choices for best_of 2 in each of its first 4 answers: no beam search ran"
+    )
     assert reason in first and "(the run's first failure: bs1-beam2, batch " in first
     for size in (2, 4):
         assert cells[f"bs{size}-beam2"]["error"].startswith(
-            "failed the same way as the run's first failure, bs1-beam2 (batch ")
+            "failed the same way as the run's first failure, bs1-beam2 (batch "
+        )
 
 
 def _check_fault(kind: str, name: str, cells: dict) -> None:
@@ -117,20 +124,25 @@ def _check_fault(kind: str, name: str, cells: dict) -> None:
     both servers refuse the over-long prompt with HTTP 400, the same report."""
     first = cells["bs1-beam1"]["error"]
     if harness_runs.RUNS[name].fault == "kill":
-        symptom = ("a batch of 1 failed 2 time(s) (--retries 1); first: ConnectionResetError at "
-                   "position 0: Connection reset by peer; last: ConnectionRefusedError: Connection "
-                   "refused")
+        symptom = (
+            "a batch of 1 failed 2 time(s) (--retries 1); first: ConnectionResetError at "
+            "position 0: Connection reset by peer; last: ConnectionRefusedError: Connection "
+            "refused"
+        )
     else:
-        symptom = ("HTTP 400 at position 0: " + (
+        symptom = "HTTP 400 at position 0: " + (
             "request (784 tokens) exceeds the available context size (512 tokens)"
-            if kind == "llama-server" else "This model's maximum context length is 512 tokens, "
-            "however you requested 848 tokens (784 in your prompt; 64 for the completion)"))
+            if kind == "llama-server"
+            else "This model's maximum context length is 512 tokens, "
+            "however you requested 848 tokens (784 in your prompt; 64 for the completion)"
+        )
     assert symptom in first, first
     fault_id = harness_runs.fault_id()
     assert f"(the run's first failure: bs1-beam1, batch 4 of 8, prompt {fault_id})" in first
     for cid in ("bs2-beam1", "bs4-beam1"):
-        assert cells[cid]["error"].startswith("failed the same way as the run's first failure, "
-                                              f"bs1-beam1 (batch 4 of 8, prompt {fault_id}): ")
+        assert cells[cid]["error"].startswith(
+            f"failed the same way as the run's first failure, bs1-beam1 (batch 4 of 8, prompt {fault_id}): "
+        )
         assert symptom in cells[cid]["error"]
 
 
@@ -164,15 +176,18 @@ def _run_keyed(spec: harness_runs.HarnessRun, url: str, folder, server=None) -> 
     config = harness_runs.config(spec, f"{url}?api_key={KEY}", folder)
     engine = None
     if server is not None and spec.fault == "kill":
-        engine = harness_runs.Killer(config.engine, request_timeout=config.request_timeout,
-                                     retries=config.retries)
+        engine = harness_runs.Killer(
+            config.engine, request_timeout=config.request_timeout, retries=config.retries
+        )
         engine.arm(server.process, dict(bundled_prompts())[harness_runs.fault_id()])
     result = run(config, engine=engine)
     if engine is not None:
         assert engine.killed is not None and engine.killed["generate_call"] == 3
     shown = f"{url}?api_key=REDACTED"
-    cells = {cid: {k: (v.replace(shown, "$SERVER") if isinstance(v, str) else v)
-                   for k, v in c.items()} for cid, c in harness_runs.cells(result).items()}
+    cells = {
+        cid: {k: (v.replace(shown, "$SERVER") if isinstance(v, str) else v) for k, v in c.items()}
+        for cid, c in harness_runs.cells(result).items()
+    }
     assert KEY not in json.dumps(cells)
     for path in result.report_dir.iterdir():
         assert KEY not in path.read_text(encoding="utf-8"), path.name
@@ -204,8 +219,11 @@ def test_replayed_repeat_penalty_changes_only_llama_cpp_python(tmp_path):
         texts = []
         for name in ("harness-grid", "harness-grid-rp1"):
             with ReplayServer.start(kind, name) as replay:
-                texts.append(_outputs(run(harness_runs.config(harness_runs.RUNS[name], replay.url,
-                                                              tmp_path / kind / name))))
+                texts.append(
+                    _outputs(
+                        run(harness_runs.config(harness_runs.RUNS[name], replay.url, tmp_path / kind / name))
+                    )
+                )
         changed[kind] = sum(texts[0][k] != texts[1][k] for k in texts[0])
     assert changed["llama-cpp-python"] >= 1 and changed["llama-server"] == 0
 

@@ -20,8 +20,17 @@ from tests.conftest import REPO, only_report, user_env
 
 HERE = Path(__file__).resolve().parent
 FAST = ("--batch-sizes", "1,2", "--beam-widths", "1,2", "--max-new-tokens", "6", "--num-prompts", "4")
-LAUNCHER = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "PMIX_RANK",
-            "PMIX_SIZE", "SLURM_STEP_ID", "RANK", "WORLD_SIZE")
+LAUNCHER = (
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMIX_RANK",
+    "PMIX_SIZE",
+    "SLURM_STEP_ID",
+    "RANK",
+    "WORLD_SIZE",
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +52,36 @@ def _env(tmp_path: Path, rank: int | None, world: int | None) -> dict[str, str]:
     return env
 
 
-def _suites(tmp_path: Path, engine: Path, small_dataset: Path, rank: int | None, world: int | None,
-            *extra: str) -> subprocess.CompletedProcess:
+def _suites(
+    tmp_path: Path, engine: Path, small_dataset: Path, rank: int | None, world: int | None, *extra: str
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pytest", str(REPO / "suites"), "-p", "no:cacheprovider", "-rs", "-v",
-         "--backend", "rank_engine:RecordingEngine", "--engine", str(engine),
-         "--dataset", str(small_dataset), "--report-dir", str(tmp_path / "r"), *FAST, *extra],
-        cwd=tmp_path, env=_env(tmp_path, rank, world), capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(REPO / "suites"),
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+            "-v",
+            "--backend",
+            "rank_engine:RecordingEngine",
+            "--engine",
+            str(engine),
+            "--dataset",
+            str(small_dataset),
+            "--report-dir",
+            str(tmp_path / "r"),
+            *FAST,
+            *extra,
+        ],
+        cwd=tmp_path,
+        env=_env(tmp_path, rank, world),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _calls(tmp_path: Path, rank: int) -> list[dict]:
@@ -73,7 +105,9 @@ def test_every_rank_drives_the_engine_only_rank_0_scores(tmp_path: Path, tp2_eng
     assert "8 passed" in root.stdout
     report = only_report(tmp_path / "r")
     assert report["verdict"] == "pass" and report["ranks"] == {
-        "world_size": 2, "source": "OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE"}
+        "world_size": 2,
+        "source": "OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE",
+    }
     assert report["limits"]["tp_size"] == 2
     assert report["cache"]["reason"].startswith("off (MPI world of 2")
     checks = {c["name"]: c for cell in report["cells"] for c in cell["limit_checks"]}
@@ -81,7 +115,9 @@ def test_every_rank_drives_the_engine_only_rank_0_scores(tmp_path: Path, tp2_eng
 
     rank0, rank1 = _calls(tmp_path, 0), _calls(tmp_path, 1)
     assert len(rank0) == 16  # 4 cells x 4 batches (4 prompts, each at every position once)
-    assert [(c["beam_width"], c["prompts"]) for c in rank0] == [(c["beam_width"], c["prompts"]) for c in rank1]
+    assert [(c["beam_width"], c["prompts"]) for c in rank0] == [
+        (c["beam_width"], c["prompts"]) for c in rank1
+    ]
 
 
 @pytest.mark.slow
@@ -89,8 +125,10 @@ def test_single_process_on_a_tp2_engine_stops_before_generating(tmp_path: Path, 
     proc = _suites(tmp_path, tp2_engine, small_dataset, None, None)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4, out[-3000:]
-    assert (f"--engine {tp2_engine}: the engine is mapped to tp 2 x pp 1 = 2 rank(s) but this run "
-            "has a single process") in out
+    assert (
+        f"--engine {tp2_engine}: the engine is mapped to tp 2 x pp 1 = 2 rank(s) but this run "
+        "has a single process"
+    ) in out
     assert f"mpirun -n 2 pytest suites/ --engine {tp2_engine}" in out
     assert "Traceback" not in out
     assert _calls(tmp_path, 0) == [] and not list((tmp_path / "r").glob("*/report.json"))
@@ -113,14 +151,29 @@ def launcher(monkeypatch, tmp_path: Path):
 def _cli(tmp_path: Path, engine: Path, small_dataset: Path, *extra: str) -> int:
     from harness.__main__ import main
 
-    return main(["run", "--engine", str(engine), "--dataset", str(small_dataset), "--report-dir",
-                 str(tmp_path / "r"), *FAST, *extra])
+    return main(
+        [
+            "run",
+            "--engine",
+            str(engine),
+            "--dataset",
+            str(small_dataset),
+            "--report-dir",
+            str(tmp_path / "r"),
+            *FAST,
+            *extra,
+        ]
+    )
 
 
 def test_cli_follower_exits_0_without_a_report(tmp_path: Path, tp2_engine, small_dataset, launcher, capsys):
     launcher(1, 2)
-    assert _cli(tmp_path, tp2_engine, small_dataset,
-                "--backend", "tests.integration.rank_engine:RecordingEngine") == 0
+    assert (
+        _cli(
+            tmp_path, tp2_engine, small_dataset, "--backend", "tests.integration.rank_engine:RecordingEngine"
+        )
+        == 0
+    )
     out = capsys.readouterr().out.strip().splitlines()
     assert out[-1].startswith("rank 1 of 2: drove the engine through 16 batches (24 sequences)")
     assert len(_calls(tmp_path, 1)) == 16
@@ -135,8 +188,9 @@ def test_cli_wrong_world_size_exits_2(tmp_path: Path, tp2_engine, small_dataset,
     assert "mpirun -n 2 python -m harness run" in line
 
 
-def test_single_gpu_engine_under_mpirun_is_an_error(tmp_path: Path, engine_factory, small_dataset,
-                                                    launcher, capsys):
+def test_single_gpu_engine_under_mpirun_is_an_error(
+    tmp_path: Path, engine_factory, small_dataset, launcher, capsys
+):
     launcher(0, 2)
     assert _cli(tmp_path, engine_factory(2, 2), small_dataset) == 2
     err = capsys.readouterr().err

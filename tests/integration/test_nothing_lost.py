@@ -30,11 +30,17 @@ ENV = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{REPO}"}
 TOY = ["--engine", "fault_engines:Echo", "--batch-sizes", "1,2", "--beam-widths", "1,2"]
 
 
-def _harness(*args: str, env: dict[str, str] | None = None, script: list[str] | None = None,
-             **popen) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, *(script or ["-m", "harness"]), *args],
-                            env={**ENV, **(env or {})}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **popen)
+def _harness(
+    *args: str, env: dict[str, str] | None = None, script: list[str] | None = None, **popen
+) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, *(script or ["-m", "harness"]), *args],
+        env={**ENV, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
 
 
 def _kill_when(proc: subprocess.Popen, ready, timeout: float = 120) -> None:
@@ -57,8 +63,7 @@ def _comparable(report_dir: Path) -> dict:
     """report.json without what differs between equal runs (times, paths, cache counts)."""
     [path] = report_dir.glob("*/report.json")
     report = json.loads(path.read_text(encoding="utf-8"))
-    keep = {k: report[k] for k in ("verdict", "cells", "baseline", "goldens", "method", "limits",
-                                   "memory")}
+    keep = {k: report[k] for k in ("verdict", "cells", "baseline", "goldens", "method", "limits", "memory")}
     keep["dataset"] = {k: v for k, v in report["dataset"].items() if k != "path"}
     keep["engine"] = report["engine"]["identity"]
     return keep
@@ -66,18 +71,33 @@ def _comparable(report_dir: Path) -> dict:
 
 @pytest.mark.slow  # three runs of the emulator, 48 batches each
 def test_sigkill_during_generation_then_the_rerun_equals_an_uninterrupted_run(
-        tmp_path: Path, engine_factory, small_dataset: Path):
+    tmp_path: Path, engine_factory, small_dataset: Path
+):
     engine = engine_factory(8, 4)
-    args = ["run", "--engine", str(engine), "--dataset", str(small_dataset), "--num-prompts", "8",
-            "--batch-sizes", "1,2,4", "--beam-widths", "1,2", "--max-new-tokens", "8"]
+    args = [
+        "run",
+        "--engine",
+        str(engine),
+        "--dataset",
+        str(small_dataset),
+        "--num-prompts",
+        "8",
+        "--batch-sizes",
+        "1,2,4",
+        "--beam-widths",
+        "1,2",
+        "--max-new-tokens",
+        "8",
+    ]
     cache = tmp_path / "cache"
     killed = _harness(*args, "--cache-dir", str(cache), "--report-dir", str(tmp_path / "killed"))
     _kill_when(killed, lambda: len(_cache_files(cache)) >= 12)  # of 48 batches
     assert not list((tmp_path / "killed").glob("*/report.json"))  # no report claims completeness
 
     rerun = _harness(*args, "--cache-dir", str(cache), "--report-dir", str(tmp_path / "rerun"))
-    whole = _harness(*args, "--cache-dir", str(tmp_path / "fresh-cache"), "--report-dir",
-                     str(tmp_path / "whole"))
+    whole = _harness(
+        *args, "--cache-dir", str(tmp_path / "fresh-cache"), "--report-dir", str(tmp_path / "whole")
+    )
     for proc in (rerun, whole):
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, out + err
@@ -97,14 +117,28 @@ def _record(goldens: Path, reports: Path, dataset: Path, variant: str = "") -> N
         mp.syspath_prepend(str(HERE))
         for k, v in env.items():
             mp.setenv(k, v)
-        code = main(["run", *TOY, "--dataset", str(dataset), "--update-goldens",
-                     "--goldens-dir", str(goldens), "--report-dir", str(reports)])
+        code = main(
+            [
+                "run",
+                *TOY,
+                "--dataset",
+                str(dataset),
+                "--update-goldens",
+                "--goldens-dir",
+                str(goldens),
+                "--report-dir",
+                str(reports),
+            ]
+        )
     assert code == 0, out.getvalue()
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.name != LOCK_FILE}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != LOCK_FILE
+    }
 
 
 @pytest.fixture(scope="module")
@@ -121,39 +155,62 @@ def goldens_before_and_after(tmp_path_factory, small_dataset: Path):
 
 @pytest.mark.slow
 def test_sigkill_while_update_goldens_generates_keeps_the_goldens(
-        tmp_path: Path, small_dataset: Path, goldens_before_and_after):
+    tmp_path: Path, small_dataset: Path, goldens_before_and_after
+):
     source, old, _ = goldens_before_and_after
     goldens = tmp_path / "goldens"
     goldens.mkdir()
     for name, data in old.items():
         (goldens / name).parent.mkdir(parents=True, exist_ok=True)
         (goldens / name).write_bytes(data)
-    proc = _harness("run", *TOY, "--dataset", str(small_dataset), "--update-goldens", "--goldens-dir",
-                    str(goldens), "--report-dir", str(tmp_path / "r"),
-                    env={"FAULT_VARIANT": "new", "FAULT_SLEEP": "0.05"})
+    proc = _harness(
+        "run",
+        *TOY,
+        "--dataset",
+        str(small_dataset),
+        "--update-goldens",
+        "--goldens-dir",
+        str(goldens),
+        "--report-dir",
+        str(tmp_path / "r"),
+        env={"FAULT_VARIANT": "new", "FAULT_SLEEP": "0.05"},
+    )
     log = tmp_path / "r"
     _kill_when(proc, lambda: any(p.stat().st_size for p in log.glob("*/generations.jsonl")))
     assert _snapshot(goldens) == old
 
 
 @pytest.mark.slow  # a process started and killed per step
-@pytest.mark.parametrize("step, expect", [
-    (1, "old"),  # before the journal is renamed into place: the commit never happened
-    (2, "new"),  # journal committed, no file renamed yet
-    (3, "new"),  # one file renamed, the other not: mixed on disk until the next run rolls forward
-    (4, "new"),  # every file renamed, the journal not yet removed
-])
-def test_sigkill_at_each_step_of_the_goldens_update(tmp_path: Path, small_dataset: Path,
-                                                    goldens_before_and_after, step, expect):
+@pytest.mark.parametrize(
+    "step, expect",
+    [
+        (1, "old"),  # before the journal is renamed into place: the commit never happened
+        (2, "new"),  # journal committed, no file renamed yet
+        (3, "new"),  # one file renamed, the other not: mixed on disk until the next run rolls forward
+        (4, "new"),  # every file renamed, the journal not yet removed
+    ],
+)
+def test_sigkill_at_each_step_of_the_goldens_update(
+    tmp_path: Path, small_dataset: Path, goldens_before_and_after, step, expect
+):
     _, old, new = goldens_before_and_after
     goldens = tmp_path / "goldens"
     for name, data in old.items():
         (goldens / name).parent.mkdir(parents=True, exist_ok=True)
         (goldens / name).write_bytes(data)
-    proc = _harness("run", *TOY, "--dataset", str(small_dataset), "--update-goldens", "--goldens-dir",
-                    str(goldens), "--report-dir", str(tmp_path / "r"),
-                    env={"FAULT_VARIANT": "new", "CRASH_DIR": str(goldens), "CRASH_AT": str(step)},
-                    script=[str(HERE / "crash_at.py")])
+    proc = _harness(
+        "run",
+        *TOY,
+        "--dataset",
+        str(small_dataset),
+        "--update-goldens",
+        "--goldens-dir",
+        str(goldens),
+        "--report-dir",
+        str(tmp_path / "r"),
+        env={"FAULT_VARIANT": "new", "CRASH_DIR": str(goldens), "CRASH_AT": str(step)},
+        script=[str(HERE / "crash_at.py")],
+    )
     proc.communicate(timeout=300)
     assert proc.returncode == -signal.SIGKILL
     if step == 3:
@@ -169,8 +226,17 @@ def test_a_goldens_writer_waits_for_the_lock_and_says_who_holds_it(tmp_path: Pat
     goldens = tmp_path / "goldens"
     reports = tmp_path / "r"
     with file_lock(goldens / LOCK_FILE, purpose="test"):
-        proc = _harness("run", *TOY, "--dataset", str(small_dataset), "--update-goldens",
-                        "--goldens-dir", str(goldens), "--report-dir", str(reports))
+        proc = _harness(
+            "run",
+            *TOY,
+            "--dataset",
+            str(small_dataset),
+            "--update-goldens",
+            "--goldens-dir",
+            str(goldens),
+            "--report-dir",
+            str(reports),
+        )
         end = time.monotonic() + 120
         while not list(reports.glob("*/generations.jsonl")) or proc.poll() is not None:
             assert proc.poll() is None, proc.communicate()
@@ -192,10 +258,26 @@ def test_two_runs_at_once_share_a_cache_and_goldens(tmp_path: Path, small_datase
     engine_dir = tmp_path / "toy-engine"
     engine_dir.mkdir()
     (engine_dir / "weights.txt").write_text("toy")
-    args = ["run", "--backend", "fault_engines:Echo", "--engine", str(engine_dir), "--dataset",
-            str(small_dataset), "--batch-sizes", "1,2", "--beam-widths", "1,2", "--update-goldens",
-            "--goldens-dir", str(tmp_path / "goldens"), "--cache-dir", str(tmp_path / "cache"),
-            "--report-dir", str(tmp_path / "r")]
+    args = [
+        "run",
+        "--backend",
+        "fault_engines:Echo",
+        "--engine",
+        str(engine_dir),
+        "--dataset",
+        str(small_dataset),
+        "--batch-sizes",
+        "1,2",
+        "--beam-widths",
+        "1,2",
+        "--update-goldens",
+        "--goldens-dir",
+        str(tmp_path / "goldens"),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--report-dir",
+        str(tmp_path / "r"),
+    ]
     procs = [_harness(*args, env={"FAULT_SLEEP": "0.01"}) for _ in range(2)]
     for proc in procs:
         out, err = proc.communicate(timeout=300)
@@ -219,8 +301,10 @@ def test_report_folders_of_runs_started_the_same_second_differ(tmp_path: Path):
     started = dt.datetime(2030, 1, 1, 12, 0, 0)
     info = EngineInfo(backend="emulator", path="e", identity="x")
     made: list[Path] = []
-    threads = [threading.Thread(target=lambda: made.append(new_report_dir(tmp_path, info.backend, started)))
-               for _ in range(8)]
+    threads = [
+        threading.Thread(target=lambda: made.append(new_report_dir(tmp_path, info.backend, started)))
+        for _ in range(8)
+    ]
     for t in threads:
         t.start()
     for t in threads:

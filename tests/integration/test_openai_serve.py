@@ -39,10 +39,24 @@ class Servers:
     def start(self, engine_dir: Path) -> str:
         """The base URL, once the server has printed its ready line."""
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harness", "serve", "--engine", str(engine_dir), "--port", "0",
-             "--batch-window-ms", WINDOW_MS],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=self.cwd,
-            env={**os.environ, **ENV})
+            [
+                sys.executable,
+                "-m",
+                "harness",
+                "serve",
+                "--engine",
+                str(engine_dir),
+                "--port",
+                "0",
+                "--batch-window-ms",
+                WINDOW_MS,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=self.cwd,
+            env={**os.environ, **ENV},
+        )
         self.procs.append(proc)
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
@@ -78,11 +92,24 @@ def servers(tmp_path: Path):
     running.stop()
 
 
-def test_healthy_engine_passes_through_the_server(tmp_path: Path, servers, engine_factory,
-                                                  eight_prompts, suites):
+def test_healthy_engine_passes_through_the_server(
+    tmp_path: Path, servers, engine_factory, eight_prompts, suites
+):
     url = servers.start(engine_factory(8, 4))
-    proc = suites("--engine", url, "--dataset", str(eight_prompts), "--batch-sizes", "1,4",
-                  "--beam-widths", "1,4", "--report-dir", str(tmp_path / "r"), "-v", *FAST)
+    proc = suites(
+        "--engine",
+        url,
+        "--dataset",
+        str(eight_prompts),
+        "--batch-sizes",
+        "1,4",
+        "--beam-widths",
+        "1,4",
+        "--report-dir",
+        str(tmp_path / "r"),
+        "-v",
+        *FAST,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "Traceback" not in proc.stdout + proc.stderr
     report = only_report(tmp_path / "r")
@@ -93,14 +120,18 @@ def test_healthy_engine_passes_through_the_server(tmp_path: Path, servers, engin
     engine = report["engine"]
     assert engine["backend"] == "openai" and engine["path"] == url
     assert engine["identity"].startswith("server:bs8-bw4@sha256:")
-    note = ("arrival slot: requests are sent concurrently in position order; the server's "
-            "scheduler decides the real batch")
+    note = (
+        "arrival slot: requests are sent concurrently in position order; the server's "
+        "scheduler decides the real batch"
+    )
     assert engine["details"]["position_semantics"] == note
     assert report["limits"] is None and report["cache"]["enabled"] is False
     folder = next((tmp_path / "r").glob("run-*"))
     assert f"- Batch position: {note}" in (folder / "report.md").read_text()
-    assert "arrival slot: requests are sent concurrently in position order" in (
-        folder / "report.html").read_text()
+    assert (
+        "arrival slot: requests are sent concurrently in position order"
+        in (folder / "report.html").read_text()
+    )
     # 8 prompts: 8 batches per cell, two cells per beam width -> 32 planned batches, and the
     # server ran exactly 32 engine batches: none split, none merged
     assert report["cache"]["batches_generated"] == 32
@@ -108,14 +139,27 @@ def test_healthy_engine_passes_through_the_server(tmp_path: Path, servers, engin
     assert "stopped after 32 engine batches" in err
 
 
-def test_faulty_engine_is_caught_through_the_server(tmp_path: Path, servers, engine_factory,
-                                                    eight_prompts, suites):
+def test_faulty_engine_is_caught_through_the_server(
+    tmp_path: Path, servers, engine_factory, eight_prompts, suites
+):
     """Built with max beam width 1, run with 4 beams at batch size 8: positions 2-7, as the
     emulator gives them directly."""
     broken = engine_factory(8, 1)
     url = servers.start(broken)
-    proc = suites("--engine", url, "--dataset", str(eight_prompts), "--batch-sizes", "8",
-                  "--beam-widths", "4", "--report-dir", str(tmp_path / "r"), "-v", *FAST)
+    proc = suites(
+        "--engine",
+        url,
+        "--dataset",
+        str(eight_prompts),
+        "--batch-sizes",
+        "8",
+        "--beam-widths",
+        "4",
+        "--report-dir",
+        str(tmp_path / "r"),
+        "-v",
+        *FAST,
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "test_batch_positions[bs8-beam4] FAILED" in proc.stdout
     assert "bs8-beam4: positions 2–7 degraded (quality vs references" in proc.stdout
@@ -137,9 +181,13 @@ def test_faulty_engine_is_caught_through_the_server(tmp_path: Path, servers, eng
     plan = make_plan((8,), (4,), len(dataset), config.seed)
     batch = plan.batches(Cell(8, 4))[0]
     docs = [dataset.documents[d] for d in batch.documents]
-    direct = EmulatorEngine(broken).generate([build_prompt(config.prompt_template, d) for d in docs],
-                                             config.decoding(4))
+    direct = EmulatorEngine(broken).generate(
+        [build_prompt(config.prompt_template, d) for d in docs], config.decoding(4)
+    )
     folder = next((tmp_path / "r").glob("run-*"))
-    served = {(r["position"], r["id"]): r["output"] for r in map(
-        json.loads, (folder / "generations.jsonl").read_text().splitlines()) if r["cell"] == "bs8-beam4"}
+    served = {
+        (r["position"], r["id"]): r["output"]
+        for r in map(json.loads, (folder / "generations.jsonl").read_text().splitlines())
+        if r["cell"] == "bs8-beam4"
+    }
     assert [served[(p, d.id)] for p, d in enumerate(docs)] == [g.text for g in direct]

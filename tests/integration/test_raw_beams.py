@@ -14,14 +14,21 @@ def _rows(result):
 
 
 def test_all_beams_are_kept_and_survive_the_cache(tmp_path, small_dataset, engine_factory):
-    config = RunConfig.from_options({
-        "engine": str(engine_factory(2, 2)), "dataset": str(small_dataset), "batch_sizes": "2",
-        "beam_widths": "1,2", "max_new_tokens": "8", "report_dir": str(tmp_path / "r"),
-        "goldens_dir": str(tmp_path / "g"), "cache_dir": str(tmp_path / "cache")})
+    config = RunConfig.from_options(
+        {
+            "engine": str(engine_factory(2, 2)),
+            "dataset": str(small_dataset),
+            "batch_sizes": "2",
+            "beam_widths": "1,2",
+            "max_new_tokens": "8",
+            "report_dir": str(tmp_path / "r"),
+            "goldens_dir": str(tmp_path / "g"),
+            "cache_dir": str(tmp_path / "cache"),
+        }
+    )
     first = _rows(run(config))
     beam_rows = [r for r in first if r["cell"].endswith("beam2")]
-    assert beam_rows and all(len(r["beams"]) == 2 and r["beams"][0] == r["output"]
-                             for r in beam_rows)
+    assert beam_rows and all(len(r["beams"]) == 2 and r["beams"][0] == r["output"] for r in beam_rows)
     assert all("beams" not in r for r in first if r["cell"].endswith("beam1"))
     second = run(config)
     assert second.cache.batches_generated == 0

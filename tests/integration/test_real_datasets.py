@@ -49,12 +49,30 @@ def _check(report: dict, docs, **expected) -> None:
 def test_jsonl_with_custom_fields(tmp_path: Path, engine_factory, documents, suites):
     path = tmp_path / "news.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in _rows(documents, "body", "abstract")))
-    proc = suites("--engine", str(engine_factory(2, 1)), "--dataset", str(path),
-                  "--text-field", "body", "--summary-field", "abstract",
-                  "--report-dir", str(tmp_path / "r"), *FAST)
+    proc = suites(
+        "--engine",
+        str(engine_factory(2, 1)),
+        "--dataset",
+        str(path),
+        "--text-field",
+        "body",
+        "--summary-field",
+        "abstract",
+        "--report-dir",
+        str(tmp_path / "r"),
+        *FAST,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
-    _check(only_report(tmp_path / "r"), documents, source="file", name="news",
-           text_field="body", summary_field="abstract", split=None, subset=None)
+    _check(
+        only_report(tmp_path / "r"),
+        documents,
+        source="file",
+        name="news",
+        text_field="body",
+        summary_field="abstract",
+        split=None,
+        subset=None,
+    )
 
 
 def test_csv_with_custom_fields(tmp_path: Path, engine_factory, documents, suites):
@@ -62,25 +80,58 @@ def test_csv_with_custom_fields(tmp_path: Path, engine_factory, documents, suite
 
     path = tmp_path / "news.csv"
     datasets.Dataset.from_list(_rows(documents, "article", "highlights")).to_csv(str(path), index=False)
-    proc = suites("--engine", str(engine_factory(2, 1)), "--dataset", str(path),
-                  "--text-field", "article", "--summary-field", "highlights",
-                  "--report-dir", str(tmp_path / "r"), *FAST)
+    proc = suites(
+        "--engine",
+        str(engine_factory(2, 1)),
+        "--dataset",
+        str(path),
+        "--text-field",
+        "article",
+        "--summary-field",
+        "highlights",
+        "--report-dir",
+        str(tmp_path / "r"),
+        *FAST,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
-    _check(only_report(tmp_path / "r"), documents, source="file", text_field="article",
-           summary_field="highlights")
+    _check(
+        only_report(tmp_path / "r"),
+        documents,
+        source="file",
+        text_field="article",
+        summary_field="highlights",
+    )
 
 
 def test_save_to_disk_with_custom_fields_split_and_subset(tmp_path: Path, engine_factory, documents, suites):
     import datasets
 
     folder = tmp_path / "saved"
-    datasets.DatasetDict({
-        "train": datasets.Dataset.from_list(_rows(documents[:3], "dialogue", "gist")),
-        "eval": datasets.Dataset.from_list(_rows(documents, "dialogue", "gist")),
-    }).save_to_disk(str(folder))
-    proc = suites("--engine", str(engine_factory(2, 1)), "--dataset", str(folder),
-                  "--split", "eval", "--text-field", "dialogue", "--summary-field", "gist",
-                  "--num-prompts", "6", "--seed", "5", "--report-dir", str(tmp_path / "r"), *FAST)
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_list(_rows(documents[:3], "dialogue", "gist")),
+            "eval": datasets.Dataset.from_list(_rows(documents, "dialogue", "gist")),
+        }
+    ).save_to_disk(str(folder))
+    proc = suites(
+        "--engine",
+        str(engine_factory(2, 1)),
+        "--dataset",
+        str(folder),
+        "--split",
+        "eval",
+        "--text-field",
+        "dialogue",
+        "--summary-field",
+        "gist",
+        "--num-prompts",
+        "6",
+        "--seed",
+        "5",
+        "--report-dir",
+        str(tmp_path / "r"),
+        *FAST,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = only_report(tmp_path / "r")
     full = load_dataset(str(folder), split="eval", text_field="dialogue", summary_field="gist")
@@ -90,35 +141,66 @@ def test_save_to_disk_with_custom_fields_split_and_subset(tmp_path: Path, engine
     assert subset["ids"] == [d.id for d in chosen.documents] and len(subset["ids"]) == 6
     assert subset["hash"] == report["dataset"]["hash"] and subset["source_hash"] == full.hash
     assert (subset["num_prompts"], subset["seed"], subset["of"]) == (6, 5, N)
-    rows = [json.loads(x) for x in next((tmp_path / "r").glob("*/generations.jsonl")).read_text().splitlines()]
+    rows = [
+        json.loads(x) for x in next((tmp_path / "r").glob("*/generations.jsonl")).read_text().splitlines()
+    ]
     assert {r["id"] for r in rows} == set(subset["ids"])
 
 
 @pytest.mark.slow  # two `python -m harness run` processes
-def test_hub_dataset_from_the_local_cache_and_the_not_cached_message(tmp_path: Path, engine_factory,
-                                                                     documents):
+def test_hub_dataset_from_the_local_cache_and_the_not_cached_message(
+    tmp_path: Path, engine_factory, documents
+):
     """The CLI, offline, reads a hub dataset from HF_DATASETS_CACHE; an uncached one is one line."""
     cache = tmp_path / "hf"
     cache_hub_dataset(cache, "newsums", "v1", {"test": _rows(documents, "document", "summary")})
     env = {"HF_DATASETS_CACHE": str(cache), "HF_DATASETS_OFFLINE": "1", **HERE}
-    args = [sys.executable, "-m", "harness", "run", "--engine", str(engine_factory(2, 1)),
-            "--report-dir", str(tmp_path / "r"), *FAST]
+    args = [
+        sys.executable,
+        "-m",
+        "harness",
+        "run",
+        "--engine",
+        str(engine_factory(2, 1)),
+        "--report-dir",
+        str(tmp_path / "r"),
+        *FAST,
+    ]
     import os
 
     full_env = {**os.environ, **env}
-    proc = subprocess.run([*args, "--dataset", "newsums", "--dataset-config", "v1",
-                           "--text-field", "document"], capture_output=True, text=True,
-                          cwd=tmp_path, env=full_env, timeout=600)
+    proc = subprocess.run(
+        [*args, "--dataset", "newsums", "--dataset-config", "v1", "--text-field", "document"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=full_env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    _check(only_report(tmp_path / "r"), documents, source="hub", config="v1", split="test",
-           name="newsums-v1-test")
+    _check(
+        only_report(tmp_path / "r"),
+        documents,
+        source="hub",
+        config="v1",
+        split="test",
+        name="newsums-v1-test",
+    )
 
-    proc = subprocess.run([*args, "--dataset", "cnn_dailymail"], capture_output=True, text=True,
-                          cwd=tmp_path, env=full_env, timeout=600)
+    proc = subprocess.run(
+        [*args, "--dataset", "cnn_dailymail"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=full_env,
+        timeout=600,
+    )
     assert proc.returncode == 2
     [line] = proc.stderr.strip().splitlines()
-    assert line.startswith("error: --dataset cnn_dailymail: abisee/cnn_dailymail (config 3.0.0, "
-                           "split test) is not in the local datasets cache")
+    assert line.startswith(
+        "error: --dataset cnn_dailymail: abisee/cnn_dailymail (config 3.0.0, "
+        "split test) is not in the local datasets cache"
+    )
     assert "datasets.load_dataset('abisee/cnn_dailymail', '3.0.0', split='test')" in line
 
 
@@ -128,12 +210,23 @@ def test_chat_template_prompts_reach_the_engine(tmp_path: Path, engine_factory, 
     from harness.pipeline import run
 
     engine = EmulatorEngine(engine_factory(2, 1))
-    engine.tokenizer.chat_template = ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n"
-                                      "{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}")
-    config = RunConfig.from_options({"dataset": str(small_dataset), "num_prompts": "4", "chat": True,
-                                     "batch_sizes": "1,2", "beam_widths": "1", "max_new_tokens": "4",
-                                     "no_cache": True, "report_dir": str(tmp_path / "r"),
-                                     "goldens_dir": str(tmp_path / "g")})
+    engine.tokenizer.chat_template = (
+        "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n"
+        "{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}"
+    )
+    config = RunConfig.from_options(
+        {
+            "dataset": str(small_dataset),
+            "num_prompts": "4",
+            "chat": True,
+            "batch_sizes": "1,2",
+            "beam_widths": "1",
+            "max_new_tokens": "4",
+            "no_cache": True,
+            "report_dir": str(tmp_path / "r"),
+            "goldens_dir": str(tmp_path / "g"),
+        }
+    )
     result = run(config, engine=engine)
     docs = result.dataset.documents
     assert result.prompts == tuple(f"[user] {d.text} TL;DR: \n[assistant] " for d in docs)

@@ -42,8 +42,11 @@ def test_hf_model_with_only_pickle_weights_is_refused(tmp_path: Path, monkeypatc
     folder = _model_copy(tmp_path)
     (folder / "model.safetensors").unlink()
     (folder / "pytorch_model.bin").write_bytes(_pickle_that_touches(tmp_path / "unpickled"))
-    with pytest.raises(EngineError, match=r"model: no \*\.safetensors weights; the hf backend "
-                                          r"loads safetensors only"):
+    with pytest.raises(
+        EngineError,
+        match=r"model: no \*\.safetensors weights; the hf backend "
+        r"loads safetensors only",
+    ):
         HFEngine(folder)
     assert not (tmp_path / "unpickled").exists()
 
@@ -66,10 +69,13 @@ def _with_remote_code(folder: Path, marker: Path) -> Path:
     (folder / "evil.py").write_text(
         f"open({str(marker)!r}, 'w').write('ran')\n"
         "from transformers import PreTrainedTokenizerFast\n"
-        "class EvilTokenizer(PreTrainedTokenizerFast):\n    pass\n")
+        "class EvilTokenizer(PreTrainedTokenizerFast):\n    pass\n"
+    )
     config = json.loads((folder / "tokenizer_config.json").read_text())
-    config.update(tokenizer_class="EvilTokenizer",
-                  auto_map={"AutoTokenizer": ["evil.EvilTokenizer", "evil.EvilTokenizer"]})
+    config.update(
+        tokenizer_class="EvilTokenizer",
+        auto_map={"AutoTokenizer": ["evil.EvilTokenizer", "evil.EvilTokenizer"]},
+    )
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     model = json.loads((folder / "config.json").read_text())
     model["auto_map"] = {"AutoModelForCausalLM": "evil.EvilModel"}
@@ -115,31 +121,48 @@ def test_tokenizer_that_needs_its_code_is_refused_with_the_flag_named(tmp_path: 
 
 def test_package_source_loads_nothing_unsafely():
     """No pickle, no torch.load, no eval/exec, remote code only from the option."""
-    bad = re.compile(r"\bimport pickle\b|\bpickle\.|torch\.load\(|weights_only\s*=\s*False|"
-                     r"trust_remote_code\s*=\s*True|(?<![\w.])eval\(|(?<![\w.])exec\(|"
-                     r"\bdill\b|\bjoblib\b|yaml\.load\(|allow_pickle\s*=\s*True")
-    found = [f"{p.relative_to(PACKAGE.parent)}:{n}: {line.strip()}"
-             for p in PACKAGE.rglob("*.py")
-             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
-             if bad.search(line)]
+    bad = re.compile(
+        r"\bimport pickle\b|\bpickle\.|torch\.load\(|weights_only\s*=\s*False|"
+        r"trust_remote_code\s*=\s*True|(?<![\w.])eval\(|(?<![\w.])exec\(|"
+        r"\bdill\b|\bjoblib\b|yaml\.load\(|allow_pickle\s*=\s*True"
+    )
+    found = [
+        f"{p.relative_to(PACKAGE.parent)}:{n}: {line.strip()}"
+        for p in PACKAGE.rglob("*.py")
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if bad.search(line)
+    ]
     assert not found, found
-    remote = [f"{p.name}: {line.strip()}" for p in PACKAGE.rglob("*.py")
-              for line in p.read_text(encoding="utf-8").splitlines()
-              if "trust_remote_code=" in line and "trust_remote_code=False" not in line]
+    remote = [
+        f"{p.name}: {line.strip()}"
+        for p in PACKAGE.rglob("*.py")
+        for line in p.read_text(encoding="utf-8").splitlines()
+        if "trust_remote_code=" in line and "trust_remote_code=False" not in line
+    ]
     # every other trust_remote_code= passes the --trust-remote-code option through
     assert all("options.trust_remote_code" in r or "self.trust_remote_code" in r for r in remote), remote
 
 
-HOSTILE_IDS = ["../../etc/passwd", "/etc/passwd", "..", "a/../../b", "C:\\Windows\\x", "~/.ssh/id_rsa",
-               "x" * 300, "nul\x00byte", "ok"]
+HOSTILE_IDS = [
+    "../../etc/passwd",
+    "/etc/passwd",
+    "..",
+    "a/../../b",
+    "C:\\Windows\\x",
+    "~/.ssh/id_rsa",
+    "x" * 300,
+    "nul\x00byte",
+    "ok",
+]
 
 
 class EchoWithHostileBackend:
     """An engine whose backend label and identity hold path tricks."""
 
     def __init__(self) -> None:
-        self.info = EngineInfo(backend="../../../escape", path="/tmp/../../escape",
-                               identity="../../../../etc/passwd")
+        self.info = EngineInfo(
+            backend="../../../escape", path="/tmp/../../escape", identity="../../../../etc/passwd"
+        )
 
     def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
         return [Generation(text=" ".join(p.split()[:10])) for p in prompts]
@@ -148,14 +171,24 @@ class EchoWithHostileBackend:
 def test_ids_and_names_from_data_never_become_paths(tmp_path: Path):
     data = tmp_path / "data" / "..%2F..%2Fhostile.jsonl"
     data.parent.mkdir()
-    data.write_text("".join(json.dumps({"id": i, "text": f"document {n} " + "word " * 20,
-                                        "summary": "word word"}) + "\n"
-                            for n, i in enumerate(HOSTILE_IDS)), encoding="utf-8")
+    data.write_text(
+        "".join(
+            json.dumps({"id": i, "text": f"document {n} " + "word " * 20, "summary": "word word"}) + "\n"
+            for n, i in enumerate(HOSTILE_IDS)
+        ),
+        encoding="utf-8",
+    )
     roots = {name: tmp_path / "inside" / name for name in ("reports", "goldens", "cache")}
     before = {p for p in tmp_path.parent.rglob("*")}
-    config = RunConfig(dataset=str(data), batch_sizes=(1, 2), beam_widths=(1,), update_goldens=True,
-                       report_dir=roots["reports"], goldens_dir=roots["goldens"],
-                       cache_dir=roots["cache"])
+    config = RunConfig(
+        dataset=str(data),
+        batch_sizes=(1, 2),
+        beam_widths=(1,),
+        update_goldens=True,
+        report_dir=roots["reports"],
+        goldens_dir=roots["goldens"],
+        cache_dir=roots["cache"],
+    )
     result = run(config, engine=EchoWithHostileBackend())
     assert result.verdict == "pass"
     created = {p for p in tmp_path.parent.rglob("*")} - before

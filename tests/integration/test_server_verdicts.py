@@ -37,17 +37,32 @@ def _folder(root: Path) -> Path:
     return next(root.glob("run-*"))
 
 
-def test_a_server_answering_one_request_at_a_time_leaves_its_cells_untested(tmp_path, behaving, eight, suites):
+def test_a_server_answering_one_request_at_a_time_leaves_its_cells_untested(
+    tmp_path, behaving, eight, suites
+):
     server = behaving(serial=True, seconds=0.08)
-    proc = suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,2,4",
-                  "--beam-widths", "1", "--report-dir", str(tmp_path), *FAST)
+    proc = suites(
+        "--engine",
+        server.url,
+        "--dataset",
+        str(eight),
+        "--batch-sizes",
+        "1,2,4",
+        "--beam-widths",
+        "1",
+        "--report-dir",
+        str(tmp_path),
+        *FAST,
+    )
     out = proc.stdout
     assert proc.returncode == 1, out[-3000:]
     assert "test_batch_positions[bs1-beam1] PASSED" in out
     for size in (2, 4):
         assert f"test_batch_positions[bs{size}-beam1] FAILED" in out
-        assert (f"bs{size}-beam1: untested: the server answered these {size} requests one after "
-                "another: batch positions were not exercised") in out
+        assert (
+            f"bs{size}-beam1: untested: the server answered these {size} requests one after "
+            "another: batch positions were not exercised"
+        ) in out
     report = only_report(tmp_path)
     cells = {c["id"]: c for c in report["cells"]}
     assert report["verdict"] == "fail" and cells["bs1-beam1"]["verdict"] == "pass"
@@ -59,13 +74,26 @@ def test_a_server_answering_one_request_at_a_time_leaves_its_cells_untested(tmp_
     # report.json keeps the analysis's own message beside the notice
     assert cells["bs4-beam1"]["message"].startswith("bs4-beam1: no degraded position")
     html = (_folder(tmp_path) / "report.html").read_text()
-    assert '<span class="tag untested">untested</span>' in html and "batch positions were not exercised" in html
+    assert (
+        '<span class="tag untested">untested</span>' in html and "batch positions were not exercised" in html
+    )
 
 
 def test_a_server_running_requests_together_passes(tmp_path, behaving, eight, suites):
     server = behaving(serial=False, seconds=0.08, model="bundled-summarizer-2026-12")
-    proc = suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,4",
-                  "--beam-widths", "1", "--report-dir", str(tmp_path), *FAST)
+    proc = suites(
+        "--engine",
+        server.url,
+        "--dataset",
+        str(eight),
+        "--batch-sizes",
+        "1,4",
+        "--beam-widths",
+        "1",
+        "--report-dir",
+        str(tmp_path),
+        *FAST,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = only_report(tmp_path)
     assert [c["verdict"] for c in report["cells"]] == ["pass", "pass"]
@@ -91,25 +119,52 @@ def test_kv_cache_reuse_on_is_refused_for_a_backend_that_cannot_set_it(suites):
 
 def test_beam_search_that_never_ran_fails_its_cells_with_the_reason(tmp_path, behaving, eight, suites):
     server = behaving(beams="copies", seconds=0.08)  # time enough to see bs2 served together
-    proc = suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,2",
-                  "--beam-widths", "1,2", "--report-dir", str(tmp_path), *FAST)
+    proc = suites(
+        "--engine",
+        server.url,
+        "--dataset",
+        str(eight),
+        "--batch-sizes",
+        "1,2",
+        "--beam-widths",
+        "1,2",
+        "--report-dir",
+        str(tmp_path),
+        *FAST,
+    )
     assert proc.returncode == 1, proc.stdout[-3000:]
     cells = {c["id"]: c for c in only_report(tmp_path)["cells"]}
     assert cells["bs1-beam1"]["verdict"] == cells["bs2-beam1"]["verdict"] == "pass"
     first = cells["bs1-beam2"]["error"]
-    assert "returned 2 identical choices for best_of 2 in each of its first 4 answers: no beam " \
-           "search ran" in first
+    assert (
+        "returned 2 identical choices for best_of 2 in each of its first 4 answers: no beam "
+        "search ran" in first
+    )
     assert "(the run's first failure: bs1-beam2, batch 4 of 8, prompt " in first
     later = cells["bs2-beam2"]["error"]
-    assert later.startswith("failed the same way as the run's first failure, bs1-beam2 (batch 4 "
-                            "of 8, prompt ")
+    assert later.startswith(
+        "failed the same way as the run's first failure, bs1-beam2 (batch 4 of 8, prompt "
+    )
     assert "test_batch_positions[bs2-beam2] FAILED" in proc.stdout
 
 
 def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(tmp_path, behaving, eight, suites):
     server = behaving(crash_at=11)  # bs1-beam1: 8 batches; bs2-beam1: its 2nd batch
-    proc = suites("--engine", server.url, "--dataset", str(eight), "--batch-sizes", "1,2,4",
-                  "--beam-widths", "1", "--retries", "1", "--report-dir", str(tmp_path), *FAST)
+    proc = suites(
+        "--engine",
+        server.url,
+        "--dataset",
+        str(eight),
+        "--batch-sizes",
+        "1,2,4",
+        "--beam-widths",
+        "1",
+        "--retries",
+        "1",
+        "--report-dir",
+        str(tmp_path),
+        *FAST,
+    )
     assert proc.returncode == 1, proc.stdout[-3000:]
     cells = {c["id"]: c for c in only_report(tmp_path)["cells"]}
     assert cells["bs1-beam1"]["verdict"] == "pass"
@@ -118,8 +173,9 @@ def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(tmp_path, b
     assert "last: ConnectionRefusedError" in first
     assert "(the run's first failure: bs2-beam1, batch 2 of 8, prompts " in first
     later = cells["bs4-beam1"]["error"]
-    assert later.startswith("failed the same way as the run's first failure, bs2-beam1 (batch 2 "
-                            "of 8, prompts ")
+    assert later.startswith(
+        "failed the same way as the run's first failure, bs2-beam1 (batch 2 of 8, prompts "
+    )
     assert "; this cell stopped at batch 1 of 8" in later
     md = (_folder(tmp_path) / "report.md").read_text()
     assert escape("failed the same way as the run's first failure, bs2-beam1") in md
@@ -129,20 +185,36 @@ def test_request_fields_reach_the_server_the_report_and_nothing_else(tmp_path, b
     server = behaving(seconds=0.08)  # time enough to see bs2 served together
     key = "sk-SECRET-0123456789"
     url = f"{server.url}?api_key={key}"
-    proc = suites("--engine", url, "--dataset", str(eight), "--batch-sizes", "1,2",
-                  "--beam-widths", "1", "--request-field", "repeat_penalty=1.0",
-                  "--request-field", '{"top_k": 1, "stop": ["END"]}', "--report-dir",
-                  str(tmp_path), *FAST)
+    proc = suites(
+        "--engine",
+        url,
+        "--dataset",
+        str(eight),
+        "--batch-sizes",
+        "1,2",
+        "--beam-widths",
+        "1",
+        "--request-field",
+        "repeat_penalty=1.0",
+        "--request-field",
+        '{"top_k": 1, "stop": ["END"]}',
+        "--report-dir",
+        str(tmp_path),
+        *FAST,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert all(b["repeat_penalty"] == 1.0 and b["top_k"] == 1 and b["stop"] == ["END"]
-               for b in server.bodies) and len(server.bodies) == 24
+    assert (
+        all(b["repeat_penalty"] == 1.0 and b["top_k"] == 1 and b["stop"] == ["END"] for b in server.bodies)
+        and len(server.bodies) == 24
+    )
     assert all(p.endswith(f"?api_key={key}") for p in server.paths)
     report = only_report(tmp_path)
     assert report["options"]["request_fields"] == {"repeat_penalty": 1.0, "stop": ["END"], "top_k": 1}
     folder = _folder(tmp_path)
     md = (folder / "report.md").read_text()
-    assert ("- Request fields sent with every request: repeat\\_penalty=1.0, stop=\\[\"END\"\\], "
-            "top\\_k=1") in md
+    assert (
+        '- Request fields sent with every request: repeat\\_penalty=1.0, stop=\\["END"\\], top\\_k=1'
+    ) in md
     for name in ("report.json", "report.md", "report.html", "generations.jsonl"):
         assert key not in (folder / name).read_text(), name
     assert key not in proc.stdout + proc.stderr
@@ -153,6 +225,8 @@ def test_request_fields_reach_the_server_the_report_and_nothing_else(tmp_path, b
 def test_request_fields_are_refused_for_the_bundled_engine_in_one_line(suites):
     proc = suites("--request-field", "repeat_penalty=1.0")
     assert proc.returncode == 4
-    assert ("--request-field applies only to an OpenAI-compatible server: use it with --engine "
-            "http://HOST:PORT/v1") in proc.stderr
+    assert (
+        "--request-field applies only to an OpenAI-compatible server: use it with --engine "
+        "http://HOST:PORT/v1"
+    ) in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout

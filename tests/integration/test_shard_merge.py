@@ -11,8 +11,17 @@ import pytest
 from harness.__main__ import main
 from tests.conftest import SuitesRun, only_report
 
-GRID = ("--batch-sizes", "1,2", "--beam-widths", "1,2", "--num-prompts", "8", "--max-new-tokens", "8",
-        "--no-cache")
+GRID = (
+    "--batch-sizes",
+    "1,2",
+    "--beam-widths",
+    "1,2",
+    "--num-prompts",
+    "8",
+    "--max-new-tokens",
+    "8",
+    "--no-cache",
+)
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> SuitesRun:
@@ -24,8 +33,9 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> SuitesRun:
 
 
 @pytest.mark.slow  # three runs of the emulator
-def test_two_shard_jobs_merge_into_the_unsharded_report(tmp_path: Path, engine_factory, small_dataset,
-                                                        capsys):
+def test_two_shard_jobs_merge_into_the_unsharded_report(
+    tmp_path: Path, engine_factory, small_dataset, capsys
+):
     common = ("--engine", str(engine_factory(4, 2)), "--dataset", str(small_dataset), *GRID)
     whole = _cli(capsys, "run", *common, "--report-dir", str(tmp_path / "whole"))
     assert whole.returncode == 0, whole.stdout + whole.stderr
@@ -50,17 +60,31 @@ def test_two_shard_jobs_merge_into_the_unsharded_report(tmp_path: Path, engine_f
     assert [c["id"] for c in got["cells"]] == ["bs1-beam1", "bs2-beam1", "bs1-beam2", "bs2-beam2"]
     assert got["cells"] == want["cells"] and got["verdict"] == want["verdict"] == "pass"
     assert got["method"] == want["method"] and got["memory"] == want["memory"]
-    assert ((tmp_path / "merged" / "generations.jsonl").read_text()
-            == next((tmp_path / "whole").iterdir()).joinpath("generations.jsonl").read_text())
+    assert (tmp_path / "merged" / "generations.jsonl").read_text() == next(
+        (tmp_path / "whole").iterdir()
+    ).joinpath("generations.jsonl").read_text()
     assert got["timing"]["engine_calls"] == sum(r["timing"]["engine_calls"] for r in reports)
 
 
 def test_shard_test_ids_are_its_cells_only(engine_factory, suites):
-    proc = suites("--engine", str(engine_factory(4, 2)), "--batch-sizes", "1,2", "--beam-widths",
-                  "1,2", "--shard", "2/2", "--collect-only", "-q")
+    proc = suites(
+        "--engine",
+        str(engine_factory(4, 2)),
+        "--batch-sizes",
+        "1,2",
+        "--beam-widths",
+        "1,2",
+        "--shard",
+        "2/2",
+        "--collect-only",
+        "-q",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ids = sorted(line.split("::")[1] for line in proc.stdout.splitlines() if "::" in line)
-    assert ids == sorted(f"{t}[{c}]" for t in ("test_batch_positions", "test_engine_limits",
-                                               "test_throughput") for c in ("bs2-beam1", "bs1-beam2"))
+    assert ids == sorted(
+        f"{t}[{c}]"
+        for t in ("test_batch_positions", "test_engine_limits", "test_throughput")
+        for c in ("bs2-beam1", "bs1-beam2")
+    )
     bad = suites("--shard", "3/2", "--collect-only", "-q")
     assert bad.returncode == 4 and "--shard '3/2': K must be between 1 and N (2)" in bad.stderr

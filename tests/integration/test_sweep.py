@@ -15,11 +15,20 @@ from harness.pipeline import run
 from harness.report.build import build_report
 
 
-def _sweep(tmp_path: Path, engine: Path, beams: str
-           ) -> tuple[dict[int, tuple[int | None, int | None, str]], dict[str, str | None]]:
-    config = RunConfig.from_options({
-        "engine": str(engine), "sweep": True, "beam_widths": beams, "max_new_tokens": 24,
-        "report_dir": str(tmp_path / "r"), "goldens_dir": str(tmp_path / "g"), "no_cache": True})
+def _sweep(
+    tmp_path: Path, engine: Path, beams: str
+) -> tuple[dict[int, tuple[int | None, int | None, str]], dict[str, str | None]]:
+    config = RunConfig.from_options(
+        {
+            "engine": str(engine),
+            "sweep": True,
+            "beam_widths": beams,
+            "max_new_tokens": 24,
+            "report_dir": str(tmp_path / "r"),
+            "goldens_dir": str(tmp_path / "g"),
+            "no_cache": True,
+        }
+    )
     assert config.rotation == "sparse"
     result = run(config)
     assert sorted({c.cell.batch_size for c in result.cells}) == list(range(1, 9))
@@ -32,20 +41,28 @@ def _sweep(tmp_path: Path, engine: Path, beams: str
 def test_a_cuda_graph_ladder_is_found_between_the_powers_of_two(tmp_path: Path):
     """Captured sizes 1, 2, 4, 8 pass; 3 (padded to 4) and 5-7 (padded to 8) damage their last
     entries: the default grid 1, 2, 4, 8 never sees it."""
-    engine = build_engine(tmp_path / "ladder", BuildLimits(max_batch_size=8, max_beam_width=1),
-                          fault=Fault(FaultKind.GRAPH_LADDER))
+    engine = build_engine(
+        tmp_path / "ladder",
+        BuildLimits(max_batch_size=8, max_beam_width=1),
+        fault=Fault(FaultKind.GRAPH_LADDER),
+    )
     found, causes = _sweep(tmp_path, engine, "1")
     [(last, first, said)] = found.values()
     assert (last, first) == (2, 3)
-    assert said == "beam 1: batch sizes 1, 2 pass; fails from 3 (positions 2, 4–6); batch sizes 4, 8 pass again"
+    assert (
+        said == "beam 1: batch sizes 1, 2 pass; fails from 3 (positions 2, 4–6); batch sizes 4, 8 pass again"
+    )
     assert causes == {f"bs{b}-beam1": "graph-ladder" for b in (3, 5, 6, 7)}
 
 
 @pytest.mark.slow
 def test_a_buffer_without_the_beam_factor_fails_from_its_threshold(tmp_path: Path):
     """8 slots for 8 x 2 beams: greedy passes everywhere, beam 2 fails from batch size 5."""
-    engine = build_engine(tmp_path / "buffer", BuildLimits(max_batch_size=8, max_beam_width=2),
-                          fault=Fault(FaultKind.BEAM_BUFFER))
+    engine = build_engine(
+        tmp_path / "buffer",
+        BuildLimits(max_batch_size=8, max_beam_width=2),
+        fault=Fault(FaultKind.BEAM_BUFFER),
+    )
     found, causes = _sweep(tmp_path, engine, "1,2")
     assert found[1][:2] == (8, None)
     assert found[2] == (4, 5, "beam 2: batch sizes 1–4 pass; fails from 5 (positions 4–7)")

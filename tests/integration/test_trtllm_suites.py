@@ -18,21 +18,38 @@ from tests.doubles.trtllm_common import BUNDLED_MODEL
 
 
 @pytest.mark.parametrize("name", list(LINES))
-def test_refused_cells_fail_with_the_runners_message(tmp_path: Path, small_dataset: Path, name: str,
-                                                     suites):
+def test_refused_cells_fail_with_the_runners_message(tmp_path: Path, small_dataset: Path, name: str, suites):
     engine = LINES[name].make_engine_dir(tmp_path / "engine", max_beam_width=2, max_batch_size=8)
-    proc = suites("-p", "tests.doubles.use_tensorrt_llm_double", "--engine", str(engine),
-                  "--tokenizer", str(BUNDLED_MODEL), "--dataset", str(small_dataset),
-                  "--batch-sizes", "1,4", "--beam-widths", "1,2,4", "--max-new-tokens", "16",
-                  "--no-cache", "--report-dir", str(tmp_path / "r"), "-v", env={ENV: name})
+    proc = suites(
+        "-p",
+        "tests.doubles.use_tensorrt_llm_double",
+        "--engine",
+        str(engine),
+        "--tokenizer",
+        str(BUNDLED_MODEL),
+        "--dataset",
+        str(small_dataset),
+        "--batch-sizes",
+        "1,4",
+        "--beam-widths",
+        "1,2,4",
+        "--max-new-tokens",
+        "16",
+        "--no-cache",
+        "--report-dir",
+        str(tmp_path / "r"),
+        "-v",
+        env={ENV: name},
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert "test_batch_positions[bs4-beam1] PASSED" in out
     assert "test_batch_positions[bs4-beam2] PASSED" in out
     assert "test_batch_positions[bs4-beam4] FAILED" in out
     assert "test_engine_limits[bs4-beam4] FAILED" in out
-    assert ("bs4-beam4: engine error: RuntimeError: Num beams (4) exceeds the engine or specified "
-            "limit (2)") in out
+    assert (
+        "bs4-beam4: engine error: RuntimeError: Num beams (4) exceeds the engine or specified limit (2)"
+    ) in out
     assert "Traceback" not in out
     report = only_report(tmp_path / "r")
     assert report["engine"]["backend"] == "trtllm"

@@ -14,9 +14,20 @@ def _env(broken_from: int) -> dict[str, str]:
 
 
 def test_healthy_user_engine_passes(tmp_path: Path, small_dataset: Path, suites):
-    proc = suites("--engine", "toy_engine:ToyEngine", "--dataset", str(small_dataset),
-                  "--batch-sizes", "1,4", "--beam-widths", "1,2", "--report-dir", str(tmp_path),
-                  env=_env(-1), path=[HERE])
+    proc = suites(
+        "--engine",
+        "toy_engine:ToyEngine",
+        "--dataset",
+        str(small_dataset),
+        "--batch-sizes",
+        "1,4",
+        "--beam-widths",
+        "1,2",
+        "--report-dir",
+        str(tmp_path),
+        env=_env(-1),
+        path=[HERE],
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "test_batch_positions[bs4-beam2] PASSED" in proc.stdout or "passed" in proc.stdout
     # output that is not a terminal (a CI log) gets progress lines, not a bar
@@ -29,9 +40,21 @@ def test_healthy_user_engine_passes(tmp_path: Path, small_dataset: Path, suites)
 
 
 def test_broken_positions_fail_with_ranges(tmp_path: Path, small_dataset: Path, suites):
-    proc = suites("--engine", "toy_engine:ToyEngine", "--dataset", str(small_dataset),
-                  "--batch-sizes", "1,8", "--beam-widths", "1", "--report-dir", str(tmp_path),
-                  "-v", env=_env(5), path=[HERE])
+    proc = suites(
+        "--engine",
+        "toy_engine:ToyEngine",
+        "--dataset",
+        str(small_dataset),
+        "--batch-sizes",
+        "1,8",
+        "--beam-widths",
+        "1",
+        "--report-dir",
+        str(tmp_path),
+        "-v",
+        env=_env(5),
+        path=[HERE],
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "test_batch_positions[bs8-beam1] FAILED" in proc.stdout
     assert "bs8-beam1: positions 5–7 degraded (quality vs references" in proc.stdout
@@ -52,9 +75,21 @@ def test_cell_results_are_junit_properties(tmp_path: Path, small_dataset: Path, 
     import xml.etree.ElementTree as ET
 
     xml = tmp_path / "junit.xml"
-    proc = suites("--engine", "toy_engine:ToyEngine", "--dataset", str(small_dataset),
-                  "--batch-sizes", "1,4", "--beam-widths", "1", "--report-dir", str(tmp_path / "r"),
-                  f"--junitxml={xml}", env=_env(2), path=[HERE])
+    proc = suites(
+        "--engine",
+        "toy_engine:ToyEngine",
+        "--dataset",
+        str(small_dataset),
+        "--batch-sizes",
+        "1,4",
+        "--beam-widths",
+        "1",
+        "--report-dir",
+        str(tmp_path / "r"),
+        f"--junitxml={xml}",
+        env=_env(2),
+        path=[HERE],
+    )
     assert proc.returncode == 1
     cases = {c.get("name"): c for c in ET.parse(xml).getroot().iter("testcase")}
     props = {p.get("name"): p.get("value") for p in cases["test_batch_positions[bs4-beam1]"].iter("property")}
@@ -67,24 +102,48 @@ def test_backend_class_with_a_plain_directory(tmp_path: Path, small_dataset: Pat
     """--backend module:Class --engine DIR, DIR without config.json (the README's form)."""
     folder = tmp_path / "weights"
     folder.mkdir()
-    proc = suites("--backend", "toy_engine:ToyEngine", "--engine", str(folder), "--dataset",
-                  str(small_dataset), "--batch-sizes", "1,2", "--beam-widths", "1",
-                  "--report-dir", str(tmp_path / "r"), env=_env(-1), path=[HERE])
+    proc = suites(
+        "--backend",
+        "toy_engine:ToyEngine",
+        "--engine",
+        str(folder),
+        "--dataset",
+        str(small_dataset),
+        "--batch-sizes",
+        "1,2",
+        "--beam-widths",
+        "1",
+        "--report-dir",
+        str(tmp_path / "r"),
+        env=_env(-1),
+        path=[HERE],
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert only_report(tmp_path / "r")["engine"]["path"] == str(folder)
 
 
 def test_bad_golden_engine_stops_before_generating(tmp_path: Path, small_dataset: Path, suites):
-    proc = suites("--engine", "toy_engine:ToyEngine", "--dataset", str(small_dataset),
-                  "--update-goldens", "--golden-engine", str(tmp_path / "missing"),
-                  "--report-dir", str(tmp_path / "r"), env=_env(-1), path=[HERE])
+    proc = suites(
+        "--engine",
+        "toy_engine:ToyEngine",
+        "--dataset",
+        str(small_dataset),
+        "--update-goldens",
+        "--golden-engine",
+        str(tmp_path / "missing"),
+        "--report-dir",
+        str(tmp_path / "r"),
+        env=_env(-1),
+        path=[HERE],
+    )
     assert proc.returncode == 4
     assert "no such engine directory" in proc.stdout + proc.stderr
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
 
 
 def test_a_dataset_the_engine_cannot_summarize_is_said_to_leave_quality_nearly_blind(
-        tmp_path: Path, small_dataset: Path):
+    tmp_path: Path, small_dataset: Path
+):
     """Outputs that score about as well against other documents' references as against their
     own: the quality question can hardly see damage, and the run says so (it passed silently
     at 0.08 everywhere); with references that fit, it does not."""
@@ -98,19 +157,26 @@ def test_a_dataset_the_engine_cannot_summarize_is_said_to_leave_quality_nearly_b
 
     rows = [json.loads(line) for line in small_dataset.read_text().splitlines()]
     unfit = tmp_path / "unfit.jsonl"  # references from a world the engine never writes about
-    unfit.write_text("".join(json.dumps({**r, "summary": f"quarterly zinc tariffs in region {i} "
-                                         "rose as cobalt futures fell"}) + "\n"
-                             for i, r in enumerate(rows)))
+    unfit.write_text(
+        "".join(
+            json.dumps({**r, "summary": f"quarterly zinc tariffs in region {i} rose as cobalt futures fell"})
+            + "\n"
+            for i, r in enumerate(rows)
+        )
+    )
     results = {}
     for name, data in (("fit", small_dataset), ("unfit", unfit)):
-        config = RunConfig(dataset=str(data), batch_sizes=(1, 4), beam_widths=(1,), no_cache=True,
-                           report_dir=tmp_path / name)
+        config = RunConfig(
+            dataset=str(data), batch_sizes=(1, 4), beam_widths=(1,), no_cache=True, report_dir=tmp_path / name
+        )
         results[name] = run(config, engine=ToyEngine(None))
     fit, unfit_run = (results[k].report for k in ("fit", "unfit"))
     assert fit is not None and unfit_run is not None
     assert fit.method.questions[Question.QUALITY] == "gate"
     said = unfit_run.method.questions[Question.QUALITY]
     assert said.startswith("gate, but nearly blind here: at beam width 1 batch size 1 scores ")
-    assert any(line.startswith("warning: the batch-size quality question is nearly blind here")
-               for line in header_lines(unfit_run))
+    assert any(
+        line.startswith("warning: the batch-size quality question is nearly blind here")
+        for line in header_lines(unfit_run)
+    )
     assert all(c.detectable_drop is not None for c in unfit_run.cells if c.batch_size > 1)

@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"convert_gguf: {plan.summary()}", file=sys.stderr)
 
     from conversion import ModelType  # type: ignore[import-not-found]
+
     model_class = get_model_class(get_model_architecture(hparams, ModelType.TEXT))
 
     def set_vocab(self) -> None:  # replaces the class's sentencepiece/gpt2 guesswork
@@ -44,8 +45,14 @@ def main(argv: list[str] | None = None) -> None:
 
     model_class.set_vocab = set_vocab
     args.outfile.parent.mkdir(parents=True, exist_ok=True)
-    sys.argv = ["convert_hf_to_gguf.py", str(args.model_dir), "--outfile", str(args.outfile),
-                "--outtype", args.outtype]
+    sys.argv = [
+        "convert_hf_to_gguf.py",
+        str(args.model_dir),
+        "--outfile",
+        str(args.outfile),
+        "--outtype",
+        args.outtype,
+    ]
     convert_hf_to_gguf.main()
 
 

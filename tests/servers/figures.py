@@ -39,8 +39,14 @@ def _reason(cell: dict[str, Any]) -> str:
         return f"no beam search ({m.group(1) if m else 'see report'})"
     if "one after another" in text:
         m = re.search(r"\((\d+) of the (\d+) batches its timing could judge, of (\d+)", text)
-        return (f"not batched ({m.group(1)} of the {m.group(2)} judged batches, of {m.group(3)}, "
-                "one after another)") if m else "not batched"
+        return (
+            (
+                f"not batched ({m.group(1)} of the {m.group(2)} judged batches, of {m.group(3)}, "
+                "one after another)"
+            )
+            if m
+            else "not batched"
+        )
     return text[:80]
 
 
@@ -49,20 +55,56 @@ def run_one(kind: llama_cpp.Kind, variant: str, gguf: Path, cache: Path | None) 
     with tempfile.TemporaryDirectory() as tmp, llama_cpp.start(kind, gguf, 4, cache=cache) as server:
         t0 = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", str(llama_cpp.REPO / "suites"), "-p", "no:cacheprovider",
-             "--engine", server.base_url, *GRID, *VARIANTS[variant], "--report-dir", tmp, "-q"],
-            cwd=tmp, capture_output=True, text=True, timeout=3600)
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                str(llama_cpp.REPO / "suites"),
+                "-p",
+                "no:cacheprovider",
+                "--engine",
+                server.base_url,
+                *GRID,
+                *VARIANTS[variant],
+                "--report-dir",
+                tmp,
+                "-q",
+            ],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
         wall = time.monotonic() - t0
         [path] = list(Path(tmp).glob("*/report.json"))
         report = json.loads(path.read_text(encoding="utf-8"))
-    summary = next((line for line in proc.stdout.splitlines()[::-1] if " in " in line and
-                    ("passed" in line or "failed" in line)), "").strip("= ")
-    cells = [{"cell": c["id"], "verdict": c["verdict"], "reason": _reason(c),
-              "message": (c.get("error") or c.get("notice") or "").replace(server.base_url, "$SERVER")}
-             for c in report["cells"]]
-    return {"server": kind, "variant": variant, "exit_code": proc.returncode, "pytest": summary,
-            "wall_s": round(wall, 1), "generate_s": report["timing"]["engine_generate_s"],
-            "verdict": report["verdict"], "cells": cells}
+    summary = next(
+        (
+            line
+            for line in proc.stdout.splitlines()[::-1]
+            if " in " in line and ("passed" in line or "failed" in line)
+        ),
+        "",
+    ).strip("= ")
+    cells = [
+        {
+            "cell": c["id"],
+            "verdict": c["verdict"],
+            "reason": _reason(c),
+            "message": (c.get("error") or c.get("notice") or "").replace(server.base_url, "$SERVER"),
+        }
+        for c in report["cells"]
+    ]
+    return {
+        "server": kind,
+        "variant": variant,
+        "exit_code": proc.returncode,
+        "pytest": summary,
+        "wall_s": round(wall, 1),
+        "generate_s": report["timing"]["engine_generate_s"],
+        "verdict": report["verdict"],
+        "cells": cells,
+    }
 
 
 def _entry(cell: dict[str, Any]) -> str:
@@ -80,14 +122,23 @@ def table(runs: list[dict[str, Any]]) -> str:
         row = []
         for k in kinds:
             a, b = by[(k, base)]["cells"][i], by[(k, other)]["cells"][i]
-            row.append(_entry(a) if _entry(a) == _entry(b) or a["verdict"] == b["verdict"] else
-                       f"{_entry(a)}; with {other}: {_entry(b)}")
+            row.append(
+                _entry(a)
+                if _entry(a) == _entry(b) or a["verdict"] == b["verdict"]
+                else f"{_entry(a)}; with {other}: {_entry(b)}"
+            )
         lines.append(f"| {cell['cell']} | " + " | ".join(row) + " |")
     for variant in VARIANTS:
-        lines.append(f"| run, {variant} | " + " | ".join(
-            f"{by[(k, variant)]['verdict']} (exit {by[(k, variant)]['exit_code']}): "
-            f"{by[(k, variant)]['pytest']}; {by[(k, variant)]['wall_s']:.0f} s, "
-            f"{by[(k, variant)]['generate_s']:.0f} s generating" for k in kinds) + " |")
+        lines.append(
+            f"| run, {variant} | "
+            + " | ".join(
+                f"{by[(k, variant)]['verdict']} (exit {by[(k, variant)]['exit_code']}): "
+                f"{by[(k, variant)]['pytest']}; {by[(k, variant)]['wall_s']:.0f} s, "
+                f"{by[(k, variant)]['generate_s']:.0f} s generating"
+                for k in kinds
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -104,11 +155,23 @@ def main(argv: list[str] | None = None) -> int:
     for kind in llama_cpp.KINDS:
         for variant in VARIANTS:
             runs.append(run_one(kind, variant, gguf, args.cache))
-            print(f"[{kind}, {variant}] {runs[-1]['pytest']} ({runs[-1]['wall_s']} s)",
-                  file=sys.stderr, flush=True)
-    args.out.write_text(json.dumps({"model_digest": llama_cpp.model_digest(llama_cpp.BUNDLED_MODEL),
-                                    "grid": " ".join(GRID), "runs": runs}, indent=1) + "\n",
-                        encoding="utf-8")
+            print(
+                f"[{kind}, {variant}] {runs[-1]['pytest']} ({runs[-1]['wall_s']} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+    args.out.write_text(
+        json.dumps(
+            {
+                "model_digest": llama_cpp.model_digest(llama_cpp.BUNDLED_MODEL),
+                "grid": " ".join(GRID),
+                "runs": runs,
+            },
+            indent=1,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     print(table(runs))
     return 0
 

@@ -59,9 +59,11 @@ class VocabPlan:
 
     def summary(self) -> str:
         n_bytes = sum(t == BYTE for t in self.types)
-        return (f"{self.model} vocabulary, {len(self.tokens)} tokens ({n_bytes} byte tokens), "
-                f"pre {self.pre!r}, add_space_prefix {self.add_space_prefix}, add_bos "
-                f"{self.add_bos}, add_eos {self.add_eos}, special {self.special_ids}")
+        return (
+            f"{self.model} vocabulary, {len(self.tokens)} tokens ({n_bytes} byte tokens), "
+            f"pre {self.pre!r}, add_space_prefix {self.add_space_prefix}, add_bos "
+            f"{self.add_bos}, add_eos {self.add_eos}, special {self.special_ids}"
+        )
 
 
 def _merge_pair(merge: Any) -> tuple[str, str]:
@@ -94,7 +96,7 @@ def _template_specials(post: dict[str, Any] | None) -> tuple[list[str], list[str
             if "A" not in names:
                 raise UnsupportedTokenizer("post-processor template without the sequence")
             i = names.index("A")
-            return names[:i], names[i + 1:]
+            return names[:i], names[i + 1 :]
         if proc.get("type") in ("BertProcessing", "RobertaProcessing"):
             return [proc["cls"][0]], [proc["sep"][0]]
     return [], []
@@ -134,16 +136,25 @@ def plan_vocab(model_dir: Path, n_vocab: int | None = None) -> VocabPlan:
     if "ByteLevel" in pre_types:
         if pre_types != ["ByteLevel"]:
             raise UnsupportedTokenizer(
-                f"ByteLevel with other pre-tokenizers {pre_types}: llama.cpp has no matching split")
+                f"ByteLevel with other pre-tokenizers {pre_types}: llama.cpp has no matching split"
+            )
         bl = pres[0]
         if not bl.get("use_regex", True) or bl.get("add_prefix_space", False):
             raise UnsupportedTokenizer("ByteLevel without the GPT-2 regex or with add_prefix_space")
-        plan = VocabPlan(model="gpt2", pre="gpt-2", tokens=tokens, scores=[0.0] * size,
-                         types=types, merges=[f"{a} {b}" for a, b in merges])
+        plan = VocabPlan(
+            model="gpt2",
+            pre="gpt-2",
+            tokens=tokens,
+            scores=[0.0] * size,
+            types=types,
+            merges=[f"{a} {b}" for a, b in merges],
+        )
     elif "Metaspace" in pre_types:
         if pre_types[0] != "Metaspace" or not set(pre_types[1:]) <= {"Punctuation", "Digits"}:
-            raise UnsupportedTokenizer(f"pre-tokenizers {pre_types}: expected Metaspace first, then "
-                                       "only Punctuation/Digits (splits a BPE vocabulary never merges across)")
+            raise UnsupportedTokenizer(
+                f"pre-tokenizers {pre_types}: expected Metaspace first, then "
+                "only Punctuation/Digits (splits a BPE vocabulary never merges across)"
+            )
         ms = pres[0]
         if ms.get("replacement", "▁") != "▁":
             raise UnsupportedTokenizer(f"Metaspace replacement {ms.get('replacement')!r}")
@@ -154,21 +165,31 @@ def plan_vocab(model_dir: Path, n_vocab: int | None = None) -> VocabPlan:
             i = vocab.get(a + b)
             if i is not None and scores[i] == NO_MERGE:
                 scores[i] = -float(rank + 1)
-        plan = VocabPlan(model="llama", pre="default", tokens=tokens, scores=scores, types=types,
-                         add_space_prefix=ms.get("prepend_scheme", "always") != "never",
-                         byte_fallback=byte_fallback)
+        plan = VocabPlan(
+            model="llama",
+            pre="default",
+            tokens=tokens,
+            scores=scores,
+            types=types,
+            add_space_prefix=ms.get("prepend_scheme", "always") != "never",
+            byte_fallback=byte_fallback,
+        )
         if byte_fallback:
             for text, i in vocab.items():
                 if BYTE_TOKEN.match(text):
                     types[i] = BYTE
             missing = 256 - sum(t == BYTE for t in types)
             if missing:
-                raise UnsupportedTokenizer(f"byte_fallback is on but {missing} of the 256 <0xNN> tokens are missing")
+                raise UnsupportedTokenizer(
+                    f"byte_fallback is on but {missing} of the 256 <0xNN> tokens are missing"
+                )
         elif any(BYTE_TOKEN.match(text) for text in vocab):
             # llama.cpp's SPM byte_to_token looks <0xNN> up by its text, whatever its type:
             # it would emit them where transformers (no byte_fallback) gives <unk>
-            raise UnsupportedTokenizer("<0xNN> tokens without byte_fallback: llama.cpp would fall back "
-                                       "to them where transformers gives <unk>")
+            raise UnsupportedTokenizer(
+                "<0xNN> tokens without byte_fallback: llama.cpp would fall back "
+                "to them where transformers gives <unk>"
+            )
     else:
         raise UnsupportedTokenizer(f"pre-tokenizers {pre_types}: neither Metaspace nor ByteLevel")
 

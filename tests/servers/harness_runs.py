@@ -56,12 +56,15 @@ class HarnessRun:
     fault: str | None = None  # "kill": the server is killed at FAULT_DOCUMENT; "long": it is too long
 
 
-RUNS: dict[str, HarnessRun] = {r.name: r for r in (
-    HarnessRun("harness-grid", (1, 2, 4), (1, 2)),
-    HarnessRun("harness-grid-rp1", (1, 2, 4), (1, 2), ("repeat_penalty=1.0",)),
-    HarnessRun("harness-crash", (1, 2, 4), (1,), fault="kill"),
-    HarnessRun("harness-refuse", (1, 2, 4), (1,), fault="long"),
-)}
+RUNS: dict[str, HarnessRun] = {
+    r.name: r
+    for r in (
+        HarnessRun("harness-grid", (1, 2, 4), (1, 2)),
+        HarnessRun("harness-grid-rp1", (1, 2, 4), (1, 2), ("repeat_penalty=1.0",)),
+        HarnessRun("harness-crash", (1, 2, 4), (1,), fault="kill"),
+        HarnessRun("harness-refuse", (1, 2, 4), (1,), fault="long"),
+    )
+}
 
 
 def fault_id() -> str:
@@ -74,8 +77,14 @@ def dataset(folder: Path, fault: str | None = None) -> Path:
     times over when ``fault`` is "long")."""
     docs = load_dataset(None).documents[:PROMPTS]
     path = folder / ("long.jsonl" if fault == "long" else "grid.jsonl")
-    rows = [{"id": d.id, "text": d.text * (LONG_REPEAT if fault == "long" and i == FAULT_DOCUMENT else 1),
-             "summary": d.summary} for i, d in enumerate(docs)]
+    rows = [
+        {
+            "id": d.id,
+            "text": d.text * (LONG_REPEAT if fault == "long" and i == FAULT_DOCUMENT else 1),
+            "summary": d.summary,
+        }
+        for i, d in enumerate(docs)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
 
@@ -84,10 +93,15 @@ def config(run: HarnessRun, url: str, folder: Path) -> RunConfig:
     """The run's options, as `pytest suites/ --engine URL ...` would give them."""
     folder.mkdir(parents=True, exist_ok=True)
     values: dict[str, Any] = {
-        "engine": url, "dataset": str(dataset(folder, run.fault)),
-        "batch_sizes": run.batch_sizes, "beam_widths": run.beam_widths,
-        "max_new_tokens": MAX_NEW_TOKENS, "report_dir": str(folder / "reports"),
-        "no_cache": True, "retries": 1}
+        "engine": url,
+        "dataset": str(dataset(folder, run.fault)),
+        "batch_sizes": run.batch_sizes,
+        "beam_widths": run.beam_widths,
+        "max_new_tokens": MAX_NEW_TOKENS,
+        "report_dir": str(folder / "reports"),
+        "no_cache": True,
+        "retries": 1,
+    }
     if run.request_fields:
         values["request_fields"] = list(run.request_fields)
     return RunConfig.from_options(values)
@@ -95,8 +109,9 @@ def config(run: HarnessRun, url: str, folder: Path) -> RunConfig:
 
 def cells(result: Any) -> dict[str, dict[str, Any]]:
     """Per cell: verdict, error and notice (what the recordings keep and the tests compare)."""
-    return {c.cell.id: {"verdict": str(c.verdict), "error": c.error, "notice": c.notice}
-            for c in result.cells}
+    return {
+        c.cell.id: {"verdict": str(c.verdict), "error": c.error, "notice": c.notice} for c in result.cells
+    }
 
 
 @dataclass
@@ -135,8 +150,7 @@ class Killer(OpenAIEngine):
         send, process = conn.request, self._process
 
         def request(method: str, url: str, body: Any = None, headers: Any = None, **kw: Any) -> None:
-            hit = (self.killed is None and body is not None
-                   and json.loads(body).get("prompt") == self._victim)
+            hit = self.killed is None and body is not None and json.loads(body).get("prompt") == self._victim
             if hit:
                 os.kill(process.pid, signal.SIGSTOP)
             try:
@@ -145,10 +159,12 @@ class Killer(OpenAIEngine):
                 if hit:
                     os.kill(process.pid, signal.SIGKILL)
                     process.wait(30)
-                    self.killed = {"signal": "SIGKILL", "generate_call": self._batches - 1,
-                                   "returncode": process.returncode,
-                                   "how": "SIGSTOP before the request was connected and written, "
-                                          "SIGKILL once it was"}
+                    self.killed = {
+                        "signal": "SIGKILL",
+                        "generate_call": self._batches - 1,
+                        "returncode": process.returncode,
+                        "how": "SIGSTOP before the request was connected and written, SIGKILL once it was",
+                    }
 
         conn.request = request  # type: ignore[method-assign]
         return conn
@@ -168,8 +184,9 @@ class Recorder(Killer):
         except OSError as exc:
             self.exchanges.append(Exchange(error=f"{type(exc).__name__}: {exc}"))
             raise
-        self.exchanges.append(Exchange(requests=[_request(p, b, a) for p, (b, a) in
-                                                 enumerate(zip(bodies, answers))]))
+        self.exchanges.append(
+            Exchange(requests=[_request(p, b, a) for p, (b, a) in enumerate(zip(bodies, answers))])
+        )
         return answers
 
 
@@ -180,8 +197,20 @@ def _request(position: int, body: dict[str, Any], answer: Answer) -> dict[str, A
         response = answer.body.decode("utf-8", "replace")
     if isinstance(response, dict):
         response = {k: v for k, v in response.items() if k not in ("id", "created", "system_fingerprint")}
-    times = {k: (None if v is None else round(v, 4)) for k, v in (
-        ("t_send", answer.sent), ("t_written", answer.written),
-        ("t_first_byte", answer.first_byte), ("t_finish", answer.finished))}
-    return {"position": position, "body": body, "status": answer.status, "response": response,
-            "error": None if answer.error is None else type(answer.error).__name__, **times}
+    times = {
+        k: (None if v is None else round(v, 4))
+        for k, v in (
+            ("t_send", answer.sent),
+            ("t_written", answer.written),
+            ("t_first_byte", answer.first_byte),
+            ("t_finish", answer.finished),
+        )
+    }
+    return {
+        "position": position,
+        "body": body,
+        "status": answer.status,
+        "response": response,
+        "error": None if answer.error is None else type(answer.error).__name__,
+        **times,
+    }

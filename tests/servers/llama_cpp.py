@@ -128,15 +128,27 @@ def layout(cache: Path | str | None = None) -> Layout:
 
 # --- building --------------------------------------------------------------------------------
 
-def _run(cmd: Sequence[str | Path], *, nice: int, env: dict[str, str] | None = None,
-         log: Path | None = None, cwd: Path | None = None) -> None:
+
+def _run(
+    cmd: Sequence[str | Path],
+    *,
+    nice: int,
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+    cwd: Path | None = None,
+) -> None:
     args = [str(c) for c in cmd]
     if nice:
         args = ["nice", "-n", str(nice), *args]
     out = log.open("ab") if log is not None else None
     try:
-        proc = subprocess.run(args, env={**os.environ, **(env or {})}, cwd=cwd, stdout=out or None,
-                              stderr=subprocess.STDOUT if out else None)
+        proc = subprocess.run(
+            args,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+            stdout=out or None,
+            stderr=subprocess.STDOUT if out else None,
+        )
     finally:
         if out is not None:
             out.close()
@@ -165,9 +177,23 @@ def _step(lay: Layout, name: str, done: bool, action, log: Path | None = None) -
 def download(lay: Layout, *, nice: int = 10) -> None:
     def act() -> None:
         lay.root.mkdir(parents=True, exist_ok=True)
-        _run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
-              "--quiet",
-              f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", lay.root], nice=nice)
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-binary",
+                ":all:",
+                "--no-deps",
+                "--quiet",
+                f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}",
+                "-d",
+                lay.root,
+            ],
+            nice=nice,
+        )
+
     _step(lay, "download", lay.sdist.is_file(), act)
 
 
@@ -181,6 +207,7 @@ def unpack(lay: Layout) -> None:
         shutil.rmtree(lay.src, ignore_errors=True)
         (tmp / lay.src.name).rename(lay.src)
         tmp.rmdir()
+
     _step(lay, "unpack", (lay.llama_src / "CMakeLists.txt").is_file(), act)
 
 
@@ -192,8 +219,7 @@ def build_server(lay: Layout, *, jobs: int = 2, nice: int = 10) -> None:
         _run(["cmake", "-S", lay.llama_src, "-B", lay.build, *gen, *CMAKE_FLAGS], nice=nice, log=log)
 
     def compile_() -> None:
-        _run(["cmake", "--build", lay.build, "--target", "llama-server", "-j", str(jobs)],
-             nice=nice, log=log)
+        _run(["cmake", "--build", lay.build, "--target", "llama-server", "-j", str(jobs)], nice=nice, log=log)
 
     _step(lay, "configure", (lay.build / "CMakeCache.txt").is_file(), configure, log)
     # always handed to cmake: a no-op (a second or two) when nothing changed
@@ -210,14 +236,20 @@ def install_python_server(lay: Layout, *, nice: int = 10) -> None:
         shutil.rmtree(lay.venv, ignore_errors=True)
         _run([sys.executable, "-m", "venv", lay.venv], nice=nice)
         # LLAMA_BUILD=OFF: a pure-Python wheel; the library comes from build/bin
-        _run([lay.venv_python, "-m", "pip", "install", "--quiet", f"{lay.sdist}[server]"], nice=nice,
-             env={"CMAKE_ARGS": "-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF"}, log=log)
+        _run(
+            [lay.venv_python, "-m", "pip", "install", "--quiet", f"{lay.sdist}[server]"],
+            nice=nice,
+            env={"CMAKE_ARGS": "-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF"},
+            log=log,
+        )
         marker.write_text("")
+
     _step(lay, "install llama-cpp-python[server]", marker.is_file(), act, log)
 
 
-def build(cache: Path | str | None = None, *, jobs: int = 2, nice: int = 10,
-          kinds: Sequence[Kind] = KINDS) -> Layout:
+def build(
+    cache: Path | str | None = None, *, jobs: int = 2, nice: int = 10, kinds: Sequence[Kind] = KINDS
+) -> Layout:
     lay = layout(cache)
     download(lay, nice=nice)
     unpack(lay)
@@ -238,6 +270,7 @@ def available(kind: Kind, cache: Path | str | None = None) -> str | None:
 
 
 # --- converting ------------------------------------------------------------------------------
+
 
 def _digest(paths: Sequence[Path], seed: str = "") -> str:
     h = hashlib.sha256(seed.encode())
@@ -260,8 +293,13 @@ def gguf_name(model_dir: Path, outtype: str = "f32") -> str:
     return f"{Path(model_dir).name}-{model_digest(model_dir)}-{code[:8]}-{outtype}.gguf"
 
 
-def convert(model_dir: Path = BUNDLED_MODEL, cache: Path | str | None = None, *,
-            outtype: str = "f32", python: str = sys.executable) -> Path:
+def convert(
+    model_dir: Path = BUNDLED_MODEL,
+    cache: Path | str | None = None,
+    *,
+    outtype: str = "f32",
+    python: str = sys.executable,
+) -> Path:
     """The GGUF of ``model_dir`` (converted once per content, under the cache's models/)."""
     lay = layout(cache)
     if not (lay.llama_src / "convert_hf_to_gguf.py").is_file():
@@ -274,9 +312,20 @@ def convert(model_dir: Path = BUNDLED_MODEL, cache: Path | str | None = None, *,
     tmp = out.with_suffix(".partial")
     log = out.with_suffix(".log")
     with log.open("wb") as f:
-        proc = subprocess.run([python, str(HERE / "convert_gguf.py"), "--llama-cpp", str(lay.llama_src),
-                               "--outtype", outtype, str(model_dir), str(tmp)],
-                              stdout=f, stderr=subprocess.STDOUT)
+        proc = subprocess.run(
+            [
+                python,
+                str(HERE / "convert_gguf.py"),
+                "--llama-cpp",
+                str(lay.llama_src),
+                "--outtype",
+                outtype,
+                str(model_dir),
+                str(tmp),
+            ],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
     if proc.returncode != 0:
         raise BuildError(f"converting {model_dir} failed: {log.read_text(errors='replace')[-2000:]}")
     tmp.rename(out)
@@ -284,6 +333,7 @@ def convert(model_dir: Path = BUNDLED_MODEL, cache: Path | str | None = None, *,
 
 
 # --- running ---------------------------------------------------------------------------------
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -336,29 +386,80 @@ class Server:
         self.stop()
 
 
-def server_command(kind: Kind, lay: Layout, gguf: Path, port: int, *, parallel: int, alias: str,
-                   ctx_per_slot: int, threads: int, n_predict: int | None) -> list[str]:
+def server_command(
+    kind: Kind,
+    lay: Layout,
+    gguf: Path,
+    port: int,
+    *,
+    parallel: int,
+    alias: str,
+    ctx_per_slot: int,
+    threads: int,
+    n_predict: int | None,
+) -> list[str]:
     if kind == "llama-server":
-        cmd = [str(lay.server_bin), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
-               "--parallel", str(parallel), "--ctx-size", str(ctx_per_slot * parallel),
-               "--alias", alias, "--threads", str(threads), "--threads-batch", str(threads),
-               "--no-webui"]
+        cmd = [
+            str(lay.server_bin),
+            "--model",
+            str(gguf),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--parallel",
+            str(parallel),
+            "--ctx-size",
+            str(ctx_per_slot * parallel),
+            "--alias",
+            alias,
+            "--threads",
+            str(threads),
+            "--threads-batch",
+            str(threads),
+            "--no-webui",
+        ]
         if n_predict is not None:
             cmd += ["--n-predict", str(n_predict)]
         return cmd
     if kind == "llama-cpp-python":
         # one model, one lock: parallel has no equivalent (it answers one request at a time)
-        return [str(lay.venv_python), "-m", "llama_cpp.server", "--model", str(gguf),
-                "--host", "127.0.0.1", "--port", str(port), "--model_alias", alias,
-                "--n_ctx", str(ctx_per_slot), "--n_threads", str(threads),
-                "--n_threads_batch", str(threads)]
+        return [
+            str(lay.venv_python),
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(gguf),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--model_alias",
+            alias,
+            "--n_ctx",
+            str(ctx_per_slot),
+            "--n_threads",
+            str(threads),
+            "--n_threads_batch",
+            str(threads),
+        ]
     raise ValueError(f"unknown server kind {kind!r}; one of {', '.join(KINDS)}")
 
 
-def start(kind: Kind, gguf: Path, parallel: int = 1, *, alias: str = "bundled",
-          ctx_per_slot: int = 512, threads: int = 1, n_predict: int | None = None,
-          port: int | None = None, cache: Path | str | None = None, timeout: float = 120.0,
-          log_dir: Path | None = None) -> Server:
+def start(
+    kind: Kind,
+    gguf: Path,
+    parallel: int = 1,
+    *,
+    alias: str = "bundled",
+    ctx_per_slot: int = 512,
+    threads: int = 1,
+    n_predict: int | None = None,
+    port: int | None = None,
+    cache: Path | str | None = None,
+    timeout: float = 120.0,
+    log_dir: Path | None = None,
+) -> Server:
     """Start ``kind`` on a free loopback port; returns once ``GET /v1/models`` answers 200.
 
     ``threads`` defaults to 1: ggml's worker threads spin while they wait for each other, and
@@ -373,13 +474,28 @@ def start(kind: Kind, gguf: Path, parallel: int = 1, *, alias: str = "bundled",
     last = ""
     for _attempt in range(3):  # a port taken between free_port() and bind() is tried again
         p = port or free_port()
-        cmd = server_command(kind, lay, Path(gguf), p, parallel=parallel, alias=alias,
-                             ctx_per_slot=ctx_per_slot, threads=threads, n_predict=n_predict)
+        cmd = server_command(
+            kind,
+            lay,
+            Path(gguf),
+            p,
+            parallel=parallel,
+            alias=alias,
+            ctx_per_slot=ctx_per_slot,
+            threads=threads,
+            n_predict=n_predict,
+        )
         log_path = log_dir / f"{kind}-{p}.log"
         env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(lay.bin)}
         with log_path.open("wb") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         server = Server(kind, f"http://127.0.0.1:{p}/v1", alias, parallel, proc, log_path, cmd)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and server.alive():
@@ -399,11 +515,12 @@ def start(kind: Kind, gguf: Path, parallel: int = 1, *, alias: str = "bundled",
 
 # --- command line ----------------------------------------------------------------------------
 
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.servers.llama_cpp",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--cache", type=Path, default=None,
-                        help=f"cache folder (default {default_cache()})")
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.servers.llama_cpp", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--cache", type=Path, default=None, help=f"cache folder (default {default_cache()})")
     sub = parser.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="download, build llama-server, install llama-cpp-python")
     b.add_argument("--jobs", type=int, default=2)
@@ -420,8 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.cmd == "build":
-        lay = build(args.cache, jobs=args.jobs, nice=args.nice,
-                    kinds=(args.only,) if args.only else KINDS)
+        lay = build(args.cache, jobs=args.jobs, nice=args.nice, kinds=(args.only,) if args.only else KINDS)
         print(json.dumps(json.loads(lay.timings.read_text()) if lay.timings.is_file() else {}))
         return 0
     if args.cmd == "convert":
@@ -429,8 +545,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     gguf = convert(args.model_dir, args.cache)
     server = start(args.kind, gguf, args.parallel, alias=args.alias, port=args.port, cache=args.cache)
-    print(f"{args.kind} serving {gguf.name} at {server.base_url} (model {server.model!r}, "
-          f"log {server.log_path}); Ctrl-C stops it", flush=True)
+    print(
+        f"{args.kind} serving {gguf.name} at {server.base_url} (model {server.model!r}, "
+        f"log {server.log_path}); Ctrl-C stops it",
+        flush=True,
+    )
     try:
         server.process.wait()
     except KeyboardInterrupt:

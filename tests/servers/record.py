@@ -58,8 +58,16 @@ PROBE_PROMPTS = 8
 PROBE_TOKENS = 256
 
 
-def _request(host: str, port: int, method: str, path: str, body: dict[str, Any] | None,
-             t0: float, rec: dict[str, Any], written: threading.Event) -> None:
+def _request(
+    host: str,
+    port: int,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    t0: float,
+    rec: dict[str, Any],
+    written: threading.Event,
+) -> None:
     """One request on its own connection; fills ``rec`` with times, status and body."""
     conn = http.client.HTTPConnection(host, port, timeout=600)
     try:
@@ -87,8 +95,9 @@ def _request(host: str, port: int, method: str, path: str, body: dict[str, Any] 
         conn.close()
 
 
-def send_batch(server: llama_cpp.Server, bodies: Sequence[dict[str, Any]],
-               path: str = "/v1/completions") -> list[dict[str, Any]]:
+def send_batch(
+    server: llama_cpp.Server, bodies: Sequence[dict[str, Any]], path: str = "/v1/completions"
+) -> list[dict[str, Any]]:
     """All requests in flight at once, in position order (request i written before i+1)."""
     host, port = "127.0.0.1", int(server.base_url.rsplit(":", 1)[1].split("/")[0])
     t0 = time.monotonic()
@@ -108,8 +117,12 @@ def send_batch(server: llama_cpp.Server, bodies: Sequence[dict[str, Any]],
 # Left out of recorded answers (they change on every run, or follow from what is kept): the
 # first answer's values are kept once in server.json under "dropped_from_answers".
 DROPPED = ("id", "created", "system_fingerprint")
-DROPPED_TIMINGS = ("prompt_per_token_ms", "prompt_per_second", "predicted_per_token_ms",
-                   "predicted_per_second")
+DROPPED_TIMINGS = (
+    "prompt_per_token_ms",
+    "prompt_per_second",
+    "predicted_per_token_ms",
+    "predicted_per_second",
+)
 _dropped_sample: dict[str, Any] = {}
 
 
@@ -134,6 +147,7 @@ def _rounded(rec: dict[str, Any]) -> dict[str, Any]:
 
 def dumps(data: dict[str, Any]) -> str:
     """Indented JSON with each request on one line (small, and diffs line by line)."""
+
     def enc(v: Any, depth: int) -> str:
         if isinstance(v, dict) and ("position" in v or "case" in v):
             return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
@@ -144,21 +158,38 @@ def dumps(data: dict[str, Any]) -> str:
         if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
             return "[\n" + ",\n".join(pad + enc(x, depth + 1) for x in v) + "\n" + " " * depth + "]"
         return json.dumps(v, ensure_ascii=False)
+
     return enc(data, 0) + "\n"
 
 
-def run_set(server: llama_cpp.Server, prompts: list[tuple[str, str]], concurrency: int,
-            extra: dict[str, Any]) -> list[dict[str, Any]]:
+def run_set(
+    server: llama_cpp.Server, prompts: list[tuple[str, str]], concurrency: int, extra: dict[str, Any]
+) -> list[dict[str, Any]]:
     batches = []
     for b in range(0, len(prompts), concurrency):
-        chunk = prompts[b:b + concurrency]
-        bodies = [{"model": server.model, "prompt": text, "max_tokens": MAX_TOKENS, "temperature": 0.0,
-                   "n": 1, **extra} for _, text in chunk]  # the harness's body, then extra fields
+        chunk = prompts[b : b + concurrency]
+        bodies = [
+            {
+                "model": server.model,
+                "prompt": text,
+                "max_tokens": MAX_TOKENS,
+                "temperature": 0.0,
+                "n": 1,
+                **extra,
+            }
+            for _, text in chunk
+        ]  # the harness's body, then extra fields
         recs = send_batch(server, bodies)
         requests = []
         for position, ((pid, _), body, rec) in enumerate(zip(chunk, bodies, recs)):
-            requests.append({"position": position, "prompt_id": pid,
-                             "body": {**body, "prompt": {"$prompt": pid}}, **_rounded(rec)})
+            requests.append(
+                {
+                    "position": position,
+                    "prompt_id": pid,
+                    "body": {**body, "prompt": {"$prompt": pid}},
+                    **_rounded(rec),
+                }
+            )
         batches.append({"batch": b // concurrency, "requests": requests})
     return batches
 
@@ -192,15 +223,19 @@ def overlap(batches: list[dict[str, Any]], alone: list[dict[str, Any]]) -> dict[
         spans.append(span)
         spread_ratio.append((reqs[-1]["t_finish"] - reqs[0]["t_finish"]) / span)
         sum_ratio.append(span / sum(latency[r["prompt_id"]] for r in reqs))
-        staggered += all(b["t_finish"] - a["t_finish"] >= 0.5 * latency[b["prompt_id"]]
-                         for a, b in zip(reqs, reqs[1:]))
-    return {"batches": len(spans), "median_span_s": round(median(spans), 3),
-            "median_finish_spread_over_span": round(median(spread_ratio), 2),
-            "staggered_batches": staggered,
-            "median_span_over_sum_alone": round(median(sum_ratio), 2),
-            "note": "span: first send to last finish; finish spread: first to last finish; "
-                    "staggered: each answer came at least half its time alone after the one "
-                    "before; sum alone: the same prompts' latencies at concurrency 1 added up"}
+        staggered += all(
+            b["t_finish"] - a["t_finish"] >= 0.5 * latency[b["prompt_id"]] for a, b in zip(reqs, reqs[1:])
+        )
+    return {
+        "batches": len(spans),
+        "median_span_s": round(median(spans), 3),
+        "median_finish_spread_over_span": round(median(spread_ratio), 2),
+        "staggered_batches": staggered,
+        "median_span_over_sum_alone": round(median(sum_ratio), 2),
+        "note": "span: first send to last finish; finish spread: first to last finish; "
+        "staggered: each answer came at least half its time alone after the one "
+        "before; sum alone: the same prompts' latencies at concurrency 1 added up",
+    }
 
 
 def transformers_greedy(model_dir: Path, prompts: list[tuple[str, str]]) -> dict[str, str]:
@@ -214,16 +249,21 @@ def transformers_greedy(model_dir: Path, prompts: list[tuple[str, str]]) -> dict
     with torch.inference_mode():
         for pid, text in prompts:
             ids = tok(text, return_tensors="pt")["input_ids"]
-            gen = model.generate(ids, max_new_tokens=MAX_TOKENS, do_sample=False,
-                                 pad_token_id=tok.pad_token_id)
-            out[pid] = tok.decode(gen[0, ids.shape[1]:], skip_special_tokens=True).strip()
+            gen = model.generate(
+                ids, max_new_tokens=MAX_TOKENS, do_sample=False, pad_token_id=tok.pad_token_id
+            )
+            out[pid] = tok.decode(gen[0, ids.shape[1] :], skip_special_tokens=True).strip()
     return out
 
 
 def server_timings(batches: list[dict[str, Any]]) -> dict[str, Any] | None:
     """llama-server's own per-request generation time (``timings.predicted_ms``), median."""
-    ms = [r["response"]["timings"]["predicted_ms"] for b in batches for r in b["requests"]
-          if isinstance(r.get("response"), dict) and "timings" in r["response"]]
+    ms = [
+        r["response"]["timings"]["predicted_ms"]
+        for b in batches
+        for r in b["requests"]
+        if isinstance(r.get("response"), dict) and "timings" in r["response"]
+    ]
     return {"median_predicted_ms": round(median(ms), 1)} if ms else None
 
 
@@ -239,8 +279,9 @@ def _version(kind: llama_cpp.Kind, lay: llama_cpp.Layout) -> str:
 
 
 def _get(server: llama_cpp.Server, path: str) -> dict[str, Any]:
-    conn = http.client.HTTPConnection("127.0.0.1", int(server.base_url.rsplit(":", 1)[1].split("/")[0]),
-                                      timeout=30)
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", int(server.base_url.rsplit(":", 1)[1].split("/")[0]), timeout=30
+    )
     try:
         conn.request("GET", path)
         resp = conn.getresponse()
@@ -254,8 +295,13 @@ def _get(server: llama_cpp.Server, path: str) -> dict[str, Any]:
         conn.close()
 
 
-def record(kind: llama_cpp.Kind, out: Path, cache: Path | None, model_dir: Path,
-           reference: dict[str, str] | None = None) -> dict[str, Any]:
+def record(
+    kind: llama_cpp.Kind,
+    out: Path,
+    cache: Path | None,
+    model_dir: Path,
+    reference: dict[str, str] | None = None,
+) -> dict[str, Any]:
     lay = llama_cpp.layout(cache)
     gguf = llama_cpp.convert(model_dir, cache)
     prompts = bundled_prompts()
@@ -271,27 +317,48 @@ def record(kind: llama_cpp.Kind, out: Path, cache: Path | None, model_dir: Path,
     with llama_cpp.start(kind, gguf, 4, cache=cache) as server:
         models = _get(server, "/v1/models")
         sets: dict[str, list[dict[str, Any]]] = {}
-        for name, conc, extra in [("greedy-c1", 1, {}), ("greedy-c4", 4, {}),
-                                  ("greedy-rp1-c1", 1, {"repeat_penalty": 1.0}),
-                                  ("greedy-rp1-c4", 4, {"repeat_penalty": 1.0})]:
+        for name, conc, extra in [
+            ("greedy-c1", 1, {}),
+            ("greedy-c4", 4, {}),
+            ("greedy-rp1-c1", 1, {"repeat_penalty": 1.0}),
+            ("greedy-rp1-c4", 4, {"repeat_penalty": 1.0}),
+        ]:
             t = time.monotonic()
             sets[name] = run_set(server, prompts, conc, extra)
             print(f"[{kind}] {name}: {time.monotonic() - t:.1f} s", file=sys.stderr, flush=True)
-            save(name, {"server": kind, "set": name, "concurrency": conc, "extra_fields": extra,
-                        "batches": sets[name]})
+            save(
+                name,
+                {
+                    "server": kind,
+                    "set": name,
+                    "concurrency": conc,
+                    "extra_fields": extra,
+                    "batches": sets[name],
+                },
+            )
         beam = {"use_beam_search": True, "n": 2, "best_of": 2, "length_penalty": 1.0, "early_stopping": True}
         for name, extra in [("beam2-c4", beam), ("beam2-rp1-c4", {**beam, "repeat_penalty": 1.0})]:
             sets[name] = run_set(server, prompts[:BEAM_PROMPTS], 4, extra)
-            save(name, {"server": kind, "set": name, "concurrency": 4, "extra_fields": extra,
-                        "batches": sets[name]})
+            save(
+                name,
+                {"server": kind, "set": name, "concurrency": 4, "extra_fields": extra, "batches": sets[name]},
+            )
         # long generations (EOS banned, 256 tokens) make the overlap plain: one request at a
         # time takes about 4x one request's time for 4, a batching server about 1x-2x
         eos = json.loads((model_dir / "config.json").read_text())["eos_token_id"]
         probe = {"max_tokens": PROBE_TOKENS, "logit_bias": {str(eos): -100}, "repeat_penalty": 1.0}
         sets["overlap-probe-c1"] = run_set(server, prompts[:PROBE_PROMPTS], 1, probe)
         sets["overlap-probe-c4"] = run_set(server, prompts[:PROBE_PROMPTS], 4, probe)
-        save("overlap-probe", {"server": kind, "set": "overlap-probe", "extra_fields": probe,
-                               "alone": sets["overlap-probe-c1"], "batches": sets["overlap-probe-c4"]})
+        save(
+            "overlap-probe",
+            {
+                "server": kind,
+                "set": "overlap-probe",
+                "extra_fields": probe,
+                "alone": sets["overlap-probe-c1"],
+                "batches": sets["overlap-probe-c4"],
+            },
+        )
         pid, text = prompts[0]
         base = {"model": server.model, "prompt": text, "max_tokens": MAX_TOKENS, "temperature": 0.0, "n": 1}
         cases: list[tuple[str, dict[str, Any]]] = [
@@ -303,12 +370,19 @@ def record(kind: llama_cpp.Kind, out: Path, cache: Path | None, model_dir: Path,
         errors = []
         for what, body in cases:
             [rec] = send_batch(server, [body])
-            shown = {**body, "prompt": {"$prompt": pid, "repeat": 4}} if body["prompt"] == text * 4 else (
-                {**body, "prompt": {"$prompt": pid}} if body["prompt"] == text else body)
+            shown = (
+                {**body, "prompt": {"$prompt": pid, "repeat": 4}}
+                if body["prompt"] == text * 4
+                else ({**body, "prompt": {"$prompt": pid}} if body["prompt"] == text else body)
+            )
             time.sleep(0.5)
-            errors.append({"case": what, "body": shown, **_rounded(rec), "server_alive_after": server.alive()})
-            print(f"[{kind}] error case {what!r}: HTTP {rec.get('status')} alive={server.alive()}",
-                  file=sys.stderr)
+            errors.append(
+                {"case": what, "body": shown, **_rounded(rec), "server_alive_after": server.alive()}
+            )
+            print(
+                f"[{kind}] error case {what!r}: HTTP {rec.get('status')} alive={server.alive()}",
+                file=sys.stderr,
+            )
             if not server.alive():
                 break
         save("errors", {"server": kind, "cases": errors})
@@ -326,8 +400,9 @@ def record(kind: llama_cpp.Kind, out: Path, cache: Path | None, model_dir: Path,
         "beam2_choices_per_answer": sorted({len(v) for v in texts(sets["beam2-c4"]).values()}),
         "beam2_choice_texts_identical": sum(len(set(v)) == 1 for v in texts(sets["beam2-c4"]).values()),
         "beam2_choice0_equal_greedy": sum(v[0] == c1[k][0] for k, v in texts(sets["beam2-c4"]).items()),
-        "beam2_rp1_choice0_equal_greedy_rp1": sum(v[0] == rp[k][0]
-                                                  for k, v in texts(sets["beam2-rp1-c4"]).items()),
+        "beam2_rp1_choice0_equal_greedy_rp1": sum(
+            v[0] == rp[k][0] for k, v in texts(sets["beam2-rp1-c4"]).items()
+        ),
         "c1_mean_latency_s": round(mean(lat), 3),
         "c4_overlap": overlap(sets["greedy-c4"], sets["greedy-c1"]),
         "c4_rp1_overlap": overlap(sets["greedy-rp1-c4"], sets["greedy-rp1-c1"]),
@@ -339,24 +414,48 @@ def record(kind: llama_cpp.Kind, out: Path, cache: Path | None, model_dir: Path,
         for name in ("greedy-c1", "greedy-rp1-c1", "greedy-c4", "greedy-rp1-c4"):
             got = texts(sets[name])
             summary[f"{name}_equal_transformers_greedy"] = sum(
-                (got[k][0] or "").strip() == reference[k] for k in got)
-    meta = {"server": kind, "version": _version(kind, lay), "command": command,
-            "parallel_requested": 4, "gguf": gguf.name, "model_digest": llama_cpp.model_digest(model_dir),
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-            "recorded_wall_s": round(time.monotonic() - t_start, 1), "exit_code_after_stop": stopped_rc,
-            "models": models, "dropped_from_answers": {"fields": [*DROPPED, *(f"timings.{k}" for k in
-                                                                           DROPPED_TIMINGS)],
-                                                        "first_values": dict(_dropped_sample)},
-            "summary": summary}
+                (got[k][0] or "").strip() == reference[k] for k in got
+            )
+    meta = {
+        "server": kind,
+        "version": _version(kind, lay),
+        "command": command,
+        "parallel_requested": 4,
+        "gguf": gguf.name,
+        "model_digest": llama_cpp.model_digest(model_dir),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "recorded_wall_s": round(time.monotonic() - t_start, 1),
+        "exit_code_after_stop": stopped_rc,
+        "models": models,
+        "dropped_from_answers": {
+            "fields": [*DROPPED, *(f"timings.{k}" for k in DROPPED_TIMINGS)],
+            "first_values": dict(_dropped_sample),
+        },
+        "summary": summary,
+    }
     if props is not None:  # what a replay needs of /props: its default sampling settings
         body = props.get("response")
         if isinstance(body, dict):
             gs = body.get("default_generation_settings", {})
-            keep = {k: gs.get("params", gs).get(k) for k in ("repeat_penalty", "repeat_last_n", "n_predict",
-                                                             "temperature", "top_k", "top_p", "min_p")}
-            meta["props"] = {"status": props["status"], "total_slots": body.get("total_slots"),
-                             "n_ctx": gs.get("n_ctx"), "default_params": keep,
-                             "build_info": body.get("build_info")}
+            keep = {
+                k: gs.get("params", gs).get(k)
+                for k in (
+                    "repeat_penalty",
+                    "repeat_last_n",
+                    "n_predict",
+                    "temperature",
+                    "top_k",
+                    "top_p",
+                    "min_p",
+                )
+            }
+            meta["props"] = {
+                "status": props["status"],
+                "total_slots": body.get("total_slots"),
+                "n_ctx": gs.get("n_ctx"),
+                "default_params": keep,
+                "build_info": body.get("build_info"),
+            }
     save("server", meta)
     print(json.dumps({kind: summary}, indent=1), file=sys.stderr)
     return summary
@@ -367,8 +466,14 @@ def _stored_body(body: dict[str, Any], ids: dict[str, str]) -> dict[str, Any]:
     return {**body, "prompt": {"$prompt": ids[prompt]}} if prompt in ids else body
 
 
-def record_harness_run(kind: llama_cpp.Kind, name: str, out: Path, cache: Path | None,
-                       gguf: Path, model_dir: Path = llama_cpp.BUNDLED_MODEL) -> dict[str, Any]:
+def record_harness_run(
+    kind: llama_cpp.Kind,
+    name: str,
+    out: Path,
+    cache: Path | None,
+    gguf: Path,
+    model_dir: Path = llama_cpp.BUNDLED_MODEL,
+) -> dict[str, Any]:
     """One of ``harness_runs.RUNS`` through a freshly started server, every try of every
     batch kept; written to OUT/<kind>/<name>.json. The per-cell outcome (verdict, error,
     notice) is kept too: the replay test must reproduce it."""
@@ -380,25 +485,44 @@ def record_harness_run(kind: llama_cpp.Kind, name: str, out: Path, cache: Path |
     ids = {text: pid for pid, text in bundled_prompts()}
     with tempfile.TemporaryDirectory() as tmp, llama_cpp.start(kind, gguf, 4, cache=cache) as server:
         config = harness_runs.config(run, server.base_url, Path(tmp))
-        engine = harness_runs.Recorder(server.base_url, request_timeout=config.request_timeout,
-                                       retries=config.retries)
+        engine = harness_runs.Recorder(
+            server.base_url, request_timeout=config.request_timeout, retries=config.retries
+        )
         if run.fault == "kill":
             engine.arm(server.process, dict(bundled_prompts())[harness_runs.fault_id()])
         t0 = time.monotonic()
         result = run_pipeline(config, engine=engine)
         seconds = round(time.monotonic() - t0, 1)
         alive = server.alive()
-    cells = {cid: {k: (v.replace(server.base_url, "$SERVER") if isinstance(v, str) else v)
-                   for k, v in c.items()} for cid, c in harness_runs.cells(result).items()}
-    batches = [{"batch": i, "error": ex.error,
-                "requests": [{**r, "body": _stored_body(r["body"], ids)} for r in ex.requests]}
-               for i, ex in enumerate(engine.exchanges)]
-    data = {"server": kind, "set": name, "run": dataclasses.asdict(run),
-            "model_digest": llama_cpp.model_digest(model_dir), "seconds": seconds,
-            "server_alive_after": alive, "killed": engine.killed, "cells": cells, "batches": batches}
+    cells = {
+        cid: {k: (v.replace(server.base_url, "$SERVER") if isinstance(v, str) else v) for k, v in c.items()}
+        for cid, c in harness_runs.cells(result).items()
+    }
+    batches = [
+        {
+            "batch": i,
+            "error": ex.error,
+            "requests": [{**r, "body": _stored_body(r["body"], ids)} for r in ex.requests],
+        }
+        for i, ex in enumerate(engine.exchanges)
+    ]
+    data = {
+        "server": kind,
+        "set": name,
+        "run": dataclasses.asdict(run),
+        "model_digest": llama_cpp.model_digest(model_dir),
+        "seconds": seconds,
+        "server_alive_after": alive,
+        "killed": engine.killed,
+        "cells": cells,
+        "batches": batches,
+    }
     (out / kind / f"{name}.json").write_text(dumps(data), encoding="utf-8")
-    print(f"[{kind}] {name}: {seconds} s, " + ", ".join(f"{k} {c['verdict']}" for k, c in cells.items()),
-          file=sys.stderr, flush=True)
+    print(
+        f"[{kind}] {name}: {seconds} s, " + ", ".join(f"{k} {c['verdict']}" for k, c in cells.items()),
+        file=sys.stderr,
+        flush=True,
+    )
     return cells
 
 
@@ -408,17 +532,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--cache", type=Path, default=None)
     parser.add_argument("--model-dir", type=Path, default=llama_cpp.BUNDLED_MODEL)
-    parser.add_argument("--no-reference", action="store_true",
-                        help="skip the comparison with transformers' greedy outputs")
-    parser.add_argument("--harness-only", action="store_true",
-                        help="record only the harness's own runs (harness_runs.RUNS)")
+    parser.add_argument(
+        "--no-reference", action="store_true", help="skip the comparison with transformers' greedy outputs"
+    )
+    parser.add_argument(
+        "--harness-only", action="store_true", help="record only the harness's own runs (harness_runs.RUNS)"
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     prompts = bundled_prompts()
-    (args.out / "prompts.json").write_text(json.dumps(
-        {"template": "{text} TL;DR: ", "source": "harness/bundled/news.jsonl",
-         "model_digest": llama_cpp.model_digest(args.model_dir),
-         "prompts": dict(prompts)}, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    (args.out / "prompts.json").write_text(
+        json.dumps(
+            {
+                "template": "{text} TL;DR: ",
+                "source": "harness/bundled/news.jsonl",
+                "model_digest": llama_cpp.model_digest(args.model_dir),
+                "prompts": dict(prompts),
+            },
+            indent=1,
+            ensure_ascii=False,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     reference = None if args.no_reference else transformers_greedy(args.model_dir, prompts)
     for kind in args.kind or llama_cpp.KINDS:
         if not args.harness_only:

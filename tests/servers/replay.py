@@ -108,10 +108,17 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         found = self.server.take(body)
         if found is None:
-            self._send(404, {"error": {"message": f"replay of {self.server.kind} "
-                                                  f"{self.server.run}: this request was not "
-                                                  "recorded; re-record with python -m "
-                                                  "tests.servers.record"}})
+            self._send(
+                404,
+                {
+                    "error": {
+                        "message": f"replay of {self.server.kind} "
+                        f"{self.server.run}: this request was not "
+                        "recorded; re-record with python -m "
+                        "tests.servers.record"
+                    }
+                },
+            )
             return
         at, rec = found
         time.sleep(max(0.0, at - time.monotonic()))

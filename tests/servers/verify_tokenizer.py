@@ -66,19 +66,25 @@ def make_variant(kind: str, out: Path, base: Path = llama_cpp.BUNDLED_MODEL) -> 
     if kind == "byte-fallback":
         byte_tokens = [f"<0x{i:02X}>" for i in range(256)]
         tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
-            pre_tokenizers.Punctuation(), pre_tokenizers.Digits(individual_digits=True)])
-        tok.decoder = decoders.Sequence([decoders.ByteFallback(),
-                                         decoders.Metaspace(replacement="▁", prepend_scheme="always")])
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
+                pre_tokenizers.Punctuation(),
+                pre_tokenizers.Digits(individual_digits=True),
+            ]
+        )
+        tok.decoder = decoders.Sequence(
+            [decoders.ByteFallback(), decoders.Metaspace(replacement="▁", prepend_scheme="always")]
+        )
         trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=specials + byte_tokens)
     elif kind == "byte-level":
         byte_tokens = []
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=specials,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        trainer = trainers.BpeTrainer(
+            vocab_size=size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        )
     else:
         raise ValueError(kind)
     tok.train_from_iterator(corpus, trainer)
@@ -115,8 +121,10 @@ def verify(kind: llama_cpp.Kind, model_dir: Path, cache: Path | None = None) -> 
             if got != want:
                 bad += 1
                 at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-                print(f"  {pid}: MISMATCH at {at}: server {got[at:at + 6]} transformers {want[at:at + 6]} "
-                      f"({hf.convert_ids_to_tokens(want[at:at + 6])})")
+                print(
+                    f"  {pid}: MISMATCH at {at}: server {got[at : at + 6]} transformers {want[at : at + 6]} "
+                    f"({hf.convert_ids_to_tokens(want[at : at + 6])})"
+                )
     print(f"{kind}: {len(texts) - bad} of {len(texts)} tokenizations equal transformers'")
     return 1 if bad else 0
 

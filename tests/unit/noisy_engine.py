@@ -17,8 +17,10 @@ from pathlib import Path
 
 from harness.engines.base import Generation
 
-WORDS = ("harbour council budget river school storm bridge market festival museum rail "
-         "library station farmers teachers hospital ferry tower election vote park").split()
+WORDS = (
+    "harbour council budget river school storm bridge market festival museum rail "
+    "library station farmers teachers hospital ferry tower election vote park"
+).split()
 
 
 class NoisyEngine:
@@ -46,7 +48,6 @@ def write_dataset(path: Path, count: int = 24) -> Path:
     rows = []
     for i in range(count):
         words = [WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(18)]
-        rows.append({"id": f"d{i}", "text": f"story {i}: " + " ".join(words),
-                     "summary": " ".join(words[:8])})
+        rows.append({"id": f"d{i}", "text": f"story {i}: " + " ".join(words), "summary": " ".join(words[:8])})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path

@@ -17,23 +17,40 @@ from harness.limits.engine_config import parse_config, read_engine_config
 from harness.limits.lint import lint
 
 
-@pytest.mark.parametrize("flag, value", [
-    ("--batch-timeout", "1e10"), ("--request-timeout", "1e10"), ("--length-penalty", "1e308"),
-    ("--length-penalty", "-1e308"), ("--max-new-tokens", "1000000000"), ("--retries", "1000000"),
-    ("--batch-sizes", "1,100000000"), ("--beam-widths", "100000"), ("--end-id", str(1 << 40)),
-])
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--batch-timeout", "1e10"),
+        ("--request-timeout", "1e10"),
+        ("--length-penalty", "1e308"),
+        ("--length-penalty", "-1e308"),
+        ("--max-new-tokens", "1000000000"),
+        ("--retries", "1000000"),
+        ("--batch-sizes", "1,100000000"),
+        ("--beam-widths", "100000"),
+        ("--end-id", str(1 << 40)),
+    ],
+)
 def test_run_options_are_bounded_where_parsed(flag: str, value: str):
     spec = next(s for s in OPTIONS if s.flag == flag)
-    with pytest.raises(argparse.ArgumentTypeError, match=f"{flag} '{value}': .*must be at most"
-                       if not value.startswith("-") else f"{flag} '{value}': must be at least"):
+    with pytest.raises(
+        argparse.ArgumentTypeError,
+        match=f"{flag} '{value}': .*must be at most"
+        if not value.startswith("-")
+        else f"{flag} '{value}': must be at least",
+    ):
         spec.type(value)  # type: ignore[misc]
     with pytest.raises(ConfigError, match=flag):  # the same parser for ini values and notebooks
         RunConfig.from_options({spec.dest: value})
 
 
 def test_values_inside_the_bounds_still_parse():
-    values = {"batch_timeout": "86400", "length_penalty": "-10", "max_new_tokens": "65536",
-              "batch_sizes": "1,65536"}
+    values = {
+        "batch_timeout": "86400",
+        "length_penalty": "-10",
+        "max_new_tokens": "65536",
+        "batch_sizes": "1,65536",
+    }
     cfg = RunConfig.from_options(values)
     assert (cfg.batch_timeout, cfg.length_penalty, cfg.max_new_tokens) == (86400, -10, 65536)
 
@@ -54,11 +71,11 @@ def _engine_with(tmp_path: Path, engine: Path, change) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("key, value", [("max_batch_size", 10**20), ("max_beam_width", 10**6),
-                                        ("max_seq_len", 2**40)])
+@pytest.mark.parametrize(
+    "key, value", [("max_batch_size", 10**20), ("max_beam_width", 10**6), ("max_seq_len", 2**40)]
+)
 def test_build_limits_are_bounded_and_lint_says_so(tmp_path: Path, engine_factory, key, value):
-    folder = _engine_with(tmp_path, engine_factory(8, 4),
-                          lambda c: c["build_config"].__setitem__(key, value))
+    folder = _engine_with(tmp_path, engine_factory(8, 4), lambda c: c["build_config"].__setitem__(key, value))
     words = f"config.json: build_config.{key} is {value}, above"
     with pytest.raises(EngineError, match=words):
         read_engine_config(folder)
@@ -67,8 +84,10 @@ def test_build_limits_are_bounded_and_lint_says_so(tmp_path: Path, engine_factor
 
 
 def test_config_floats_must_be_finite():
-    config = {"build_config": {"max_batch_size": 8, "max_beam_width": 1, "max_input_len": 8,
-                               "max_seq_len": 16}, "pretrained_config": {"rope_theta": 1e400}}
+    config = {
+        "build_config": {"max_batch_size": 8, "max_beam_width": 1, "max_input_len": 8, "max_seq_len": 16},
+        "pretrained_config": {"rope_theta": 1e400},
+    }
     parse_config(config)  # rope_theta is not read by parse_config
     from harness.limits.engine_config import ConfigSection
 

@@ -14,10 +14,18 @@ def test_positive_int_list_accepts(value, expected):
     assert positive_int_list("--batch-sizes")(value) == expected
 
 
-@pytest.mark.parametrize("value, words", [
-    ("0", "at least 1"), ("-2", "at least 1"), ("a", "not an integer"), ("1,,2", "comma-separated"),
-    ("", "comma-separated"), ("2,2", "given twice"), ("1.5", "not an integer"),
-])
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ("0", "at least 1"),
+        ("-2", "at least 1"),
+        ("a", "not an integer"),
+        ("1,,2", "comma-separated"),
+        ("", "comma-separated"),
+        ("2,2", "given twice"),
+        ("1.5", "not an integer"),
+    ],
+)
 def test_positive_int_list_rejects_with_option_name(value, words):
     with pytest.raises(argparse.ArgumentTypeError) as exc:
         positive_int_list("--batch-sizes")(value)
@@ -34,8 +42,7 @@ def test_scalar_parsers_name_the_option():
 
 
 def test_from_options_parses_strings_and_resolves_folders(tmp_path: Path):
-    cfg = RunConfig.from_options({"batch_sizes": "8", "beam_widths": "4", "report_dir": "out"},
-                                 root=tmp_path)
+    cfg = RunConfig.from_options({"batch_sizes": "8", "beam_widths": "4", "report_dir": "out"}, root=tmp_path)
     assert cfg.batch_sizes == (8,) and cfg.beam_widths == (4,)
     assert cfg.report_dir == tmp_path / "out" and cfg.goldens_dir == tmp_path / "goldens"
     assert cfg.decoding(4).beam_width == 4
@@ -50,16 +57,26 @@ def test_from_options_errors():
         RunConfig.from_options({"golden_engine": "x"})
 
 
-@pytest.mark.parametrize("value, expected", [("1/2", (1, 2)), ("3/3", (3, 3)), (" 2 / 5 ", (2, 5)), ("1/1", (1, 1))])
+@pytest.mark.parametrize(
+    "value, expected", [("1/2", (1, 2)), ("3/3", (3, 3)), (" 2 / 5 ", (2, 5)), ("1/1", (1, 1))]
+)
 def test_shard_accepts(value, expected):
     assert shard("--shard")(value) == expected
     assert RunConfig.from_options({"shard": value}).shard == expected
 
 
-@pytest.mark.parametrize("value, words", [
-    ("0/2", "between 1 and N (2)"), ("3/2", "between 1 and N (2)"), ("1/0", "N must be at least 1"),
-    ("1", "expected K/N"), ("a/b", "expected K/N"), ("-1/2", "expected K/N"), ("1/2/3", "expected K/N"),
-])
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ("0/2", "between 1 and N (2)"),
+        ("3/2", "between 1 and N (2)"),
+        ("1/0", "N must be at least 1"),
+        ("1", "expected K/N"),
+        ("a/b", "expected K/N"),
+        ("-1/2", "expected K/N"),
+        ("1/2/3", "expected K/N"),
+    ],
+)
 def test_shard_rejects_with_option_name(value, words):
     with pytest.raises(argparse.ArgumentTypeError) as exc:
         shard("--shard")(value)
@@ -75,10 +92,8 @@ def test_shard_is_recorded_and_excludes_recording_goldens():
         RunConfig.from_options({"shard": "1/2", "update_goldens": True})
 
 
-@pytest.mark.parametrize("xdg, expected", [(None, "home/.cache"), ("", "home/.cache"),
-                                           ("/xdg", "/xdg")])
-def test_one_cache_root_where_an_empty_xdg_cache_home_is_unset(tmp_path: Path, monkeypatch,
-                                                                 xdg, expected):
+@pytest.mark.parametrize("xdg, expected", [(None, "home/.cache"), ("", "home/.cache"), ("/xdg", "/xdg")])
+def test_one_cache_root_where_an_empty_xdg_cache_home_is_unset(tmp_path: Path, monkeypatch, xdg, expected):
     """The run's generation cache, the bundled engine and calibrate's engines share one root;
     XDG_CACHE_HOME="" counts as unset (the bundled engine used to land in the working folder)."""
     from harness.config import harness_cache_dir
@@ -89,8 +104,9 @@ def test_one_cache_root_where_an_empty_xdg_cache_home_is_unset(tmp_path: Path, m
         monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     else:
         monkeypatch.setenv("XDG_CACHE_HOME", xdg)
-    root = (tmp_path / expected if not expected.startswith("/") else Path(expected)) / \
-        "batch-position-harness"
+    root = (
+        tmp_path / expected if not expected.startswith("/") else Path(expected)
+    ) / "batch-position-harness"
     assert harness_cache_dir() == root
     assert harness_cache_dir({"XDG_CACHE_HOME": ""}) == tmp_path / "home/.cache/batch-position-harness"
     assert RunConfig().cache_dir == root / "generations"

@@ -99,16 +99,36 @@ def _edited(tmp_path: Path, edit) -> Path:
     return d
 
 
-@pytest.mark.parametrize("edit, words", [
-    (lambda tj: tj["model"].update(type="WordPiece"), "only BPE"),
-    (lambda tj: tj.update(normalizer={"type": "Lowercase"}), "normalizer"),
-    (lambda tj: tj["model"]["vocab"].pop("<0x0A>"), "1 of the 256 <0xNN> tokens are missing"),
-    (lambda tj: tj["model"].update(byte_fallback=False), "<0xNN> tokens without byte_fallback"),
-    (lambda tj: tj["pre_tokenizer"]["pretokenizers"].insert(1, {"type": "Whitespace"}), "Metaspace first"),
-    (lambda tj: tj.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
-        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
-        {"type": "Digits", "individual_digits": True}]}), "no matching split"),
-])
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (lambda tj: tj["model"].update(type="WordPiece"), "only BPE"),
+        (lambda tj: tj.update(normalizer={"type": "Lowercase"}), "normalizer"),
+        (lambda tj: tj["model"]["vocab"].pop("<0x0A>"), "1 of the 256 <0xNN> tokens are missing"),
+        (lambda tj: tj["model"].update(byte_fallback=False), "<0xNN> tokens without byte_fallback"),
+        (
+            lambda tj: tj["pre_tokenizer"]["pretokenizers"].insert(1, {"type": "Whitespace"}),
+            "Metaspace first",
+        ),
+        (
+            lambda tj: tj.update(
+                pre_tokenizer={
+                    "type": "Sequence",
+                    "pretokenizers": [
+                        {
+                            "type": "ByteLevel",
+                            "add_prefix_space": False,
+                            "trim_offsets": True,
+                            "use_regex": True,
+                        },
+                        {"type": "Digits", "individual_digits": True},
+                    ],
+                }
+            ),
+            "no matching split",
+        ),
+    ],
+)
 def test_what_llama_cpp_cannot_reproduce_is_refused_with_the_reason(tmp_path, edit, words):
     with pytest.raises(UnsupportedTokenizer, match=words):
         plan_vocab(_edited(tmp_path, edit), N_VOCAB)

@@ -23,12 +23,12 @@ def test_md_leaves_no_line_break_and_no_unescaped_markup():
     for ch in "`#|<>*_[]~&!":
         assert all(text[i - 1] == "\\" for i, c in enumerate(text) if c == ch), ch
     assert md("plain words, numbers 0.25 and ROUGE-L (x); kept") == (
-        "plain words, numbers 0.25 and ROUGE-L (x); kept")
+        "plain words, numbers 0.25 and ROUGE-L (x); kept"
+    )
     assert md("tab\there") == "tab here" and md(None) == "None"
 
 
-def test_report_md_shows_outside_names_escaped(tmp_path: Path, engine_factory,
-                                               small_dataset: Path):
+def test_report_md_shows_outside_names_escaped(tmp_path: Path, engine_factory, small_dataset: Path):
     from harness.__main__ import main
 
     engine = tmp_path / "x`\n# PASS"
@@ -37,11 +37,30 @@ def test_report_md_shows_outside_names_escaped(tmp_path: Path, engine_factory,
     shutil.copy(small_dataset, dataset)
     out = io.StringIO()
     with redirect_stdout(out), redirect_stderr(out):
-        code = main(["run", "--engine", str(engine), "--dataset", str(dataset),
-                     "--batch-sizes", "1,2", "--beam-widths", "1", "--max-new-tokens", "4",
-                     "--num-prompts", "4", "--no-cache", "--signoff-by", "me\n# PASS <b>*",
-                     "--report-dir", str(tmp_path / "reports"),
-                     "--goldens-dir", str(tmp_path / "goldens")])
+        code = main(
+            [
+                "run",
+                "--engine",
+                str(engine),
+                "--dataset",
+                str(dataset),
+                "--batch-sizes",
+                "1,2",
+                "--beam-widths",
+                "1",
+                "--max-new-tokens",
+                "4",
+                "--num-prompts",
+                "4",
+                "--no-cache",
+                "--signoff-by",
+                "me\n# PASS <b>*",
+                "--report-dir",
+                str(tmp_path / "reports"),
+                "--goldens-dir",
+                str(tmp_path / "goldens"),
+            ]
+        )
     assert code in (0, 1), out.getvalue()
     [folder] = (tmp_path / "reports").glob("*")
     report = json.loads((folder / "report.json").read_text())

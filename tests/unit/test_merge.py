@@ -26,8 +26,14 @@ def dataset(tmp_path_factory) -> Path:
 
 
 def _run(tmp: Path, dataset: Path, *, shard: str | None = None, engine=None, **options) -> Path:
-    values = {"dataset": str(dataset), "batch_sizes": "1,2,4,8", "beam_widths": "1,2",
-              "report_dir": str(tmp / "reports"), "goldens_dir": str(tmp / "goldens"), **options}
+    values = {
+        "dataset": str(dataset),
+        "batch_sizes": "1,2,4,8",
+        "beam_widths": "1,2",
+        "report_dir": str(tmp / "reports"),
+        "goldens_dir": str(tmp / "goldens"),
+        **options,
+    }
     if shard:
         values["shard"] = shard
     return run(RunConfig.from_options(values), engine=engine or NoisyEngine()).report_dir
@@ -66,8 +72,12 @@ def borderline(tmp_path_factory, dataset):
     alpha = math.sqrt(in_shard * in_run)
     tmp = tmp_path_factory.mktemp("runs")
     opts = {"alpha": repr(alpha)}
-    return {"key": key, "whole": _run(tmp, dataset, **opts),
-            "shards": [_run(tmp, dataset, shard=f"{k}/2", **opts) for k in (1, 2)], "tmp": tmp}
+    return {
+        "key": key,
+        "whole": _run(tmp, dataset, **opts),
+        "shards": [_run(tmp, dataset, shard=f"{k}/2", **opts) for k in (1, 2)],
+        "tmp": tmp,
+    }
 
 
 def test_two_shards_merge_into_the_unsharded_report(borderline, tmp_path, capsys):
@@ -90,8 +100,9 @@ def test_two_shards_merge_into_the_unsharded_report(borderline, tmp_path, capsys
     assert merged["method"] == whole["method"] and merged["options"]["shard"] is None
     assert merged["shard"]["count"] == 2 and merged["timing"]["merged_shards"] == 2
     assert "scores" not in merged
-    assert ((tmp_path / "merged" / "generations.jsonl").read_text()
-            == (borderline["whole"] / "generations.jsonl").read_text())
+    assert (tmp_path / "merged" / "generations.jsonl").read_text() == (
+        borderline["whole"] / "generations.jsonl"
+    ).read_text()
     assert f"merged 2 shards; verdict: {whole['verdict']}" in capsys.readouterr().out
     for name in ("report.md", "report.html"):
         assert (tmp_path / "merged" / name).stat().st_size > 0
@@ -149,8 +160,9 @@ def test_refuses_edited_reports_and_different_baselines(borderline, dataset, tmp
     with pytest.raises(ConfigError, match="changed after it was written"):
         merge([s1, edited])
     # another build of the engine: its batch-size-1 outputs differ from shard 1's
-    rebuilt = _run(tmp_path, dataset, shard="2/2", alpha=_json(s1)["options"]["alpha"],
-                   engine=NoisyEngine(salt=1))
+    rebuilt = _run(
+        tmp_path, dataset, shard="2/2", alpha=_json(s1)["options"]["alpha"], engine=NoisyEngine(salt=1)
+    )
     with pytest.raises(ConfigError, match=r"hold different outputs for bs1-beam1.*shared --cache-dir"):
         merge([s1, rebuilt])
     with pytest.raises(ConfigError, match="no report.json"):

@@ -23,9 +23,16 @@ def dataset(tmp_path_factory) -> Path:
 
 
 def _config(tmp: Path, dataset: Path, **options) -> RunConfig:
-    return RunConfig.from_options({"dataset": str(dataset), "batch_sizes": "1,2,4,8",
-                                   "beam_widths": "1,2", "report_dir": str(tmp / "reports"),
-                                   "goldens_dir": str(tmp / "goldens"), **options})
+    return RunConfig.from_options(
+        {
+            "dataset": str(dataset),
+            "batch_sizes": "1,2,4,8",
+            "beam_widths": "1,2",
+            "report_dir": str(tmp / "reports"),
+            "goldens_dir": str(tmp / "goldens"),
+            **options,
+        }
+    )
 
 
 def _both(config: RunConfig, engine_args: dict, monkeypatch) -> tuple:
@@ -53,8 +60,9 @@ def test_overlapped_scoring_is_bit_identical_to_serial(tmp_path, dataset, golden
     if goldens:  # goldens from another build, so the baseline differs from this run's bs1
         record = _config(tmp_path, dataset, update_goldens=True)
         execute(prepare(record, engine=NoisyEngine(salt=2)))
-    fast, slow, fast_threads, slow_threads = _both(_config(tmp_path, dataset, alpha="0.5"),
-                                                   {"from_position": 1}, monkeypatch)
+    fast, slow, fast_threads, slow_threads = _both(
+        _config(tmp_path, dataset, alpha="0.5"), {"from_position": 1}, monkeypatch
+    )
     # every cell scored once, in the worker (no fallback), against the baseline the serial path uses
     assert fast_threads == ["harness-scoring_0"] * len(fast.cells)
     assert slow_threads == ["MainThread"] * len(slow.cells)

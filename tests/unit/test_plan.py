@@ -117,8 +117,10 @@ def test_the_plan_line_counts_cells_under_test_and_names_the_baseline_apart():
     from harness.plan import make_plan
 
     only = make_plan((8,), (4,), 64, seed=0)
-    assert only.describe() == ("plan: 576 sequences in 128 batches over 1 cell under test and "
-                               "the batch-size-1 baseline bs1-beam4 (full rotation; --rotation "
-                               "sparse would need 128 sequences)")
+    assert only.describe() == (
+        "plan: 576 sequences in 128 batches over 1 cell under test and "
+        "the batch-size-1 baseline bs1-beam4 (full rotation; --rotation "
+        "sparse would need 128 sequences)"
+    )
     grid = make_plan((1, 2, 4, 8), (1, 2, 4), 64, seed=0)
     assert "over 12 cells under test (full rotation" in grid.describe()

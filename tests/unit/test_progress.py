@@ -32,8 +32,14 @@ def test_a_log_gets_a_line_per_interval_with_rate_and_time_left():
 
 
 def test_durations_read_as_a_person_says_them():
-    assert [duration(s) for s in (0, 42.4, 61, 585, 3600, 7530)] == \
-        ["0 s", "42 s", "1 min 01 s", "9 min 45 s", "1 h 00 min", "2 h 05 min"]
+    assert [duration(s) for s in (0, 42.4, 61, 585, 3600, 7530)] == [
+        "0 s",
+        "42 s",
+        "1 min 01 s",
+        "9 min 45 s",
+        "1 h 00 min",
+        "2 h 05 min",
+    ]
 
 
 def test_lines_when_the_output_is_not_a_terminal():

@@ -25,16 +25,29 @@ MARKUP = "<script>alert(1)</script> <img src=x onerror=alert(2)> <b>bold</b> &am
 def hostile_dataset(tmp_path_factory) -> Path:
     """Documents and summaries full of markup; the toy engine echoes it into its outputs."""
     path = tmp_path_factory.mktemp("data") / "hostile.jsonl"
-    rows = [{"id": f"<i>d{i}</i>", "text": f"{MARKUP} story number {i} about the harbour and the council",
-             "summary": f"{MARKUP} summary {i}"} for i in range(12)]
+    rows = [
+        {
+            "id": f"<i>d{i}</i>",
+            "text": f"{MARKUP} story number {i} about the harbour and the council",
+            "summary": f"{MARKUP} summary {i}",
+        }
+        for i in range(12)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
 
 def _run(tmp: Path, dataset: Path, broken_from: int, name: str, **options) -> Path:
-    config = RunConfig.from_options({"dataset": str(dataset), "batch_sizes": "1,4,8", "beam_widths": "1,2",
-                                     "report_dir": str(tmp / name), "goldens_dir": str(tmp / "g"),
-                                     **options})
+    config = RunConfig.from_options(
+        {
+            "dataset": str(dataset),
+            "batch_sizes": "1,4,8",
+            "beam_widths": "1,2",
+            "report_dir": str(tmp / name),
+            "goldens_dir": str(tmp / "g"),
+            **options,
+        }
+    )
     result = run(config, engine=ToyEngine(None, broken_from=broken_from))
     return result.report_dir
 
@@ -42,8 +55,10 @@ def _run(tmp: Path, dataset: Path, broken_from: int, name: str, **options) -> Pa
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory, hostile_dataset):
     tmp = tmp_path_factory.mktemp("reports")
-    return {"broken": _run(tmp, hostile_dataset, 2, "broken", signoff_by="QA <qa@example.com>"),
-            "fixed": _run(tmp, hostile_dataset, -1, "fixed")}
+    return {
+        "broken": _run(tmp, hostile_dataset, 2, "broken", signoff_by="QA <qa@example.com>"),
+        "fixed": _run(tmp, hostile_dataset, -1, "fixed"),
+    }
 
 
 def test_report_json_validates_against_the_versioned_schema(reports):
@@ -88,8 +103,10 @@ def test_compare_lists_fixed_cells_and_exits_by_direction(reports, capsys):
     assert any(line.startswith("bs8-beam1: fixed at positions 2, 3, 4, 5, 6, 7") for line in result.lines)
     assert main(["compare", str(reports["broken"]), str(reports["fixed"])]) == 0
     page = reports["fixed"].parent / "cmp.html"
-    assert main(["compare", str(reports["fixed"]), str(reports["broken"] / "report.json"),
-                 "--html", str(page)]) == 1
+    assert (
+        main(["compare", str(reports["fixed"]), str(reports["broken"] / "report.json"), "--html", str(page)])
+        == 1
+    )
     out = capsys.readouterr().out
     assert "new degradation at positions 2, 3, 4, 5, 6, 7" in out and "verdict: worse" in out
     assert "<script" not in page.read_text().lower()
@@ -113,10 +130,26 @@ def test_report_renders_in_headless_chromium(reports, tmp_path):
     from PIL import Image
 
     png = tmp_path / "report.png"
-    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}", "--window-size=1280,1600",
-                    (reports["broken"] / "report.html").as_uri()], capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={png}",
+            "--window-size=1280,1600",
+            (reports["broken"] / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     image = Image.open(png).convert("RGB")
     assert image.size == (1280, 1600)
     r, g, b = image.getpixel((20, 20))  # the verdict banner: red for a failing run
@@ -140,11 +173,26 @@ def test_report_fits_a_phone_width_window(reports, tmp_path):
     window, and every heatmap is drawn whole inside it."""
     page = tmp_path / "phone.html"
     page.write_text(PHONE_PROBE.format(page=html.escape((reports["broken"] / "report.html").read_text())))
-    dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                          "--disable-background-networking", "--disable-component-update",
-                          f"--user-data-dir={tmp_path / 'profile'}", "--window-size=600,900",
-                          "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120, check=True).stdout
+    dom = subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=600,900",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     found = re.search(r'data-probe="([^"]+)"', dom)
     assert found, dom[-2000:]
     probe = json.loads(html.unescape(found.group(1)))
@@ -203,8 +251,13 @@ def test_the_schema_describes_every_field_of_the_model_and_no_other():
 
     schema = json.loads(SCHEMA.read_text())
     cell = schema["properties"]["cells"]["items"]
-    described = {Report: schema, CellResult: cell, PositionStats: cell["properties"]["positions"]["items"],
-                 Method: schema["properties"]["method"], ShardScores: schema["properties"]["scores"]}
+    described = {
+        Report: schema,
+        CellResult: cell,
+        PositionStats: cell["properties"]["positions"]["items"],
+        Method: schema["properties"]["method"],
+        ShardScores: schema["properties"]["scores"],
+    }
     for cls, part in described.items():
         assert set(part["properties"]) == {f.name for f in fields(cls)}, cls.__name__
 
@@ -219,14 +272,42 @@ def test_the_heatmap_title_fits_its_figure(positions):
     from harness.model.vocab import Verdict
     from harness.report.plots import heatmap_figure
 
-    stats = tuple(PositionStats(position=p, n=8, agreement=1.0, ci_low=None, ci_high=None,
-                                agreement_drop=0.0, differing=0.0, quality=0.6, quality_bs1=0.6)
-                  for p in range(positions))
-    cell = CellResult(id=f"bs{positions}-beam1", batch_size=positions, beam_width=1,
-                      verdict=Verdict.PASS, limits_verdict=Verdict.PASS, error=None, message="",
-                      cause=None, pattern=None, evidence=None, baseline_level=1.0, quality=0.6,
-                      quality_bs1=0.6, differing=0.0, drift=None, degraded_positions=(),
-                      nondeterministic_positions=(), omnibus=None, positions=stats, limit_checks=())
+    stats = tuple(
+        PositionStats(
+            position=p,
+            n=8,
+            agreement=1.0,
+            ci_low=None,
+            ci_high=None,
+            agreement_drop=0.0,
+            differing=0.0,
+            quality=0.6,
+            quality_bs1=0.6,
+        )
+        for p in range(positions)
+    )
+    cell = CellResult(
+        id=f"bs{positions}-beam1",
+        batch_size=positions,
+        beam_width=1,
+        verdict=Verdict.PASS,
+        limits_verdict=Verdict.PASS,
+        error=None,
+        message="",
+        cause=None,
+        pattern=None,
+        evidence=None,
+        baseline_level=1.0,
+        quality=0.6,
+        quality_bs1=0.6,
+        differing=0.0,
+        drift=None,
+        degraded_positions=(),
+        nondeterministic_positions=(),
+        omnibus=None,
+        positions=stats,
+        limit_checks=(),
+    )
     fig = heatmap_figure(1, [cell], 0.02)
     fig.canvas.draw()
     title = fig.axes[0].title.get_window_extent()

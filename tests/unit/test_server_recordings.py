@@ -28,8 +28,11 @@ def test_every_request_set_has_its_64_prompts_timed_and_answered(kind):
 
 
 def _choices(kind, name):
-    return {r["prompt_id"]: [c["text"] for c in r["response"]["choices"]]
-            for b in recordings.load(kind, name)["batches"] for r in b["requests"]}
+    return {
+        r["prompt_id"]: [c["text"] for c in r["response"]["choices"]]
+        for b in recordings.load(kind, name)["batches"]
+        for r in b["requests"]
+    }
 
 
 def test_neither_server_runs_beam_search():
@@ -43,12 +46,17 @@ def test_llama_cpp_python_answers_one_request_at_a_time_and_llama_server_does_no
     def staggered(kind):
         s = json.loads((recordings.DATA / kind / "server.json").read_text())["summary"]
         return s["probe_256_tokens_overlap"]["median_finish_spread_over_span"]
+
     assert staggered("llama-cpp-python") > 0.6 > 0.2 > staggered("llama-server")
 
 
 def test_only_llama_cpp_python_has_a_repeat_penalty_by_default():
-    differ = {k: sum(a != b for a, b in zip(_choices(k, "greedy-c1").values(),
-                                            _choices(k, "greedy-rp1-c1").values())) for k in KINDS}
+    differ = {
+        k: sum(
+            a != b for a, b in zip(_choices(k, "greedy-c1").values(), _choices(k, "greedy-rp1-c1").values())
+        )
+        for k in KINDS
+    }
     assert differ["llama-server"] == 0 and differ["llama-cpp-python"] > 0
 
 
@@ -65,12 +73,19 @@ def test_a_character_outside_the_alphabet_is_answered_through_the_byte_tokens(ki
 def test_every_recording_is_of_the_same_model():
     # a recording made with another model is stale: record.py and figures.py write its digest
     digest = json.loads((recordings.DATA / "prompts.json").read_text())["model_digest"]
-    paths = [p for kind in KINDS for p in (recordings.DATA / kind).glob("*.json") if p.name != "errors.json"
-             and not p.name.startswith(("greedy-", "beam2-", "overlap-"))]
+    paths = [
+        p
+        for kind in KINDS
+        for p in (recordings.DATA / kind).glob("*.json")
+        if p.name != "errors.json" and not p.name.startswith(("greedy-", "beam2-", "overlap-"))
+    ]
     paths.append(recordings.DATA / "figures.json")
     assert len(paths) == 2 + 2 * 4 + 1  # server.json and the 4 harness runs of each, figures.json
-    stale = {p.relative_to(recordings.DATA).as_posix(): json.loads(p.read_text())["model_digest"]
-             for p in paths if json.loads(p.read_text())["model_digest"] != digest}
+    stale = {
+        p.relative_to(recordings.DATA).as_posix(): json.loads(p.read_text())["model_digest"]
+        for p in paths
+        if json.loads(p.read_text())["model_digest"] != digest
+    }
     assert not stale, f"recorded with another model than {digest}: {stale}"
 
 
@@ -81,12 +96,17 @@ def test_the_crash_run_is_a_real_server_killed_at_one_request(kind):
     data = json.loads((recordings.DATA / kind / "harness-crash.json").read_text())  # bodies as stored
     assert data["killed"]["signal"] == "SIGKILL" and data["killed"]["returncode"] == -9
     assert data["killed"]["generate_call"] == 3 and not data["server_alive_after"]
-    unanswered = [(b["batch"], r["body"]["prompt"]["$prompt"], r["error"]) for b in data["batches"]
-                  for r in b["requests"] if r["status"] is None]
+    unanswered = [
+        (b["batch"], r["body"]["prompt"]["$prompt"], r["error"])
+        for b in data["batches"]
+        for r in b["requests"]
+        if r["status"] is None
+    ]
     assert unanswered == [(3, "news-00002", "ConnectionResetError")]
     later = data["batches"][4:]
-    assert later and all(b["requests"] == [] and b["error"].startswith("ConnectionRefusedError")
-                         for b in later)
+    assert later and all(
+        b["requests"] == [] and b["error"].startswith("ConnectionRefusedError") for b in later
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -39,8 +39,13 @@ class BuildLimits:
     max_seq_len: int = 512
 
 
-def engine_config(model_config: dict[str, Any], limits: BuildLimits, compute_dtype: str,
-                  fault: Fault | None = None, drift: Drift | None = None) -> dict[str, Any]:
+def engine_config(
+    model_config: dict[str, Any],
+    limits: BuildLimits,
+    compute_dtype: str,
+    fault: Fault | None = None,
+    drift: Drift | None = None,
+) -> dict[str, Any]:
     """config.json for an emulator engine, in TensorRT-LLM's unified layout; a fault under
     ``emulator.fault``, drift under ``emulator.drift`` (``--fault drift`` is drift alone)."""
     fault, drift = split_fault(fault, drift)
@@ -72,15 +77,19 @@ def engine_config(model_config: dict[str, Any], limits: BuildLimits, compute_dty
             "max_seq_len": limits.max_seq_len,
             "max_num_tokens": limits.max_batch_size * limits.max_input_len,
             "kv_cache_type": "CONTINUOUS",
-            "plugin_config": {"gpt_attention_plugin": "auto", "paged_kv_cache": False,
-                              "remove_input_padding": True, "context_fmha": True},
+            "plugin_config": {
+                "gpt_attention_plugin": "auto",
+                "paged_kv_cache": False,
+                "remove_input_padding": True,
+                "context_fmha": True,
+            },
         },
         "emulator": {
             "format": 1,
             "built_by": f"batch-position-harness {__version__}",
             "compute_dtype": compute_dtype,
             "kv_cache": "one buffer of max_batch_size x max_beam_width beam slots; beam b of "
-                        "entry s in slot s * num_beams + b; no check of num_beams",
+            "entry s in slot s * num_beams + b; no check of num_beams",
             **({"fault": fault.as_dict()} if fault else {}),
             **({"drift": drift.as_dict()} if drift else {}),
         },
@@ -96,16 +105,23 @@ def _is_emulator_engine(path: Path) -> bool:
     return isinstance(config, dict) and "emulator" in config
 
 
-def build_engine(output: Path, limits: BuildLimits, *, model_dir: Path | None = None,
-                 compute_dtype: str = DEFAULT_COMPUTE_DTYPE, fault: Fault | None = None,
-                 drift: Drift | None = None) -> Path:
+def build_engine(
+    output: Path,
+    limits: BuildLimits,
+    *,
+    model_dir: Path | None = None,
+    compute_dtype: str = DEFAULT_COMPUTE_DTYPE,
+    fault: Fault | None = None,
+    drift: Drift | None = None,
+) -> Path:
     """Write the engine directory (atomically: a half-built engine is never left behind)."""
     src = Path(model_dir) if model_dir else BUNDLED_MODEL
     config_file = src / "config.json"
     weights = src / "model.safetensors"
     if not config_file.is_file() or not weights.is_file():
-        raise EngineError(f"--model {src}: expected a transformers model directory with "
-                          "config.json and model.safetensors")
+        raise EngineError(
+            f"--model {src}: expected a transformers model directory with config.json and model.safetensors"
+        )
     try:
         model_config = bounds.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -114,18 +130,24 @@ def build_engine(output: Path, limits: BuildLimits, *, model_dir: Path | None = 
         raise EngineError(f"{config_file}: expected a JSON object at the top level")
     arch = model_config.get("architectures") or []
     if model_config.get("model_type") not in ("mistral", "llama"):
-        raise EngineError(f"{config_file}: model_type {model_config.get('model_type')!r} with "
-                          f"architectures {arch}; the emulator runs Mistral/Llama models only")
+        raise EngineError(
+            f"{config_file}: model_type {model_config.get('model_type')!r} with "
+            f"architectures {arch}; the emulator runs Mistral/Llama models only"
+        )
     if limits.max_seq_len <= limits.max_input_len:
-        raise EngineError(f"--max-seq-len {limits.max_seq_len} must exceed --max-input-len "
-                          f"{limits.max_input_len} (it counts prompt and output together)")
+        raise EngineError(
+            f"--max-seq-len {limits.max_seq_len} must exceed --max-input-len "
+            f"{limits.max_input_len} (it counts prompt and output together)"
+        )
     output = Path(output)
     confine.inside(output.parent, output)  # a rebuild replaces the folder, never a link's target
     if output.exists() and not output.is_dir():
         raise EngineError(f"--output {output}: is a file; choose a new folder")
     if output.exists() and any(output.iterdir()) and not _is_emulator_engine(output):
-        raise EngineError(f"--output {output}: exists and is not an emulator engine directory; "
-                          "choose an empty or new folder (nothing was changed)")
+        raise EngineError(
+            f"--output {output}: exists and is not an emulator engine directory; "
+            "choose an empty or new folder (nothing was changed)"
+        )
     if output.resolve() == src.resolve():
         raise EngineError(f"--output {output}: is the model directory itself; choose another folder")
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -134,8 +156,7 @@ def build_engine(output: Path, limits: BuildLimits, *, model_dir: Path | None = 
         shutil.copyfile(weights, tmp / WEIGHTS_FILE)
         tok = tmp / TOKENIZER_DIR
         tok.mkdir()
-        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                     "tokenizer.model"):
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"):
             if (src / name).is_file():
                 shutil.copyfile(src / name, tok / name)
         config = engine_config(model_config, limits, compute_dtype, fault, drift)

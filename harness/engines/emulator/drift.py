@@ -93,8 +93,9 @@ class Drift:
     def describe(self) -> str:
         return f"benign drift ({self.rate:.0%} of outputs at batch size > 1, seed {self.seed})"
 
-    def placement(self, prompt: str, batch_size: int, beam_width: int, padded: int,
-                  tokens: int = 0) -> float | None:
+    def placement(
+        self, prompt: str, batch_size: int, beam_width: int, padded: int, tokens: int = 0
+    ) -> float | None:
         """Where (share of the batch-size-1 length) this sequence flips in a batch of this
         shape (size, beam width, padded length and total prompt tokens: what kernel choice
         sees), or None when it does not; a function of the prompt and the shape only."""
@@ -109,8 +110,9 @@ class Drift:
         return low + (high - low) * int.from_bytes(digest[8:16], "little") / 2**64
 
 
-def plan_flips(drift: Drift, prompts: Sequence[str], traces: Mapping[str, Trace],
-               beam_width: int, lengths: Sequence[int]) -> dict[int, int]:
+def plan_flips(
+    drift: Drift, prompts: Sequence[str], traces: Mapping[str, Trace], beam_width: int, lengths: Sequence[int]
+) -> dict[int, int]:
     """entry -> the earliest decoding step at which it takes the runner-up of a near-tie;
     ``lengths``: the prompts' token counts (the batch's shape)."""
     flips: dict[int, int] = {}
@@ -124,8 +126,7 @@ def plan_flips(drift: Drift, prompts: Sequence[str], traces: Mapping[str, Trace]
     return flips
 
 
-def near_tie(best: float, runner_up: float, tokens: tuple[int, int], eos: int,
-             margin: float) -> bool:
+def near_tie(best: float, runner_up: float, tokens: tuple[int, int], eos: int, margin: float) -> bool:
     """Two candidates (scores in nats, their tokens) close enough to flip; the end token never
     takes part (a flip to it would cut the output short, which is damage, not drift)."""
     return eos not in tokens and best - runner_up < margin
@@ -134,8 +135,10 @@ def near_tie(best: float, runner_up: float, tokens: tuple[int, int], eos: int,
 def check_drift(drift: Drift, option: str) -> Drift:
     """Reject a rate outside (0, 1] or a margin that is not positive."""
     if not 0.0 < drift.rate <= 1.0:
-        raise ConfigError(f"{option}: rate {drift.rate} must be in (0, 1] (the share of sequences "
-                          "at batch size > 1 that take the runner-up of a near-tie)")
+        raise ConfigError(
+            f"{option}: rate {drift.rate} must be in (0, 1] (the share of sequences "
+            "at batch size > 1 that take the runner-up of a near-tie)"
+        )
     if not drift.margin > 0:
         raise ConfigError(f"{option}: margin {drift.margin} must be positive (nats)")
     return drift
@@ -146,11 +149,13 @@ def drift_from_config(section: Mapping[str, Any] | None, where: str) -> Drift | 
     if section is None:
         return None
     if not isinstance(section, Mapping) or not isinstance(section.get("rate"), (int, float)):
-        raise ConfigError(f"{where}: emulator.drift must be an object with a numeric rate; "
-                          "rebuild the engine")
+        raise ConfigError(
+            f"{where}: emulator.drift must be an object with a numeric rate; rebuild the engine"
+        )
     known = set(Drift.__dataclass_fields__)
     try:
-        return check_drift(Drift(**{k: v for k, v in section.items() if k in known}),
-                           f"{where}: emulator.drift")
+        return check_drift(
+            Drift(**{k: v for k, v in section.items() if k in known}), f"{where}: emulator.drift"
+        )
     except TypeError as exc:
         raise ConfigError(f"{where}: emulator.drift: {exc}; rebuild the engine") from None

@@ -76,10 +76,13 @@ class EmulatorEngine(EngineBase):
         emu = root.required_section("emulator")
         need = pre.required_integer
         self.shape = ModelShape(
-            vocab_size=need("vocab_size"), hidden_size=need("hidden_size"),
+            vocab_size=need("vocab_size"),
+            hidden_size=need("hidden_size"),
             intermediate_size=need("intermediate_size"),
-            num_layers=need("num_hidden_layers"), num_heads=need("num_attention_heads"),
-            num_kv_heads=need("num_key_value_heads"), head_size=need("head_size"),
+            num_layers=need("num_hidden_layers"),
+            num_heads=need("num_attention_heads"),
+            num_kv_heads=need("num_key_value_heads"),
+            head_size=need("head_size"),
             rope_theta=pre.required_number("rope_theta"),
             rms_norm_eps=pre.required_number("rms_norm_eps"),
         )
@@ -89,8 +92,9 @@ class EmulatorEngine(EngineBase):
         self.max_seq_len = build.required_integer("max_seq_len")
         dtype_name = emu.text("compute_dtype")
         if dtype_name not in COMPUTE_DTYPES:
-            raise EngineError(f"{file}: emulator.compute_dtype {dtype_name!r} is not one of "
-                              f"{', '.join(COMPUTE_DTYPES)}")
+            raise EngineError(
+                f"{file}: emulator.compute_dtype {dtype_name!r} is not one of {', '.join(COMPUTE_DTYPES)}"
+            )
         dtype = COMPUTE_DTYPES[dtype_name]
         self.fault: Fault | None = fault_from_config(config["emulator"].get("fault"), str(file))
         self.drift: Drift | None = drift_from_config(config["emulator"].get("drift"), str(file))
@@ -98,30 +102,45 @@ class EmulatorEngine(EngineBase):
 
         weights_file = self.path / WEIGHTS_FILE
         if not weights_file.is_file():
-            raise EngineError(f"{weights_file}: engine weights missing; rebuild the engine with "
-                              "`python -m harness build-engine`")
+            raise EngineError(
+                f"{weights_file}: engine weights missing; rebuild the engine with "
+                "`python -m harness build-engine`"
+            )
         self.tokenizer = _load_tokenizer(self.path / TOKENIZER_DIR, self.shape.vocab_size)
         try:
             weights = load_file(str(weights_file))
         except Exception as exc:  # safetensors raises its own error types
-            raise EngineError(f"{weights_file}: cannot read weights ({exc}); rebuild the engine with "
-                              "`python -m harness build-engine`") from None
+            raise EngineError(
+                f"{weights_file}: cannot read weights ({exc}); rebuild the engine with "
+                "`python -m harness build-engine`"
+            ) from None
         try:
             self.model = MistralEmulator(self.shape, weights, dtype)
         except KeyError as exc:
-            raise EngineError(f"{weights_file}: tensor {exc} missing; the weights do not match "
-                              "a Mistral model") from None
+            raise EngineError(
+                f"{weights_file}: tensor {exc} missing; the weights do not match a Mistral model"
+            ) from None
         self.prefills = PrefillCache(self.model)  # prompt phases, reused across batches
         # Allocated once, for max_batch_size x max_beam_width beam slots, as at engine build.
-        self.cache = _allocate_cache(self.shape, self.max_batch_size * self.max_beam_width,
-                                     self.max_seq_len, dtype, file)
+        self.cache = _allocate_cache(
+            self.shape, self.max_batch_size * self.max_beam_width, self.max_seq_len, dtype, file
+        )
         self.info = EngineInfo(
-            backend="emulator", path=str(self.path), identity=weights_identity([weights_file]),
-            config=config, details={"compute_dtype": dtype_name,
-                                    "kv_cache_slots": self.cache.slots,
-                                    "emulator_code": code_digest()},
-            kv_cache_reuse=KvCacheReuse(CacheReuse.OFF, "the emulator writes every batch's prompts "
-                                        "into its KV-cache slots itself; nothing is kept between calls"))
+            backend="emulator",
+            path=str(self.path),
+            identity=weights_identity([weights_file]),
+            config=config,
+            details={
+                "compute_dtype": dtype_name,
+                "kv_cache_slots": self.cache.slots,
+                "emulator_code": code_digest(),
+            },
+            kv_cache_reuse=KvCacheReuse(
+                CacheReuse.OFF,
+                "the emulator writes every batch's prompts "
+                "into its KV-cache slots itself; nothing is kept between calls",
+            ),
+        )
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]
@@ -131,11 +150,14 @@ class EmulatorEngine(EngineBase):
         ids = self.tokenizer(list(prompts))["input_ids"]
         longest = max(len(x) for x in ids)
         if longest > self.max_input_len:
-            raise RuntimeError(f"input length {longest} exceeds the engine's max_input_len "
-                               f"{self.max_input_len}")
+            raise RuntimeError(
+                f"input length {longest} exceeds the engine's max_input_len {self.max_input_len}"
+            )
         if longest + settings.max_new_tokens > self.max_seq_len:
-            raise RuntimeError(f"input length {longest} + max_new_tokens {settings.max_new_tokens} "
-                               f"exceeds the engine's max_seq_len {self.max_seq_len}")
+            raise RuntimeError(
+                f"input length {longest} + max_new_tokens {settings.max_new_tokens} "
+                f"exceeds the engine's max_seq_len {self.max_seq_len}"
+            )
         flips = self._plan_drift(prompts, [len(x) for x in ids], settings) if len(prompts) > 1 else {}
         run = self._pass(prompts, settings, flips)
         self._lose_kv(prompts, settings.beam_width)
@@ -151,16 +173,18 @@ class EmulatorEngine(EngineBase):
             results.append(Generation(text=texts[0], token_ids=tuple(entry[0]), beams=texts))
         return results
 
-    def _pass(self, prompts: Sequence[str], settings: DecodingSettings,
-              flips: Mapping[int, int]) -> _Pass:
+    def _pass(self, prompts: Sequence[str], settings: DecodingSettings, flips: Mapping[int, int]) -> _Pass:
         """The fault's effects on this batch (none at batch size 1), with drift's ``flips``."""
         fault, entries = self.fault, len(prompts)
         unflipped = {e: self._traces[(prompts[e], settings)].output for e in flips}
-        return _Pass(limit=fault.token_limit(entries, settings.max_new_tokens) if fault
-                     else settings.max_new_tokens,
-                     padding=bool(fault and fault.pads_unmasked and entries > 1),
-                     stride=bool(fault and fault.strided), flips=flips,
-                     margin=self.drift.margin if self.drift else None, unflipped=unflipped)
+        return _Pass(
+            limit=fault.token_limit(entries, settings.max_new_tokens) if fault else settings.max_new_tokens,
+            padding=bool(fault and fault.pads_unmasked and entries > 1),
+            stride=bool(fault and fault.strided),
+            flips=flips,
+            margin=self.drift.margin if self.drift else None,
+            unflipped=unflipped,
+        )
 
     def _lose_kv(self, prompts: Sequence[str], width: int) -> None:
         """full-batch and partial: the beam slots of the entries that lose their KV cache."""
@@ -169,16 +193,18 @@ class EmulatorEngine(EngineBase):
         slots = [x for x in slots if x < self.cache.slots]
         self.cache.dead = torch.tensor(slots, dtype=torch.long) if slots else None
 
-    def _decode(self, ids: list[list[int]], settings: DecodingSettings,
-                run: _Pass) -> tuple[list[list[list[int]]], list[list[int]]]:
+    def _decode(
+        self, ids: list[list[int]], settings: DecodingSettings, run: _Pass
+    ) -> tuple[list[list[list[int]]], list[list[int]]]:
         """Beams (best first) per entry, and the steps at which each entry had a near-tie."""
         if settings.beam_width == 1:
             outputs, ties = self._greedy(ids, run)
             return [[o] for o in outputs], ties
         return self._beam_search(ids, settings, run)
 
-    def _plan_drift(self, prompts: Sequence[str], lengths: list[int],
-                    settings: DecodingSettings) -> dict[int, int]:
+    def _plan_drift(
+        self, prompts: Sequence[str], lengths: list[int], settings: DecodingSettings
+    ) -> dict[int, int]:
         """Drift at batch size > 1: which entries flip, at which step (see drift.py)."""
         if self.drift is None:
             return {}
@@ -200,8 +226,7 @@ class EmulatorEngine(EngineBase):
             for prompt, entry, tie in zip(part, beams, ties):
                 self._traces[(prompt, settings)] = Trace(tuple(entry[0]), tuple(tie))
 
-    def _context(self, ids: list[list[int]], beams: int,
-                 padding: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def _context(self, ids: list[list[int]], beams: int, padding: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Prompt phase per entry (each prompt computed once per engine, then reused: see
         PrefillCache); returns logits and input lengths per beam row."""
         rows = [list(x) for x in ids]
@@ -213,8 +238,12 @@ class EmulatorEngine(EngineBase):
             # (the others tend to summarize the wrong document)
             longest = max(range(len(rows)), key=lambda r: len(rows[r]))
             stale = rows[longest]
-            rows = [x + stale[: max(0, self.max_input_len - len(x))]
-                    if r != longest and len(x) < len(stale) else x for r, x in enumerate(rows)]
+            rows = [
+                x + stale[: max(0, self.max_input_len - len(x))]
+                if r != longest and len(x) < len(stale)
+                else x
+                for r, x in enumerate(rows)
+            ]
         prefills = [self.prefills.get(x) for x in rows]
         self.cache.write_prompts(prefills, beams)
         logits = torch.stack([p.logits for p in prefills])
@@ -243,8 +272,9 @@ class EmulatorEngine(EngineBase):
             logits = self.model.decode(tokens, lengths + step, self.cache)
         return out, ties
 
-    def _beam_search(self, ids: list[list[int]], settings: DecodingSettings,
-                     run: _Pass) -> tuple[list[list[list[int]]], list[list[int]]]:
+    def _beam_search(
+        self, ids: list[list[int]], settings: DecodingSettings, run: _Pass
+    ) -> tuple[list[list[list[int]]], list[list[int]]]:
         """Beam search with early stopping: an entry ends once it holds W finished beams."""
         width, entries = settings.beam_width, len(ids)
         logits, lengths = self._context(ids, width, run.padding)
@@ -255,8 +285,16 @@ class EmulatorEngine(EngineBase):
             logp = torch.log_softmax(logits.to(torch.float64), dim=-1).view(entries, width, -1)
             cand = (beams.scores[:, :, None] + logp).view(entries, -1)
             top_scores, top_idx = cand.topk(2 * width, dim=-1)
-            source, tokens = beams.step(step, top_scores.tolist(), top_idx.tolist(), logp.shape[-1],
-                                        run.margin, pending, ties, run.unflipped)
+            source, tokens = beams.step(
+                step,
+                top_scores.tolist(),
+                top_idx.tolist(),
+                logp.shape[-1],
+                run.margin,
+                pending,
+                ties,
+                run.unflipped,
+            )
             if all(beams.done) or step == run.limit - 1:
                 break
             self.cache.reorder(entries * width, source, int(lengths.max()) + step)
@@ -265,36 +303,53 @@ class EmulatorEngine(EngineBase):
             logits = self.model.decode(tokens, lengths + step, self.cache)
         results = beams.results(run.unflipped, run.margin)
         # a near-tie counts where it lies on the line of the output kept (the best hypothesis)
-        return results, [[t for t, line in found if tuple(best[0][: len(line)]) == line]
-                         for best, found in zip(results, ties)]
+        return results, [
+            [t for t, line in found if tuple(best[0][: len(line)]) == line]
+            for best, found in zip(results, ties)
+        ]
 
 
 def _load_tokenizer(tok_dir: Path, vocab_size: int) -> Any:
     """The engine's own tokenizer; never runs code it ships, and must cover the vocabulary."""
     if not (tok_dir / "tokenizer.json").is_file() and not (tok_dir / "tokenizer_config.json").is_file():
-        raise EngineError(f"{tok_dir}: tokenizer missing; rebuild the engine with "
-                          "`python -m harness build-engine`")
+        raise EngineError(
+            f"{tok_dir}: tokenizer missing; rebuild the engine with `python -m harness build-engine`"
+        )
     from transformers import AutoTokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(tok_dir), trust_remote_code=False)
     except (OSError, ValueError) as exc:
         if "custom code" in str(exc) or "trust_remote_code" in str(exc):
-            raise EngineError(f"{tok_dir}: the tokenizer ships its own code (auto_map in "
-                              "tokenizer_config.json), which the emulator never runs; rebuild "
-                              "the engine with `python -m harness build-engine`") from None
-        raise EngineError(f"{tok_dir}: cannot load the tokenizer "
-                          f"({first_line(exc) or type(exc).__name__}); rebuild the engine") from None
+            raise EngineError(
+                f"{tok_dir}: the tokenizer ships its own code (auto_map in "
+                "tokenizer_config.json), which the emulator never runs; rebuild "
+                "the engine with `python -m harness build-engine`"
+            ) from None
+        raise EngineError(
+            f"{tok_dir}: cannot load the tokenizer "
+            f"({first_line(exc) or type(exc).__name__}); rebuild the engine"
+        ) from None
     if tokenizer.eos_token_id is None:
         raise EngineError(f"{tok_dir}: the tokenizer has no eos token")
     if len(tokenizer) < vocab_size:
-        raise EngineError(f"{tok_dir}: the tokenizer knows {len(tokenizer)} tokens but the "
-                          f"engine's vocab_size is {vocab_size}; use the model's own tokenizer")
+        raise EngineError(
+            f"{tok_dir}: the tokenizer knows {len(tokenizer)} tokens but the "
+            f"engine's vocab_size is {vocab_size}; use the model's own tokenizer"
+        )
     return tokenizer
 
 
-def _greedy_ties(logits: torch.Tensor, tokens: torch.Tensor, step: int, done: list[bool],
-                 pending: dict[int, int], ties: list[list[int]], eos: int, margin: float) -> None:
+def _greedy_ties(
+    logits: torch.Tensor,
+    tokens: torch.Tensor,
+    step: int,
+    done: list[bool],
+    pending: dict[int, int],
+    ties: list[list[int]],
+    eos: int,
+    margin: float,
+) -> None:
     """Record each running row's near-tie at this step; a row due to flip takes the runner-up
     (``tokens`` is changed in place)."""
     top_v, top_i = logits.topk(2, dim=-1)
@@ -321,10 +376,17 @@ class _Beams:
     def norm(self, score: float, length: int) -> float:
         return score / float(max(length, 1) ** self.length_penalty)
 
-    def step(self, step: int, top_scores: list[list[float]], top_idx: list[list[int]], vocab: int,
-             margin: float | None, pending: dict[int, int],
-             ties: list[list[tuple[int, tuple[int, ...]]]],
-             unflipped: Mapping[int, tuple[int, ...]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def step(
+        self,
+        step: int,
+        top_scores: list[list[float]],
+        top_idx: list[list[int]],
+        vocab: int,
+        margin: float | None,
+        pending: dict[int, int],
+        ties: list[list[tuple[int, tuple[int, ...]]]],
+        unflipped: Mapping[int, tuple[int, ...]],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Keep the W best non-final candidates per entry; returns (source row, token) per row."""
         width = self.width
         source = torch.arange(self.entries * width)
@@ -336,8 +398,7 @@ class _Beams:
                 continue
             idx = top_idx[s]
             if margin is not None:
-                idx = self._tie(s, step, top_scores[s], idx, vocab, margin, pending, ties,
-                                unflipped.get(s))
+                idx = self._tie(s, step, top_scores[s], idx, vocab, margin, pending, ties, unflipped.get(s))
             slot = 0
             for rank, (sc, ix) in enumerate(zip(top_scores[s], idx)):
                 parent, token = divmod(ix, vocab)
@@ -358,10 +419,18 @@ class _Beams:
         self.scores, self.history = new_scores, new_history
         return source, tokens
 
-    def _tie(self, s: int, step: int, scores: list[float], idx: list[int], vocab: int,
-             margin: float, pending: dict[int, int],
-             ties: list[list[tuple[int, tuple[int, ...]]]],
-             output: tuple[int, ...] | None) -> list[int]:
+    def _tie(
+        self,
+        s: int,
+        step: int,
+        scores: list[float],
+        idx: list[int],
+        vocab: int,
+        margin: float,
+        pending: dict[int, int],
+        ties: list[list[tuple[int, tuple[int, ...]]]],
+        output: tuple[int, ...] | None,
+    ) -> list[int]:
         """A near-tie between the best candidate and its runner-up from the same beam (same
         prefix, another token) is recorded with the best candidate's line; an entry due to
         flip swaps their scores, at every such near-tie while its leading line is still its
@@ -386,8 +455,9 @@ class _Beams:
         swapped[0], swapped[j] = idx[j], idx[0]
         return swapped
 
-    def results(self, unflipped: Mapping[int, tuple[int, ...]] | None = None,
-                margin: float | None = None) -> list[list[list[int]]]:
+    def results(
+        self, unflipped: Mapping[int, tuple[int, ...]] | None = None, margin: float | None = None
+    ) -> list[list[list[int]]]:
         """Each entry's W best hypotheses (length-normalized score), best first; an entry in
         ``unflipped`` still ending on that output takes its runner-up if the two are near-tied."""
         results = []
@@ -400,31 +470,48 @@ class _Beams:
                     if not math.isinf(sc):
                         hyps.append((self.norm(sc, len(row)), row))
             hyps.sort(key=lambda h: -h[0])  # stable: ties keep discovery order
-            if margin is not None and unflipped and s in unflipped and len(hyps) > 1 \
-                    and tuple(hyps[0][1]) == unflipped[s] and self._final_tie(hyps[0], hyps[1], margin):
+            if (
+                margin is not None
+                and unflipped
+                and s in unflipped
+                and len(hyps) > 1
+                and tuple(hyps[0][1]) == unflipped[s]
+                and self._final_tie(hyps[0], hyps[1], margin)
+            ):
                 hyps[0], hyps[1] = hyps[1], hyps[0]
             results.append([h[1] for h in hyps[: self.width]] or [[]])
         return results
 
-    def _final_tie(self, best: tuple[float, list[int]], second: tuple[float, list[int]],
-                   margin: float) -> bool:
+    def _final_tie(
+        self, best: tuple[float, list[int]], second: tuple[float, list[int]], margin: float
+    ) -> bool:
         """Two final hypotheses whose scores, in nats over the best one's length, are within
         ``margin``."""
         return bool((best[0] - second[0]) * max(len(best[1]), 1) ** self.length_penalty < margin)
 
 
-def _allocate_cache(shape: ModelShape, slots: int, max_seq_len: int, dtype: torch.dtype,
-                    file: Path) -> SlotKVCache:
+def _allocate_cache(
+    shape: ModelShape, slots: int, max_seq_len: int, dtype: torch.dtype, file: Path
+) -> SlotKVCache:
     """The KV cache the build limits ask for; EngineError naming them when it cannot exist."""
-    size = (2 * shape.num_layers * slots * shape.num_kv_heads * max_seq_len * shape.head_size
-            * torch.tensor([], dtype=dtype).element_size())
+    size = (
+        2
+        * shape.num_layers
+        * slots
+        * shape.num_kv_heads
+        * max_seq_len
+        * shape.head_size
+        * torch.tensor([], dtype=dtype).element_size()
+    )
     try:
         return SlotKVCache(shape, slots, max_seq_len, dtype)
     except (RuntimeError, MemoryError, OverflowError, TypeError) as exc:
-        raise EngineError(f"{file}: the KV cache of max_batch_size x max_beam_width = {slots} beam "
-                          f"slots x max_seq_len {max_seq_len} needs {size / 2**30:.1f} GiB and "
-                          f"cannot be allocated ({first_line(exc) or type(exc).__name__}); "
-                          "rebuild the engine with smaller limits") from None
+        raise EngineError(
+            f"{file}: the KV cache of max_batch_size x max_beam_width = {slots} beam "
+            f"slots x max_seq_len {max_seq_len} needs {size / 2**30:.1f} GiB and "
+            f"cannot be allocated ({first_line(exc) or type(exc).__name__}); "
+            "rebuild the engine with smaller limits"
+        ) from None
 
 
 def _strided_rows(done: list[bool], width: int) -> torch.Tensor:
@@ -432,5 +519,6 @@ def _strided_rows(done: list[bool], width: int) -> torch.Tensor:
     entry max(0, s - F), an offset computed from the active batch size instead of the
     maximum; entry 0 keeps its own rows, every later one reads another's."""
     finished = sum(done)
-    return torch.tensor([max(0, s - finished) * width + b for s in range(len(done))
-                         for b in range(width)], dtype=torch.long)
+    return torch.tensor(
+        [max(0, s - finished) * width + b for s in range(len(done)) for b in range(width)], dtype=torch.long
+    )

@@ -81,9 +81,12 @@ class FaultKind(Word):
 KINDS = ", ".join(k.value for k in FaultKind)
 PARAMETERS: dict[FaultKind, frozenset[str]] = {
     FaultKind.DRIFT: frozenset({"rate", "seed", "margin"}),
-    FaultKind.FULL_BATCH: frozenset({"slot"}), FaultKind.PADDING: frozenset(),
-    FaultKind.STRIDE: frozenset(), FaultKind.PARTIAL: frozenset({"position", "fraction", "seed"}),
-    FaultKind.TRUNCATE: frozenset({"keep"}), FaultKind.GRAPH_LADDER: frozenset(),
+    FaultKind.FULL_BATCH: frozenset({"slot"}),
+    FaultKind.PADDING: frozenset(),
+    FaultKind.STRIDE: frozenset(),
+    FaultKind.PARTIAL: frozenset({"position", "fraction", "seed"}),
+    FaultKind.TRUNCATE: frozenset({"keep"}),
+    FaultKind.GRAPH_LADDER: frozenset(),
     FaultKind.BEAM_BUFFER: frozenset(),
 }
 FLOATS = frozenset({"rate", "margin", "fraction", "keep"})
@@ -122,14 +125,18 @@ class Fault:
             slot = "last slot" if self.slot is None else f"slot {self.slot}"
             return f"full-batch corruption ({slot})"
         if self.kind == FaultKind.PARTIAL:
-            return (f"partial degradation (position {self.position}, {self.fraction:.0%} of "
-                    f"prompts, seed {self.seed})")
+            return (
+                f"partial degradation (position {self.position}, {self.fraction:.0%} of "
+                f"prompts, seed {self.seed})"
+            )
         if self.kind == FaultKind.TRUNCATE:
             return f"truncation at batch size > 1 ({self.keep:.0%} of max_new_tokens)"
-        return {FaultKind.PADDING: "padding bug", FaultKind.STRIDE: "uneven-finish stride",
-                FaultKind.GRAPH_LADDER: "CUDA-graph ladder (padded batch sizes damage their "
-                                        "last entries)",
-                FaultKind.BEAM_BUFFER: "decode buffer sized without the beam factor"}[self.kind]
+        return {
+            FaultKind.PADDING: "padding bug",
+            FaultKind.STRIDE: "uneven-finish stride",
+            FaultKind.GRAPH_LADDER: "CUDA-graph ladder (padded batch sizes damage their last entries)",
+            FaultKind.BEAM_BUFFER: "decode buffer sized without the beam factor",
+        }[self.kind]
 
     # -- the hooks the engine calls -------------------------------------------------------
 
@@ -177,8 +184,10 @@ def _parameters(text: str, items: str, kind: FaultKind, option: str) -> dict[str
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or key not in allowed:
-            raise ConfigError(f"{option} {text!r}: {item!r} is not a parameter of {kind} "
-                              f"(parameters: {', '.join(sorted(allowed)) or 'none'})")
+            raise ConfigError(
+                f"{option} {text!r}: {item!r} is not a parameter of {kind} "
+                f"(parameters: {', '.join(sorted(allowed)) or 'none'})"
+            )
         try:
             values[key] = float(raw) if key in FLOATS else int(raw)
         except ValueError:
@@ -192,9 +201,11 @@ def parse_fault(text: str, *, max_batch_size: int, option: str = "--fault") -> F
     try:
         kind = FaultKind(name.strip())
     except ValueError:
-        raise ConfigError(f"{option} {text!r}: unknown fault {name.strip()!r}; choose one of "
-                          f"{KINDS} (beam-slot overflow needs no fault: build with "
-                          "--max-beam-width 1 and run --beam-widths 4)") from None
+        raise ConfigError(
+            f"{option} {text!r}: unknown fault {name.strip()!r}; choose one of "
+            f"{KINDS} (beam-slot overflow needs no fault: build with "
+            "--max-beam-width 1 and run --beam-widths 4)"
+        ) from None
     fault = Fault(kind, **_parameters(text, rest, kind, option))
     return check_fault(fault, max_batch_size=max_batch_size, option=option)
 
@@ -205,8 +216,10 @@ def parse_drift(text: str, *, option: str = "--drift") -> Drift:
     try:
         rate = float(raw)
     except ValueError:
-        raise ConfigError(f"{option} {text!r}: the rate must be a number in (0, 1], e.g. "
-                          f"{option} 0.3 or {option} 0.3:seed=2") from None
+        raise ConfigError(
+            f"{option} {text!r}: the rate must be a number in (0, 1], e.g. "
+            f"{option} 0.3 or {option} 0.3:seed=2"
+        ) from None
     values = _parameters(text, rest, FaultKind.DRIFT, option)
     if "rate" in values:
         raise ConfigError(f"{option} {text!r}: give the rate once, before the colon")
@@ -216,33 +229,45 @@ def parse_drift(text: str, *, option: str = "--drift") -> Drift:
 def check_fault(fault: Fault, *, max_batch_size: int, option: str) -> Fault:
     """Reject parameters that would break batch size 1 or point outside the engine."""
     if fault.kind == FaultKind.FULL_BATCH and fault.slot is not None and not 0 <= fault.slot < max_batch_size:
-        raise ConfigError(f"{option}: slot {fault.slot} is outside the engine's "
-                          f"{max_batch_size} slots (0..{max_batch_size - 1})")
+        raise ConfigError(
+            f"{option}: slot {fault.slot} is outside the engine's "
+            f"{max_batch_size} slots (0..{max_batch_size - 1})"
+        )
     if fault.kind == FaultKind.FULL_BATCH and max_batch_size == 1:
-        raise ConfigError(f"{option}: full-batch needs --max-batch-size > 1 (a full batch of 1 "
-                          "would break the batch-size-1 level itself)")
+        raise ConfigError(
+            f"{option}: full-batch needs --max-batch-size > 1 (a full batch of 1 "
+            "would break the batch-size-1 level itself)"
+        )
     if fault.kind == FaultKind.PARTIAL and not 1 <= fault.position < max_batch_size:
-        raise ConfigError(f"{option}: position {fault.position} must be between 1 and "
-                          f"{max_batch_size - 1} (position 0 is batch size 1's own position)")
+        raise ConfigError(
+            f"{option}: position {fault.position} must be between 1 and "
+            f"{max_batch_size - 1} (position 0 is batch size 1's own position)"
+        )
     if fault.kind == FaultKind.PARTIAL and not 0.0 < fault.fraction <= 1.0:
         raise ConfigError(f"{option}: fraction {fault.fraction} must be in (0, 1]")
     if fault.kind == FaultKind.TRUNCATE and not 0.0 < fault.keep < 1.0:
-        raise ConfigError(f"{option}: keep {fault.keep} must be in (0, 1) (the share of "
-                          "max_new_tokens generated at batch size > 1)")
+        raise ConfigError(
+            f"{option}: keep {fault.keep} must be in (0, 1) (the share of "
+            "max_new_tokens generated at batch size > 1)"
+        )
     drift = fault.drift()
     if drift is not None:
         check_drift(drift, option)
     return fault
 
 
-def split_fault(fault: Fault | None, drift: Drift | None, *, option: str = "--fault") -> tuple[Fault | None, Drift | None]:
+def split_fault(
+    fault: Fault | None, drift: Drift | None, *, option: str = "--fault"
+) -> tuple[Fault | None, Drift | None]:
     """(damage fault, drift) an engine is built with: ``--fault drift`` is drift alone, and
     asking for drift twice is refused."""
     if fault is None or fault.kind != FaultKind.DRIFT:
         return fault, drift
     if drift is not None:
-        raise ConfigError(f"{option} drift and --drift: give the drift once (--fault KIND "
-                          "--drift RATE composes drift with another fault)")
+        raise ConfigError(
+            f"{option} drift and --drift: give the drift once (--fault KIND "
+            "--drift RATE composes drift with another fault)"
+        )
     return None, fault.drift()
 
 
@@ -251,12 +276,15 @@ def fault_from_config(section: Mapping[str, Any] | None, where: str) -> Fault | 
     if section is None:
         return None
     if not isinstance(section, Mapping) or section.get("kind") not in set(FaultKind):
-        raise ConfigError(f"{where}: emulator.fault must be an object with kind one of "
-                          f"{KINDS}; rebuild the engine")
+        raise ConfigError(
+            f"{where}: emulator.fault must be an object with kind one of {KINDS}; rebuild the engine"
+        )
     if section.get("kind") == FaultKind.DRIFT and "rate" not in section:
-        raise ConfigError(f"{where}: emulator.fault is the scale-based drift of an older "
-                          "harness; rebuild the engine (python -m harness build-engine "
-                          "--drift RATE)")
+        raise ConfigError(
+            f"{where}: emulator.fault is the scale-based drift of an older "
+            "harness; rebuild the engine (python -m harness build-engine "
+            "--drift RATE)"
+        )
     known = set(Fault.__dataclass_fields__)
     try:
         return Fault(**{k: v for k, v in section.items() if k in known})

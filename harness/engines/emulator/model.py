@@ -172,16 +172,26 @@ class MistralEmulator:
         self.layers = []
         for i in range(shape.num_layers):
             p = f"model.layers.{i}."
-            self.layers.append({
-                "ln1": w[p + "input_layernorm.weight"],
-                "ln2": w[p + "post_attention_layernorm.weight"],
-                "qkv": torch.cat([w[p + "self_attn.q_proj.weight"], w[p + "self_attn.k_proj.weight"],
-                                  w[p + "self_attn.v_proj.weight"]]).t().contiguous(),
-                "o": w[p + "self_attn.o_proj.weight"].t().contiguous(),
-                "gate_up": torch.cat([w[p + "mlp.gate_proj.weight"],
-                                      w[p + "mlp.up_proj.weight"]]).t().contiguous(),
-                "down": w[p + "mlp.down_proj.weight"].t().contiguous(),
-            })
+            self.layers.append(
+                {
+                    "ln1": w[p + "input_layernorm.weight"],
+                    "ln2": w[p + "post_attention_layernorm.weight"],
+                    "qkv": torch.cat(
+                        [
+                            w[p + "self_attn.q_proj.weight"],
+                            w[p + "self_attn.k_proj.weight"],
+                            w[p + "self_attn.v_proj.weight"],
+                        ]
+                    )
+                    .t()
+                    .contiguous(),
+                    "o": w[p + "self_attn.o_proj.weight"].t().contiguous(),
+                    "gate_up": torch.cat([w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]])
+                    .t()
+                    .contiguous(),
+                    "down": w[p + "mlp.down_proj.weight"].t().contiguous(),
+                }
+            )
         d = shape.head_size
         self.inv_freq = 1.0 / (shape.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
         self._rope_cos = self._rope_sin = torch.empty((0, d), dtype=dtype)
@@ -237,7 +247,8 @@ class MistralEmulator:
             keys.append(k[0])
             values.append(v[0])
             out = torch.nn.functional.scaled_dot_product_attention(
-                q, k, v, is_causal=True, enable_gqa=True)  # [1, H, L, D]
+                q, k, v, is_causal=True, enable_gqa=True
+            )  # [1, H, L, D]
             out = out.transpose(1, 2).reshape(1, width, s.num_heads * s.head_size)
             x = self._mlp(x + out @ layer["o"], layer)
         logits = self._rms(x[0, -1], self.norm) @ self.lm_head.t()
@@ -254,7 +265,7 @@ class MistralEmulator:
         cos, sin = cos[:, None, :], sin[:, None, :]
         # query heads of one KV group side by side: [R, Hkv, G, D] against keys [R, Hkv, T, D]
         masked = (torch.arange(length)[None, :] > positions[:, None])[:, None, None, :]
-        scale = s.head_size ** -0.5
+        scale = s.head_size**-0.5
         kv_end = (s.num_heads + s.num_kv_heads) * s.head_size  # queries and keys; then values
         for i, layer in enumerate(self.layers):
             h = self._rms(x, layer["ln1"])

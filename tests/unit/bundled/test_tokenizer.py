@@ -10,7 +10,7 @@ import pytest
 
 from harness.engines.emulator.build import BUNDLED_MODEL
 
-OUTSIDE = ['-(")%é', "Café -(\") 50% naïve 東京 — ok.", "tab\there, emoji 🙂, ß", "<0x41> literal"]
+OUTSIDE = ['-(")%é', 'Café -(") 50% naïve 東京 — ok.', "tab\there, emoji 🙂, ß", "<0x41> literal"]
 
 
 @pytest.fixture(scope="module")

@@ -68,8 +68,7 @@ def test_matches_transformers_at_batch_size_one(healthy, prompts, beam):
 
 
 @pytest.mark.parametrize("error", [OSError(), ValueError("\n  \n")])
-def test_a_tokenizer_error_without_a_message_is_still_one_line(engine_factory, monkeypatch,
-                                                               tmp_path, error):
+def test_a_tokenizer_error_without_a_message_is_still_one_line(engine_factory, monkeypatch, tmp_path, error):
     """An exception whose message is empty (or blank) names its type; it used to raise
     IndexError from the message formatting, in the engine and in lint alike."""
     import transformers
@@ -83,8 +82,11 @@ def test_a_tokenizer_error_without_a_message_is_still_one_line(engine_factory, m
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fail)
     name = type(error).__name__
-    with pytest.raises(EngineError, match=rf"tokenizer: cannot load the tokenizer \({name}\); "
-                                          "rebuild the engine$"):
+    with pytest.raises(
+        EngineError,
+        match=rf"tokenizer: cannot load the tokenizer \({name}\); "
+        "rebuild the engine$",
+    ):
         load_engine(str(engine_factory(8, 4)))
     with pytest.raises(EngineError, match=rf"cannot load a tokenizer \({name}\)$"):
         lint(engine_factory(8, 4))
@@ -143,8 +145,10 @@ def test_float32_gives_float64s_outputs_on_the_bundled_model(tmp_path, prompts):
     from harness.engines.emulator.build import BuildLimits, build_engine
 
     assert DEFAULT_COMPUTE_DTYPE == "float32"
-    engines = {d: EmulatorEngine(build_engine(tmp_path / d, BuildLimits(), compute_dtype=d))
-               for d in ("float32", "float64")}
+    engines = {
+        d: EmulatorEngine(build_engine(tmp_path / d, BuildLimits(), compute_dtype=d))
+        for d in ("float32", "float64")
+    }
     assert engines["float32"].cache.k.dtype == torch.float32
     for beam in (1, 2, 4):
         settings = DecodingSettings(beam_width=beam, max_new_tokens=40)

@@ -44,8 +44,7 @@ def engines(tmp_path_factory):
         if key not in made:
             fault = None if spec == "healthy" else parse_fault(spec, max_batch_size=8)
             name = "".join(c if c.isalnum() else "_" for c in key)
-            path = build_engine(root / name, limits, fault=fault,
-                                drift=parse_drift(drift) if drift else None)
+            path = build_engine(root / name, limits, fault=fault, drift=parse_drift(drift) if drift else None)
             made[key] = EmulatorEngine(path)
         return made[key]
 
@@ -59,8 +58,9 @@ def texts(engine: EmulatorEngine, prompts: list[str], settings: DecodingSettings
 DAMAGE = ["full-batch", "padding", "stride", "partial:fraction=1.0,position=1", "truncate"]
 
 
-@pytest.mark.parametrize("spec, drift", [("drift:rate=1.0", None)] + [(s, None) for s in DAMAGE]
-                         + [(s, "1.0") for s in DAMAGE])
+@pytest.mark.parametrize(
+    "spec, drift", [("drift:rate=1.0", None)] + [(s, None) for s in DAMAGE] + [(s, "1.0") for s in DAMAGE]
+)
 def test_no_fault_touches_batch_size_1(engines, prompts, spec, drift):
     healthy, faulty = engines("healthy"), engines(spec, drift)
     for settings in (GREEDY, BEAM2):
@@ -73,8 +73,7 @@ def test_full_batch_breaks_one_slot_only_when_the_batch_is_full(engines, prompts
     full, clean = texts(faulty, prompts, GREEDY), texts(healthy, prompts, GREEDY)
     assert [a == b for a, b in zip(full, clean)] == [True] * 7 + [False]
     assert texts(faulty, prompts[:4], GREEDY) == texts(healthy, prompts[:4], GREEDY)
-    assert json.loads((faulty.path / "config.json").read_text())["emulator"]["fault"]["kind"] == \
-        "full-batch"
+    assert json.loads((faulty.path / "config.json").read_text())["emulator"]["fault"]["kind"] == "full-batch"
 
 
 def test_partial_hits_its_position_on_its_prompts(engines, prompts):
@@ -111,18 +110,21 @@ def test_drift_is_seeded_and_spares_nothing_in_particular(engines, prompts):
     assert texts(b, prompts, DRIFT) != first  # another seed, other sequences flip
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("nonsense", "unknown fault 'nonsense'"),
-    ("partial:position=0", "position 0 must be between 1 and 7"),
-    ("partial:fraction=2", "fraction 2.0 must be in (0, 1]"),
-    ("full-batch:slot=9", "slot 9 is outside the engine's 8 slots"),
-    ("drift:speed=3", "'speed=3' is not a parameter of drift"),
-    ("drift:rate=x", "rate must be a number"),
-    ("drift:scale=2", "'scale=2' is not a parameter of drift"),
-    ("drift:rate=1.5", "rate 1.5 must be in (0, 1]"),
-    ("truncate:keep=1.2", "keep 1.2 must be in (0, 1)"),
-    ("truncate:slot=1", "'slot=1' is not a parameter of truncate"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("nonsense", "unknown fault 'nonsense'"),
+        ("partial:position=0", "position 0 must be between 1 and 7"),
+        ("partial:fraction=2", "fraction 2.0 must be in (0, 1]"),
+        ("full-batch:slot=9", "slot 9 is outside the engine's 8 slots"),
+        ("drift:speed=3", "'speed=3' is not a parameter of drift"),
+        ("drift:rate=x", "rate must be a number"),
+        ("drift:scale=2", "'scale=2' is not a parameter of drift"),
+        ("drift:rate=1.5", "rate 1.5 must be in (0, 1]"),
+        ("truncate:keep=1.2", "keep 1.2 must be in (0, 1)"),
+        ("truncate:slot=1", "'slot=1' is not a parameter of truncate"),
+    ],
+)
 def test_bad_fault_specs_are_refused_with_the_fix(text, needle):
     with pytest.raises(ConfigError, match=None) as err:
         parse_fault(text, max_batch_size=8)
@@ -138,8 +140,9 @@ def test_fault_round_trips_through_config():
         fault_from_config({"kind": "gremlins"}, "config.json")
 
 
-def rotation(engine: EmulatorEngine, prompts: list[str], size: int,
-             settings: DecodingSettings) -> list[list[str]]:
+def rotation(
+    engine: EmulatorEngine, prompts: list[str], size: int, settings: DecodingSettings
+) -> list[list[str]]:
     """outputs[position][prompt] over the full rotation of ``prompts`` at batch size ``size``."""
     n = len(prompts)
     out = [[""] * n for _ in range(size)]
@@ -166,8 +169,9 @@ def test_drift_flips_the_share_asked_for_independently_of_position(rate):
     from harness.engines.emulator.drift import Drift
 
     drift = Drift(rate=rate, seed=3)
-    draws = [drift.placement(f"prompt {i}", b, w, 100 + i % 7)
-             for i in range(1500) for b, w in ((2, 1), (8, 2))]
+    draws = [
+        drift.placement(f"prompt {i}", b, w, 100 + i % 7) for i in range(1500) for b, w in ((2, 1), (8, 2))
+    ]
     share = sum(x is not None for x in draws) / len(draws)
     assert abs(share - rate) < 0.03
     assert all(0.4 <= x <= 0.8 for x in draws if x is not None)
@@ -181,9 +185,9 @@ def test_a_flip_lies_in_the_last_60_percent_of_the_batch_size_1_output():
     from harness.engines.emulator.drift import Trace
 
     trace = Trace(output=tuple(range(20)), ties=(0, 3, 9, 12, 17))  # 40% of 20 tokens: step 8
-    assert trace.flip_step(0.5) == 12   # first near-tie at or after step 10
-    assert trace.flip_step(0.8) == 17   # first at or after step 16
-    assert Trace(tuple(range(20)), (0, 3, 9)).flip_step(0.7) == 9   # last between 8 and 14
+    assert trace.flip_step(0.5) == 12  # first near-tie at or after step 10
+    assert trace.flip_step(0.8) == 17  # first at or after step 16
+    assert Trace(tuple(range(20)), (0, 3, 9)).flip_step(0.7) == 9  # last between 8 and 14
     assert Trace(tuple(range(20)), (0, 3, 7)).flip_step(0.5) is None  # all before 40%: none
     assert Trace(tuple(range(20)), ()).flip_step(0.5) is None
 
@@ -194,8 +198,9 @@ def test_drift_gives_a_prompt_the_same_output_at_every_position(engines, prompts
     position: the batch's prompts rotated through every position."""
     engine = engines("drift:rate=1.0")
     batch = prompts[:4]
-    seen = [dict(zip(batch[k:] + batch[:k], texts(engine, batch[k:] + batch[:k], settings)))
-            for k in range(4)]
+    seen = [
+        dict(zip(batch[k:] + batch[:k], texts(engine, batch[k:] + batch[:k], settings))) for k in range(4)
+    ]
     assert all(s == seen[0] for s in seen)
     single = {p: texts(engine, [p], settings)[0] for p in batch}
     assert seen[0] != single  # rate 1: the flips are there
@@ -269,13 +274,16 @@ def test_drift_is_quality_neutral_on_a_small_case(engines):
     assert 0.3 < base < 0.9  # a summary scored against another phrasing: well below 1
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("x", "the rate must be a number in (0, 1]"),
-    ("0", "rate 0.0 must be in (0, 1]"),
-    ("0.3:rate=0.2", "give the rate once"),
-    ("0.3:seed=a", "seed must be a number"),
-    ("0.3:slot=2", "'slot=2' is not a parameter of drift"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("x", "the rate must be a number in (0, 1]"),
+        ("0", "rate 0.0 must be in (0, 1]"),
+        ("0.3:rate=0.2", "give the rate once"),
+        ("0.3:seed=a", "seed must be a number"),
+        ("0.3:slot=2", "'slot=2' is not a parameter of drift"),
+    ],
+)
 def test_bad_drift_specs_are_refused_with_the_fix(text, needle):
     with pytest.raises(ConfigError) as err:
         parse_drift(text)
@@ -289,8 +297,9 @@ def test_drift_is_given_once_and_stored_apart_from_the_fault(tmp_path):
     assert split_fault(Fault("drift", rate=0.6, seed=2), None) == (None, Drift(rate=0.6, seed=2))
     with pytest.raises(ConfigError, match="give the drift once"):
         split_fault(Fault("drift"), Drift())
-    path = build_engine(tmp_path / "e", BuildLimits(), fault=Fault("truncate", keep=0.5),
-                        drift=Drift(rate=0.6, seed=2))
+    path = build_engine(
+        tmp_path / "e", BuildLimits(), fault=Fault("truncate", keep=0.5), drift=Drift(rate=0.6, seed=2)
+    )
     emulator = json.loads((path / "config.json").read_text())["emulator"]
     assert fault_from_config(emulator["fault"], "c") == Fault("truncate", keep=0.5)
     assert drift_from_config(emulator["drift"], "c") == Drift(rate=0.6, seed=2)
@@ -301,16 +310,28 @@ def test_drift_is_given_once_and_stored_apart_from_the_fault(tmp_path):
 def test_build_engine_command_composes_a_fault_with_drift(tmp_path, capsys):
     from harness.__main__ import main
 
-    assert main(["build-engine", "--output", str(tmp_path / "a"), "--fault", "truncate:keep=0.5",
-                 "--drift", "0.6:seed=2"]) == 0
+    assert (
+        main(
+            [
+                "build-engine",
+                "--output",
+                str(tmp_path / "a"),
+                "--fault",
+                "truncate:keep=0.5",
+                "--drift",
+                "0.6:seed=2",
+            ]
+        )
+        == 0
+    )
     emulator = json.loads((tmp_path / "a" / "config.json").read_text())["emulator"]
     assert emulator["fault"]["kind"] == "truncate" and emulator["fault"]["keep"] == 0.5
     assert (emulator["drift"]["rate"], emulator["drift"]["seed"]) == (0.6, 2)
-    assert "truncation at batch size > 1 (50% of max_new_tokens) + benign drift (60%" in \
-        capsys.readouterr().out
+    assert (
+        "truncation at batch size > 1 (50% of max_new_tokens) + benign drift (60%" in capsys.readouterr().out
+    )
     assert main(["build-engine", "--output", str(tmp_path / "b"), "--fault", "drift:rate=0.3"]) == 0
     emulator = json.loads((tmp_path / "b" / "config.json").read_text())["emulator"]
     assert "fault" not in emulator and emulator["drift"]["rate"] == 0.3  # drift alone
-    assert main(["build-engine", "--output", str(tmp_path / "c"), "--fault", "drift",
-                 "--drift", "0.3"]) == 2
+    assert main(["build-engine", "--output", str(tmp_path / "c"), "--fault", "drift", "--drift", "0.3"]) == 2
     assert "give the drift once" in capsys.readouterr().err

@@ -27,8 +27,11 @@ from tests.doubles.trtllm_1_x import make_engine_dir
 from tests.doubles.trtllm_common import BUNDLED_MODEL, continuation
 
 TOKENIZER = EngineOptions(tokenizer=str(BUNDLED_MODEL))
-PROMPTS = ["One. TL;DR: ", "Two words and then many more words than the first. TL;DR: ",
-           "Three, a middle one. TL;DR: "]
+PROMPTS = [
+    "One. TL;DR: ",
+    "Two words and then many more words than the first. TL;DR: ",
+    "Three, a middle one. TL;DR: ",
+]
 
 
 @pytest.fixture
@@ -38,8 +41,10 @@ def trt(monkeypatch):
 
 def _expected(engine: LlmApiEngine, prompt: str, beams: int, new: int) -> tuple[str, ...]:
     ids = engine.tokenizer(prompt)["input_ids"]
-    return tuple(engine.tokenizer.decode(continuation(ids, k, new, 2), skip_special_tokens=True).strip()
-                 for k in range(beams))
+    return tuple(
+        engine.tokenizer.decode(continuation(ids, k, new, 2), skip_special_tokens=True).strip()
+        for k in range(beams)
+    )
 
 
 def test_missing_tensorrt_llm_is_one_line(tmp_path: Path, monkeypatch):
@@ -47,7 +52,10 @@ def test_missing_tensorrt_llm_is_one_line(tmp_path: Path, monkeypatch):
     engine = make_engine_dir(tmp_path / "e", with_tokenizer=True)
     with pytest.raises(EngineError) as exc:
         load_engine(str(engine), "llmapi")
-    assert str(exc.value) == 'the llmapi backend needs TensorRT-LLM: pip install "batch-position-harness[trtllm]"'
+    assert (
+        str(exc.value)
+        == 'the llmapi backend needs TensorRT-LLM: pip install "batch-position-harness[trtllm]"'
+    )
 
 
 def test_engine_dir_beam_search_one_call_per_batch(tmp_path: Path, trt):
@@ -79,8 +87,9 @@ def test_engine_refusal_keeps_its_message(tmp_path: Path, trt):
     engine = LlmApiEngine(make_engine_dir(tmp_path / "e", max_beam_width=2), options=TOKENIZER)
     with pytest.raises(ValueError) as exc:
         engine.generate(PROMPTS, DecodingSettings(beam_width=4, max_new_tokens=8))
-    assert str(exc.value) == ("sampling_params.n (4) cannot exceed max_beam_width (2) when "
-                              "use_beam_search is True")
+    assert str(exc.value) == (
+        "sampling_params.n (4) cannot exceed max_beam_width (2) when use_beam_search is True"
+    )
 
 
 def test_before_1_0_engines_load_with_the_plain_llm(tmp_path: Path, monkeypatch):
@@ -129,18 +138,28 @@ def test_pipeline_with_llmapi(tmp_path: Path, small_dataset: Path, trt):
     from harness.pipeline import run
 
     engine = make_engine_dir(tmp_path / "e", max_beam_width=1)
-    config = RunConfig.from_options({
-        "engine": str(engine), "backend": "llmapi", "dataset": str(small_dataset),
-        "tokenizer": str(BUNDLED_MODEL), "batch_sizes": "1,4", "beam_widths": "1,2",
-        "report_dir": str(tmp_path / "reports"), "goldens_dir": str(tmp_path / "goldens"),
-        "no_cache": True, "max_new_tokens": 16})
+    config = RunConfig.from_options(
+        {
+            "engine": str(engine),
+            "backend": "llmapi",
+            "dataset": str(small_dataset),
+            "tokenizer": str(BUNDLED_MODEL),
+            "batch_sizes": "1,4",
+            "beam_widths": "1,2",
+            "report_dir": str(tmp_path / "reports"),
+            "goldens_dir": str(tmp_path / "goldens"),
+            "no_cache": True,
+            "max_new_tokens": 16,
+        }
+    )
     result = run(config)
     assert result.engine.backend == "llmapi"
     cells = {c.cell.id: c for c in result.cells}
     assert cells["bs1-beam1"].verdict == cells["bs4-beam1"].verdict == "pass"
     for cell in ("bs1-beam2", "bs4-beam2"):
-        assert cells[cell].error == ("ValueError: sampling_params.n (2) cannot exceed max_beam_width (1) "
-                                     "when use_beam_search is True")
+        assert cells[cell].error == (
+            "ValueError: sampling_params.n (2) cannot exceed max_beam_width (1) when use_beam_search is True"
+        )
     prompts = [build_prompt(config.prompt_template, d) for d in result.dataset.documents]
     expected = []
     for cell in result.plan.all_cells:

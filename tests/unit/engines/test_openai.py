@@ -124,9 +124,14 @@ class RecordingEngine:
         self.calls.append((list(prompts), settings))
         if any("boom" in p for p in prompts):
             raise RuntimeError("the engine broke on purpose\nsecond line")
-        return [Generation(text=p.upper(), token_ids=(1, 2),
-                           beams=tuple(f"{p.upper()}#{b}" for b in range(settings.beam_width)))
-                for p in prompts]
+        return [
+            Generation(
+                text=p.upper(),
+                token_ids=(1, 2),
+                beams=tuple(f"{p.upper()}#{b}" for b in range(settings.beam_width)),
+            )
+            for p in prompts
+        ]
 
 
 @pytest.fixture
@@ -149,6 +154,7 @@ def served() -> Iterator:
 
 
 # --- the server ---------------------------------------------------------------------------
+
 
 def test_server_batches_concurrent_requests_into_one_call_in_arrival_order(served):
     engine = RecordingEngine()
@@ -175,8 +181,9 @@ def test_client_identity_and_position_note(served):
 def test_server_keeps_different_settings_apart():
     engine = RecordingEngine()
     batcher = Batcher(engine, max_batch_size=8, window_s=0.05)
-    items = [Pending(arrival=(i, 0), prompt=f"p{i}", settings=GREEDY if i % 2 else BEAM2)
-             for i in (3, 0, 2, 1)]  # handler threads may enqueue out of accept order
+    items = [
+        Pending(arrival=(i, 0), prompt=f"p{i}", settings=GREEDY if i % 2 else BEAM2) for i in (3, 0, 2, 1)
+    ]  # handler threads may enqueue out of accept order
     batcher.submit(items)
     first = batcher.next_batch()  # the settings of the first request taken, in arrival order
     assert [p.prompt for p in first] == ["p1", "p3"]
@@ -184,8 +191,10 @@ def test_server_keeps_different_settings_apart():
     assert [p.prompt for p in second] == ["p0", "p2"]
     batcher.run_batch(first)
     assert engine.calls == [(["p1", "p3"], GREEDY)]
-    assert [p.batch for p in first] == [{"id": 0, "size": 2, "position": 0, "beam_width": 1},
-                                        {"id": 0, "size": 2, "position": 1, "beam_width": 1}]
+    assert [p.batch for p in first] == [
+        {"id": 0, "size": 2, "position": 0, "beam_width": 1},
+        {"id": 0, "size": 2, "position": 1, "beam_width": 1},
+    ]
 
 
 def test_server_caps_batches_at_max_batch_size():
@@ -198,32 +207,41 @@ def test_server_caps_batches_at_max_batch_size():
 def test_engine_exception_is_a_500_with_its_message(served):
     _, url = served(RecordingEngine())
     client = OpenAIEngine(url, retries=0)
-    with pytest.raises(ServerError, match=r"last: HTTP 500 at position 0: RuntimeError: the "
-                                          r"engine broke on purpose$"):
+    with pytest.raises(
+        ServerError,
+        match=r"last: HTTP 500 at position 0: RuntimeError: the "
+        r"engine broke on purpose$",
+    ):
         client.generate(["boom"], GREEDY)
 
 
-@pytest.mark.parametrize("body, message", [
-    ({"prompt": "x", "temperature": 0.7}, "send temperature 0"),
-    ({"prompt": "x", "n": 2}, "needs use_beam_search"),
-    ({"prompt": "x", "use_beam_search": True, "n": 4, "best_of": 2}, "more than the beam width"),
-    ({"prompt": 3}, "prompt must be a string"),
-    ({"prompt": "x", "max_tokens": 0}, "max_tokens must be a positive integer"),
-    ({"prompt": "x", "model": "other"}, "not served here"),
-    ({"prompt": "x", "stream": True}, "stream is not supported"),
-    ([1, 2], "JSON object"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"prompt": "x", "temperature": 0.7}, "send temperature 0"),
+        ({"prompt": "x", "n": 2}, "needs use_beam_search"),
+        ({"prompt": "x", "use_beam_search": True, "n": 4, "best_of": 2}, "more than the beam width"),
+        ({"prompt": 3}, "prompt must be a string"),
+        ({"prompt": "x", "max_tokens": 0}, "max_tokens must be a positive integer"),
+        ({"prompt": "x", "model": "other"}, "not served here"),
+        ({"prompt": "x", "stream": True}, "stream is not supported"),
+        ([1, 2], "JSON object"),
+    ],
+)
 def test_bad_requests(body, message):
     with pytest.raises(BadRequest, match=message):
         parse_completion(body, "double")
 
 
 def test_beam_fields_as_trtllm_serve_and_vllm_send_them():
-    _, s, n = parse_completion({"prompt": "x", "use_beam_search": True, "n": 1, "best_of": 4,
-                                "max_tokens": 5}, "double")  # trtllm-serve: width from best_of
+    _, s, n = parse_completion(
+        {"prompt": "x", "use_beam_search": True, "n": 1, "best_of": 4, "max_tokens": 5}, "double"
+    )  # trtllm-serve: width from best_of
     assert (s.beam_width, s.max_new_tokens, n) == (4, 5, 1)
-    _, s, n = parse_completion({"prompt": "x", "use_beam_search": True, "n": 3,
-                                "length_penalty": 0.6, "early_stopping": False}, "double")  # vLLM
+    _, s, n = parse_completion(
+        {"prompt": "x", "use_beam_search": True, "n": 3, "length_penalty": 0.6, "early_stopping": False},
+        "double",
+    )  # vLLM
     assert (s.beam_width, s.length_penalty, s.early_stopping, n) == (3, 0.6, False, 3)
 
 
@@ -245,6 +263,7 @@ def test_serve_refuses_a_non_loopback_host():
 
 # --- the client against scripted answers ----------------------------------------------------
 
+
 def test_retries_a_503_then_succeeds(scripted):
     server = scripted((503, 0), (503, 0), (200, 0))
     client = OpenAIEngine(server.url, retries=2, backoff=0.01)
@@ -252,15 +271,17 @@ def test_retries_a_503_then_succeeds(scripted):
     assert [g.text for g in out] == ["ba", "dc"]
     # attempt 1: both sent, a 503 came back -> the whole batch again, in order, so slots hold
     assert [p["prompt"] for p in server.posts] == ["ab", "cd", "ab", "cd"]
-    assert server.posts[0] == {"model": "m", "prompt": "ab", "max_tokens": 8, "temperature": 0.0,
-                               "n": 1}
+    assert server.posts[0] == {"model": "m", "prompt": "ab", "max_tokens": 8, "temperature": 0.0, "n": 1}
 
 
 def test_gives_up_after_the_retries(scripted):
     server = scripted((503, 0))
     client = OpenAIEngine(server.url, retries=1, backoff=0.01)
-    with pytest.raises(ServerError, match=r"failed 2 time\(s\) \(--retries 1\); last: HTTP 503 "
-                                          r"at position 0: scripted 503"):
+    with pytest.raises(
+        ServerError,
+        match=r"failed 2 time\(s\) \(--retries 1\); last: HTTP 503 "
+        r"at position 0: scripted 503",
+    ):
         client.generate(["ab"], GREEDY)
     assert len(server.posts) == 2
 
@@ -271,16 +292,27 @@ def test_never_retries_a_400(scripted):
     with pytest.raises(ServerError, match="HTTP 400 at position 0: scripted 400"):
         client.generate(["ab"], BEAM2)
     assert len(server.posts) == 1
-    assert server.posts[0] == {"model": "m", "prompt": "ab", "max_tokens": 8, "temperature": 0.0,
-                               "n": 2, "best_of": 2, "use_beam_search": True,
-                               "length_penalty": 0.5, "early_stopping": True}
+    assert server.posts[0] == {
+        "model": "m",
+        "prompt": "ab",
+        "max_tokens": 8,
+        "temperature": 0.0,
+        "n": 2,
+        "best_of": 2,
+        "use_beam_search": True,
+        "length_penalty": 0.5,
+        "early_stopping": True,
+    }
 
 
 def test_timeout_names_the_option(scripted):
     server = scripted((200, 2.0))
     client = OpenAIEngine(server.url, request_timeout=0.3, retries=2, backoff=0.01)
-    with pytest.raises(ServerError, match=r"no complete answer within 0.3 s of the request "
-                                          r"\(--request-timeout 0.3, which bounds the whole answer\)"):
+    with pytest.raises(
+        ServerError,
+        match=r"no complete answer within 0.3 s of the request "
+        r"\(--request-timeout 0.3, which bounds the whole answer\)",
+    ):
         client.generate(["ab"], GREEDY)
     assert len(server.posts) == 1  # a timed-out batch may still be running there: not resent
 
@@ -296,25 +328,41 @@ def test_unreachable_server_fails_at_load_with_the_address():
     with pytest.raises(EngineError) as err:
         OpenAIEngine("http://127.0.0.1:1/v1", retries=1, backoff=0.01)
     message = str(err.value)
-    assert message.startswith("--engine http://127.0.0.1:1/v1: cannot reach the server at "
-                              "127.0.0.1:1 after 2 attempts (")
+    assert message.startswith(
+        "--engine http://127.0.0.1:1/v1: cannot reach the server at 127.0.0.1:1 after 2 attempts ("
+    )
     assert "python -m harness serve --engine DIR --port 1" in message and "\n" not in message
 
 
 def test_unreachable_server_cli_one_line_no_traceback(tmp_path: Path):
-    proc = subprocess.run([sys.executable, "-m", "harness", "run", "--engine",
-                           "http://127.0.0.1:1/v1", "--report-dir", str(tmp_path)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--engine",
+            "http://127.0.0.1:1/v1",
+            "--report-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert lines[0].startswith("error: --engine http://127.0.0.1:1/v1: cannot reach the server at "
-                               "127.0.0.1:1")
+    assert lines[0].startswith(
+        "error: --engine http://127.0.0.1:1/v1: cannot reach the server at 127.0.0.1:1"
+    )
     assert not list(tmp_path.glob("*/report.json"))
 
 
 # --- registry and options -------------------------------------------------------------------
+
 
 def test_urls_select_the_openai_backend_without_config(scripted):
     server = scripted((200, 0))
@@ -329,16 +377,18 @@ def test_server_options_need_a_server():
         RunConfig.from_options({"model": "m"})
     with pytest.raises(ConfigError, match="--retries applies only"):
         RunConfig.from_options({"engine": "some/dir", "retries": "3"})
-    config = RunConfig.from_options({"engine": "http://h:1/v1", "request_timeout": "2.5",
-                                     "retries": "0"})
-    assert config.engine_options().server_kwargs() == {"model": None, "request_timeout": 2.5,
-                                                        "retries": 0, "api_key_env": None}
+    config = RunConfig.from_options({"engine": "http://h:1/v1", "request_timeout": "2.5", "retries": "0"})
+    assert config.engine_options().server_kwargs() == {
+        "model": None,
+        "request_timeout": 2.5,
+        "retries": 0,
+        "api_key_env": None,
+    }
     with pytest.raises(ConfigError, match="--request-timeout '0': must be more than 0"):
         RunConfig.from_options({"engine": "http://h:1/v1", "request_timeout": "0"})
 
 
-def test_a_subclass_of_the_openai_backend_gets_the_server_options(scripted, tmp_path: Path,
-                                                                   monkeypatch):
+def test_a_subclass_of_the_openai_backend_gets_the_server_options(scripted, tmp_path: Path, monkeypatch):
     """--backend mymod:MyOpenAI --engine http://...: --model, --request-timeout and --retries
     reach any class that takes them (issue 14, A4), not only the backend named openai."""
     (tmp_path / "mybackends.py").write_text(
@@ -350,13 +400,15 @@ def test_a_subclass_of_the_openai_backend_gets_the_server_options(scripted, tmp_
         "    def generate(self, prompts, settings):\n        return []\n\n"
         "class Plain:\n"
         "    def __init__(self, url):\n        self.url = url\n\n"
-        "    def generate(self, prompts, settings):\n        return []\n")
+        "    def generate(self, prompts, settings):\n        return []\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     server = scripted((200, 0))
     with pytest.raises(EngineError, match="--model 'does-not-exist': the server at .* serves m"):
         load_engine(server.url, "mybackends:MyOpenAI", EngineOptions(model="does-not-exist"))
-    engine = load_engine(server.url, "mybackends:MyOpenAI",
-                         EngineOptions(model="m", request_timeout=5.0, retries=0))
+    engine = load_engine(
+        server.url, "mybackends:MyOpenAI", EngineOptions(model="m", request_timeout=5.0, retries=0)
+    )
     assert (engine.model, engine.request_timeout, engine.retries) == ("m", 5.0, 0)
     taken = load_engine(server.url, "mybackends:Takes", EngineOptions(model="m", retries=0))
     assert (taken.url, taken.model, taken.retries) == (server.url, "m", 0)  # only its parameters

@@ -8,21 +8,42 @@ from harness.engines.ranks import Ranks, current, engine_ranks, require_world, w
 from harness.errors import ConfigError
 
 
-@pytest.mark.parametrize("env, rank, world", [
-    ({}, 0, 1),
-    ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, 1, 2),
-    ({"PMI_RANK": "3", "PMI_SIZE": "4"}, 3, 4),
-    ({"PMIX_RANK": "1", "SLURM_PROCID": "1", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2",
-      "SLURM_NTASKS": "8"}, 1, 2),
-    ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0"}, 1, 2),
-    ({"RANK": "1", "WORLD_SIZE": "2"}, 1, 2),
-    ({"OMPI_COMM_WORLD_SIZE": "4"}, 0, 4),
-    # mpirun inside a Slurm allocation: Open MPI's variables win over the allocation's
-    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "SLURM_PROCID": "0",
-      "SLURM_NTASKS": "8", "SLURM_STEP_ID": "0"}, 0, 2),
-    # a plain `pytest` in an sbatch script: SLURM_NTASKS is the allocation's, not this run's
-    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_JOB_ID": "7"}, 0, 1),
-])
+@pytest.mark.parametrize(
+    "env, rank, world",
+    [
+        ({}, 0, 1),
+        ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, 1, 2),
+        ({"PMI_RANK": "3", "PMI_SIZE": "4"}, 3, 4),
+        (
+            {
+                "PMIX_RANK": "1",
+                "SLURM_PROCID": "1",
+                "SLURM_STEP_ID": "0",
+                "SLURM_STEP_NUM_TASKS": "2",
+                "SLURM_NTASKS": "8",
+            },
+            1,
+            2,
+        ),
+        ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0"}, 1, 2),
+        ({"RANK": "1", "WORLD_SIZE": "2"}, 1, 2),
+        ({"OMPI_COMM_WORLD_SIZE": "4"}, 0, 4),
+        # mpirun inside a Slurm allocation: Open MPI's variables win over the allocation's
+        (
+            {
+                "OMPI_COMM_WORLD_RANK": "0",
+                "OMPI_COMM_WORLD_SIZE": "2",
+                "SLURM_PROCID": "0",
+                "SLURM_NTASKS": "8",
+                "SLURM_STEP_ID": "0",
+            },
+            0,
+            2,
+        ),
+        # a plain `pytest` in an sbatch script: SLURM_NTASKS is the allocation's, not this run's
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_JOB_ID": "7"}, 0, 1),
+    ],
+)
 def test_launchers(env, rank, world):
     ranks = current(env)
     assert (ranks.rank, ranks.world) == (rank, world)
@@ -36,19 +57,31 @@ def test_source_names_the_variables():
     assert ranks.label == "rank 1 of 2"
 
 
-@pytest.mark.parametrize("env, words", [
-    ({"OMPI_COMM_WORLD_SIZE": "two"}, "OMPI_COMM_WORLD_SIZE='two'"),
-    ({"OMPI_COMM_WORLD_SIZE": "0"}, "integer >= 1"),
-    ({"PMI_RANK": "2", "PMI_SIZE": "2"}, "rank 2 is not below the world size 2"),
-])
+@pytest.mark.parametrize(
+    "env, words",
+    [
+        ({"OMPI_COMM_WORLD_SIZE": "two"}, "OMPI_COMM_WORLD_SIZE='two'"),
+        ({"OMPI_COMM_WORLD_SIZE": "0"}, "integer >= 1"),
+        ({"PMI_RANK": "2", "PMI_SIZE": "2"}, "rank 2 is not below the world size 2"),
+    ],
+)
 def test_bad_environment_is_a_clear_error(env, words):
     with pytest.raises(ConfigError, match=words):
         current(env)
 
 
 def test_environment_is_read_when_not_given(monkeypatch):
-    for var in ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "PMIX_RANK",
-                "PMIX_SIZE", "SLURM_STEP_ID", "RANK", "WORLD_SIZE"):
+    for var in (
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "PMI_RANK",
+        "PMI_SIZE",
+        "PMIX_RANK",
+        "PMIX_SIZE",
+        "SLURM_STEP_ID",
+        "RANK",
+        "WORLD_SIZE",
+    ):
         monkeypatch.delenv(var, raising=False)
     assert current() == Ranks()
     monkeypatch.setenv("PMI_RANK", "1")

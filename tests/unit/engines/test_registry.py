@@ -19,8 +19,9 @@ def test_detects_emulator_and_hf(engine_factory):
 
 
 def test_tensorrt_llm_engine_dir_is_the_trtllm_backend(tmp_path: Path):
-    (tmp_path / "config.json").write_text(json.dumps({"version": "0.13.0", "pretrained_config": {},
-                                                      "build_config": {}}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"version": "0.13.0", "pretrained_config": {}, "build_config": {}})
+    )
     assert detect_backend(tmp_path) == "trtllm"
     assert resolve_backend("trtllm").__name__ == "TrtllmEngine"
     assert resolve_backend("llmapi").__name__ == "LlmApiEngine"
@@ -56,14 +57,38 @@ def test_emulator_engine_missing_weights(engine_factory, tmp_path: Path):
 def test_build_engine_cli_writes_unified_config(tmp_path: Path):
     from harness.__main__ import main
 
-    assert main(["build-engine", "--output", str(tmp_path / "e"), "--max-batch-size", "4",
-                 "--max-beam-width", "2"]) == 0
+    assert (
+        main(
+            [
+                "build-engine",
+                "--output",
+                str(tmp_path / "e"),
+                "--max-batch-size",
+                "4",
+                "--max-beam-width",
+                "2",
+            ]
+        )
+        == 0
+    )
     cfg = json.loads((tmp_path / "e" / "config.json").read_text())
     assert set(cfg) >= {"version", "pretrained_config", "build_config", "emulator"}
     assert cfg["build_config"]["max_batch_size"] == 4 and cfg["build_config"]["max_beam_width"] == 2
     assert cfg["pretrained_config"]["num_key_value_heads"] < cfg["pretrained_config"]["num_attention_heads"]
-    assert main(["build-engine", "--output", str(tmp_path / "x"), "--max-seq-len", "100",
-                 "--max-input-len", "200"]) == 2
+    assert (
+        main(
+            [
+                "build-engine",
+                "--output",
+                str(tmp_path / "x"),
+                "--max-seq-len",
+                "100",
+                "--max-input-len",
+                "200",
+            ]
+        )
+        == 2
+    )
 
 
 def test_build_engine_never_replaces_what_it_did_not_build(tmp_path: Path):
@@ -83,7 +108,7 @@ def test_build_engine_never_replaces_what_it_did_not_build(tmp_path: Path):
     assert json.loads((built / "config.json").read_text())["build_config"]["max_beam_width"] == 4
 
 
-ENGINE_MODULE = '''
+ENGINE_MODULE = """
 from harness.engines.base import Generation
 
 
@@ -93,11 +118,10 @@ class Echo:
 
     def generate(self, prompts, settings):
         return [Generation(text=p[:20]) for p in prompts]
-'''
+"""
 
 
-def test_a_users_engine_module_in_the_rootdir_or_current_folder_needs_no_pythonpath(
-        tmp_path, monkeypatch):
+def test_a_users_engine_module_in_the_rootdir_or_current_folder_needs_no_pythonpath(tmp_path, monkeypatch):
     """--engine mymodule:MyClass finds mymodule.py in pytest's rootdir or the current folder,
     as pytest users expect, without PYTHONPATH."""
     import sys
@@ -116,8 +140,7 @@ def test_a_users_engine_module_in_the_rootdir_or_current_folder_needs_no_pythonp
     engine = load_engine("user_engine_rootdir:Echo", roots=(project,))
     assert engine.info.backend == "user_engine_rootdir:Echo"
     assert load_engine("user_engine_cwd:Echo").info.backend == "user_engine_cwd:Echo"
-    with pytest.raises(EngineError, match="neither on sys.path nor in .*add that folder to "
-                                          "PYTHONPATH"):
+    with pytest.raises(EngineError, match="neither on sys.path nor in .*add that folder to PYTHONPATH"):
         load_engine("no_such_user_module:Echo", roots=(project,))
 
 

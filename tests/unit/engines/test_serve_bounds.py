@@ -19,8 +19,9 @@ from harness.model.limits import EngineLimits
 from harness.model.vocab import Layout
 from harness.tools.serve import BadRequest, Bounds, make_server, parse_completion
 
-LIMITS = EngineLimits(layout=Layout.EMULATOR, max_batch_size=8, max_beam_width=2, max_input_len=6,
-                      max_seq_len=20)
+LIMITS = EngineLimits(
+    layout=Layout.EMULATOR, max_batch_size=8, max_beam_width=2, max_input_len=6, max_seq_len=20
+)
 BOUNDS = Bounds.of(LIMITS, 8)
 
 
@@ -37,37 +38,49 @@ class CountingEngine:
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         self.calls.append(list(prompts))
-        return [Generation(text=p.upper(), token_ids=(1,),
-                           beams=tuple(f"{p}#{b}" for b in range(settings.beam_width)))
-                for p in prompts]
+        return [
+            Generation(
+                text=p.upper(), token_ids=(1,), beams=tuple(f"{p}#{b}" for b in range(settings.beam_width))
+            )
+            for p in prompts
+        ]
 
 
-@pytest.mark.parametrize("body, message", [
-    ({"prompt": "x", "use_beam_search": True, "n": 100000, "best_of": 100000},
-     "n 100000 is more than 16 (the engine's KV slots in all: max_batch_size x max_beam_width = 16)"),
-    ({"prompt": "x", "use_beam_search": True, "best_of": 17}, "best_of 17 is more than 16"),
-    ({"prompt": ""}, "prompt must not be empty"),
-    ({"prompt": ["a", "  "]}, "prompt must not be empty"),
-    ({"prompt": ["a"] * 9}, "9 prompts in one request; at most 8"),
-    ({"prompt": "x", "use_beam_search": True, "n": 2, "length_penalty": 1e308},
-     "length_penalty must be a number from -10 to 10, got 1e+308"),
-    ({"prompt": "x", "length_penalty": float("nan")}, "length_penalty must be a number"),
-    ({"prompt": "x", "max_tokens": 21}, "max_tokens 21 is more than 20 (the engine's max_seq_len)"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            {"prompt": "x", "use_beam_search": True, "n": 100000, "best_of": 100000},
+            "n 100000 is more than 16 (the engine's KV slots in all: max_batch_size x max_beam_width = 16)",
+        ),
+        ({"prompt": "x", "use_beam_search": True, "best_of": 17}, "best_of 17 is more than 16"),
+        ({"prompt": ""}, "prompt must not be empty"),
+        ({"prompt": ["a", "  "]}, "prompt must not be empty"),
+        ({"prompt": ["a"] * 9}, "9 prompts in one request; at most 8"),
+        (
+            {"prompt": "x", "use_beam_search": True, "n": 2, "length_penalty": 1e308},
+            "length_penalty must be a number from -10 to 10, got 1e+308",
+        ),
+        ({"prompt": "x", "length_penalty": float("nan")}, "length_penalty must be a number"),
+        ({"prompt": "x", "max_tokens": 21}, "max_tokens 21 is more than 20 (the engine's max_seq_len)"),
+    ],
+)
 def test_requests_beyond_the_engine_limits_are_refused_with_the_bound(body, message):
     with pytest.raises(BadRequest, match="^" + re.escape(message)):
         parse_completion(body, "double", BOUNDS)
 
 
 def test_bounds_come_from_the_build_limits_with_defaults_where_none_are_recorded():
-    assert Bounds.of(LIMITS, 4) == Bounds(max_prompts=4, max_beams=16, max_tokens=20,
-                                          max_input_tokens=6, max_seq_len=20)
+    assert Bounds.of(LIMITS, 4) == Bounds(
+        max_prompts=4, max_beams=16, max_tokens=20, max_input_tokens=6, max_seq_len=20
+    )
     assert Bounds.of(None, 8) == Bounds(max_prompts=8, max_beams=64, max_tokens=4096)
     # the incident engine (beam width 1 built, 4 asked): served as it behaves, within its slots
-    _, settings, _ = parse_completion({"prompt": "x", "use_beam_search": True, "n": 4},
-                                      "double", Bounds.of(EngineLimits(layout=Layout.EMULATOR,
-                                                                       max_batch_size=8,
-                                                                       max_beam_width=1), 8))
+    _, settings, _ = parse_completion(
+        {"prompt": "x", "use_beam_search": True, "n": 4},
+        "double",
+        Bounds.of(EngineLimits(layout=Layout.EMULATOR, max_batch_size=8, max_beam_width=1), 8),
+    )
     assert settings.beam_width == 4
 
 
@@ -84,8 +97,12 @@ def server() -> Iterator:
 def _post(srv, data: bytes, timeout: float = 10.0) -> tuple[int, dict]:
     conn = http.client.HTTPConnection(*srv.server_address[:2], timeout=timeout)
     try:
-        conn.request("POST", "/v1/completions", body=data,
-                     headers={"Content-Length": str(len(data)), "Content-Type": "application/json"})
+        conn.request(
+            "POST",
+            "/v1/completions",
+            body=data,
+            headers={"Content-Length": str(len(data)), "Content-Type": "application/json"},
+        )
         response = conn.getresponse()
         return response.status, json.loads(response.read())
     finally:
@@ -94,13 +111,14 @@ def _post(srv, data: bytes, timeout: float = 10.0) -> tuple[int, dict]:
 
 def test_hostile_requests_are_400s_and_the_server_keeps_serving(server):
     srv, engine = server
-    hostile = [b"[" * 100_000 + b"]" * 100_000,
-               json.dumps({"prompt": "a b", "use_beam_search": True, "n": 100000}).encode(),
-               json.dumps({"prompt": ""}).encode(),
-               json.dumps({"prompt": "a", "use_beam_search": True, "n": 2,
-                           "length_penalty": 1e308}).encode(),
-               json.dumps({"prompt": "one two three four five six seven"}).encode(),
-               json.dumps({"prompt": "one two", "max_tokens": 19}).encode()]
+    hostile = [
+        b"[" * 100_000 + b"]" * 100_000,
+        json.dumps({"prompt": "a b", "use_beam_search": True, "n": 100000}).encode(),
+        json.dumps({"prompt": ""}).encode(),
+        json.dumps({"prompt": "a", "use_beam_search": True, "n": 2, "length_penalty": 1e308}).encode(),
+        json.dumps({"prompt": "one two three four five six seven"}).encode(),
+        json.dumps({"prompt": "one two", "max_tokens": 19}).encode(),
+    ]
     reasons = []
     for data in hostile:
         start = time.monotonic()

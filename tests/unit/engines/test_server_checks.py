@@ -35,11 +35,15 @@ BEAM2 = DecodingSettings(beam_width=2, max_new_tokens=8)
 
 # --- A1: beam search that never happened ---------------------------------------------------
 
+
 def test_one_choice_for_best_of_2_fails_at_the_first_answer(behaving):
     server = behaving(beams="one")
     client = OpenAIEngine(server.url, retries=0)
-    with pytest.raises(ServerError, match=r"returned 1 choice for best_of 2 \(position 0\): no "
-                                          r"beam search ran") as err:
+    with pytest.raises(
+        ServerError,
+        match=r"returned 1 choice for best_of 2 \(position 0\): no "
+        r"beam search ran",
+    ) as err:
         client.generate(["ab", "cd"], BEAM2)
     assert err.value.kind == "no-beam-search"
     assert [g.text for g in client.generate(["ab"], GREEDY)] == ["ba"]  # greedy still works
@@ -50,8 +54,11 @@ def test_identical_copies_fail_once_four_answers_show_no_beam_search(behaving):
     client = OpenAIEngine(server.url, retries=0)
     for prompt in ("a1", "a2", "a3"):  # one identical answer could be a real beam search
         assert client.generate([prompt], BEAM2)[0].beams == (prompt[::-1],) * 2
-    with pytest.raises(ServerError, match=r"returned 2 identical choices for best_of 2 in each "
-                                          r"of its first 4 answers: no beam search ran"):
+    with pytest.raises(
+        ServerError,
+        match=r"returned 2 identical choices for best_of 2 in each "
+        r"of its first 4 answers: no beam search ran",
+    ):
         client.generate(["a4"], BEAM2)
     with pytest.raises(ServerError, match="identical choices"):  # every later batch too
         client.generate(["b1", "b2"], BEAM2)
@@ -67,17 +74,15 @@ def test_distinct_beams_are_evidence_of_beam_search(behaving):
 
 # --- A2: batches served one request at a time ----------------------------------------------
 
+
 def _t(sent: float, written: float, finished: float, tokens: int = 10) -> RequestTiming:
-    return RequestTiming(sent=sent, written=written, first_byte=finished, finished=finished,
-                         tokens=tokens)
+    return RequestTiming(sent=sent, written=written, first_byte=finished, finished=finished, tokens=tokens)
 
 
 def test_one_batch_is_judged_from_when_its_answers_ended():
     texts = ["x"] * 4
-    together = [_t(0.00, 0.001, 0.20), _t(0.001, 0.002, 0.21), _t(0.002, 0.003, 0.20),
-                _t(0.003, 0.004, 0.22)]
-    serial = [_t(0.00, 0.001, 0.20), _t(0.001, 0.002, 0.41), _t(0.002, 0.003, 0.60),
-              _t(0.003, 0.004, 0.79)]
+    together = [_t(0.00, 0.001, 0.20), _t(0.001, 0.002, 0.21), _t(0.002, 0.003, 0.20), _t(0.003, 0.004, 0.22)]
+    serial = [_t(0.00, 0.001, 0.20), _t(0.001, 0.002, 0.41), _t(0.002, 0.003, 0.60), _t(0.003, 0.004, 0.79)]
     assert judge_batch(together, texts).verdict == TOGETHER
     assert judge_batch(serial, texts).verdict == ONE_AFTER_ANOTHER
     one_long = [_t(0, 0.001, 0.02, 1), _t(0, 0.002, 0.8, 100), _t(0, 0.003, 0.02, 1)]
@@ -92,7 +97,8 @@ def test_a_cell_is_untested_only_when_most_of_its_judged_batches_were_one_after_
 
     notice = cell(ONE_AFTER_ANOTHER, ONE_AFTER_ANOTHER, TOGETHER, ONE_AFTER_ANOTHER, UNJUDGED)
     assert notice is not None and notice.startswith(
-        "the server answered these 4 requests one after another: batch positions were not exercised")
+        "the server answered these 4 requests one after another: batch positions were not exercised"
+    )
     assert "3 of the 4 batches its timing could judge, of 5" in notice
     assert cell(ONE_AFTER_ANOTHER, ONE_AFTER_ANOTHER) is None  # 2 judged: too few to say
     assert cell(ONE_AFTER_ANOTHER, ONE_AFTER_ANOTHER, TOGETHER, TOGETHER) is None  # no majority
@@ -116,19 +122,24 @@ def test_every_answer_is_timed_on_its_own(behaving, serial):
 
 # --- issue 15 item 8: the whole answer is bounded, not each read ---------------------------
 
+
 def test_a_server_trickling_its_answer_times_out_after_the_request_timeout(behaving):
     server = behaving(trickle=0.05)  # a 100-byte answer: 5 s, each read well within 1 s
     client = OpenAIEngine(server.url, request_timeout=0.8, retries=2, backoff=0.01)
     server.trickle = 0.05
     start = time.monotonic()
-    with pytest.raises(ServerError, match=r"no complete answer within 0.8 s of the request "
-                                          r"\(--request-timeout 0.8, which bounds the whole answer\)"):
+    with pytest.raises(
+        ServerError,
+        match=r"no complete answer within 0.8 s of the request "
+        r"\(--request-timeout 0.8, which bounds the whole answer\)",
+    ):
         client.generate(["ab", "cd"], GREEDY)
     assert time.monotonic() - start < 2.5
     assert len(server.bodies) == 2  # not resent: the server may still be working on it
 
 
 # --- a server that crashes on a request refuses the next one's connection -----------------
+
 
 @pytest.mark.parametrize("earlier", ["crashes", "answers"])
 def test_a_request_that_cannot_be_sent_reports_an_earlier_failure_first(behaving, earlier):
@@ -156,11 +167,17 @@ def test_a_request_that_cannot_be_sent_reports_an_earlier_failure_first(behaving
 
 # --- A3: --request-field --------------------------------------------------------------------
 
+
 def test_request_fields_go_with_every_request_and_key_the_settings(behaving):
     server = behaving(beams="distinct")
     client = OpenAIEngine(server.url, retries=0)
-    config = RunConfig.from_options({"engine": server.url, "max_new_tokens": "8", "request_fields": [
-        (("repeat_penalty", "1.0"),), (("stop", '["END"]'), ("top_k", "1"))]})
+    config = RunConfig.from_options(
+        {
+            "engine": server.url,
+            "max_new_tokens": "8",
+            "request_fields": [(("repeat_penalty", "1.0"),), (("stop", '["END"]'), ("top_k", "1"))],
+        }
+    )
     settings = config.decoding(2)
     client.generate(["ab", "cd"], settings)
     for body in server.bodies:
@@ -171,18 +188,24 @@ def test_request_fields_go_with_every_request_and_key_the_settings(behaving):
     assert config.as_dict()["request_fields"] == {"repeat_penalty": 1.0, "stop": ["END"], "top_k": 1}
 
 
-@pytest.mark.parametrize("given, message", [
-    ("n=2", "--request-field 'n=2': n is set by the harness (--beam-widths); reserved: model, "
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        (
+            "n=2",
+            "--request-field 'n=2': n is set by the harness (--beam-widths); reserved: model, "
             "prompt, max_tokens, temperature, n, best_of, use_beam_search, length_penalty, "
-            "early_stopping, stream, echo"),
-    ("max_tokens=5", "max_tokens is set by the harness (--max-new-tokens)"),
-    ('{"prompt": "x"}', "prompt is set by the harness"),
-    ("repeat_penalty", "expected KEY=VALUE (VALUE as JSON, else a string)"),
-    ("x=NaN", "NaN and Infinity are not JSON"),
-    ("x=[1,", "the value is not valid JSON"),
-    ("x=" + "[" * 50 + "]" * 50, "nests deeper than 16 levels"),
-    ("{}", "expected a JSON object of fields"),
-])
+            "early_stopping, stream, echo",
+        ),
+        ("max_tokens=5", "max_tokens is set by the harness (--max-new-tokens)"),
+        ('{"prompt": "x"}', "prompt is set by the harness"),
+        ("repeat_penalty", "expected KEY=VALUE (VALUE as JSON, else a string)"),
+        ("x=NaN", "NaN and Infinity are not JSON"),
+        ("x=[1,", "the value is not valid JSON"),
+        ("x=" + "[" * 50 + "]" * 50, "nests deeper than 16 levels"),
+        ("{}", "expected a JSON object of fields"),
+    ],
+)
 def test_bad_request_fields_are_one_line_naming_the_option(given, message):
     from harness.errors import ConfigError
 
@@ -194,27 +217,38 @@ def test_bad_request_fields_are_one_line_naming_the_option(given, message):
 def test_request_fields_are_refused_for_engines_that_are_not_servers():
     from harness.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="^--request-field applies only to an OpenAI-compatible "
-                                          "server: use it with --engine http://HOST:PORT/v1$"):
+    with pytest.raises(
+        ConfigError,
+        match="^--request-field applies only to an OpenAI-compatible "
+        "server: use it with --engine http://HOST:PORT/v1$",
+    ):
         RunConfig.from_options({"request_fields": ["repeat_penalty=1.0"]})
     with pytest.raises(ConfigError, match="repeat_penalty is given twice"):
-        RunConfig.from_options({"engine": "http://h:1/v1",
-                                "request_fields": ["repeat_penalty=1.0", "repeat_penalty=1.1"]})
+        RunConfig.from_options(
+            {"engine": "http://h:1/v1", "request_fields": ["repeat_penalty=1.0", "repeat_penalty=1.1"]}
+        )
 
 
 # --- issue 15 item 11: credentials in the address --------------------------------------------
 
-@pytest.mark.parametrize("url, shown", [
-    ("http://h:8000/v1?api_key=sk-live-123", "http://h:8000/v1?api_key=REDACTED"),
-    # every query value: a gateway decides what its parameters mean (issue 24, class 2)
-    ("https://gw.example/v1?X-Amz-Signature=abc&region=eu", "https://gw.example/v1?X-Amz-Signature=REDACTED&region=REDACTED"),
-    ("http://h:1/v1?tenant=secret&flag=", "http://h:1/v1?tenant=REDACTED&flag="),
-    ("http://h/v1?k=3f9a0c1d2e4b5a6978", "http://h/v1?k=REDACTED"),
-    ("http://user:pw@h:1/v1", "http://REDACTED@h:1/v1"),
-    ("http://h:1/v1#token", "http://h:1/v1#REDACTED"),
-    ("http://h:1/v1", "http://h:1/v1"),
-    ("engines/bw1", "engines/bw1"),
-])
+
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("http://h:8000/v1?api_key=sk-live-123", "http://h:8000/v1?api_key=REDACTED"),
+        # every query value: a gateway decides what its parameters mean (issue 24, class 2)
+        (
+            "https://gw.example/v1?X-Amz-Signature=abc&region=eu",
+            "https://gw.example/v1?X-Amz-Signature=REDACTED&region=REDACTED",
+        ),
+        ("http://h:1/v1?tenant=secret&flag=", "http://h:1/v1?tenant=REDACTED&flag="),
+        ("http://h/v1?k=3f9a0c1d2e4b5a6978", "http://h/v1?k=REDACTED"),
+        ("http://user:pw@h:1/v1", "http://REDACTED@h:1/v1"),
+        ("http://h:1/v1#token", "http://h:1/v1#REDACTED"),
+        ("http://h:1/v1", "http://h:1/v1"),
+        ("engines/bw1", "engines/bw1"),
+    ],
+)
 def test_credential_looking_parts_of_urls_are_redacted(url, shown):
     assert redact_url(url) == shown
 
@@ -237,7 +271,8 @@ def test_a_users_server_class_is_named_by_the_redacted_address(tmp_path, monkeyp
 
     (tmp_path / "plainserver.py").write_text(
         "class Plain:\n    def __init__(self, url):\n        self.url = url\n\n"
-        "    def generate(self, prompts, settings):\n        return []\n")
+        "    def generate(self, prompts, settings):\n        return []\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     engine = load_engine("http://h:1/v1?token=abc123", "plainserver:Plain")
     assert engine.url == "http://h:1/v1?token=abc123"  # the class gets the address it needs

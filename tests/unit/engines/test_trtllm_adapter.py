@@ -29,10 +29,12 @@ from tests.doubles.trtllm_common import BUNDLED_MODEL, continuation
 REPO = Path(__file__).resolve().parents[3]
 MISSING = 'the trtllm backend needs TensorRT-LLM: pip install "batch-position-harness[trtllm]"'
 TOKENIZER = EngineOptions(tokenizer=str(BUNDLED_MODEL))
-PROMPTS = ["A short one. TL;DR: ",
-           "A much longer prompt, with many more words in it than the first one has, so that "
-           "the batch holds prompts of different lengths. TL;DR: ",
-           "Middle length prompt here, some words. TL;DR: "]
+PROMPTS = [
+    "A short one. TL;DR: ",
+    "A much longer prompt, with many more words in it than the first one has, so that "
+    "the batch holds prompts of different lengths. TL;DR: ",
+    "Middle length prompt here, some words. TL;DR: ",
+]
 
 
 @pytest.fixture
@@ -45,10 +47,11 @@ def _ids(engine: TrtllmEngine, prompts: list[str]) -> list[list[int]]:
 
 
 def test_importing_the_backends_does_not_import_tensorrt_llm():
-    code = ("import sys, harness.engines.trtllm, harness.engines.llmapi, harness.engines.registry, "
-            "harness.pipeline; print('tensorrt_llm' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         timeout=120)
+    code = (
+        "import sys, harness.engines.trtllm, harness.engines.llmapi, harness.engines.registry, "
+        "harness.pipeline; print('tensorrt_llm' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
 
@@ -67,12 +70,30 @@ def test_missing_tensorrt_llm_is_one_line(tmp_path: Path, monkeypatch):
 def test_missing_tensorrt_llm_through_the_cli(tmp_path: Path, small_dataset: Path):
     engine = make_engine_dir(tmp_path / "e", with_tokenizer=True)
     # `python -m harness run ...` with tensorrt_llm made unimportable even where it is installed
-    code = ("import runpy, sys; sys.modules['tensorrt_llm'] = None; sys.argv[0] = 'harness'; "
-            "runpy.run_module('harness', run_name='__main__', alter_sys=True)")
+    code = (
+        "import runpy, sys; sys.modules['tensorrt_llm'] = None; sys.argv[0] = 'harness'; "
+        "runpy.run_module('harness', run_name='__main__', alter_sys=True)"
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", code, "run", "--engine", str(engine), "--dataset",
-                           str(small_dataset), "--report-dir", str(tmp_path / "r")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "run",
+            "--engine",
+            str(engine),
+            "--dataset",
+            str(small_dataset),
+            "--report-dir",
+            str(tmp_path / "r"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines() == [f"error: {MISSING}"]
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -88,12 +109,15 @@ def test_detects_every_tensorrt_llm_layout(tmp_path: Path):
 
 @pytest.mark.parametrize("runtime, runner", [("cpp", "ModelRunnerCpp"), ("python", "ModelRunner")])
 def test_one_call_per_batch_cut_per_position_beam0_scored(tmp_path: Path, trt, runtime, runner):
-    engine = TrtllmEngine(make_engine_dir(tmp_path / "e", max_beam_width=4),
-                          options=EngineOptions(tokenizer=str(BUNDLED_MODEL), trtllm_runtime=runtime))
+    engine = TrtllmEngine(
+        make_engine_dir(tmp_path / "e", max_beam_width=4),
+        options=EngineOptions(tokenizer=str(BUNDLED_MODEL), trtllm_runtime=runtime),
+    )
     # the first runner serves the first cells (greedy): the C++ one is loaded for that width
-    assert trt.loads == [{"runner": runner, "engine_dir": str(tmp_path / "e"), "rank": 0}
-                         | ({"max_beam_width": 1, "kv_cache_enable_block_reuse": False}
-                            if runtime == "cpp" else {})]
+    assert trt.loads == [
+        {"runner": runner, "engine_dir": str(tmp_path / "e"), "rank": 0}
+        | ({"max_beam_width": 1, "kv_cache_enable_block_reuse": False} if runtime == "cpp" else {})
+    ]
     settings = DecodingSettings(beam_width=2, max_new_tokens=8, length_penalty=0.5)
     gens = engine.generate(PROMPTS, settings)
 
@@ -125,16 +149,22 @@ def test_cut_generations_uses_each_input_length_and_sequence_length():
     end = 9
     # request 0: prompt [5, 6], beam 0 generates [7, 8], beam 1 generates [1]
     # request 1: prompt [1, 2, 3, 4], beam 0 generates [6], beam 1 nothing
-    output_ids = torch.tensor([[[5, 6, 7, 8, end, end], [5, 6, 1, end, end, end]],
-                               [[1, 2, 3, 4, 6, end], [1, 2, 3, 4, end, end]]], dtype=torch.int32)
+    output_ids = torch.tensor(
+        [[[5, 6, 7, 8, end, end], [5, 6, 1, end, end, end]], [[1, 2, 3, 4, 6, end], [1, 2, 3, 4, end, end]]],
+        dtype=torch.int32,
+    )
     lengths = torch.tensor([[4, 3], [5, 4]], dtype=torch.int32)
     assert cut_generations(output_ids, lengths, [2, 4], 2, end) == [[[7, 8], [1]], [[6], []]]
     # sequence_lengths bound each beam even where no end_id follows
-    assert cut_generations(output_ids, torch.tensor([[3, 2], [4, 4]]), [2, 4], 2, end) == \
-        [[[7], []], [[], []]]
+    assert cut_generations(output_ids, torch.tensor([[3, 2], [4, 4]]), [2, 4], 2, end) == [
+        [[7], []],
+        [[], []],
+    ]
     # an end_id inside the counted length ends the sequence there
-    assert cut_generations(output_ids, torch.tensor([[5, 3], [6, 4]]), [2, 4], 2, end) == \
-        [[[7, 8], [1]], [[6], []]]
+    assert cut_generations(output_ids, torch.tensor([[5, 3], [6, 4]]), [2, 4], 2, end) == [
+        [[7, 8], [1]],
+        [[6], []],
+    ]
     with pytest.raises(RuntimeError, match=r"expected \[3, 2, max_seq_len\]"):
         cut_generations(output_ids, lengths, [2, 4, 1], 2, end)
     with pytest.raises(RuntimeError, match="expected"):
@@ -178,8 +208,10 @@ def test_tokenizer_resolution(tmp_path: Path, trt):
 
 
 def test_end_and_pad_ids_from_options(tmp_path: Path, trt):
-    engine = TrtllmEngine(make_engine_dir(tmp_path / "e"),
-                          options=EngineOptions(tokenizer=str(BUNDLED_MODEL), end_id=5, pad_id=0))
+    engine = TrtllmEngine(
+        make_engine_dir(tmp_path / "e"),
+        options=EngineOptions(tokenizer=str(BUNDLED_MODEL), end_id=5, pad_id=0),
+    )
     engine.generate(PROMPTS[:1], DecodingSettings(beam_width=1, max_new_tokens=4))
     assert trt.calls[0]["end_id"] == 5 and trt.calls[0]["pad_id"] == 0
 
@@ -219,14 +251,20 @@ def test_engine_directory_problems(tmp_path: Path, trt):
 
 
 def _run_config(tmp_path: Path, dataset: Path, engine: Path, **extra) -> RunConfig:
-    values = {"engine": str(engine), "dataset": str(dataset), "tokenizer": str(BUNDLED_MODEL),
-              "report_dir": str(tmp_path / "reports"), "goldens_dir": str(tmp_path / "goldens"),
-              "no_cache": True, "max_new_tokens": 16, **extra}
+    values = {
+        "engine": str(engine),
+        "dataset": str(dataset),
+        "tokenizer": str(BUNDLED_MODEL),
+        "report_dir": str(tmp_path / "reports"),
+        "goldens_dir": str(tmp_path / "goldens"),
+        "no_cache": True,
+        "max_new_tokens": 16,
+        **extra,
+    }
     return RunConfig.from_options(values)
 
 
-def test_pipeline_refused_cells_fail_with_the_message_others_pass(tmp_path: Path, small_dataset: Path,
-                                                                  trt):
+def test_pipeline_refused_cells_fail_with_the_message_others_pass(tmp_path: Path, small_dataset: Path, trt):
     from harness.pipeline import run
 
     engine = make_engine_dir(tmp_path / "e", max_beam_width=1)

@@ -20,10 +20,16 @@ from tests.doubles.trtllm_common import BUNDLED_MODEL
 
 def test_rejected_keyword_reads_both_lines_wordings():
     keys = {"max_beam_width": 2, "cuda_graph_config": None}
-    assert compat.rejected_keyword(TypeError("LlmArgs.__init__() got an unexpected keyword argument "
-                                             "'max_beam_width'"), keys) == "max_beam_width"
-    assert compat.rejected_keyword(ValueError("LLM got invalid argument: cuda_graph_config"),
-                                   keys) == "cuda_graph_config"
+    assert (
+        compat.rejected_keyword(
+            TypeError("LlmArgs.__init__() got an unexpected keyword argument 'max_beam_width'"), keys
+        )
+        == "max_beam_width"
+    )
+    assert (
+        compat.rejected_keyword(ValueError("LLM got invalid argument: cuda_graph_config"), keys)
+        == "cuda_graph_config"
+    )
     assert compat.rejected_keyword(RuntimeError("CUDA out of memory"), keys) is None
 
 
@@ -98,8 +104,11 @@ def test_a_failed_reload_fails_its_cells_once_with_the_runner_s_message(tmp_path
 
     monkeypatch.setattr(trtllm_0_12.ModelRunnerCpp, "from_dir", out_of_memory)
     for _ in range(2):
-        with pytest.raises(RuntimeError, match=r"max_beam_width 2 failed: RuntimeError: \[TensorRT-LLM\]"
-                                               r"\[ERROR\] CUDA out of memory$"):
+        with pytest.raises(
+            RuntimeError,
+            match=r"max_beam_width 2 failed: RuntimeError: \[TensorRT-LLM\]"
+            r"\[ERROR\] CUDA out of memory$",
+        ):
             engine.generate(["One. TL;DR: "], DecodingSettings(beam_width=2, max_new_tokens=4))
     assert tries == [2]
     assert len(engine.generate(["One. TL;DR: "], DecodingSettings(beam_width=1, max_new_tokens=4))) == 1
@@ -107,15 +116,18 @@ def test_a_failed_reload_fails_its_cells_once_with_the_runner_s_message(tmp_path
 
 # --- the refusals each LLM API double models, with their types ---------------------------------
 
+
 def test_1x_pytorch_backend_refuses_a_request_of_another_beam_width(monkeypatch):
     trtllm_1_x.install(monkeypatch)
     from tensorrt_llm import LLM, SamplingParams
     from tensorrt_llm.executor.utils import RequestError
 
-    llm = LLM(model=str(BUNDLED_MODEL), max_beam_width=4, disable_overlap_scheduler=True,
-              cuda_graph_config=None)
-    with pytest.raises(RequestError, match="Request beam width 2 is not equal to max_beam_width 4. "
-                                           "This is not supported!"):
+    llm = LLM(
+        model=str(BUNDLED_MODEL), max_beam_width=4, disable_overlap_scheduler=True, cuda_graph_config=None
+    )
+    with pytest.raises(
+        RequestError, match="Request beam width 2 is not equal to max_beam_width 4. This is not supported!"
+    ):
         llm.generate(["x"], SamplingParams(max_tokens=4, n=1, best_of=2, use_beam_search=True))
     with pytest.raises(ValueError, match="LLM got invalid argument: beam_width"):
         LLM(model=str(BUNDLED_MODEL), beam_width=2)
@@ -140,10 +152,17 @@ def test_0_16_wording_and_missing_max_beam_width(monkeypatch, tmp_path: Path):
 
     with pytest.raises(TypeError, match="unexpected keyword argument 'max_beam_width'"):
         LLM(model=str(BUNDLED_MODEL), max_beam_width=2)
-    llm = LLM(model=str(trtllm_0_15.make_engine_dir(tmp_path / "e", max_beam_width=2)),
-              tokenizer=str(BUNDLED_MODEL))
-    with pytest.raises(ValueError, match=r"sampling_params's beam_width \(4\) should not exceed "
-                                         r"max_beam_width \(2\)"):
+    llm = LLM(
+        model=str(trtllm_0_15.make_engine_dir(tmp_path / "e", max_beam_width=2)), tokenizer=str(BUNDLED_MODEL)
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"sampling_params's beam_width \(4\) should not exceed "
+        r"max_beam_width \(2\)",
+    ):
         llm.generate(["x"], SamplingParams(beam_width=4, max_tokens=4))
     assert not hasattr(llm, "shutdown") and callable(llm._shutdown)
-    assert "tensorrt_llm._tensorrt_engine" in sys.modules and sys.modules["tensorrt_llm._tensorrt_engine"] is None
+    assert (
+        "tensorrt_llm._tensorrt_engine" in sys.modules
+        and sys.modules["tensorrt_llm._tensorrt_engine"] is None
+    )

@@ -22,10 +22,12 @@ from harness.errors import EngineError
 from tests.doubles import trtllm_common as common
 from tests.doubles.trtllm_common import BUNDLED_MODEL, continuation
 
-PROMPTS = ["A short one. TL;DR: ",
-           "A much longer prompt, with many more words in it than the first one has, so that "
-           "the batch holds prompts of different lengths. TL;DR: ",
-           "Middle length prompt here, some words. TL;DR: "]
+PROMPTS = [
+    "A short one. TL;DR: ",
+    "A much longer prompt, with many more words in it than the first one has, so that "
+    "the batch holds prompts of different lengths. TL;DR: ",
+    "Middle length prompt here, some words. TL;DR: ",
+]
 LLMAPI_LINES = {"0.15-0.16", "1.x"}  # the lines whose SamplingParams has use_beam_search/n/best_of
 # what each line's LLM API says for a beam width of 4 on an engine built with max_beam_width 2
 LLMAPI_REFUSAL = {
@@ -43,8 +45,12 @@ def _engine(trt: ModuleType, tmp_path: Path, runtime: str = "cpp", max_beam_widt
 def _expected(tokenizer, prompts: list[str], beams: int, new: int) -> list[tuple[str, ...]]:
     out = []
     for ids in tokenizer(prompts)["input_ids"]:
-        out.append(tuple(tokenizer.decode(continuation(list(ids), k, new, 2), skip_special_tokens=True).strip()
-                         for k in range(beams)))
+        out.append(
+            tuple(
+                tokenizer.decode(continuation(list(ids), k, new, 2), skip_special_tokens=True).strip()
+                for k in range(beams)
+            )
+        )
     return out
 
 
@@ -59,6 +65,7 @@ def _error(exc: BaseException) -> str:
 
 
 # --- the trtllm backend -----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_every_cell_runs_on_every_line(tmp_path: Path, trt_line, runtime):
@@ -87,8 +94,9 @@ def test_cpp_outputs_are_cut_for_the_line_s_beam_layout(tmp_path: Path, trt_line
     engine = _engine(trt_line, tmp_path)
     gens = engine.generate(PROMPTS[:2], DecodingSettings(beam_width=2, max_new_tokens=8))
     assert [len(g.beams) for g in gens] == [2, 2] and all(all(g.beams) for g in gens)
-    assert [g.token_ids for g in gens] == [tuple(continuation(list(ids), 0, 8, 2))
-                                           for ids in engine.tokenizer(PROMPTS[:2])["input_ids"]]
+    assert [g.token_ids for g in gens] == [
+        tuple(continuation(list(ids), 0, 8, 2)) for ids in engine.tokenizer(PROMPTS[:2])["input_ids"]
+    ]
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
@@ -107,7 +115,8 @@ def test_close_frees_the_runner(tmp_path: Path, trt_line, runtime):
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_the_default_grid_on_a_beam_4_engine_runs_and_passes_on_every_line(
-        tmp_path: Path, small_dataset: Path, trt_line, runtime):
+    tmp_path: Path, small_dataset: Path, trt_line, runtime
+):
     """A healthy engine built with max_beam_width 4, the default grid (batch sizes 1, 2, 4, 8;
     beam widths 1, 2, 4): every cell runs and passes on every line and runner, though 0.9's
     decoder is fixed at load (C++) or by the first call (Python) and 0.12-0.13's executor
@@ -115,17 +124,28 @@ def test_the_default_grid_on_a_beam_4_engine_runs_and_passes_on_every_line(
     from harness.pipeline import run
 
     engine = trt_line.make_engine_dir(tmp_path / "e", max_beam_width=4, max_batch_size=8)
-    config = RunConfig.from_options({
-        "engine": str(engine), "dataset": str(small_dataset), "tokenizer": str(BUNDLED_MODEL),
-        "trtllm_runtime": runtime, "report_dir": str(tmp_path / "reports"),
-        "goldens_dir": str(tmp_path / "goldens"), "no_cache": True, "max_new_tokens": 16})
+    config = RunConfig.from_options(
+        {
+            "engine": str(engine),
+            "dataset": str(small_dataset),
+            "tokenizer": str(BUNDLED_MODEL),
+            "trtllm_runtime": runtime,
+            "report_dir": str(tmp_path / "reports"),
+            "goldens_dir": str(tmp_path / "goldens"),
+            "no_cache": True,
+            "max_new_tokens": 16,
+        }
+    )
     result = run(config)
     assert [(c.cell.batch_size, c.cell.beam_width) for c in result.cells] == [
-        (b, w) for w in (1, 2, 4) for b in (1, 2, 4, 8)]
+        (b, w) for w in (1, 2, 4) for b in (1, 2, 4, 8)
+    ]
     assert {c.cell.id: c.error for c in result.cells if c.error} == {}
     assert {c.cell.id: c.verdict for c in result.cells} == {c.cell.id: "pass" for c in result.cells}
     loads = common.recorder().loads
-    assert len(loads) == 3 and common.recorder().gpu.loads == 3, [load.get("max_beam_width") for load in loads]
+    assert len(loads) == 3 and common.recorder().gpu.loads == 3, [
+        load.get("max_beam_width") for load in loads
+    ]
     if runtime == "cpp":
         assert [load["max_beam_width"] for load in loads] == [1, 2, 4]
 
@@ -159,12 +179,16 @@ def test_kv_cache_reuse_is_asked_off_and_reported(tmp_path: Path, trt_line, runt
     assert engine.info.kv_cache_reuse.setting == CacheReuse.OFF
     takes_it = runtime == "cpp" and trt_line.LINE != "0.9"  # from_dir(kv_cache_enable_block_reuse)
     assert [load.get("kv_cache_enable_block_reuse") for load in common.recorder().loads] == [
-        False if takes_it else None]
+        False if takes_it else None
+    ]
     engine.close()
     options = EngineOptions(tokenizer=str(BUNDLED_MODEL), trtllm_runtime=runtime, kv_cache_reuse="on")
     if not takes_it:
-        with pytest.raises(EngineError, match=r"^--kv-cache-reuse on: TensorRT-LLM .* has no "
-                                              r"kv_cache_enable_block_reuse"):
+        with pytest.raises(
+            EngineError,
+            match=r"^--kv-cache-reuse on: TensorRT-LLM .* has no "
+            r"kv_cache_enable_block_reuse",
+        ):
             TrtllmEngine(tmp_path / "e", options=options)
         return
     engine = TrtllmEngine(tmp_path / "e", options=options)
@@ -189,19 +213,30 @@ def test_pipeline_every_line_refuses_only_the_too_wide_cells(tmp_path: Path, sma
     from harness.pipeline import run
 
     engine = trt_line.make_engine_dir(tmp_path / "e", max_beam_width=2, max_batch_size=8)
-    config = RunConfig.from_options({
-        "engine": str(engine), "dataset": str(small_dataset), "tokenizer": str(BUNDLED_MODEL),
-        "batch_sizes": "1,4", "beam_widths": "1,2,4", "report_dir": str(tmp_path / "reports"),
-        "goldens_dir": str(tmp_path / "goldens"), "no_cache": True, "max_new_tokens": 16})
+    config = RunConfig.from_options(
+        {
+            "engine": str(engine),
+            "dataset": str(small_dataset),
+            "tokenizer": str(BUNDLED_MODEL),
+            "batch_sizes": "1,4",
+            "beam_widths": "1,2,4",
+            "report_dir": str(tmp_path / "reports"),
+            "goldens_dir": str(tmp_path / "goldens"),
+            "no_cache": True,
+            "max_new_tokens": 16,
+        }
+    )
     cells = {c.cell.id: c for c in run(config).cells}
     for size in (1, 4):
         for beams in (1, 2):
             assert cells[f"bs{size}-beam{beams}"].verdict == "pass", cells[f"bs{size}-beam{beams}"].error
-        assert cells[f"bs{size}-beam4"].error == ("RuntimeError: Num beams (4) exceeds the engine or "
-                                                  "specified limit (2)")
+        assert cells[f"bs{size}-beam4"].error == (
+            "RuntimeError: Num beams (4) exceeds the engine or specified limit (2)"
+        )
 
 
 # --- the llmapi backend -----------------------------------------------------------------------
+
 
 def _llmapi(trt: ModuleType, tmp_path: Path, max_beam_width: int = 4) -> LlmApiEngine:
     path = trt.make_engine_dir(tmp_path / "e", max_beam_width=max_beam_width, max_batch_size=8)
@@ -232,8 +267,9 @@ def test_llmapi_engine_dir_runs_every_cell(tmp_path: Path, llmapi_line):
 
 
 @pytest.mark.parametrize("asked", ["off", "on"])
-def test_llmapi_kv_cache_reuse_is_what_was_asked_whatever_the_line_s_default(tmp_path: Path,
-                                                                            llmapi_line, asked):
+def test_llmapi_kv_cache_reuse_is_what_was_asked_whatever_the_line_s_default(
+    tmp_path: Path, llmapi_line, asked
+):
     """1.x's KvCacheConfig turns block reuse on by default (llm_args.py): the harness passes
     its setting on every line, and the report says which."""
     from harness.model.vocab import CacheReuse
@@ -261,8 +297,10 @@ def test_llmapi_checkpoint_runs_every_beam_width(llmapi_line):
     for beams in (1, 2, 2, 4, 1):
         _check_cell(engine, PROMPTS[:2], beams)
     loads = common.recorder().loads
-    widths = [load["build_config"].max_beam_width if "build_config" in load else load["max_beam_width"]
-              for load in loads]
+    widths = [
+        load["build_config"].max_beam_width if "build_config" in load else load["max_beam_width"]
+        for load in loads
+    ]
     assert widths == [1, 2, 4, 1]
     assert common.recorder().shutdowns == 3  # each replaced LLM was shut down
     engine.close()
@@ -293,11 +331,20 @@ def test_llmapi_pipeline_refusal_reaches_the_cell(tmp_path: Path, small_dataset:
     from harness.pipeline import run
 
     engine = llmapi_line.make_engine_dir(tmp_path / "e", max_beam_width=2, max_batch_size=8)
-    config = RunConfig.from_options({
-        "engine": str(engine), "backend": "llmapi", "dataset": str(small_dataset),
-        "tokenizer": str(BUNDLED_MODEL), "batch_sizes": "1,4", "beam_widths": "1,2,4",
-        "report_dir": str(tmp_path / "reports"), "goldens_dir": str(tmp_path / "goldens"),
-        "no_cache": True, "max_new_tokens": 16})
+    config = RunConfig.from_options(
+        {
+            "engine": str(engine),
+            "backend": "llmapi",
+            "dataset": str(small_dataset),
+            "tokenizer": str(BUNDLED_MODEL),
+            "batch_sizes": "1,4",
+            "beam_widths": "1,2,4",
+            "report_dir": str(tmp_path / "reports"),
+            "goldens_dir": str(tmp_path / "goldens"),
+            "no_cache": True,
+            "max_new_tokens": 16,
+        }
+    )
     result = run(config)
     cells = {c.cell.id: c for c in result.cells}
     assert cells["bs4-beam1"].verdict == cells["bs4-beam2"].verdict == "pass"

@@ -15,13 +15,16 @@ from harness.errors import EngineError
 HERE = Path(__file__).resolve().parents[2] / "integration"
 
 
-@pytest.mark.parametrize("options, flags", [
-    (EngineOptions(end_id=5), "--end-id does not apply"),
-    (EngineOptions(pad_id=0), "--pad-id does not apply"),
-    (EngineOptions(tokenizer=str(BUNDLED_MODEL)), "--tokenizer does not apply"),
-    (EngineOptions(trtllm_runtime="python"), "--trtllm-runtime does not apply"),
-    (EngineOptions(trust_remote_code=True, end_id=2), "--end-id and --trust-remote-code do not apply"),
-])
+@pytest.mark.parametrize(
+    "options, flags",
+    [
+        (EngineOptions(end_id=5), "--end-id does not apply"),
+        (EngineOptions(pad_id=0), "--pad-id does not apply"),
+        (EngineOptions(tokenizer=str(BUNDLED_MODEL)), "--tokenizer does not apply"),
+        (EngineOptions(trtllm_runtime="python"), "--trtllm-runtime does not apply"),
+        (EngineOptions(trust_remote_code=True, end_id=2), "--end-id and --trust-remote-code do not apply"),
+    ],
+)
 @pytest.mark.parametrize("engine, backend", [("bundled", None), (str(BUNDLED_MODEL), "hf")])
 def test_options_the_backend_ignores_are_refused(engine, backend, options, flags):
     label = backend or "emulator"
@@ -39,8 +42,9 @@ def test_a_user_class_without_options_gets_none(monkeypatch):
 
 def test_a_class_that_takes_options_gets_them(monkeypatch, tmp_path: Path):
     monkeypatch.syspath_prepend(str(HERE))
-    engine = load_engine(str(tmp_path), "fault_engines:OptionsEcho",
-                         EngineOptions(end_id=5, trtllm_runtime="python"))
+    engine = load_engine(
+        str(tmp_path), "fault_engines:OptionsEcho", EngineOptions(end_id=5, trtllm_runtime="python")
+    )
     assert engine.options.end_id == 5  # type: ignore[attr-defined]
 
 

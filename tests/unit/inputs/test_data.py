@@ -29,8 +29,10 @@ def test_bundled_set_is_what_the_seeded_generator_makes():
 
 
 def _rows():
-    return [{"doc_id": f"d{i}", "article": f"Article number {i} about things.",
-             "highlights": f"Summary {i}."} for i in range(5)]
+    return [
+        {"doc_id": f"d{i}", "article": f"Article number {i} about things.", "highlights": f"Summary {i}."}
+        for i in range(5)
+    ]
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
@@ -59,12 +61,15 @@ def test_hash_changes_with_content(tmp_path: Path):
     assert load_dataset(str(a)).hash != load_dataset(str(b)).hash
 
 
-@pytest.mark.parametrize("content, words", [
-    (None, "no such file"),
-    (b"", "no rows"),
-    (b'{"body": "x", "summary": "y"}\n', "no field 'text'"),
-    (b'{"text": "\xff\xfe", "summary": "y"}\n', "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (None, "no such file"),
+        (b"", "no rows"),
+        (b'{"body": "x", "summary": "y"}\n', "no field 'text'"),
+        (b'{"text": "\xff\xfe", "summary": "y"}\n', "not UTF-8"),
+    ],
+)
 def test_bad_datasets_name_file_and_fix(tmp_path: Path, content, words):
     path = tmp_path / "bad.jsonl"
     if content is not None:

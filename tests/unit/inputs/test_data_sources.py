@@ -20,8 +20,10 @@ from tests.hub_cache import cache_hub_dataset
 
 
 def _rows(n: int, text: str = "story", summary: str = "gist", prefix: str = "a") -> list[dict]:
-    return [{"id": f"{prefix}{i}", text: f"Document {i} about the harbour council.",
-             summary: f"Summary {i}."} for i in range(n)]
+    return [
+        {"id": f"{prefix}{i}", text: f"Document {i} about the harbour council.", summary: f"Summary {i}."}
+        for i in range(n)
+    ]
 
 
 @pytest.fixture
@@ -53,15 +55,20 @@ def test_save_to_disk_datasetdict_picks_test_or_the_named_split(tmp_path: Path):
     import datasets
 
     folder = tmp_path / "dd"
-    datasets.DatasetDict({"train": datasets.Dataset.from_list(_rows(3, prefix="t")),
-                          "test": datasets.Dataset.from_list(_rows(4, prefix="s")),
-                          "validation": datasets.Dataset.from_list(_rows(2, prefix="v"))},
-                         ).save_to_disk(str(folder))
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_list(_rows(3, prefix="t")),
+            "test": datasets.Dataset.from_list(_rows(4, prefix="s")),
+            "validation": datasets.Dataset.from_list(_rows(2, prefix="v")),
+        },
+    ).save_to_disk(str(folder))
     kw = {"text_field": "story", "summary_field": "gist"}
     assert [d.id for d in load_dataset(str(folder), **kw).documents] == ["s0", "s1", "s2", "s3"]
     val = load_dataset(str(folder), split="validation", **kw)
     assert val.split == "validation" and val.name == "dd-validation" and len(val) == 2
-    with pytest.raises(DatasetError, match=r"--split nope: .* no such split \(splits: train, test, validation\)"):
+    with pytest.raises(
+        DatasetError, match=r"--split nope: .* no such split \(splits: train, test, validation\)"
+    ):
         load_dataset(str(folder), split="nope", **kw)
 
 
@@ -69,8 +76,9 @@ def test_datasetdict_without_test_split_asks_for_one(tmp_path: Path):
     import datasets
 
     folder = tmp_path / "dd2"
-    datasets.DatasetDict({"train": datasets.Dataset.from_list(_rows(2)),
-                          "dev": datasets.Dataset.from_list(_rows(2))}).save_to_disk(str(folder))
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(_rows(2)), "dev": datasets.Dataset.from_list(_rows(2))}
+    ).save_to_disk(str(folder))
     with pytest.raises(DatasetError, match="choose one with --split"):
         load_dataset(str(folder))
 
@@ -89,19 +97,30 @@ def test_split_or_config_on_a_file_is_an_error(tmp_path: Path, small_dataset: Pa
 
 def test_presets_follow_trtllm_summarize():
     cnn = PRESETS["cnn_dailymail"]
-    assert (cnn.config, cnn.split, cnn.text_field, cnn.summary_field) == ("3.0.0", "test", "article", "highlights")
+    assert (cnn.config, cnn.split, cnn.text_field, cnn.summary_field) == (
+        "3.0.0",
+        "test",
+        "article",
+        "highlights",
+    )
     assert (PRESETS["xsum"].text_field, PRESETS["xsum"].summary_field) == ("document", "summary")
     assert (PRESETS["samsum"].text_field, PRESETS["samsum"].summary_field) == ("dialogue", "summary")
 
 
 def test_preset_loads_from_the_local_cache_with_its_fields(hub_cache: Path):
     """`--dataset cnn_dailymail` finds a cache written by load_dataset('cnn_dailymail', '3.0.0')."""
-    rows = [{"id": f"c{i}", "article": f"Article {i} text.", "highlights": f"Highlight {i}."}
-            for i in range(6)]
+    rows = [
+        {"id": f"c{i}", "article": f"Article {i} text.", "highlights": f"Highlight {i}."} for i in range(6)
+    ]
     cache_hub_dataset(hub_cache, "cnn_dailymail", "3.0.0", {"test": rows, "train": rows[:2]})
     ds = load_dataset("cnn_dailymail")
     assert ds.source == "hub" and ds.path == "cnn_dailymail"
-    assert (ds.config, ds.split, ds.text_field, ds.summary_field) == ("3.0.0", "test", "article", "highlights")
+    assert (ds.config, ds.split, ds.text_field, ds.summary_field) == (
+        "3.0.0",
+        "test",
+        "article",
+        "highlights",
+    )
     assert ds.name == "cnn_dailymail-3.0.0-test" and len(ds) == 6
     assert ds.documents[4].text == "Article 4 text." and ds.documents[4].summary == "Highlight 4."
     assert len(load_dataset("cnn_dailymail", split="train")) == 2
@@ -121,10 +140,13 @@ def test_not_cached_hub_dataset_fails_with_one_line_naming_it_and_the_fix(hub_ca
         load_dataset("cnn_dailymail")
     message = str(exc.value)
     assert "\n" not in message
-    assert message.startswith("--dataset cnn_dailymail: abisee/cnn_dailymail (config 3.0.0, split test) "
-                              "is not in the local datasets cache")
-    assert ("python -c \"import datasets; datasets.load_dataset('abisee/cnn_dailymail', '3.0.0', "
-            "split='test')\"") in message
+    assert message.startswith(
+        "--dataset cnn_dailymail: abisee/cnn_dailymail (config 3.0.0, split test) "
+        "is not in the local datasets cache"
+    )
+    assert (
+        "python -c \"import datasets; datasets.load_dataset('abisee/cnn_dailymail', '3.0.0', split='test')\""
+    ) in message
     assert "save_to_disk" in message and "HF_DATASETS_OFFLINE=0" in message
 
 
@@ -134,15 +156,19 @@ def test_unset_offline_variables_mean_offline(hub_cache: Path):
     assert downloads_allowed({"HF_DATASETS_OFFLINE": "0"}) is True
     assert downloads_allowed({"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "0"}) is False
     assert downloads_allowed({"HF_HUB_OFFLINE": "0"}) is True
-    with pytest.raises(DatasetError, match="some-org/not-here .*split test.* is not in the local "
-                                           "datasets cache .*no local file or folder has that name"):
+    with pytest.raises(
+        DatasetError,
+        match="some-org/not-here .*split test.* is not in the local "
+        "datasets cache .*no local file or folder has that name",
+    ):
         load_dataset("some-org/not-here")
 
 
 def test_fetch_command_carries_revision():
     assert fetch_command("EdinburghNLP/xsum", None, "test", "refs/convert/parquet") == (
         "python -c \"import datasets; datasets.load_dataset('EdinburghNLP/xsum', split='test', "
-        "revision='refs/convert/parquet')\"")
+        "revision='refs/convert/parquet')\""
+    )
 
 
 def test_a_missing_file_is_still_a_missing_file(tmp_path: Path):
@@ -162,8 +188,12 @@ def test_subset_is_deterministic_and_recorded():
     assert [order.index(i) for i in a.subset.ids] == sorted(order.index(i) for i in a.subset.ids)
     assert select_subset(full, 16, 4).subset.ids != a.subset.ids
     # chosen by id, not position: the same documents are chosen after the file is reordered
-    shuffled = type(full)(name=full.name, path=full.path, documents=full.documents[::-1],
-                          hash=content_hash(full.documents[::-1]))
+    shuffled = type(full)(
+        name=full.name,
+        path=full.path,
+        documents=full.documents[::-1],
+        hash=content_hash(full.documents[::-1]),
+    )
     assert set(select_subset(shuffled, 16, 3).subset.ids) == set(a.subset.ids)
     assert select_subset(full, len(full), 0).subset.ids == tuple(order)
 
@@ -178,6 +208,9 @@ def test_cached_but_other_split_or_config_names_the_option(hub_cache: Path):
     cache_hub_dataset(hub_cache, "cnn_dailymail", "3.0.0", {"test": rows})
     with pytest.raises(DatasetError, match=r"Unknown split \"validation\".*check --split"):
         load_dataset("cnn_dailymail", split="validation")
-    with pytest.raises(DatasetError, match=r"config '2.0.0'; Available configs in the cache: \['3.0.0'\]; "
-                                           r"check --dataset-config"):
+    with pytest.raises(
+        DatasetError,
+        match=r"config '2.0.0'; Available configs in the cache: \['3.0.0'\]; "
+        r"check --dataset-config",
+    ):
         load_dataset("cnn_dailymail", config="2.0.0")

@@ -13,18 +13,22 @@ from harness.inputs.data import load_dataset
 
 
 def _write(path: Path, n: int, prefix: str) -> Path:
-    path.write_text("".join(json.dumps({"id": f"{prefix}{i}", "text": f"text {i}",
-                                        "summary": f"summary {i}"}) + "\n" for i in range(n)))
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"{prefix}{i}", "text": f"text {i}", "summary": f"summary {i}"}) + "\n"
+            for i in range(n)
+        )
+    )
     return path
 
 
-@pytest.mark.parametrize("name", ["set*.jsonl", "news[2024].jsonl", "a?b.jsonl", "x]y.csv",
-                                  "c{1,2}.jsonl", "p#q.jsonl"])
+@pytest.mark.parametrize(
+    "name", ["set*.jsonl", "news[2024].jsonl", "a?b.jsonl", "x]y.csv", "c{1,2}.jsonl", "p#q.jsonl"]
+)
 def test_a_path_with_glob_characters_is_that_one_file(tmp_path: Path, name: str):
     target = tmp_path / name
     if target.suffix == ".csv":
-        target.write_text("id,text,summary\n" + "".join(f"t{i},text {i},summary {i}\n"
-                                                        for i in range(4)))
+        target.write_text("id,text,summary\n" + "".join(f"t{i},text {i},summary {i}\n" for i in range(4)))
     else:
         _write(target, 4, "t")
     # siblings each pattern reading would also match

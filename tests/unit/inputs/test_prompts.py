@@ -12,10 +12,14 @@ from harness.inputs.data import Document
 from harness.inputs.prompts import build_prompts, chat_tokenizer, render_chat
 
 MODEL = Path(__file__).resolve().parents[3] / "harness" / "bundled" / "model"
-CHAT = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</|{{ m['role'] }}|>"
-        "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
-DOCS = [Document("a", "The council met on Monday.", "Council met."),
-        Document("b", "Rain closed the harbour.", "Harbour closed.")]
+CHAT = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</|{{ m['role'] }}|>"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+DOCS = [
+    Document("a", "The council met on Monday.", "Council met."),
+    Document("b", "Rain closed the harbour.", "Harbour closed."),
+]
 
 
 @pytest.fixture
@@ -36,17 +40,22 @@ class _Engine:
 def test_default_template_is_trtllms():
     assert DEFAULT_PROMPT_TEMPLATE == "{text} TL;DR: "
     assert build_prompts(DOCS, DEFAULT_PROMPT_TEMPLATE) == (
-        "The council met on Monday. TL;DR: ", "Rain closed the harbour. TL;DR: ")
+        "The council met on Monday. TL;DR: ",
+        "Rain closed the harbour. TL;DR: ",
+    )
 
 
 def test_custom_template_keeps_other_braces():
     assert build_prompts(DOCS[:1], 'Article: {text}\n{"format": "one line"} Summary:') == (
-        'Article: The council met on Monday.\n{"format": "one line"} Summary:',)
+        'Article: The council met on Monday.\n{"format": "one line"} Summary:',
+    )
 
 
 @pytest.mark.parametrize("template", ["Summarize:", "{txt} TL;DR", "{ text }", ""])
 def test_template_without_text_is_a_clear_error(template):
-    with pytest.raises(ConfigError, match=r"--prompt-template .*must contain \{text\}, where each document goes"):
+    with pytest.raises(
+        ConfigError, match=r"--prompt-template .*must contain \{text\}, where each document goes"
+    ):
         RunConfig.from_options({"prompt_template": template})
     with pytest.raises(ConfigError, match=r"must contain \{text\}"):
         build_prompts(DOCS, template)
@@ -67,7 +76,9 @@ def test_chat_drops_a_template_bos_when_the_tokenizer_adds_one(tokenizer):
 
 
 def test_chat_without_a_tokenizer_names_the_fix():
-    with pytest.raises(ConfigError, match=r"--chat: .* exposes no transformers tokenizer .*--prompt-template"):
+    with pytest.raises(
+        ConfigError, match=r"--chat: .* exposes no transformers tokenizer .*--prompt-template"
+    ):
         build_prompts(DOCS, "{text}", chat=True, engine=_Engine())
 
 

@@ -23,7 +23,12 @@ def test_legacy_05_has_no_beam_width():
     lim = _read("legacy_0.5_llama.json")
     assert lim.layout == "legacy" and lim.version is None
     assert lim.max_beam_width is None  # unknown, never assumed to be 1
-    assert (lim.max_batch_size, lim.max_input_len, lim.max_output_len, lim.max_seq_len) == (8, 1024, 512, None)
+    assert (lim.max_batch_size, lim.max_input_len, lim.max_output_len, lim.max_seq_len) == (
+        8,
+        1024,
+        512,
+        None,
+    )
     assert lim.sequence_limit == 1536
     assert (lim.num_layers, lim.num_heads, lim.num_kv_heads, lim.head_size) == (32, 32, 32, 128)
     assert (lim.tp_size, lim.pp_size, lim.paged_kv_cache, lim.kv_cache_dtype) == (1, 1, False, "float16")
@@ -46,7 +51,12 @@ def test_unified_09_with_max_output_len():
 
 def test_unified_013_llama2():
     lim = _read("unified_0.13_llama2.json")
-    assert (lim.max_batch_size, lim.max_beam_width, lim.max_input_len, lim.max_seq_len) == (256, 1, 1024, 4096)
+    assert (lim.max_batch_size, lim.max_beam_width, lim.max_input_len, lim.max_seq_len) == (
+        256,
+        1,
+        1024,
+        4096,
+    )
     assert (lim.max_num_tokens, lim.paged_kv_cache, lim.tokens_per_block) == (8192, True, 64)
     assert lim.vocab_size == 32000 and lim.dtype == "float16"
 
@@ -66,14 +76,26 @@ def test_emulator_layout(engine_factory):
     assert lim.kv_bytes_per_element == 4
 
 
-@pytest.mark.parametrize("mutate, words", [
-    (lambda c: c["build_config"].update(max_beam_width="4"), "build_config.max_beam_width must be a positive integer, found '4'"),
-    (lambda c: c["build_config"].pop("max_batch_size"), "missing key 'build_config.max_batch_size'"),
-    (lambda c: c.update(build_config=[1, 2]), "build_config must be a JSON object"),
-    (lambda c: c["pretrained_config"].update(num_hidden_layers=-3), "pretrained_config.num_hidden_layers"),
-    (lambda c: c["build_config"].pop("max_seq_len"), "build_config.max_seq_len"),
-    (lambda c: c["pretrained_config"]["mapping"].update(tp_size=True), "pretrained_config.mapping.tp_size"),
-])
+@pytest.mark.parametrize(
+    "mutate, words",
+    [
+        (
+            lambda c: c["build_config"].update(max_beam_width="4"),
+            "build_config.max_beam_width must be a positive integer, found '4'",
+        ),
+        (lambda c: c["build_config"].pop("max_batch_size"), "missing key 'build_config.max_batch_size'"),
+        (lambda c: c.update(build_config=[1, 2]), "build_config must be a JSON object"),
+        (
+            lambda c: c["pretrained_config"].update(num_hidden_layers=-3),
+            "pretrained_config.num_hidden_layers",
+        ),
+        (lambda c: c["build_config"].pop("max_seq_len"), "build_config.max_seq_len"),
+        (
+            lambda c: c["pretrained_config"]["mapping"].update(tp_size=True),
+            "pretrained_config.mapping.tp_size",
+        ),
+    ],
+)
 def test_damaged_configs_name_file_and_key(mutate, words):
     config = json.loads((CONFIGS / "unified_0.13_llama2.json").read_text())
     mutate(config)
@@ -95,13 +117,31 @@ def test_unreadable_directories(tmp_path: Path):
         read_engine_config(tmp_path)
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=False) |
-                    st.text(max_size=8),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=6),
-                    max_leaves=30)
-KEYS = st.sampled_from(["version", "pretrained_config", "build_config", "builder_config", "plugin_config",
-                        "max_batch_size", "max_beam_width", "max_input_len", "max_seq_len", "max_output_len",
-                        "mapping", "tp_size", "quantization", "kv_cache_quant_algo", "num_hidden_layers", "emulator"])
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=6),
+    max_leaves=30,
+)
+KEYS = st.sampled_from(
+    [
+        "version",
+        "pretrained_config",
+        "build_config",
+        "builder_config",
+        "plugin_config",
+        "max_batch_size",
+        "max_beam_width",
+        "max_input_len",
+        "max_seq_len",
+        "max_output_len",
+        "mapping",
+        "tp_size",
+        "quantization",
+        "kv_cache_quant_algo",
+        "num_hidden_layers",
+        "emulator",
+    ]
+)
 CONFIGISH = st.recursive(JSON, lambda inner: st.dictionaries(KEYS, inner, max_size=8), max_leaves=40)
 
 
@@ -123,6 +163,13 @@ def test_readers_either_read_or_raise_one_clear_error(config):
 @given(st.integers(1, 4096), st.integers(1, 64), st.integers(1, 10**5), st.integers(1, 10**5))
 def test_unified_values_round_trip(batch, beam, inp, seq):
     config = json.loads((CONFIGS / "unified_0.13_llama2.json").read_text())
-    config["build_config"].update(max_batch_size=batch, max_beam_width=beam, max_input_len=inp, max_seq_len=seq)
+    config["build_config"].update(
+        max_batch_size=batch, max_beam_width=beam, max_input_len=inp, max_seq_len=seq
+    )
     lim = parse_config(config)
-    assert (lim.max_batch_size, lim.max_beam_width, lim.max_input_len, lim.max_seq_len) == (batch, beam, inp, seq)
+    assert (lim.max_batch_size, lim.max_beam_width, lim.max_input_len, lim.max_seq_len) == (
+        batch,
+        beam,
+        inp,
+        seq,
+    )

@@ -14,12 +14,24 @@ from harness.model.cell import Cell
 CONFIGS = Path(__file__).resolve().parents[2] / "data" / "configs"
 MISTRAL = {
     "version": "0.13.0",
-    "pretrained_config": {"architecture": "MistralForCausalLM", "dtype": "float16", "vocab_size": 32000,
-                          "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-                          "num_key_value_heads": 8, "head_size": 128,
-                          "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1}},
-    "build_config": {"max_batch_size": 8, "max_beam_width": 1, "max_input_len": 2048,
-                     "max_seq_len": 2560, "max_num_tokens": 8192},
+    "pretrained_config": {
+        "architecture": "MistralForCausalLM",
+        "dtype": "float16",
+        "vocab_size": 32000,
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_size": 128,
+        "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1},
+    },
+    "build_config": {
+        "max_batch_size": 8,
+        "max_beam_width": 1,
+        "max_input_len": 2048,
+        "max_seq_len": 2560,
+        "max_num_tokens": 8192,
+    },
 }
 
 
@@ -28,8 +40,17 @@ def _limits(name: str):
 
 
 def _checks(limits, cell, longest=100, new=64, processes=1):
-    return {c.name: c for c in check_cell(cell, limits, longest_prompt=longest, prompts_over_input=3,
-                                          max_new_tokens=new, processes=processes)}
+    return {
+        c.name: c
+        for c in check_cell(
+            cell,
+            limits,
+            longest_prompt=longest,
+            prompts_over_input=3,
+            max_new_tokens=new,
+            processes=processes,
+        )
+    }
 
 
 def test_beam_width_over_limit_names_both_numbers_and_the_flag():
@@ -43,14 +64,23 @@ def test_beam_width_over_limit_names_both_numbers_and_the_flag():
 
 def test_batch_input_and_sequence_limits():
     checks = _checks(parse_config(MISTRAL), Cell(16, 1), longest=2500, new=100)
-    assert checks["max_batch_size"].status == "fail" and "--max_batch_size 16" in checks["max_batch_size"].message
-    assert checks["max_input_len"].status == "fail" and "3 prompts would be truncated" in checks["max_input_len"].message
+    assert (
+        checks["max_batch_size"].status == "fail"
+        and "--max_batch_size 16" in checks["max_batch_size"].message
+    )
+    assert (
+        checks["max_input_len"].status == "fail"
+        and "3 prompts would be truncated" in checks["max_input_len"].message
+    )
     assert checks["max_seq_len"].status == "fail" and "--max_seq_len 2600" in checks["max_seq_len"].message
 
 
 def test_legacy_05_beam_width_is_unknown_and_output_len_is_the_fix():
     checks = _checks(_limits("legacy_0.5_llama.json"), Cell(8, 4), longest=1000, new=600)
-    assert checks["max_beam_width"].status == "unknown" and "not assumed to be 1" in checks["max_beam_width"].message
+    assert (
+        checks["max_beam_width"].status == "unknown"
+        and "not assumed to be 1" in checks["max_beam_width"].message
+    )
     assert checks["max_seq_len"].status == "fail"
     assert "--max_output_len 576" in checks["max_seq_len"].message  # 1000 + 600 - 1024
 
@@ -63,8 +93,10 @@ def test_ranks_must_match_processes():
 
 
 def test_no_config_means_every_check_unknown():
-    assert {c.status for c in check_cell(Cell(2, 2), None, longest_prompt=5, prompts_over_input=0,
-                                         max_new_tokens=4)} == {"unknown"}
+    assert {
+        c.status
+        for c in check_cell(Cell(2, 2), None, longest_prompt=5, prompts_over_input=0, max_new_tokens=4)
+    } == {"unknown"}
 
 
 def test_kv_cache_bytes_formula():
@@ -86,8 +118,16 @@ def test_memory_budget_fails_or_warns():
     assert memory_budget(lim, 64, 8, label="x", weights=0, gpu=gpu, over="warn").status == "warn"
 
 
-@pytest.mark.parametrize("text, n", [("80GiB", 80 * 2**30), ("141GB", 141 * 10**9), ("512MiB", 512 * 2**20),
-                                     ("1024", 1024), ("1.5 GiB", int(1.5 * 2**30))])
+@pytest.mark.parametrize(
+    "text, n",
+    [
+        ("80GiB", 80 * 2**30),
+        ("141GB", 141 * 10**9),
+        ("512MiB", 512 * 2**20),
+        ("1024", 1024),
+        ("1.5 GiB", int(1.5 * 2**30)),
+    ],
+)
 def test_parse_size(text, n):
     assert parse_size(text) == n
 

@@ -11,9 +11,16 @@ from tests.integration.toy_engine import ToyEngine
 
 
 def _run(engine: str | None, dataset: Path, tmp: Path, name: str, **options):
-    values = {"dataset": str(dataset), "batch_sizes": "1,2", "beam_widths": "1", "max_new_tokens": "16",
-              "report_dir": str(tmp / name), "goldens_dir": str(tmp / "g"), "cache_dir": str(tmp / "cache"),
-              **options}
+    values = {
+        "dataset": str(dataset),
+        "batch_sizes": "1,2",
+        "beam_widths": "1",
+        "max_new_tokens": "16",
+        "report_dir": str(tmp / name),
+        "goldens_dir": str(tmp / "g"),
+        "cache_dir": str(tmp / "cache"),
+        **options,
+    }
     if engine:
         values["engine"] = engine
     return RunConfig.from_options(values)

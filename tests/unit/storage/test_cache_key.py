@@ -17,10 +17,17 @@ def _run(tmp: Path, dataset: Path, **options: str) -> dict:
     engine = tmp / "engine"
     engine.mkdir(exist_ok=True)
     (engine / "weights.bin").write_text("the same engine files every time")
-    values = {"engine": str(engine), "backend": "fault_engines:OptionsEcho",
-              "dataset": str(dataset), "batch_sizes": "1,2", "beam_widths": "1",
-              "report_dir": str(tmp / "reports"), "goldens_dir": str(tmp / "goldens"),
-              "cache_dir": str(tmp / "cache"), **options}
+    values = {
+        "engine": str(engine),
+        "backend": "fault_engines:OptionsEcho",
+        "dataset": str(dataset),
+        "batch_sizes": "1,2",
+        "beam_widths": "1",
+        "report_dir": str(tmp / "reports"),
+        "goldens_dir": str(tmp / "goldens"),
+        "cache_dir": str(tmp / "cache"),
+        **options,
+    }
     result = run(RunConfig.from_options(values))
     return json.loads((result.report_dir / "report.json").read_text())
 

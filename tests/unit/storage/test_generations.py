@@ -22,7 +22,8 @@ def test_cells_are_written_as_rows_and_read_back_by_position(tmp_path: Path):
     rows = [json.loads(line) for line in (tmp_path / "generations.jsonl").read_text().splitlines()]
     assert rows[0] == {"cell": "bs1-beam1", "position": 0, "id": "d0", "output": "x"}
     assert [(r["cell"], r["position"], r["id"]) for r in rows[3:]] == [
-        ("bs2-beam1", p, d) for p in (0, 1) for d in ("d0", "d1", "d2")]
+        ("bs2-beam1", p, d) for p in (0, 1) for d in ("d0", "d1", "d2")
+    ]
 
 
 def test_reading_while_more_cells_are_appended(tmp_path: Path):
@@ -49,28 +50,36 @@ class BeamEcho:
 
 
 @pytest.mark.parametrize("rotation", ["full", "sparse"])
-def test_generations_file_holds_every_output_and_beam_where_it_sat(tmp_path: Path,
-                                                                   small_dataset: Path,
-                                                                   rotation: str):
+def test_generations_file_holds_every_output_and_beam_where_it_sat(
+    tmp_path: Path, small_dataset: Path, rotation: str
+):
     """generations.jsonl, written cell by cell, holds every output the engine gave, at the
     position it sat at, with every beam (sparse positions left out); the run keeps only
     where each position's rows start and reads the same texts back from there."""
     from harness.config import RunConfig
     from harness.pipeline import execute, prepare
 
-    config = RunConfig(dataset=str(small_dataset), batch_sizes=(1, 2), beam_widths=(1, 2),
-                       rotation=rotation, no_cache=True, report_dir=tmp_path / "streamed")
+    config = RunConfig(
+        dataset=str(small_dataset),
+        batch_sizes=(1, 2),
+        beam_widths=(1, 2),
+        rotation=rotation,
+        no_cache=True,
+        report_dir=tmp_path / "streamed",
+    )
     prep = prepare(config, engine=BeamEcho())
     ids = [d.id for d in prep.dataset.documents]
     result = execute(prep)
     expected = []
     for cell in prep.plan.all_cells:
-        seated = sorted((position, doc) for batch in prep.plan.batches(cell)
-                        for position, doc in enumerate(batch.documents))
+        seated = sorted(
+            (position, doc)
+            for batch in prep.plan.batches(cell)
+            for position, doc in enumerate(batch.documents)
+        )
         for position, doc in seated:
             best = " ".join(prep.prompts[doc].split()[:8])
-            row: dict[str, object] = {"cell": cell.id, "position": position, "id": ids[doc],
-                                      "output": best}
+            row: dict[str, object] = {"cell": cell.id, "position": position, "id": ids[doc], "output": best}
             if cell.beam_width > 1:
                 row["beams"] = [f"{best} #{k}" for k in range(cell.beam_width)]
             expected.append(row)
@@ -80,5 +89,13 @@ def test_generations_file_holds_every_output_and_beam_where_it_sat(tmp_path: Pat
         assert out.texts.spill is not None
         for position, texts in enumerate(out.texts.rows()):
             assert texts == tuple(
-                next((r["output"] for r in expected if r["cell"] == out.cell.id
-                      and r["position"] == position and r["id"] == doc), None) for doc in ids)
+                next(
+                    (
+                        r["output"]
+                        for r in expected
+                        if r["cell"] == out.cell.id and r["position"] == position and r["id"] == doc
+                    ),
+                    None,
+                )
+                for doc in ids
+            )

@@ -17,8 +17,14 @@ def _dataset(text: str = "a") -> Dataset:
 
 
 def _golden(ds: Dataset, settings: DecodingSettings) -> GoldenSet:
-    return GoldenSet(identity="sha256:" + "ab" * 32, dataset_name=ds.name, dataset_hash=ds.hash,
-                     settings=settings.as_dict(), outputs={"d0": "x", "d1": "y"}, source={})
+    return GoldenSet(
+        identity="sha256:" + "ab" * 32,
+        dataset_name=ds.name,
+        dataset_hash=ds.hash,
+        settings=settings.as_dict(),
+        outputs={"d0": "x", "d1": "y"},
+        source={},
+    )
 
 
 def test_round_trip_and_layout(tmp_path: Path):
@@ -46,8 +52,13 @@ def test_request_fields_key_the_goldens_both_ways(tmp_path: Path):
     store, ds, ident = GoldensStore(tmp_path), _dataset(), "sha256:" + "ab" * 32
     plain = DecodingSettings(1, 64)
     rp1 = DecodingSettings(1, 64, request_fields=(("repeat_penalty", "1.0"),))
-    assert plain.as_dict() == {"beam_width": 1, "max_new_tokens": 64, "length_penalty": 1.0,
-                               "early_stopping": True, "prompt_template": "{text} TL;DR: "}
+    assert plain.as_dict() == {
+        "beam_width": 1,
+        "max_new_tokens": 64,
+        "length_penalty": 1.0,
+        "early_stopping": True,
+        "prompt_template": "{text} TL;DR: ",
+    }
     store.write(_golden(ds, rp1), 1)
     assert store.load(ident, ds, rp1) is not None
     with pytest.raises(GoldensError, match=r"request_fields \{'repeat_penalty': 1.0\} \(run: None\)"):
@@ -57,14 +68,21 @@ def test_request_fields_key_the_goldens_both_ways(tmp_path: Path):
         store.load(ident, ds, rp1)
 
 
-@pytest.mark.parametrize("mutate, words", [
-    (lambda p: p.write_text("{not json"), "corrupt"),
-    (lambda p: p.write_text(p.read_text()[:40]), "corrupt"),
-    (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "schema_version": 99})),
-     "schema_version 99"),
-    (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "outputs": {"d0": "x"}})),
-     "no golden for 1"),
-])
+@pytest.mark.parametrize(
+    "mutate, words",
+    [
+        (lambda p: p.write_text("{not json"), "corrupt"),
+        (lambda p: p.write_text(p.read_text()[:40]), "corrupt"),
+        (
+            lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "schema_version": 99})),
+            "schema_version 99",
+        ),
+        (
+            lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "outputs": {"d0": "x"}})),
+            "no golden for 1",
+        ),
+    ],
+)
 def test_bad_goldens_files(tmp_path: Path, mutate, words):
     store, ds, st = GoldensStore(tmp_path), _dataset(), DecodingSettings(4, 64)
     path = store.write(_golden(ds, st), 4)
@@ -104,7 +122,10 @@ def test_update_writes_every_file_and_leaves_no_journal_or_temporaries(tmp_path:
     paths = store.write_all({w: _golden(ds, DecodingSettings(w, 64)) for w in (1, 2)})
     assert [p.name for p in paths] == ["mine-beam1.json", "mine-beam2.json"]
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == [
-        ".lock", "mine-beam1.json", "mine-beam2.json"]
+        ".lock",
+        "mine-beam1.json",
+        "mine-beam2.json",
+    ]
     assert not (tmp_path / JOURNAL_FILE).exists()
 
 
@@ -117,9 +138,19 @@ def test_a_hostile_journal_moves_nothing_outside_or_unexpected(tmp_path: Path):
     victim = tmp_path / "victim.txt"
     victim.write_text("keep")
     (root / "m" / "notes.txt").write_text("keep")
-    (root / JOURNAL_FILE).write_text(json.dumps({"moves": [
-        ["../victim.txt", "m/x-beam1.json"], ["m/notes.txt", "m/x-beam1.json"],
-        ["m/.x-beam1.json.abcdefgh", "../../etc/x-beam1.json"], "junk", [1, 2]]}))
+    (root / JOURNAL_FILE).write_text(
+        json.dumps(
+            {
+                "moves": [
+                    ["../victim.txt", "m/x-beam1.json"],
+                    ["m/notes.txt", "m/x-beam1.json"],
+                    ["m/.x-beam1.json.abcdefgh", "../../etc/x-beam1.json"],
+                    "junk",
+                    [1, 2],
+                ]
+            }
+        )
+    )
     (root / "m" / ".x-beam1.json.abcdefgh").write_text("temp")
     GoldensStore(root).recover()
     assert victim.read_text() == "keep" and (root / "m" / "notes.txt").read_text() == "keep"

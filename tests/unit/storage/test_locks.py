@@ -8,15 +8,20 @@ from pathlib import Path
 
 from harness.storage.locks import file_lock, try_lock
 
-HOLD = ("import sys, time; from pathlib import Path; from harness.storage.locks import file_lock\n"
-        "with file_lock(Path(sys.argv[1]), purpose='test', shared=sys.argv[2] == 'shared'):\n"
-        "    print('held', flush=True); time.sleep(float(sys.argv[3]))\n")
+HOLD = (
+    "import sys, time; from pathlib import Path; from harness.storage.locks import file_lock\n"
+    "with file_lock(Path(sys.argv[1]), purpose='test', shared=sys.argv[2] == 'shared'):\n"
+    "    print('held', flush=True); time.sleep(float(sys.argv[3]))\n"
+)
 
 
 def _holder(path: Path, mode: str, seconds: float) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path), mode, str(seconds)],
-                            stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(path), mode, str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     return proc
 

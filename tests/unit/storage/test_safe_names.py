@@ -45,15 +45,18 @@ def test_names_that_used_to_collide_are_distinct(a: str, b: str):
     assert safe_name(a).lower() != safe_name(b).lower()
 
 
-@pytest.mark.parametrize("name", ["bundled-news", "news", "cnn_dailymail-3.0.0-test",
-                                  "bundled-news-n16-seed0", "a", "_x_"])
+@pytest.mark.parametrize(
+    "name", ["bundled-news", "news", "cnn_dailymail-3.0.0-test", "bundled-news-n16-seed0", "a", "_x_"]
+)
 def test_plain_names_keep_their_file_name(name: str):
     """The names every goldens file had so far, committed ones included, do not move."""
     assert safe_name(name) == name == _old(name)
 
 
-@pytest.mark.parametrize("name", ["news a", "../../etc/passwd", "x" * 300, "", ".", "..",
-                                  "a\udcff", "ümlaut", "News", "CON", "-" * 90])
+@pytest.mark.parametrize(
+    "name",
+    ["news a", "../../etc/passwd", "x" * 300, "", ".", "..", "a\udcff", "ümlaut", "News", "CON", "-" * 90],
+)
 def test_every_name_stays_inside_its_folder(name: str):
     out = safe_name(name)
     assert re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", out) and len(out) <= 80
@@ -62,8 +65,12 @@ def test_every_name_stays_inside_its_folder(name: str):
 
 
 def test_no_two_of_many_names_share_a_file():
-    names = [f"{p}{sep}{q}" for p in ("news", "News", "NEWS", LONG) for sep in " -_./:?"
-             for q in ("a", "A", "n8", "n16", "")]
+    names = [
+        f"{p}{sep}{q}"
+        for p in ("news", "News", "NEWS", LONG)
+        for sep in " -_./:?"
+        for q in ("a", "A", "n8", "n16", "")
+    ]
     names += [safe_name(n) for n in names]  # a name spelled like another's file name
     assert len({safe_name(n).lower() for n in set(names)}) == len(set(names))
 
@@ -74,8 +81,14 @@ def _dataset(name: str, text: str) -> Dataset:
 
 
 def _golden(ds: Dataset, output: str) -> GoldenSet:
-    return GoldenSet(identity=IDENT, dataset_name=ds.name, dataset_hash=ds.hash,
-                     settings=DecodingSettings(1, 8).as_dict(), outputs={"d0": output}, source={})
+    return GoldenSet(
+        identity=IDENT,
+        dataset_name=ds.name,
+        dataset_hash=ds.hash,
+        settings=DecodingSettings(1, 8).as_dict(),
+        outputs={"d0": output},
+        source={},
+    )
 
 
 def test_two_datasets_whose_names_used_to_collide_keep_their_own_goldens(tmp_path: Path):

@@ -7,13 +7,31 @@ from harness.model.vocab import Verdict
 from harness.verdict.boundaries import boundaries, boundary
 
 
-def _cell(size: int, beams: int, verdict: Verdict, degraded: tuple[int, ...] = (),
-          error: str | None = None) -> CellResult:
-    return CellResult(id=f"bs{size}-beam{beams}", batch_size=size, beam_width=beams, verdict=verdict,
-                      limits_verdict=Verdict.PASS, error=error, message="", cause=None, pattern=None,
-                      evidence=None, baseline_level=1.0, quality=0.5, quality_bs1=0.5, differing=0.0,
-                      drift=None, degraded_positions=degraded, nondeterministic_positions=(),
-                      omnibus=None, positions=(), limit_checks=())
+def _cell(
+    size: int, beams: int, verdict: Verdict, degraded: tuple[int, ...] = (), error: str | None = None
+) -> CellResult:
+    return CellResult(
+        id=f"bs{size}-beam{beams}",
+        batch_size=size,
+        beam_width=beams,
+        verdict=verdict,
+        limits_verdict=Verdict.PASS,
+        error=error,
+        message="",
+        cause=None,
+        pattern=None,
+        evidence=None,
+        baseline_level=1.0,
+        quality=0.5,
+        quality_bs1=0.5,
+        differing=0.0,
+        drift=None,
+        degraded_positions=degraded,
+        nondeterministic_positions=(),
+        omnibus=None,
+        positions=(),
+        limit_checks=(),
+    )
 
 
 P, F = Verdict.PASS, Verdict.FAIL
@@ -21,16 +39,24 @@ P, F = Verdict.PASS, Verdict.FAIL
 
 def test_a_ladder_names_its_first_failing_size_and_the_sizes_that_pass_again():
     """#17964: 1-4 pass, 5-7 run padded in the graph of 8 and fail, 8 passes."""
-    cells = [_cell(8, 1, P), *(_cell(b, 1, P) for b in (1, 2, 3, 4)), _cell(5, 1, F, (4,)),
-             _cell(6, 1, F, (4, 5)), _cell(7, 1, F, (4, 5, 6))]
+    cells = [
+        _cell(8, 1, P),
+        *(_cell(b, 1, P) for b in (1, 2, 3, 4)),
+        _cell(5, 1, F, (4,)),
+        _cell(6, 1, F, (4, 5)),
+        _cell(7, 1, F, (4, 5, 6)),
+    ]
     b = boundary(1, cells)
     assert (b.last_passing, b.first_failing, b.tested) == (4, 5, (1, 2, 3, 4, 5, 6, 7, 8))
-    assert b.message == "beam 1: batch sizes 1–4 pass; fails from 5 (positions 4–6); batch size 8 passes again"
+    assert (
+        b.message == "beam 1: batch sizes 1–4 pass; fails from 5 (positions 4–6); batch size 8 passes again"
+    )
 
 
 def test_every_size_passing_or_the_smallest_failing_or_an_engine_error():
     assert boundary(2, [_cell(1, 2, P), _cell(8, 2, P)]).message == (
-        "beam 2: every batch size tested passes (1, 8)")
+        "beam 2: every batch size tested passes (1, 8)"
+    )
     b = boundary(4, [_cell(1, 4, F, (0,))])
     assert (b.last_passing, b.first_failing) == (None, 1)
     b = boundary(2, [_cell(1, 2, P), _cell(8, 2, P), _cell(16, 2, Verdict.ERROR, error="RuntimeError: x")])
@@ -39,8 +65,15 @@ def test_every_size_passing_or_the_smallest_failing_or_an_engine_error():
 
 
 def test_untested_cells_say_nothing_about_their_size_and_widths_are_kept_apart():
-    cells = [_cell(1, 1, P), _cell(4, 1, Verdict.UNTESTED), _cell(8, 1, F, (7,)), _cell(1, 2, P),
-             _cell(8, 2, P)]
+    cells = [
+        _cell(1, 1, P),
+        _cell(4, 1, Verdict.UNTESTED),
+        _cell(8, 1, F, (7,)),
+        _cell(1, 2, P),
+        _cell(8, 2, P),
+    ]
     got = boundaries(cells)
     assert [(b.beam_width, b.tested, b.last_passing, b.first_failing) for b in got] == [
-        (1, (1, 8), 1, 8), (2, (1, 8), 8, None)]
+        (1, (1, 8), 1, 8),
+        (2, (1, 8), 8, None),
+    ]

@@ -7,8 +7,9 @@ from harness.model.vocab import CheckStatus, FindingKind, Layout, Verdict
 from harness.stages.analyse import cell_result
 from harness.verdict.failures import limits_failure, limits_unknown, positions_failure
 
-LIMITS = EngineLimits(layout=Layout.UNIFIED, max_batch_size=8, max_beam_width=1, max_input_len=384,
-                      max_seq_len=512)
+LIMITS = EngineLimits(
+    layout=Layout.UNIFIED, max_batch_size=8, max_beam_width=1, max_input_len=384, max_seq_len=512
+)
 
 
 def test_overflow_positions_follow_the_slot_arithmetic():
@@ -20,22 +21,31 @@ def test_overflow_positions_follow_the_slot_arithmetic():
 
 
 def _test(drop, flagged):
-    return DropTest(drop=drop, p_value=0.0, n=64, p_adjusted=1e-6 if flagged else 1.0,
-                    flagged=flagged)
+    return DropTest(drop=drop, p_value=0.0, n=64, p_adjusted=1e-6 if flagged else 1.0, flagged=flagged)
 
 
 def _stats(p, bad):
-    return PositionStats(position=p, n=64, agreement=0.1 if bad else 1.0, ci_low=None,
-                         ci_high=None, agreement_drop=0.9 if bad else 0.0,
-                         differing=1.0 if bad else 0.0, quality=0.1 if bad else 0.6,
-                         quality_bs1=0.6, position_test=_test(0.8 if bad else 0.0, bad),
-                         quality_test=_test(0.5 if bad else 0.0, bad), degraded=bad)
+    return PositionStats(
+        position=p,
+        n=64,
+        agreement=0.1 if bad else 1.0,
+        ci_low=None,
+        ci_high=None,
+        agreement_drop=0.9 if bad else 0.0,
+        differing=1.0 if bad else 0.0,
+        quality=0.1 if bad else 0.6,
+        quality_bs1=0.6,
+        position_test=_test(0.8 if bad else 0.0, bad),
+        quality_test=_test(0.5 if bad else 0.0, bad),
+        degraded=bad,
+    )
 
 
 def _result(cell, degraded, error=None, finding=None, notice=None):
     stats = tuple(_stats(p, p in degraded) for p in range(cell.batch_size))
-    analysis = CellAnalysis(cell, 1.0, stats, Verdict.FAIL if degraded else Verdict.PASS,
-                            f"{cell.id}: positions ... degraded")
+    analysis = CellAnalysis(
+        cell, 1.0, stats, Verdict.FAIL if degraded else Verdict.PASS, f"{cell.id}: positions ... degraded"
+    )
     return cell_result(cell, (), None if error else analysis, error, finding, notice)
 
 
@@ -51,26 +61,32 @@ def test_positions_failure_texts():
     assert positions_failure(_result(Cell(8, 4), [])) is None
     text = positions_failure(_result(Cell(8, 4), [2, 3, 4, 5, 6, 7]))
     assert text is not None
-    assert "position 7: agreement with the baseline 0.100, quality vs references 0.100 (batch size " \
-        "1: 0.600); 100% of outputs differ from batch size 1; below the other positions: drop " \
+    assert (
+        "position 7: agreement with the baseline 0.100, quality vs references 0.100 (batch size "
+        "1: 0.600); 100% of outputs differ from batch size 1; below the other positions: drop "
         "0.800" in text
-    assert positions_failure(_result(Cell(4, 2), [], error="RuntimeError: boom")) == \
-        "bs4-beam2: engine error: RuntimeError: boom"
+    )
+    assert (
+        positions_failure(_result(Cell(4, 2), [], error="RuntimeError: boom"))
+        == "bs4-beam2: engine error: RuntimeError: boom"
+    )
 
 
 def test_a_cell_the_engine_did_not_run_as_asked_is_untested_and_fails_its_test():
     result = _result(Cell(4, 1), [], notice="not batched")
     assert result.verdict == Verdict.UNTESTED and result.message == "bs4-beam1: positions ... degraded"
     assert result.headline == "bs4-beam1: not batched (bs4-beam1: positions ... degraded)"
-    assert positions_failure(result) == ("bs4-beam1: untested: not batched\n  measured all the "
-                                         "same: bs4-beam1: positions ... degraded")
+    assert positions_failure(result) == (
+        "bs4-beam1: untested: not batched\n  measured all the same: bs4-beam1: positions ... degraded"
+    )
 
 
 def test_a_cell_failed_by_the_omnibus_test_alone_fails_its_test():
     cell = Cell(8, 1)
     stats = tuple(_stats(p, False) for p in range(8))
-    analysis = CellAnalysis(cell, 1.0, stats, Verdict.FAIL, "bs8-beam1: quality drops across ...",
-                            omnibus=_test(0.05, True))
+    analysis = CellAnalysis(
+        cell, 1.0, stats, Verdict.FAIL, "bs8-beam1: quality drops across ...", omnibus=_test(0.05, True)
+    )
     assert analysis.spread
     text = positions_failure(cell_result(cell, (), analysis))
     assert text is not None
@@ -78,8 +94,10 @@ def test_a_cell_failed_by_the_omnibus_test_alone_fails_its_test():
 
 
 def test_limits_texts():
-    checks = (LimitCheck("bs8-beam4", "max_beam_width", CheckStatus.FAIL, "num_beams 4 exceeds ..."),
-              LimitCheck("bs8-beam4", "max_batch_size", CheckStatus.PASS, "ok"))
+    checks = (
+        LimitCheck("bs8-beam4", "max_beam_width", CheckStatus.FAIL, "num_beams 4 exceeds ..."),
+        LimitCheck("bs8-beam4", "max_batch_size", CheckStatus.PASS, "ok"),
+    )
     assert limits_failure(checks) == "bs8-beam4: num_beams 4 exceeds ..."
     assert limits_failure(checks[1:]) is None
     assert not limits_unknown(checks)
@@ -90,7 +108,12 @@ def test_limits_texts():
 def test_p_values_below_what_the_report_keeps_are_never_shown_as_zero():
     from harness.model.analysis import shown_p
 
-    assert [shown_p(p) for p in (0.0, 1e-15, 0.0031, 0.5, None)] == \
-        ["< 1e-12", "< 1e-12", "0.0031", "0.5", "–"]
+    assert [shown_p(p) for p in (0.0, 1e-15, 0.0031, 0.5, None)] == [
+        "< 1e-12",
+        "< 1e-12",
+        "0.0031",
+        "0.5",
+        "–",
+    ]
     text = positions_failure(_result(Cell(8, 4), [7]))
     assert text is not None and "(adjusted p 1e-06)" in text

@@ -11,8 +11,31 @@ from rouge_score import rouge_scorer
 
 from harness.verdict.scoring import lcs_length, rouge_l
 
-WORDS = ["the", "a", "cat", "cats", "running", "runs", "ran", "harbour", "Oslo", "é", "naïve", "42",
-         "4", "2", "x", "Über", "straße", "north-west", "can't", "TL;DR", "…", "---", "ümlaut"]
+WORDS = [
+    "the",
+    "a",
+    "cat",
+    "cats",
+    "running",
+    "runs",
+    "ran",
+    "harbour",
+    "Oslo",
+    "é",
+    "naïve",
+    "42",
+    "4",
+    "2",
+    "x",
+    "Über",
+    "straße",
+    "north-west",
+    "can't",
+    "TL;DR",
+    "…",
+    "---",
+    "ümlaut",
+]
 
 
 def reference(targets, predictions, use_stemmer):
@@ -21,10 +44,19 @@ def reference(targets, predictions, use_stemmer):
 
 
 ADVERSARIAL = [
-    ("", ""), ("", "some words"), ("some words", ""), ("!!! ??? ...", "--- ,,,"), ("...", "the cat"),
-    ("the " * 300, "the " * 299 + "cat"), ("a b " * 256, "b a " * 256), ("日本語 テキスト", "日本語"),
-    ("naïve café", "naive cafe"), ("Cats running quickly", "cat runs quick"), ("x", "x"),
-    ("The cat sat on the mat.", "the cat, sat on the mat"), ("42 4 2", "4 2 42"),
+    ("", ""),
+    ("", "some words"),
+    ("some words", ""),
+    ("!!! ??? ...", "--- ,,,"),
+    ("...", "the cat"),
+    ("the " * 300, "the " * 299 + "cat"),
+    ("a b " * 256, "b a " * 256),
+    ("日本語 テキスト", "日本語"),
+    ("naïve café", "naive cafe"),
+    ("Cats running quickly", "cat runs quick"),
+    ("x", "x"),
+    ("The cat sat on the mat.", "the cat, sat on the mat"),
+    ("42 4 2", "4 2 42"),
 ]
 
 
@@ -70,7 +102,9 @@ def test_lcs_against_the_textbook_table(a, b):
     table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
     for i in range(1, len(a) + 1):
         for j in range(1, len(b) + 1):
-            table[i][j] = table[i - 1][j - 1] + 1 if a[i - 1] == b[j - 1] else max(table[i - 1][j], table[i][j - 1])
+            table[i][j] = (
+                table[i - 1][j - 1] + 1 if a[i - 1] == b[j - 1] else max(table[i - 1][j], table[i][j - 1])
+            )
     assert lcs_length(tuple(a), b) == table[-1][-1]
 
 

@@ -30,12 +30,17 @@ def test_cut_keeps_short_texts_and_cuts_long_ones_to_a_prefix():
     assert cap.cut(solid) == "x" * 128
 
 
-def test_runaway_outputs_are_scored_capped_and_reported(tmp_path: Path, small_dataset: Path,
-                                                        monkeypatch):
+def test_runaway_outputs_are_scored_capped_and_reported(tmp_path: Path, small_dataset: Path, monkeypatch):
     monkeypatch.syspath_prepend(str(HERE))
-    values = {"engine": "fault_engines:Runaway", "dataset": str(small_dataset),
-              "batch_sizes": "1,2", "beam_widths": "1", "max_new_tokens": "8",
-              "report_dir": str(tmp_path / "reports"), "goldens_dir": str(tmp_path / "goldens")}
+    values = {
+        "engine": "fault_engines:Runaway",
+        "dataset": str(small_dataset),
+        "batch_sizes": "1,2",
+        "beam_widths": "1",
+        "max_new_tokens": "8",
+        "report_dir": str(tmp_path / "reports"),
+        "goldens_dir": str(tmp_path / "goldens"),
+    }
     started = time.perf_counter()
     result = run(RunConfig.from_options(values))
     assert time.perf_counter() - started < 120
@@ -45,7 +50,8 @@ def test_runaway_outputs_are_scored_capped_and_reported(tmp_path: Path, small_da
         [check] = [c for c in cell["limit_checks"] if c["name"] == "output_length"]
         n = 16 * cell["batch_size"]
         assert check["status"] == "warn" and check["message"].startswith(
-            f"{n} outputs ran past 8 x --max-new-tokens words (64, at most 512 characters)")
+            f"{n} outputs ran past 8 x --max-new-tokens words (64, at most 512 characters)"
+        )
         assert cell["limits_verdict"] == "pass"
     rows = [json.loads(line) for line in (result.report_dir / "generations.jsonl").read_text().splitlines()]
     assert all(len(r["output"].split()) > 20_000 for r in rows)  # kept whole

@@ -15,41 +15,65 @@ N = 32
 
 
 def _flag(drop: float, flagged: bool) -> DropTest:
-    return DropTest(drop=drop, p_value=1e-9 if flagged else 0.5, n=N,
-                      p_adjusted=1e-8 if flagged else 1.0, flagged=flagged)
+    return DropTest(
+        drop=drop, p_value=1e-9 if flagged else 0.5, n=N, p_adjusted=1e-8 if flagged else 1.0, flagged=flagged
+    )
 
 
 def evidence(cell, damaged, *, share=1.0, shorter=None, drop=0.6, positional=True):
     """A cell whose ``damaged`` positions lose ``drop`` quality on ``share`` of the prompts;
     ``positional``: the damage makes those positions worse than the others (else alike)."""
     hit_until = round(share * N)
-    harm = tuple(tuple(drop if p in damaged and i < hit_until else 0.0 for i in range(N))
-                 for p in range(cell.batch_size))
-    stats = tuple(PositionStats(
-        position=p, n=N, agreement=1 - sum(r) / N, ci_low=None, ci_high=None,
-        agreement_drop=sum(r) / N,
-        differing=sum(x > 0 for x in r) / N, quality=0.65 - sum(r) / N, quality_bs1=0.65,
-        position_test=_flag(sum(r) / N, positional and p in damaged),
-        quality_test=_flag(sum(r) / N, p in damaged), degraded=p in damaged)
-        for p, r in enumerate(harm))
+    harm = tuple(
+        tuple(drop if p in damaged and i < hit_until else 0.0 for i in range(N))
+        for p in range(cell.batch_size)
+    )
+    stats = tuple(
+        PositionStats(
+            position=p,
+            n=N,
+            agreement=1 - sum(r) / N,
+            ci_low=None,
+            ci_high=None,
+            agreement_drop=sum(r) / N,
+            differing=sum(x > 0 for x in r) / N,
+            quality=0.65 - sum(r) / N,
+            quality_bs1=0.65,
+            position_test=_flag(sum(r) / N, positional and p in damaged),
+            quality_test=_flag(sum(r) / N, p in damaged),
+            degraded=p in damaged,
+        )
+        for p, r in enumerate(harm)
+    )
     verdict = Verdict.FAIL if damaged else Verdict.PASS
     analysis = CellAnalysis(cell, 1.0, stats, verdict, "")
     return CellEvidence(analysis=analysis, harm=harm, shorter=shorter)
 
 
 def test_overflow_names_both_beam_widths_and_the_flag():
-    found = match([evidence(Cell(8, 4), set(range(2, 8))), evidence(Cell(8, 2), set(range(4, 8))),
-                   evidence(Cell(8, 1), set())], LIMITS_8x1)
+    found = match(
+        [
+            evidence(Cell(8, 4), set(range(2, 8))),
+            evidence(Cell(8, 2), set(range(4, 8))),
+            evidence(Cell(8, 1), set()),
+        ],
+        LIMITS_8x1,
+    )
     text = found[Cell(8, 4)].text
     assert found[Cell(8, 4)].kind == found[Cell(8, 2)].kind == "overflow"
-    assert text.startswith("positions >= 2 degraded at beam width 4 and positions >= 4 degraded "
-                           "at beam width 2: matches KV beam-slot overflow for max_batch_size 8 x "
-                           "max_beam_width 1 = 8 slots; rebuild with --max_beam_width 4")
+    assert text.startswith(
+        "positions >= 2 degraded at beam width 4 and positions >= 4 degraded "
+        "at beam width 2: matches KV beam-slot overflow for max_batch_size 8 x "
+        "max_beam_width 1 = 8 slots; rebuild with --max_beam_width 4"
+    )
 
 
 def test_overflow_is_inferred_without_limits_only_from_two_beam_widths_that_agree():
-    both = [evidence(Cell(8, 4), set(range(2, 8))), evidence(Cell(8, 2), set(range(4, 8))),
-            evidence(Cell(4, 2), set())]
+    both = [
+        evidence(Cell(8, 4), set(range(2, 8))),
+        evidence(Cell(8, 2), set(range(4, 8))),
+        evidence(Cell(4, 2), set()),
+    ]
     found = match(both, None)
     assert found[Cell(8, 4)].kind == "overflow" and "8 beam slots (inferred" in found[Cell(8, 4)].text
     assert "beam widths 2, 4" in found[Cell(8, 4)].text and found[Cell(8, 4)].evidence
@@ -64,8 +88,11 @@ def test_one_broken_slot_without_limits_is_not_called_overflow():
 
 
 def test_a_passing_beam_cell_contradicts_an_inferred_slot_count():
-    cells = [evidence(Cell(8, 4), set(range(2, 8))), evidence(Cell(8, 2), set(range(4, 8))),
-             evidence(Cell(4, 4), set())]  # 8 slots would break bs4-beam4 positions 2-3
+    cells = [
+        evidence(Cell(8, 4), set(range(2, 8))),
+        evidence(Cell(8, 2), set(range(4, 8))),
+        evidence(Cell(4, 4), set()),
+    ]  # 8 slots would break bs4-beam4 positions 2-3
     assert all(f.kind != "overflow" for f in match(cells, None).values())
 
 
@@ -112,8 +139,10 @@ def test_partial_reports_the_share_of_prompts():
 
 def _changed(cell: Cell, rows: dict[int, float], background: float = 0.0) -> tuple[tuple[float, ...], ...]:
     """Per position, 1.0 for the first share of prompts whose output differs from batch size 1."""
-    return tuple(tuple(1.0 if i < round(rows.get(p, background) * N) else 0.0 for i in range(N))
-                 for p in range(cell.batch_size))
+    return tuple(
+        tuple(1.0 if i < round(rows.get(p, background) * N) else 0.0 for i in range(N))
+        for p in range(cell.batch_size)
+    )
 
 
 def test_the_share_hit_comes_from_the_outputs_that_changed_not_a_quality_cut():
@@ -126,8 +155,9 @@ def test_the_share_hit_comes_from_the_outputs_that_changed_not_a_quality_cut():
     assert "100% of outputs at position 0 differ from batch size 1" in found.evidence
     # a third of the prompts changed there, on an engine where 30% change everywhere (drift)
     e = evidence(Cell(8, 1), {5}, share=0.3)
-    drifting = CellEvidence(analysis=e.analysis, harm=e.harm,
-                            changed=_changed(Cell(8, 1), {5: 0.53}, background=0.3))
+    drifting = CellEvidence(
+        analysis=e.analysis, harm=e.harm, changed=_changed(Cell(8, 1), {5: 0.53}, background=0.3)
+    )
     found = match([drifting], LIMITS_8x4)[Cell(8, 1)]
     assert found.kind == "partial" and "on about 32% of prompts" in found.text  # (53% - 31%) / 69%
 
@@ -140,21 +170,29 @@ def test_an_engine_wide_cause_is_named_only_where_every_failing_cell_shows_it():
     lengths = [50 + (7 * i) % 40 for i in range(N)]
     short = shortfall(plan, Cell(4, 1), lengths)
     by_length = evidence(Cell(4, 1), {0, 1, 2, 3}, shorter=short, positional=False)
-    by_length = CellEvidence(analysis=by_length.analysis, shorter=short,
-                             harm=tuple(tuple(0.8 if short[p][i] > 0 else 0.0 for i in range(N))
-                                        for p in range(4)))
+    by_length = CellEvidence(
+        analysis=by_length.analysis,
+        shorter=short,
+        harm=tuple(tuple(0.8 if short[p][i] > 0 else 0.0 for i in range(N)) for p in range(4)),
+    )
     assert match([by_length], LIMITS_8x4)[Cell(4, 1)].kind == "padding"  # alone, it fits
     flat = [evidence(Cell(8, w), set(range(8)), positional=False) for w in (1, 2)]
     found = match([by_length, *flat], LIMITS_8x4)
-    assert {c: f.kind for c, f in found.items()} == {Cell(4, 1): "all-positions", Cell(8, 1):
-                                                     "all-positions", Cell(8, 2): "all-positions"}
+    assert {c: f.kind for c, f in found.items()} == {
+        Cell(4, 1): "all-positions",
+        Cell(8, 1): "all-positions",
+        Cell(8, 2): "all-positions",
+    }
 
 
 def test_spread_and_no_guess():
     e = evidence(Cell(8, 1), set())
-    spread = CellEvidence(analysis=CellAnalysis(Cell(8, 1), 1.0, e.analysis.positions,
-                                                Verdict.FAIL, "", omnibus=_flag(0.04, True)),
-                          harm=e.harm)
+    spread = CellEvidence(
+        analysis=CellAnalysis(
+            Cell(8, 1), 1.0, e.analysis.positions, Verdict.FAIL, "", omnibus=_flag(0.04, True)
+        ),
+        harm=e.harm,
+    )
     assert spread.analysis.spread
     assert match([spread], LIMITS_8x4)[Cell(8, 1)].kind == "spread"
     # two scattered positions, nothing known: the failure stands without a guessed cause

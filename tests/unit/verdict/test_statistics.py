@@ -34,8 +34,9 @@ def test_one_sided_welch_p_matches_scipy():
     rng = random.Random(3)
     here = [rng.gauss(0.5, 0.2) for _ in range(20)]
     elsewhere = [rng.gauss(0.8, 0.1) for _ in range(140)]
-    expected = stats.ttest_ind([e - 0.02 for e in elsewhere], here, equal_var=False,
-                               alternative="greater").pvalue
+    expected = stats.ttest_ind(
+        [e - 0.02 for e in elsewhere], here, equal_var=False, alternative="greater"
+    ).pvalue
     assert one_sided_welch_p(here, elsewhere, 0.02) == pytest.approx(expected, rel=1e-9)
 
 
@@ -62,9 +63,11 @@ def _levels(quality, agreement=None) -> Levels:
 
 def _scores(cell, agreement, quality, differs=None) -> tuple[Cell, CellScores]:
     differs = differs or [[float(a < 1.0) for a in row] for row in agreement]
-    return cell, CellScores(baseline=tuple(tuple(r) for r in agreement),
-                            reference=tuple(tuple(r) for r in quality),
-                            differs=tuple(tuple(r) for r in differs))
+    return cell, CellScores(
+        baseline=tuple(tuple(r) for r in agreement),
+        reference=tuple(tuple(r) for r in quality),
+        differs=tuple(tuple(r) for r in differs),
+    )
 
 
 def analyze(scores, levels, **options) -> list[CellAnalysis]:
@@ -102,8 +105,9 @@ def test_a_heavily_drifting_healthy_engine_passes(rate):
     assert all(a.verdict == "pass" and not a.degraded_positions for a in out)
     bs8 = out[2]
     assert bs8.differing == pytest.approx(rate, abs=0.08)
-    assert bs8.drift.startswith(f"bs8-beam1: {bs8.differing:.0%} of outputs differ from batch size 1; "
-                                "quality against references ")
+    assert bs8.drift.startswith(
+        f"bs8-beam1: {bs8.differing:.0%} of outputs differ from batch size 1; quality against references "
+    )
     assert bs8.drift.endswith("not position-dependent")
 
 
@@ -115,8 +119,7 @@ def test_position_dependence_flags_the_broken_slots_exactly():
     bad_a = [rng.uniform(0.05, 0.3) for _ in range(N)]
     agreement = [[1.0] * N] * 2 + [bad_a] * 6
     quality = [q1] * 2 + [[0.1] * N] * 6
-    [a] = analyze([_scores(Cell(8, 4), agreement, quality)], {4: _levels(q1)}, tolerance=0.02,
-                  alpha=0.01)
+    [a] = analyze([_scores(Cell(8, 4), agreement, quality)], {4: _levels(q1)}, tolerance=0.02, alpha=0.01)
     assert a.degraded_positions == (2, 3, 4, 5, 6, 7) and a.verdict == "fail"
     assert all(a.positions[p].position_test.flagged for p in range(2, 8))
     assert not a.positions[0].position_test.flagged and not a.positions[1].degraded
@@ -131,8 +134,7 @@ def test_a_slot_that_only_changes_outputs_is_position_dependent():
     q1 = [rng.uniform(0.5, 0.8) for _ in range(N)]
     agreement = [[1.0] * N for _ in range(4)]
     agreement[3] = [rng.uniform(0.3, 0.6) for _ in range(N)]
-    [a] = analyze([_scores(Cell(4, 1), agreement, [q1] * 4)], {1: _levels(q1)}, tolerance=0.02,
-                  alpha=0.01)
+    [a] = analyze([_scores(Cell(4, 1), agreement, [q1] * 4)], {1: _levels(q1)}, tolerance=0.02, alpha=0.01)
     assert a.degraded_positions == (3,)
     assert a.positions[3].position_test.flagged and not a.positions[3].quality_test.flagged
 
@@ -144,8 +146,7 @@ def test_uniform_damage_is_caught_by_batch_size_quality():
     q1 = [rng.uniform(0.5, 0.8) for _ in range(N)]
     cut = [q * rng.uniform(0.3, 0.6) for q in q1]
     agreement = [[rng.uniform(0.3, 0.5) for _ in range(N)]] * 8
-    [a] = analyze([_scores(Cell(8, 1), agreement, [cut] * 8)], {1: _levels(q1)}, tolerance=0.02,
-                  alpha=0.01)
+    [a] = analyze([_scores(Cell(8, 1), agreement, [cut] * 8)], {1: _levels(q1)}, tolerance=0.02, alpha=0.01)
     assert a.degraded_positions == tuple(range(8))
     assert all(s.quality_test.flagged and not s.position_test.flagged for s in a.positions)
 
@@ -155,13 +156,11 @@ def test_without_references_quality_is_not_answered_and_position_dependence_stil
     q1 = [nan] * N
     agreement = [[1.0] * N for _ in range(4)]
     agreement[2] = [0.2] * N
-    [a] = analyze([_scores(Cell(4, 1), agreement, [q1] * 4)], {1: _levels(q1)}, tolerance=0.02,
-                  alpha=0.01)
+    [a] = analyze([_scores(Cell(4, 1), agreement, [q1] * 4)], {1: _levels(q1)}, tolerance=0.02, alpha=0.01)
     assert all(s.quality_test is None and s.quality is None for s in a.positions)
     assert a.omnibus is None and a.degraded_positions == (2,)
     uniform = [[0.3] * N] * 4
-    [b] = analyze([_scores(Cell(4, 1), uniform, [q1] * 4)], {1: _levels(q1)}, tolerance=0.02,
-                  alpha=0.01)
+    [b] = analyze([_scores(Cell(4, 1), uniform, [q1] * 4)], {1: _levels(q1)}, tolerance=0.02, alpha=0.01)
     assert b.verdict == "pass"  # damage alike everywhere: nothing can see it without references
 
 
@@ -169,22 +168,35 @@ def test_deterministic_gate_fails_any_position_that_differs():
     rng = random.Random(6)
     q1 = [rng.uniform(0.5, 0.8) for _ in range(N)]
     agreement, quality = _drifting(rng, q1, 0.1, 4)
-    [off] = analyze([_scores(Cell(4, 1), agreement, quality)], {1: _levels(q1)}, tolerance=0.02,
-                    alpha=0.01)
-    [on] = analyze([_scores(Cell(4, 1), agreement, quality)], {1: _levels(q1)}, tolerance=0.02,
-                   alpha=0.01, deterministic=True)
+    [off] = analyze([_scores(Cell(4, 1), agreement, quality)], {1: _levels(q1)}, tolerance=0.02, alpha=0.01)
+    [on] = analyze(
+        [_scores(Cell(4, 1), agreement, quality)],
+        {1: _levels(q1)},
+        tolerance=0.02,
+        alpha=0.01,
+        deterministic=True,
+    )
     assert off.verdict == "pass" and on.verdict == "fail"
     assert on.nondeterministic_positions == (0, 1, 2, 3)
     assert "--deterministic expects every output to equal batch size 1's" in on.message
     same = [[1.0] * N] * 4
-    [clean] = analyze([_scores(Cell(4, 1), same, [q1] * 4)], {1: _levels(q1)}, tolerance=0.02,
-                      alpha=0.01, deterministic=True)
+    [clean] = analyze(
+        [_scores(Cell(4, 1), same, [q1] * 4)],
+        {1: _levels(q1)},
+        tolerance=0.02,
+        alpha=0.01,
+        deterministic=True,
+    )
     assert clean.verdict == "pass" and clean.drift is None
 
 
 def test_batch_size_one_is_not_tested():
-    [a] = analyze([_scores(Cell(1, 1), [[1.0] * 10], [[0.5] * 10])], {1: _levels([0.5] * 10)},
-                  tolerance=0.02, alpha=0.01)
+    [a] = analyze(
+        [_scores(Cell(1, 1), [[1.0] * 10], [[0.5] * 10])],
+        {1: _levels([0.5] * 10)},
+        tolerance=0.02,
+        alpha=0.01,
+    )
     assert a.positions[0].position_test is None and a.positions[0].quality_test is None
     assert a.verdict == "pass" and a.omnibus is None
 
@@ -200,8 +212,7 @@ def test_damage_spread_thinly_fails_the_cell_through_the_omnibus_test():
             for i in range(4):
                 row[(p * 7 + i * 16) % N] = 0.4
         rows.append(row)
-    [a] = analyze([_scores(Cell(8, 1), [[1.0] * N] * 8, rows)], {1: _levels(q1)}, tolerance=0.0,
-                  alpha=0.05)
+    [a] = analyze([_scores(Cell(8, 1), [[1.0] * N] * 8, rows)], {1: _levels(q1)}, tolerance=0.0, alpha=0.05)
     assert a.degraded_positions == ()
     assert a.spread and a.verdict == "fail"
     assert a.omnibus.drop == pytest.approx(6 * 4 * 0.6 / (8 * N))
@@ -215,8 +226,7 @@ def test_every_test_joins_one_holm_family():
     cell = Cell(4, 2)
     q1 = [1.0] * 30
     quality = [[1.0] * 30 for _ in range(3)] + [[rng.uniform(0.93, 1.0) for _ in range(30)]]
-    [b] = analyze([_scores(cell, [[1.0] * 30] * 4, quality)], {2: _levels(q1)}, tolerance=0.02,
-                  alpha=0.01)
+    [b] = analyze([_scores(cell, [[1.0] * 30] * 4, quality)], {2: _levels(q1)}, tolerance=0.02, alpha=0.01)
     raw = b.positions[3].quality_test.p_value
     assert 1e-6 < raw < 1e-3  # large enough for the comparisons below to mean something
     tests = [t for s in b.positions for t in (s.position_test, s.quality_test, s.change_test)]
@@ -224,13 +234,13 @@ def test_every_test_joins_one_holm_family():
     assert len(tests) == 13
     smallest = min(t.p_value for t in tests)
     assert min(t.p_adjusted for t in tests) == pytest.approx(13 * smallest, rel=1e-9, abs=0)
-    [c] = analyze([_scores(cell, [[1.0] * 30] * 4, quality)], {2: _levels(q1)}, tolerance=0.02,
-                  alpha=0.01, family=135)
+    [c] = analyze(
+        [_scores(cell, [[1.0] * 30] * 4, quality)], {2: _levels(q1)}, tolerance=0.02, alpha=0.01, family=135
+    )
     assert c.positions[3].quality_test.p_value == raw
     padded = [t for s in c.positions for t in (s.position_test, s.quality_test, s.change_test)]
     padded.append(c.omnibus)
-    assert min(t.p_adjusted for t in padded) == pytest.approx(min(135 * smallest, 1.0), rel=1e-9,
-                                                               abs=0)
+    assert min(t.p_adjusted for t in padded) == pytest.approx(min(135 * smallest, 1.0), rel=1e-9, abs=0)
 
 
 def test_sparse_cells_test_each_position_on_its_own_prompts():
@@ -243,9 +253,22 @@ def test_sparse_cells_test_each_position_on_its_own_prompts():
     a1 = [nan if i % 2 == 0 else 0.1 + 0.01 * (i % 5) for i in range(40)]
     q0 = [0.7 if i % 2 == 0 else nan for i in range(40)]
     q1_row = [nan if i % 2 == 0 else 0.1 for i in range(40)]
-    [a] = analyze([_scores(cell, [a0, a1], [q0, q1_row], [[0.0 if not math.isnan(x) else nan for x in a0],
-                                                         [1.0 if not math.isnan(x) else nan for x in a1]])],
-                  {1: _levels(q1)}, tolerance=0.02, alpha=0.01)
+    [a] = analyze(
+        [
+            _scores(
+                cell,
+                [a0, a1],
+                [q0, q1_row],
+                [
+                    [0.0 if not math.isnan(x) else nan for x in a0],
+                    [1.0 if not math.isnan(x) else nan for x in a1],
+                ],
+            )
+        ],
+        {1: _levels(q1)},
+        tolerance=0.02,
+        alpha=0.01,
+    )
     assert [s.n for s in a.positions] == [20, 20]
     assert a.degraded_positions == (1,)
     assert a.positions[1].quality_test.drop == pytest.approx(0.6)
@@ -261,16 +284,21 @@ def test_each_cell_says_the_smallest_quality_drop_it_detects():
     rng = random.Random(5)
     q1 = [rng.uniform(0.4, 0.8) for _ in range(32)]
     quality = [[q + rng.gauss(0.0, 0.05) for q in q1] for _ in range(4)]
-    [one, four] = analyze([_scores(Cell(1, 1), [[1.0] * 32], [q1]),
-                           _scores(Cell(4, 1), [[1.0] * 32] * 4, quality)],
-                          {1: _levels(q1)}, tolerance=0.02, alpha=0.01)
+    [one, four] = analyze(
+        [_scores(Cell(1, 1), [[1.0] * 32], [q1]), _scores(Cell(4, 1), [[1.0] * 32] * 4, quality)],
+        {1: _levels(q1)},
+        tolerance=0.02,
+        alpha=0.01,
+    )
     assert one.detectable is None  # batch size 1 is the level, not tested
     tests = 3 * 4 + 1  # three tests per position (position, quality, changes) and the omnibus
     sds = [stats.tstd([b - q for q, b in zip(row, q1)]) for row in quality]
-    assert four.detectable == pytest.approx(max(
-        min_detectable_drop(32, sd, tolerance=0.02, alpha=0.01, tests=tests) for sd in sds))
-    [same] = analyze([_scores(Cell(4, 1), [[1.0] * 32] * 4, [q1] * 4)], {1: _levels(q1)},
-                     tolerance=0.02, alpha=0.01)
+    assert four.detectable == pytest.approx(
+        max(min_detectable_drop(32, sd, tolerance=0.02, alpha=0.01, tests=tests) for sd in sds)
+    )
+    [same] = analyze(
+        [_scores(Cell(4, 1), [[1.0] * 32] * 4, [q1] * 4)], {1: _levels(q1)}, tolerance=0.02, alpha=0.01
+    )
     assert same.detectable == pytest.approx(0.02)  # no spread: the tolerance itself
 
 
@@ -292,8 +320,13 @@ def test_sparse_large_damage_is_found_by_the_changed_outputs_it_leaves():
     rng = random.Random(11)
     q1 = [rng.uniform(0.5, 0.8) for _ in range(N)]
     hit = sorted(rng.sample(range(N), 15))
-    [a] = analyze([_scores(Cell(8, 1), *_sparse_damage(rng, q1, 3, hit))], {1: _levels(q1)},
-                  tolerance=0.02, alpha=0.01, family=135)
+    [a] = analyze(
+        [_scores(Cell(8, 1), *_sparse_damage(rng, q1, 3, hit))],
+        {1: _levels(q1)},
+        tolerance=0.02,
+        alpha=0.01,
+        family=135,
+    )
     s = a.positions[3]
     assert not s.position_test.flagged and not s.quality_test.flagged
     assert s.change_test.flagged and s.change_test.drop == pytest.approx(15 / N)
@@ -311,8 +344,13 @@ def test_outputs_that_change_at_one_position_without_a_loss_are_not_damage():
     differs = [[0.0] * N for _ in range(8)]
     for i in rng.sample(range(N), 21):
         agreement[5][i], differs[5][i] = 0.98, 1.0  # one word changed
-    [a] = analyze([_scores(Cell(8, 1), agreement, [q1] * 8, differs)], {1: _levels(q1)},
-                  tolerance=0.02, alpha=0.01, family=135)
+    [a] = analyze(
+        [_scores(Cell(8, 1), agreement, [q1] * 8, differs)],
+        {1: _levels(q1)},
+        tolerance=0.02,
+        alpha=0.01,
+        family=135,
+    )
     assert a.positions[5].change_test.flagged
     assert a.degraded_positions == () and a.verdict == "pass"
     assert a.drift.endswith("more of them at position 5 than at the others, without a loss there")
@@ -328,8 +366,7 @@ def test_drift_that_changes_every_position_alike_never_trips_the_change_test(rat
     rejected = tested = 0
     for _ in range(200):
         agreement, quality = _drifting(rng, q1, rate, 8)
-        [a] = analyze([_scores(Cell(8, 1), agreement, quality)], {1: _levels(q1)},
-                      tolerance=0.02, alpha=0.01)
+        [a] = analyze([_scores(Cell(8, 1), agreement, quality)], {1: _levels(q1)}, tolerance=0.02, alpha=0.01)
         tested += len(a.positions)
         rejected += sum(s.change_test.p_value < 0.01 for s in a.positions)
         assert a.verdict == "pass"
@@ -358,9 +395,11 @@ def test_sparse_cells_count_changes_with_fishers_exact_test():
     from harness.verdict.statistics import change_test
 
     nan = math.nan
-    differs = [[1.0, 1.0, 1.0, 0.0, nan, nan, nan, nan, nan, nan, nan, nan],
-               [nan, nan, nan, nan, 0.0, 0.0, 1.0, 0.0, nan, nan, nan, nan],
-               [nan, nan, nan, nan, nan, nan, nan, nan, 0.0, 0.0, 0.0, 1.0]]
+    differs = [
+        [1.0, 1.0, 1.0, 0.0, nan, nan, nan, nan, nan, nan, nan, nan],
+        [nan, nan, nan, nan, 0.0, 0.0, 1.0, 0.0, nan, nan, nan, nan],
+        [nan, nan, nan, nan, nan, nan, nan, nan, 0.0, 0.0, 0.0, 1.0],
+    ]
     agreement = [[0.5 if not math.isnan(d) else nan for d in row] for row in differs]
     t = change_test(differs, agreement, 0)
     expected = stats.fisher_exact([[3, 1], [2, 6]], alternative="greater").pvalue
