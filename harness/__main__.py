@@ -97,23 +97,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(result.message)
         return 0
     report = result.report
-    assert report is not None
     for line in [
         *header_lines(report),
         legend(report),
         *cell_lines(report),
         *finding_lines(report),
-        *footer_lines(report, result.report_dir),
+        *footer_lines(report, result.folder),
     ]:
         print(line)
-    return 0 if result.verdict == Verdict.PASS else 1
+    return 0 if report.verdict == Verdict.PASS else 1
 
 
 def dry_run(config: RunConfig) -> int:
     """--dry-run: the plan, what it may generate, the build-limit checks and an estimate of the
     time, from the options, config.json, the dataset and the tokenizer files; nothing loads or
     generates. Exit 1 when a cell exceeds a build limit."""
-    from harness.stages.plan_only import estimate_line, plan_only
+    from harness.report.estimate import estimate_line
+    from harness.stages.plan_only import plan_only
 
     planned = plan_only(config)
     for line in [
@@ -126,16 +126,16 @@ def dry_run(config: RunConfig) -> int:
 
 
 def cmd_build_engine(args: argparse.Namespace) -> int:
-    from harness.engines.emulator.build import BuildLimits, build_engine
+    from harness.engines.emulator.build import build_engine, build_limits
     from harness.engines.emulator.faults import parse_drift, parse_fault, split_fault
 
-    limits = BuildLimits(
+    limits = build_limits(
         max_batch_size=args.max_batch_size,
         max_beam_width=args.max_beam_width,
         max_input_len=args.max_input_len,
         max_seq_len=args.max_seq_len,
     )
-    fault = parse_fault(args.fault, max_batch_size=limits.max_batch_size) if args.fault else None
+    fault = parse_fault(args.fault, max_batch_size=args.max_batch_size) if args.fault else None
     fault, drift = split_fault(fault, parse_drift(args.drift) if args.drift else None)
     path = build_engine(
         Path(args.output),
@@ -157,8 +157,8 @@ def cmd_build_engine(args: argparse.Namespace) -> int:
 def cmd_lint(args: argparse.Namespace) -> int:
     import json
 
-    from harness.limits.lint import format_text, lint
     from harness.model.vocab import Verdict
+    from harness.tools.lint import format_text, lint
 
     result = lint(
         args.engine_dir,
@@ -286,7 +286,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if isinstance(result, FollowerRun):  # under MPI rank 0 reports the figures
         print(result.message)
         return 0
-    timing = result.timing
+    report = result.report
+    timing = report.timing
     engine = timing.engine_generate_s
     breakdown = {
         "startup_s": round(startup, 3),  # process start -> run() called
@@ -300,19 +301,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
         # run() returned -> the report is written; harness_total_s ends where writing begins
         "report_s": round(wall - startup - timing.harness_total_s, 3),
     }
-    cells = [c.id for c in result.cells]
+    cells = [c.id for c in report.cells]
     out = {
-        "engine": result.engine.path,
-        "backend": result.engine.backend,
+        "engine": report.engine.path,
+        "backend": report.engine.backend,
         "cells": cells,
-        "sequences": result.plan.sequences(),
+        "sequences": report.method.sequences,
         "engine_calls": timing.engine_calls,
         "engine_generate_s": round(engine, 3),
         "harness_wall_s": round(wall, 3),
         "ratio": round(wall / engine, 4) if engine > 0 else None,
         "target_ratio": 1.10,
         "breakdown": breakdown,
-        "report_dir": str(result.report_dir),
+        "report_dir": str(result.folder),
     }
     if args.json:
         print(json.dumps(out, indent=2))
@@ -329,7 +330,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "where the rest goes: "
         + ", ".join(f"{k} {v}" for k, v in breakdown.items() if k != "engine_generate_s")
     )
-    print(f"report: {result.report_dir}")
+    print(f"report: {result.folder}")
     return 0
 
 

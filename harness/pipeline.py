@@ -1,40 +1,49 @@
 """The whole run, one way: prepare -> generate -> score -> analyse -> report.
 
 ``run(config)`` is what both the pytest plugin and ``python -m harness run`` call; this
-module only calls the stages (``harness.stages``, ``harness.report``) in order and gathers
-what they return in a ``RunResult``. docs/architecture.md shows the flow.
+module only calls the stages (``harness.stages``, ``harness.report``) in order and returns
+the report they produced. docs/architecture.md shows the flow.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config import RunConfig
 from harness.engines import guard
 from harness.engines.base import Engine
 from harness.errors import Interrupted, StorageError
-from harness.model.report import Timing
+from harness.model.report import Report, Timing
 from harness.progress import ProgressFactory
+from harness.report.build import build_report
 from harness.report.files import write_report
-from harness.stages.analyse import analyse, cell_results
-from harness.stages.generate import follow, generate_all, interrupted, output_checks
+from harness.stages.analyse import analyse
+from harness.stages.generate import follow, generate_all, interrupted
 from harness.stages.prepare import prepare
 from harness.stages.record import record_goldens
-from harness.stages.run import Baseline, FollowerRun, Generated, Prepared, RunResult, Scored
+from harness.stages.run import FollowerRun, Generated, Prepared
 from harness.stages.score import EarlyScorer, baselines, score_all
 from harness.storage.folders import new_report_dir
 from harness.storage.generations import GenerationsLog
 from harness.storage.goldens import GoldenSet
 
-__all__ = ["FollowerRun", "RunResult", "execute", "prepare", "run"]
+__all__ = ["FollowerRun", "RunOutcome", "execute", "prepare", "run"]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """A finished run (rank 0's): its sealed report and the folder it was written to."""
+
+    report: Report
+    folder: Path
 
 
 def run(
     config: RunConfig, *, progress: ProgressFactory | None = None, engine: Engine | None = None
-) -> RunResult | FollowerRun:
+) -> RunOutcome | FollowerRun:
     """Run the pipeline once and write the report; raises HarnessError for bad input.
     Under MPI, ranks other than 0 return a FollowerRun (see ``execute``)."""
     return execute(prepare(config, engine=engine), progress=progress)
@@ -77,88 +86,38 @@ def _generate(
     return generated, goldens, tuple(written), unsaved
 
 
-def _result(
-    prep: Prepared,
-    generated: Generated,
-    scored: Scored,
-    bases: dict[int, Baseline],
-    written: tuple[str, ...],
-    timing: Timing,
-    report_dir: Path,
-) -> RunResult:
-    """Analyse the scores and gather everything the report needs."""
-    config, plan = prep.config, prep.plan
-    lengths = prep.lengths()
-    analyses, findings = analyse(
-        scored.cells,
-        scored.levels,
-        plan,
-        lengths,
-        prep.limits,
-        tolerance=config.tolerance,
-        alpha=config.alpha,
-        deterministic=config.deterministic,
-    )
-    errors = {**generated.errors, **scored.unscored}
-    checks = output_checks(prep.checks, generated.capped, config.max_new_tokens)
-    notices = {c: out.notice for c, out in generated.outputs.items()}
-    cells = cell_results(plan.cells, checks, analyses, errors, findings, notices)
-    return RunResult(
-        config=config,
-        engine=prep.engine.info,
-        limits=prep.limits,
-        dataset=prep.dataset,
-        plan=plan,
-        baselines=bases,
-        cells=cells,
-        outputs=tuple(generated.outputs[c] for c in plan.all_cells if c in generated.outputs),
-        started=prep.started.isoformat(timespec="seconds"),
-        seconds=time.perf_counter() - prep.t0,
-        memory=prep.memory,
-        cache=prep.cache.stats if prep.cache else None,
-        finished=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        goldens_written=written,
-        report_dir=report_dir,
-        prompts=prep.prompts,
-        ranks=prep.ranks,
-        timing=timing,
-        scores=scored.cells,
-        levels=scored.levels,
-        grid=prep.grid or plan.cells,
-        prompt_lengths=lengths,
-    )
-
-
 def execute(
     prep: Prepared, *, progress: ProgressFactory | None = None, overlap: bool = True
-) -> RunResult | FollowerRun:
-    """Generate every planned batch, score, analyse and write the report (rank 0); other
+) -> RunOutcome | FollowerRun:
+    """Generate every planned batch, score, decide and write the report (rank 0); other
     ranks only generate, in step (``follow``).
 
     With ``overlap`` each cell is scored in a worker thread as soon as it and its baseline
     exist, while the engine generates the next cells; the scores are the same as scoring
-    afterwards (same function, same texts). The analysis waits for every cell (Holm's
+    afterwards (same function, same texts). The decision waits for every cell (Holm's
     correction spans all tests). Runs that record goldens score afterwards: their baseline
     exists only once the run is complete.
     """
     if not prep.ranks.is_root:
         return follow(prep, progress)
     timing = dataclasses.replace(prep.timing)
-    report_dir = new_report_dir(prep.config.report_dir, prep.engine.info.backend, prep.started)
+    folder = new_report_dir(prep.config.report_dir, prep.engine.info.backend, prep.started)
     early = EarlyScorer(prep) if overlap and not prep.config.update_goldens else None
     log = GenerationsLog(
-        report_dir / "generations.jsonl", [d.id for d in prep.dataset.documents], root=prep.config.report_dir
+        folder / "generations.jsonl", [d.id for d in prep.dataset.documents], root=prep.config.report_dir
     )
     generated, goldens, written, unsaved = _generate(prep, progress, timing, early, log)
     t_after = time.perf_counter()
     bases = baselines(prep, goldens, generated)
     scored = score_all(prep, bases, generated, early, timing)
-    result = _result(prep, generated, scored, bases, written, timing, report_dir)
+    decision = analyse(prep, generated, scored)
     now = time.perf_counter()
     timing.after_generation_s = now - t_after
     timing.harness_total_s = now - prep.t0
     timing.scoring_overlapped = early is not None
-    report = write_report(result, report_dir)
+    report = write_report(
+        build_report(prep, generated, bases, scored, decision, timing=timing, written=written), folder
+    )
     if unsaved is not None:  # the run is complete and its report kept; the goldens are not
-        raise StorageError(f"{unsaved}; the run's report was kept in {report_dir}")
-    return dataclasses.replace(result, report=report)
+        raise StorageError(f"{unsaved}; the run's report was kept in {folder}")
+    return RunOutcome(report, folder)

@@ -16,6 +16,7 @@ and false-alarm rates are in docs/method.md.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from harness.config import DEFAULT_BATCH_SIZES
@@ -88,15 +89,40 @@ class Plan:
             f"--rotation {other} would need {alt.sequences():,} sequences)"
         )
 
+    def seats(self, cell: Cell) -> Iterator[tuple[int, int]]:
+        """Every (position, document) a batch of ``cell`` seats."""
+        for batch in self.batches(cell):
+            yield from enumerate(batch.documents)
+
+    def shortfall(self, cell: Cell, lengths: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+        """For every position and document of ``cell``: how many tokens shorter the prompt was
+        than the longest prompt of its batch (the padding it needed; 0 where it never sat)."""
+        out = [[0] * len(self.order) for _ in range(cell.batch_size)]
+        for batch in self.batches(cell):
+            longest = max(lengths[d] for d in batch.documents)
+            for position, doc in enumerate(batch.documents):
+                out[position][doc] = longest - lengths[doc]
+        return tuple(tuple(row) for row in out)
+
     def sequences(self) -> int:
         """Number of prompts sent to the engine over the whole plan."""
         return sum(len(self.batches(c)) * c.batch_size for c in self.all_cells)
 
 
-def choose_batch_sizes(requested: tuple[int, ...] | None, max_batch_size: int | None) -> tuple[int, ...]:
-    """The requested batch sizes, or the default grid capped at the engine's maximum."""
+def choose_batch_sizes(
+    requested: tuple[int, ...] | None, max_batch_size: int | None, *, sweep: bool = False, engine: str = ""
+) -> tuple[int, ...]:
+    """The requested batch sizes; with --sweep every size up to the engine's max_batch_size;
+    else the default grid capped at it."""
     if requested is not None:
         return requested
+    if sweep:
+        if max_batch_size is None:
+            raise ConfigError(
+                f"--sweep: {engine} records no max_batch_size (no TensorRT-LLM config.json); bound "
+                "the sweep yourself with --batch-sizes 1-N --rotation sparse"
+            )
+        return tuple(range(1, max_batch_size + 1))
     if max_batch_size is None:
         return DEFAULT_BATCH_SIZES
     capped = tuple(b for b in DEFAULT_BATCH_SIZES if b <= max_batch_size)
@@ -106,6 +132,19 @@ def choose_batch_sizes(requested: tuple[int, ...] | None, max_batch_size: int | 
 def cells_for(batch_sizes: tuple[int, ...], beam_widths: tuple[int, ...]) -> tuple[Cell, ...]:
     """Cells in report order: by beam width, then batch size."""
     return tuple(Cell(b, w) for w in beam_widths for b in batch_sizes)
+
+
+def grid(
+    batch_sizes: tuple[int, ...] | None,
+    beam_widths: tuple[int, ...],
+    max_batch_size: int | None,
+    *,
+    sweep: bool = False,
+    engine: str = "",
+) -> tuple[Cell, ...]:
+    """Every cell of a run's grid (before --shard picks its part), from the options and the
+    engine's max_batch_size (``choose_batch_sizes``)."""
+    return cells_for(choose_batch_sizes(batch_sizes, max_batch_size, sweep=sweep, engine=engine), beam_widths)
 
 
 SPARSE_MIN = 5  # prompts per position below which --rotation sparse is refused

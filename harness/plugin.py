@@ -23,13 +23,14 @@ from harness.stop_signals import stop_signals
 
 if TYPE_CHECKING:
     from harness.engines.base import Engine
-    from harness.engines.ranks import Ranks
     from harness.model.cell import Cell
     from harness.model.limits import LimitCheck
+    from harness.model.ranks import Ranks
     from harness.model.report import CellResult
+    from harness.pipeline import RunOutcome
     from harness.progress import ProgressFactory
     from harness.stages.plan_only import PlanOnly
-    from harness.stages.run import FollowerRun, Prepared, RunResult
+    from harness.stages.run import FollowerRun, Prepared
 
 DEST_PREFIX = "harness_"
 # a test that asks for one of these needs the engine loaded (and, for results, generating)
@@ -56,7 +57,7 @@ class HarnessState:
     error: str | None = None
     prepared: Prepared | None = None
     planned: PlanOnly | None = None  # the plan and limit checks alone, when nothing generates
-    result: RunResult | FollowerRun | None = None
+    result: RunOutcome | FollowerRun | None = None
     engine: Engine | None = None  # a second engine, loaded after the run closed the first
     signals: ExitStack = field(default_factory=ExitStack)  # SIGTERM/SIGHUP handlers, restored at the end
 
@@ -199,7 +200,7 @@ def _selection_line(items: Sequence[pytest.Item], state: HarnessState) -> str | 
 
 def _dry_run(config: pytest.Config) -> None:
     """--collect-only: what the run would cost and check, without loading the engine."""
-    from harness.stages.plan_only import estimate_line
+    from harness.report.estimate import estimate_line
 
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     planned = _planned(config, announce=False)
@@ -272,7 +273,7 @@ def _planned(config: pytest.Config, *, announce: bool = True) -> PlanOnly:
     return state.planned
 
 
-def _run(config: pytest.Config) -> RunResult | FollowerRun:
+def _run(config: pytest.Config) -> RunOutcome | FollowerRun:
     state = _state(config)
     if state.result is None:
         from harness.pipeline import execute
@@ -351,13 +352,13 @@ def _skip_unless_root(ranks: Ranks) -> None:
 
 
 @pytest.fixture(scope="session")
-def harness_result(request: pytest.FixtureRequest) -> RunResult:
+def harness_result(request: pytest.FixtureRequest) -> RunOutcome:
     """The session's single pipeline run (rank 0's; other ranks skip, see _skip_unless_root)."""
-    from harness.stages.run import RunResult
+    from harness.pipeline import RunOutcome
 
     result = _run(request.config)
     _skip_unless_root(_prepare(request.config).ranks)
-    assert isinstance(result, RunResult)  # rank 0: other ranks skipped above
+    assert isinstance(result, RunOutcome)  # rank 0: other ranks skipped above
     return result
 
 
@@ -392,7 +393,7 @@ def harness_engine(request: pytest.FixtureRequest) -> Engine:
 def harness_cell_checks(request: pytest.FixtureRequest, harness_cell: Cell) -> tuple[LimitCheck, ...]:
     """The build-limit checks of this test's cell (from config.json; nothing generated): those
     of the loaded engine when the session loads it, else those made without loading it."""
-    from harness.engines.ranks import current
+    from harness.limits.ranks import current
 
     prepared = _state(request.config).prepared
     _skip_unless_root(prepared.ranks if prepared is not None else current())
@@ -406,17 +407,17 @@ def harness_cell_checks(request: pytest.FixtureRequest, harness_cell: Cell) -> t
 
 @pytest.fixture
 def harness_cell_result(
-    request: pytest.FixtureRequest, harness_result: RunResult, harness_cell: Cell
+    request: pytest.FixtureRequest, harness_result: RunOutcome, harness_cell: Cell
 ) -> CellResult:
     """The result of the cell this test is parametrized with, cleaned: its error and messages
     reach the terminal (the test's failure) and its JUnit properties a file."""
-    for c in harness_result.cells:
+    for c in harness_result.report.cells:
         if c.cell == harness_cell:
             c = cleaned(c)
             props: list[tuple[str, object]] = [
                 ("cell", c.id),
                 ("verdict", c.verdict),
-                ("report", clean(str(harness_result.report_dir))),
+                ("report", clean(str(harness_result.folder))),
             ]
             if c.positions:
                 props.append(("degraded_positions", ",".join(map(str, c.degraded_positions))))
@@ -445,12 +446,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         _say(tr, result.message)
         return
     report = result.report
-    assert report is not None
     for line in [
         *header_lines(report),
         legend(report),
         *cell_lines(report),
         *drift_lines(report),
-        *footer_lines(report, result.report_dir),
+        *footer_lines(report, result.folder),
     ]:
         _say(tr, line)

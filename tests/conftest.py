@@ -57,7 +57,7 @@ def small_dataset(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def engine_factory(tmp_path_factory):
     """build(max_batch_size, max_beam_width) -> engine directory (cached per session)."""
-    from harness.engines.emulator.build import BuildLimits, build_engine
+    from harness.engines.emulator.build import build_engine, build_limits
 
     root = tmp_path_factory.mktemp("engines")
     built: dict[tuple[int, int], Path] = {}
@@ -65,7 +65,7 @@ def engine_factory(tmp_path_factory):
     def build(batch: int, beam: int) -> Path:
         if (batch, beam) not in built:
             built[(batch, beam)] = build_engine(
-                root / f"bs{batch}-bw{beam}", BuildLimits(max_batch_size=batch, max_beam_width=beam)
+                root / f"bs{batch}-bw{beam}", build_limits(max_batch_size=batch, max_beam_width=beam)
             )
         return built[(batch, beam)]
 

@@ -13,17 +13,29 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from harness.config import DecodingSettings
-from harness.model.report import KvCacheReuse
-from harness.model.vocab import CacheReuse, Word
+from harness.model.engine import EngineInfo
+from harness.model.limits import EngineLimits
+from harness.model.vocab import Word
 
-UNSAID_REUSE = KvCacheReuse(
-    CacheReuse.UNKNOWN,
-    "the engine does not say whether it serves a prompt's prefill from KV-cache blocks of earlier requests",
-)
+# the interface a plug-in engine uses: its outputs, its record, and what it may raise
+__all__ = [
+    "AdoptedEngine",
+    "BatchError",
+    "Engine",
+    "EngineBase",
+    "EngineInfo",
+    "FailureKind",
+    "Generation",
+    "RequestTiming",
+    "as_engine",
+    "as_generation",
+    "class_label",
+    "code_class",
+]
 
 
 class FailureKind(Word):
@@ -72,23 +84,12 @@ class Generation:
     timing: RequestTiming | None = None
 
 
-@dataclass(frozen=True)
-class EngineInfo:
-    """What the report and the goldens need to know about an engine."""
-
-    backend: str
-    path: str
-    identity: str  # the model's identity (weights hash): goldens are keyed by it
-    config: dict[str, Any] | None = None  # the engine's config.json, when it has one
-    details: dict[str, Any] = field(default_factory=dict)
-    kv_cache_reuse: KvCacheReuse = UNSAID_REUSE  # the backend sets what it asked for and how
-
-
 @runtime_checkable
 class Engine(Protocol):
     """The small interface a backend implements (see the module docstring)."""
 
     info: EngineInfo
+    limits: EngineLimits | None
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]: ...
 
@@ -102,6 +103,7 @@ class EngineBase(ABC):
     defaults (a backend overrides what it can do). The harness calls only these methods."""
 
     info: EngineInfo
+    limits: EngineLimits | None = None  # the build limits config.json records (None: none)
     tokenizer: Any = None  # a transformers tokenizer, where the backend has one (--chat)
 
     @abstractmethod
@@ -151,6 +153,12 @@ class AdoptedEngine(EngineBase):
         close = getattr(self.engine, "close", None)
         if callable(close):
             close()
+
+
+def code_class(engine: object) -> type:
+    """The class whose code decides an engine's outputs: a user's class, not the
+    ``AdoptedEngine`` around it."""
+    return type(engine.engine) if isinstance(engine, AdoptedEngine) else type(engine)
 
 
 def as_generation(output: Any) -> Generation:

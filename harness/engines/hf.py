@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import DecodingSettings, Dtype, EngineOptions
-from harness.engines.base import EngineBase, EngineInfo, Generation
+from harness.engines.base import EngineBase, Generation
 from harness.errors import EngineError, first_line
-from harness.model.report import KvCacheReuse
+from harness.model.engine import EngineInfo, KvCacheReuse
 from harness.model.vocab import CacheReuse
 from harness.storage.fingerprint import weights_identity
 
@@ -60,7 +60,6 @@ class HFEngine(EngineBase):
             backend="hf",
             path=str(self.path),
             identity=identity if self.dtype == Dtype.FLOAT32 else f"{self.dtype}:{identity}",
-            config=None,
             details={"device": self.device, "dtype": self.dtype.value},
             kv_cache_reuse=KvCacheReuse(
                 CacheReuse.OFF,

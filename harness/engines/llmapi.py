@@ -45,11 +45,12 @@ from typing import Any
 
 from harness.config import DecodingSettings, EngineOptions
 from harness.engines import trtllm_compat as compat
-from harness.engines.base import EngineBase, EngineInfo, Generation
+from harness.engines.base import EngineBase, Generation
 from harness.engines.tokenizer import load_tokenizer
 from harness.engines.trtllm import engine_files, require_tensorrt_llm
 from harness.errors import EngineError
 from harness.limits.engine_config import load_config_json, read_engine_config
+from harness.model.engine import EngineInfo
 from harness.storage.fingerprint import weights_identity
 
 CHECKPOINT_WEIGHTS = ("*.safetensors", "*.bin")
@@ -96,9 +97,9 @@ class LlmApiEngine(EngineBase):
         self.is_engine = "build_config" in config or "builder_config" in config
         if self.is_engine:
             config, limits = read_engine_config(self.path)
-            files, engine_config, engine_version = engine_files(self.path), config, limits.version
+            files, self.limits, engine_version = engine_files(self.path), limits, limits.version
         else:
-            files, engine_config, engine_version = _checkpoint_files(self.path), None, None
+            files, self.limits, engine_version = _checkpoint_files(self.path), None, None
         trt = require_tensorrt_llm("llmapi")
         version = str(getattr(trt, "__version__", "unknown"))
         self.sampling_params: Any = getattr(trt, "SamplingParams", None)
@@ -128,7 +129,6 @@ class LlmApiEngine(EngineBase):
             backend="llmapi",
             path=str(self.path),
             identity=weights_identity(files),
-            config=engine_config,
             details={
                 "model": "engine" if self.is_engine else "checkpoint",
                 "llm_class": f"{self.llm_class.__module__}.{self.llm_class.__qualname__}",

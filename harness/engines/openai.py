@@ -52,11 +52,11 @@ from urllib.parse import urlsplit
 
 from harness import __version__
 from harness.config import OPENAI_KEY_VARIABLE, DecodingSettings
-from harness.engines.base import BatchError, EngineBase, EngineInfo, FailureKind, Generation
+from harness.engines.base import BatchError, EngineBase, FailureKind, Generation
 from harness.engines.beams import BeamCheck
 from harness.engines.http_batch import Answer, send_batch
 from harness.errors import EngineError
-from harness.model.report import KvCacheReuse
+from harness.model.engine import EngineInfo, KvCacheReuse
 from harness.model.vocab import CacheReuse
 from harness.redact import redact, redact_url, remember, remember_url
 
@@ -204,7 +204,6 @@ class OpenAIEngine(EngineBase):
             backend="openai",
             path=self.shown,
             identity=identity,
-            config=None,
             details={
                 "position_semantics": POSITION_SEMANTICS,
                 "model": self.model,

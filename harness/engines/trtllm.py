@@ -40,11 +40,12 @@ from typing import Any
 
 from harness.config import DecodingSettings, EngineOptions, TrtllmRuntime
 from harness.engines import trtllm_compat as compat
-from harness.engines.base import EngineBase, EngineInfo, Generation
+from harness.engines.base import EngineBase, Generation
 from harness.engines.lazy import require
 from harness.engines.tokenizer import load_tokenizer
 from harness.errors import EngineError, describe
 from harness.limits.engine_config import read_engine_config
+from harness.model.engine import EngineInfo
 from harness.model.vocab import Layout
 from harness.storage.fingerprint import weights_identity
 
@@ -144,11 +145,11 @@ class TrtllmEngine(EngineBase):
         self.closed = False
         self.failures = compat.LoadFailures()
         self._load_first()
+        self.limits = limits
         self.info = EngineInfo(
             backend="trtllm",
             path=str(self.path),
             identity=weights_identity(files),
-            config=config,
             details={
                 "runtime": runtime_word.value,
                 "runner": self.runner_name,

@@ -35,7 +35,7 @@ from typing import Any
 
 from harness.config import TrtllmRuntime
 from harness.errors import EngineError, describe
-from harness.model.report import KvCacheReuse
+from harness.model.engine import KvCacheReuse
 from harness.model.vocab import CacheReuse
 
 # how the trtllm backend's runners serve beam widths (report.json engine.details)

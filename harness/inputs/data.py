@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import DatasetError, first_line
+from harness.model.dataset import Dataset, DatasetInfo, Document, Subset
+from harness.model.vocab import DatasetSource
 
 BUNDLED_DATASET = Path(__file__).resolve().parents[1] / "bundled" / "news.jsonl"
 _BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -57,79 +59,6 @@ PRESETS: dict[str, Preset] = {
         ("Samsung/samsum", "samsum"), None, "test", "dialogue", "summary", revision="refs/convert/parquet"
     ),
 }
-
-
-@dataclass(frozen=True)
-class Document:
-    """One dataset row: a document and its reference summary."""
-
-    id: str
-    text: str
-    summary: str | None  # the reference summary; None: the dataset has none
-
-
-@dataclass(frozen=True)
-class Subset:
-    """Which documents ``--num-prompts`` chose, reproducibly from ``--seed``."""
-
-    num_prompts: int
-    seed: int
-    of: int  # documents in the whole dataset
-    source_hash: str  # content hash of the whole dataset
-    ids: tuple[str, ...]
-    hash: str  # content hash of the chosen documents (equals the run's dataset hash)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "num_prompts": self.num_prompts,
-            "seed": self.seed,
-            "of": self.of,
-            "source_hash": self.source_hash,
-            "ids": list(self.ids),
-            "hash": self.hash,
-            "method": "the num_prompts documents with the smallest sha256(seed, id), kept in dataset order",
-        }
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """The documents of a run with the identity recorded in reports and goldens."""
-
-    name: str
-    path: str
-    documents: tuple[Document, ...]
-    hash: str
-    source: str = "file"  # bundled | file | disk | hub
-    config: str | None = None
-    split: str | None = None
-    revision: str | None = None
-    text_field: str = DEFAULT_TEXT_FIELD
-    summary_field: str = DEFAULT_SUMMARY_FIELD
-    subset: Subset | None = None
-
-    def __len__(self) -> int:
-        return len(self.documents)
-
-    @property
-    def has_references(self) -> bool:
-        """Whether every document has a reference summary (batch-size quality needs them)."""
-        return all(d.summary is not None for d in self.documents)
-
-    def describe(self) -> dict[str, Any]:
-        """Where the documents came from, as recorded in report.json."""
-        return {
-            "name": self.name,
-            "path": self.path,
-            "source": self.source,
-            "config": self.config,
-            "split": self.split,
-            "revision": self.revision,
-            "text_field": self.text_field,
-            "summary_field": self.summary_field,
-            "count": len(self),
-            "hash": self.hash,
-            "subset": self.subset.as_dict() if self.subset else None,
-        }
 
 
 def content_hash(documents: tuple[Document, ...] | list[Document]) -> str:
@@ -382,10 +311,10 @@ def load_dataset(
     if path is None or local.exists():
         preset = None
         if local.is_dir():
-            source, (table, split) = "disk", _load_disk(local, config=config, split=split)
+            source, (table, split) = DatasetSource.DISK, _load_disk(local, config=config, split=split)
             name = local.name + (f"-{split}" if split else "")
         elif local.is_file():
-            source = "bundled" if path is None else "file"
+            source = DatasetSource.BUNDLED if path is None else DatasetSource.FILE
             table, name = _load_file(local, path, config=config, split=split)
         else:
             raise DatasetError(
@@ -403,7 +332,7 @@ def load_dataset(
         else:
             hub_ids, split = (path,), split or DEFAULT_HUB_SPLIT
         table, hub_id = _load_hub(path, hub_ids, config=config, split=split, revision=revision)
-        source, shown = "hub", hub_id
+        source, shown = DatasetSource.HUB, hub_id
         name = "-".join(p for p in (path, config, split) if p)
         where = f"--dataset {path} ({hub_id})"
     else:
@@ -416,10 +345,10 @@ def load_dataset(
     required = summary_field is not None  # named by --summary-field or a preset
     summary_field = summary_field or DEFAULT_SUMMARY_FIELD
     docs = _documents(table, where, text_field, summary_field, required)
-    return Dataset(
+    info = DatasetInfo(
         name=name,
         path=shown,
-        documents=docs,
+        count=len(docs),
         hash=content_hash(docs),
         source=source,
         config=config,
@@ -428,6 +357,7 @@ def load_dataset(
         text_field=text_field,
         summary_field=summary_field,
     )
+    return Dataset(info=info, documents=docs)
 
 
 def _rank_key(seed: int, doc_id: str) -> str:
@@ -440,7 +370,7 @@ def select_subset(dataset: Dataset, num_prompts: int, seed: int) -> Dataset:
     total = len(dataset)
     if num_prompts > total:
         raise DatasetError(
-            f"--num-prompts {num_prompts}: the dataset {dataset.name} has only "
+            f"--num-prompts {num_prompts}: the dataset {dataset.info.name} has only "
             f"{total} documents; ask for at most {total}"
         )
     chosen = set(sorted(range(total), key=lambda i: _rank_key(seed, dataset.documents[i].id))[:num_prompts])
@@ -450,13 +380,18 @@ def select_subset(dataset: Dataset, num_prompts: int, seed: int) -> Dataset:
         num_prompts=num_prompts,
         seed=seed,
         of=total,
-        source_hash=dataset.hash,
+        source_hash=dataset.info.hash,
         ids=tuple(d.id for d in docs),
         hash=digest,
     )
-    return replace(
-        dataset, name=f"{dataset.name}-n{num_prompts}-seed{seed}", documents=docs, hash=digest, subset=subset
+    info = replace(
+        dataset.info,
+        name=f"{dataset.info.name}-n{num_prompts}-seed{seed}",
+        count=len(docs),
+        hash=digest,
+        subset=subset,
     )
+    return Dataset(info=info, documents=docs)
 
 
 def build_prompt(template: str, document: Document) -> str:

@@ -13,17 +13,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.config import check_template
-from harness.engines.base import as_engine
 from harness.errors import ConfigError, describe
-from harness.inputs.data import Document, build_prompt
+from harness.inputs.data import build_prompt
+from harness.model.dataset import Document
 
 
-def chat_tokenizer(engine: Any) -> Any:
-    """The engine's tokenizer, when it has a chat template; a ConfigError naming the fix."""
-    engine = as_engine(engine)
-    info = engine.info
-    label = f"{info.backend} engine" + (f" {info.path}" if info.path != info.backend else "")
-    tokenizer = engine.tokenizer
+def chat_tokenizer(tokenizer: Any, label: str = "engine") -> Any:
+    """The engine's tokenizer, when it has a chat template; a ConfigError naming the fix
+    (``label`` names the engine: "hf engine models/x")."""
     if tokenizer is None or not callable(getattr(tokenizer, "apply_chat_template", None)):
         raise ConfigError(
             f"--chat: the {label} exposes no transformers tokenizer (a `tokenizer` "
@@ -73,13 +70,19 @@ def render_chat(tokenizer: Any, user_message: str, *, strip_bos: bool | None = N
 
 
 def build_prompts(
-    documents: Sequence[Document], template: str, *, chat: bool = False, engine: Any = None
+    documents: Sequence[Document],
+    template: str,
+    *,
+    chat: bool = False,
+    tokenizer: Any = None,
+    label: str = "engine",
 ) -> tuple[str, ...]:
-    """Every document's prompt, in dataset order."""
+    """Every document's prompt, in dataset order; with ``chat`` through the chat template of
+    ``tokenizer``, the engine's (``label`` names the engine in an error)."""
     check_template(template)
     plain = [build_prompt(template, d) for d in documents]
     if not chat:
         return tuple(plain)
-    tokenizer = chat_tokenizer(engine)
+    tokenizer = chat_tokenizer(tokenizer, label)
     strip = _adds_bos(tokenizer)
     return tuple(render_chat(tokenizer, p, strip_bos=strip) for p in plain)

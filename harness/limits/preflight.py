@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config import parse_size
-from harness.engines.ranks import engine_ranks, world_size
 from harness.limits.engine_config import weights_bytes
+from harness.limits.ranks import engine_ranks, world_size
 from harness.model.cell import Cell
 from harness.model.limits import EngineLimits, LimitCheck, MemoryBudget
 from harness.model.vocab import CheckStatus

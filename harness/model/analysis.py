@@ -152,6 +152,14 @@ class CellAnalysis:
         return self.omnibus is not None and self.omnibus.flagged and not self.degraded_positions
 
 
+def cell_fails(degraded: bool, omnibus: bool, nondeterministic: bool, empty: bool) -> bool:
+    """A cell fails on a degraded position, on its omnibus test (damage spread thinly), under
+    --deterministic on an output that differs from batch size 1's, or on an output with no
+    text: every test is relative to batch size 1, so an engine that returns no text at every
+    batch size would pass them all."""
+    return degraded or omnibus or nondeterministic or empty
+
+
 @dataclass(frozen=True)
 class Finding:
     """A named fault signature and the sentence that goes into the failure and the report."""

@@ -10,9 +10,12 @@ from typing import Any
 
 from harness.model.analysis import DropTest, PositionStats
 from harness.model.cell import Cell
+from harness.model.dataset import DatasetInfo
+from harness.model.engine import EngineInfo
 from harness.model.limits import EngineLimits, LimitCheck, MemoryBudget
+from harness.model.ranks import Ranks
 from harness.model.scores import CellScores, Levels
-from harness.model.vocab import CacheReuse, FindingKind, Question, Rotation, Verdict
+from harness.model.vocab import FindingKind, Question, Rotation, Verdict
 
 SCHEMA_VERSION = 2  # 2: the three questions (position dependence, batch-size quality, determinism)
 HASH_METHOD = "sha256 of this JSON without 'integrity', keys sorted, separators (',', ':'), UTF-8"
@@ -106,6 +109,17 @@ class CellResult:
         return f"{self.id}: {self.notice} ({self.message})" if self.notice else self.message
 
 
+def cell_verdict(*, error: bool, failed: bool, notice: bool) -> Verdict:
+    """A cell's verdict: an engine error, else a failing test, else untested when the engine
+    did not run the cell as asked (a pass there would not mean the positions were exercised),
+    else pass."""
+    if error:
+        return Verdict.ERROR
+    if failed:
+        return Verdict.FAIL
+    return Verdict.UNTESTED if notice else Verdict.PASS
+
+
 def run_verdict(cells: Sequence[CellResult]) -> Verdict:
     """A run passes when every cell passes and no build limit is exceeded."""
     bad = any(c.verdict != Verdict.PASS or c.limits_verdict == Verdict.FAIL for c in cells)
@@ -137,74 +151,6 @@ class Signoff:
 
 
 @dataclass(frozen=True)
-class EngineFile:
-    """One file of the engine directory, by content."""
-
-    name: str
-    bytes: int
-    sha256: str
-
-
-@dataclass(frozen=True)
-class KvCacheReuse:
-    """Whether KV-cache (prefix) reuse was off, on or unknown in a run, and how that is known:
-    the setting passed and where the release reads it, or why it could not be controlled."""
-
-    setting: CacheReuse
-    how: str
-
-
-@dataclass(frozen=True)
-class EngineSection:
-    """The engine under test: where, through which backend, and which weights."""
-
-    path: str
-    backend: str
-    identity: str
-    details: dict[str, Any] = field(default_factory=dict)
-    files: tuple[EngineFile, ...] = ()
-    kv_cache_reuse: KvCacheReuse | None = None  # None: a report from before it was recorded
-
-
-@dataclass(frozen=True)
-class SubsetInfo:
-    """The --num-prompts subset: how it was drawn from which dataset."""
-
-    num_prompts: int
-    seed: int
-    of: int
-    source_hash: str
-    ids: tuple[str, ...]
-    hash: str
-    method: str = ""
-
-
-@dataclass(frozen=True)
-class DatasetInfo:
-    """The dataset the prompts and references came from."""
-
-    name: str
-    path: str
-    count: int
-    hash: str
-    source: str = "file"
-    config: str | None = None
-    split: str | None = None
-    revision: str | None = None
-    text_field: str = "text"
-    summary_field: str = "summary"
-    subset: SubsetInfo | None = None
-
-
-@dataclass(frozen=True)
-class RanksInfo:
-    """The MPI world the run had, and how it was told."""
-
-    world_size: int
-    source: str
-
-
-@dataclass(frozen=True)
 class GoldenFile:
     """A goldens file a beam width was compared with, by content."""
 
@@ -226,6 +172,9 @@ class Method:
     deterministic: bool = False
     # per question: "gate", "reported" or "not answered: <why>; <what the gate uses>"
     questions: dict[Question, str] = field(default_factory=dict)
+    # tests in the Holm family: every test the run's grid makes (None: a report from before
+    # it was recorded, whose family is the tests it records)
+    family: int | None = None
 
 
 @dataclass(frozen=True)
@@ -275,12 +224,12 @@ class Report:
     seconds: float
     harness_version: str
     signoff: Signoff
-    engine: EngineSection
+    engine: EngineInfo
     limits: EngineLimits | None
     memory: tuple[MemoryBudget, ...]
     cache: CacheStats
     dataset: DatasetInfo
-    ranks: RanksInfo
+    ranks: Ranks
     baseline: dict[int, str]
     goldens: dict[int, GoldenFile]
     goldens_written: tuple[str, ...]

@@ -68,6 +68,15 @@ class FindingKind(Word):
     SPREAD = "spread"
 
 
+class DatasetSource(Word):
+    """Where a dataset was read from (harness.inputs.data)."""
+
+    BUNDLED = "bundled"  # the bundled news set
+    FILE = "file"  # a JSONL, JSON, CSV or Parquet file
+    DISK = "disk"  # a datasets save_to_disk folder
+    HUB = "hub"  # a hub dataset, read from the local cache
+
+
 class Rotation(Word):
     """How prompts visit batch positions (harness.plan)."""
 

@@ -23,9 +23,9 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from harness.model.analysis import DropTest, PositionStats
+from harness.model.analysis import DropTest, PositionStats, cell_fails
 from harness.model.limits import failing
-from harness.model.report import CellResult, Report, run_verdict
+from harness.model.report import CellResult, Report, cell_verdict, run_verdict
 from harness.model.scores import mean
 from harness.model.vocab import Rotation, Verdict
 from harness.verdict.statistics import holm
@@ -65,7 +65,10 @@ def _flags(report: Report, out: list[str]) -> dict[int, bool]:
     """Each test's flag as the method decides it from the recorded drop and p-value (by
     ``id`` of the test); a recorded adjusted p or flag that differs is listed."""
     tests = list(_tests(report))
-    adjusted = holm([t.test.p_value for t in tests])
+    # the tests the run's design makes but these cells do not (another shard's, an engine
+    # error) count as clean, as the analysis counts them
+    clean = max(0, (report.method.family or len(tests)) - len(tests))
+    adjusted = holm([t.test.p_value for t in tests] + [1.0] * clean)
     slack = (len(tests) + 1) * P_ROUNDING
     tol, alpha = report.method.tolerance, report.method.alpha
     decided: dict[int, bool] = {}
@@ -74,7 +77,7 @@ def _flags(report: Report, out: list[str]) -> dict[int, bool]:
         if recorded is None or not _near(recorded, adj, slack):
             out.append(
                 f"{t.where}: adjusted p {recorded} is not Holm's over the run's "
-                f"{len(tests)} tests ({adj:.3g})"
+                f"{len(tests) + clean} tests ({adj:.3g})"
             )
         flag = t.test.drop > tol and adj < alpha
         at_edge = abs(t.test.drop - tol) <= FIGURE or abs(adj - alpha) <= slack
@@ -159,16 +162,8 @@ def _cell(report: Report, cell: CellResult, flags: dict[int, bool], out: list[st
     empty = tuple(s.position for s in cell.positions if s.empty > 0)
     omnibus = cell.omnibus is not None and flags.get(id(cell.omnibus), False)
     _cell_figures(report, cell, out)
-    failed = bool(degraded or omnibus or nondet or empty)
-    verdict = (
-        Verdict.ERROR
-        if cell.error is not None
-        else Verdict.FAIL
-        if failed
-        else Verdict.UNTESTED
-        if cell.notice
-        else Verdict.PASS
-    )
+    failed = cell_fails(bool(degraded), omnibus, bool(nondet), bool(empty))
+    verdict = cell_verdict(error=cell.error is not None, failed=failed, notice=bool(cell.notice))
     why = (
         "an engine error"
         if cell.error is not None

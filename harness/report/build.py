@@ -1,4 +1,4 @@
-"""The report stage's first half: a run's results as a typed, sealed ``Report``.
+"""The report stage's first half: what the stages produced, as one typed, sealed ``Report``.
 
 ``reported`` is shared with ``merge``, which rebuilds every cell from the union of its
 shards' scores with the same code.
@@ -7,38 +7,35 @@ shards' scores with the same code.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import hashlib
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness import __version__
-from harness.inputs.data import Dataset, build_prompt
 from harness.model.analysis import DropTest, PositionStats
 from harness.model.cell import Cell
 from harness.model.report import (
     SCHEMA_VERSION,
     CacheStats,
     CellResult,
-    DatasetInfo,
-    EngineFile,
-    EngineSection,
     Example,
     GoldenFile,
     Method,
-    RanksInfo,
     Report,
     ShardInfo,
     ShardScores,
     Signoff,
-    SubsetInfo,
     Timing,
 )
 from harness.model.scores import Levels, finite, mean
 from harness.model.vocab import Question, Rotation
 from harness.report.provenance import engine_files, environment
 from harness.report.serialize import seal
-from harness.stages.run import RunResult
-from harness.verdict.boundaries import boundaries
+from harness.stages.run import Baseline, Generated, Prepared, Scored
+from harness.verdict.decide import Decision
 
 EXAMPLES_PER_CELL = 3
 PROMPT_CHARS = 600
@@ -70,26 +67,32 @@ def worst_position(c: CellResult) -> int | None:
     return min(c.degraded_positions, key=lambda p: by_position[p].shown)
 
 
-def examples_at(result: RunResult, cell: Cell, position: int) -> tuple[Example, ...]:
-    """A few prompts at ``position`` whose output differs from the baseline."""
-    outputs = {o.cell: o for o in result.outputs}.get(cell)
-    base = result.baselines.get(cell.beam_width)
-    if outputs is None or base is None:
-        return ()
-    docs, row = result.dataset.documents, outputs.scored(position)
-    picks = [(i, text) for i, text in enumerate(row) if text is not None and text != base.texts[i]]
-    return tuple(
-        Example(
-            position=position,
-            id=docs[i].id,
-            prompt=(
-                result.prompts[i] if result.prompts else build_prompt(result.config.prompt_template, docs[i])
-            )[:PROMPT_CHARS],
-            baseline=base.texts[i],
-            output=text,
+@dataclass(frozen=True)
+class _Outputs:
+    """What examples are drawn from: the run's outputs, baselines, documents and prompts."""
+
+    prep: Prepared
+    generated: Generated
+    bases: Mapping[int, Baseline]
+
+    def examples(self, cell: Cell, position: int) -> tuple[Example, ...]:
+        """A few prompts at ``position`` whose output differs from the baseline."""
+        outputs = self.generated.outputs.get(cell)
+        base = self.bases.get(cell.beam_width)
+        if outputs is None or base is None:
+            return ()
+        docs, row = self.prep.dataset.documents, outputs.scored(position)
+        picks = [(i, text) for i, text in enumerate(row) if text is not None and text != base.texts[i]]
+        return tuple(
+            Example(
+                position=position,
+                id=docs[i].id,
+                prompt=self.prep.prompts[i][:PROMPT_CHARS],
+                baseline=base.texts[i],
+                output=text,
+            )
+            for i, text in picks[:EXAMPLES_PER_CELL]
         )
-        for i, text in picks[:EXAMPLES_PER_CELL]
-    )
 
 
 def _test(test: DropTest | None) -> DropTest | None:
@@ -179,47 +182,39 @@ def questions(deterministic: bool, has_references: bool, blind: str | None = Non
     }
 
 
-def _shard_blocks(result: RunResult) -> tuple[ShardInfo | None, ShardScores | None]:
-    """For --shard runs: which cells this shard ran, and what ``merge`` needs to analyse the
-    union as one run: per-prompt scores (unrounded), batch size 1's levels, the prompt
-    order and lengths the fault signatures use, and the examples of every degraded position
-    (Holm over more tests can only clear positions, never add them, so the worst merged
-    position is always among them)."""
-    if not result.config.shard:
+def _shard_blocks(
+    prep: Prepared, scored: Scored, decision: Decision, outputs: _Outputs
+) -> tuple[ShardInfo | None, ShardScores | None]:
+    """For --shard runs: which cells this shard ran, and what ``merge`` needs to decide the
+    union as one run: per-prompt scores (unrounded), batch size 1's levels, the prompt order
+    and lengths the fault signatures use, and examples of every position that merge may find
+    degraded (its tests' drops beyond the tolerance: the merged Holm correction sees the other
+    shards' p-values where this one counted clean tests, so it can flag what this shard did not)."""
+    if not prep.config.shard:
         return None, None
-    k, n = result.config.shard
-    by_cell = {c.cell: c for c in result.cells}
+    k, n = prep.config.shard
+    tolerance = prep.config.tolerance
+    by_cell = {c.cell: c for c in decision.cells}
     examples = {
-        cell.id: {p: examples_at(result, cell, p) for p in by_cell[cell].degraded_positions}
-        for cell in result.scores
+        cell.id: {
+            s.position: outputs.examples(cell, s.position)
+            for s in by_cell[cell].positions
+            if s.degraded_by(lambda t: t.drop > tolerance, tolerance)
+        }
+        for cell in scored.cells
     }
     info = ShardInfo(
-        index=k, count=n, cells=tuple(c.id for c in result.cells), grid=tuple(c.id for c in result.grid)
+        index=k,
+        count=n,
+        cells=tuple(c.id for c in decision.cells),
+        grid=tuple(c.id for c in prep.grid),
     )
     return info, ShardScores(
-        levels=dict(result.levels),
-        cells={cell.id: scores for cell, scores in result.scores.items()},
+        levels=dict(scored.levels),
+        cells={cell.id: scores for cell, scores in scored.cells.items()},
         examples=examples,
-        order=result.plan.order,
-        prompt_lengths=tuple(result.prompt_lengths),
-    )
-
-
-def dataset_info(dataset: Dataset) -> DatasetInfo:
-    s = dataset.subset
-    subset = SubsetInfo(**{**s.as_dict(), "ids": tuple(s.ids)}) if s else None
-    return DatasetInfo(
-        name=dataset.name,
-        path=dataset.path,
-        count=len(dataset),
-        hash=dataset.hash,
-        source=dataset.source,
-        config=dataset.config,
-        split=dataset.split,
-        revision=dataset.revision,
-        text_field=dataset.text_field,
-        summary_field=dataset.summary_field,
-        subset=subset,
+        order=prep.plan.order,
+        prompt_lengths=prep.lengths(),
     )
 
 
@@ -232,9 +227,9 @@ def rounded(timing: Timing) -> Timing:
     return out
 
 
-def _goldens(result: RunResult) -> dict[int, GoldenFile]:
+def _goldens(bases: Mapping[int, Baseline]) -> dict[int, GoldenFile]:
     out = {}
-    for w, base in result.baselines.items():
+    for w, base in bases.items():
         if base.goldens_path is not None:
             file = Path(base.goldens_path)
             out[w] = GoldenFile(
@@ -244,65 +239,65 @@ def _goldens(result: RunResult) -> dict[int, GoldenFile]:
     return out
 
 
-def build_report(result: RunResult) -> Report:
-    """The sealed report of one run."""
+def build_report(
+    prep: Prepared,
+    generated: Generated,
+    bases: Mapping[int, Baseline],
+    scored: Scored,
+    decision: Decision,
+    *,
+    timing: Timing,
+    written: tuple[str, ...] = (),
+) -> Report:
+    """The sealed report of one run, from what its stages produced."""
+    outputs = _Outputs(prep, generated, bases)
     cells = tuple(
-        reported(c, () if (w := worst_position(c)) is None else examples_at(result, c.cell, w))
-        for c in result.cells
+        reported(c, () if (w := worst_position(c)) is None else outputs.examples(c.cell, w))
+        for c in decision.cells
     )
-    shard, scores = _shard_blocks(result)
-    info = result.engine
-    plan = result.plan
+    shard, scores = _shard_blocks(prep, scored, decision, outputs)
+    config, info, plan, verdict = prep.config, prep.engine.info, prep.plan, decision.verdict
+    finished = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     report = Report(
         schema_version=SCHEMA_VERSION,
-        verdict=result.verdict,
-        started=result.started,
-        finished=result.finished,
-        seconds=round(result.seconds, 2),
+        verdict=verdict,
+        started=prep.started.isoformat(timespec="seconds"),
+        finished=finished,
+        seconds=round(time.perf_counter() - prep.t0, 2),
         harness_version=__version__,
         signoff=Signoff(
-            by=result.config.signoff_by,
-            at=result.finished,
-            engine=info.path,
-            identity=info.identity,
-            verdict=result.verdict,
+            by=config.signoff_by, at=finished, engine=info.path, identity=info.identity, verdict=verdict
         ),
-        engine=EngineSection(
-            path=info.path,
-            backend=info.backend,
-            identity=info.identity,
-            details=info.details,
-            kv_cache_reuse=info.kv_cache_reuse,
-            files=tuple(EngineFile(**f) for f in engine_files(info.path)),
-        ),
-        limits=result.limits,
-        memory=result.memory,
-        cache=result.cache or CacheStats(folder=None, enabled=False, reason="off"),
-        dataset=dataset_info(result.dataset),
-        ranks=RanksInfo(world_size=result.ranks.world, source=result.ranks.source),
-        baseline={w: b.source for w, b in result.baselines.items()},
-        goldens=_goldens(result),
-        goldens_written=result.goldens_written,
+        engine=dataclasses.replace(info, files=engine_files(info.path)),
+        limits=prep.limits,
+        memory=prep.memory,
+        cache=prep.cache.stats if prep.cache else CacheStats(folder=None, enabled=False, reason="off"),
+        dataset=prep.dataset.info,
+        ranks=prep.ranks,
+        baseline={w: b.source for w, b in bases.items()},
+        goldens=_goldens(bases),
+        goldens_written=written,
         method=Method(
-            tolerance=result.config.tolerance,
-            alpha=result.config.alpha,
+            tolerance=config.tolerance,
+            alpha=config.alpha,
             seed=plan.seed,
             sequences=plan.sequences(),
             test=TEST,
             plan=PLANS[plan.rotation],
             rotation=plan.rotation,
-            deterministic=result.config.deterministic,
+            deterministic=config.deterministic,
             questions=questions(
-                result.config.deterministic,
-                result.dataset.has_references,
-                blindness(result.levels, result.cells, result.config.tolerance),
+                config.deterministic,
+                prep.dataset.has_references,
+                blindness(scored.levels, decision.cells, config.tolerance),
             ),
+            family=decision.family,
         ),
-        options=result.config.as_dict(),
+        options=config.as_dict(),
         environment=environment(),
-        timing=rounded(result.timing),
+        timing=rounded(timing),
         cells=cells,
-        boundaries=boundaries(cells),
+        boundaries=decision.boundaries,
         shard=shard,
         scores=scores,
     )

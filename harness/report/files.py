@@ -11,11 +11,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from harness.model.report import Report
-from harness.report.build import build_report
 from harness.report.html import render_report
 from harness.report.markdown import markdown
 from harness.report.serialize import to_json
-from harness.stages.run import RunResult
 from harness.storage.atomic import atomic_write_text, disk_errors
 from harness.storage.generations import stored_line
 
@@ -40,10 +38,9 @@ def write_files(report: Report, rows: Iterable[str] | None, folder: Path) -> dic
     return paths
 
 
-def write_report(result: RunResult, folder: Path) -> Report:
-    """Build and write the report of a run beside its generations.jsonl; a full disk is one
-    line naming the folder."""
-    report = build_report(result)
+def write_report(report: Report, folder: Path) -> Report:
+    """Write the report of a run beside its generations.jsonl; a full disk is one line
+    naming the folder."""
     with disk_errors(
         f"--report-dir {folder}",
         "the generation cache keeps every generated batch "

@@ -30,14 +30,12 @@ from harness.model.report import (
     ShardInfo,
     ShardScores,
     Timing,
-    run_verdict,
 )
 from harness.model.scores import CellScores, Levels
 from harness.plan import Plan
 from harness.report.build import blindness, questions, reported, worst_position
 from harness.report.serialize import check_sealed, load_report, seal
-from harness.stages.analyse import analyse, cell_results
-from harness.verdict.boundaries import boundaries
+from harness.verdict.decide import decide
 
 # Options that do not change what a run measures (paths differ between CI jobs; the engine's
 # and the dataset's contents are compared by hash instead): shards may differ in them.
@@ -271,31 +269,29 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
         seed=method.seed,
         rotation=method.rotation,
     )
-    analyses, findings = analyse(
+    entries = {cell: by_id[cell.id][1] for cell in grid}
+    lengths = shards[0].scores.prompt_lengths
+    decision = decide(
+        grid,
         scores,
         levels,
-        plan,
-        shards[0].scores.prompt_lengths,
+        {cell: plan.shortfall(cell, lengths) for cell in scores},
         base.limits,
+        design=grid,
         tolerance=method.tolerance,
         alpha=method.alpha,
         deterministic=method.deterministic,
+        checks={c: e.limit_checks for c, e in entries.items()},
+        errors={c: e.error for c, e in entries.items() if e.error is not None},
+        notices={c: e.notice for c, e in entries.items()},
     )
-    entries = {cell: by_id[cell.id][1] for cell in grid}
-    results = cell_results(
-        grid,
-        {c: e.limit_checks for c, e in entries.items()},
-        analyses,
-        {c: e.error for c, e in entries.items()},
-        findings,
-        {c: e.notice for c, e in entries.items()},
-    )
+    results = decision.cells
     cells = []
     for result in results:
         worst, (shard, _, _) = worst_position(result), by_id[result.id]
         examples = () if worst is None else shard.scores.examples.get(result.id, {}).get(worst, ())
         cells.append(reported(result, examples))
-    verdict = run_verdict(results)
+    verdict = decision.verdict
     reports = [s.report for s in shards]
     finished = max(r.finished for r in reports)
     report = dataclasses.replace(
@@ -317,11 +313,12 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
                 any(p.quality is not None for c in results for p in c.positions),
                 blindness(levels, results, method.tolerance),
             ),
+            family=decision.family,
         ),
         options={**base.options, "shard": None},
         timing=_timing([r.timing for r in reports]),
         cells=tuple(cells),
-        boundaries=boundaries(cells),
+        boundaries=decision.boundaries,
         scores=None,
         shard=ShardInfo(count=len(shards), merged_from=tuple(str(s.folder) for s in shards)),
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
+from harness.model.engine import EngineFile
 from harness.storage.fingerprint import file_sha256
 
 ENGINE_FILE_PATTERNS = ("config.json", "*.engine", "*.safetensors")
@@ -59,10 +60,10 @@ def environment() -> dict[str, Any]:
     }
 
 
-def engine_files(path: str) -> list[dict[str, Any]]:
+def engine_files(path: str) -> tuple[EngineFile, ...]:
     """config.json and weight/engine files of an engine or model directory, with sha256."""
     folder = Path(path)
     if not folder.is_dir():
-        return []
+        return ()
     files = sorted({p for pattern in ENGINE_FILE_PATTERNS for p in folder.glob(pattern) if p.is_file()})
-    return [{"name": p.name, "bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in files]
+    return tuple(EngineFile(name=p.name, bytes=p.stat().st_size, sha256=file_sha256(p)) for p in files)

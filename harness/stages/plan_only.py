@@ -1,11 +1,9 @@
 """A run's plan and build-limit checks without loading the engine: from the options, the
 engine's config.json, the dataset and the tokenizer files only (no weights, no TensorRT-LLM),
-in seconds. ``python -m harness run --dry-run`` and ``pytest suites/ --collect-only`` print it;
-``pytest suites/test_preflight.py`` checks its limits when nothing is to be generated.
-
-What a run will cost: its sequences, batches, the tokens it may generate and, from a
-throughput the user gives (``--throughput``: sequences per second, or a previous run's report
-whose own rate is used), how long generation will take.
+in seconds. ``python -m harness run --dry-run`` and ``pytest suites/ --collect-only`` print it
+(with ``harness.report.estimate``'s time); ``pytest suites/test_preflight.py`` checks its
+limits when nothing is to be generated. What a run will cost: its sequences, batches and the
+tokens it may generate.
 """
 
 from __future__ import annotations
@@ -14,16 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config import RunConfig
-from harness.engines.ranks import current
 from harness.engines.registry import engine_folder
 from harness.engines.tokenizer import has_tokenizer, open_tokenizer
 from harness.errors import ConfigError, EngineError
 from harness.inputs.prompts import render_chat
 from harness.limits.preflight import preflight
+from harness.limits.ranks import current
 from harness.model.cell import Cell
 from harness.model.limits import EngineLimits, LimitCheck, MemoryBudget, failing
 from harness.plan import Plan, make_plan
-from harness.progress import duration
 from harness.stages.prepare import load_run_dataset, peeked_limits, planned_batch_sizes
 
 
@@ -125,7 +122,7 @@ def plan_only(config: RunConfig) -> PlanOnly:
         prompt_lengths=lengths,
         max_new_tokens=config.max_new_tokens,
         gpu_option=config.gpu_memory,
-        check_ranks=current().world > 1,
+        check_ranks=current().world_size > 1,
     )
     if config.shard:
         plan = plan.shard(*config.shard)
@@ -137,43 +134,3 @@ def plan_only(config: RunConfig) -> PlanOnly:
         max_new_tokens=config.max_new_tokens,
         lengths=source,
     )
-
-
-def throughput(given: str, sequences: int) -> tuple[float, str]:
-    """Sequences per second, and what the figure is: a number as given, or a previous run's
-    own rate read from its report (a folder or its report.json)."""
-    try:
-        rate = float(given)
-    except ValueError:
-        rate = None
-    if rate is not None:
-        if not rate > 0:
-            raise ConfigError(f"--throughput {given!r}: must be more than 0 sequences per second")
-        return rate, f"--throughput {rate:g} sequences/s"
-    from harness.report.serialize import load_report
-
-    try:
-        report = load_report(given).report
-    except ConfigError as exc:
-        raise ConfigError(
-            f"--throughput {given!r}: neither a number (sequences per second) nor a readable report ({exc})"
-        ) from None
-    seconds = report.timing.engine_generate_s
-    if seconds <= 0 or report.method.sequences <= 0:
-        raise ConfigError(
-            f"--throughput {given}: that run generated nothing itself (all from the "
-            "cache?); give a run made with --no-cache, or a number"
-        )
-    rate = report.method.sequences / seconds
-    return rate, (
-        f"{rate:.2f} sequences/s, the rate of {given} ({report.method.sequences:,} "
-        f"sequences in {duration(seconds)} of engine time)"
-    )
-
-
-def estimate_line(config: RunConfig, sequences: int) -> str:
-    """How long generation would take, or how to get an estimate."""
-    if not config.throughput:
-        return "estimate: none (add --throughput SEQUENCES_PER_S, or a previous run's report folder, for one)"
-    rate, source = throughput(config.throughput, sequences)
-    return f"estimate: about {duration(sequences / rate)} of generation at {source}"

@@ -9,17 +9,18 @@ from pathlib import Path
 
 from harness.config import RunConfig
 from harness.engines import guard
-from harness.engines.base import Engine
-from harness.engines.ranks import Ranks, current, require_world
+from harness.engines.base import Engine, EngineBase, code_class
 from harness.engines.registry import adopt, load_engine, peek_config
 from harness.engines.watchdog import BatchTimeoutEngine
-from harness.errors import ConfigError
-from harness.inputs.data import Dataset, load_dataset, select_subset
+from harness.inputs.data import load_dataset, select_subset
 from harness.inputs.prompts import build_prompts
 from harness.limits.engine_config import read_limits
 from harness.limits.preflight import preflight
+from harness.limits.ranks import current, require_world
 from harness.model.cell import Cell
+from harness.model.dataset import Dataset
 from harness.model.limits import EngineLimits
+from harness.model.ranks import Ranks
 from harness.model.report import Timing
 from harness.plan import cells_for, choose_batch_sizes, make_plan, shard_cells
 from harness.stages.run import Prepared
@@ -37,15 +38,7 @@ def planned_batch_sizes(config: RunConfig) -> tuple[int, ...]:
         return config.batch_sizes
     limits = peeked_limits(config)
     top = limits.max_batch_size if limits else None
-    if config.sweep:
-        if top is None:
-            raise ConfigError(
-                f"--sweep: {config.engine} records no max_batch_size (no "
-                "TensorRT-LLM config.json); bound the sweep yourself with "
-                "--batch-sizes 1-N --rotation sparse"
-            )
-        return tuple(range(1, top + 1))
-    return choose_batch_sizes(config.batch_sizes, top)
+    return choose_batch_sizes(None, top, sweep=config.sweep, engine=config.engine)
 
 
 def peeked_limits(config: RunConfig) -> EngineLimits | None:
@@ -77,7 +70,7 @@ def load_run_dataset(config: RunConfig) -> Dataset:
 
 def _engine(
     config: RunConfig, given: Engine | None, ranks: Ranks, timing: Timing
-) -> tuple[Engine, EngineLimits | None]:
+) -> tuple[EngineBase, EngineLimits | None]:
     """The engine under test and its limits; one process per engine rank, checked before a
     multi-GPU engine loads."""
     if given is None:
@@ -91,7 +84,7 @@ def _engine(
         else load_engine(config.engine, config.backend, options=config.engine_options(), roots=config.roots)
     )
     timing.engine_load_s = time.perf_counter() - t_load
-    limits = read_limits(engine.info.config, str(Path(engine.info.path) / "config.json"))
+    limits = engine.limits
     require_world(
         ranks,
         limits.tp_size if limits else None,
@@ -112,7 +105,7 @@ def _goldens(
             "choose a writable folder for the goldens, or drop --update-goldens",
         )
         # before anything is generated: no link on the way, no other dataset's file replaced
-        store.check_update(engine.info.identity, dataset.name, config.beam_widths)
+        store.check_update(engine.info.identity, dataset.info.name, config.beam_widths)
         return {}
     goldens: dict[int, GoldenSet] = {}
     for w in config.beam_widths:
@@ -125,11 +118,11 @@ def _goldens(
 def _cache(config: RunConfig, engine: Engine, ranks: Ranks) -> GenerationCache:
     if config.no_cache:
         return GenerationCache(None, None, "off (--no-cache)")
-    if ranks.world > 1:  # a rank that skipped a cached batch would leave the others waiting
+    if ranks.world_size > 1:  # a rank that skipped a cached batch would leave the others waiting
         return GenerationCache(
-            None, None, f"off (MPI world of {ranks.world}: every rank generates every batch)"
+            None, None, f"off (MPI world of {ranks.world_size}: every rank generates every batch)"
         )
-    code = engine_code(engine)
+    code = engine_code(code_class(engine))
     key = key_inputs(engine.info, config.engine_options(), code) if code is not None else None
     fingerprint = cache_fingerprint(key) if key is not None else None
     if fingerprint:
@@ -160,12 +153,24 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     # test ids were made from config.json alone (planned_batch_sizes); an engine handed in
     # directly has no test ids to agree with, so its own limits cap the grid
     sizes = (
-        choose_batch_sizes(config.batch_sizes, limits.max_batch_size if limits else None)
+        choose_batch_sizes(
+            config.batch_sizes,
+            limits.max_batch_size if limits else None,
+            sweep=config.sweep,
+            engine=config.engine,
+        )
         if engine is not None
         else planned_batch_sizes(config)
     )
     plan = make_plan(sizes, config.beam_widths, len(dataset), config.seed, config.rotation)
-    prompts = build_prompts(dataset.documents, config.prompt_template, chat=config.chat, engine=under_test)
+    info = under_test.info
+    prompts = build_prompts(
+        dataset.documents,
+        config.prompt_template,
+        chat=config.chat,
+        tokenizer=under_test.tokenizer,
+        label=f"{info.backend} engine" + (f" {info.path}" if info.path != info.backend else ""),
+    )
     lengths = guard.count_tokens(under_test, prompts)
     # preflight covers the whole grid, so every shard's report carries the same checks and budgets
     checked = preflight(

@@ -57,8 +57,8 @@ def record_goldens(
         texts = source[Cell(1, w)]
         goldens[w] = GoldenSet(
             identity=engine.info.identity,
-            dataset_name=dataset.name,
-            dataset_hash=dataset.hash,
+            dataset_name=dataset.info.name,
+            dataset_hash=dataset.info.hash,
             settings=config.decoding(w).as_dict(),
             outputs={d.id: t or "" for d, t in zip(dataset.documents, texts)},
             source={

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from harness.bounds import ScoringCap
 from harness.config import RunConfig
-from harness.engines.base import Engine, EngineInfo
-from harness.engines.ranks import Ranks
-from harness.inputs.data import Dataset
+from harness.engines.base import Engine
 from harness.model.cell import Cell
+from harness.model.dataset import Dataset
+from harness.model.engine import EngineInfo
 from harness.model.limits import EngineLimits, LimitCheck, MemoryBudget, failing
-from harness.model.report import CacheStats, CellResult, Report, Timing, run_verdict
+from harness.model.ranks import Ranks
+from harness.model.report import Timing
 from harness.model.scores import CellScores, Levels
-from harness.model.vocab import Verdict
 from harness.plan import Plan
 from harness.storage.cache import GenerationCache
 from harness.storage.generations import CellTexts, Row
@@ -112,39 +111,6 @@ class Scored:
     cells: dict[Cell, CellScores]
     levels: dict[int, Levels]
     unscored: dict[Cell, str]
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What a run produced; the report stage and the plugin read only this."""
-
-    config: RunConfig
-    engine: EngineInfo
-    limits: EngineLimits | None
-    dataset: Dataset
-    plan: Plan
-    baselines: dict[int, Baseline]
-    cells: tuple[CellResult, ...]
-    outputs: tuple[CellOutputs, ...]
-    started: str
-    seconds: float
-    memory: tuple[MemoryBudget, ...] = ()
-    cache: CacheStats | None = None
-    finished: str = ""
-    goldens_written: tuple[str, ...] = ()
-    report_dir: Path | None = None
-    prompts: tuple[str, ...] = ()  # as sent to the engine, in dataset order
-    ranks: Ranks = field(default_factory=Ranks)
-    timing: Timing = field(default_factory=Timing)
-    scores: dict[Cell, CellScores] = field(default_factory=dict)  # per-prompt, for shard reports
-    levels: dict[int, Levels] = field(default_factory=dict)  # batch size 1's, per beam width
-    grid: tuple[Cell, ...] = ()  # every cell of the unsharded grid (= plan.cells unless --shard)
-    prompt_lengths: tuple[int, ...] = ()  # what the fault signatures measured padding in
-    report: Report | None = None  # the report written for it (set once it is written)
-
-    @property
-    def verdict(self) -> Verdict:
-        return run_verdict(self.cells)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ def baselines(prep: Prepared, goldens: dict[int, GoldenSet], generated: Generate
     cap = prep.cap
     for w in prep.config.beam_widths:
         if w in goldens:
-            path = str(prep.store.path_for(prep.engine.info.identity, prep.dataset.name, w))
+            path = str(prep.store.path_for(prep.engine.info.identity, prep.dataset.info.name, w))
             out[w] = Baseline(
                 w,
                 f"goldens {path}",

@@ -35,7 +35,7 @@ from typing import Any
 
 from harness import bounds
 from harness.config import DecodingSettings, EngineOptions
-from harness.engines.base import EngineInfo
+from harness.model.engine import EngineInfo
 from harness.model.report import CacheStats
 from harness.outside import say
 from harness.storage import confine

@@ -32,7 +32,7 @@ from typing import Any
 
 from harness import __version__
 from harness.config import EngineOptions
-from harness.engines.base import AdoptedEngine, EngineInfo
+from harness.model.engine import EngineInfo
 from harness.storage.fingerprint import file_sha256
 
 LIBRARIES = ("torch", "transformers", "tokenizers", "tensorrt_llm")
@@ -116,13 +116,12 @@ def _source_files(module_name: str) -> list[Path] | None:
     return sorted({path, *_loaded_beside(folder)})
 
 
-def engine_code(engine: object) -> dict[str, str] | None:
-    """What decides an engine object's outputs besides its files and options: the class (a
-    user's class, not the harness's wrapper around it) and a sha256 over the source of the
-    module of every class in its hierarchy, with their packages (``_source_files``); None
-    when some of that code has no file to read (such an engine is not cached)."""
-    target = engine.engine if isinstance(engine, AdoptedEngine) else engine
-    cls = type(target)
+def engine_code(cls: type) -> dict[str, str] | None:
+    """What decides an engine's outputs besides its files and options: its class (a user's
+    class, not the harness's wrapper around it: ``harness.engines.base.code_class``) and a
+    sha256 over the source of the module of every class in its hierarchy, with their packages
+    (``_source_files``); None when some of that code has no file to read (such an engine is
+    not cached)."""
     files: set[Path] = set()
     for klass in cls.__mro__:
         found = _source_files(klass.__module__)

@@ -30,7 +30,7 @@ from typing import Any
 from harness import bounds
 from harness.config import DecodingSettings
 from harness.errors import GoldensError
-from harness.inputs.data import Dataset
+from harness.model.dataset import Dataset
 from harness.outside import cleaned
 from harness.redact import redact
 from harness.storage import confine
@@ -166,14 +166,14 @@ class GoldensStore:
     def _find(self, identity: str, dataset: Dataset, beam_width: int) -> Path | None:
         """This dataset's goldens file: where ``path_for`` names it, else where an older
         harness did (when it holds this dataset's, not another's); None when there is none."""
-        path = confine.inside(self.root, self.path_for(identity, dataset.name, beam_width))
+        path = confine.inside(self.root, self.path_for(identity, dataset.info.name, beam_width))
         if path.exists():
             owner = self._owner(path)
-            if owner is not None and owner != dataset.name:
-                raise self._another_dataset(path, owner, identity, dataset.name, beam_width)
+            if owner is not None and owner != dataset.info.name:
+                raise self._another_dataset(path, owner, identity, dataset.info.name, beam_width)
             return path
-        old = self.legacy_path_for(identity, dataset.name, beam_width)
-        if old is not None and self._owner(old) == dataset.name:
+        old = self.legacy_path_for(identity, dataset.info.name, beam_width)
+        if old is not None and self._owner(old) == dataset.info.name:
             return old
         return None
 
@@ -192,11 +192,11 @@ class GoldensStore:
             isinstance(v, str) for v in golden.outputs.values()
         ):
             raise GoldensError(f"{path}: 'outputs' must map document ids to texts; {FIX}")
-        if golden.dataset_hash != dataset.hash:
+        if golden.dataset_hash != dataset.info.hash:
             raise GoldensError(
                 f"{path}: recorded for dataset hash {golden.dataset_hash[:12]}, but this run's "
-                f"dataset {dataset.path} hashes to {dataset.hash[:12]} (its content changed), unless it "
-                f"is another dataset named {dataset.name!r} (give that one a name of its own); "
+                f"dataset {dataset.info.path} hashes to {dataset.info.hash[:12]} (its content changed), unless it "
+                f"is another dataset named {dataset.info.name!r} (give that one a name of its own); "
                 f"{FIX}"
             )
         # as the file keeps them, secrets redacted (``GoldenSet.as_dict``)

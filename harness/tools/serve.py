@@ -30,7 +30,6 @@ from urllib.parse import urlsplit
 from harness.config import DecodingSettings
 from harness.engines.base import EngineBase, Generation, as_engine
 from harness.errors import ConfigError, describe
-from harness.limits.engine_config import read_limits
 from harness.model.limits import EngineLimits
 
 DEFAULT_WINDOW_MS = 100.0
@@ -613,8 +612,7 @@ def make_server(
     ``bounds`` (default: the engine's build limits, as ``serve`` reads them)."""
     check_host(host)
     if bounds is None:
-        info = as_engine(engine).info
-        bounds = Bounds.of(read_limits(info.config), max_batch_size)
+        bounds = Bounds.of(as_engine(engine).limits, max_batch_size)
     try:
         return CompletionServer(
             (host, port),
@@ -655,7 +653,7 @@ def serve(
 
     check_host(host)
     engine = load_engine(spec, backend)
-    limits = read_limits(engine.info.config, str(Path(engine.info.path) / "config.json"))
+    limits = engine.limits
     size = (
         max_batch_size
         or (limits.max_batch_size if limits and limits.max_batch_size else None)

@@ -52,13 +52,15 @@ from harness.model.analysis import CellAnalysis, Finding
 from harness.model.cell import Cell, captured_below, is_captured
 from harness.model.limits import EngineLimits, overflow_positions
 from harness.model.vocab import FindingKind, Verdict
-from harness.plan import Plan
 from harness.verdict.statistics import ranges
 
 HIT = 0.2  # a prompt is hit at a position when its harm there exceeds this
 STRIDE_MIN_BATCH = 4  # a stride signature needs every later position of a batch this large
 PADDING_MIN_PROMPTS = 3  # prompts seen both as the longest of a batch and shorter, for padding
 FOUND_MIN = 0.75  # share of a threshold's damaged positions a run must find to name it
+
+
+Shortfall = tuple[tuple[int, ...], ...]  # [position][document]: tokens short of the batch's longest prompt
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class CellEvidence:
     analysis: CellAnalysis
     harm: tuple[tuple[float, ...], ...]  # [position][document]: quality (else agreement) lost
     # against batch size 1 (NaN where the document never sat at that position, sparse)
-    shorter: tuple[tuple[int, ...], ...] | None = None  # [position][document]: tokens short of
+    shorter: Shortfall | None = None  # [position][document]: tokens short of
     # the longest prompt of the batch it sat in
     changed: tuple[tuple[float, ...], ...] = ()  # [position][document]: 1.0 where the output is
     # not batch size 1's (NaN: not there); empty when unknown
@@ -82,18 +84,6 @@ def _seen(row: Sequence[float]) -> list[float]:
 def _hit_share(row: Sequence[float]) -> float:
     seen = _seen(row)
     return sum(d > HIT for d in seen) / max(1, len(seen))
-
-
-def shortfall(plan: Plan, cell: Cell, lengths: Sequence[int]) -> tuple[tuple[int, ...], ...]:
-    """For every position and document: how many tokens shorter the prompt was than the
-    longest prompt of its batch (the padding it needed)."""
-    n = len(plan.order)
-    out = [[0] * n for _ in range(cell.batch_size)]
-    for batch in plan.batches(cell):
-        longest = max(lengths[d] for d in batch.documents)
-        for position, doc in enumerate(batch.documents):
-            out[position][doc] = longest - lengths[doc]
-    return tuple(tuple(row) for row in out)
 
 
 def _beyond(slots: int, analyses: Sequence[CellAnalysis]) -> tuple[int, int] | None:

@@ -44,7 +44,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats
 
-from harness.model.analysis import CellAnalysis, DropTest, PositionStats, shown_p
+from harness.model.analysis import CellAnalysis, DropTest, PositionStats, cell_fails, shown_p
 from harness.model.cell import Cell
 from harness.model.scores import CellScores, Levels, finite, mean
 from harness.model.vocab import Verdict
@@ -408,7 +408,7 @@ def _cell(
     )
     bad, nondet = shape.degraded_positions, shape.nondeterministic_positions
     empty = shape.empty_positions
-    failed = bool(bad or flagged or nondet or empty)
+    failed = cell_fails(bool(bad), flagged, bool(nondet), bool(empty))
     concentrated = [s.position for s in row if s.change_test is not None and s.change_test.flagged]
     message = _message(cell.id, row, bad, omnibus if shape.spread else None, nondet, agreement)
     if empty:  # the first thing to say; what else failed follows
@@ -435,8 +435,10 @@ def analyze(
 ) -> list[CellAnalysis]:
     """Analyse every cell; ``levels[beam_width]`` holds batch size 1's per-prompt levels.
 
-    ``family`` (calibrate only) sizes the Holm family as if a larger grid had been run whose
-    other tests all came out clean (p = 1): the correction of that grid, for these cells."""
+    ``family`` is the size of the Holm family, the tests the run's design makes
+    (``harness.verdict.decide.family_size``): tests the design makes that these scores do not
+    (other shards' cells, an engine error, a position without two prompts) count as clean
+    (p = 1), so a part of a run is corrected as the whole run is."""
     tests = _Family()
     rows: list[list[PositionStats]] = []
     slots: list[list[Slots]] = []

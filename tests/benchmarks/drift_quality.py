@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.config import DEFAULT_PROMPT_TEMPLATE, DecodingSettings
-from harness.engines.emulator.build import BuildLimits, build_engine
+from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.drift import Drift
 from harness.engines.emulator.engine import EmulatorEngine
 from harness.engines.emulator.faults import Fault
@@ -110,7 +110,7 @@ def measure(
 ) -> list[CellResult]:
     """Build one engine and run all its cells; prints how long it took."""
     start = time.perf_counter()
-    engine = EmulatorEngine(build_engine(folder / name, BuildLimits(), fault=fault, drift=drift))
+    engine = EmulatorEngine(build_engine(folder / name, build_limits(), fault=fault, drift=drift))
     results = [
         r for beam in args.beam_widths for r in run_cells(engine, prompts, args.batch_sizes, beam, args.seed)
     ]
@@ -126,7 +126,7 @@ def gap_table(folder: Path, prompts: list[str], refs: list[str]) -> list[str]:
     gap, and the change in ROUGE-L against the reference when the runner-up is taken there."""
     from harness.engines.emulator.engine import _Pass  # diagnostics: the engine's own pass
 
-    engine = EmulatorEngine(build_engine(folder / "gaps", BuildLimits(), drift=Drift(rate=1.0)))
+    engine = EmulatorEngine(build_engine(folder / "gaps", build_limits(), drift=Drift(rate=1.0)))
     settings = DecodingSettings(beam_width=1, max_new_tokens=64)
     ids = engine.tokenizer(prompts)["input_ids"]
 
@@ -169,7 +169,7 @@ def neutrality(folder: Path, count: int, beams: list[int], seed: int) -> list[st
     examples = generate(count, seed, prefix="fresh")
     prompts = [build_prompt(DEFAULT_PROMPT_TEMPLATE, e) for e in examples]  # type: ignore[arg-type]
     refs = [e.summary for e in examples]
-    engine = EmulatorEngine(build_engine(folder / "neutral", BuildLimits(), drift=Drift(1.0, seed)))
+    engine = EmulatorEngine(build_engine(folder / "neutral", build_limits(), drift=Drift(1.0, seed)))
     lines = [
         f"{count} generated prompts (seed {seed}), rate 1, batch size 2; change vs batch "
         "size 1 against the references"

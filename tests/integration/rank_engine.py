@@ -13,7 +13,7 @@ import json
 import os
 
 from harness.engines.emulator.engine import EmulatorEngine
-from harness.engines.ranks import current
+from harness.limits.ranks import current
 
 
 class RecordingEngine(EmulatorEngine):

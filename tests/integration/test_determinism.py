@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from harness.config import RunConfig
-from harness.engines.emulator.build import BuildLimits, build_engine
+from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.drift import Drift
 from harness.pipeline import run
 
@@ -31,7 +31,7 @@ def _numbers(report_dir: Path) -> dict:
 
 def test_same_seed_same_numbers(tmp_path: Path, small_dataset: Path):
     engine = build_engine(
-        tmp_path / "drift", BuildLimits(max_batch_size=4, max_beam_width=2), drift=Drift(rate=0.6)
+        tmp_path / "drift", build_limits(max_batch_size=4, max_beam_width=2), drift=Drift(rate=0.6)
     )
 
     def once(name: str, seed: int) -> dict:

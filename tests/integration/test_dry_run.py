@@ -63,7 +63,7 @@ def test_a_dry_run_on_a_tensorrt_llm_engine_prints_plan_limits_and_estimate(
 def test_the_estimate_can_come_from_a_previous_run(tmp_path: Path, small_dataset: Path):
     from harness.config import RunConfig
     from harness.pipeline import run
-    from harness.stages.plan_only import estimate_line
+    from harness.report.estimate import estimate_line
     from tests.integration.toy_engine import ToyEngine
 
     previous = run(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from harness.config import RunConfig
-from harness.engines.emulator.build import BuildLimits, build_engine
+from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.faults import parse_fault
 from harness.pipeline import run
 
@@ -37,7 +37,7 @@ def test_each_fault_fails_exactly_where_it_damages(
 ):
     spec = None if fault in ("healthy", "overflow") else parse_fault(fault, max_batch_size=8)
     engine = build_engine(
-        tmp_path / "engine", BuildLimits(max_batch_size=limits[0], max_beam_width=limits[1]), fault=spec
+        tmp_path / "engine", build_limits(max_batch_size=limits[0], max_beam_width=limits[1]), fault=spec
     )
     config = RunConfig.from_options(
         {

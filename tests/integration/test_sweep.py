@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import RunConfig
-from harness.engines.emulator.build import BuildLimits, build_engine
+from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.faults import Fault, FaultKind
 from harness.errors import ConfigError
 from harness.pipeline import run
@@ -43,7 +43,7 @@ def test_a_cuda_graph_ladder_is_found_between_the_powers_of_two(tmp_path: Path):
     entries: the default grid 1, 2, 4, 8 never sees it."""
     engine = build_engine(
         tmp_path / "ladder",
-        BuildLimits(max_batch_size=8, max_beam_width=1),
+        build_limits(max_batch_size=8, max_beam_width=1),
         fault=Fault(FaultKind.GRAPH_LADDER),
     )
     found, causes = _sweep(tmp_path, engine, "1")
@@ -60,7 +60,7 @@ def test_a_buffer_without_the_beam_factor_fails_from_its_threshold(tmp_path: Pat
     """8 slots for 8 x 2 beams: greedy passes everywhere, beam 2 fails from batch size 5."""
     engine = build_engine(
         tmp_path / "buffer",
-        BuildLimits(max_batch_size=8, max_beam_width=2),
+        build_limits(max_batch_size=8, max_beam_width=2),
         fault=Fault(FaultKind.BEAM_BUFFER),
     )
     found, causes = _sweep(tmp_path, engine, "1,2")

@@ -14,7 +14,7 @@ from harness.__main__ import main
 from harness.config import OPTIONS, RunConfig
 from harness.errors import ConfigError, EngineError
 from harness.limits.engine_config import parse_config, read_engine_config
-from harness.limits.lint import lint
+from harness.tools.lint import lint
 
 
 @pytest.mark.parametrize(

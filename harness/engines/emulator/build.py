@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,25 +22,40 @@ from harness.engines.emulator.drift import Drift
 from harness.engines.emulator.engine import TOKENIZER_DIR, WEIGHTS_FILE
 from harness.engines.emulator.faults import Fault, split_fault
 from harness.errors import EngineError
+from harness.model.limits import EngineLimits
+from harness.model.vocab import Layout
 from harness.storage import confine
 
 BUNDLED_MODEL = Path(__file__).resolve().parents[2] / "bundled" / "model"
 MIMICS_VERSION = "0.13.0"  # the TensorRT-LLM release whose config layout this follows
 
 
-@dataclass(frozen=True)
-class BuildLimits:
-    """The ``trtllm-build`` limits an engine is built with."""
+def build_limits(
+    max_batch_size: int = 8, max_beam_width: int = 4, max_input_len: int = 384, max_seq_len: int = 512
+) -> EngineLimits:
+    """The ``trtllm-build`` limits an emulator engine is built with (the defaults: the bundled
+    engine's)."""
+    return EngineLimits(
+        layout=Layout.EMULATOR,
+        max_batch_size=max_batch_size,
+        max_beam_width=max_beam_width,
+        max_input_len=max_input_len,
+        max_seq_len=max_seq_len,
+        emulator=True,
+    )
 
-    max_batch_size: int = 8
-    max_beam_width: int = 4
-    max_input_len: int = 384
-    max_seq_len: int = 512
+
+def _built(limits: EngineLimits) -> tuple[int, int, int, int]:
+    """max_batch_size, max_beam_width, max_input_len and max_seq_len: what build-engine writes."""
+    b, w, n, s = limits.max_batch_size, limits.max_beam_width, limits.max_input_len, limits.max_seq_len
+    if b is None or w is None or n is None or s is None:
+        raise EngineError("build-engine needs max_batch_size, max_beam_width, max_input_len and max_seq_len")
+    return b, w, n, s
 
 
 def engine_config(
     model_config: dict[str, Any],
-    limits: BuildLimits,
+    limits: EngineLimits,
     compute_dtype: str,
     fault: Fault | None = None,
     drift: Drift | None = None,
@@ -49,6 +63,7 @@ def engine_config(
     """config.json for an emulator engine, in TensorRT-LLM's unified layout; a fault under
     ``emulator.fault``, drift under ``emulator.drift`` (``--fault drift`` is drift alone)."""
     fault, drift = split_fault(fault, drift)
+    max_batch_size, max_beam_width, max_input_len, max_seq_len = _built(limits)
     heads = model_config["num_attention_heads"]
     head_size = model_config.get("head_dim") or model_config["hidden_size"] // heads
     return {
@@ -71,11 +86,11 @@ def engine_config(
             "quantization": {"quant_algo": None, "kv_cache_quant_algo": None},
         },
         "build_config": {
-            "max_batch_size": limits.max_batch_size,
-            "max_beam_width": limits.max_beam_width,
-            "max_input_len": limits.max_input_len,
-            "max_seq_len": limits.max_seq_len,
-            "max_num_tokens": limits.max_batch_size * limits.max_input_len,
+            "max_batch_size": max_batch_size,
+            "max_beam_width": max_beam_width,
+            "max_input_len": max_input_len,
+            "max_seq_len": max_seq_len,
+            "max_num_tokens": max_batch_size * max_input_len,
             "kv_cache_type": "CONTINUOUS",
             "plugin_config": {
                 "gpt_attention_plugin": "auto",
@@ -107,7 +122,7 @@ def _is_emulator_engine(path: Path) -> bool:
 
 def build_engine(
     output: Path,
-    limits: BuildLimits,
+    limits: EngineLimits,
     *,
     model_dir: Path | None = None,
     compute_dtype: str = DEFAULT_COMPUTE_DTYPE,
@@ -134,10 +149,11 @@ def build_engine(
             f"{config_file}: model_type {model_config.get('model_type')!r} with "
             f"architectures {arch}; the emulator runs Mistral/Llama models only"
         )
-    if limits.max_seq_len <= limits.max_input_len:
+    _, _, max_input_len, max_seq_len = _built(limits)
+    if max_seq_len <= max_input_len:
         raise EngineError(
-            f"--max-seq-len {limits.max_seq_len} must exceed --max-input-len "
-            f"{limits.max_input_len} (it counts prompt and output together)"
+            f"--max-seq-len {max_seq_len} must exceed --max-input-len "
+            f"{max_input_len} (it counts prompt and output together)"
         )
     output = Path(output)
     confine.inside(output.parent, output)  # a rebuild replaces the folder, never a link's target
@@ -179,5 +195,5 @@ def bundled_engine(cache_root: Path | None = None) -> Path:
     key = file_sha256(BUNDLED_MODEL / "model.safetensors")[:12]
     path = confine.inside(folder, folder / f"bundled-engine-{__version__}-{key}-{DEFAULT_COMPUTE_DTYPE}")
     if not (path / "config.json").is_file():
-        build_engine(path, BuildLimits())
+        build_engine(path, build_limits())
     return path

@@ -20,13 +20,13 @@ from typing import Any
 import torch
 
 from harness.config import DecodingSettings
-from harness.engines.base import EngineBase, EngineInfo, Generation
+from harness.engines.base import EngineBase, Generation
 from harness.engines.emulator.drift import Drift, Trace, drift_from_config, near_tie, plan_flips
 from harness.engines.emulator.faults import Fault, fault_from_config
 from harness.engines.emulator.model import MistralEmulator, ModelShape, PrefillCache, SlotKVCache
 from harness.errors import EngineError, first_line
-from harness.limits.engine_config import ConfigSection, parse_config_text
-from harness.model.report import KvCacheReuse
+from harness.limits.engine_config import ConfigSection, parse_config_text, read_limits
+from harness.model.engine import EngineInfo, KvCacheReuse
 from harness.model.vocab import CacheReuse
 from harness.storage.fingerprint import weights_identity
 
@@ -125,11 +125,11 @@ class EmulatorEngine(EngineBase):
         self.cache = _allocate_cache(
             self.shape, self.max_batch_size * self.max_beam_width, self.max_seq_len, dtype, file
         )
+        self.limits = read_limits(config, str(file))
         self.info = EngineInfo(
             backend="emulator",
             path=str(self.path),
             identity=weights_identity([weights_file]),
-            config=config,
             details={
                 "compute_dtype": dtype_name,
                 "kv_cache_slots": self.cache.slots,

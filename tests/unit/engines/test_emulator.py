@@ -75,7 +75,7 @@ def test_a_tokenizer_error_without_a_message_is_still_one_line(engine_factory, m
 
     from harness.engines.registry import load_engine
     from harness.errors import EngineError
-    from harness.limits.lint import lint
+    from harness.tools.lint import lint
 
     def fail(*args, **kwargs):
         raise error
@@ -121,10 +121,10 @@ def test_a_prompt_phase_is_computed_once_per_engine_and_reused(engine_factory, p
 def test_a_slot_holds_nothing_from_an_earlier_batch(tmp_path, prompts):
     """The stride fault reads other entries' beam slots past their prompts: what it finds
     there is zeros, never what an earlier batch (longer prompts, longer outputs) left."""
-    from harness.engines.emulator.build import BuildLimits, build_engine
+    from harness.engines.emulator.build import build_engine, build_limits
     from harness.engines.emulator.faults import Fault
 
-    path = build_engine(tmp_path / "stride", BuildLimits(), fault=Fault("stride"))
+    path = build_engine(tmp_path / "stride", build_limits(), fault=Fault("stride"))
     settings = DecodingSettings(beam_width=2, max_new_tokens=48)
     by_length = sorted(prompts, key=len)
     short, long = by_length[:4], by_length[4:]
@@ -142,11 +142,11 @@ def test_float32_gives_float64s_outputs_on_the_bundled_model(tmp_path, prompts):
     """The default compute dtype (float32, about 1.25x faster on two cores) changes no output
     of the bundled model: the same tokens as float64 at batch size 8 for every beam width."""
     from harness.engines.emulator import DEFAULT_COMPUTE_DTYPE
-    from harness.engines.emulator.build import BuildLimits, build_engine
+    from harness.engines.emulator.build import build_engine, build_limits
 
     assert DEFAULT_COMPUTE_DTYPE == "float32"
     engines = {
-        d: EmulatorEngine(build_engine(tmp_path / d, BuildLimits(), compute_dtype=d))
+        d: EmulatorEngine(build_engine(tmp_path / d, build_limits(), compute_dtype=d))
         for d in ("float32", "float64")
     }
     assert engines["float32"].cache.k.dtype == torch.float32
@@ -161,10 +161,10 @@ def test_the_fused_norm_and_rotary_embedding_equal_their_textbook_formulas(tmp_p
     """One op for RMSNorm and a swapped-halves rotary embedding from a table: bit for bit the
     formulas the emulator used before (x * rsqrt(mean(x^2) + eps) * w; x * cos +
     rotate_half(x) * sin, cos and sin computed at the positions)."""
-    from harness.engines.emulator.build import BuildLimits, build_engine
+    from harness.engines.emulator.build import build_engine, build_limits
     from harness.engines.emulator.model import _rotate
 
-    model = EmulatorEngine(build_engine(tmp_path / dtype, BuildLimits(), compute_dtype=dtype)).model
+    model = EmulatorEngine(build_engine(tmp_path / dtype, build_limits(), compute_dtype=dtype)).model
     gen = torch.Generator().manual_seed(3)
     for rows in (1, 3, 8, 32):
         x = (torch.randn(rows, model.shape.hidden_size, generator=gen) * 3).to(model.dtype)

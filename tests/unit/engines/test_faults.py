@@ -14,7 +14,7 @@ import json
 import pytest
 
 from harness.config import DecodingSettings
-from harness.engines.emulator.build import BuildLimits, build_engine
+from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.engine import EmulatorEngine
 from harness.engines.emulator.faults import Fault, hit, parse_drift, parse_fault
 from harness.errors import ConfigError
@@ -38,8 +38,8 @@ def engines(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
     made: dict[str, EmulatorEngine] = {}
 
-    def get(spec: str, drift: str | None = None, limits: BuildLimits | None = None) -> EmulatorEngine:
-        limits = limits or BuildLimits()
+    def get(spec: str, drift: str | None = None, limits: EngineLimits | None = None) -> EmulatorEngine:
+        limits = limits or build_limits()
         key = f"{spec}+{drift}+{limits.max_beam_width}"
         if key not in made:
             fault = None if spec == "healthy" else parse_fault(spec, max_batch_size=8)
@@ -214,7 +214,7 @@ def drifted(engines, cases: list[tuple[str, list[str], DecodingSettings]]) -> li
 
 def test_drift_composes_with_full_batch_partial_and_overflow(engines, prompts):
     """Entries the fault spares drift exactly as on a drift-only engine; the others are damaged."""
-    overflow = engines("healthy", "1.0", BuildLimits(max_beam_width=1))
+    overflow = engines("healthy", "1.0", build_limits(max_beam_width=1))
     cases = [("full-batch", prompts, DRIFT), ("partial:fraction=1.0,position=1", prompts[:4], DRIFT)]
     expected = drifted(engines, cases + [("overflow", prompts, DRIFT_BEAM)])
     healthy = engines("healthy")
@@ -298,7 +298,7 @@ def test_drift_is_given_once_and_stored_apart_from_the_fault(tmp_path):
     with pytest.raises(ConfigError, match="give the drift once"):
         split_fault(Fault("drift"), Drift())
     path = build_engine(
-        tmp_path / "e", BuildLimits(), fault=Fault("truncate", keep=0.5), drift=Drift(rate=0.6, seed=2)
+        tmp_path / "e", build_limits(), fault=Fault("truncate", keep=0.5), drift=Drift(rate=0.6, seed=2)
     )
     emulator = json.loads((path / "config.json").read_text())["emulator"]
     assert fault_from_config(emulator["fault"], "c") == Fault("truncate", keep=0.5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.engines.ranks import Ranks, current, engine_ranks, require_world, world_size
+from harness.limits.ranks import Ranks, current, engine_ranks, require_world, world_size
 from harness.errors import ConfigError
 
 

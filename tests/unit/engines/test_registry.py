@@ -92,19 +92,19 @@ def test_build_engine_cli_writes_unified_config(tmp_path: Path):
 
 
 def test_build_engine_never_replaces_what_it_did_not_build(tmp_path: Path):
-    from harness.engines.emulator.build import BUNDLED_MODEL, BuildLimits, build_engine
+    from harness.engines.emulator.build import BUNDLED_MODEL, build_engine, build_limits
 
     model = tmp_path / "model"
     shutil.copytree(BUNDLED_MODEL, model)
     (model / "notes.txt").write_text("mine")
     with pytest.raises(EngineError, match="not an emulator engine directory"):
-        build_engine(model, BuildLimits(), model_dir=model)
+        build_engine(model, build_limits(), model_dir=model)
     assert (model / "model.safetensors").is_file() and (model / "notes.txt").read_text() == "mine"
     (tmp_path / "file").write_text("x")
     with pytest.raises(EngineError, match="is a file"):
-        build_engine(tmp_path / "file", BuildLimits())
-    built = build_engine(tmp_path / "e", BuildLimits(max_beam_width=1))
-    assert build_engine(built, BuildLimits(max_beam_width=4)) == built  # a rebuild replaces it
+        build_engine(tmp_path / "file", build_limits())
+    built = build_engine(tmp_path / "e", build_limits(max_beam_width=1))
+    assert build_engine(built, build_limits(max_beam_width=4)) == built  # a rebuild replaces it
     assert json.loads((built / "config.json").read_text())["build_config"]["max_beam_width"] == 4
 
 

@@ -93,7 +93,7 @@ def _prompt_lengths(
         dataset, text_field=text_field, summary_field=summary_field, config=dataset_config, split=split
     )
     prompts = [build_prompt(template, d) for d in ds.documents]
-    return [len(x) for x in tok(prompts)["input_ids"]], f"{ds.name} ({len(ds)} prompts) via {tok_dir}"
+    return [len(x) for x in tok(prompts)["input_ids"]], f"{ds.info.name} ({len(ds)} prompts) via {tok_dir}"
 
 
 def lint(

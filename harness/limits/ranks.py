@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from harness.errors import ConfigError
+from harness.model.ranks import Ranks
 
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK")
 SIZE_VARS = (
@@ -32,24 +32,6 @@ SIZE_VARS = (
     "WORLD_SIZE",
 )
 _SLURM = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
-
-
-@dataclass(frozen=True)
-class Ranks:
-    """Where this process sits in the run: rank ``rank`` of ``world`` processes."""
-
-    rank: int = 0
-    world: int = 1
-    source: str = "a single process"  # the variables they were read from
-
-    @property
-    def is_root(self) -> bool:
-        """Rank 0: the process that scores, asserts and writes the report."""
-        return self.rank == 0
-
-    @property
-    def label(self) -> str:
-        return f"rank {self.rank} of {self.world}"
 
 
 def _first(names: tuple[str, ...], env: Mapping[str, str]) -> tuple[str, str] | None:
@@ -86,12 +68,12 @@ def current(environ: Mapping[str, str] | None = None) -> Ranks:
             f"environment: rank {rank} is not below the world size {world} "
             f"({names}); fix the launcher's environment"
         )
-    return Ranks(rank=rank, world=world, source=names)
+    return Ranks(rank=rank, world_size=world, source=names)
 
 
 def world_size(environ: Mapping[str, str] | None = None) -> int:
     """Processes in this run (1 when alone)."""
-    return current(environ).world
+    return current(environ).world_size
 
 
 def engine_ranks(tp_size: int | None, pp_size: int | None) -> int:
@@ -102,14 +84,14 @@ def engine_ranks(tp_size: int | None, pp_size: int | None) -> int:
 def require_world(ranks: Ranks, tp_size: int | None, pp_size: int | None, *, engine: str) -> None:
     """Stop before any generation when the processes do not match the engine's mapping."""
     need = engine_ranks(tp_size, pp_size)
-    if ranks.world == need:
+    if ranks.world_size == need:
         return
     mapping = (
         f"mapped to tp {tp_size or 1} x pp {pp_size or 1} = {need} rank(s)"
         if tp_size is not None or pp_size is not None
         else "not mapped to several ranks (its config records no tp/pp mapping: 1 rank)"
     )
-    have = "a single process" if ranks.world == 1 else f"{ranks.world} processes ({ranks.source})"
+    have = "a single process" if ranks.world_size == 1 else f"{ranks.world_size} processes ({ranks.source})"
     if need == 1:
         fix = "run it without mpirun/srun (one process)"
     else:

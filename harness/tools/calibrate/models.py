@@ -1,0 +1,282 @@
+"""The engines calibrate builds, what is true of each, and the run each models.
+
+Every fault model (harness/engines/emulator/faults.py), the healthy engine, benign drift at
+several rates, every fault on top of 30% drift, the beam-slot overflow of the incident, and the
+sweep models (graph-ladder, beam-buffer, each also on drift, and a drifting healthy engine),
+swept to ``--sweep-to`` as ``--sweep`` does. Each model's ``design`` is the grid of the run it
+stands for, which sizes its Holm family as that run's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from harness.config import DEFAULT_BEAM_WIDTHS, RunConfig
+from harness.engines.emulator.build import build_limits
+from harness.engines.emulator.faults import Fault, FaultKind
+from harness.model.cell import Cell
+from harness.model.limits import EngineLimits
+from harness.model.vocab import FindingKind, Rotation, Word
+from harness.plan import grid
+
+POOL_SEED = 20261130  # the prompt pool is fixed; --seed drives rounds and trials
+DRIFT_UNDER = 0.3  # the drift every fault model is also calibrated on top of
+DRIFT_RATES = (0.1, 0.3, 0.6)
+
+
+class Target(Word):
+    """What calibrate expects of a model."""
+
+    DETECT = "detect"  # fail exactly the damaged positions, naming the signature
+    PASS = "pass"  # never fail (healthy, benign drift)
+    PARTIAL = "partial"  # fail the position a share of prompts is damaged at
+    UNIFORM = "uniform"  # fail: damage at every position alike
+
+
+@dataclass(frozen=True)
+class Model:
+    """One engine under calibration: how it is built, which cells it runs, what is true."""
+
+    name: str
+    label: str
+    fault: Fault | None
+    cells: tuple[Cell, ...]
+    damaged: dict[Cell, frozenset[int]]  # the truly damaged positions per cell
+    pattern: FindingKind | None  # the signature harness.verdict.signatures should name
+    drift: float = 0.0  # benign drift rate built in (0: none)
+    limits: EngineLimits = field(default_factory=build_limits)
+    rounds: int = 1
+    extra: tuple[Cell, ...] = ()  # cells borrowed from the undamaged twin (untouched by the fault)
+    twin: str = "healthy"  # the same engine without the fault: partial's unhit prompts, extras
+    target: Target = Target.DETECT
+    sweep: bool = False  # a --sweep to limits.max_batch_size (sparse rotation, its family)
+
+    @property
+    def should_fail(self) -> bool:
+        return any(self.damaged.values())
+
+    def boundary(self, beam_width: int) -> int | None:
+        """The first damaged batch size of a beam width (None: every size passes)."""
+        return min(
+            (c.batch_size for c, d in self.damaged.items() if c.beam_width == beam_width and d), default=None
+        )
+
+    def design(self) -> tuple[Cell, ...]:
+        """The grid of the run this model stands for: the default grid capped at its engine's
+        max_batch_size, or, for a sweep, every batch size up to it at every default beam width
+        the engine runs (``--sweep --beam-widths`` of those)."""
+        top = self.limits.max_batch_size
+        if not self.sweep:
+            return grid(None, DEFAULT_BEAM_WIDTHS, top)
+        widths = tuple(w for w in DEFAULT_BEAM_WIDTHS if w <= (self.limits.max_beam_width or 1))
+        return grid(None, widths, top, sweep=True)
+
+
+def _all(b: int) -> frozenset[int]:
+    return frozenset(range(b))
+
+
+def on_drift(m: Model, twin: str) -> Model:
+    """``m`` built on an engine that also drifts at DRIFT_UNDER."""
+    return replace(
+        m,
+        name=f"{m.name}+drift",
+        label=f"{m.label} + {DRIFT_UNDER:.0%} drift",
+        drift=DRIFT_UNDER,
+        rounds=1,
+        twin=twin,
+    )
+
+
+SWEEP_TO = 8  # the sweep models' max_batch_size (--sweep-to)
+
+
+def _sweep(
+    name: str,
+    label: str,
+    fault: Fault | None,
+    beam_width: int,
+    damaged: dict[int, frozenset[int]],
+    pattern: FindingKind | None,
+    to: int,
+    drift: float = 0.0,
+) -> Model:
+    """A --sweep of every batch size 2..``to`` at one beam width, on an engine built for
+    max_batch_size ``to`` x max_beam_width ``beam_width``; ``damaged`` by batch size (sizes not
+    given are undamaged)."""
+    limits = build_limits(max_batch_size=to, max_beam_width=beam_width)
+    cells = tuple(Cell(b, beam_width) for b in range(2, to + 1))
+    return Model(
+        name,
+        label,
+        fault,
+        cells,
+        {c: damaged.get(c.batch_size, frozenset()) for c in cells},
+        pattern,
+        drift=drift,
+        limits=limits,
+        sweep=True,
+        target=Target.DETECT if damaged else Target.PASS,
+    )
+
+
+def ladder_damage(size: int) -> frozenset[int]:
+    """Graph ladder (faults.py's table): a size off the powers of two runs in the graph of the
+    next one up, and its entries from the power of two below it on are damaged."""
+    below = 1
+    while below * 2 < size:
+        below *= 2
+    return frozenset() if size == below * 2 else frozenset(range(below, size))
+
+
+def buffer_damage(size: int, width: int, slots: int) -> frozenset[int]:
+    """Beam buffer (faults.py's table): the entries whose last beam slot lies past ``slots``."""
+    return frozenset(p for p in range(size) if (p + 1) * width > slots)
+
+
+def sweep_models(to: int = SWEEP_TO) -> tuple[Model, ...]:
+    """The threshold faults under --sweep to ``to``, each alone and on 30% drift, and a
+    drifting healthy engine swept."""
+    sizes = range(2, to + 1)
+    ladder = _sweep(
+        "graph-ladder",
+        f"graph ladder (sweep 1-{to})",
+        Fault(FaultKind.GRAPH_LADDER),
+        1,
+        {b: ladder_damage(b) for b in sizes},
+        FindingKind.GRAPH_LADDER,
+        to,
+    )
+    buffer = _sweep(
+        "beam-buffer",
+        f"beam buffer, beam 2 (sweep 1-{to})",
+        Fault(FaultKind.BEAM_BUFFER),
+        2,
+        {b: buffer_damage(b, 2, to) for b in sizes},
+        FindingKind.BEAM_BUFFER,
+        to,
+    )
+    drifting = _sweep(
+        f"sweep-drift-{DRIFT_UNDER:g}",
+        f"benign drift {DRIFT_UNDER:.0%} (sweep 1-{to})",
+        None,
+        1,
+        {},
+        None,
+        to,
+        drift=DRIFT_UNDER,
+    )
+    under = f"drift-{DRIFT_UNDER:g}"
+    return ladder, buffer, on_drift(ladder, under), on_drift(buffer, under), drifting
+
+
+def models(rounds: int, fraction: float, position: int, sweep_to: int = SWEEP_TO) -> tuple[Model, ...]:
+    """The engines calibrate runs, with their cells and the damage each must show."""
+    c81, c41, c82, c42, c44 = Cell(8, 1), Cell(4, 1), Cell(8, 2), Cell(4, 2), Cell(4, 4)
+    drifts = tuple(
+        Model(
+            f"drift-{r:g}",
+            f"benign drift {r:.0%}",
+            None,
+            (c81, c42),
+            {c81: frozenset(), c42: frozenset()},
+            None,
+            drift=r,
+            rounds=rounds,
+            target=Target.PASS,
+        )
+        for r in DRIFT_RATES
+    )
+    faults = (
+        Model(
+            "overflow",
+            "beam-slot overflow (8x1 slots)",
+            None,
+            (c82, c44),
+            {c82: frozenset(range(4, 8)), c44: frozenset({2, 3})},
+            FindingKind.OVERFLOW,
+            limits=build_limits(max_beam_width=1),
+        ),
+        Model(
+            "full-batch",
+            "full-batch corruption",
+            Fault(FaultKind.FULL_BATCH),
+            (c81, c41),
+            {c81: frozenset({7}), c41: frozenset()},
+            FindingKind.FULL_BATCH,
+        ),
+        Model(
+            "padding",
+            "padding bug",
+            Fault(FaultKind.PADDING),
+            (c81,),
+            {c81: _all(8)},
+            FindingKind.PADDING,
+            rounds=rounds,
+        ),
+        Model(
+            "stride",
+            "uneven-finish stride",
+            Fault(FaultKind.STRIDE),
+            (c82,),
+            {c82: frozenset(range(1, 8)), c81: frozenset()},
+            FindingKind.STRIDE,
+            rounds=rounds,
+            extra=(c81,),
+        ),
+    )
+    partial = Model(
+        "partial",
+        f"partial ({fraction:.0%} at position {position})",
+        Fault(FaultKind.PARTIAL, position=position, fraction=1.0),
+        (c81,),
+        {c81: frozenset({position})},
+        FindingKind.PARTIAL,
+        target=Target.PARTIAL,
+    )
+    uniform = Model(
+        "truncate",
+        "uniform damage (cut short)",
+        Fault(FaultKind.TRUNCATE),
+        (c81, c42),
+        {c81: _all(8), c42: _all(4)},
+        FindingKind.ALL_POSITIONS,
+        target=Target.UNIFORM,
+    )
+    healthy = Model(
+        "healthy", "healthy", None, (c81, c82), {c81: frozenset(), c82: frozenset()}, None, target=Target.PASS
+    )
+    under = f"drift-{DRIFT_UNDER:g}"
+    return (
+        healthy,
+        *drifts,
+        *faults,
+        *(on_drift(m, under) for m in faults),
+        partial,
+        on_drift(partial, under),
+        uniform,
+        *sweep_models(sweep_to),
+    )
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What ``calibrate`` was asked for."""
+
+    trials: int = 200
+    seed: int = RunConfig.seed
+    prompts: int = 64
+    pool: int = 96
+    rounds: int = 1
+    max_new_tokens: int = RunConfig.max_new_tokens
+    tolerance: float = RunConfig.tolerance
+    alpha: float = RunConfig.alpha
+    fraction: float = 0.3
+    position: int = 3
+    jobs: int = 2
+    cache_dir: Path | None = None
+    work_dir: Path | None = None
+    only: tuple[str, ...] = ()
+    rotation: Rotation = RunConfig.rotation
+    sweep_to: int = SWEEP_TO  # the sweep models' max_batch_size
