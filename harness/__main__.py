@@ -18,14 +18,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.bounds import BATCH_SIZE, BEAM_WIDTH, MAX_BATCH_SIZE, MAX_BEAM_WIDTH, PORT, SEQUENCE, Range
 from harness.config import (
     BUNDLED,
     OPTIONS,
     RunConfig,
+    find_option,
     non_negative_int,
-    option,
+    non_negative_real,
     positive_int,
-    real,
 )
 from harness.engines.emulator import DEFAULT_COMPUTE_DTYPE
 from harness.errors import HarnessError, exit_status, interrupted
@@ -35,6 +36,9 @@ from harness.stop_signals import stop_signals
 if TYPE_CHECKING:
     from harness.progress import Progress
 
+# build-engine writes these; the harness reads no larger ones back
+BUILT_BATCH = Range(None, MAX_BATCH_SIZE, "the largest max_batch_size the harness reads")
+BUILT_BEAM = Range(None, MAX_BEAM_WIDTH, "the largest max_beam_width the harness reads")
 _IMPORTED = time.perf_counter()  # bench's fallback start where /proc cannot say when the process began
 
 
@@ -49,14 +53,10 @@ def _add_run_options(
     ``defaults`` an option not given is None and RunConfig applies its default; with it, the
     parsed arguments hold RunConfig's defaults (for commands that read them directly)."""
     given = RunConfig() if defaults else None
-    for spec in OPTIONS if dests is None else [option(d) for d in dests]:
-        kwargs: dict[str, Any] = {"dest": spec.dest, "help": (helps or {}).get(spec.dest, spec.help)}
-        if spec.action:
-            kwargs["action"] = spec.action
-        if spec.action != "store_true":  # a value, or one per occurrence (action "append")
-            kwargs.update(type=spec.type or str, metavar=spec.metavar)
-        if given is not None:
-            kwargs["default"] = getattr(given, spec.dest)
+    for spec in OPTIONS if dests is None else [find_option(d) for d in dests]:
+        kwargs = spec.argument(default=given.value(spec) if given is not None else None)
+        if helps and spec.dest in helps:
+            kwargs["help"] = helps[spec.dest]
         parser.add_argument(spec.flag, **kwargs)
 
 
@@ -246,13 +246,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
 
 
-def _non_negative_ms(value: str) -> float:
-    x = real("--batch-window-ms")(value)
-    if x < 0:
-        raise argparse.ArgumentTypeError(f"--batch-window-ms {value!r}: must be >= 0")
-    return x
-
-
 def _since_process_start() -> float:
     """Seconds since this process started (Linux /proc), else since this module was imported."""
     now = time.perf_counter()
@@ -360,10 +353,10 @@ def _add_build_engine(sub: Any) -> None:
     """build-engine: an emulator engine directory, with the fault and drift to build in."""
     p_build = sub.add_parser("build-engine", help="build an emulator engine directory")
     p_build.add_argument("--output", required=True, metavar="DIR")
-    p_build.add_argument("--max-batch-size", type=positive_int("--max-batch-size"), default=8)
-    p_build.add_argument("--max-beam-width", type=positive_int("--max-beam-width"), default=1)
-    p_build.add_argument("--max-input-len", type=positive_int("--max-input-len"), default=384)
-    p_build.add_argument("--max-seq-len", type=positive_int("--max-seq-len"), default=512)
+    p_build.add_argument("--max-batch-size", type=positive_int("--max-batch-size", BUILT_BATCH), default=8)
+    p_build.add_argument("--max-beam-width", type=positive_int("--max-beam-width", BUILT_BEAM), default=1)
+    p_build.add_argument("--max-input-len", type=positive_int("--max-input-len", SEQUENCE), default=384)
+    p_build.add_argument("--max-seq-len", type=positive_int("--max-seq-len", SEQUENCE), default=512)
     p_build.add_argument(
         "--model",
         type=Path,
@@ -403,11 +396,11 @@ def _add_lint(sub: Any) -> None:
     p_lint.add_argument("engine_dir", metavar="ENGINE_DIR")
     p_lint.add_argument(
         "--batch-size",
-        type=positive_int("--batch-size"),
+        type=positive_int("--batch-size", BATCH_SIZE),
         default=None,
         help="batch size to check (default: the engine's max_batch_size)",
     )
-    p_lint.add_argument("--num-beams", type=positive_int("--num-beams"), default=1)
+    p_lint.add_argument("--num-beams", type=positive_int("--num-beams", BEAM_WIDTH), default=1)
     p_lint.add_argument(
         "--tokenizer",
         default=None,
@@ -515,20 +508,20 @@ def _add_serve(sub: Any) -> None:
     p_serve.add_argument(
         "--port",
         required=True,
-        type=non_negative_int("--port"),
+        type=non_negative_int("--port", PORT),
         help="port to listen on (0: any free port; the ready line names it)",
     )
     p_serve.add_argument("--host", default="127.0.0.1", help="loopback address (default 127.0.0.1)")
     p_serve.add_argument(
         "--max-batch-size",
-        type=positive_int("--max-batch-size"),
+        type=positive_int("--max-batch-size", BATCH_SIZE),
         default=None,
         metavar="N",
         help="largest engine batch (default: the engine's max_batch_size, else 8)",
     )
     p_serve.add_argument(
         "--batch-window-ms",
-        type=_non_negative_ms,
+        type=non_negative_real("--batch-window-ms"),
         default=100.0,
         metavar="MS",
         help="how long the first request of a batch waits for others with the same settings (default 100)",
@@ -566,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     p_cmp.add_argument("new", metavar="NEW", help="report folder or report.json")
     p_cmp.add_argument(
         "--tolerance",
-        type=option("tolerance").type or float,
+        type=find_option("tolerance").type or float,
         default=None,
         help="ROUGE-L change that counts (default: NEW's --tolerance)",
     )

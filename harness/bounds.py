@@ -28,34 +28,32 @@ MAX_CONFIG_NUMBER = 1e18  # config.json floats (rope_theta and the like are far 
 
 @dataclass(frozen=True)
 class Range:
-    """The values an option or key may take (inclusive; None: unbounded on that side)."""
+    """The values an option or key may take (inclusive, but for an open low end; None:
+    unbounded on that side), and why. Each option declares its own (``harness.config``)."""
 
-    low: float | None
-    high: float | None
-    why: str
+    low: float | None = None
+    high: float | None = None
+    why: str = ""
+    open_low: bool = False
+
+    def problem(self, value: float) -> str | None:
+        """Why ``value`` is outside the range (None: within it)."""
+        why = f" ({self.why})" if self.why else ""
+        if self.high is not None and value > self.high:
+            return f"must be at most {self.high:g}{why}"
+        if self.low is not None and (value <= self.low if self.open_low else value < self.low):
+            return f"must be {'more than' if self.open_low else 'at least'} {self.low:g}{why}"
+        return None
 
 
-# Option values: checked by every number parser of harness.config, by option name.
-OPTION_RANGES: dict[str, Range] = {
-    "--batch-timeout": Range(None, DAY_S, "one day; a batch that runs longer is hung"),
-    "--request-timeout": Range(None, DAY_S, "one day; an answer that takes longer is lost"),
-    "--length-penalty": Range(
-        -MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY, "beam search raises lengths to this power"
-    ),
-    "--max-new-tokens": Range(None, MAX_NEW_TOKENS, "what is scored is a multiple of it"),
-    "--retries": Range(None, MAX_RETRIES, "each retry waits longer than the one before"),
-    "--batch-sizes": Range(None, MAX_BATCH_SIZE, "the largest max_batch_size an engine may have"),
-    "--beam-widths": Range(None, MAX_BEAM_WIDTH, "the largest max_beam_width an engine may have"),
-    "--batch-size": Range(None, MAX_BATCH_SIZE, "the largest max_batch_size an engine may have"),
-    "--num-beams": Range(None, MAX_BEAM_WIDTH, "the largest max_beam_width an engine may have"),
-    "--max-batch-size": Range(None, MAX_BATCH_SIZE, "the largest max_batch_size the harness reads"),
-    "--max-beam-width": Range(None, MAX_BEAM_WIDTH, "the largest max_beam_width the harness reads"),
-    "--max-input-len": Range(None, MAX_TOKENS, "the longest sequence the harness reads"),
-    "--max-seq-len": Range(None, MAX_TOKENS, "the longest sequence the harness reads"),
-    "--port": Range(None, 65_535, "TCP ports are 0-65535"),
-    "--end-id": Range(None, INT32_MAX, "token ids are int32"),
-    "--pad-id": Range(None, INT32_MAX, "token ids are int32"),
-}
+# The bounds options share (harness.config declares each option's own)
+SECONDS = Range(None, DAY_S, "one day; longer is a hang")
+BATCH_SIZE = Range(None, MAX_BATCH_SIZE, "the largest max_batch_size an engine may have")
+BEAM_WIDTH = Range(None, MAX_BEAM_WIDTH, "the largest max_beam_width an engine may have")
+SEQUENCE = Range(None, MAX_TOKENS, "the longest sequence the harness reads")
+TOKEN_ID = Range(None, INT32_MAX, "token ids are int32")
+PORT = Range(None, 65_535, "TCP ports are 0-65535")
+
 
 # config.json integers, by key (in any section and layout); other keys: INT32_MAX.
 CONFIG_MAXIMA: dict[str, int] = {
@@ -81,18 +79,6 @@ CONFIG_MAXIMA: dict[str, int] = {
     "pipeline_parallel": 4096,
     "tokens_per_block": 1 << 16,
 }
-
-
-def out_of_range(option: str, value: float) -> str | None:
-    """Why ``value`` is outside ``option``'s range (None: within it, or the option has none)."""
-    bound = OPTION_RANGES.get(option)
-    if bound is None:
-        return None
-    if bound.high is not None and value > bound.high:
-        return f"must be at most {bound.high:g} ({bound.why})"
-    if bound.low is not None and value < bound.low:
-        return f"must be at least {bound.low:g} ({bound.why})"
-    return None
 
 
 def config_int_too_large(key: str, value: int) -> str | None:

@@ -68,14 +68,7 @@ STATE = pytest.StashKey[HarnessState]()
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("batch-position harness", "batch-position quality regression harness")
     for spec in OPTIONS:
-        kwargs: dict[str, Any] = {"dest": DEST_PREFIX + spec.dest, "help": spec.help}
-        if spec.action == "store_true":
-            kwargs.update(action=spec.action, default=spec.default)
-        else:  # a value, or one value per occurrence (action "append")
-            kwargs.update(type=spec.type or str, default=None, metavar=spec.metavar)
-            if spec.action:
-                kwargs["action"] = spec.action
-        group.addoption(spec.flag, **kwargs)
+        group.addoption(spec.flag, **spec.argument(DEST_PREFIX))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -382,7 +375,7 @@ def harness_engine(request: pytest.FixtureRequest) -> Engine:
 
         try:
             cfg = state.run_config
-            state.engine = load_engine(cfg.engine, cfg.backend, options=cfg.engine_options(), roots=cfg.roots)
+            state.engine = load_engine(cfg.engine, cfg.backend, options=cfg.engine_options, roots=cfg.roots)
         except HarnessError as exc:
             raise pytest.UsageError(str(exc)) from None
         request.addfinalizer(lambda: guard.close(state.engine))

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.config import DecodingSettings, Dtype, EngineOptions
+from harness.config import DecodingSettings, EngineOptions, read_by
 from harness.engines.base import EngineBase, Generation
 from harness.errors import EngineError, first_line
 from harness.model.engine import EngineInfo, KvCacheReuse
-from harness.model.vocab import CacheReuse
+from harness.model.vocab import Backend, CacheReuse, Dtype
 from harness.storage.fingerprint import weights_identity
 
 
@@ -23,7 +23,7 @@ class HFEngine(EngineBase):
     """Greedy and beam-search generation with ``model.generate``, in --dtype (float32 by
     default: a GPU serves bfloat16 or float16, and its outputs drift with the batch shape)."""
 
-    reads_options = frozenset({"dtype"})
+    reads_options = read_by(Backend.HF)
 
     def __init__(
         self, path: str | Path, *, device: str | None = None, options: EngineOptions | None = None

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.config import DecodingSettings, EngineOptions
+from harness.config import DecodingSettings, EngineOptions, read_by
 from harness.engines import trtllm_compat as compat
 from harness.engines.base import EngineBase, Generation
 from harness.engines.tokenizer import load_tokenizer
@@ -51,6 +51,7 @@ from harness.engines.trtllm import engine_files, require_tensorrt_llm
 from harness.errors import EngineError
 from harness.limits.engine_config import load_config_json, read_engine_config
 from harness.model.engine import EngineInfo
+from harness.model.vocab import Backend
 from harness.storage.fingerprint import weights_identity
 
 CHECKPOINT_WEIGHTS = ("*.safetensors", "*.bin")
@@ -88,7 +89,7 @@ class LlmApiEngine(EngineBase):
     """An engine directory or checkpoint driven through ``LLM.generate``."""
 
     # what it reads of the load options: no --trtllm-runtime (the LLM API picks its own)
-    reads_options = frozenset({"tokenizer", "end_id", "pad_id", "trust_remote_code", "kv_cache_reuse"})
+    reads_options = read_by(Backend.LLMAPI)
 
     def __init__(self, path: str | Path, *, options: EngineOptions | None = None) -> None:
         options = options or EngineOptions()

@@ -51,7 +51,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from harness import __version__
-from harness.config import OPENAI_KEY_VARIABLE, DecodingSettings
+from harness.config import OPENAI_KEY_VARIABLE, DecodingSettings, EngineOptions
 from harness.engines.base import BatchError, EngineBase, FailureKind, Generation
 from harness.engines.beams import BeamCheck
 from harness.engines.http_batch import Answer, send_batch
@@ -180,8 +180,8 @@ class OpenAIEngine(EngineBase):
         url: str,
         *,
         model: str | None = None,
-        request_timeout: float = 600.0,
-        retries: int = 2,
+        request_timeout: float = EngineOptions.request_timeout,
+        retries: int = EngineOptions.retries,
         backoff: float = BACKOFF_S,
         api_key_env: str | None = None,
     ) -> None:

@@ -11,39 +11,29 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from harness.config import BUNDLED, EngineOptions, is_url
+from harness.config import BUNDLED, OPTIONS, EngineOptions, Option, is_url
 from harness.engines.base import EngineBase, as_engine, class_label
 from harness.errors import EngineError, describe
 from harness.limits.engine_config import load_config_json
+from harness.model.vocab import Backend
 from harness.redact import redact_url, remember_url
 
-BACKENDS: dict[str, str] = {
-    "emulator": "harness.engines.emulator.engine:EmulatorEngine",
-    "hf": "harness.engines.hf:HFEngine",
-    "trtllm": "harness.engines.trtllm:TrtllmEngine",
-    "llmapi": "harness.engines.llmapi:LlmApiEngine",
-    "openai": "harness.engines.openai:OpenAIEngine",
+BACKENDS: dict[Backend, str] = {
+    Backend.EMULATOR: "harness.engines.emulator.engine:EmulatorEngine",
+    Backend.HF: "harness.engines.hf:HFEngine",
+    Backend.TRTLLM: "harness.engines.trtllm:TrtllmEngine",
+    Backend.LLMAPI: "harness.engines.llmapi:LlmApiEngine",
+    Backend.OPENAI: "harness.engines.openai:OpenAIEngine",
 }
-URL_BACKEND = "openai"  # chosen for --engine http://... and https://...
-# Options read when an engine loads, passed in EngineOptions to a class that takes ``options``.
-LOAD_OPTIONS = {
-    "tokenizer": "--tokenizer",
-    "end_id": "--end-id",
-    "pad_id": "--pad-id",
-    "trtllm_runtime": "--trtllm-runtime",
-    "trust_remote_code": "--trust-remote-code",
-    "dtype": "--dtype",
-    "kv_cache_reuse": "--kv-cache-reuse",
-}
-READ_BY = {
-    "tokenizer": "the trtllm and llmapi backends",
-    "end_id": "the trtllm and llmapi backends",
-    "pad_id": "the trtllm and llmapi backends",
-    "trust_remote_code": "the trtllm and llmapi backends",
-    "trtllm_runtime": "the trtllm backend",
-    "dtype": "the hf backend",
-    "kv_cache_reuse": "the trtllm and llmapi backends",
-}
+URL_BACKEND = Backend.OPENAI  # chosen for --engine http://... and https://...
+# the options read when an engine loads, passed in EngineOptions to a class that takes ``options``
+LOAD_OPTIONS = tuple(o for o in OPTIONS if o.group == "engine_options" and not o.server)
+
+
+def _readers(spec: Option) -> str:
+    """'the trtllm and llmapi backends'."""
+    names = " and ".join(b.value for b in spec.read_by)
+    return f"the {names} backend{'s' if len(spec.read_by) > 1 else ''}"
 
 
 def _import_module(name: str, roots: Sequence[Path]) -> ModuleType:
@@ -121,7 +111,7 @@ def resolve_backend(name: str, roots: Sequence[Path] = ()) -> Any:
     """The class behind a backend name or a module:Class string (looked for in ``roots`` too
     when it is not on sys.path)."""
     if name in BACKENDS:
-        return _import(BACKENDS[name], "--backend")
+        return _import(BACKENDS[Backend(name)], "--backend")
     if ":" in name:
         return _import(name, "--backend", roots)
     close = difflib.get_close_matches(name, list(BACKENDS), n=1)
@@ -194,23 +184,23 @@ def options_read(cls: Any) -> frozenset[str]:
     declared = getattr(cls, "reads_options", None)
     if declared is not None:
         return frozenset(declared)
-    return frozenset(LOAD_OPTIONS) if "options" in _parameters(cls) else frozenset()
+    return frozenset(o.dest for o in LOAD_OPTIONS) if "options" in _parameters(cls) else frozenset()
 
 
 def refuse_unread(cls: Any, label: str, options: EngineOptions) -> None:
     """An EngineError naming every load option given that the backend would ignore."""
     default, reads = EngineOptions(), options_read(cls)
     ignored = [
-        flag
-        for dest, flag in LOAD_OPTIONS.items()
-        if getattr(options, dest) != getattr(default, dest) and dest not in reads
+        o
+        for o in LOAD_OPTIONS
+        if getattr(options, o.dest) != getattr(default, o.dest) and o.dest not in reads
     ]
     if ignored:
         one = len(ignored) == 1
         it, does, they = ("it", "does", "it is") if one else ("them", "do", "they are")
-        readers = sorted({READ_BY[dest] for dest, flag in LOAD_OPTIONS.items() if flag in ignored})
+        readers = sorted({_readers(o) for o in ignored})
         raise EngineError(
-            f"{' and '.join(ignored)} {does} not apply to the {label} backend "
+            f"{' and '.join(o.flag for o in ignored)} {does} not apply to the {label} backend "
             f"({they} read by {' and '.join(readers)} and by module:Class engines "
             f"that take `options`, and would be ignored here): drop {it}"
         )

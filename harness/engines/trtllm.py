@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.config import DecodingSettings, EngineOptions, TrtllmRuntime
+from harness.config import DecodingSettings, EngineOptions, read_by
 from harness.engines import trtllm_compat as compat
 from harness.engines.base import EngineBase, Generation
 from harness.engines.lazy import require
@@ -46,7 +46,7 @@ from harness.engines.tokenizer import load_tokenizer
 from harness.errors import EngineError, describe
 from harness.limits.engine_config import read_engine_config
 from harness.model.engine import EngineInfo
-from harness.model.vocab import Layout
+from harness.model.vocab import Backend, Layout, TrtllmRuntime
 from harness.storage.fingerprint import weights_identity
 
 RUNNERS = {TrtllmRuntime.CPP: "ModelRunnerCpp", TrtllmRuntime.PYTHON: "ModelRunner"}
@@ -102,9 +102,7 @@ class TrtllmEngine(EngineBase):
     """A TensorRT-LLM engine directory (config.json and rank*.engine) on one GPU."""
 
     # an engine's dtype is fixed when it is built: --dtype is the hf backend's
-    reads_options = frozenset(
-        {"tokenizer", "end_id", "pad_id", "trtllm_runtime", "trust_remote_code", "kv_cache_reuse"}
-    )
+    reads_options = read_by(Backend.TRTLLM)
 
     def __init__(self, path: str | Path, *, options: EngineOptions | None = None) -> None:
         options = options or EngineOptions()

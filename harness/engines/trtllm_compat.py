@@ -33,10 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config import TrtllmRuntime
 from harness.errors import EngineError, describe
 from harness.model.engine import KvCacheReuse
-from harness.model.vocab import CacheReuse
+from harness.model.vocab import CacheReuse, TrtllmRuntime
 
 # how the trtllm backend's runners serve beam widths (report.json engine.details)
 PER_WIDTH = {

@@ -68,6 +68,46 @@ class FindingKind(Word):
     SPREAD = "spread"
 
 
+class Backend(Word):
+    """The harness's own backends (``--backend``; a plug-in is named by its module:Class)."""
+
+    EMULATOR = "emulator"  # the bundled emulator engine (harness.engines.emulator)
+    HF = "hf"  # a transformers model directory
+    TRTLLM = "trtllm"  # a TensorRT-LLM engine through ModelRunner / ModelRunnerCpp
+    LLMAPI = "llmapi"  # a TensorRT-LLM engine or checkpoint through the LLM API
+    OPENAI = "openai"  # an OpenAI-compatible server (--engine http://...)
+
+
+class Receiver(Word):
+    """Who reads a run option (docs/options.md)."""
+
+    DATASET = "dataset"  # harness.inputs: which documents, which fields
+    PLAN = "plan"  # harness.plan: cells, rotation, shards
+    ENGINE = "engine load"  # harness.engines: the backend, as it loads
+    SERVER = "server backend"  # harness.engines.openai: every request to a server
+    DECODING = "every request"  # DecodingSettings: how each prompt is decoded
+    PREFLIGHT = "preflight"  # harness.limits: build limits and memory
+    GENERATE = "generate stage"  # harness.stages.generate
+    VERDICT = "verdict"  # harness.verdict: the tests and their gate
+    STORAGE = "storage"  # harness.storage: folders, goldens, the generation cache
+    REPORT = "report"  # harness.report: sign-off, the dry run's estimate
+
+
+class Dtype(Word):
+    """The weights and compute dtype of the hf backend."""
+
+    FLOAT32 = "float32"  # the CPU's; the default
+    BFLOAT16 = "bfloat16"  # as most GPUs serve
+    FLOAT16 = "float16"
+
+
+class TrtllmRuntime(Word):
+    """The TensorRT-LLM runner of the trtllm backend."""
+
+    CPP = "cpp"  # ModelRunnerCpp
+    PYTHON = "python"  # ModelRunner
+
+
 class DatasetSource(Word):
     """Where a dataset was read from (harness.inputs.data)."""
 

@@ -73,8 +73,8 @@ class PlanOnly:
 
 def _tokenizer_folder(config: RunConfig, engine_dir: Path) -> Path | None:
     """--tokenizer, else the engine folder or its tokenizer/ when they hold one."""
-    if config.tokenizer:
-        return Path(config.tokenizer).expanduser()
+    if config.engine_options.tokenizer:
+        return Path(config.engine_options.tokenizer).expanduser()
     for folder in (engine_dir, engine_dir / "tokenizer"):
         if folder.is_dir() and has_tokenizer(folder):
             return folder
@@ -89,7 +89,7 @@ def _prompt_lengths(
     if folder is None:
         return None, "unknown (no tokenizer next to the engine: pass --tokenizer DIR)"
     try:
-        tokenizer = open_tokenizer(folder, config.engine_options())
+        tokenizer = open_tokenizer(folder, config.engine_options)
     except EngineError as exc:
         return None, f"unknown ({exc})"
     if config.chat:

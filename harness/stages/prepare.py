@@ -81,7 +81,7 @@ def _engine(
     engine = (
         adopt(given)
         if given is not None
-        else load_engine(config.engine, config.backend, options=config.engine_options(), roots=config.roots)
+        else load_engine(config.engine, config.backend, options=config.engine_options, roots=config.roots)
     )
     timing.engine_load_s = time.perf_counter() - t_load
     limits = engine.limits
@@ -123,7 +123,7 @@ def _cache(config: RunConfig, engine: Engine, ranks: Ranks) -> GenerationCache:
             None, None, f"off (MPI world of {ranks.world_size}: every rank generates every batch)"
         )
     code = engine_code(code_class(engine))
-    key = key_inputs(engine.info, config.engine_options(), code) if code is not None else None
+    key = key_inputs(engine.info, config.engine_options, code) if code is not None else None
     fingerprint = cache_fingerprint(key) if key is not None else None
     if fingerprint:
         check_writable(config.cache_dir, "--cache-dir", "choose a writable folder, or run with --no-cache")
@@ -189,7 +189,7 @@ def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
     goldens = _goldens(config, store, under_test, dataset)
     t_load = time.perf_counter()
     golden_engine = (
-        load_engine(config.golden_engine, None, config.engine_options(), strict=False, roots=config.roots)
+        load_engine(config.golden_engine, None, config.engine_options, strict=False, roots=config.roots)
         if config.golden_engine and ranks.is_root
         else None
     )

@@ -16,11 +16,12 @@ def _cell(text: str) -> str:
 
 def table() -> str:
     """Every run option: its flag (with what it takes) and its help, default included."""
-    rows = ["| option | meaning |", "|---|---|"]
+    rows = ["| option | meaning | read by |", "|---|---|---|"]
     for spec in OPTIONS:
-        flag = spec.flag if spec.action == "store_true" else f"{spec.flag} {spec.metavar or 'VALUE'}"
-        repeat = " (repeatable)" if spec.action == "append" else ""
-        rows.append(f"| `{_cell(flag)}` | {_cell(spec.help)}{repeat} |")
+        flag = spec.flag if spec.is_flag else f"{spec.flag} {spec.metavar or 'VALUE'}"
+        repeat = " (repeatable)" if spec.repeat else ""
+        readers = f"{spec.receiver}" + (f": {', '.join(spec.read_by)}" if spec.read_by else "")
+        rows.append(f"| `{_cell(flag)}` | {_cell(spec.text)}{repeat} | {readers} |")
     return "\n".join(rows) + "\n"
 
 

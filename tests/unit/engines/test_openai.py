@@ -378,7 +378,7 @@ def test_server_options_need_a_server():
     with pytest.raises(ConfigError, match="--retries applies only"):
         RunConfig.from_options({"engine": "some/dir", "retries": "3"})
     config = RunConfig.from_options({"engine": "http://h:1/v1", "request_timeout": "2.5", "retries": "0"})
-    assert config.engine_options().server_kwargs() == {
+    assert config.engine_options.server_kwargs() == {
         "model": None,
         "request_timeout": 2.5,
         "retries": 0,

@@ -232,8 +232,8 @@ def test_trust_remote_code_only_when_asked(tmp_path: Path, trt, monkeypatch):
     TrtllmEngine(path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL), trust_remote_code=True))
     assert seen == [False, True]
     cfg = RunConfig.from_options({"tokenizer": str(BUNDLED_MODEL)})
-    assert cfg.engine_options().trust_remote_code is False
-    assert RunConfig.from_options({"trust_remote_code": True}).engine_options().trust_remote_code
+    assert cfg.engine_options.trust_remote_code is False
+    assert RunConfig.from_options({"trust_remote_code": True}).engine_options.trust_remote_code
 
 
 def test_engine_directory_problems(tmp_path: Path, trt):
