@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 from harness.config import DecodingSettings
 from harness.model.engine import EngineInfo
 from harness.model.limits import EngineLimits
-from harness.model.vocab import Word
+from harness.model.vocab import FailureKind
 
 # the interface a plug-in engine uses: its outputs, its record, and what it may raise
 __all__ = [
@@ -36,18 +36,6 @@ __all__ = [
     "class_label",
     "code_class",
 ]
-
-
-class FailureKind(Word):
-    """How an engine batch failed, where the engine can tell (a server's answers)."""
-
-    UNREACHABLE = "unreachable"
-    SERVER_ERROR = "server-error"
-    TIMEOUT = "timeout"
-    REFUSED = "refused"
-    BAD_ANSWER = "bad-answer"
-    NO_BEAM_SEARCH = "no-beam-search"
-    SPLIT_BATCH = "split-batch"
 
 
 class BatchError(RuntimeError):

@@ -27,7 +27,7 @@ tokens it generated (``usage.completion_tokens``) sets each request's work, so a
 could not have generated skews both predictions: more than ``max_tokens`` (the harness asks
 for ``--max-new-tokens``; a million against 16 made a server that answered one request at a
 time look as if nothing could be judged), or far fewer than the words of its text. A batch
-with such a count is not judged (``UNTRUSTED``), and a cell with one is not shown to have
+with such a count is not judged (``Served.UNTRUSTED``), and a cell with one is not shown to have
 exercised its positions.
 
 **One cell** (``cell_notice``): its positions were not exercised when at least
@@ -47,12 +47,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.engines.base import RequestTiming
+from harness.model.vocab import Served
 
 MARGIN = 1.5
 MIN_JUDGED = 3
 WORDS_PER_TOKEN = 4  # more words than this per token (plus a few) is not a real token count
-TOGETHER, ONE_AFTER_ANOTHER, UNJUDGED = "together", "one after another", "cannot tell"
-UNTRUSTED = "token counts not plausible"
 
 
 @dataclass(frozen=True)
@@ -60,11 +59,11 @@ class BatchJudgement:
     """How one batch's answers came back, with the figures the judgement rests on."""
 
     size: int
-    verdict: str  # TOGETHER, ONE_AFTER_ANOTHER or UNJUDGED
+    verdict: Served
     last: float = math.nan  # when the last answer ended, seconds from the batch's start
     together: float = math.nan  # ... predicted for requests worked on together
     one_after_another: float = math.nan  # ... predicted for one request at a time
-    why: str = ""  # UNTRUSTED: the count that is not plausible
+    why: str = ""  # untrusted: the count that is not plausible
 
 
 def implausible(timing: RequestTiming, text: str, max_tokens: int | None) -> str | None:
@@ -95,11 +94,11 @@ def judge_batch(
     docstring)."""
     size = len(timings)
     if size < 2 or any(t is None for t in timings):
-        return BatchJudgement(size, UNJUDGED)
+        return BatchJudgement(size, Served.UNJUDGED)
     for timing, text in zip(timings, texts):
         why = implausible(timing, text, max_tokens) if timing is not None else None
         if why is not None:
-            return BatchJudgement(size, UNTRUSTED, why=why)
+            return BatchJudgement(size, Served.UNTRUSTED, why=why)
     start = min(t.sent for t in timings if t is not None)
     rows = sorted(
         (t.finished - start, t.written - start, _work(t, text))
@@ -110,22 +109,22 @@ def judge_batch(
     pace = (first_end - first_arrival) / first_work
     on_the_wire = max(arrival for _, arrival, _ in rows)
     if not pace > 0 or on_the_wire > first_arrival + (first_end - first_arrival) / 2:
-        return BatchJudgement(size, UNJUDGED)  # not in flight at once: nothing to compare
+        return BatchJudgement(size, Served.UNJUDGED)  # not in flight at once: nothing to compare
     together = max(arrival + work * pace for _, arrival, work in rows)
     serial = first_end
     for _, arrival, work in rows[1:]:
         serial = max(serial, arrival) + work * pace
     last = rows[-1][0]
     if serial < MARGIN * together:
-        return BatchJudgement(size, UNJUDGED, last, together, serial)
-    verdict = ONE_AFTER_ANOTHER if last > math.sqrt(together * serial) else TOGETHER
+        return BatchJudgement(size, Served.UNJUDGED, last, together, serial)
+    verdict = Served.ONE_AFTER_ANOTHER if last > math.sqrt(together * serial) else Served.TOGETHER
     return BatchJudgement(size, verdict, last, together, serial)
 
 
 def cell_notice(judgements: Sequence[BatchJudgement]) -> str | None:
     """The sentence saying a cell's batch positions were not exercised, or None (see the
     module docstring for the rule)."""
-    untrusted = [j for j in judgements if j.verdict == UNTRUSTED]
+    untrusted = [j for j in judgements if j.verdict == Served.UNTRUSTED]
     if untrusted:
         return (
             f"the server's token counts are not plausible ({untrusted[0].why}; in "
@@ -133,8 +132,8 @@ def cell_notice(judgements: Sequence[BatchJudgement]) -> str | None:
             f"it ran these {untrusted[0].size} requests together: batch positions were not "
             "shown to be exercised; test a server whose usage counts are real"
         )
-    judged = [j for j in judgements if j.verdict not in (UNJUDGED, UNTRUSTED)]
-    serial = [j for j in judged if j.verdict == ONE_AFTER_ANOTHER]
+    judged = [j for j in judgements if j.verdict not in (Served.UNJUDGED, Served.UNTRUSTED)]
+    serial = [j for j in judged if j.verdict == Served.ONE_AFTER_ANOTHER]
     if len(judged) < MIN_JUDGED or 2 * len(serial) <= len(judged):
         return None
     size = judged[0].size

@@ -57,7 +57,7 @@ class HFEngine(EngineBase):
         # goldens are kept per dtype: outputs in bfloat16 are not float32's
         identity = weights_identity(weights)
         self.info = EngineInfo(
-            backend="hf",
+            backend=Backend.HF,
             path=str(self.path),
             identity=identity if self.dtype == Dtype.FLOAT32 else f"{self.dtype}:{identity}",
             details={"device": self.device, "dtype": self.dtype.value},

@@ -116,7 +116,7 @@ class LlmApiEngine(EngineBase):
         self.trt = trt
         self.hf_style = _hf_style_beams(self.sampling_params)
         self.llm_class = _engine_llm_class(trt) if self.is_engine else trt.LLM
-        self.tokens = load_tokenizer(self.path, options, backend="llmapi")
+        self.tokens = load_tokenizer(self.path, options, backend=Backend.LLMAPI)
         self.tokenizer = self.tokens.tokenizer
         self.trust_remote_code = options.trust_remote_code
         self.reuse = compat.llm_reuse(version, options.kv_cache_reuse)
@@ -127,7 +127,7 @@ class LlmApiEngine(EngineBase):
         self.failures = compat.LoadFailures()
         self._load(None if self.is_engine else 1)  # load errors surface now, not in a cell
         self.info = EngineInfo(
-            backend="llmapi",
+            backend=Backend.LLMAPI,
             path=str(self.path),
             identity=weights_identity(files),
             details={

@@ -57,7 +57,7 @@ from harness.engines.beams import BeamCheck
 from harness.engines.http_batch import Answer, send_batch
 from harness.errors import EngineError
 from harness.model.engine import EngineInfo, KvCacheReuse
-from harness.model.vocab import CacheReuse
+from harness.model.vocab import Backend, CacheReuse
 from harness.redact import redact, redact_url, remember, remember_url
 
 POSITION_SEMANTICS = (
@@ -201,7 +201,7 @@ class OpenAIEngine(EngineBase):
             identity += f"@{root}"
         self.info = EngineInfo(
             kv_cache_reuse=SERVER_REUSE,
-            backend="openai",
+            backend=Backend.OPENAI,
             path=self.shown,
             identity=identity,
             details={

@@ -150,7 +150,7 @@ def peek_config(spec: str, backend: str | None = None) -> dict[str, Any] | None:
         resolve_backend(backend)  # raises the "did you mean" message
     path = Path(spec).expanduser()
     name = backend or detect_backend(path)  # the same checks and messages as loading
-    if name == "hf" or (":" in name and not (path / "config.json").is_file()):
+    if name == Backend.HF or (":" in name and not (path / "config.json").is_file()):
         return None
     config = load_config_json(path, option="--engine")
     return config if ("build_config" in config or "builder_config" in config) else None

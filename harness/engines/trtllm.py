@@ -129,7 +129,7 @@ class TrtllmEngine(EngineBase):
                 f"TensorRT-LLM {self.version}: tensorrt_llm.runtime has no "
                 f"{self.runner_name}; use --trtllm-runtime {other}"
             )
-        self.tokens = load_tokenizer(self.path, options, backend="trtllm")
+        self.tokens = load_tokenizer(self.path, options, backend=Backend.TRTLLM)
         self.tokenizer = self.tokens.tokenizer
         mpi_rank = getattr(trt, "mpi_rank", None)
         self.rank = int(mpi_rank()) if callable(mpi_rank) else 0
@@ -145,7 +145,7 @@ class TrtllmEngine(EngineBase):
         self._load_first()
         self.limits = limits
         self.info = EngineInfo(
-            backend="trtllm",
+            backend=Backend.TRTLLM,
             path=str(self.path),
             identity=weights_identity(files),
             details={

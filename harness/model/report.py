@@ -172,6 +172,8 @@ class Method:
     deterministic: bool = False
     # per question: "gate", "reported" or "not answered: <why>; <what the gate uses>"
     questions: dict[Question, str] = field(default_factory=dict)
+    # why the batch-size quality question can hardly see damage in this run (None: it can)
+    blind: str | None = None
     # tests in the Holm family: every test the run's grid makes (None: a report from before
     # it was recorded, whose family is the tests it records)
     family: int | None = None

@@ -108,6 +108,35 @@ class TrtllmRuntime(Word):
     PYTHON = "python"  # ModelRunner
 
 
+class Served(Word):
+    """How a server answered one batch's requests (harness.engines.batching)."""
+
+    TOGETHER = "together"  # worked on together, as a batch
+    ONE_AFTER_ANOTHER = "one after another"  # a queue: its batch positions are places in line
+    UNJUDGED = "cannot tell"  # the answers' timing fits both
+    UNTRUSTED = "token counts not plausible"  # the server's token counts cannot be its work
+
+
+class FailureKind(Word):
+    """How an engine batch failed, where the engine can tell (a server's answers)."""
+
+    UNREACHABLE = "unreachable"
+    SERVER_ERROR = "server-error"
+    TIMEOUT = "timeout"
+    REFUSED = "refused"
+    BAD_ANSWER = "bad-answer"
+    NO_BEAM_SEARCH = "no-beam-search"
+    SPLIT_BATCH = "split-batch"
+
+
+class Role(Word):
+    """What one of the verdict's questions is in a run (report.json ``method.questions``)."""
+
+    GATE = "gate"  # a failing answer fails the cell
+    REPORTED = "reported"  # shown, never failing
+    NOT_ANSWERED = "not answered"  # the run lacks what it needs (reference summaries)
+
+
 class DatasetSource(Word):
     """Where a dataset was read from (harness.inputs.data)."""
 

@@ -31,7 +31,7 @@ from harness.model.report import (
     Timing,
 )
 from harness.model.scores import Levels, finite, mean
-from harness.model.vocab import Question, Rotation
+from harness.model.vocab import Question, Role, Rotation
 from harness.report.provenance import engine_files, environment
 from harness.report.serialize import seal
 from harness.stages.run import Baseline, Generated, Prepared, Scored
@@ -167,18 +167,18 @@ def blindness(levels: Mapping[int, Levels], cells: Sequence[CellResult], toleran
 def questions(deterministic: bool, has_references: bool, blind: str | None = None) -> dict[Question, str]:
     """What each question is in this run: a gate, a figure, or not answered (and why)."""
     quality = (
-        "gate" + (f", but {blind}" if blind else "")
+        f"{Role.GATE}" + (f", but {blind}" if blind else "")
         if has_references
-        else "not answered: the dataset has no reference summaries; the gate uses position "
+        else f"{Role.NOT_ANSWERED}: the dataset has no reference summaries; the gate uses position "
         "dependence"
         + (" and determinism" if deterministic else "")
         + " only, so damage that hits every position alike is not caught"
     )
     return {
-        Question.POSITION: "gate",
+        Question.POSITION: f"{Role.GATE}",
         Question.QUALITY: quality,
-        Question.DETERMINISM: "gate (--deterministic)" if deterministic else "reported",
-        Question.CHANGES: "gate where the position also lost",
+        Question.DETERMINISM: f"{Role.GATE} (--deterministic)" if deterministic else f"{Role.REPORTED}",
+        Question.CHANGES: f"{Role.GATE} where the position also lost",
     }
 
 
@@ -258,6 +258,7 @@ def build_report(
     shard, scores = _shard_blocks(prep, scored, decision, outputs)
     config, info, plan, verdict = prep.config, prep.engine.info, prep.plan, decision.verdict
     finished = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    blind = blindness(scored.levels, decision.cells, config.tolerance)
     report = Report(
         schema_version=SCHEMA_VERSION,
         verdict=verdict,
@@ -286,11 +287,8 @@ def build_report(
             plan=PLANS[plan.rotation],
             rotation=plan.rotation,
             deterministic=config.deterministic,
-            questions=questions(
-                config.deterministic,
-                prep.dataset.has_references,
-                blindness(scored.levels, decision.cells, config.tolerance),
-            ),
+            questions=questions(config.deterministic, prep.dataset.has_references, blind),
+            blind=blind,
             family=decision.family,
         ),
         options=config.as_dict(),

@@ -292,6 +292,7 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
         examples = () if worst is None else shard.scores.examples.get(result.id, {}).get(worst, ())
         cells.append(reported(result, examples))
     verdict = decision.verdict
+    blind = blindness(levels, results, method.tolerance)
     reports = [s.report for s in shards]
     finished = max(r.finished for r in reports)
     report = dataclasses.replace(
@@ -309,10 +310,9 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
             method,
             sequences=plan.sequences(),
             questions=questions(
-                method.deterministic,
-                any(p.quality is not None for c in results for p in c.positions),
-                blindness(levels, results, method.tolerance),
+                method.deterministic, any(p.quality is not None for c in results for p in c.positions), blind
             ),
+            blind=blind,
             family=decision.family,
         ),
         options={**base.options, "shard": None},

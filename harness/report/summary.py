@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from harness.model.limits import failing
 from harness.model.report import Report
-from harness.model.vocab import CacheReuse, Question, Verdict
+from harness.model.vocab import CacheReuse, Verdict
 
 
 def cell_lines(report: Report) -> list[str]:
@@ -59,7 +59,6 @@ def drift_lines(report: Report) -> list[str]:
 def header_lines(report: Report) -> list[str]:
     """Engine, dataset, baselines, and a warning when the quality question is nearly blind."""
     ds = report.dataset
-    quality = report.method.questions.get(Question.QUALITY, "gate")
     return [
         f"engine {report.engine.path} ({report.engine.backend}); dataset {ds.name}, "
         f"{ds.count} prompts, hash {ds.hash[:12]}",
@@ -70,8 +69,8 @@ def header_lines(report: Report) -> list[str]:
             else []
         ),
         *(
-            [f"warning: the batch-size quality question is {quality.removeprefix('gate, but ')}"]
-            if quality.startswith("gate, but")
+            [f"warning: the batch-size quality question is {report.method.blind}"]
+            if report.method.blind
             else []
         ),
     ]

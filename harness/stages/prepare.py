@@ -22,6 +22,7 @@ from harness.model.dataset import Dataset
 from harness.model.limits import EngineLimits
 from harness.model.ranks import Ranks
 from harness.model.report import Timing
+from harness.model.vocab import Backend
 from harness.plan import cells_for, choose_batch_sizes, make_plan, shard_cells
 from harness.stages.run import Prepared
 from harness.storage.cache import GenerationCache
@@ -134,7 +135,7 @@ def _cache(config: RunConfig, engine: Engine, ranks: Ranks) -> GenerationCache:
         if fingerprint
         else (
             "off (a server's answers are not cached)"
-            if engine.info.backend == "openai"
+            if engine.info.backend == Backend.OPENAI
             else "off (the engine's class has no source file to key its outputs by)"
             if code is None
             else "off (the engine has no directory to fingerprint)"

@@ -27,7 +27,7 @@ from harness.engines.emulator.model import MistralEmulator, ModelShape, PrefillC
 from harness.errors import EngineError, first_line
 from harness.limits.engine_config import ConfigSection, parse_config_text, read_limits
 from harness.model.engine import EngineInfo, KvCacheReuse
-from harness.model.vocab import CacheReuse
+from harness.model.vocab import Backend, CacheReuse
 from harness.storage.fingerprint import weights_identity
 
 WEIGHTS_FILE = "rank0.safetensors"
@@ -127,7 +127,7 @@ class EmulatorEngine(EngineBase):
         )
         self.limits = read_limits(config, str(file))
         self.info = EngineInfo(
-            backend="emulator",
+            backend=Backend.EMULATOR,
             path=str(self.path),
             identity=weights_identity([weights_file]),
             details={
