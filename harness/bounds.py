@@ -13,7 +13,8 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from harness.model.json import Json
 
 DAY_S = 86_400.0
 MAX_BATCH_SIZE = 1 << 16  # batch sizes and max_batch_size (TensorRT-LLM builds use <= 2048-8192)
@@ -96,7 +97,7 @@ class TooDeep(ValueError):
     """A JSON document nested deeper than MAX_JSON_DEPTH."""
 
 
-def json_depth_ok(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+def json_depth_ok(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether ``value`` nests at most ``limit`` arrays/objects deep (iterative: no recursion)."""
     stack = [(value, 1)]
     while stack:
@@ -109,11 +110,11 @@ def json_depth_ok(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     return True
 
 
-def loads(text: str | bytes) -> Any:
+def loads(text: str | bytes) -> Json:
     """``json.loads`` for documents from outside: TooDeep (a ValueError) when nested deeper
     than MAX_JSON_DEPTH, also where the parser itself would exhaust the stack."""
     try:
-        value = json.loads(text)
+        value: Json = json.loads(text)
     except RecursionError:
         raise TooDeep(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
     if not json_depth_ok(value):

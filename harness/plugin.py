@@ -12,7 +12,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -80,7 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE] = HarnessState(run_config=run_config)
 
 
-def _say(reporter: Any, line: str, **markup: bool) -> None:
+def _say(reporter: pytest.TerminalReporter, line: str, **markup: bool) -> None:
     """One line through pytest's terminal writer, cleaned (``harness.outside``: secrets
     redacted, control characters escaped): the plugin's one way to the terminal. (Error
     messages are HarnessErrors, which show themselves cleaned.)"""
@@ -141,7 +141,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node: Any, error: object) -> None:
+def pytest_testnodedown(node: object, error: object) -> None:
     """pytest-xdist's controller, as a worker ends: a worker that refused (see XDIST_LINE)
     ends the session with one line, as a usage error (exit 4)."""
     refused = (getattr(node, "workeroutput", None) or {}).get(XDIST_REFUSED)
@@ -425,7 +425,9 @@ def harness_cell_result(
     raise LookupError(harness_cell)
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+) -> None:
     state = config.stash.get(STATE, None)
     if state is None or state.result is None:
         return

@@ -15,7 +15,6 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
 
 from harness.errors import Stopped
 
@@ -31,7 +30,7 @@ def stop_signals() -> Iterator[None]:
     """SIGTERM and SIGHUP raise ``Stopped`` while active (main thread only: Python runs
     signal handlers there; elsewhere nothing changes). A signal ignored when the process
     started (``nohup`` ignores SIGHUP) stays ignored."""
-    previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
+    previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
     if threading.current_thread() is threading.main_thread():
         for name in NAMES:
             number = getattr(signal, name, None)  # Windows has no SIGHUP

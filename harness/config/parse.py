@@ -13,11 +13,11 @@ from typing import TypeVar
 
 from harness.bounds import Range, json_depth_ok
 from harness.errors import ConfigError
+from harness.model.json import Json as Json
 from harness.model.vocab import CacheReuse, Word
 
 T = TypeVar("T")
 W = TypeVar("W", bound=Word)
-Json = None | bool | int | float | str | list["Json"] | dict[str, "Json"]
 RequestFields = tuple[tuple[str, str], ...]  # (key, value as canonical JSON), sorted by key
 
 

@@ -565,16 +565,18 @@ class RunConfig:
         """The value of one option in this config."""
         return getattr(getattr(self, spec.group), spec.dest) if spec.group else getattr(self, spec.dest)
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, Json]:
         """Options as recorded in the report: every option by its name, as JSON."""
-        out = {spec.dest: self.value(spec) for spec in OPTIONS}
-        out["report_dir"] = str(self.report_dir)
-        out["goldens_dir"] = str(self.goldens_dir)
-        out["cache_dir"] = str(self.cache_dir)
+        out: dict[str, Json] = {}
+        for spec in OPTIONS:
+            value = self.value(spec)
+            out[spec.dest] = (
+                value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+            )
         out["batch_sizes"] = list(self.batch_sizes) if self.batch_sizes else None
         out["beam_widths"] = list(self.beam_widths)
         out["shard"] = f"{self.shard[0]}/{self.shard[1]}" if self.shard else None
-        out["request_fields"] = {k: json.loads(v) for k, v in self.request_fields}
+        out["request_fields"] = self.decoding(1).extra_fields()
         out["engine"] = redact_url(self.engine)  # a server's key never reaches a report
         if self.golden_engine:
             out["golden_engine"] = redact_url(self.golden_engine)

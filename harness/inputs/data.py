@@ -17,10 +17,11 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Protocol
 
 from harness.errors import DatasetError, first_line
 from harness.model.dataset import Dataset, DatasetInfo, Document, Subset
@@ -70,16 +71,27 @@ def content_hash(documents: tuple[Document, ...] | list[Document]) -> str:
     return h.hexdigest()
 
 
-def _quiet_datasets() -> Any:
+class Table(Protocol):
+    """What the harness reads of a ``datasets.Dataset`` (the package ships no type information)."""
+
+    column_names: list[str]
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, column: str) -> Sequence[object]: ...
+
+
+def _quiet_datasets() -> ModuleType:
     import datasets
 
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
-    return datasets
+    module: ModuleType = datasets
+    return module
 
 
 def _documents(
-    table: Any, where: str, text_field: str, summary_field: str, summary_required: bool = True
+    table: Table, where: str, text_field: str, summary_field: str, summary_required: bool = True
 ) -> tuple[Document, ...]:
     """Rows of a `datasets.Dataset` as documents, with every field and row checked; without
     ``summary_required`` a dataset lacking the summary field has no references (None)."""
@@ -104,7 +116,9 @@ def _documents(
             )
         if not isinstance(summary, str) and summary_field in table.column_names:
             raise DatasetError(f"{where}: row {i} has a non-text {summary_field!r}")
-        documents.append(Document(id=str(doc_id), text=text, summary=summary))
+        documents.append(
+            Document(id=str(doc_id), text=text, summary=summary if isinstance(summary, str) else None)
+        )
     seen: set[str] = set()
     for d in documents:
         if d.id in seen:
@@ -121,7 +135,7 @@ def _not_here(option: str, value: str | None, kind: str) -> None:
         )
 
 
-def _load_file(file: Path, given: str | None, *, config: str | None, split: str | None) -> tuple[Any, str]:
+def _load_file(file: Path, given: str | None, *, config: str | None, split: str | None) -> tuple[Table, str]:
     builder = _BUILDERS.get(file.suffix.lower())
     if builder is None:
         raise DatasetError(
@@ -174,7 +188,7 @@ def _literal_pattern(file: Path) -> str:
     return pattern
 
 
-def _load_disk(folder: Path, *, config: str | None, split: str | None) -> tuple[Any, str | None]:
+def _load_disk(folder: Path, *, config: str | None, split: str | None) -> tuple[Table, str | None]:
     """A folder written by Dataset.save_to_disk or DatasetDict.save_to_disk."""
     is_dict = (folder / "dataset_dict.json").is_file()
     if not is_dict and not (folder / "state.json").is_file():
@@ -247,7 +261,7 @@ def fetch_command(hub_id: str, config: str | None, split: str, revision: str | N
 
 def _load_hub(
     given: str, hub_ids: tuple[str, ...], *, config: str | None, split: str, revision: str | None
-) -> tuple[Any, str]:
+) -> tuple[Table, str]:
     """A hub dataset from the local `datasets` cache (or the hub when downloads are allowed)."""
     datasets = _quiet_datasets()
     where = f"config {config}, split {split}" if config else f"split {split}"

@@ -4,8 +4,7 @@ config.json into these and runs the checks)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from harness.model.vocab import CheckStatus, Layout
 
@@ -67,9 +66,6 @@ class EngineLimits:
     def kv_bytes_per_element(self) -> float | None:
         return BYTES_PER_ELEMENT.get(self.kv_cache_dtype or "")
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def overflow_positions(batch_size: int, beam_width: int, slots: int | None) -> tuple[int, ...]:
     """Batch positions whose beam slots (``position * beam_width + beam``) lie beyond ``slots``:
@@ -88,9 +84,6 @@ class LimitCheck:
     status: CheckStatus
     message: str
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class MemoryBudget:
@@ -105,9 +98,6 @@ class MemoryBudget:
     gpu_source: str
     status: CheckStatus
     message: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def failing(checks: Iterable[LimitCheck]) -> tuple[LimitCheck, ...]:

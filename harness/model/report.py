@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from harness.model.analysis import DropTest, PositionStats
 from harness.model.cell import Cell
 from harness.model.dataset import DatasetInfo
 from harness.model.engine import EngineInfo
+from harness.model.json import JsonObject
 from harness.model.limits import EngineLimits, LimitCheck, MemoryBudget
 from harness.model.ranks import Ranks
 from harness.model.scores import CellScores, Levels
@@ -50,7 +50,7 @@ class CacheStats:
     generations_from_cache: int = 0
     # entries found but not used: damaged, edited after written, or another engine's or batch's
     batches_rejected: int = 0
-    key: dict[str, Any] = field(default_factory=dict)  # what the fingerprint covers (cache_key)
+    key: JsonObject = field(default_factory=dict)  # what the fingerprint covers (cache_key)
 
 
 @dataclass(frozen=True)
@@ -236,8 +236,8 @@ class Report:
     goldens: dict[int, GoldenFile]
     goldens_written: tuple[str, ...]
     method: Method
-    options: dict[str, Any]  # every run option as given (recorded; the analysis reads ``method``)
-    environment: dict[str, Any]
+    options: JsonObject  # every run option as given (recorded; the analysis reads ``method``)
+    environment: JsonObject
     timing: Timing
     cells: tuple[CellResult, ...]
     boundaries: tuple[Boundary, ...] = ()  # per beam width: where batch sizes start failing

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from harness.errors import ConfigError
 from harness.model.analysis import PositionStats
+from harness.model.json import Json, as_json
 from harness.model.report import CellResult, Method, Report
 from harness.model.vocab import Change, Direction, Rotation, Signature, Verdict
 from harness.report.audit import audit
@@ -72,7 +72,7 @@ class Comparison:
     cells: tuple[CellChange, ...]
     old: Side
     new: Side
-    limits_changed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    limits_changed: dict[str, dict[str, Json]] = field(default_factory=dict)
 
 
 def value(p: PositionStats) -> float | None:
@@ -122,7 +122,7 @@ def check_consistent(loaded: LoadedReport) -> None:
         )
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     return f"{value[:12]}..." if isinstance(value, str) and len(value) > 15 else repr(value)
 
 
@@ -130,7 +130,7 @@ def check_same_test(old_loaded: LoadedReport, new_loaded: LoadedReport) -> None:
     """ConfigError naming every difference that makes the two runs measure different things:
     the dataset, the method, the generation settings, or a grid with no cell in common."""
     old, new = old_loaded.report, new_loaded.report
-    pairs: list[tuple[str, Any, Any]] = [
+    pairs: list[tuple[str, object, object]] = [
         ("dataset (content hash)", old.dataset.hash, new.dataset.hash),
         ("tolerance", old.method.tolerance, new.method.tolerance),
         ("alpha", old.method.alpha, new.method.alpha),
@@ -203,9 +203,9 @@ def _cell_change(oc: CellResult, nc: CellResult, tol: float, lines: list[str]) -
     return CellChange(id=nc.id, positions=tuple(rows), error_added=error_added, error_fixed=error_fixed)
 
 
-def _limits_changed(old: Report, new: Report, lines: list[str]) -> dict[str, dict[str, Any]]:
-    ol = old.limits.as_dict() if old.limits else {}
-    nl = new.limits.as_dict() if new.limits else {}
+def _limits_changed(old: Report, new: Report, lines: list[str]) -> dict[str, dict[str, Json]]:
+    ol, nl = as_json(old.limits), as_json(new.limits)
+    ol, nl = ol if isinstance(ol, dict) else {}, nl if isinstance(nl, dict) else {}
     changed = {}
     for key in sorted(set(ol) | set(nl)):
         if ol.get(key) != nl.get(key):

@@ -50,8 +50,10 @@ def _per_position(report: Report) -> str:
 
 def _fields(report: Report) -> str:
     """--request-field as given: KEY=VALUE, VALUE as JSON."""
+    fields = report.options.get("request_fields")
     return ", ".join(
-        md(f"{k}={json.dumps(v, ensure_ascii=False)}") for k, v in report.options["request_fields"].items()
+        md(f"{k}={json.dumps(v, ensure_ascii=False)}")
+        for k, v in (fields.items() if isinstance(fields, dict) else ())
     )
 
 

@@ -16,7 +16,6 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -103,10 +102,10 @@ def _load(path: str | Path) -> Shard:
     return Shard(file.parent, report, report.shard, report.scores, rows)
 
 
-def _settings(shard: Shard) -> dict[str, Any]:
+def _settings(shard: Shard) -> dict[str, object]:
     """What must be equal in every shard of one run, by the name a user knows it by."""
     report = shard.report
-    out: dict[str, Any] = {_flag(k): v for k, v in report.options.items() if k not in FREE_OPTIONS}
+    out: dict[str, object] = {_flag(k): v for k, v in report.options.items() if k not in FREE_OPTIONS}
     eng = report.engine
     out["engine"] = (eng.backend, eng.identity, sorted((f.name, f.sha256) for f in eng.files))
     out["engine limits"] = report.limits

@@ -8,10 +8,10 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from harness import __version__
 from harness.model.engine import EngineFile
+from harness.model.json import JsonObject
 from harness.storage.fingerprint import file_sha256
 
 ENGINE_FILE_PATTERNS = ("config.json", "*.engine", "*.safetensors")
@@ -39,7 +39,7 @@ def _driver() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
-def environment() -> dict[str, Any]:
+def environment() -> JsonObject:
     """Versions and hardware the run used."""
     import torch
 

@@ -22,12 +22,12 @@ import os
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
 from harness import bounds
 from harness.errors import ConfigError
+from harness.model.json import Json, JsonObject
 from harness.model.report import SCHEMA_VERSION, Integrity, Report
 from harness.model.vocab import Signature
 from harness.outside import cleaned
@@ -54,29 +54,31 @@ def _adapter() -> TypeAdapter[Report]:
 OPTIONAL_BLOCKS = ("shard", "scores")  # absent from report.json unless the run has them
 
 
-def to_json(report: Report) -> dict[str, Any]:
+def _drop_none(block: Json, *keys: str) -> None:
+    """Leave out of a JSON object the keys (all, when none are named) whose value is null."""
+    if isinstance(block, dict):
+        for key in keys or tuple(block):
+            if key in block and block[key] is None:
+                del block[key]
+
+
+def to_json(report: Report) -> JsonObject:
     """The report.json document (blocks a run does not have are left out)."""
-    data: dict[str, Any] = _adapter().dump_python(report, mode="json")
-    for key in (*OPTIONAL_BLOCKS, "integrity"):
-        if data.get(key) is None:
-            data.pop(key, None)
-    if data.get("timing", {}).get("merged_shards") is None:
-        data["timing"].pop("merged_shards", None)
-    integrity = data.get("integrity")
-    if isinstance(integrity, dict) and integrity.get("hmac") is None:
-        integrity.pop("hmac", None)
-    if data.get("shard") is not None:
-        data["shard"] = {k: v for k, v in data["shard"].items() if v is not None}
+    data: JsonObject = _adapter().dump_python(report, mode="json")
+    _drop_none(data, *OPTIONAL_BLOCKS, "integrity")
+    _drop_none(data.get("timing"), "merged_shards")
+    _drop_none(data.get("integrity"), "hmac")
+    _drop_none(data.get("shard"))
     return data
 
 
-def _canonical(report: dict[str, Any]) -> bytes:
+def _canonical(report: JsonObject) -> bytes:
     """The report without its ``integrity`` block, keys sorted, compact, UTF-8."""
     body = {k: v for k, v in report.items() if k != "integrity"}
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def canonical_hash(report: dict[str, Any]) -> str:
+def canonical_hash(report: JsonObject) -> str:
     """sha256 of the report without its ``integrity`` block, keys sorted, compact."""
     return hashlib.sha256(_canonical(report)).hexdigest()
 
@@ -87,12 +89,12 @@ def signing_key() -> bytes | None:
     return key.encode("utf-8") if key else None
 
 
-def signature(report: dict[str, Any], key: bytes) -> str:
+def signature(report: JsonObject, key: bytes) -> str:
     """HMAC-SHA256 of the bytes the sha256 covers, with ``key``."""
     return hmac.new(key, _canonical(report), hashlib.sha256).hexdigest()
 
 
-def check_signature(report: dict[str, Any]) -> Signature:
+def check_signature(report: JsonObject) -> Signature:
     """What the report's ``integrity.hmac`` says, read with this process's key."""
     integrity = report.get("integrity")
     recorded = integrity.get("hmac") if isinstance(integrity, dict) else None
@@ -104,7 +106,7 @@ def check_signature(report: dict[str, Any]) -> Signature:
     return Signature.VALID if hmac.compare_digest(recorded, signature(report, key)) else Signature.INVALID
 
 
-def verify(report: dict[str, Any]) -> bool:
+def verify(report: JsonObject) -> bool:
     """True when the report.json document is exactly as written (its hash still matches)."""
     integrity = report.get("integrity")
     recorded = integrity.get("sha256") if isinstance(integrity, dict) else None
@@ -157,7 +159,7 @@ def _where(error: ValidationError) -> str:
     return f"{path}: {first['msg']}"
 
 
-def from_json(data: Any, source: str = "report.json") -> Report:
+def from_json(data: Json, source: str = "report.json") -> Report:
     """A report.json document as a Report; ConfigError naming the first bad field."""
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
         found = data.get("schema_version") if isinstance(data, dict) else None
@@ -184,4 +186,5 @@ def load_report(path: str | Path) -> LoadedReport:
         raise ConfigError(f"{file}: not a readable report ({type(exc).__name__}: {exc})") from None
     # shown by compare and merge: outside text, cleaned as a run's own report is when sealed
     report = cleaned(from_json(data, str(file)))
+    assert isinstance(data, dict)  # from_json refuses anything else
     return LoadedReport(report=report, path=file, intact=verify(data), signature=check_signature(data))

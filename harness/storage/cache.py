@@ -31,11 +31,11 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from harness import bounds
 from harness.config import DecodingSettings, EngineOptions
 from harness.model.engine import EngineInfo
+from harness.model.json import Json, JsonObject
 from harness.model.report import CacheStats
 from harness.outside import say
 from harness.storage import confine
@@ -50,7 +50,7 @@ FORMAT = 2  # 2: entries carry their fingerprint, batch key and content sha256
 
 
 def engine_fingerprint(
-    info: EngineInfo, options: EngineOptions | None = None, code: dict[str, str] | None = None
+    info: EngineInfo, options: EngineOptions | None = None, code: JsonObject | None = None
 ) -> str | None:
     """sha256 over every input besides the batch that can change an output (``cache_key``;
     ``code``: the engine's ``engine_code``); None for an engine without a directory."""
@@ -58,7 +58,15 @@ def engine_fingerprint(
     return fingerprint(inputs) if inputs is not None else None
 
 
-def _content_sha256(key: str, texts: Any, beams: Any) -> str:
+def _texts(value: Json, size: int | None = None) -> list[str] | None:
+    """A JSON list of texts (of ``size`` texts, when given); None for anything else."""
+    if not isinstance(value, list) or (size is not None and len(value) != size):
+        return None
+    texts = [t for t in value if isinstance(t, str)]
+    return texts if len(texts) == len(value) else None
+
+
+def _content_sha256(key: str, texts: Json, beams: Json) -> str:
     """sha256 of what an entry holds, bound to the batch it belongs to."""
     body = json.dumps([key, texts, beams], ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
@@ -68,7 +76,7 @@ class GenerationCache:
     """One JSON file per batch under ``root/<fingerprint>/``, written atomically."""
 
     def __init__(
-        self, root: Path | None, fingerprint: str | None, reason: str = "", key: dict[str, Any] | None = None
+        self, root: Path | None, fingerprint: str | None, reason: str = "", key: JsonObject | None = None
     ) -> None:
         self.root = root
         self.folder = root / fingerprint[:24] if root is not None and fingerprint else None
@@ -168,22 +176,21 @@ class GenerationCache:
             return None
         if not isinstance(stored, dict) or stored.get("format") != FORMAT:
             return None
-        texts, beams = stored.get("outputs"), stored.get("beams")
+        outputs, beams = stored.get("outputs"), stored.get("beams")
         if (
             stored.get("fingerprint") != self.fingerprint
             or stored.get("key") != key
-            or stored.get("sha256") != _content_sha256(key, texts, beams)
+            or stored.get("sha256") != _content_sha256(key, outputs, beams)
         ):
             return None  # another engine's or batch's entry, or edited after it was written
-        if not isinstance(texts, list) or len(texts) != size or not all(isinstance(t, str) for t in texts):
+        texts = _texts(outputs, size)
+        if texts is None:
             return None
-        if beams is not None and not (
-            isinstance(beams, list)
-            and len(beams) == size
-            and all(isinstance(b, list) and all(isinstance(t, str) for t in b) for b in beams)
-        ):
-            return None
-        return texts, beams
+        if beams is None:
+            return texts, None
+        kept = [_texts(b) for b in beams] if isinstance(beams, list) and len(beams) == size else [None]
+        rows = [b for b in kept if b is not None]
+        return (texts, rows) if len(rows) == len(kept) else None
 
     def _reject(self) -> None:
         """A miss that found an entry it could not use: counted, and said in the reason."""
@@ -213,9 +220,9 @@ class GenerationCache:
         if self.folder is None or not self.writable:
             return
         key = self._key(settings, prompts)
-        outputs = list(texts)
-        kept = [list(b) for b in beams] if beams is not None else None
-        entry: dict[str, Any] = {
+        outputs: Json = list(texts)
+        kept: Json = [list(b) for b in beams] if beams is not None else None
+        entry: JsonObject = {
             "format": FORMAT,
             "fingerprint": self.fingerprint,
             "key": key,

@@ -22,17 +22,16 @@ The decoding settings and the prompts of the batch are added per batch by
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from harness import __version__
 from harness.config import EngineOptions
 from harness.model.engine import EngineInfo
+from harness.model.json import Json, JsonObject, as_json
 from harness.storage.fingerprint import file_sha256
 
 LIBRARIES = ("torch", "transformers", "tokenizers", "tensorrt_llm")
@@ -53,8 +52,8 @@ def content_digest(path: Path) -> str | None:
     return file_sha256(path) if path.is_file() else None
 
 
-def library_versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
+def library_versions() -> JsonObject:
+    out: JsonObject = {}
     for name in LIBRARIES:
         try:
             out[name] = metadata.version(name)
@@ -63,7 +62,7 @@ def library_versions() -> dict[str, str | None]:
     return out
 
 
-def device() -> dict[str, Any]:
+def device() -> JsonObject:
     """The GPU outputs are computed on (none: the CPU)."""
     try:
         import torch
@@ -75,10 +74,11 @@ def device() -> dict[str, Any]:
     return {"gpu": None}
 
 
-def options_inputs(options: EngineOptions) -> dict[str, Any]:
+def options_inputs(options: EngineOptions) -> JsonObject:
     """Every EngineOptions field; the tokenizer folder by content as well as by path."""
-    out = dataclasses.asdict(options)
-    del out["api_key_env"]  # where a server's key is read from changes no output
+    dumped = as_json(options)
+    out = {k: v for k, v in dumped.items() if k != "api_key_env"} if isinstance(dumped, dict) else {}
+    # api_key_env: where a server's key is read from changes no output
     if options.tokenizer:
         out["tokenizer"] = {
             "path": options.tokenizer,
@@ -116,7 +116,7 @@ def _source_files(module_name: str) -> list[Path] | None:
     return sorted({path, *_loaded_beside(folder)})
 
 
-def engine_code(cls: type) -> dict[str, str] | None:
+def engine_code(cls: type) -> JsonObject | None:
     """What decides an engine's outputs besides its files and options: its class (a user's
     class, not the harness's wrapper around it: ``harness.engines.base.code_class``) and a
     sha256 over the source of the module of every class in its hierarchy, with their packages
@@ -135,8 +135,8 @@ def engine_code(cls: type) -> dict[str, str] | None:
 
 
 def key_inputs(
-    info: EngineInfo, options: EngineOptions | None = None, code: dict[str, str] | None = None
-) -> dict[str, Any] | None:
+    info: EngineInfo, options: EngineOptions | None = None, code: JsonObject | None = None
+) -> JsonObject | None:
     """Everything besides the batch that the outputs depend on; None for an engine without a
     directory (never cached). ``code``: the engine's ``engine_code``."""
     folder = Path(info.path)
@@ -147,14 +147,20 @@ def key_inputs(
         "harness": __version__,
         "engine_files_sha256": folder_digest(folder),
         "engine_code": code,
-        "engine_details": json.loads(json.dumps(info.details, sort_keys=True, default=str)),
+        "engine_details": _plain(info.details),
         "options": options_inputs(options or EngineOptions()),
         "libraries": library_versions(),
         "device": device(),
     }
 
 
-def fingerprint(inputs: dict[str, Any]) -> str:
+def _plain(details: dict[str, object]) -> Json:
+    """An engine's own details as JSON: whatever is not JSON by its text."""
+    plain: Json = json.loads(json.dumps(details, sort_keys=True, default=str))
+    return plain
+
+
+def fingerprint(inputs: JsonObject) -> str:
     """sha256 of the key inputs (canonical JSON)."""
     text = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

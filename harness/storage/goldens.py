@@ -25,12 +25,12 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness import bounds
 from harness.config import DecodingSettings
 from harness.errors import GoldensError
 from harness.model.dataset import Dataset
+from harness.model.json import Json, JsonObject
 from harness.outside import cleaned
 from harness.redact import redact
 from harness.storage import confine
@@ -61,29 +61,24 @@ class GoldenSet:
     identity: str
     dataset_name: str
     dataset_hash: str
-    settings: dict[str, Any]
+    settings: JsonObject
     outputs: dict[str, str]  # document id -> golden text
-    source: dict[str, Any]
+    source: JsonObject
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """The goldens file's content, every secret redacted (``harness.redact``) but in the
         document ids, by which outputs are found (``load`` compares the identity and settings
         redacted the same way)."""
-        head = cleaned(
-            {
-                "identity": self.identity,
-                "dataset": self.dataset_name,
-                "settings": self.settings,
-                "source": self.source,
-            },
-            redact,
-        )
         return {
             "schema_version": SCHEMA_VERSION,
-            "identity": head["identity"],
-            "dataset": {"name": head["dataset"], "hash": self.dataset_hash, "count": len(self.outputs)},
-            "settings": head["settings"],
-            "source": head["source"],
+            "identity": redact(self.identity),
+            "dataset": {
+                "name": redact(self.dataset_name),
+                "hash": self.dataset_hash,
+                "count": len(self.outputs),
+            },
+            "settings": cleaned(self.settings, redact),
+            "source": cleaned(self.source, redact),
             "outputs": {doc: redact(text) for doc, text in self.outputs.items()},
         }
 
@@ -131,17 +126,32 @@ class GoldensStore:
             raise GoldensError(
                 f"{path}: goldens schema_version {found!r}, this harness reads {SCHEMA_VERSION}; {FIX}"
             )
-        try:
-            return GoldenSet(
-                identity=raw["identity"],
-                dataset_name=raw["dataset"]["name"],
-                dataset_hash=raw["dataset"]["hash"],
-                settings=raw["settings"],
-                outputs=raw["outputs"],
-                source=raw.get("source", {}),
-            )
-        except (KeyError, TypeError) as exc:
-            raise GoldensError(f"{path}: goldens lack key {exc}; {FIX}") from None
+        dataset = raw.get("dataset")
+        found = {
+            "identity": raw.get("identity"),
+            "name": dataset.get("name") if isinstance(dataset, dict) else None,
+            "hash": dataset.get("hash") if isinstance(dataset, dict) else None,
+        }
+        for key in ("identity", "dataset", "settings", "outputs"):
+            if key not in raw:
+                raise GoldensError(f"{path}: goldens lack key {key!r}; {FIX}")
+        identity, name, digest = found["identity"], found["name"], found["hash"]
+        if not isinstance(identity, str) or not isinstance(name, str) or not isinstance(digest, str):
+            bad = next(k for k, v in found.items() if not isinstance(v, str))
+            raise GoldensError(f"{path}: goldens lack key {bad!r} (a text); {FIX}")
+        settings, outputs, source = raw["settings"], raw["outputs"], raw.get("source")
+        if not isinstance(settings, dict):
+            raise GoldensError(f"{path}: 'settings' must be an object; {FIX}")
+        if not isinstance(outputs, dict) or not all(isinstance(v, str) for v in outputs.values()):
+            raise GoldensError(f"{path}: 'outputs' must map document ids to texts; {FIX}")
+        return GoldenSet(
+            identity=identity,
+            dataset_name=name,
+            dataset_hash=digest,
+            settings=settings,
+            outputs={k: v for k, v in outputs.items() if isinstance(v, str)},
+            source=source if isinstance(source, dict) else {},
+        )
 
     def _owner(self, path: Path) -> str | None:
         """The dataset name ``path`` was recorded for; None when missing or unreadable."""
@@ -186,12 +196,6 @@ class GoldensStore:
         golden = self._read(path)
         if redact(golden.identity) != redact(identity):
             raise GoldensError(f"{path}: recorded for model {golden.identity}, not {identity}; {FIX}")
-        if not isinstance(golden.settings, dict):
-            raise GoldensError(f"{path}: 'settings' must be an object; {FIX}")
-        if not isinstance(golden.outputs, dict) or not all(
-            isinstance(v, str) for v in golden.outputs.values()
-        ):
-            raise GoldensError(f"{path}: 'outputs' must map document ids to texts; {FIX}")
         if golden.dataset_hash != dataset.info.hash:
             raise GoldensError(
                 f"{path}: recorded for dataset hash {golden.dataset_hash[:12]}, but this run's "
@@ -280,7 +284,7 @@ class GoldensStore:
         for folder in {path.parent for _, path in moves}:
             fsync_dir(folder)
 
-    def _inside(self, relative: Any) -> Path | None:
+    def _inside(self, relative: Json) -> Path | None:
         """A journal entry as a path two levels under the root (identity/file), else None."""
         if not isinstance(relative, str):
             return None
@@ -295,9 +299,10 @@ class GoldensStore:
         journal = confine.inside(self.root, self.root / JOURNAL_FILE)
         if journal.exists():
             try:
-                entries = bounds.loads(journal.read_text(encoding="utf-8"))["moves"]
-            except (OSError, ValueError, KeyError, TypeError):
-                entries = []  # journals are written atomically; an unreadable one is not ours
+                written = bounds.loads(journal.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                written = None  # journals are written atomically; an unreadable one is not ours
+            entries = written.get("moves") if isinstance(written, dict) else None
             moves = []
             for entry in entries if isinstance(entries, list) else []:
                 pair = [self._inside(x) for x in entry] if isinstance(entry, list) else []

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from harness.config import DEFAULT_PROMPT_TEMPLATE, RunConfig
 from harness.errors import EngineError, first_line
@@ -13,6 +12,7 @@ from harness.inputs.data import build_prompt, load_dataset
 from harness.limits.engine_config import read_engine_config
 from harness.limits.preflight import preflight
 from harness.model.cell import Cell
+from harness.model.json import JsonObject, as_json
 from harness.model.limits import EngineLimits, LimitCheck, MemoryBudget, failing
 from harness.model.vocab import Verdict
 
@@ -54,17 +54,17 @@ class LintResult:
     def verdict(self) -> Verdict:
         return Verdict.FAIL if failing(self.checks) else Verdict.PASS
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "engine": self.engine,
-            "layout": self.limits.layout,
-            "limits": self.limits.as_dict(),
+            "layout": self.limits.layout.value,
+            "limits": as_json(self.limits),
             "cell": {"batch_size": self.cell.batch_size, "beam_width": self.cell.beam_width},
-            "checks": [{"name": c.name, "status": c.status, "message": c.message} for c in self.checks],
+            "checks": [{"name": c.name, "status": c.status.value, "message": c.message} for c in self.checks],
             "kv_cache_bytes": self.memory[0].kv_cache_bytes if self.memory else None,
-            "memory": [m.as_dict() for m in self.memory],
+            "memory": as_json(self.memory),
             "prompts": self.prompt_source,
-            "verdict": self.verdict,
+            "verdict": self.verdict.value,
         }
 
 
