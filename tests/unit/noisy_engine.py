@@ -13,8 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+from harness.config import DecodingSettings
 from harness.engines.base import Generation
 
 WORDS = (
@@ -24,11 +26,13 @@ WORDS = (
 
 
 class NoisyEngine:
-    def __init__(self, path=None, *, from_position: int = 1, salt: int = 0, delay: float = 0.0):
+    def __init__(
+        self, path: str | None = None, *, from_position: int = 1, salt: int = 0, delay: float = 0.0
+    ) -> None:
         self.from_position, self.salt, self.delay = from_position, salt, delay
         self.calls: list[float] = []  # start time of each generate call
 
-    def generate(self, prompts, settings):
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         self.calls.append(time.perf_counter())
         if self.delay:
             time.sleep(self.delay)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +33,7 @@ from harness.tools.lint import lint
         ("--end-id", str(1 << 40)),
     ],
 )
-def test_run_options_are_bounded_where_parsed(flag: str, value: str):
+def test_run_options_are_bounded_where_parsed(flag: str, value: str) -> None:
     spec = next(s for s in OPTIONS if s.flag == flag)
     with pytest.raises(
         argparse.ArgumentTypeError,
@@ -44,7 +46,7 @@ def test_run_options_are_bounded_where_parsed(flag: str, value: str):
         RunConfig.from_options({spec.dest: value})
 
 
-def test_values_inside_the_bounds_still_parse():
+def test_values_inside_the_bounds_still_parse() -> None:
     values = {
         "batch_timeout": "86400",
         "length_penalty": "-10",
@@ -55,14 +57,14 @@ def test_values_inside_the_bounds_still_parse():
     assert (cfg.batch_timeout, cfg.length_penalty, cfg.max_new_tokens) == (86400, -10, 65536)
 
 
-def test_serve_port_range_is_checked_by_the_parser(capsys):
+def test_serve_port_range_is_checked_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--port", "99999"])
     assert exc.value.code == 2
     assert "--port '99999': must be at most 65535" in capsys.readouterr().err
 
 
-def _engine_with(tmp_path: Path, engine: Path, change) -> Path:
+def _engine_with(tmp_path: Path, engine: Path, change: Callable[[dict[str, Any]], object]) -> Path:
     folder = tmp_path / "engine"
     shutil.copytree(engine, folder)
     config = json.loads((folder / "config.json").read_text())
@@ -74,7 +76,9 @@ def _engine_with(tmp_path: Path, engine: Path, change) -> Path:
 @pytest.mark.parametrize(
     "key, value", [("max_batch_size", 10**20), ("max_beam_width", 10**6), ("max_seq_len", 2**40)]
 )
-def test_build_limits_are_bounded_and_lint_says_so(tmp_path: Path, engine_factory, key, value):
+def test_build_limits_are_bounded_and_lint_says_so(
+    tmp_path: Path, engine_factory: Callable[[int, int], Path], key: str, value: int
+) -> None:
     folder = _engine_with(tmp_path, engine_factory(8, 4), lambda c: c["build_config"].__setitem__(key, value))
     words = f"config.json: build_config.{key} is {value}, above"
     with pytest.raises(EngineError, match=words):
@@ -83,7 +87,7 @@ def test_build_limits_are_bounded_and_lint_says_so(tmp_path: Path, engine_factor
         lint(folder)
 
 
-def test_config_floats_must_be_finite():
+def test_config_floats_must_be_finite() -> None:
     config = {
         "build_config": {"max_batch_size": 8, "max_beam_width": 1, "max_input_len": 8, "max_seq_len": 16},
         "pretrained_config": {"rope_theta": 1e400},
@@ -100,7 +104,9 @@ def _nested(depth: int) -> str:
 
 
 @pytest.mark.parametrize("depth", [100, 100_000])
-def test_deeply_nested_config_is_one_error_in_lint(tmp_path: Path, depth: int, capsys):
+def test_deeply_nested_config_is_one_error_in_lint(
+    tmp_path: Path, depth: int, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = tmp_path / "nested"
     folder.mkdir()
     (folder / "config.json").write_text(_nested(depth))
@@ -111,7 +117,9 @@ def test_deeply_nested_config_is_one_error_in_lint(tmp_path: Path, depth: int, c
     assert "nested deeper than 64 levels" in err and "Traceback" not in err
 
 
-def test_deeply_nested_report_is_one_error_in_compare(tmp_path: Path, capsys):
+def test_deeply_nested_report_is_one_error_in_compare(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     report = tmp_path / "report.json"
     report.write_text('{"schema_version": 1, "cells": ' + "[" * 100_000 + "]" * 100_000 + "}")
     assert main(["compare", str(report), str(report)]) == 2

@@ -10,7 +10,7 @@ from harness.errors import ConfigError
 
 
 @pytest.mark.parametrize("value, expected", [("1,2,4,8", (1, 2, 4, 8)), ("8,1", (1, 8)), ("4", (4,))])
-def test_positive_int_list_accepts(value, expected):
+def test_positive_int_list_accepts(value: str, expected: tuple[int, ...]) -> None:
     assert positive_int_list("--batch-sizes")(value) == expected
 
 
@@ -26,13 +26,13 @@ def test_positive_int_list_accepts(value, expected):
         ("1.5", "not an integer"),
     ],
 )
-def test_positive_int_list_rejects_with_option_name(value, words):
+def test_positive_int_list_rejects_with_option_name(value: str, words: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError) as exc:
         positive_int_list("--batch-sizes")(value)
     assert "--batch-sizes" in str(exc.value) and words in str(exc.value)
 
 
-def test_scalar_parsers_name_the_option():
+def test_scalar_parsers_name_the_option() -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="--max-new-tokens"):
         positive_int("--max-new-tokens")("0")
     with pytest.raises(argparse.ArgumentTypeError, match=r"--alpha.*\(0.0, 0.5\]"):
@@ -41,14 +41,14 @@ def test_scalar_parsers_name_the_option():
         fraction("--tolerance", low=0.0, high=1.0)("nan")
 
 
-def test_from_options_parses_strings_and_resolves_folders(tmp_path: Path):
+def test_from_options_parses_strings_and_resolves_folders(tmp_path: Path) -> None:
     cfg = RunConfig.from_options({"batch_sizes": "8", "beam_widths": "4", "report_dir": "out"}, root=tmp_path)
     assert cfg.batch_sizes == (8,) and cfg.beam_widths == (4,)
     assert cfg.report_dir == tmp_path / "out" and cfg.goldens_dir == tmp_path / "goldens"
     assert cfg.decoding(4).beam_width == 4
 
 
-def test_from_options_errors():
+def test_from_options_errors() -> None:
     with pytest.raises(ConfigError, match="--beam-widths"):
         RunConfig.from_options({"beam_widths": "0"})
     with pytest.raises(ConfigError, match=r"--prompt-template.*\{text\}"):
@@ -60,7 +60,7 @@ def test_from_options_errors():
 @pytest.mark.parametrize(
     "value, expected", [("1/2", (1, 2)), ("3/3", (3, 3)), (" 2 / 5 ", (2, 5)), ("1/1", (1, 1))]
 )
-def test_shard_accepts(value, expected):
+def test_shard_accepts(value: str, expected: tuple[int, int]) -> None:
     assert shard("--shard")(value) == expected
     assert RunConfig.from_options({"shard": value}).shard == expected
 
@@ -77,7 +77,7 @@ def test_shard_accepts(value, expected):
         ("1/2/3", "expected K/N"),
     ],
 )
-def test_shard_rejects_with_option_name(value, words):
+def test_shard_rejects_with_option_name(value: str, words: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError) as exc:
         shard("--shard")(value)
     assert "--shard" in str(exc.value) and words in str(exc.value)
@@ -85,7 +85,7 @@ def test_shard_rejects_with_option_name(value, words):
         RunConfig.from_options({"shard": value})
 
 
-def test_shard_is_recorded_and_excludes_recording_goldens():
+def test_shard_is_recorded_and_excludes_recording_goldens() -> None:
     assert RunConfig.from_options({"shard": "2/3"}).as_dict()["shard"] == "2/3"
     assert RunConfig().as_dict()["shard"] is None
     with pytest.raises(ConfigError, match="--update-goldens.*without --shard"):
@@ -93,7 +93,9 @@ def test_shard_is_recorded_and_excludes_recording_goldens():
 
 
 @pytest.mark.parametrize("xdg, expected", [(None, "home/.cache"), ("", "home/.cache"), ("/xdg", "/xdg")])
-def test_one_cache_root_where_an_empty_xdg_cache_home_is_unset(tmp_path: Path, monkeypatch, xdg, expected):
+def test_one_cache_root_where_an_empty_xdg_cache_home_is_unset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, xdg: str | None, expected: str
+) -> None:
     """The run's generation cache, the bundled engine and calibrate's engines share one root;
     XDG_CACHE_HOME="" counts as unset (the bundled engine used to land in the working folder)."""
     from harness.config import harness_cache_dir
@@ -116,13 +118,18 @@ def test_one_cache_root_where_an_empty_xdg_cache_home_is_unset(tmp_path: Path, m
     assert engine.parent == root and built == [engine]
 
 
-def test_calibrate_takes_the_run_options_parsers_and_defaults(monkeypatch):
+def test_calibrate_takes_the_run_options_parsers_and_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     """calibrate's --tolerance, --alpha, --max-new-tokens, --seed ... are the run's options:
     the same ranges (--alpha used to accept up to 1) and RunConfig's defaults."""
     import harness.__main__ as cli
 
     seen: list[argparse.Namespace] = []
-    monkeypatch.setattr(cli, "cmd_calibrate", lambda args: seen.append(args) or 0)
+
+    def calibrate(args: argparse.Namespace) -> int:
+        seen.append(args)
+        return 0
+
+    monkeypatch.setattr(cli, "cmd_calibrate", calibrate)
     assert cli.main(["calibrate"]) == 0
     args, defaults = seen[0], RunConfig()
     for dest in ("seed", "max_new_tokens", "tolerance", "alpha", "cache_dir", "no_cache", "rotation"):
@@ -138,7 +145,7 @@ def test_calibrate_takes_the_run_options_parsers_and_defaults(monkeypatch):
     assert (seen[1].alpha, seen[1].tolerance) == (0.5, 0.05)
 
 
-def test_the_options_page_lists_every_option_as_the_code_defines_it():
+def test_the_options_page_lists_every_option_as_the_code_defines_it() -> None:
     """docs/options.md holds the table made from OPTIONS, as `python -m harness options`
     prints it: no option missing (as --length-penalty, --deterministic and --golden-engine
     once were), none stale."""

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,17 +26,18 @@ from tests.servers.llama_cpp import BUNDLED_MODEL
 N_VOCAB = json.loads((BUNDLED_MODEL / "config.json").read_text(encoding="utf-8"))["vocab_size"]
 
 
-def _bundled_tokenizer() -> dict:
-    return json.loads((BUNDLED_MODEL / "tokenizer.json").read_text(encoding="utf-8"))
+def _bundled_tokenizer() -> dict[str, Any]:
+    tokenizer: dict[str, Any] = json.loads((BUNDLED_MODEL / "tokenizer.json").read_text(encoding="utf-8"))
+    return tokenizer
 
 
-def test_bundled_model_has_1280_ids_which_the_tokenizer_fills():
+def test_bundled_model_has_1280_ids_which_the_tokenizer_fills() -> None:
     plan = plan_vocab(BUNDLED_MODEL, N_VOCAB)
     assert N_VOCAB == 1280 and len(plan.tokens) == 1280
     assert not any(t.startswith("[PAD") for t in plan.tokens)  # no unused ids
 
 
-def test_bundled_metaspace_bpe_is_an_spm_vocabulary_without_bos():
+def test_bundled_metaspace_bpe_is_an_spm_vocabulary_without_bos() -> None:
     plan = plan_vocab(BUNDLED_MODEL, N_VOCAB)
     assert (plan.model, plan.pre, plan.add_space_prefix) == ("llama", "default", True)
     # the post-processor's template holds the sequence alone: no BOS, as in transformers
@@ -43,7 +46,7 @@ def test_bundled_metaspace_bpe_is_an_spm_vocabulary_without_bos():
     assert plan.types[:4] == [UNKNOWN, CONTROL, CONTROL, CONTROL]
 
 
-def test_bundled_byte_fallback_tokens_are_byte_typed_after_the_specials():
+def test_bundled_byte_fallback_tokens_are_byte_typed_after_the_specials() -> None:
     plan = plan_vocab(BUNDLED_MODEL, N_VOCAB)
     assert plan.byte_fallback
     assert plan.types[4:260] == [BYTE] * 256
@@ -53,7 +56,7 @@ def test_bundled_byte_fallback_tokens_are_byte_typed_after_the_specials():
     assert plan.types.count(NORMAL) == N_VOCAB - 4 - 256  # the BPE tokens
 
 
-def test_bundled_scores_follow_merge_ranks():
+def test_bundled_scores_follow_merge_ranks() -> None:
     tj = _bundled_tokenizer()
     plan = plan_vocab(BUNDLED_MODEL, N_VOCAB)
     vocab = tj["model"]["vocab"]
@@ -67,14 +70,14 @@ def test_bundled_scores_follow_merge_ranks():
 
 
 @pytest.fixture(scope="module")
-def variants(tmp_path_factory) -> dict[str, Path]:
+def variants(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from tests.servers.verify_tokenizer import make_variant
 
     root = tmp_path_factory.mktemp("variants")
     return {k: make_variant(k, root / k) for k in ("byte-fallback", "byte-level")}
 
 
-def test_byte_fallback_bpe_keeps_its_256_byte_tokens(variants):
+def test_byte_fallback_bpe_keeps_its_256_byte_tokens(variants: dict[str, Path]) -> None:
     plan = plan_vocab(variants["byte-fallback"], N_VOCAB)
     assert plan.model == "llama" and plan.byte_fallback
     assert sum(t == BYTE for t in plan.types) == 256
@@ -83,14 +86,14 @@ def test_byte_fallback_bpe_keeps_its_256_byte_tokens(variants):
     assert not any(t["content"].startswith("<0x") for t in tj["added_tokens"])
 
 
-def test_byte_level_bpe_is_a_gpt2_vocabulary_with_merges(variants):
+def test_byte_level_bpe_is_a_gpt2_vocabulary_with_merges(variants: dict[str, Path]) -> None:
     plan = plan_vocab(variants["byte-level"], N_VOCAB)
     assert (plan.model, plan.pre, plan.add_space_prefix) == ("gpt2", "gpt-2", False)
     assert plan.merges and all(len(m.split(" ")) == 2 for m in plan.merges)
     assert plan.types.count(NORMAL) == N_VOCAB - 4
 
 
-def _edited(tmp_path: Path, edit) -> Path:
+def _edited(tmp_path: Path, edit: Callable[[dict[str, Any]], object]) -> Path:
     d = tmp_path / "model"
     shutil.copytree(BUNDLED_MODEL, d, ignore=shutil.ignore_patterns("*.safetensors"))
     tj = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
@@ -129,11 +132,13 @@ def _edited(tmp_path: Path, edit) -> Path:
         ),
     ],
 )
-def test_what_llama_cpp_cannot_reproduce_is_refused_with_the_reason(tmp_path, edit, words):
+def test_what_llama_cpp_cannot_reproduce_is_refused_with_the_reason(
+    tmp_path: Path, edit: Callable[[dict[str, Any]], object], words: str
+) -> None:
     with pytest.raises(UnsupportedTokenizer, match=words):
         plan_vocab(_edited(tmp_path, edit), N_VOCAB)
 
 
-def test_a_vocab_larger_than_the_model_is_refused(tmp_path):
+def test_a_vocab_larger_than_the_model_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedTokenizer, match="vocab_size is 512"):
         plan_vocab(BUNDLED_MODEL, 512)

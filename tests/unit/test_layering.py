@@ -20,7 +20,7 @@ def _loaded(module: str) -> set[str]:
     return set(json.loads(out.stdout))
 
 
-def test_the_model_imports_nothing_of_the_harness_but_itself():
+def test_the_model_imports_nothing_of_the_harness_but_itself() -> None:
     for module in ("harness.model.report", "harness.model.analysis", "harness.model.limits"):
         assert {m for m in _loaded(module) if not m.startswith("harness.model")} == {"harness"}
 
@@ -34,7 +34,7 @@ def test_the_model_imports_nothing_of_the_harness_but_itself():
         "harness.verdict.failures",
     ],
 )
-def test_readers_of_the_model_load_no_engine_storage_or_stage(module: str):
+def test_readers_of_the_model_load_no_engine_storage_or_stage(module: str) -> None:
     loaded = _loaded(module)
     heavy = {
         m

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from harness.report.markdown import md
 HOSTILE = "x`\n# PASS\r\n| a | b |\u2028<b>*bold*</b> _it_ [link](http://e) ~~s~~ &amp; !"
 
 
-def test_md_leaves_no_line_break_and_no_unescaped_markup():
+def test_md_leaves_no_line_break_and_no_unescaped_markup() -> None:
     text = md(HOSTILE)
     assert "\n" not in text and "\r" not in text and "\u2028" not in text
     assert text.startswith("x\\`\\\\n\\# PASS\\\\r\\\\n\\| a \\| b \\|\\\\u2028\\<b\\>\\*bold\\*")
@@ -28,7 +29,9 @@ def test_md_leaves_no_line_break_and_no_unescaped_markup():
     assert md("tab\there") == "tab here" and md(None) == "None"
 
 
-def test_report_md_shows_outside_names_escaped(tmp_path: Path, engine_factory, small_dataset: Path):
+def test_report_md_shows_outside_names_escaped(
+    tmp_path: Path, engine_factory: Callable[[int, int], Path], small_dataset: Path
+) -> None:
     from harness.__main__ import main
 
     engine = tmp_path / "x`\n# PASS"

@@ -7,13 +7,14 @@ import json
 import math
 import shutil
 from pathlib import Path
+from typing import Any, TypedDict
 
 import pytest
 
 from harness.__main__ import main
 from harness.config import RunConfig
 from harness.errors import ConfigError
-from harness.pipeline import run
+from harness.pipeline import RunResult, run
 from harness.report.merge import merge
 from tests.unit.noisy_engine import NoisyEngine, write_dataset
 
@@ -21,11 +22,13 @@ SCHEMA = Path(__file__).resolve().parents[2] / "harness" / "report" / "report.sc
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_dataset(tmp_path_factory.mktemp("data") / "noisy.jsonl")
 
 
-def _run(tmp: Path, dataset: Path, *, shard: str | None = None, engine=None, **options) -> Path:
+def _run(
+    tmp: Path, dataset: Path, *, shard: str | None = None, engine: NoisyEngine | None = None, **options: str
+) -> Path:
     values = {
         "dataset": str(dataset),
         "batch_sizes": "1,2,4,8",
@@ -36,17 +39,21 @@ def _run(tmp: Path, dataset: Path, *, shard: str | None = None, engine=None, **o
     }
     if shard:
         values["shard"] = shard
-    return run(RunConfig.from_options(values), engine=engine or NoisyEngine()).report_dir
+    # run() adopts any object with generate(); harness annotates the parameter Engine (the full protocol)
+    result = run(RunConfig.from_options(values), engine=engine or NoisyEngine())  # type: ignore[arg-type]
+    assert isinstance(result, RunResult) and result.report_dir is not None
+    return result.report_dir
 
 
-def _json(folder: Path) -> dict:
-    return json.loads((folder / "report.json").read_text(encoding="utf-8"))
+def _json(folder: Path) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    return report
 
 
-def _p_adjusted(report: dict) -> dict[tuple[str, int], float]:
+def _p_adjusted(report: dict[str, Any]) -> dict[tuple[str, int], float]:
     """Per position, the adjusted p of its tests whose drop exceeds the tolerance (the ones
     that can flag it)."""
-    out = {}
+    out: dict[tuple[str, int], float] = {}
     for c in report["cells"]:
         for p in c["positions"]:
             tests = [t for t in (p["position_test"], p["quality_test"]) if t and t["drop"] > 0.02]
@@ -55,8 +62,17 @@ def _p_adjusted(report: dict) -> dict[tuple[str, int], float]:
     return out
 
 
+class Borderline(TypedDict):
+    """The position Holm's correction decides (``key``), the unsharded run and its two shards."""
+
+    key: tuple[str, int]
+    whole: Path
+    shards: list[Path]
+    tmp: Path
+
+
 @pytest.fixture(scope="module")
-def borderline(tmp_path_factory, dataset):
+def borderline(tmp_path_factory: pytest.TempPathFactory, dataset: Path) -> Borderline:
     """alpha between a position's adjusted p in its shard (Holm over fewer positions) and in
     the whole run: the shard alone calls it degraded, the run does not."""
     probe = tmp_path_factory.mktemp("probe")
@@ -71,16 +87,18 @@ def borderline(tmp_path_factory, dataset):
     key, in_shard, in_run = pick
     alpha = math.sqrt(in_shard * in_run)
     tmp = tmp_path_factory.mktemp("runs")
-    opts = {"alpha": repr(alpha)}
+    alpha_text = repr(alpha)  # by name: to mypy a **dict of strings could hold _run's engine
     return {
         "key": key,
-        "whole": _run(tmp, dataset, **opts),
-        "shards": [_run(tmp, dataset, shard=f"{k}/2", **opts) for k in (1, 2)],
+        "whole": _run(tmp, dataset, alpha=alpha_text),
+        "shards": [_run(tmp, dataset, shard=f"{k}/2", alpha=alpha_text) for k in (1, 2)],
         "tmp": tmp,
     }
 
 
-def test_two_shards_merge_into_the_unsharded_report(borderline, tmp_path, capsys):
+def test_two_shards_merge_into_the_unsharded_report(
+    borderline: Borderline, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     whole = _json(borderline["whole"])
     shards = [_json(s) for s in borderline["shards"]]
     assert sorted(c["id"] for s in shards for c in s["cells"]) == sorted(c["id"] for c in whole["cells"])
@@ -108,8 +126,8 @@ def test_two_shards_merge_into_the_unsharded_report(borderline, tmp_path, capsys
         assert (tmp_path / "merged" / name).stat().st_size > 0
 
 
-def test_shard_and_merged_reports_follow_the_schema(borderline, tmp_path):
-    import jsonschema
+def test_shard_and_merged_reports_follow_the_schema(borderline: Borderline, tmp_path: Path) -> None:
+    import jsonschema  # type: ignore[import-untyped]  # no stubs installed (types-jsonschema)
 
     from harness.report.serialize import to_json, verify
 
@@ -128,7 +146,7 @@ def _copy(folder: Path, dst: Path) -> Path:
     return dst
 
 
-def test_refuses_what_is_not_one_run(borderline, dataset, tmp_path):
+def test_refuses_what_is_not_one_run(borderline: Borderline, dataset: Path, tmp_path: Path) -> None:
     s1, s2 = borderline["shards"]
     with pytest.raises(ConfigError, match=r"shard 1/2 given twice"):
         merge([s1, _copy(s1, tmp_path / "again")])
@@ -151,7 +169,9 @@ def test_refuses_what_is_not_one_run(borderline, dataset, tmp_path):
         merge([s1, moved])
 
 
-def test_refuses_edited_reports_and_different_baselines(borderline, dataset, tmp_path):
+def test_refuses_edited_reports_and_different_baselines(
+    borderline: Borderline, dataset: Path, tmp_path: Path
+) -> None:
     s1, s2 = borderline["shards"]
     edited = _copy(s2, tmp_path / "edited")
     report = _json(edited)
@@ -169,7 +189,9 @@ def test_refuses_edited_reports_and_different_baselines(borderline, dataset, tmp
         merge([s1, tmp_path / "nowhere"])
 
 
-def test_cli_merge_errors_are_one_line(borderline, tmp_path, capsys):
+def test_cli_merge_errors_are_one_line(
+    borderline: Borderline, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     s1, _ = borderline["shards"]
     assert main(["merge", str(s1)]) == 2
     err = capsys.readouterr().err

@@ -6,23 +6,28 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, NoReturn, TypedDict
 
 import pytest
 
 import harness.stages.score as score_stage
 from harness.config import RunConfig
-from harness.pipeline import execute, prepare
+from harness.model.scores import CellScores
+from harness.pipeline import RunResult, execute, prepare
 from harness.report.build import rounded
+from harness.stages.run import CellOutputs, Prepared
+from harness.storage.generations import Row
 from tests.unit.noisy_engine import NoisyEngine, write_dataset
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_dataset(tmp_path_factory.mktemp("data") / "noisy.jsonl")
 
 
-def _config(tmp: Path, dataset: Path, **options) -> RunConfig:
+def _config(tmp: Path, dataset: Path, **options: str | bool) -> RunConfig:
     return RunConfig.from_options(
         {
             "dataset": str(dataset),
@@ -35,31 +40,59 @@ def _config(tmp: Path, dataset: Path, **options) -> RunConfig:
     )
 
 
-def _both(config: RunConfig, engine_args: dict, monkeypatch) -> tuple:
+class EngineArgs(TypedDict, total=False):
+    """NoisyEngine's keyword arguments."""
+
+    from_position: int
+    salt: int
+    delay: float
+
+
+def _prepare(config: RunConfig, engine: NoisyEngine) -> Prepared:
+    """prepare() with a plain user engine: it adopts any object with generate(), but harness
+    annotates the parameter Engine (the full protocol)."""
+    return prepare(config, engine=engine)  # type: ignore[arg-type]
+
+
+def _run(prep: Prepared, *, overlap: bool = True) -> RunResult:
+    result = execute(prep, overlap=overlap)
+    assert isinstance(result, RunResult)
+    return result
+
+
+def _both(
+    config: RunConfig, engine_args: EngineArgs, monkeypatch: pytest.MonkeyPatch
+) -> tuple[RunResult, RunResult, list[str], list[str]]:
     """The same run overlapped and serial, with the thread that scored each cell."""
     threads: list[str] = []
     real = score_stage.score_cell
 
-    def spy(*args):
+    def spy(
+        outputs: CellOutputs, base: Sequence[str], references: Sequence[str | None], bs1: Row
+    ) -> tuple[CellScores, float]:
         threads.append(threading.current_thread().name)
-        return real(*args)
+        return real(outputs, base, references, bs1)
 
     monkeypatch.setattr(score_stage, "score_cell", spy)
-    fast = execute(prepare(config, engine=NoisyEngine(**engine_args)))
+    fast = _run(_prepare(config, NoisyEngine(**engine_args)))
     fast_threads, threads[:] = list(threads), []
-    slow = execute(prepare(config, engine=NoisyEngine(**engine_args)), overlap=False)
+    slow = _run(_prepare(config, NoisyEngine(**engine_args)), overlap=False)
     return fast, slow, fast_threads, list(threads)
 
 
-def _report(result) -> dict:
-    return json.loads((result.report_dir / "report.json").read_text(encoding="utf-8"))
+def _report(result: RunResult) -> dict[str, Any]:
+    assert result.report_dir is not None
+    report: dict[str, Any] = json.loads((result.report_dir / "report.json").read_text(encoding="utf-8"))
+    return report
 
 
 @pytest.mark.parametrize("goldens", [False, True], ids=["baseline-bs1", "baseline-goldens"])
-def test_overlapped_scoring_is_bit_identical_to_serial(tmp_path, dataset, goldens, monkeypatch):
+def test_overlapped_scoring_is_bit_identical_to_serial(
+    tmp_path: Path, dataset: Path, goldens: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if goldens:  # goldens from another build, so the baseline differs from this run's bs1
         record = _config(tmp_path, dataset, update_goldens=True)
-        execute(prepare(record, engine=NoisyEngine(salt=2)))
+        execute(_prepare(record, NoisyEngine(salt=2)))
     fast, slow, fast_threads, slow_threads = _both(
         _config(tmp_path, dataset, alpha="0.5"), {"from_position": 1}, monkeypatch
     )
@@ -77,19 +110,23 @@ def test_overlapped_scoring_is_bit_identical_to_serial(tmp_path, dataset, golden
     assert _report(fast)["verdict"] == "fail"  # degraded positions (and their examples) compared too
 
 
-def test_cells_are_scored_in_a_worker_while_the_engine_generates(tmp_path, dataset, monkeypatch):
+def test_cells_are_scored_in_a_worker_while_the_engine_generates(
+    tmp_path: Path, dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     scored: list[tuple[str, str, float]] = []
     real = score_stage.score_cell
 
-    def spy(outputs, *args):
+    def spy(
+        outputs: CellOutputs, base: Sequence[str], references: Sequence[str | None], bs1: Row
+    ) -> tuple[CellScores, float]:
         import time
 
         scored.append((outputs.cell.id, threading.current_thread().name, time.perf_counter()))
-        return real(outputs, *args)
+        return real(outputs, base, references, bs1)
 
     monkeypatch.setattr(score_stage, "score_cell", spy)
     engine = NoisyEngine(delay=0.004)
-    result = execute(prepare(_config(tmp_path, dataset), engine=engine))
+    result = _run(_prepare(_config(tmp_path, dataset), engine))
     assert {name for _, name, _ in scored} == {"harness-scoring_0"}
     assert sorted(cid for cid, _, _ in scored) == sorted(c.cell.id for c in result.cells)
     # the first cells were scored before the engine's last call: scoring overlapped generation
@@ -97,14 +134,14 @@ def test_cells_are_scored_in_a_worker_while_the_engine_generates(tmp_path, datas
     assert sum(1 for _, _, t in scored if t < engine.calls[-1]) >= len(scored) - 2
 
 
-def test_runs_that_record_goldens_score_afterwards(tmp_path, dataset):
-    result = execute(prepare(_config(tmp_path, dataset, update_goldens=True), engine=NoisyEngine()))
+def test_runs_that_record_goldens_score_afterwards(tmp_path: Path, dataset: Path) -> None:
+    result = _run(_prepare(_config(tmp_path, dataset, update_goldens=True), NoisyEngine()))
     assert result.goldens_written and not result.timing.scoring_overlapped
 
 
-def test_timing_is_recorded(tmp_path, dataset):
+def test_timing_is_recorded(tmp_path: Path, dataset: Path) -> None:
     engine = NoisyEngine(delay=0.002)
-    result = execute(prepare(_config(tmp_path, dataset), engine=engine))
+    result = _run(_prepare(_config(tmp_path, dataset), engine))
     t = _report(result)["timing"]
     assert t == {k: v for k, v in dataclasses.asdict(rounded(result.timing)).items() if v is not None}
     assert t["engine_calls"] == len(engine.calls) == 24 * 8  # 24 rotation batches x 8 cells
@@ -114,11 +151,13 @@ def test_timing_is_recorded(tmp_path, dataset):
     assert t["scoring_s"] > 0 and t["after_generation_s"] >= 0
 
 
-def test_a_scoring_failure_surfaces_and_the_worker_stops(tmp_path, dataset, monkeypatch):
-    def broken(*args):
+def test_a_scoring_failure_surfaces_and_the_worker_stops(
+    tmp_path: Path, dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object) -> NoReturn:
         raise ValueError("scorer broke")
 
     monkeypatch.setattr(score_stage, "score_cell", broken)
     with pytest.raises(ValueError, match="scorer broke"):
-        execute(prepare(_config(tmp_path, dataset), engine=NoisyEngine()))
+        execute(_prepare(_config(tmp_path, dataset), NoisyEngine()))
     assert not [t for t in threading.enumerate() if t.name.startswith("harness-scoring")]

@@ -6,11 +6,12 @@ import pytest
 
 from harness.errors import ConfigError
 from harness.model.cell import Cell
+from harness.model.vocab import Rotation
 from harness.plan import choose_batch_sizes, make_plan, shard_cells
 
 
 @pytest.mark.parametrize("n, b", [(8, 8), (64, 8), (13, 4), (5, 2), (7, 1)])
-def test_every_prompt_visits_every_position_once_in_full_batches(n, b):
+def test_every_prompt_visits_every_position_once_in_full_batches(n: int, b: int) -> None:
     plan = make_plan((b,), (1,), n, seed=3)
     batches = plan.batches(Cell(b, 1))
     assert len(batches) == n
@@ -21,31 +22,31 @@ def test_every_prompt_visits_every_position_once_in_full_batches(n, b):
     assert set(visits.values()) == {1}
 
 
-def test_plan_is_seeded():
+def test_plan_is_seeded() -> None:
     assert make_plan((4,), (1,), 20, 1).order == make_plan((4,), (1,), 20, 1).order
     assert make_plan((4,), (1,), 20, 1).order != make_plan((4,), (1,), 20, 2).order
 
 
-def test_reference_cells_and_sequences():
+def test_reference_cells_and_sequences() -> None:
     plan = make_plan((8,), (4,), 64, 0)
     assert plan.cells == (Cell(8, 4),)
     assert plan.all_cells == (Cell(1, 4), Cell(8, 4))
     assert plan.sequences() == 64 * 9
 
 
-def test_fewer_prompts_than_positions_is_an_error():
+def test_fewer_prompts_than_positions_is_an_error() -> None:
     with pytest.raises(ConfigError, match="at least 8 prompts"):
         make_plan((1, 8), (1,), 5, 0)
 
 
-def test_default_batch_sizes_capped_by_engine():
+def test_default_batch_sizes_capped_by_engine() -> None:
     assert choose_batch_sizes(None, 4) == (1, 2, 4)
     assert choose_batch_sizes(None, None) == (1, 2, 4, 8)
     assert choose_batch_sizes((16,), 4) == (16,)  # explicit sizes are kept; the limits test fails them
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 5, 12])
-def test_shards_partition_the_grid_deterministically(count):
+def test_shards_partition_the_grid_deterministically(count: int) -> None:
     plan = make_plan((1, 2, 4, 8), (1, 2, 4), 64, 0)
     parts = [shard_cells(plan.cells, k, count) for k in range(1, count + 1)]
     assert sorted(c.id for part in parts for c in part) == sorted(c.id for c in plan.cells)  # once each
@@ -56,7 +57,7 @@ def test_shards_partition_the_grid_deterministically(count):
     assert max(work) - min(work) <= max(c.batch_size * c.beam_width for c in plan.cells)
 
 
-def test_shard_plan_generates_the_reference_cells_it_needs():
+def test_shard_plan_generates_the_reference_cells_it_needs() -> None:
     plan = make_plan((1, 2, 4, 8), (1, 2, 4), 64, 0)
     shards = [plan.shard(k, 2) for k in (1, 2)]
     for s in shards:
@@ -73,16 +74,16 @@ def test_shard_plan_generates_the_reference_cells_it_needs():
     assert only_beam4.all_cells == (Cell(1, 4), Cell(8, 4))
 
 
-def test_more_shards_than_cells_is_a_clear_error():
+def test_more_shards_than_cells_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match=r"--shard 1/5: the grid has 4 cell\(s\).*at most 4 shards"):
         shard_cells(make_plan((1, 2), (1, 2), 8, 0).cells, 1, 5)
 
 
-def test_sparse_rotation_puts_each_prompt_at_one_position_per_cell():
+def test_sparse_rotation_puts_each_prompt_at_one_position_per_cell() -> None:
     from harness.plan import make_plan
 
     full = make_plan((1, 4, 8), (1, 2), 64, seed=3)
-    sparse = make_plan((1, 4, 8), (1, 2), 64, seed=3, rotation="sparse")
+    sparse = make_plan((1, 4, 8), (1, 2), 64, seed=3, rotation=Rotation.SPARSE)
     for cell in sparse.cells:
         batches = sparse.batches(cell)
         assert len(batches) == 64 // cell.batch_size
@@ -95,25 +96,25 @@ def test_sparse_rotation_puts_each_prompt_at_one_position_per_cell():
     assert "sparse rotation; --rotation full would need 1,664 sequences" in sparse.describe()
 
 
-def test_sparse_rotation_wraps_when_the_batch_size_does_not_divide():
+def test_sparse_rotation_wraps_when_the_batch_size_does_not_divide() -> None:
     from harness.model.cell import Cell
     from harness.plan import make_plan
 
-    plan = make_plan((4,), (1,), 22, seed=0, rotation="sparse")
+    plan = make_plan((4,), (1,), 22, seed=0, rotation=Rotation.SPARSE)
     batches = plan.batches(Cell(4, 1))
     assert len(batches) == 6 and all(len(b.documents) == 4 for b in batches)
     assert set(d for b in batches for d in b.documents) == set(range(22))
 
 
-def test_sparse_rotation_refuses_too_few_prompts_per_position():
+def test_sparse_rotation_refuses_too_few_prompts_per_position() -> None:
     from harness.errors import ConfigError
     from harness.plan import make_plan
 
     with pytest.raises(ConfigError, match="leaves 2 prompt.s. per position.*at least 40 prompts"):
-        make_plan((1, 8), (1,), 16, seed=0, rotation="sparse")
+        make_plan((1, 8), (1,), 16, seed=0, rotation=Rotation.SPARSE)
 
 
-def test_the_plan_line_counts_cells_under_test_and_names_the_baseline_apart():
+def test_the_plan_line_counts_cells_under_test_and_names_the_baseline_apart() -> None:
     from harness.plan import make_plan
 
     only = make_plan((8,), (4,), 64, seed=0)

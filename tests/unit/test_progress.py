@@ -14,8 +14,8 @@ class Clock:
         return self.now
 
 
-def test_a_log_gets_a_line_per_interval_with_rate_and_time_left():
-    clock, lines = Clock(), []
+def test_a_log_gets_a_line_per_interval_with_rate_and_time_left() -> None:
+    clock, lines = Clock(), list[str]()
     progress = ProgressLines(2880, lines.append, interval=30.0, clock=clock)
     clock.now += 10
     progress(40)  # 10 s in: too soon for a line
@@ -31,7 +31,7 @@ def test_a_log_gets_a_line_per_interval_with_rate_and_time_left():
     assert lines[-1] == "progress: all 2,880 sequences generated in 12 min 00 s (4.0 sequences/s)"
 
 
-def test_durations_read_as_a_person_says_them():
+def test_durations_read_as_a_person_says_them() -> None:
     assert [duration(s) for s in (0, 42.4, 61, 585, 3600, 7530)] == [
         "0 s",
         "42 s",
@@ -42,7 +42,7 @@ def test_durations_read_as_a_person_says_them():
     ]
 
 
-def test_lines_when_the_output_is_not_a_terminal():
+def test_lines_when_the_output_is_not_a_terminal() -> None:
     lines: list[str] = []
     tick = progress_factory(lines.append, terminal=False)(4)
     assert isinstance(tick, ProgressLines)

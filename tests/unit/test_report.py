@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import RunConfig
-from harness.pipeline import run
+from harness.pipeline import RunResult, run
 from harness.report.compare import compare
 from harness.report.serialize import load_report, verify
 from tests.integration.toy_engine import ToyEngine
@@ -22,7 +22,7 @@ MARKUP = "<script>alert(1)</script> <img src=x onerror=alert(2)> <b>bold</b> &am
 
 
 @pytest.fixture(scope="module")
-def hostile_dataset(tmp_path_factory) -> Path:
+def hostile_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Documents and summaries full of markup; the toy engine echoes it into its outputs."""
     path = tmp_path_factory.mktemp("data") / "hostile.jsonl"
     rows = [
@@ -37,7 +37,7 @@ def hostile_dataset(tmp_path_factory) -> Path:
     return path
 
 
-def _run(tmp: Path, dataset: Path, broken_from: int, name: str, **options) -> Path:
+def _run(tmp: Path, dataset: Path, broken_from: int, name: str, **options: str) -> Path:
     config = RunConfig.from_options(
         {
             "dataset": str(dataset),
@@ -48,12 +48,14 @@ def _run(tmp: Path, dataset: Path, broken_from: int, name: str, **options) -> Pa
             **options,
         }
     )
-    result = run(config, engine=ToyEngine(None, broken_from=broken_from))
+    # run() adopts any object with generate(); harness annotates the parameter Engine (the full protocol)
+    result = run(config, engine=ToyEngine(None, broken_from=broken_from))  # type: ignore[arg-type]
+    assert isinstance(result, RunResult) and result.report_dir is not None
     return result.report_dir
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory, hostile_dataset):
+def reports(tmp_path_factory: pytest.TempPathFactory, hostile_dataset: Path) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("reports")
     return {
         "broken": _run(tmp, hostile_dataset, 2, "broken", signoff_by="QA <qa@example.com>"),
@@ -61,8 +63,8 @@ def reports(tmp_path_factory, hostile_dataset):
     }
 
 
-def test_report_json_validates_against_the_versioned_schema(reports):
-    import jsonschema
+def test_report_json_validates_against_the_versioned_schema(reports: dict[str, Path]) -> None:
+    import jsonschema  # type: ignore[import-untyped]  # no stubs installed (types-jsonschema)
 
     schema = json.loads(SCHEMA.read_text())
     for folder in reports.values():
@@ -75,7 +77,7 @@ def test_report_json_validates_against_the_versioned_schema(reports):
         jsonschema.validate(bad, schema)
 
 
-def test_signoff_and_integrity(reports):
+def test_signoff_and_integrity(reports: dict[str, Path]) -> None:
     report = json.loads((reports["broken"] / "report.json").read_text())
     assert report["signoff"]["by"] == "QA <qa@example.com>" and report["signoff"]["verdict"] == "fail"
     assert verify(report)
@@ -84,7 +86,7 @@ def test_signoff_and_integrity(reports):
     assert report["integrity"]["sha256"] in (reports["broken"] / "report.md").read_text()
 
 
-def test_html_is_self_contained_and_escapes_everything(reports):
+def test_html_is_self_contained_and_escapes_everything(reports: dict[str, Path]) -> None:
     html = (reports["broken"] / "report.html").read_text()
     assert "<script" not in html.lower()  # no live script at all, hostile or ours
     assert "<img" not in html.lower() and "<b>bold</b>" not in html
@@ -95,7 +97,9 @@ def test_html_is_self_contained_and_escapes_everything(reports):
     assert "Examples at position" in html
 
 
-def test_compare_lists_fixed_cells_and_exits_by_direction(reports, capsys):
+def test_compare_lists_fixed_cells_and_exits_by_direction(
+    reports: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     from harness.__main__ import main
 
     result = compare(load_report(reports["broken"]), load_report(reports["fixed"]))
@@ -112,7 +116,7 @@ def test_compare_lists_fixed_cells_and_exits_by_direction(reports, capsys):
     assert "<script" not in page.read_text().lower()
 
 
-def test_compare_refuses_an_edited_report(reports, tmp_path):
+def test_compare_refuses_an_edited_report(reports: dict[str, Path], tmp_path: Path) -> None:
     """Issue 24: a report whose sha256 no longer matches is refused, not compared with a warning."""
     from harness.errors import ConfigError
 
@@ -126,7 +130,7 @@ def test_compare_refuses_an_edited_report(reports, tmp_path):
 
 
 @pytest.mark.skipif(not shutil.which("chromium"), reason="Chromium is not installed")
-def test_report_renders_in_headless_chromium(reports, tmp_path):
+def test_report_renders_in_headless_chromium(reports: dict[str, Path], tmp_path: Path) -> None:
     from PIL import Image
 
     png = tmp_path / "report.png"
@@ -152,7 +156,9 @@ def test_report_renders_in_headless_chromium(reports, tmp_path):
     )
     image = Image.open(png).convert("RGB")
     assert image.size == (1280, 1600)
-    r, g, b = image.getpixel((20, 20))  # the verdict banner: red for a failing run
+    pixel = image.getpixel((20, 20))
+    assert isinstance(pixel, tuple)
+    r, g, b = pixel  # the verdict banner: red for a failing run
     assert r > 150 and g < 80 and b < 80
 
 
@@ -167,7 +173,7 @@ PHONE_PROBE = """<!doctype html><html><body style="margin:0">
 
 
 @pytest.mark.skipif(not shutil.which("chromium"), reason="Chromium is not installed")
-def test_report_fits_a_phone_width_window(reports, tmp_path):
+def test_report_fits_a_phone_width_window(reports: dict[str, Path], tmp_path: Path) -> None:
     """Issue 13: in a 390-pixel window (an iframe: headless Chromium's own window is at least
     500 wide) nothing but the wide tables, which scroll in their own box, is wider than the
     window, and every heatmap is drawn whole inside it."""
@@ -201,7 +207,7 @@ def test_report_fits_a_phone_width_window(reports, tmp_path):
     assert probe["heat"] and all(0 <= left and right <= 390 for left, right in probe["heat"])
 
 
-def test_compare_refuses_runs_whose_positions_saw_different_prompts():
+def test_compare_refuses_runs_whose_positions_saw_different_prompts() -> None:
     from harness.errors import ConfigError
     from harness.model.report import Method
     from harness.model.vocab import Rotation
@@ -216,7 +222,7 @@ def test_compare_refuses_runs_whose_positions_saw_different_prompts():
         check_same_rotation(sparse, other_seed)
 
 
-def test_report_json_is_the_model_serialized_and_reads_back_into_it(reports):
+def test_report_json_is_the_model_serialized_and_reads_back_into_it(reports: dict[str, Path]) -> None:
     """One set of types: report.json is the model's Report as it is, and reading it back gives
     the same types (vocabularies as enums), which serialize to the very same document."""
     from harness.model.analysis import PositionStats
@@ -241,7 +247,7 @@ def test_report_json_is_the_model_serialized_and_reads_back_into_it(reports):
             assert c.degraded_positions == tuple(p.position for p in c.positions if p.degraded)
 
 
-def test_the_schema_describes_every_field_of_the_model_and_no_other():
+def test_the_schema_describes_every_field_of_the_model_and_no_other() -> None:
     """report.schema.json and the model's types cannot drift apart: each object the schema
     describes names exactly the fields of its type."""
     from dataclasses import fields
@@ -263,7 +269,7 @@ def test_the_schema_describes_every_field_of_the_model_and_no_other():
 
 
 @pytest.mark.parametrize("positions", [1, 2, 8, 16])
-def test_the_heatmap_title_fits_its_figure(positions):
+def test_the_heatmap_title_fits_its_figure(positions: int) -> None:
     """A narrow grid (few positions) used to clip the two-line title at both ends."""
     import matplotlib.pyplot as plt
 

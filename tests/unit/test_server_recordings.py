@@ -14,7 +14,7 @@ KINDS = ("llama-server", "llama-cpp-python")
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_every_request_set_has_its_64_prompts_timed_and_answered(kind):
+def test_every_request_set_has_its_64_prompts_timed_and_answered(kind: str) -> None:
     prompts = dict(bundled_prompts())
     assert recordings.prompts() == prompts
     for name, conc in [("greedy-c1", 1), ("greedy-c4", 4), ("greedy-rp1-c1", 1), ("greedy-rp1-c4", 4)]:
@@ -27,7 +27,7 @@ def test_every_request_set_has_its_64_prompts_timed_and_answered(kind):
     assert len(recordings.answers(kind)) > 64
 
 
-def _choices(kind, name):
+def _choices(kind: str, name: str) -> dict[str, list[str]]:
     return {
         r["prompt_id"]: [c["text"] for c in r["response"]["choices"]]
         for b in recordings.load(kind, name)["batches"]
@@ -35,22 +35,23 @@ def _choices(kind, name):
     }
 
 
-def test_neither_server_runs_beam_search():
+def test_neither_server_runs_beam_search() -> None:
     for kind, n in [("llama-server", 2), ("llama-cpp-python", 1)]:
         beams, greedy = _choices(kind, "beam2-rp1-c4"), _choices(kind, "greedy-rp1-c1")
         assert {len(v) for v in beams.values()} == {n}  # asked for n: 2, best_of: 2
         assert all(set(v) == {greedy[k][0]} for k, v in beams.items())  # copies of greedy
 
 
-def test_llama_cpp_python_answers_one_request_at_a_time_and_llama_server_does_not():
-    def staggered(kind):
+def test_llama_cpp_python_answers_one_request_at_a_time_and_llama_server_does_not() -> None:
+    def staggered(kind: str) -> float:
         s = json.loads((recordings.DATA / kind / "server.json").read_text())["summary"]
-        return s["probe_256_tokens_overlap"]["median_finish_spread_over_span"]
+        spread: float = s["probe_256_tokens_overlap"]["median_finish_spread_over_span"]
+        return spread
 
     assert staggered("llama-cpp-python") > 0.6 > 0.2 > staggered("llama-server")
 
 
-def test_only_llama_cpp_python_has_a_repeat_penalty_by_default():
+def test_only_llama_cpp_python_has_a_repeat_penalty_by_default() -> None:
     differ = {
         k: sum(
             a != b for a, b in zip(_choices(k, "greedy-c1").values(), _choices(k, "greedy-rp1-c1").values())
@@ -61,7 +62,7 @@ def test_only_llama_cpp_python_has_a_repeat_penalty_by_default():
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_character_outside_the_alphabet_is_answered_through_the_byte_tokens(kind):
+def test_a_character_outside_the_alphabet_is_answered_through_the_byte_tokens(kind: str) -> None:
     # the bundled vocabulary has byte-fallback tokens ('%' is <0x25>); without them
     # llama-server answered 400 and llama-cpp-python died
     cases = {c["case"]: c for c in recordings.load(kind, "errors")["cases"]}
@@ -70,7 +71,7 @@ def test_a_character_outside_the_alphabet_is_answered_through_the_byte_tokens(ki
     assert case["response"]["choices"][0]["text"]
 
 
-def test_every_recording_is_of_the_same_model():
+def test_every_recording_is_of_the_same_model() -> None:
     # a recording made with another model is stale: record.py and figures.py write its digest
     digest = json.loads((recordings.DATA / "prompts.json").read_text())["model_digest"]
     paths = [
@@ -90,7 +91,7 @@ def test_every_recording_is_of_the_same_model():
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_the_crash_run_is_a_real_server_killed_at_one_request(kind):
+def test_the_crash_run_is_a_real_server_killed_at_one_request(kind: str) -> None:
     # the recorder SIGKILLs the server when the request for FAULT_DOCUMENT arrives; that request
     # is reset unanswered and every later connection refused
     data = json.loads((recordings.DATA / kind / "harness-crash.json").read_text())  # bodies as stored
@@ -110,7 +111,7 @@ def test_the_crash_run_is_a_real_server_killed_at_one_request(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_prompt_longer_than_the_context_is_refused_with_400_and_the_server_stays_up(kind):
+def test_a_prompt_longer_than_the_context_is_refused_with_400_and_the_server_stays_up(kind: str) -> None:
     data = json.loads((recordings.DATA / kind / "harness-refuse.json").read_text())  # bodies as stored
     long = [r for b in data["batches"] for r in b["requests"] if isinstance(r["body"]["prompt"], str)]
     assert len(long) == 3 and {r["status"] for r in long} == {400}  # once in each cell

@@ -19,7 +19,7 @@ def _tokens(text: str) -> int:
 
 
 @pytest.mark.parametrize("topic", sorted(TOPICS))
-def test_alternatives_of_a_group_weigh_the_same(topic):
+def test_alternatives_of_a_group_weigh_the_same(topic: str) -> None:
     """Within a ``[a|b]`` group the alternatives have as many ROUGE tokens and share no word,
     so taking one for another is quality-neutral in expectation."""
     for seed in range(20):
@@ -33,13 +33,13 @@ def test_alternatives_of_a_group_weigh_the_same(topic):
                 assert shared <= {"the", "to"}, options
 
 
-def test_the_wording_never_changes_the_document():
+def test_the_wording_never_changes_the_document() -> None:
     a = make_example(random.Random(5), 0, phrasing=random.Random(1))
     b = make_example(random.Random(5), 0, phrasing=random.Random(2))
     assert a.text == b.text and a.topic == b.topic
 
 
-def test_summaries_differ_in_wording_and_score_well_below_one_against_each_other():
+def test_summaries_differ_in_wording_and_score_well_below_one_against_each_other() -> None:
     """Two wordings of the same facts score as a model's summary scores against its
     reference: well below 1, far above an unrelated summary."""
     same, other = [], []

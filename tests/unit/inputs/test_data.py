@@ -9,17 +9,18 @@ from harness.errors import DatasetError
 from harness.inputs.data import build_prompt, content_hash, load_dataset
 
 
-def test_bundled_set_meets_its_contract():
+def test_bundled_set_meets_its_contract() -> None:
     ds = load_dataset(None)
     assert ds.name == "bundled-news" and len(ds) >= 64
     for d in ds.documents:
         assert 60 <= len(d.text.split()) <= 200
+        assert d.summary is not None
         assert 10 <= len(d.summary.split()) <= 40
     assert ds.hash == content_hash(ds.documents) and len(ds.hash) == 64
     assert len({d.id for d in ds.documents}) == len(ds)
 
 
-def test_bundled_set_is_what_the_seeded_generator_makes():
+def test_bundled_set_is_what_the_seeded_generator_makes() -> None:
     from harness.bundled.synthetic import generate
     from harness.bundled.train import EVAL_COUNT, EVAL_SEED
 
@@ -28,7 +29,7 @@ def test_bundled_set_is_what_the_seeded_generator_makes():
     assert [(d.id, d.text, d.summary) for d in ds.documents] == [(e.id, e.text, e.summary) for e in again]
 
 
-def _rows():
+def _rows() -> list[dict[str, str]]:
     return [
         {"doc_id": f"d{i}", "article": f"Article number {i} about things.", "highlights": f"Summary {i}."}
         for i in range(5)
@@ -36,7 +37,7 @@ def _rows():
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
-def test_user_files_with_custom_fields(tmp_path: Path, suffix: str):
+def test_user_files_with_custom_fields(tmp_path: Path, suffix: str) -> None:
     import datasets
 
     rows = _rows()
@@ -54,7 +55,7 @@ def test_user_files_with_custom_fields(tmp_path: Path, suffix: str):
     assert ds.documents[3].id == "row-3"  # no 'id' column: ids from row numbers
 
 
-def test_hash_changes_with_content(tmp_path: Path):
+def test_hash_changes_with_content(tmp_path: Path) -> None:
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     a.write_text(json.dumps({"text": "one two", "summary": "x"}) + "\n", encoding="utf-8")
     b.write_text(json.dumps({"text": "one three", "summary": "x"}) + "\n", encoding="utf-8")
@@ -70,7 +71,7 @@ def test_hash_changes_with_content(tmp_path: Path):
         (b'{"text": "\xff\xfe", "summary": "y"}\n', "not UTF-8"),
     ],
 )
-def test_bad_datasets_name_file_and_fix(tmp_path: Path, content, words):
+def test_bad_datasets_name_file_and_fix(tmp_path: Path, content: bytes | None, words: str) -> None:
     path = tmp_path / "bad.jsonl"
     if content is not None:
         path.write_bytes(content)
@@ -79,13 +80,13 @@ def test_bad_datasets_name_file_and_fix(tmp_path: Path, content, words):
     assert str(path) in str(exc.value) and words in str(exc.value)
 
 
-def test_unknown_extension(tmp_path: Path):
+def test_unknown_extension(tmp_path: Path) -> None:
     path = tmp_path / "x.txt"
     path.write_text("hello")
     with pytest.raises(DatasetError, match="unknown file type"):
         load_dataset(str(path))
 
 
-def test_build_prompt_uses_template():
+def test_build_prompt_uses_template() -> None:
     ds = load_dataset(None)
     assert build_prompt("{text} TL;DR: ", ds.documents[0]) == ds.documents[0].text + " TL;DR: "

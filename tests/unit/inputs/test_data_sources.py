@@ -10,6 +10,7 @@ import pytest
 from harness.errors import DatasetError
 from harness.inputs.data import (
     PRESETS,
+    Dataset,
     content_hash,
     downloads_allowed,
     fetch_command,
@@ -19,7 +20,7 @@ from harness.inputs.data import (
 from tests.hub_cache import cache_hub_dataset
 
 
-def _rows(n: int, text: str = "story", summary: str = "gist", prefix: str = "a") -> list[dict]:
+def _rows(n: int, text: str = "story", summary: str = "gist", prefix: str = "a") -> list[dict[str, str]]:
     return [
         {"id": f"{prefix}{i}", text: f"Document {i} about the harbour council.", summary: f"Summary {i}."}
         for i in range(n)
@@ -27,7 +28,7 @@ def _rows(n: int, text: str = "story", summary: str = "gist", prefix: str = "a")
 
 
 @pytest.fixture
-def hub_cache(tmp_path: Path, monkeypatch) -> Path:
+def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty `datasets` cache, offline by default (no HF_* variables set)."""
     import datasets
 
@@ -39,7 +40,7 @@ def hub_cache(tmp_path: Path, monkeypatch) -> Path:
     return cache
 
 
-def test_save_to_disk_dataset_with_custom_fields(tmp_path: Path):
+def test_save_to_disk_dataset_with_custom_fields(tmp_path: Path) -> None:
     import datasets
 
     folder = tmp_path / "saved"
@@ -51,7 +52,7 @@ def test_save_to_disk_dataset_with_custom_fields(tmp_path: Path):
     assert ds.describe()["text_field"] == "body"
 
 
-def test_save_to_disk_datasetdict_picks_test_or_the_named_split(tmp_path: Path):
+def test_save_to_disk_datasetdict_picks_test_or_the_named_split(tmp_path: Path) -> None:
     import datasets
 
     folder = tmp_path / "dd"
@@ -72,7 +73,7 @@ def test_save_to_disk_datasetdict_picks_test_or_the_named_split(tmp_path: Path):
         load_dataset(str(folder), split="nope", **kw)
 
 
-def test_datasetdict_without_test_split_asks_for_one(tmp_path: Path):
+def test_datasetdict_without_test_split_asks_for_one(tmp_path: Path) -> None:
     import datasets
 
     folder = tmp_path / "dd2"
@@ -83,19 +84,19 @@ def test_datasetdict_without_test_split_asks_for_one(tmp_path: Path):
         load_dataset(str(folder))
 
 
-def test_plain_folder_is_not_a_dataset(tmp_path: Path):
+def test_plain_folder_is_not_a_dataset(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="not one written by save_to_disk"):
         load_dataset(str(tmp_path))
 
 
-def test_split_or_config_on_a_file_is_an_error(tmp_path: Path, small_dataset: Path):
+def test_split_or_config_on_a_file_is_an_error(tmp_path: Path, small_dataset: Path) -> None:
     with pytest.raises(DatasetError, match="--split test: applies to hub datasets"):
         load_dataset(str(small_dataset), split="test")
     with pytest.raises(DatasetError, match="--dataset-config 3.0.0: applies to hub datasets"):
         load_dataset(str(small_dataset), config="3.0.0")
 
 
-def test_presets_follow_trtllm_summarize():
+def test_presets_follow_trtllm_summarize() -> None:
     cnn = PRESETS["cnn_dailymail"]
     assert (cnn.config, cnn.split, cnn.text_field, cnn.summary_field) == (
         "3.0.0",
@@ -107,7 +108,7 @@ def test_presets_follow_trtllm_summarize():
     assert (PRESETS["samsum"].text_field, PRESETS["samsum"].summary_field) == ("dialogue", "summary")
 
 
-def test_preset_loads_from_the_local_cache_with_its_fields(hub_cache: Path):
+def test_preset_loads_from_the_local_cache_with_its_fields(hub_cache: Path) -> None:
     """`--dataset cnn_dailymail` finds a cache written by load_dataset('cnn_dailymail', '3.0.0')."""
     rows = [
         {"id": f"c{i}", "article": f"Article {i} text.", "highlights": f"Highlight {i}."} for i in range(6)
@@ -128,13 +129,15 @@ def test_preset_loads_from_the_local_cache_with_its_fields(hub_cache: Path):
         load_dataset("cnn_dailymail", text_field="body")
 
 
-def test_any_hub_name_with_config_split_and_fields(hub_cache: Path):
+def test_any_hub_name_with_config_split_and_fields(hub_cache: Path) -> None:
     cache_hub_dataset(hub_cache, "mysums", "v2", {"validation": _rows(3, "doc", "ref")})
     ds = load_dataset("mysums", config="v2", split="validation", text_field="doc", summary_field="ref")
     assert ds.source == "hub" and ds.name == "mysums-v2-validation" and len(ds) == 3
 
 
-def test_not_cached_hub_dataset_fails_with_one_line_naming_it_and_the_fix(hub_cache: Path, monkeypatch):
+def test_not_cached_hub_dataset_fails_with_one_line_naming_it_and_the_fix(
+    hub_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(DatasetError) as exc:
         load_dataset("cnn_dailymail")
@@ -150,7 +153,7 @@ def test_not_cached_hub_dataset_fails_with_one_line_naming_it_and_the_fix(hub_ca
     assert "save_to_disk" in message and "HF_DATASETS_OFFLINE=0" in message
 
 
-def test_unset_offline_variables_mean_offline(hub_cache: Path):
+def test_unset_offline_variables_mean_offline(hub_cache: Path) -> None:
     """Without HF_DATASETS_OFFLINE the harness still does not download (no hub is reached)."""
     assert downloads_allowed({}) is False
     assert downloads_allowed({"HF_DATASETS_OFFLINE": "0"}) is True
@@ -164,19 +167,25 @@ def test_unset_offline_variables_mean_offline(hub_cache: Path):
         load_dataset("some-org/not-here")
 
 
-def test_fetch_command_carries_revision():
+def test_fetch_command_carries_revision() -> None:
     assert fetch_command("EdinburghNLP/xsum", None, "test", "refs/convert/parquet") == (
         "python -c \"import datasets; datasets.load_dataset('EdinburghNLP/xsum', split='test', "
         "revision='refs/convert/parquet')\""
     )
 
 
-def test_a_missing_file_is_still_a_missing_file(tmp_path: Path):
+def test_a_missing_file_is_still_a_missing_file(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="no such file"):
         load_dataset(str(tmp_path / "data" / "mine.jsonl"))
 
 
-def test_subset_is_deterministic_and_recorded():
+def _subset_ids(ds: Dataset) -> tuple[str, ...]:
+    """The ids --num-prompts chose (a subset the caller expects to be recorded)."""
+    assert ds.subset is not None
+    return ds.subset.ids
+
+
+def test_subset_is_deterministic_and_recorded() -> None:
     full = load_dataset(None)
     a, b = select_subset(full, 16, 3), select_subset(full, 16, 3)
     assert a == b and len(a) == 16
@@ -186,7 +195,7 @@ def test_subset_is_deterministic_and_recorded():
     assert a.name == "bundled-news-n16-seed3"
     order = [d.id for d in full.documents]
     assert [order.index(i) for i in a.subset.ids] == sorted(order.index(i) for i in a.subset.ids)
-    assert select_subset(full, 16, 4).subset.ids != a.subset.ids
+    assert _subset_ids(select_subset(full, 16, 4)) != a.subset.ids
     # chosen by id, not position: the same documents are chosen after the file is reordered
     shuffled = type(full)(
         name=full.name,
@@ -194,16 +203,16 @@ def test_subset_is_deterministic_and_recorded():
         documents=full.documents[::-1],
         hash=content_hash(full.documents[::-1]),
     )
-    assert set(select_subset(shuffled, 16, 3).subset.ids) == set(a.subset.ids)
-    assert select_subset(full, len(full), 0).subset.ids == tuple(order)
+    assert set(_subset_ids(select_subset(shuffled, 16, 3))) == set(a.subset.ids)
+    assert _subset_ids(select_subset(full, len(full), 0)) == tuple(order)
 
 
-def test_subset_larger_than_the_dataset():
+def test_subset_larger_than_the_dataset() -> None:
     with pytest.raises(DatasetError, match="--num-prompts 65: the dataset bundled-news has only 64"):
         select_subset(load_dataset(None), 65, 0)
 
 
-def test_cached_but_other_split_or_config_names_the_option(hub_cache: Path):
+def test_cached_but_other_split_or_config_names_the_option(hub_cache: Path) -> None:
     rows = [{"id": "c0", "article": "A.", "highlights": "H."}]
     cache_hub_dataset(hub_cache, "cnn_dailymail", "3.0.0", {"test": rows})
     with pytest.raises(DatasetError, match=r"Unknown split \"validation\".*check --split"):

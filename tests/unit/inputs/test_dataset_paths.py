@@ -25,7 +25,7 @@ def _write(path: Path, n: int, prefix: str) -> Path:
 @pytest.mark.parametrize(
     "name", ["set*.jsonl", "news[2024].jsonl", "a?b.jsonl", "x]y.csv", "c{1,2}.jsonl", "p#q.jsonl"]
 )
-def test_a_path_with_glob_characters_is_that_one_file(tmp_path: Path, name: str):
+def test_a_path_with_glob_characters_is_that_one_file(tmp_path: Path, name: str) -> None:
     target = tmp_path / name
     if target.suffix == ".csv":
         target.write_text("id,text,summary\n" + "".join(f"t{i},text {i},summary {i}\n" for i in range(4)))
@@ -38,7 +38,7 @@ def test_a_path_with_glob_characters_is_that_one_file(tmp_path: Path, name: str)
     assert len(dataset) == 4 and {d.id for d in dataset.documents} == {f"t{i}" for i in range(4)}
 
 
-def test_a_name_datasets_cannot_read_literally_is_refused(tmp_path: Path):
+def test_a_name_datasets_cannot_read_literally_is_refused(tmp_path: Path) -> None:
     target = _write(tmp_path / "a::b.jsonl", 4, "t")
     with pytest.raises(DatasetError, match=r"a::b.jsonl: `datasets` cannot read this file name"):
         load_dataset(str(target))

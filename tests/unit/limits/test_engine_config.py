@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -11,15 +13,16 @@ from hypothesis import strategies as st
 
 from harness.errors import EngineError
 from harness.limits.engine_config import parse_config, read_engine_config
+from harness.model.limits import EngineLimits
 
 CONFIGS = Path(__file__).resolve().parents[2] / "data" / "configs"
 
 
-def _read(name: str):
+def _read(name: str) -> EngineLimits:
     return parse_config(json.loads((CONFIGS / name).read_text()), name)
 
 
-def test_legacy_05_has_no_beam_width():
+def test_legacy_05_has_no_beam_width() -> None:
     lim = _read("legacy_0.5_llama.json")
     assert lim.layout == "legacy" and lim.version is None
     assert lim.max_beam_width is None  # unknown, never assumed to be 1
@@ -34,14 +37,14 @@ def test_legacy_05_has_no_beam_width():
     assert (lim.tp_size, lim.pp_size, lim.paged_kv_cache, lim.kv_cache_dtype) == (1, 1, False, "float16")
 
 
-def test_legacy_07_smoothquant_with_int8_kv_cache():
+def test_legacy_07_smoothquant_with_int8_kv_cache() -> None:
     lim = _read("legacy_0.7_llama_sq_int8kv.json")
     assert lim.max_beam_width == 1 and lim.max_num_tokens == 32768
     assert lim.kv_cache_dtype == "int8" and lim.kv_bytes_per_element == 1
     assert lim.paged_kv_cache is True and lim.tokens_per_block == 128
 
 
-def test_unified_09_with_max_output_len():
+def test_unified_09_with_max_output_len() -> None:
     lim = _read("unified_0.9_mistral_sq.json")
     assert lim.layout == "unified" and lim.version == "0.9.0"
     assert (lim.max_seq_len, lim.max_output_len, lim.sequence_limit) == (None, 512, 2560)
@@ -49,7 +52,7 @@ def test_unified_09_with_max_output_len():
     assert (lim.num_kv_heads, lim.head_size, lim.tokens_per_block) == (8, 128, 128)
 
 
-def test_unified_013_llama2():
+def test_unified_013_llama2() -> None:
     lim = _read("unified_0.13_llama2.json")
     assert (lim.max_batch_size, lim.max_beam_width, lim.max_input_len, lim.max_seq_len) == (
         256,
@@ -61,14 +64,14 @@ def test_unified_013_llama2():
     assert lim.vocab_size == 32000 and lim.dtype == "float16"
 
 
-def test_unified_1x_smoothquant_weights_fp8_kv_cache_tp2():
+def test_unified_1x_smoothquant_weights_fp8_kv_cache_tp2() -> None:
     lim = _read("unified_1.0_mistral_sq_fp8kv_tp2.json")
     assert lim.version == "1.0.0" and lim.quant_algo == "W8A8_SQ_PER_CHANNEL"
     assert lim.kv_cache_dtype == "fp8" and lim.kv_bytes_per_element == 1
     assert (lim.tp_size, lim.pp_size, lim.max_beam_width, lim.max_seq_len) == (2, 1, 4, 8192)
 
 
-def test_emulator_layout(engine_factory):
+def test_emulator_layout(engine_factory: Callable[[int, int], Path]) -> None:
     _, lim = read_engine_config(engine_factory(8, 1))
     assert lim.layout == "emulator" and lim.emulator
     assert (lim.max_batch_size, lim.max_beam_width, lim.max_seq_len) == (8, 1, 512)
@@ -96,7 +99,7 @@ def test_emulator_layout(engine_factory):
         ),
     ],
 )
-def test_damaged_configs_name_file_and_key(mutate, words):
+def test_damaged_configs_name_file_and_key(mutate: Callable[[dict[str, Any]], object], words: str) -> None:
     config = json.loads((CONFIGS / "unified_0.13_llama2.json").read_text())
     mutate(config)
     with pytest.raises(EngineError) as exc:
@@ -104,7 +107,7 @@ def test_damaged_configs_name_file_and_key(mutate, words):
     assert str(exc.value).startswith("engine/config.json: ") and words in str(exc.value)
 
 
-def test_unreadable_directories(tmp_path: Path):
+def test_unreadable_directories(tmp_path: Path) -> None:
     with pytest.raises(EngineError, match="no such engine directory"):
         read_engine_config(tmp_path / "none")
     with pytest.raises(EngineError, match="config.json: missing"):
@@ -147,7 +150,7 @@ CONFIGISH = st.recursive(JSON, lambda inner: st.dictionaries(KEYS, inner, max_si
 
 @settings(max_examples=400, deadline=None)
 @given(CONFIGISH)
-def test_readers_either_read_or_raise_one_clear_error(config):
+def test_readers_either_read_or_raise_one_clear_error(config: object) -> None:
     """Whatever the JSON holds, the reader returns limits or an EngineError naming the file."""
     try:
         limits = parse_config(config, "x/config.json")
@@ -161,7 +164,7 @@ def test_readers_either_read_or_raise_one_clear_error(config):
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 4096), st.integers(1, 64), st.integers(1, 10**5), st.integers(1, 10**5))
-def test_unified_values_round_trip(batch, beam, inp, seq):
+def test_unified_values_round_trip(batch: int, beam: int, inp: int, seq: int) -> None:
     config = json.loads((CONFIGS / "unified_0.13_llama2.json").read_text())
     config["build_config"].update(
         max_batch_size=batch, max_beam_width=beam, max_input_len=inp, max_seq_len=seq

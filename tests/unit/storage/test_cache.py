@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from harness.config import RunConfig
-from harness.pipeline import run
+from harness.pipeline import RunResult, run
 from tests.integration.toy_engine import ToyEngine
 
 
-def _run(engine: str | None, dataset: Path, tmp: Path, name: str, **options):
+def _run(engine: str | None, dataset: Path, tmp: Path, name: str, **options: str | bool) -> RunConfig:
     values = {
         "dataset": str(dataset),
         "batch_sizes": "1,2",
@@ -26,39 +29,54 @@ def _run(engine: str | None, dataset: Path, tmp: Path, name: str, **options):
     return RunConfig.from_options(values)
 
 
-def _numbers(result) -> list:
+def _numbers(result: RunResult) -> list[list[float]]:
+    assert result.report_dir is not None
     report = json.loads((result.report_dir / "report.json").read_text())
     return [[p["agreement"] for p in c["positions"]] for c in report["cells"]]
 
 
-def test_rerun_comes_from_the_cache_with_identical_numbers(tmp_path: Path, engine_factory, small_dataset):
+def test_rerun_comes_from_the_cache_with_identical_numbers(
+    tmp_path: Path, engine_factory: Callable[[int, int], Path], small_dataset: Path
+) -> None:
     engine = str(engine_factory(8, 4))
     first = run(_run(engine, small_dataset, tmp_path, "r1"))
+    assert isinstance(first, RunResult) and first.cache is not None
     assert first.cache.enabled and first.cache.batches_generated == 32  # 16 x bs1 + 16 x bs2
     assert first.cache.generations_from_cache == 0
     second = run(_run(engine, small_dataset, tmp_path, "r2", tolerance="0.05"))
+    assert isinstance(second, RunResult) and second.cache is not None and second.report_dir is not None
     assert second.cache.batches_generated == 0  # the engine was not called
     assert second.cache.generations_from_cache == 16 + 32
     assert _numbers(first) == _numbers(second)
     assert "48 generations from the cache" in (second.report_dir / "report.md").read_text()
 
+    assert first.cache.folder is not None
     entries = sorted(Path(first.cache.folder).rglob("*.json"))
     entries[0].write_text("{truncated")  # a damaged entry is generated again, and rewritten
     third = run(_run(engine, small_dataset, tmp_path, "r3"))
+    assert isinstance(third, RunResult) and third.cache is not None
     assert third.cache.batches_generated == 1 and _numbers(third) == _numbers(first)
     assert json.loads(entries[0].read_text())["outputs"]
 
     off = run(_run(engine, small_dataset, tmp_path, "r4", no_cache=True))
+    assert isinstance(off, RunResult) and off.cache is not None
     assert not off.cache.enabled and off.cache.batches_generated == 32
     assert off.cache.reason == "off (--no-cache)"
 
 
-def test_engines_without_a_directory_are_not_cached(tmp_path: Path, small_dataset):
-    result = run(_run(None, small_dataset, tmp_path, "r"), engine=ToyEngine(None, broken_from=-1))
+def test_engines_without_a_directory_are_not_cached(tmp_path: Path, small_dataset: Path) -> None:
+    # run() adopts any object with generate(); harness annotates it Engine (the full protocol)
+    result = run(
+        _run(None, small_dataset, tmp_path, "r"),
+        engine=ToyEngine(None, broken_from=-1),  # type: ignore[arg-type]
+    )
+    assert isinstance(result, RunResult) and result.cache is not None
     assert not result.cache.enabled and "no directory" in result.cache.reason
 
 
-def test_a_cache_that_cannot_be_written_stops_caching_not_the_run(tmp_path: Path, capsys):
+def test_a_cache_that_cannot_be_written_stops_caching_not_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from harness.config import DecodingSettings
     from harness.storage.cache import GenerationCache
 
@@ -74,7 +92,7 @@ def test_a_cache_that_cannot_be_written_stops_caching_not_the_run(tmp_path: Path
     assert capsys.readouterr().err.count("cannot write (File exists)") == 1
 
 
-def test_temporaries_of_killed_runs_are_removed_unless_a_run_is_writing(tmp_path: Path):
+def test_temporaries_of_killed_runs_are_removed_unless_a_run_is_writing(tmp_path: Path) -> None:
     from harness.storage.cache import LOCK_FILE, GenerationCache
     from harness.storage.locks import file_lock
 
@@ -91,7 +109,7 @@ def test_temporaries_of_killed_runs_are_removed_unless_a_run_is_writing(tmp_path
     assert not stray.exists() and kept.exists()
 
 
-def test_request_fields_are_part_of_the_cache_key(tmp_path: Path):
+def test_request_fields_are_part_of_the_cache_key(tmp_path: Path) -> None:
     """A batch generated with --request-field repeat_penalty=1.0 is not the one without it."""
     from harness.config import DecodingSettings
     from harness.storage.cache import GenerationCache

@@ -5,15 +5,19 @@ runtime, ...), library versions and device; the key's inputs are in report.json.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from harness.config import RunConfig
-from harness.pipeline import run
+from harness.pipeline import RunResult, run
 
 HERE = Path(__file__).resolve().parents[2] / "integration"
 
 
-def _run(tmp: Path, dataset: Path, **options: str) -> dict:
+def _run(tmp: Path, dataset: Path, **options: str) -> dict[str, Any]:
     engine = tmp / "engine"
     engine.mkdir(exist_ok=True)
     (engine / "weights.bin").write_text("the same engine files every time")
@@ -29,10 +33,14 @@ def _run(tmp: Path, dataset: Path, **options: str) -> dict:
         **options,
     }
     result = run(RunConfig.from_options(values))
-    return json.loads((result.report_dir / "report.json").read_text())
+    assert isinstance(result, RunResult) and result.report_dir is not None
+    report: dict[str, Any] = json.loads((result.report_dir / "report.json").read_text())
+    return report
 
 
-def test_another_end_id_reuses_no_generation(tmp_path: Path, small_dataset: Path, monkeypatch):
+def test_another_end_id_reuses_no_generation(
+    tmp_path: Path, small_dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.syspath_prepend(str(HERE))
     first = _run(tmp_path, small_dataset, end_id="5")
     assert first["cache"]["generations_from_cache"] == 0
@@ -47,7 +55,9 @@ def test_another_end_id_reuses_no_generation(tmp_path: Path, small_dataset: Path
     assert len(key["engine_files_sha256"]) == 64 and "gpu" in key["device"]
 
 
-def test_tokenizer_folder_is_keyed_by_content(tmp_path: Path, small_dataset: Path, monkeypatch):
+def test_tokenizer_folder_is_keyed_by_content(
+    tmp_path: Path, small_dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.syspath_prepend(str(HERE))
     tok = tmp_path / "tokenizer"
     tok.mkdir()
@@ -59,7 +69,9 @@ def test_tokenizer_folder_is_keyed_by_content(tmp_path: Path, small_dataset: Pat
     assert report["cache"]["key"]["options"]["tokenizer"]["path"] == str(tok)
 
 
-def test_the_emulators_own_code_keys_its_outputs(engine_factory, monkeypatch):
+def test_the_emulators_own_code_keys_its_outputs(
+    engine_factory: Callable[[int, int], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The emulator's outputs are decided by its source (drift, faults, decoding), the way a
     real engine's are by its build: a change to that code must reuse no cached generation."""
     from harness.engines.emulator import engine as emulator

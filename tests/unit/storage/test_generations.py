@@ -1,14 +1,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from harness.storage.generations import CellTexts, GenerationsLog
 
+if TYPE_CHECKING:
+    from harness.config import DecodingSettings
+    from harness.engines.base import Generation
 
-def test_cells_are_written_as_rows_and_read_back_by_position(tmp_path: Path):
+
+def test_cells_are_written_as_rows_and_read_back_by_position(tmp_path: Path) -> None:
     log = GenerationsLog(tmp_path / "generations.jsonl", ["d0", "d1", "d2"])
     a = log.add("bs1-beam1", CellTexts(held=(("x", "y", "z"),)))
     b = log.add("bs2-beam1", CellTexts(held=(("p0 \u00e9", "", "\u4e2d"), ("q0", "q1\nline", "q2"))))
@@ -26,7 +32,7 @@ def test_cells_are_written_as_rows_and_read_back_by_position(tmp_path: Path):
     ]
 
 
-def test_reading_while_more_cells_are_appended(tmp_path: Path):
+def test_reading_while_more_cells_are_appended(tmp_path: Path) -> None:
     log = GenerationsLog(tmp_path / "g.jsonl", ["d0"])
     first = log.add("c1", CellTexts(held=(("one",),)))
     assert first.row(0) == ("one",)
@@ -39,7 +45,7 @@ def test_reading_while_more_cells_are_appended(tmp_path: Path):
 class BeamEcho:
     """Test double of an engine that returns every beam (no model)."""
 
-    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         from harness.engines.base import Generation
 
         out = []
@@ -52,24 +58,27 @@ class BeamEcho:
 @pytest.mark.parametrize("rotation", ["full", "sparse"])
 def test_generations_file_holds_every_output_and_beam_where_it_sat(
     tmp_path: Path, small_dataset: Path, rotation: str
-):
+) -> None:
     """generations.jsonl, written cell by cell, holds every output the engine gave, at the
     position it sat at, with every beam (sparse positions left out); the run keeps only
     where each position's rows start and reads the same texts back from there."""
     from harness.config import RunConfig
-    from harness.pipeline import execute, prepare
+    from harness.model.vocab import Rotation
+    from harness.pipeline import RunResult, execute, prepare
 
     config = RunConfig(
         dataset=str(small_dataset),
         batch_sizes=(1, 2),
         beam_widths=(1, 2),
-        rotation=rotation,
+        rotation=Rotation(rotation),
         no_cache=True,
         report_dir=tmp_path / "streamed",
     )
-    prep = prepare(config, engine=BeamEcho())
+    # prepare() adopts any object with generate(); harness annotates it Engine (the full protocol)
+    prep = prepare(config, engine=BeamEcho())  # type: ignore[arg-type]
     ids = [d.id for d in prep.dataset.documents]
     result = execute(prep)
+    assert isinstance(result, RunResult) and result.report_dir is not None
     expected = []
     for cell in prep.plan.all_cells:
         seated = sorted(

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,15 +28,16 @@ def _golden(ds: Dataset, settings: DecodingSettings) -> GoldenSet:
     )
 
 
-def test_round_trip_and_layout(tmp_path: Path):
+def test_round_trip_and_layout(tmp_path: Path) -> None:
     store, ds, st = GoldensStore(tmp_path), _dataset(), DecodingSettings(4, 64)
     path = store.write(_golden(ds, st), 4)
     assert path.parent.parent == tmp_path and path.name == "mine-beam4.json"
-    assert store.load("sha256:" + "ab" * 32, ds, st).outputs == {"d0": "x", "d1": "y"}
+    loaded = store.load("sha256:" + "ab" * 32, ds, st)
+    assert loaded is not None and loaded.outputs == {"d0": "x", "d1": "y"}
     assert store.load("sha256:" + "cd" * 32, ds, st) is None  # other model: no goldens
 
 
-def test_mismatches_fail_with_the_fix(tmp_path: Path):
+def test_mismatches_fail_with_the_fix(tmp_path: Path) -> None:
     store, ds, st = GoldensStore(tmp_path), _dataset(), DecodingSettings(4, 64)
     store.write(_golden(ds, st), 4)
     ident = "sha256:" + "ab" * 32
@@ -45,7 +47,7 @@ def test_mismatches_fail_with_the_fix(tmp_path: Path):
         store.load(ident, ds, DecodingSettings(4, 32))
 
 
-def test_request_fields_key_the_goldens_both_ways(tmp_path: Path):
+def test_request_fields_key_the_goldens_both_ways(tmp_path: Path) -> None:
     """--request-field is part of the goldens key (issue 14 A3): goldens recorded with a field
     are not the baseline of a run without it, nor the other way round; settings without any
     keep the key they always had."""
@@ -83,7 +85,7 @@ def test_request_fields_key_the_goldens_both_ways(tmp_path: Path):
         ),
     ],
 )
-def test_bad_goldens_files(tmp_path: Path, mutate, words):
+def test_bad_goldens_files(tmp_path: Path, mutate: Callable[[Path], object], words: str) -> None:
     store, ds, st = GoldensStore(tmp_path), _dataset(), DecodingSettings(4, 64)
     path = store.write(_golden(ds, st), 4)
     mutate(path)
@@ -92,20 +94,20 @@ def test_bad_goldens_files(tmp_path: Path, mutate, words):
     assert str(path) in str(exc.value) and words in str(exc.value)
 
 
-def test_names_stay_inside_the_folder(tmp_path: Path):
+def test_names_stay_inside_the_folder(tmp_path: Path) -> None:
     store = GoldensStore(tmp_path)
     path = store.path_for("../../etc", "../../passwd", 1)
     assert tmp_path in path.resolve().parents
 
 
-def test_other_identities_never_share_a_file(tmp_path: Path):
+def test_other_identities_never_share_a_file(tmp_path: Path) -> None:
     store = GoldensStore(tmp_path)
     a = store.path_for("mypkg.mod:MyEngine:/models/llama-a", "news", 1)
     b = store.path_for("mypkg.mod:MyEngine:/models/llama-b", "news", 1)
     assert a != b
 
 
-def test_goldens_of_another_model_are_refused(tmp_path: Path):
+def test_goldens_of_another_model_are_refused(tmp_path: Path) -> None:
     store, ds, st = GoldensStore(tmp_path), _dataset(), DecodingSettings(4, 64)
     path = store.write(_golden(ds, st), 4)
     raw = json.loads(path.read_text())
@@ -115,7 +117,7 @@ def test_goldens_of_another_model_are_refused(tmp_path: Path):
         store.load("sha256:" + "ab" * 32, ds, st)
 
 
-def test_update_writes_every_file_and_leaves_no_journal_or_temporaries(tmp_path: Path):
+def test_update_writes_every_file_and_leaves_no_journal_or_temporaries(tmp_path: Path) -> None:
     from harness.storage.goldens import JOURNAL_FILE
 
     store, ds = GoldensStore(tmp_path), _dataset()
@@ -129,7 +131,7 @@ def test_update_writes_every_file_and_leaves_no_journal_or_temporaries(tmp_path:
     assert not (tmp_path / JOURNAL_FILE).exists()
 
 
-def test_a_hostile_journal_moves_nothing_outside_or_unexpected(tmp_path: Path):
+def test_a_hostile_journal_moves_nothing_outside_or_unexpected(tmp_path: Path) -> None:
     """A committed goldens folder could carry a journal crafted to rename files elsewhere."""
     from harness.storage.goldens import JOURNAL_FILE
 

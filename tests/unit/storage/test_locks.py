@@ -15,7 +15,7 @@ HOLD = (
 )
 
 
-def _holder(path: Path, mode: str, seconds: float) -> subprocess.Popen:
+def _holder(path: Path, mode: str, seconds: float) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLD, str(path), mode, str(seconds)],
         stdout=subprocess.PIPE,
@@ -26,7 +26,7 @@ def _holder(path: Path, mode: str, seconds: float) -> subprocess.Popen:
     return proc
 
 
-def test_exclusive_lock_waits_and_names_the_holder(tmp_path: Path):
+def test_exclusive_lock_waits_and_names_the_holder(tmp_path: Path) -> None:
     lock = tmp_path / "sub" / ".lock"
     proc = _holder(lock, "exclusive", 1.0)
     said: list[str] = []
@@ -39,7 +39,7 @@ def test_exclusive_lock_waits_and_names_the_holder(tmp_path: Path):
     assert lock.read_text().strip() == str(os.getpid())  # the last holder, for the next message
 
 
-def test_shared_holders_do_not_wait_for_each_other_but_exclusive_does(tmp_path: Path):
+def test_shared_holders_do_not_wait_for_each_other_but_exclusive_does(tmp_path: Path) -> None:
     lock = tmp_path / ".lock"
     proc = _holder(lock, "shared", 1.0)
     said: list[str] = []
@@ -52,7 +52,7 @@ def test_shared_holders_do_not_wait_for_each_other_but_exclusive_does(tmp_path: 
         assert taken is True
 
 
-def test_a_killed_holder_releases_the_lock(tmp_path: Path):
+def test_a_killed_holder_releases_the_lock(tmp_path: Path) -> None:
     lock = tmp_path / ".lock"
     proc = _holder(lock, "exclusive", 60)
     proc.kill()

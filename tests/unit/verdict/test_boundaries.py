@@ -37,7 +37,7 @@ def _cell(
 P, F = Verdict.PASS, Verdict.FAIL
 
 
-def test_a_ladder_names_its_first_failing_size_and_the_sizes_that_pass_again():
+def test_a_ladder_names_its_first_failing_size_and_the_sizes_that_pass_again() -> None:
     """#17964: 1-4 pass, 5-7 run padded in the graph of 8 and fail, 8 passes."""
     cells = [
         _cell(8, 1, P),
@@ -53,7 +53,7 @@ def test_a_ladder_names_its_first_failing_size_and_the_sizes_that_pass_again():
     )
 
 
-def test_every_size_passing_or_the_smallest_failing_or_an_engine_error():
+def test_every_size_passing_or_the_smallest_failing_or_an_engine_error() -> None:
     assert boundary(2, [_cell(1, 2, P), _cell(8, 2, P)]).message == (
         "beam 2: every batch size tested passes (1, 8)"
     )
@@ -64,7 +64,7 @@ def test_every_size_passing_or_the_smallest_failing_or_an_engine_error():
     assert b.message == "beam 2: batch sizes 1, 8 pass; fails from 16 (engine error at batch size 16)"
 
 
-def test_untested_cells_say_nothing_about_their_size_and_widths_are_kept_apart():
+def test_untested_cells_say_nothing_about_their_size_and_widths_are_kept_apart() -> None:
     cells = [
         _cell(1, 1, P),
         _cell(4, 1, Verdict.UNTESTED),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -38,7 +39,7 @@ WORDS = [
 ]
 
 
-def reference(targets, predictions, use_stemmer):
+def reference(targets: Sequence[str], predictions: Sequence[str], use_stemmer: bool) -> list[float]:
     scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=use_stemmer)
     return [scorer.score(t, p)["rougeL"].fmeasure for t, p in zip(targets, predictions)]
 
@@ -62,7 +63,7 @@ ADVERSARIAL = [
 
 @pytest.mark.parametrize("stem", [False, True])
 @pytest.mark.parametrize("target, prediction", ADVERSARIAL)
-def test_adversarial_pairs_equal_rouge_score(target, prediction, stem):
+def test_adversarial_pairs_equal_rouge_score(target: str, prediction: str, stem: bool) -> None:
     assert rouge_l([target], [prediction], use_stemmer=stem) == reference([target], [prediction], stem)
 
 
@@ -81,24 +82,24 @@ def _random_pairs_equal_to_the_last_bit(pairs: int, seed: int) -> None:
 
 
 @pytest.mark.slow  # rouge-score's pure-Python table, 20,000 times
-def test_ten_thousand_random_pairs_equal_to_the_last_bit():
+def test_ten_thousand_random_pairs_equal_to_the_last_bit() -> None:
     _random_pairs_equal_to_the_last_bit(10_000, seed=0)
 
 
-def test_a_thousand_random_pairs_equal_to_the_last_bit():
+def test_a_thousand_random_pairs_equal_to_the_last_bit() -> None:
     """The quick set's share of the same check (other pairs than the first thousand above)."""
     _random_pairs_equal_to_the_last_bit(1_000, seed=1)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=200), st.text(max_size=200), st.booleans())
-def test_any_unicode_text_equals_rouge_score(target, prediction, stem):
+def test_any_unicode_text_equals_rouge_score(target: str, prediction: str, stem: bool) -> None:
     assert rouge_l([target], [prediction], use_stemmer=stem) == reference([target], [prediction], stem)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from("abcd"), max_size=40), st.lists(st.sampled_from("abcd"), max_size=40))
-def test_lcs_against_the_textbook_table(a, b):
+def test_lcs_against_the_textbook_table(a: list[str], b: list[str]) -> None:
     table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
     for i in range(1, len(a) + 1):
         for j in range(1, len(b) + 1):
@@ -108,6 +109,6 @@ def test_lcs_against_the_textbook_table(a, b):
     assert lcs_length(tuple(a), b) == table[-1][-1]
 
 
-def test_length_mismatch_is_an_error():
+def test_length_mismatch_is_an_error() -> None:
     with pytest.raises(ValueError, match="2 targets but 1 predictions"):
         rouge_l(["a", "b"], ["a"])

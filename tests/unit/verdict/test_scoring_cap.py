@@ -9,13 +9,15 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from harness.config import RunConfig
-from harness.pipeline import run
+from harness.pipeline import RunResult, run
 
 HERE = Path(__file__).resolve().parents[2] / "integration"
 
 
-def test_cut_keeps_short_texts_and_cuts_long_ones_to_a_prefix():
+def test_cut_keeps_short_texts_and_cuts_long_ones_to_a_prefix() -> None:
     from harness.bounds import ScoringCap
 
     cap = ScoringCap.for_tokens(2)  # 16 words, 128 characters
@@ -30,7 +32,9 @@ def test_cut_keeps_short_texts_and_cuts_long_ones_to_a_prefix():
     assert cap.cut(solid) == "x" * 128
 
 
-def test_runaway_outputs_are_scored_capped_and_reported(tmp_path: Path, small_dataset: Path, monkeypatch):
+def test_runaway_outputs_are_scored_capped_and_reported(
+    tmp_path: Path, small_dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.syspath_prepend(str(HERE))
     values = {
         "engine": "fault_engines:Runaway",
@@ -44,6 +48,7 @@ def test_runaway_outputs_are_scored_capped_and_reported(tmp_path: Path, small_da
     started = time.perf_counter()
     result = run(RunConfig.from_options(values))
     assert time.perf_counter() - started < 120
+    assert isinstance(result, RunResult) and result.report_dir is not None
     report = json.loads((result.report_dir / "report.json").read_text())
     assert report["verdict"] == "pass"  # the same runaway text everywhere: no position worse
     for cell in report["cells"]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from harness.model.analysis import CellAnalysis, DropTest, PositionStats
 from harness.model.cell import Cell
 from harness.model.limits import EngineLimits
@@ -20,7 +22,15 @@ def _flag(drop: float, flagged: bool) -> DropTest:
     )
 
 
-def evidence(cell, damaged, *, share=1.0, shorter=None, drop=0.6, positional=True):
+def evidence(
+    cell: Cell,
+    damaged: Collection[int],
+    *,
+    share: float = 1.0,
+    shorter: tuple[tuple[int, ...], ...] | None = None,
+    drop: float = 0.6,
+    positional: bool = True,
+) -> CellEvidence:
     """A cell whose ``damaged`` positions lose ``drop`` quality on ``share`` of the prompts;
     ``positional``: the damage makes those positions worse than the others (else alike)."""
     hit_until = round(share * N)
@@ -50,7 +60,7 @@ def evidence(cell, damaged, *, share=1.0, shorter=None, drop=0.6, positional=Tru
     return CellEvidence(analysis=analysis, harm=harm, shorter=shorter)
 
 
-def test_overflow_names_both_beam_widths_and_the_flag():
+def test_overflow_names_both_beam_widths_and_the_flag() -> None:
     found = match(
         [
             evidence(Cell(8, 4), set(range(2, 8))),
@@ -68,7 +78,7 @@ def test_overflow_names_both_beam_widths_and_the_flag():
     )
 
 
-def test_overflow_is_inferred_without_limits_only_from_two_beam_widths_that_agree():
+def test_overflow_is_inferred_without_limits_only_from_two_beam_widths_that_agree() -> None:
     both = [
         evidence(Cell(8, 4), set(range(2, 8))),
         evidence(Cell(8, 2), set(range(4, 8))),
@@ -81,13 +91,13 @@ def test_overflow_is_inferred_without_limits_only_from_two_beam_widths_that_agre
     assert match([evidence(Cell(8, 4), set(range(2, 8))), evidence(Cell(4, 4), {2, 3})], None) == {}
 
 
-def test_one_broken_slot_without_limits_is_not_called_overflow():
+def test_one_broken_slot_without_limits_is_not_called_overflow() -> None:
     """Batch 2, beam 2, position 1 fits "2 slots" by arithmetic, but nothing else supports it."""
     found = match([evidence(Cell(2, 2), {1}), evidence(Cell(2, 1), set())], None)
     assert found.get(Cell(2, 2)) is None or found[Cell(2, 2)].kind != "overflow"
 
 
-def test_a_passing_beam_cell_contradicts_an_inferred_slot_count():
+def test_a_passing_beam_cell_contradicts_an_inferred_slot_count() -> None:
     cells = [
         evidence(Cell(8, 4), set(range(2, 8))),
         evidence(Cell(8, 2), set(range(4, 8))),
@@ -96,13 +106,13 @@ def test_a_passing_beam_cell_contradicts_an_inferred_slot_count():
     assert all(f.kind != "overflow" for f in match(cells, None).values())
 
 
-def test_full_batch_needs_a_smaller_batch_that_passes():
+def test_full_batch_needs_a_smaller_batch_that_passes() -> None:
     cells = [evidence(Cell(8, 1), {7}), evidence(Cell(4, 1), set())]
     assert match(cells, LIMITS_8x4)[Cell(8, 1)].kind == "full-batch"
     assert match([evidence(Cell(8, 1), {7})], LIMITS_8x4)[Cell(8, 1)].kind == "single"
 
 
-def test_padding_is_told_apart_from_position_damage():
+def test_padding_is_told_apart_from_position_damage() -> None:
     plan = make_plan((4,), (1,), N, seed=0)
     lengths = [50 + (7 * i) % 40 for i in range(N)]
     short = shortfall(plan, Cell(4, 1), lengths)
@@ -118,7 +128,7 @@ def test_padding_is_told_apart_from_position_damage():
     assert match([evidence(Cell(4, 1), {0, 1, 2, 3}, shorter=short)], LIMITS_8x4) == {}
 
 
-def test_stride_is_beam_only_with_position_0_intact():
+def test_stride_is_beam_only_with_position_0_intact() -> None:
     beam = evidence(Cell(4, 2), {1, 2, 3}, share=0.7)
     found = match([beam, evidence(Cell(4, 1), set())], LIMITS_8x4)[Cell(4, 2)]
     assert found.kind == "stride" and "greedy passes" in found.evidence
@@ -126,13 +136,13 @@ def test_stride_is_beam_only_with_position_0_intact():
     assert Cell(4, 2) not in match([beam, greedy_broken], LIMITS_8x4)  # no guess
 
 
-def test_two_swapped_outputs_are_not_called_stride():
+def test_two_swapped_outputs_are_not_called_stride() -> None:
     """Positions 1 and 2 of a batch of 8 exchanged their outputs: not every later position."""
     found = match([evidence(Cell(8, 2), {1, 2}), evidence(Cell(8, 1), set())], LIMITS_8x4)
     assert all(f.kind != "stride" for f in found.values())
 
 
-def test_partial_reports_the_share_of_prompts():
+def test_partial_reports_the_share_of_prompts() -> None:
     found = match([evidence(Cell(8, 1), {3}, share=0.3)], LIMITS_8x4)[Cell(8, 1)]
     assert found.kind == "partial" and "position 3 degraded, on about 31% of prompts" in found.text
 
@@ -145,7 +155,7 @@ def _changed(cell: Cell, rows: dict[int, float], background: float = 0.0) -> tup
     )
 
 
-def test_the_share_hit_comes_from_the_outputs_that_changed_not_a_quality_cut():
+def test_the_share_hit_comes_from_the_outputs_that_changed_not_a_quality_cut() -> None:
     """Every position-0 output cut by a quarter: a small harm on each (most below the HIT cut)
     but all of them changed: one slot, every prompt (was 'partial, on 6% of prompts')."""
     e = evidence(Cell(2, 1), {0}, share=0.06)
@@ -162,7 +172,7 @@ def test_the_share_hit_comes_from_the_outputs_that_changed_not_a_quality_cut():
     assert found.kind == "partial" and "on about 32% of prompts" in found.text  # (53% - 31%) / 69%
 
 
-def test_an_engine_wide_cause_is_named_only_where_every_failing_cell_shows_it():
+def test_an_engine_wide_cause_is_named_only_where_every_failing_cell_shows_it() -> None:
     """Outputs cut at every batch size > 1: padding fitted 2 of 9 cells by chance and
     all-positions the other 7; padding is then named nowhere, and the cell it left, matched
     again without it, is all-positions like the others."""
@@ -185,7 +195,7 @@ def test_an_engine_wide_cause_is_named_only_where_every_failing_cell_shows_it():
     }
 
 
-def test_spread_and_no_guess():
+def test_spread_and_no_guess() -> None:
     e = evidence(Cell(8, 1), set())
     spread = CellEvidence(
         analysis=CellAnalysis(
@@ -202,7 +212,9 @@ def test_spread_and_no_guess():
 LIMITS_16x2 = EngineLimits(layout=Layout.UNIFIED, max_batch_size=16, max_beam_width=2)
 
 
-def _buffer_sweep(missed=None, extra=None):
+def _buffer_sweep(
+    missed: tuple[int, int] | None = None, extra: tuple[int, int] | None = None
+) -> list[CellEvidence]:
     """A beam-2 sweep of a buffer of 16 slots: sizes 9-16 damaged from position 8; ``missed``:
     (size, position) not found; ``extra``: (size, position) degraded below the threshold."""
     cells = []
@@ -216,7 +228,7 @@ def _buffer_sweep(missed=None, extra=None):
     return cells
 
 
-def test_a_beam_buffer_is_named_when_a_sparse_sweep_misses_one_of_its_positions():
+def test_a_beam_buffer_is_named_when_a_sparse_sweep_misses_one_of_its_positions() -> None:
     """Five prompts per position at batch 15 can leave a damaged position short of
     significance: every degraded position still lies beyond 16 slots and every size beyond
     fails, so the cause is named (it used to fall back to 'single' at batch 9)."""
@@ -227,7 +239,7 @@ def test_a_beam_buffer_is_named_when_a_sparse_sweep_misses_one_of_its_positions(
     assert "35 of their 36 positions degraded" in missed[Cell(9, 2)].evidence
 
 
-def test_a_beam_buffer_is_not_named_for_damage_before_its_threshold():
+def test_a_beam_buffer_is_not_named_for_damage_before_its_threshold() -> None:
     """One degraded position below the 16 slots, or a size beyond them that passes: not it."""
     for cells in (_buffer_sweep(extra=(12, 3)), _buffer_sweep(missed=(9, 8))):
         assert "beam-buffer" not in {f.kind for f in match(cells, LIMITS_16x2).values()}
