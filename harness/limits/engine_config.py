@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from harness import bounds
 from harness.errors import EngineError
+from harness.model.json import Json, JsonObject
 from harness.model.limits import EngineLimits
 from harness.model.vocab import Layout
 
@@ -32,12 +32,12 @@ class ConfigSection:
     ``integer``, ``number``, ``text``, ``flag`` and ``section`` give None for a key that is
     absent; their ``required_`` forms raise instead."""
 
-    def __init__(self, data: Any, file: str, path: str) -> None:
+    def __init__(self, data: Json, file: str, path: str) -> None:
         if not isinstance(data, dict):
             raise EngineError(
                 f"{file}: {path or 'the top level'} must be a JSON object, found {type(data).__name__}"
             )
-        self.data: dict[str, Any] = data
+        self.data: JsonObject = data
         self.file, self.path = file, path
 
     def _key(self, key: str) -> str:
@@ -225,7 +225,7 @@ def _legacy(root: ConfigSection) -> EngineLimits:
     )
 
 
-def parse_config(config: Any, file: str = "config.json") -> EngineLimits:
+def parse_config(config: Json, file: str = "config.json") -> EngineLimits:
     """EngineLimits from a parsed config.json object (any layout)."""
     root = ConfigSection(config, file, "")
     if "builder_config" in root.data:
@@ -238,7 +238,7 @@ def parse_config(config: Any, file: str = "config.json") -> EngineLimits:
     )
 
 
-def load_config_json(engine_dir: str | Path, *, option: str = "") -> dict[str, Any]:
+def load_config_json(engine_dir: str | Path, *, option: str = "") -> JsonObject:
     """The parsed config.json of an engine or model directory; EngineError when unreadable.
 
     ``option`` (e.g. "--engine") prefixes messages about the directory itself.
@@ -261,7 +261,7 @@ def load_config_json(engine_dir: str | Path, *, option: str = "") -> dict[str, A
     return parse_config_text(file)
 
 
-def parse_config_text(file: Path) -> dict[str, Any]:
+def parse_config_text(file: Path) -> JsonObject:
     """config.json read and parsed, bounded in nesting; EngineError naming the file."""
     try:
         config = bounds.loads(file.read_text(encoding="utf-8"))
@@ -283,7 +283,7 @@ def parse_config_text(file: Path) -> dict[str, Any]:
     return config
 
 
-def read_engine_config(engine_dir: str | Path) -> tuple[dict[str, Any], EngineLimits]:
+def read_engine_config(engine_dir: str | Path) -> tuple[JsonObject, EngineLimits]:
     """config.json of an engine directory, parsed and read; EngineError when unreadable."""
     config = load_config_json(engine_dir)
     return config, parse_config(config, str(Path(engine_dir) / "config.json"))
@@ -296,6 +296,6 @@ def weights_bytes(engine_dir: str | Path) -> int | None:
     return max((p.stat().st_size for p in files), default=None)
 
 
-def read_limits(config: dict[str, Any] | None, file: str = "config.json") -> EngineLimits | None:
+def read_limits(config: JsonObject | None, file: str = "config.json") -> EngineLimits | None:
     """EngineLimits, or None for an engine without a config.json (an hf model, a user class)."""
     return None if config is None else parse_config(config, file)

@@ -45,7 +45,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from harness.errors import ConfigError
+from harness.model.json import Json
 
 DEFAULT_RATE = 0.3
 # Log-probability gap (nats) under which two candidates count as near-tied. On the bundled
@@ -144,7 +147,7 @@ def check_drift(drift: Drift, option: str) -> Drift:
     return drift
 
 
-def drift_from_config(section: Mapping[str, Any] | None, where: str) -> Drift | None:
+def drift_from_config(section: Json, where: str) -> Drift | None:
     """The ``emulator.drift`` entry of config.json, or None for an engine without drift."""
     if section is None:
         return None
@@ -154,8 +157,7 @@ def drift_from_config(section: Mapping[str, Any] | None, where: str) -> Drift | 
         )
     known = set(Drift.__dataclass_fields__)
     try:
-        return check_drift(
-            Drift(**{k: v for k, v in section.items() if k in known}), f"{where}: emulator.drift"
-        )
-    except TypeError as exc:
-        raise ConfigError(f"{where}: emulator.drift: {exc}; rebuild the engine") from None
+        drift = TypeAdapter(Drift).validate_python({k: v for k, v in section.items() if k in known})
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: emulator.drift: {exc.errors()[0]['msg']}; rebuild the engine") from None
+    return check_drift(drift, f"{where}: emulator.drift")

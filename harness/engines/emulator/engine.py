@@ -96,8 +96,8 @@ class EmulatorEngine(EngineBase):
                 f"{file}: emulator.compute_dtype {dtype_name!r} is not one of {', '.join(COMPUTE_DTYPES)}"
             )
         dtype = COMPUTE_DTYPES[dtype_name]
-        self.fault: Fault | None = fault_from_config(config["emulator"].get("fault"), str(file))
-        self.drift: Drift | None = drift_from_config(config["emulator"].get("drift"), str(file))
+        self.fault: Fault | None = fault_from_config(emu.data.get("fault"), str(file))
+        self.drift: Drift | None = drift_from_config(emu.data.get("drift"), str(file))
         self._traces: dict[tuple[str, DecodingSettings], Trace] = {}  # drift: bs1 outputs
 
         weights_file = self.path / WEIGHTS_FILE

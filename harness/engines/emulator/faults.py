@@ -59,9 +59,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from harness.engines.emulator.drift import DEFAULT_MARGIN, DEFAULT_RATE, Drift, check_drift
 from harness.errors import ConfigError
 from harness.model.cell import captured_below, is_captured
+from harness.model.json import Json
 from harness.model.vocab import Word
 
 
@@ -271,7 +274,7 @@ def split_fault(
     return None, fault.drift()
 
 
-def fault_from_config(section: Mapping[str, Any] | None, where: str) -> Fault | None:
+def fault_from_config(section: Json, where: str) -> Fault | None:
     """The ``emulator.fault`` entry of config.json, or None for a healthy engine."""
     if section is None:
         return None
@@ -287,6 +290,6 @@ def fault_from_config(section: Mapping[str, Any] | None, where: str) -> Fault | 
         )
     known = set(Fault.__dataclass_fields__)
     try:
-        return Fault(**{k: v for k, v in section.items() if k in known})
-    except TypeError as exc:
-        raise ConfigError(f"{where}: emulator.fault: {exc}; rebuild the engine") from None
+        return TypeAdapter(Fault).validate_python({k: v for k, v in section.items() if k in known})
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: emulator.fault: {exc.errors()[0]['msg']}; rebuild the engine") from None
