@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harness.bounds import BATCH_SIZE, BEAM_WIDTH, MAX_BATCH_SIZE, MAX_BEAM_WIDTH, PORT, SEQUENCE, Range
 from harness.config import (
@@ -34,6 +34,8 @@ from harness.outside import terminal
 from harness.stop_signals import stop_signals
 
 if TYPE_CHECKING:
+    # what add_subparsers returns: typeshed names the class argparse keeps private
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
     from harness.progress import Progress
 
 # build-engine writes these; the harness reads no larger ones back
@@ -349,7 +351,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0 if report.verdict == Verdict.PASS else 1
 
 
-def _add_build_engine(sub: Any) -> None:
+def _add_build_engine(sub: Subcommands) -> None:
     """build-engine: an emulator engine directory, with the fault and drift to build in."""
     p_build = sub.add_parser("build-engine", help="build an emulator engine directory")
     p_build.add_argument("--output", required=True, metavar="DIR")
@@ -390,7 +392,7 @@ def _add_build_engine(sub: Any) -> None:
     p_build.set_defaults(func=cmd_build_engine)
 
 
-def _add_lint(sub: Any) -> None:
+def _add_lint(sub: Subcommands) -> None:
     """lint: one cell against an engine's config.json."""
     p_lint = sub.add_parser("lint", help="check an engine's build limits and KV-cache memory")
     p_lint.add_argument("engine_dir", metavar="ENGINE_DIR")
@@ -425,7 +427,7 @@ def _add_lint(sub: Any) -> None:
     p_lint.set_defaults(func=cmd_lint)
 
 
-def _add_calibrate(sub: Any) -> None:
+def _add_calibrate(sub: Subcommands) -> None:
     """calibrate: the run's decision options, plus the trials'."""
     p_cal = sub.add_parser(
         "calibrate",
@@ -490,7 +492,7 @@ def _add_calibrate(sub: Any) -> None:
     p_cal.set_defaults(func=cmd_calibrate)
 
 
-def _add_serve(sub: Any) -> None:
+def _add_serve(sub: Subcommands) -> None:
     """serve: an engine on loopback."""
     p_serve = sub.add_parser(
         "serve",

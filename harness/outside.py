@@ -32,7 +32,7 @@ import contextlib
 import dataclasses
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
 from typing import IO, Any, TextIO, TypeVar, cast
 
@@ -70,13 +70,13 @@ def cleaned(value: T, text: Callable[[str], str] = clean) -> T:
     return cast(T, _walk(value, text))
 
 
-def _walk(value: Any, text: Callable[[str], str]) -> Any:
+def _walk(value: object, text: Callable[[str], str]) -> object:
     if isinstance(value, Enum) or value is None or isinstance(value, (bool, int, float)):
         return value
     if isinstance(value, str):
         return text(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {}
+        changes: dict[str, object] = {}
         for f in dataclasses.fields(value):
             if f.init:
                 old = getattr(value, f.name)
@@ -88,7 +88,10 @@ def _walk(value: Any, text: Callable[[str], str]) -> Any:
         items = [_walk(v, text) for v in value]
         if all(n is o for n, o in zip(items, value)):
             return value
-        return type(value)(items) if not hasattr(value, "_fields") else type(value)(*items)
+        if hasattr(value, "_fields"):  # a named tuple, made again from its fields
+            remade: object = getattr(value, "_make")(items)  # noqa: B009 (mypy sees a plain tuple)
+            return remade
+        return type(value)(items)
     if isinstance(value, dict):  # a value under a secret's name (api_key, password) is one
         pairs = [
             (_walk(k, text), text(redact_field(k, v)) if isinstance(v, str) else _walk(v, text))
@@ -111,11 +114,11 @@ class TerminalStream:
         self.unfiltered.write(clean(text))
         return len(text)
 
-    def writelines(self, lines: Any) -> None:
+    def writelines(self, lines: Iterable[str]) -> None:
         for line in lines:
             self.write(line)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, flush: the stream's own
         return getattr(self.unfiltered, name)
 
 

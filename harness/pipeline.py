@@ -14,7 +14,6 @@ from pathlib import Path
 
 from harness.config import RunConfig
 from harness.engines import guard
-from harness.engines.base import Engine
 from harness.errors import Interrupted, StorageError
 from harness.model.report import Report, Timing
 from harness.progress import ProgressFactory
@@ -42,7 +41,7 @@ class RunOutcome:
 
 
 def run(
-    config: RunConfig, *, progress: ProgressFactory | None = None, engine: Engine | None = None
+    config: RunConfig, *, progress: ProgressFactory | None = None, engine: object | None = None
 ) -> RunOutcome | FollowerRun:
     """Run the pipeline once and write the report; raises HarnessError for bad input.
     Under MPI, ranks other than 0 return a FollowerRun (see ``execute``)."""

@@ -46,7 +46,7 @@ def write_dataset(path: Path, examples: list[Example]) -> None:
             )
 
 
-def _byte_fallback_bpe(trained: dict[str, Any]) -> BPE:
+def _byte_fallback_bpe(trained: dict[str, object]) -> BPE:
     """The trained BPE with the 256 byte tokens ``<0x00>``..``<0xFF>`` after the specials and
     byte fallback on: every byte has a token, so any text encodes without ``<unk>`` (as in
     Llama's tokenizer; llama.cpp's GGUF conversion needs it, see llama-cpp-notes.md)."""
@@ -55,12 +55,14 @@ def _byte_fallback_bpe(trained: dict[str, Any]) -> BPE:
     vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
     for b in range(256):
         vocab[f"<0x{b:02X}>"] = len(vocab)
-    for token, _ in sorted(trained["vocab"].items(), key=lambda kv: kv[1]):
-        vocab.setdefault(token, len(vocab))
+    learned, pairs = trained["vocab"], trained["merges"]
+    assert isinstance(learned, dict) and isinstance(pairs, list)  # the tokenizers library's JSON
+    for token, _ in sorted(learned.items(), key=lambda kv: int(kv[1])):
+        vocab.setdefault(str(token), len(vocab))
     merges: list[tuple[str, str]] = []
-    for m in trained["merges"]:  # "a b" in older tokenizers' JSON, ["a", "b"] in newer
+    for m in pairs:  # "a b" in older tokenizers' JSON, ["a", "b"] in newer
         first, second = m.split(" ") if isinstance(m, str) else m
-        merges.append((first, second))
+        merges.append((str(first), str(second)))
     return models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True)
 
 

@@ -9,8 +9,8 @@ dropped when the tokenizer adds one itself (otherwise the prompt would start wit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
 
 from harness.config import check_template
 from harness.errors import ConfigError, describe
@@ -18,10 +18,27 @@ from harness.inputs.data import build_prompt
 from harness.model.dataset import Document
 
 
-def chat_tokenizer(tokenizer: Any, label: str = "engine") -> Any:
+@runtime_checkable
+class ChatTokenizer(Protocol):
+    """What ``--chat`` uses of a transformers tokenizer."""
+
+    chat_template: object
+    bos_token: object
+    bos_token_id: object
+
+    def __call__(self, text: str) -> Mapping[str, Sequence[int]]: ...
+
+    def apply_chat_template(
+        self, conversation: list[dict[str, str]], *, tokenize: bool, add_generation_prompt: bool
+    ) -> object: ...
+
+
+def chat_tokenizer(tokenizer: object, label: str = "engine") -> ChatTokenizer:
     """The engine's tokenizer, when it has a chat template; a ConfigError naming the fix
     (``label`` names the engine: "hf engine models/x")."""
-    if tokenizer is None or not callable(getattr(tokenizer, "apply_chat_template", None)):
+    if not isinstance(tokenizer, ChatTokenizer) or not callable(
+        getattr(tokenizer, "apply_chat_template", None)
+    ):
         raise ConfigError(
             f"--chat: the {label} exposes no transformers tokenizer (a `tokenizer` "
             "attribute) to take a chat template from; drop --chat and write the "
@@ -36,7 +53,7 @@ def chat_tokenizer(tokenizer: Any, label: str = "engine") -> Any:
     return tokenizer
 
 
-def _adds_bos(tokenizer: Any) -> bool:
+def _adds_bos(tokenizer: ChatTokenizer) -> bool:
     bos = getattr(tokenizer, "bos_token_id", None)
     if bos is None:
         return False
@@ -44,7 +61,7 @@ def _adds_bos(tokenizer: Any) -> bool:
     return bool(ids) and ids[0] == bos
 
 
-def render_chat(tokenizer: Any, user_message: str, *, strip_bos: bool | None = None) -> str:
+def render_chat(tokenizer: ChatTokenizer, user_message: str, *, strip_bos: bool | None = None) -> str:
     """One user turn through the chat template, ready for the assistant's answer; a BOS the
     template writes is dropped when the tokenizer adds its own (``strip_bos`` None: ask it)."""
     try:
@@ -74,7 +91,7 @@ def build_prompts(
     template: str,
     *,
     chat: bool = False,
-    tokenizer: Any = None,
+    tokenizer: object = None,
     label: str = "engine",
 ) -> tuple[str, ...]:
     """Every document's prompt, in dataset order; with ``chat`` through the chat template of

@@ -70,7 +70,7 @@ def load_run_dataset(config: RunConfig) -> Dataset:
 
 
 def _engine(
-    config: RunConfig, given: Engine | None, ranks: Ranks, timing: Timing
+    config: RunConfig, given: object | None, ranks: Ranks, timing: Timing
 ) -> tuple[EngineBase, EngineLimits | None]:
     """The engine under test and its limits; one process per engine rank, checked before a
     multi-GPU engine loads."""
@@ -144,8 +144,10 @@ def _cache(config: RunConfig, engine: Engine, ranks: Ranks) -> GenerationCache:
     )
 
 
-def prepare(config: RunConfig, *, engine: Engine | None = None) -> Prepared:
-    """Load dataset and engine, plan the cells, check limits and goldens; generate nothing."""
+def prepare(config: RunConfig, *, engine: object | None = None) -> Prepared:
+    """Load dataset and engine, plan the cells, check limits and goldens; generate nothing.
+    ``engine``: an engine object to test in place of loading ``config.engine`` (any object with
+    ``generate``, checked as a plug-in is)."""
     started = dt.datetime.now(dt.timezone.utc)
     t0 = time.perf_counter()
     dataset = load_run_dataset(config)
