@@ -1,6 +1,20 @@
-"""The run's options: each declared once in ``run`` (``RunConfig`` and the groups it holds),
-parsed by ``parse``, tabled by ``option`` for the CLI, the pytest plugin and docs/options.md."""
+"""The run's options: each declared once, in ``run`` (``RunConfig``) or in a group it holds
+(``engine``, ``dataset``); read from text by ``parse``; tabled by ``option`` for the CLI, the
+pytest plugin and docs/options.md."""
 
+from harness.config.basics import (
+    BUNDLED,
+    CACHE_FOLDER,
+    DEFAULT_BATCH_SIZES,
+    DEFAULT_BEAM_WIDTHS,
+    DEFAULT_PROMPT_TEMPLATE,
+    GENERATIONS_FOLDER,
+    harness_cache_dir,
+    is_url,
+)
+from harness.config.dataset import DatasetOptions
+from harness.config.decoding import DecodingSettings
+from harness.config.engine import OPENAI_KEY_VARIABLE, EngineOptions
 from harness.config.option import Option
 from harness.config.parse import (
     RESERVED_FIELDS,
@@ -13,23 +27,7 @@ from harness.config.parse import (
     positive_int,
     real,
 )
-from harness.config.run import (
-    BUNDLED,
-    CACHE_FOLDER,
-    DEFAULT_BATCH_SIZES,
-    DEFAULT_BEAM_WIDTHS,
-    DEFAULT_PROMPT_TEMPLATE,
-    GENERATIONS_FOLDER,
-    OPENAI_KEY_VARIABLE,
-    OPTIONS,
-    DecodingSettings,
-    EngineOptions,
-    RunConfig,
-    find_option,
-    harness_cache_dir,
-    is_url,
-    read_by,
-)
+from harness.config.run import OPTIONS, RunConfig, find_option, read_by
 
 __all__ = [
     "BUNDLED",
@@ -41,6 +39,7 @@ __all__ = [
     "OPENAI_KEY_VARIABLE",
     "OPTIONS",
     "RESERVED_FIELDS",
+    "DatasetOptions",
     "DecodingSettings",
     "EngineOptions",
     "Option",

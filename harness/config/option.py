@@ -114,6 +114,11 @@ def group(cls: type[G]) -> G:
     return made
 
 
+def groups(cls: type) -> dict[str, type]:
+    """The fields of ``cls`` that hold a group of options, and the group's class."""
+    return {f.name: kind for f in dataclasses.fields(cls) if isinstance(kind := f.metadata.get(GROUP), type)}
+
+
 def _default(f: dataclasses.Field[object]) -> object:
     if f.default is not dataclasses.MISSING:
         return f.default

@@ -1,17 +1,15 @@
 """RunConfig: every run option, declared once, parsed and cross-checked once.
 
 The pytest plugin and the CLI hand the option values they parsed to ``RunConfig.from_options``;
-every later stage reads only the frozen dataclass (the engine's backend the ``EngineOptions``
-group it holds, each request its ``DecodingSettings``).
+every later stage reads only the frozen dataclass (the backend the ``EngineOptions`` group it
+holds, the dataset loader its ``DatasetOptions``, each request its ``DecodingSettings``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +19,28 @@ from harness.bounds import (
     DAY_S,
     MAX_LENGTH_PENALTY,
     MAX_NEW_TOKENS,
-    MAX_RETRIES,
-    TOKEN_ID,
     Range,
 )
-from harness.config.option import Option, declared, group, option, path_option
+from harness.config.basics import (
+    BUNDLED,
+    CACHE_FOLDER,
+    DEFAULT_BATCH_SIZES,
+    DEFAULT_BEAM_WIDTHS,
+    DEFAULT_PROMPT_TEMPLATE,
+    GENERATIONS_FOLDER,
+    generations_folder,
+    is_url,
+)
+from harness.config.dataset import DatasetOptions
+from harness.config.decoding import DecodingSettings
+from harness.config.engine import EngineOptions
+from harness.config.option import Option, declared, group, groups, option, path_option
 from harness.config.parse import (
     RESERVED_FIELDS,
     Json,
     RequestFields,
     check_template,
     choice,
-    env_name,
     fraction,
     merge_request_fields,
     non_negative_int,
@@ -41,200 +49,13 @@ from harness.config.parse import (
     positive_real,
     real,
     request_field,
-    reuse_setting,
     shard,
     size,
     template,
 )
 from harness.errors import ConfigError
-from harness.model.vocab import Backend, CacheReuse, Dtype, Receiver, Rotation, TrtllmRuntime
+from harness.model.vocab import Backend, Receiver, Rotation
 from harness.redact import redact_url
-
-DEFAULT_BATCH_SIZES = (1, 2, 4, 8)
-DEFAULT_BEAM_WIDTHS = (1, 2, 4)
-DEFAULT_PROMPT_TEMPLATE = "{text} TL;DR: "
-BUNDLED = "bundled"
-CACHE_FOLDER = "batch-position-harness"  # under the user's cache directory
-GENERATIONS_FOLDER = "generations"
-OPENAI_KEY_VARIABLE = "OPENAI_API_KEY"  # where a server's key is read from, as OpenAI's clients do
-LOADERS = (Backend.TRTLLM, Backend.LLMAPI)  # the backends that load a tokenizer and special ids themselves
-
-
-def harness_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """The harness's folder in the user's cache: $XDG_CACHE_HOME (else ~/.cache) /
-    batch-position-harness. An empty XDG_CACHE_HOME counts as unset, as the XDG spec says."""
-    env = os.environ if environ is None else environ
-    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / CACHE_FOLDER
-
-
-def _generations_folder() -> Path:
-    return harness_cache_dir() / GENERATIONS_FOLDER
-
-
-def is_url(spec: str) -> bool:
-    """True for an OpenAI-compatible server address (http:// or https://)."""
-    return spec.lower().startswith(("http://", "https://"))
-
-
-@dataclass(frozen=True)
-class DecodingSettings:
-    """How every request is decoded; part of the goldens key."""
-
-    beam_width: int
-    max_new_tokens: int
-    length_penalty: float = 1.0
-    early_stopping: bool = True
-    prompt_template: str = DEFAULT_PROMPT_TEMPLATE
-    chat: bool = False  # prompts wrapped in the tokenizer's chat template
-    request_fields: RequestFields = ()  # --request-field, sent with every server request
-
-    def as_dict(self) -> dict[str, Json]:
-        """The settings as the goldens key them: ``chat`` only when on and the request fields
-        only when given, so goldens recorded before either existed stay valid."""
-        out: dict[str, Json] = {k: v for k, v in asdict(self).items() if k not in ("chat", "request_fields")}
-        if self.chat:
-            out["chat"] = True
-        if self.request_fields:
-            out["request_fields"] = self.extra_fields()
-        return out
-
-    def extra_fields(self) -> dict[str, Json]:
-        """The --request-field fields as JSON values, for a request body."""
-        return {key: json.loads(value) for key, value in self.request_fields}
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    """What a backend reads when it loads an engine (passed to classes that take ``options``)."""
-
-    tokenizer: str | None = option(
-        None,
-        "--tokenizer",
-        "transformers tokenizer folder for the trtllm and llmapi backends (default: the engine or checkpoint "
-        "folder, when it holds one)",
-        Receiver.ENGINE,
-        metavar="DIR",
-        read_by=LOADERS,
-    )
-    trust_remote_code: bool = option(
-        False,
-        "--trust-remote-code",
-        "let the tokenizer (and the LLM API) run code shipped with the model; off unless given",
-        Receiver.ENGINE,
-        read_by=LOADERS,
-    )
-    end_id: int | None = option(
-        None,
-        "--end-id",
-        "end-of-sequence token id (default: the tokenizer's eos)",
-        Receiver.ENGINE,
-        parse=non_negative_int,
-        bound=TOKEN_ID,
-        metavar="ID",
-        read_by=LOADERS,
-    )
-    pad_id: int | None = option(
-        None,
-        "--pad-id",
-        "padding token id (default: the tokenizer's pad, else the end id)",
-        Receiver.ENGINE,
-        parse=non_negative_int,
-        bound=TOKEN_ID,
-        metavar="ID",
-        read_by=LOADERS,
-    )
-    trtllm_runtime: TrtllmRuntime = option(
-        TrtllmRuntime.CPP,
-        "--trtllm-runtime",
-        "TensorRT-LLM runner of the trtllm backend: cpp (ModelRunnerCpp, default) or python (ModelRunner)",
-        Receiver.ENGINE,
-        parse=choice(TrtllmRuntime),
-        metavar="{cpp,python}",
-        read_by=(Backend.TRTLLM,),
-    )
-    dtype: Dtype = option(
-        Dtype.FLOAT32,
-        "--dtype",
-        "weights and compute dtype of the hf backend: float32 (default), bfloat16 or float16, as the model is "
-        "served on GPUs (goldens are kept per dtype)",
-        Receiver.ENGINE,
-        parse=choice(Dtype),
-        metavar="{float32,bfloat16,float16}",
-        read_by=(Backend.HF,),
-    )
-    kv_cache_reuse: CacheReuse = option(
-        CacheReuse.OFF,
-        "--kv-cache-reuse",
-        "KV-cache block reuse across requests for the trtllm and llmapi backends: off (default: every prompt's "
-        "prefill is computed in its own batch, though the rotation sends it many times) or on (tests prefix-cache "
-        "reuse on purpose); report.json engine.kv_cache_reuse records it, and unknown for a server",
-        Receiver.ENGINE,
-        parse=reuse_setting,
-        metavar="{off,on}",
-        read_by=LOADERS,
-    )
-    model: str | None = option(
-        None,
-        "--model",
-        "model name sent to an OpenAI-compatible server (--engine http://HOST:PORT/v1; default: the first model "
-        "of GET /v1/models)",
-        Receiver.SERVER,
-        metavar="NAME",
-        read_by=(Backend.OPENAI,),
-        server=True,
-    )
-    request_timeout: float = option(
-        600.0,
-        "--request-timeout",
-        "seconds to wait for a server's answer (--engine http://...; default {default})",
-        Receiver.SERVER,
-        parse=positive_real,
-        bound=Range(None, DAY_S, "one day; an answer that takes longer is lost"),
-        metavar="SECONDS",
-        read_by=(Backend.OPENAI,),
-        server=True,
-    )
-    retries: int = option(
-        2,
-        "--retries",
-        "times a server batch is resent after a connection error or an HTTP 5xx answer, with backoff; never "
-        "after a 4xx (--engine http://...; default {default})",
-        Receiver.SERVER,
-        parse=non_negative_int,
-        bound=Range(None, MAX_RETRIES, "each retry waits longer than the one before"),
-        metavar="N",
-        read_by=(Backend.OPENAI,),
-        server=True,
-    )
-    api_key_env: str | None = option(
-        None,
-        "--api-key-env",
-        f"the environment variable that holds the key an OpenAI-compatible server wants (default "
-        f"{OPENAI_KEY_VARIABLE}, used when set), sent as Authorization: Bearer; give the variable's NAME, never "
-        "the key: the key is read when the engine loads and redacted from every report, file and terminal line "
-        "(--engine http://...)",
-        Receiver.SERVER,
-        parse=env_name,
-        metavar="NAME",
-        read_by=(Backend.OPENAI,),
-        server=True,
-    )
-
-    def __post_init__(self) -> None:
-        # a notebook may give a vocabulary's word as a plain string: keep its type
-        object.__setattr__(self, "trtllm_runtime", TrtllmRuntime(self.trtllm_runtime))
-        object.__setattr__(self, "dtype", Dtype(self.dtype))
-        try:
-            object.__setattr__(
-                self, "kv_cache_reuse", reuse_setting("--kv-cache-reuse", None)(str(self.kv_cache_reuse))
-            )
-        except argparse.ArgumentTypeError as exc:
-            raise ConfigError(str(exc)) from None
-
-    def server_kwargs(self) -> dict[str, object]:
-        """The options a server backend reads, by name (a plug-in server class gets those its
-        constructor takes)."""
-        return {o.dest: getattr(self, o.dest) for o in OPTIONS if o.group == "engine_options" and o.server}
 
 
 @dataclass(frozen=True)
@@ -328,51 +149,6 @@ class RunConfig:
         "and fail only when they lose quality or depend on the position",
         Receiver.VERDICT,
     )
-    dataset: str | None = option(
-        None,
-        "--dataset",
-        "documents with reference summaries: a JSONL, JSON, CSV or Parquet file, a save_to_disk folder, a preset "
-        "(cnn_dailymail, xsum, samsum) or a datasets hub name read from the local cache (default: the bundled "
-        "news set)",
-        Receiver.DATASET,
-        metavar="PATH|NAME",
-    )
-    dataset_config: str | None = option(
-        None,
-        "--dataset-config",
-        "configuration of a hub dataset (default: the preset's, e.g. 3.0.0 for cnn_dailymail)",
-        Receiver.DATASET,
-        metavar="NAME",
-    )
-    split: str | None = option(
-        None,
-        "--split",
-        "split of a hub dataset or a saved DatasetDict (default: the preset's, else test)",
-        Receiver.DATASET,
-        metavar="NAME",
-    )
-    text_field: str | None = option(
-        None,
-        "--text-field",
-        "dataset field holding the document (default: the preset's, else text)",
-        Receiver.DATASET,
-        metavar="NAME",
-    )
-    summary_field: str | None = option(
-        None,
-        "--summary-field",
-        "dataset field holding the reference summary (default: the preset's, else summary)",
-        Receiver.DATASET,
-        metavar="NAME",
-    )
-    num_prompts: int | None = option(
-        None,
-        "--num-prompts",
-        "use N documents of the dataset, chosen reproducibly from --seed (default: all)",
-        Receiver.DATASET,
-        parse=positive_int,
-        metavar="N",
-    )
     prompt_template: str = option(
         DEFAULT_PROMPT_TEMPLATE,
         "--prompt-template",
@@ -419,7 +195,7 @@ class RunConfig:
         metavar="DIR",
     )
     cache_dir: Path = path_option(
-        _generations_folder,
+        generations_folder,
         "--cache-dir",
         f"generation cache folder (default ~/.cache/{CACHE_FOLDER}/{GENERATIONS_FOLDER}; $XDG_CACHE_HOME for "
         "~/.cache when set)",
@@ -466,6 +242,7 @@ class RunConfig:
         metavar="DIR",
     )
     engine_options: EngineOptions = group(EngineOptions)
+    data: DatasetOptions = group(DatasetOptions)
     request_fields: RequestFields = option(
         (),
         "--request-field",
@@ -539,10 +316,13 @@ class RunConfig:
             given["cache_dir"] = Path(str(given["cache_dir"])).expanduser().absolute()
         if given.get("sweep"):
             given["rotation"] = Rotation.SPARSE  # each prompt once per size: the sweep's cost
-        groups = {o.dest: o.group for o in OPTIONS}
-        engine = replace(EngineOptions(), **{k: v for k, v in given.items() if groups[k] == "engine_options"})
-        top = {k: v for k, v in given.items() if groups[k] is None}
-        return replace(cls(engine_options=engine, root=root), **top)
+        in_group = {o.dest: o.group for o in OPTIONS}
+        made = {
+            name: replace(kind(), **{k: v for k, v in given.items() if in_group[k] == name})
+            for name, kind in groups(cls).items()
+        }
+        top = {k: v for k, v in given.items() if in_group[k] is None}
+        return replace(cls(root=root, **made), **top)
 
     @property
     def roots(self) -> tuple[Path, ...]:

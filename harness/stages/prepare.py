@@ -58,14 +58,14 @@ def planned_cells(config: RunConfig) -> list[Cell]:
 def load_run_dataset(config: RunConfig) -> Dataset:
     """The run's documents (the --num-prompts subset, when asked)."""
     dataset = load_dataset(
-        config.dataset,
-        text_field=config.text_field,
-        summary_field=config.summary_field,
-        config=config.dataset_config,
-        split=config.split,
+        config.data.dataset,
+        text_field=config.data.text_field,
+        summary_field=config.data.summary_field,
+        config=config.data.dataset_config,
+        split=config.data.split,
     )
-    if config.num_prompts is not None:
-        dataset = select_subset(dataset, config.num_prompts, config.seed)
+    if config.data.num_prompts is not None:
+        dataset = select_subset(dataset, config.data.num_prompts, config.seed)
     return dataset
 
 
