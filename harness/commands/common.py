@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from harness.config import OPTIONS, RunConfig, find_option
@@ -28,10 +29,10 @@ def add_run_options(
     parsed arguments hold RunConfig's defaults (for commands that read them directly)."""
     given = RunConfig() if defaults else None
     for spec in OPTIONS if dests is None else [find_option(d) for d in dests]:
-        kwargs = spec.argument(default=given.value(spec) if given is not None else None)
-        if helps and spec.dest in helps:
-            kwargs["help"] = helps[spec.dest]
-        parser.add_argument(spec.flag, **kwargs)
+        shown = replace(spec, help=helps[spec.dest]) if helps and spec.dest in helps else spec
+        parser.add_argument(
+            spec.flag, **shown.argument(default=given.value(spec) if given is not None else None)
+        )
 
 
 def progress(total: int) -> Progress:

@@ -359,9 +359,36 @@ def load_dataset(
     required = summary_field is not None  # named by --summary-field or a preset
     summary_field = summary_field or DEFAULT_SUMMARY_FIELD
     docs = _documents(table, where, text_field, summary_field, required)
-    info = DatasetInfo(
+    return dataset_of(
+        docs,
         name=name,
         path=shown,
+        source=source,
+        config=config,
+        split=split,
+        revision=revision,
+        text_field=text_field,
+        summary_field=summary_field,
+    )
+
+
+def dataset_of(
+    documents: Sequence[Document],
+    *,
+    name: str,
+    path: str,
+    source: DatasetSource = DatasetSource.FILE,
+    config: str | None = None,
+    split: str | None = None,
+    revision: str | None = None,
+    text_field: str = DEFAULT_TEXT_FIELD,
+    summary_field: str = DEFAULT_SUMMARY_FIELD,
+) -> Dataset:
+    """Documents with their record: where they came from, their count and content hash."""
+    docs = tuple(documents)
+    info = DatasetInfo(
+        name=name,
+        path=path,
         count=len(docs),
         hash=content_hash(docs),
         source=source,

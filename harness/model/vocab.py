@@ -91,6 +91,7 @@ class Receiver(Word):
     VERDICT = "verdict"  # harness.verdict: the tests and their gate
     STORAGE = "storage"  # harness.storage: folders, goldens, the generation cache
     REPORT = "report"  # harness.report: sign-off, the dry run's estimate
+    CALIBRATE = "calibrate"  # python -m harness calibrate (harness.tools.calibrate)
 
 
 class Dtype(Word):

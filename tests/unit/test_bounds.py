@@ -16,6 +16,7 @@ from harness.__main__ import main
 from harness.config import OPTIONS, RunConfig
 from harness.errors import ConfigError, EngineError
 from harness.limits.engine_config import parse_config, read_engine_config
+from harness.model.json import JsonObject
 from harness.tools.lint import lint
 
 
@@ -88,7 +89,7 @@ def test_build_limits_are_bounded_and_lint_says_so(
 
 
 def test_config_floats_must_be_finite() -> None:
-    config = {
+    config: JsonObject = {
         "build_config": {"max_batch_size": 8, "max_beam_width": 1, "max_input_len": 8, "max_seq_len": 16},
         "pretrained_config": {"rope_theta": 1e400},
     }

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import RunConfig, fraction, positive_int, positive_int_list, shard
+from harness.bounds import Range
+from harness.config import RunConfig
+from harness.config.parse import fraction, positive_int, positive_int_list, shard
 from harness.errors import ConfigError
 
 
@@ -36,9 +38,9 @@ def test_scalar_parsers_name_the_option() -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="--max-new-tokens"):
         positive_int("--max-new-tokens")("0")
     with pytest.raises(argparse.ArgumentTypeError, match=r"--alpha.*\(0.0, 0.5\]"):
-        fraction("--alpha", low=0.0, high=0.5, open_low=True)("0")
+        fraction("--alpha", Range(0.0, 0.5, open_low=True))("0")
     with pytest.raises(argparse.ArgumentTypeError, match="--tolerance"):
-        fraction("--tolerance", low=0.0, high=1.0)("nan")
+        fraction("--tolerance", Range(0.0, 1.0))("nan")
 
 
 def test_from_options_parses_strings_and_resolves_folders(tmp_path: Path) -> None:
@@ -122,6 +124,7 @@ def test_calibrate_takes_the_run_options_parsers_and_defaults(monkeypatch: pytes
     """calibrate's --tolerance, --alpha, --max-new-tokens, --seed ... are the run's options:
     the same ranges (--alpha used to accept up to 1) and RunConfig's defaults."""
     import harness.__main__ as cli
+    import harness.commands.calibrate as command
 
     seen: list[argparse.Namespace] = []
 
@@ -129,12 +132,12 @@ def test_calibrate_takes_the_run_options_parsers_and_defaults(monkeypatch: pytes
         seen.append(args)
         return 0
 
-    monkeypatch.setattr(cli, "cmd_calibrate", calibrate)
+    monkeypatch.setattr(command, "cmd_calibrate", calibrate)
     assert cli.main(["calibrate"]) == 0
     args, defaults = seen[0], RunConfig()
     for dest in ("seed", "max_new_tokens", "tolerance", "alpha", "cache_dir", "no_cache", "rotation"):
         assert getattr(args, dest) == getattr(defaults, dest), dest
-    from harness.tools.calibrate import Settings
+    from harness.tools.calibrate.settings import Settings
 
     for dest in ("trials", "prompts", "pool", "rounds"):  # the measured defaults (docs/method.md)
         assert getattr(args, dest) == getattr(Settings(), dest), dest

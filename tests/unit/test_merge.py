@@ -14,7 +14,7 @@ import pytest
 from harness.__main__ import main
 from harness.config import RunConfig
 from harness.errors import ConfigError
-from harness.pipeline import RunResult, run
+from harness.pipeline import RunOutcome, run
 from harness.report.merge import merge
 from tests.unit.noisy_engine import NoisyEngine, write_dataset
 
@@ -40,9 +40,9 @@ def _run(
     if shard:
         values["shard"] = shard
     # run() adopts any object with generate(); harness annotates the parameter Engine (the full protocol)
-    result = run(RunConfig.from_options(values), engine=engine or NoisyEngine())  # type: ignore[arg-type]
-    assert isinstance(result, RunResult) and result.report_dir is not None
-    return result.report_dir
+    result = run(RunConfig.from_options(values), engine=engine or NoisyEngine())
+    assert isinstance(result, RunOutcome)
+    return result.folder
 
 
 def _json(folder: Path) -> dict[str, Any]:
@@ -127,7 +127,7 @@ def test_two_shards_merge_into_the_unsharded_report(
 
 
 def test_shard_and_merged_reports_follow_the_schema(borderline: Borderline, tmp_path: Path) -> None:
-    import jsonschema  # type: ignore[import-untyped]  # no stubs installed (types-jsonschema)
+    import jsonschema
 
     from harness.report.serialize import to_json, verify
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import RunConfig
-from harness.pipeline import RunResult, run
+from harness.pipeline import RunOutcome, run
 from harness.report.compare import compare
 from harness.report.serialize import load_report, verify
 from tests.integration.toy_engine import ToyEngine
@@ -49,9 +49,9 @@ def _run(tmp: Path, dataset: Path, broken_from: int, name: str, **options: str) 
         }
     )
     # run() adopts any object with generate(); harness annotates the parameter Engine (the full protocol)
-    result = run(config, engine=ToyEngine(None, broken_from=broken_from))  # type: ignore[arg-type]
-    assert isinstance(result, RunResult) and result.report_dir is not None
-    return result.report_dir
+    result = run(config, engine=ToyEngine(None, broken_from=broken_from))
+    assert isinstance(result, RunOutcome)
+    return result.folder
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory, hostile_dataset: Path) -> 
 
 
 def test_report_json_validates_against_the_versioned_schema(reports: dict[str, Path]) -> None:
-    import jsonschema  # type: ignore[import-untyped]  # no stubs installed (types-jsonschema)
+    import jsonschema
 
     schema = json.loads(SCHEMA.read_text())
     for folder in reports.values():

@@ -17,7 +17,8 @@ from harness.engines.emulator.drift import Drift
 from harness.model.cell import Cell
 from harness.plan import Plan
 from harness.storage import confine
-from harness.tools.calibrate.models import POOL_SEED, Model, Settings, Target
+from harness.tools.calibrate.models import POOL_SEED, Model, Target
+from harness.tools.calibrate.settings import Settings
 
 
 @dataclass(frozen=True)

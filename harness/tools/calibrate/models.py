@@ -10,15 +10,15 @@ stands for, which sizes its Holm family as that run's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
-from harness.config import DEFAULT_BEAM_WIDTHS, RunConfig
+from harness.config import DEFAULT_BEAM_WIDTHS
 from harness.engines.emulator.build import build_limits
 from harness.engines.emulator.faults import Fault, FaultKind
 from harness.model.cell import Cell
 from harness.model.limits import EngineLimits
-from harness.model.vocab import FindingKind, Rotation, Word
+from harness.model.vocab import FindingKind, Word
 from harness.plan import grid
+from harness.tools.calibrate.settings import SWEEP_TO
 
 POOL_SEED = 20261130  # the prompt pool is fixed; --seed drives rounds and trials
 DRIFT_UNDER = 0.3  # the drift every fault model is also calibrated on top of
@@ -87,9 +87,6 @@ def on_drift(m: Model, twin: str) -> Model:
         rounds=1,
         twin=twin,
     )
-
-
-SWEEP_TO = 8  # the sweep models' max_batch_size (--sweep-to)
 
 
 def _sweep(
@@ -258,25 +255,3 @@ def models(rounds: int, fraction: float, position: int, sweep_to: int = SWEEP_TO
         uniform,
         *sweep_models(sweep_to),
     )
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What ``calibrate`` was asked for."""
-
-    trials: int = 200
-    seed: int = RunConfig.seed
-    prompts: int = 64
-    pool: int = 96
-    rounds: int = 1
-    max_new_tokens: int = RunConfig.max_new_tokens
-    tolerance: float = RunConfig.tolerance
-    alpha: float = RunConfig.alpha
-    fraction: float = 0.3
-    position: int = 3
-    jobs: int = 2
-    cache_dir: Path | None = None
-    work_dir: Path | None = None
-    only: tuple[str, ...] = ()
-    rotation: Rotation = RunConfig.rotation
-    sweep_to: int = SWEEP_TO  # the sweep models' max_batch_size

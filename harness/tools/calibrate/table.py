@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from harness.model.cell import Cell
 from harness.model.vocab import Rotation
-from harness.tools.calibrate.models import Model, Settings, Target
+from harness.tools.calibrate.models import Model, Target
+from harness.tools.calibrate.settings import Settings
 from harness.verdict.decide import family_size
 
 

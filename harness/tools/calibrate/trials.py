@@ -15,7 +15,8 @@ from harness.model.scores import CellScores, Levels
 from harness.model.vocab import FindingKind, Rotation, Verdict
 from harness.plan import Plan
 from harness.tools.calibrate.generation import BatchSizeOne, Observations
-from harness.tools.calibrate.models import Model, Settings, Target
+from harness.tools.calibrate.models import Model, Target
+from harness.tools.calibrate.settings import Settings
 from harness.verdict.decide import decide
 from harness.verdict.signatures import Shortfall
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.limits.ranks import Ranks, current, engine_ranks, require_world, world_size
 from harness.errors import ConfigError
+from harness.limits.ranks import Ranks, current, engine_ranks, require_world, world_size
 
 
 @pytest.mark.parametrize(

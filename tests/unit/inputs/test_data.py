@@ -11,12 +11,12 @@ from harness.inputs.data import build_prompt, content_hash, load_dataset
 
 def test_bundled_set_meets_its_contract() -> None:
     ds = load_dataset(None)
-    assert ds.name == "bundled-news" and len(ds) >= 64
+    assert ds.info.name == "bundled-news" and len(ds) >= 64
     for d in ds.documents:
         assert 60 <= len(d.text.split()) <= 200
         assert d.summary is not None
         assert 10 <= len(d.summary.split()) <= 40
-    assert ds.hash == content_hash(ds.documents) and len(ds.hash) == 64
+    assert ds.info.hash == content_hash(ds.documents) and len(ds.info.hash) == 64
     assert len({d.id for d in ds.documents}) == len(ds)
 
 
@@ -50,7 +50,7 @@ def test_user_files_with_custom_fields(tmp_path: Path, suffix: str) -> None:
     else:
         table.to_parquet(str(path))
     ds = load_dataset(str(path), text_field="article", summary_field="highlights")
-    assert ds.name == "mine" and len(ds) == 5
+    assert ds.info.name == "mine" and len(ds) == 5
     assert ds.documents[3].text == "Article number 3 about things."
     assert ds.documents[3].id == "row-3"  # no 'id' column: ids from row numbers
 
@@ -59,7 +59,7 @@ def test_hash_changes_with_content(tmp_path: Path) -> None:
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     a.write_text(json.dumps({"text": "one two", "summary": "x"}) + "\n", encoding="utf-8")
     b.write_text(json.dumps({"text": "one three", "summary": "x"}) + "\n", encoding="utf-8")
-    assert load_dataset(str(a)).hash != load_dataset(str(b)).hash
+    assert load_dataset(str(a)).info.hash != load_dataset(str(b)).info.hash
 
 
 @pytest.mark.parametrize(

@@ -10,13 +10,14 @@ import pytest
 from harness.errors import DatasetError
 from harness.inputs.data import (
     PRESETS,
-    Dataset,
     content_hash,
+    dataset_of,
     downloads_allowed,
     fetch_command,
     load_dataset,
     select_subset,
 )
+from harness.model.dataset import Dataset
 from tests.hub_cache import cache_hub_dataset
 
 
@@ -46,10 +47,10 @@ def test_save_to_disk_dataset_with_custom_fields(tmp_path: Path) -> None:
     folder = tmp_path / "saved"
     datasets.Dataset.from_list(_rows(5, "body", "abstract")).save_to_disk(str(folder))
     ds = load_dataset(str(folder), text_field="body", summary_field="abstract")
-    assert ds.source == "disk" and ds.name == "saved" and ds.split is None
+    assert ds.info.source == "disk" and ds.info.name == "saved" and ds.info.split is None
     assert [d.id for d in ds.documents] == [f"a{i}" for i in range(5)]
     assert ds.documents[2].text == "Document 2 about the harbour council."
-    assert ds.describe()["text_field"] == "body"
+    assert ds.info.text_field == "body"
 
 
 def test_save_to_disk_datasetdict_picks_test_or_the_named_split(tmp_path: Path) -> None:
@@ -66,7 +67,7 @@ def test_save_to_disk_datasetdict_picks_test_or_the_named_split(tmp_path: Path) 
     kw = {"text_field": "story", "summary_field": "gist"}
     assert [d.id for d in load_dataset(str(folder), **kw).documents] == ["s0", "s1", "s2", "s3"]
     val = load_dataset(str(folder), split="validation", **kw)
-    assert val.split == "validation" and val.name == "dd-validation" and len(val) == 2
+    assert val.info.split == "validation" and val.info.name == "dd-validation" and len(val) == 2
     with pytest.raises(
         DatasetError, match=r"--split nope: .* no such split \(splits: train, test, validation\)"
     ):
@@ -115,14 +116,14 @@ def test_preset_loads_from_the_local_cache_with_its_fields(hub_cache: Path) -> N
     ]
     cache_hub_dataset(hub_cache, "cnn_dailymail", "3.0.0", {"test": rows, "train": rows[:2]})
     ds = load_dataset("cnn_dailymail")
-    assert ds.source == "hub" and ds.path == "cnn_dailymail"
-    assert (ds.config, ds.split, ds.text_field, ds.summary_field) == (
+    assert ds.info.source == "hub" and ds.info.path == "cnn_dailymail"
+    assert (ds.info.config, ds.info.split, ds.info.text_field, ds.info.summary_field) == (
         "3.0.0",
         "test",
         "article",
         "highlights",
     )
-    assert ds.name == "cnn_dailymail-3.0.0-test" and len(ds) == 6
+    assert ds.info.name == "cnn_dailymail-3.0.0-test" and len(ds) == 6
     assert ds.documents[4].text == "Article 4 text." and ds.documents[4].summary == "Highlight 4."
     assert len(load_dataset("cnn_dailymail", split="train")) == 2
     with pytest.raises(DatasetError, match="no field 'body'.*--text-field"):
@@ -132,7 +133,7 @@ def test_preset_loads_from_the_local_cache_with_its_fields(hub_cache: Path) -> N
 def test_any_hub_name_with_config_split_and_fields(hub_cache: Path) -> None:
     cache_hub_dataset(hub_cache, "mysums", "v2", {"validation": _rows(3, "doc", "ref")})
     ds = load_dataset("mysums", config="v2", split="validation", text_field="doc", summary_field="ref")
-    assert ds.source == "hub" and ds.name == "mysums-v2-validation" and len(ds) == 3
+    assert ds.info.source == "hub" and ds.info.name == "mysums-v2-validation" and len(ds) == 3
 
 
 def test_not_cached_hub_dataset_fails_with_one_line_naming_it_and_the_fix(
@@ -181,29 +182,24 @@ def test_a_missing_file_is_still_a_missing_file(tmp_path: Path) -> None:
 
 def _subset_ids(ds: Dataset) -> tuple[str, ...]:
     """The ids --num-prompts chose (a subset the caller expects to be recorded)."""
-    assert ds.subset is not None
-    return ds.subset.ids
+    assert ds.info.subset is not None
+    return ds.info.subset.ids
 
 
 def test_subset_is_deterministic_and_recorded() -> None:
     full = load_dataset(None)
     a, b = select_subset(full, 16, 3), select_subset(full, 16, 3)
     assert a == b and len(a) == 16
-    assert a.subset is not None and a.subset.ids == tuple(d.id for d in a.documents)
-    assert a.hash == a.subset.hash == content_hash(a.documents) != full.hash
-    assert a.subset.source_hash == full.hash and a.subset.of == len(full)
-    assert a.name == "bundled-news-n16-seed3"
+    assert a.info.subset is not None and a.info.subset.ids == tuple(d.id for d in a.documents)
+    assert a.info.hash == a.info.subset.hash == content_hash(a.documents) != full.info.hash
+    assert a.info.subset.source_hash == full.info.hash and a.info.subset.of == len(full)
+    assert a.info.name == "bundled-news-n16-seed3"
     order = [d.id for d in full.documents]
-    assert [order.index(i) for i in a.subset.ids] == sorted(order.index(i) for i in a.subset.ids)
-    assert _subset_ids(select_subset(full, 16, 4)) != a.subset.ids
+    assert [order.index(i) for i in a.info.subset.ids] == sorted(order.index(i) for i in a.info.subset.ids)
+    assert _subset_ids(select_subset(full, 16, 4)) != a.info.subset.ids
     # chosen by id, not position: the same documents are chosen after the file is reordered
-    shuffled = type(full)(
-        name=full.name,
-        path=full.path,
-        documents=full.documents[::-1],
-        hash=content_hash(full.documents[::-1]),
-    )
-    assert set(_subset_ids(select_subset(shuffled, 16, 3))) == set(a.subset.ids)
+    shuffled = dataset_of(full.documents[::-1], name=full.info.name, path=full.info.path)
+    assert set(_subset_ids(select_subset(shuffled, 16, 3))) == set(a.info.subset.ids)
     assert _subset_ids(select_subset(full, len(full), 0)) == tuple(order)
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from harness.config import DEFAULT_PROMPT_TEMPLATE, RunConfig
 from harness.errors import ConfigError
-from harness.inputs.data import Document
 from harness.inputs.prompts import build_prompts, chat_tokenizer, render_chat
+from harness.model.dataset import Document
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -31,14 +31,6 @@ def tokenizer() -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(MODEL))
-
-
-class _Engine:
-    """Stands in for a loaded engine: only the attributes build_prompts reads."""
-
-    def __init__(self, tokenizer: PreTrainedTokenizerBase | None = None) -> None:
-        if tokenizer is not None:
-            self.tokenizer = tokenizer
 
 
 def test_default_template_is_trtllms() -> None:
@@ -67,7 +59,7 @@ def test_template_without_text_is_a_clear_error(template: str) -> None:
 
 def test_chat_wraps_the_filled_template_as_the_user_turn(tokenizer: PreTrainedTokenizerBase) -> None:
     tokenizer.chat_template = CHAT
-    prompts = build_prompts(DOCS, "Summarize: {text}", chat=True, engine=_Engine(tokenizer))
+    prompts = build_prompts(DOCS, "Summarize: {text}", chat=True, tokenizer=tokenizer)
     # the bundled tokenizer does not add a BOS itself, so the template's <s> stays
     assert prompts[0] == "<s><|user|>Summarize: The council met on Monday.</|user|><|assistant|>"
     assert prompts[1].endswith("Rain closed the harbour.</|user|><|assistant|>")
@@ -83,19 +75,19 @@ def test_chat_without_a_tokenizer_names_the_fix() -> None:
     with pytest.raises(
         ConfigError, match=r"--chat: .* exposes no transformers tokenizer .*--prompt-template"
     ):
-        build_prompts(DOCS, "{text}", chat=True, engine=_Engine())
+        build_prompts(DOCS, "{text}", chat=True)
 
 
 def test_chat_without_a_chat_template_names_the_fix(tokenizer: PreTrainedTokenizerBase) -> None:
     assert tokenizer.chat_template is None
     with pytest.raises(ConfigError, match=r"--chat: the tokenizer .* has no chat template"):
-        chat_tokenizer(_Engine(tokenizer))
+        chat_tokenizer(tokenizer)
 
 
 def test_broken_chat_template_is_one_line(tokenizer: PreTrainedTokenizerBase) -> None:
     tokenizer.chat_template = "{% for m in messages %}{{ m.content | nosuchfilter }}{% endfor %}"
     with pytest.raises(ConfigError) as exc:
-        build_prompts(DOCS, "{text}", chat=True, engine=_Engine(tokenizer))
+        build_prompts(DOCS, "{text}", chat=True, tokenizer=tokenizer)
     assert "chat template failed" in str(exc.value) and "\n" not in str(exc.value)
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from harness.errors import EngineError
 from harness.limits.engine_config import parse_config, read_engine_config
+from harness.model.json import Json
 from harness.model.limits import EngineLimits
 
 CONFIGS = Path(__file__).resolve().parents[2] / "data" / "configs"
@@ -150,7 +151,7 @@ CONFIGISH = st.recursive(JSON, lambda inner: st.dictionaries(KEYS, inner, max_si
 
 @settings(max_examples=400, deadline=None)
 @given(CONFIGISH)
-def test_readers_either_read_or_raise_one_clear_error(config: object) -> None:
+def test_readers_either_read_or_raise_one_clear_error(config: Json) -> None:
     """Whatever the JSON holds, the reader returns limits or an EngineError naming the file."""
     try:
         limits = parse_config(config, "x/config.json")

@@ -6,16 +6,17 @@ from pathlib import Path
 import pytest
 
 from harness.config import parse_size
-from harness.engines.ranks import world_size
 from harness.errors import ConfigError
 from harness.limits.engine_config import parse_config
 from harness.limits.preflight import check_cell, gpu_memory, kv_cache_bytes, memory_budget
+from harness.limits.ranks import world_size
 from harness.model.cell import Cell
+from harness.model.json import JsonObject
 from harness.model.limits import EngineLimits, LimitCheck
 from harness.model.vocab import CheckStatus
 
 CONFIGS = Path(__file__).resolve().parents[2] / "data" / "configs"
-MISTRAL = {
+MISTRAL: JsonObject = {
     "version": "0.13.0",
     "pretrained_config": {
         "architecture": "MistralForCausalLM",

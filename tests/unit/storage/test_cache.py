@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import RunConfig
-from harness.pipeline import RunResult, run
+from harness.pipeline import RunOutcome, run
 from tests.integration.toy_engine import ToyEngine
 
 
@@ -29,9 +29,8 @@ def _run(engine: str | None, dataset: Path, tmp: Path, name: str, **options: str
     return RunConfig.from_options(values)
 
 
-def _numbers(result: RunResult) -> list[list[float]]:
-    assert result.report_dir is not None
-    report = json.loads((result.report_dir / "report.json").read_text())
+def _numbers(result: RunOutcome) -> list[list[float]]:
+    report = json.loads((result.folder / "report.json").read_text())
     return [[p["agreement"] for p in c["positions"]] for c in report["cells"]]
 
 
@@ -40,38 +39,38 @@ def test_rerun_comes_from_the_cache_with_identical_numbers(
 ) -> None:
     engine = str(engine_factory(8, 4))
     first = run(_run(engine, small_dataset, tmp_path, "r1"))
-    assert isinstance(first, RunResult) and first.cache is not None
-    assert first.cache.enabled and first.cache.batches_generated == 32  # 16 x bs1 + 16 x bs2
-    assert first.cache.generations_from_cache == 0
+    assert isinstance(first, RunOutcome) and first.report.cache is not None
+    assert first.report.cache.enabled and first.report.cache.batches_generated == 32  # 16 x bs1 + 16 x bs2
+    assert first.report.cache.generations_from_cache == 0
     second = run(_run(engine, small_dataset, tmp_path, "r2", tolerance="0.05"))
-    assert isinstance(second, RunResult) and second.cache is not None and second.report_dir is not None
-    assert second.cache.batches_generated == 0  # the engine was not called
-    assert second.cache.generations_from_cache == 16 + 32
+    assert isinstance(second, RunOutcome) and second.report.cache is not None
+    assert second.report.cache.batches_generated == 0  # the engine was not called
+    assert second.report.cache.generations_from_cache == 16 + 32
     assert _numbers(first) == _numbers(second)
-    assert "48 generations from the cache" in (second.report_dir / "report.md").read_text()
+    assert "48 generations from the cache" in (second.folder / "report.md").read_text()
 
-    assert first.cache.folder is not None
-    entries = sorted(Path(first.cache.folder).rglob("*.json"))
+    assert first.report.cache.folder is not None
+    entries = sorted(Path(first.report.cache.folder).rglob("*.json"))
     entries[0].write_text("{truncated")  # a damaged entry is generated again, and rewritten
     third = run(_run(engine, small_dataset, tmp_path, "r3"))
-    assert isinstance(third, RunResult) and third.cache is not None
-    assert third.cache.batches_generated == 1 and _numbers(third) == _numbers(first)
+    assert isinstance(third, RunOutcome) and third.report.cache is not None
+    assert third.report.cache.batches_generated == 1 and _numbers(third) == _numbers(first)
     assert json.loads(entries[0].read_text())["outputs"]
 
     off = run(_run(engine, small_dataset, tmp_path, "r4", no_cache=True))
-    assert isinstance(off, RunResult) and off.cache is not None
-    assert not off.cache.enabled and off.cache.batches_generated == 32
-    assert off.cache.reason == "off (--no-cache)"
+    assert isinstance(off, RunOutcome) and off.report.cache is not None
+    assert not off.report.cache.enabled and off.report.cache.batches_generated == 32
+    assert off.report.cache.reason == "off (--no-cache)"
 
 
 def test_engines_without_a_directory_are_not_cached(tmp_path: Path, small_dataset: Path) -> None:
     # run() adopts any object with generate(); harness annotates it Engine (the full protocol)
     result = run(
         _run(None, small_dataset, tmp_path, "r"),
-        engine=ToyEngine(None, broken_from=-1),  # type: ignore[arg-type]
+        engine=ToyEngine(None, broken_from=-1),
     )
-    assert isinstance(result, RunResult) and result.cache is not None
-    assert not result.cache.enabled and "no directory" in result.cache.reason
+    assert isinstance(result, RunOutcome) and result.report.cache is not None
+    assert not result.report.cache.enabled and "no directory" in result.report.cache.reason
 
 
 def test_a_cache_that_cannot_be_written_stops_caching_not_the_run(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from harness.config import RunConfig
-from harness.pipeline import RunResult, run
+from harness.pipeline import RunOutcome, run
 
 HERE = Path(__file__).resolve().parents[2] / "integration"
 
@@ -33,8 +33,8 @@ def _run(tmp: Path, dataset: Path, **options: str) -> dict[str, Any]:
         **options,
     }
     result = run(RunConfig.from_options(values))
-    assert isinstance(result, RunResult) and result.report_dir is not None
-    report: dict[str, Any] = json.loads((result.report_dir / "report.json").read_text())
+    assert isinstance(result, RunOutcome)
+    report: dict[str, Any] = json.loads((result.folder / "report.json").read_text())
     return report
 
 

@@ -62,12 +62,14 @@ def test_generations_file_holds_every_output_and_beam_where_it_sat(
     """generations.jsonl, written cell by cell, holds every output the engine gave, at the
     position it sat at, with every beam (sparse positions left out); the run keeps only
     where each position's rows start and reads the same texts back from there."""
-    from harness.config import RunConfig
+    from harness.config import DatasetOptions, RunConfig
     from harness.model.vocab import Rotation
-    from harness.pipeline import RunResult, execute, prepare
+    from harness.pipeline import RunOutcome, execute, prepare
+    from harness.stages.generate import generate_all
+    from harness.storage.generations import GenerationsLog
 
     config = RunConfig(
-        dataset=str(small_dataset),
+        data=DatasetOptions(dataset=str(small_dataset)),
         batch_sizes=(1, 2),
         beam_widths=(1, 2),
         rotation=Rotation(rotation),
@@ -75,10 +77,10 @@ def test_generations_file_holds_every_output_and_beam_where_it_sat(
         report_dir=tmp_path / "streamed",
     )
     # prepare() adopts any object with generate(); harness annotates it Engine (the full protocol)
-    prep = prepare(config, engine=BeamEcho())  # type: ignore[arg-type]
+    prep = prepare(config, engine=BeamEcho())
     ids = [d.id for d in prep.dataset.documents]
     result = execute(prep)
-    assert isinstance(result, RunResult) and result.report_dir is not None
+    assert isinstance(result, RunOutcome)
     expected = []
     for cell in prep.plan.all_cells:
         seated = sorted(
@@ -92,9 +94,15 @@ def test_generations_file_holds_every_output_and_beam_where_it_sat(
             if cell.beam_width > 1:
                 row["beams"] = [f"{best} #{k}" for k in range(cell.beam_width)]
             expected.append(row)
-    lines = (result.report_dir / "generations.jsonl").read_text(encoding="utf-8").splitlines()
+    lines = (result.folder / "generations.jsonl").read_text(encoding="utf-8").splitlines()
     assert [json.loads(line) for line in lines] == expected
-    for out in result.outputs:
+    # the generate stage keeps where each position's rows start and reads the texts back from there
+    log = GenerationsLog(tmp_path / "again.jsonl", ids, root=tmp_path)
+    try:
+        generated = generate_all(prepare(config, engine=BeamEcho()), log=log)
+    finally:
+        log.close()
+    for out in generated.outputs.values():
         assert out.texts.spill is not None
         for position, texts in enumerate(out.texts.rows()):
             assert texts == tuple(

@@ -8,20 +8,21 @@ import pytest
 
 from harness.config import DecodingSettings
 from harness.errors import GoldensError
-from harness.inputs.data import Dataset, Document, content_hash
+from harness.inputs.data import dataset_of
+from harness.model.dataset import Dataset, Document
 from harness.storage.goldens import GoldenSet, GoldensStore
 
 
 def _dataset(text: str = "a") -> Dataset:
     docs = (Document("d0", text, "s0"), Document("d1", "b", "s1"))
-    return Dataset(name="mine", path="mine.jsonl", documents=docs, hash=content_hash(docs))
+    return dataset_of(docs, name="mine", path="mine.jsonl")
 
 
 def _golden(ds: Dataset, settings: DecodingSettings) -> GoldenSet:
     return GoldenSet(
         identity="sha256:" + "ab" * 32,
-        dataset_name=ds.name,
-        dataset_hash=ds.hash,
+        dataset_name=ds.info.name,
+        dataset_hash=ds.info.hash,
         settings=settings.as_dict(),
         outputs={"d0": "x", "d1": "y"},
         source={},

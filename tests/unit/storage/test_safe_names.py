@@ -11,7 +11,8 @@ import pytest
 
 from harness.config import DecodingSettings
 from harness.errors import GoldensError
-from harness.inputs.data import Dataset, Document, content_hash
+from harness.inputs.data import dataset_of
+from harness.model.dataset import Dataset, Document
 from harness.storage.atomic import safe_name
 from harness.storage.goldens import GoldenSet, GoldensStore
 
@@ -77,7 +78,7 @@ def test_no_two_of_many_names_share_a_file() -> None:
 
 def _dataset(name: str, text: str) -> Dataset:
     docs = (Document("d0", text, "s0"),)
-    return Dataset(name=name, path=f"{name}.jsonl", documents=docs, hash=content_hash(docs))
+    return dataset_of(docs, name=name, path=f"{name}.jsonl")
 
 
 def _outputs(golden: GoldenSet | None) -> dict[str, str]:
@@ -89,8 +90,8 @@ def _outputs(golden: GoldenSet | None) -> dict[str, str]:
 def _golden(ds: Dataset, output: str) -> GoldenSet:
     return GoldenSet(
         identity=IDENT,
-        dataset_name=ds.name,
-        dataset_hash=ds.hash,
+        dataset_name=ds.info.name,
+        dataset_hash=ds.info.hash,
         settings=DecodingSettings(1, 8).as_dict(),
         outputs={"d0": output},
         source={},
@@ -111,8 +112,8 @@ def test_goldens_an_older_harness_wrote_are_read_where_they_lie(tmp_path: Path) 
     taken for (or overwritten by) the goldens of ``news-a``, whose file that name is now."""
     store, st = GoldensStore(tmp_path), DecodingSettings(1, 8)
     a, b = _dataset("news a", "first"), _dataset("news-a", "second")
-    old = store.legacy_path_for(IDENT, a.name, 1)
-    assert old is not None and old == store.path_for(IDENT, b.name, 1)
+    old = store.legacy_path_for(IDENT, a.info.name, 1)
+    assert old is not None and old == store.path_for(IDENT, b.info.name, 1)
     old.parent.mkdir(parents=True)
     old.write_text(json.dumps(_golden(a, "A").as_dict()))
     before = old.read_bytes()

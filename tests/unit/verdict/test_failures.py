@@ -7,7 +7,7 @@ from harness.model.cell import Cell
 from harness.model.limits import EngineLimits, LimitCheck, overflow_positions
 from harness.model.report import CellResult
 from harness.model.vocab import CheckStatus, FindingKind, Layout, Verdict
-from harness.stages.analyse import cell_result
+from harness.verdict.decide import cell_result
 from harness.verdict.failures import limits_failure, limits_unknown, positions_failure
 
 LIMITS = EngineLimits(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import RunConfig
-from harness.pipeline import RunResult, run
+from harness.pipeline import RunOutcome, run
 
 HERE = Path(__file__).resolve().parents[2] / "integration"
 
@@ -48,8 +48,8 @@ def test_runaway_outputs_are_scored_capped_and_reported(
     started = time.perf_counter()
     result = run(RunConfig.from_options(values))
     assert time.perf_counter() - started < 120
-    assert isinstance(result, RunResult) and result.report_dir is not None
-    report = json.loads((result.report_dir / "report.json").read_text())
+    assert isinstance(result, RunOutcome)
+    report = json.loads((result.folder / "report.json").read_text())
     assert report["verdict"] == "pass"  # the same runaway text everywhere: no position worse
     for cell in report["cells"]:
         [check] = [c for c in cell["limit_checks"] if c["name"] == "output_length"]
@@ -58,7 +58,7 @@ def test_runaway_outputs_are_scored_capped_and_reported(
             f"{n} outputs ran past 8 x --max-new-tokens words (64, at most 512 characters)"
         )
         assert cell["limits_verdict"] == "pass"
-    rows = [json.loads(line) for line in (result.report_dir / "generations.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (result.folder / "generations.jsonl").read_text().splitlines()]
     assert all(len(r["output"].split()) > 20_000 for r in rows)  # kept whole
-    md = (result.report_dir / "report.md").read_text()
+    md = (result.folder / "report.md").read_text()
     assert "- **bs2-beam1** output\\_length: 32 outputs ran past" in md  # escaped: report.md

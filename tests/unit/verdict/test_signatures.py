@@ -9,7 +9,7 @@ from harness.model.cell import Cell
 from harness.model.limits import EngineLimits
 from harness.model.vocab import Layout, Verdict
 from harness.plan import make_plan
-from harness.verdict.signatures import CellEvidence, match, shortfall
+from harness.verdict.signatures import CellEvidence, match
 
 LIMITS_8x1 = EngineLimits(layout=Layout.UNIFIED, max_batch_size=8, max_beam_width=1)
 LIMITS_8x4 = EngineLimits(layout=Layout.UNIFIED, max_batch_size=8, max_beam_width=4)
@@ -115,7 +115,7 @@ def test_full_batch_needs_a_smaller_batch_that_passes() -> None:
 def test_padding_is_told_apart_from_position_damage() -> None:
     plan = make_plan((4,), (1,), N, seed=0)
     lengths = [50 + (7 * i) % 40 for i in range(N)]
-    short = shortfall(plan, Cell(4, 1), lengths)
+    short = plan.shortfall(Cell(4, 1), lengths)
     harm = tuple(tuple(0.8 if short[p][i] > 0 else 0.0 for i in range(N)) for p in range(4))
     e = evidence(Cell(4, 1), {0, 1, 2, 3}, shorter=short, positional=False)
     e = CellEvidence(analysis=e.analysis, harm=harm, shorter=short)
@@ -178,7 +178,7 @@ def test_an_engine_wide_cause_is_named_only_where_every_failing_cell_shows_it() 
     again without it, is all-positions like the others."""
     plan = make_plan((4,), (1,), N, seed=0)
     lengths = [50 + (7 * i) % 40 for i in range(N)]
-    short = shortfall(plan, Cell(4, 1), lengths)
+    short = plan.shortfall(Cell(4, 1), lengths)
     by_length = evidence(Cell(4, 1), {0, 1, 2, 3}, shorter=short, positional=False)
     by_length = CellEvidence(
         analysis=by_length.analysis,
