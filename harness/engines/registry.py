@@ -12,9 +12,10 @@ from types import ModuleType
 from typing import Any
 
 from harness.config import BUNDLED, OPTIONS, EngineOptions, Option, is_url
-from harness.engines.base import EngineBase, as_engine, class_label
+from harness.engines.base import AdoptedEngine, EngineBase, as_engine, class_label
 from harness.errors import EngineError, describe
-from harness.limits.engine_config import load_config_json
+from harness.limits.engine_config import load_config_json, read_limits
+from harness.model.limits import EngineLimits
 from harness.model.vocab import Backend
 from harness.redact import redact_url, remember_url
 
@@ -275,4 +276,20 @@ def adopt(engine: Any, label: str | None = None, path: str | None = None) -> Eng
     label = label or class_label(engine)
     if not callable(getattr(engine, "generate", None)):
         raise EngineError(f"{label}: {type(engine).__name__} has no generate(prompts, settings)")
-    return as_engine(engine, label, path)
+    adopted = as_engine(engine, label, path)
+    if isinstance(adopted, AdoptedEngine):  # the class's own limits, else its folder's config.json
+        own = getattr(engine, "limits", None)
+        adopted.limits = own if isinstance(own, EngineLimits) else _folder_limits(path)
+    return adopted
+
+
+def _folder_limits(path: str | None) -> EngineLimits | None:
+    """The build limits of a TensorRT-LLM config.json in ``path`` (None: no folder, or none there)."""
+    if path is None or not (Path(path) / "config.json").is_file():
+        return None
+    config = load_config_json(Path(path), option="--engine")
+    return (
+        read_limits(config, str(Path(path) / "config.json"))
+        if "build_config" in config or "builder_config" in config
+        else None
+    )
