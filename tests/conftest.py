@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def small_dataset(tmp_path_factory) -> Path:
+def small_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first 16 bundled documents, as a user's JSONL file."""
     from harness.inputs.data import load_dataset
 
@@ -55,7 +56,7 @@ def small_dataset(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def engine_factory(tmp_path_factory):
+def engine_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int, int], Path]:
     """build(max_batch_size, max_beam_width) -> engine directory (cached per session)."""
     from harness.engines.emulator.build import build_engine, build_limits
 
@@ -79,7 +80,7 @@ def user_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in XDIST_WORKER_ENV}
 
 
-def run_suites(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_suites(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`pytest suites/ ARGS` in a subprocess, as a user runs it."""
     full_env = {**user_env(), **(env or {})}
     # the checkout under test, not whichever copy of the harness is installed
@@ -94,9 +95,10 @@ def run_suites(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subp
     )
 
 
-def only_report(report_dir: Path) -> dict:
+def only_report(report_dir: Path) -> dict[str, Any]:
     [path] = list(report_dir.glob("*/report.json"))
-    return json.loads(path.read_text(encoding="utf-8"))
+    report: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return report
 
 
 # What `pytest suites/` imports (hypothesis: its pytest plugin, at the end of every run),

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 
-def cache_hub_dataset(cache_dir: Path, name: str, config: str, splits: dict[str, list[dict]]) -> Path:
+def cache_hub_dataset(
+    cache_dir: Path, name: str, config: str, splits: dict[str, list[dict[str, Any]]]
+) -> Path:
     """Write ``splits`` (split -> rows) as the cached hub dataset ``name``/``config``."""
     import datasets
     from datasets.data_files import DataFilesDict

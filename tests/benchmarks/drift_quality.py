@@ -28,8 +28,10 @@ import argparse
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -37,11 +39,13 @@ from harness.config import DEFAULT_PROMPT_TEMPLATE, DecodingSettings
 from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.drift import Drift
 from harness.engines.emulator.engine import EmulatorEngine
-from harness.engines.emulator.faults import Fault
-from harness.inputs.data import build_prompt, load_dataset
+from harness.engines.emulator.faults import Fault, FaultKind
+from harness.inputs.data import Document, build_prompt, load_dataset
 from harness.model.cell import Cell
 from harness.plan import make_plan
 from harness.verdict.scoring import rouge_l
+
+_N = TypeVar("_N", int, float)
 
 
 @dataclass(frozen=True)
@@ -130,8 +134,9 @@ def gap_table(folder: Path, prompts: list[str], refs: list[str]) -> list[str]:
     settings = DecodingSettings(beam_width=1, max_new_tokens=64)
     ids = engine.tokenizer(prompts)["input_ids"]
 
-    def decode(rows: list[int], flips: dict[int, int], margin: float) -> tuple[list, list]:
-        texts, ties = [], []
+    def decode(rows: list[int], flips: dict[int, int], margin: float) -> tuple[list[str], list[list[int]]]:
+        texts: list[str] = []
+        ties: list[list[int]] = []
         for i in range(0, len(rows), 8):  # batches that fit the engine's 8 x 4 KV slots
             part = {r - i: t for r, t in flips.items() if i <= r < i + 8}
             beams, found = engine._decode(
@@ -190,8 +195,14 @@ def neutrality(folder: Path, count: int, beams: list[int], seed: int) -> list[st
     return lines
 
 
-def numbers(text: str, kind: type) -> list:
+def numbers(text: str, kind: Callable[[str], _N]) -> list[_N]:
     return [kind(x) for x in text.split(",")]
+
+
+def reference(doc: Document) -> str:
+    """A document's reference summary (every document of the bundled dataset has one)."""
+    assert doc.summary is not None
+    return doc.summary
 
 
 def main() -> None:
@@ -215,7 +226,7 @@ def main() -> None:
     torch.set_num_threads(1)
     docs = load_dataset(None).documents
     prompts = [build_prompt(DEFAULT_PROMPT_TEMPLATE, d) for d in docs]
-    refs = [d.summary for d in docs]
+    refs = [reference(d) for d in docs]
     header = (
         " rate cell         differ  bs1 refs  here refs    delta   first difference "
         "(share of words: median [p10, p90])"
@@ -230,10 +241,14 @@ def main() -> None:
             print("\n".join(gap_table(Path(tmp), prompts, refs)))
         return
     with tempfile.TemporaryDirectory() as tmp:
-        runs = [(f"drift-{r}", Drift(rate=r, seed=args.seed), None, r) for r in args.rates]
+        runs: list[tuple[str, Drift, Fault | None, float]] = [
+            (f"drift-{r}", Drift(rate=r, seed=args.seed), None, r) for r in args.rates
+        ]
         if args.truncate:
             rate = args.rates[-1]
-            runs.append((f"truncate+drift-{rate}", Drift(rate=rate, seed=args.seed), Fault("truncate"), rate))
+            runs.append(
+                (f"truncate+drift-{rate}", Drift(rate=rate, seed=args.seed), Fault(FaultKind.TRUNCATE), rate)
+            )
         print(header, flush=True)
         for name, drift, fault, rate in runs:
             results = measure(Path(tmp), name, drift, fault, prompts, args)

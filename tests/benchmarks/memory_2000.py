@@ -32,15 +32,21 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from harness.bundled.synthetic import generate  # noqa: E402
-from harness.config import RunConfig  # noqa: E402
+from harness.config import DecodingSettings, RunConfig  # noqa: E402
 from harness.pipeline import execute, prepare  # noqa: E402
+from harness.stages.run import RunResult  # noqa: E402
+
+if TYPE_CHECKING:
+    from harness.engines.base import Generation
 
 MIB = 1024 * 1024
 
@@ -51,7 +57,7 @@ class EchoEngine:
     def __init__(self, path: str | None) -> None:
         self.path = path
 
-    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         from harness.engines.base import Generation
 
         return [Generation(text=" ".join(p.split()[:40])) for p in prompts]
@@ -62,7 +68,7 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=2000)
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -89,14 +95,17 @@ def main(argv: list[str] | None = None) -> dict:
             goldens_dir=Path(tmp) / "goldens",
         )
         t0 = time.perf_counter()
-        prep = prepare(config, engine=EchoEngine(None) if args.engine == "echo" else None)
+        echo = EchoEngine(None) if args.engine == "echo" else None
+        # prepare adopts any object with generate (harness.engines.registry.adopt)
+        prep = prepare(config, engine=echo)  # type: ignore[arg-type]
         after_prepare = peak_rss_bytes()
         if args.trace:
             tracemalloc.start()
         t1 = time.perf_counter()
         result = execute(prep)
         seconds = time.perf_counter() - t1
-        figures = {
+        assert isinstance(result, RunResult) and result.report_dir is not None  # one process: rank 0
+        figures: dict[str, object] = {
             "engine": args.engine,
             "prompts": args.prompts,
             "max_new_tokens": args.max_new_tokens,

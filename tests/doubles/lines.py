@@ -4,7 +4,6 @@ installs one. Each module's docstring says what it models and where it was read 
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any
 
 import pytest
 
@@ -25,7 +24,7 @@ def line(name: str) -> ModuleType:
 
 
 @pytest.fixture(params=list(LINES))
-def trt_line(request: Any, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+def trt_line(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """Each release line's double in turn, installed as ``tensorrt_llm``."""
     module = line(request.param)
     module.install(monkeypatch)

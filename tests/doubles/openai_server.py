@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -81,10 +81,10 @@ class BehavingServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: BehavingServer
 
-    def log_message(self, *args) -> None:
+    def log_message(self, *args: Any) -> None:
         pass
 
-    def _send(self, payload: dict) -> None:
+    def _send(self, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(data)))
@@ -122,10 +122,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def behaving() -> Iterator:
+def behaving() -> Iterator[Callable[..., BehavingServer]]:
     servers: list[BehavingServer] = []
 
-    def start(**kwargs) -> BehavingServer:
+    def start(**kwargs: Any) -> BehavingServer:
         server = BehavingServer(**kwargs)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)

@@ -63,34 +63,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.doubles import trtllm_common as common
+from tests.doubles import trtllm_runners as runners
 
 VERSION = "0.13.0.dev2024082000"
 LINE = "0.12-0.13"
 
-CPP_ACCEPTED = frozenset(
-    {
-        "num_beams",
-        "top_k",
-        "top_p",
-        "top_p_min",
-        "top_p_reset_ids",
-        "top_p_decay",
-        "random_seed",
-        "temperature",
-        "min_length",
-        "beam_search_diversity_rate",
-        "repetition_penalty",
-        "presence_penalty",
-        "frequency_penalty",
-        "length_penalty",
-        "early_stopping",
-        "no_repeat_ngram_size",
-    }
-)
+# ``accepted_parameters`` of generate (model_runner_cpp.py @0.13.0.dev2024082000)
+CPP_ACCEPTED = runners.EXECUTOR_ACCEPTED | {"min_length"}
 
 
-class ModelRunnerCpp(common.ExecutorRunner):
+class ModelRunnerCpp(runners.ExecutorRunner):
     """Double of tensorrt_llm.runtime.ModelRunnerCpp 0.13.0.dev2024082000 (Executor)."""
 
     ACCEPTED = CPP_ACCEPTED
@@ -121,13 +106,7 @@ class ModelRunnerCpp(common.ExecutorRunner):
         multi_block_mode: bool | None = None,
         enable_context_fmha_fp32_acc: bool | None = None,
     ) -> ModelRunnerCpp:
-        return cls.load(
-            engine_dir,
-            rank,
-            max_batch_size,
-            max_beam_width,
-            kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
-        )
+        return cls.load(engine_dir, rank, max_batch_size, max_beam_width, kv_cache_enable_block_reuse)
 
     def width(self, beams: int) -> int:
         return self.max_beam_width
@@ -146,7 +125,7 @@ class ModelRunnerCpp(common.ExecutorRunner):
         *,
         encoder_input_ids: Any = None,
         sampling_config: Any = None,
-        lora_uids: list | None = None,
+        lora_uids: list[str] | None = None,
         streaming: bool = False,
         stopping_criteria: Any = None,
         logits_processor: Any = None,
@@ -165,20 +144,12 @@ class ModelRunnerCpp(common.ExecutorRunner):
         **kwargs: Any,
     ) -> Any:
         return self.run(
-            batch_input_ids,
-            max_new_tokens=max_new_tokens,
-            end_id=end_id,
-            pad_id=pad_id,
-            return_dict=return_dict,
-            output_sequence_lengths=output_sequence_lengths,
-            kwargs=kwargs,
+            batch_input_ids, max_new_tokens, end_id, pad_id, return_dict, output_sequence_lengths, kwargs
         )
 
 
-class ModelRunner(common.SessionRunner):
+class ModelRunner(runners.SessionRunner):
     """Double of tensorrt_llm.runtime.ModelRunner 0.13.0.dev2024082000 (positional from_dir)."""
-
-    FIELDS = common.SAMPLING_CONFIG_FIELDS
 
     @classmethod
     def from_dir(
@@ -202,7 +173,7 @@ class ModelRunner(common.SessionRunner):
         sampling_config: Any = None,
         prompt_table: Any = None,
         prompt_tasks: str | None = None,
-        lora_uids: list | None = None,
+        lora_uids: list[str] | None = None,
         streaming: bool = False,
         stopping_criteria: Any = None,
         logits_processor: Any = None,
@@ -234,27 +205,17 @@ class LLM:
         raise NotImplementedError("TEST DOUBLE: the 0.13.0.dev hlapi LLM is not modelled")
 
 
-def mpi_rank() -> int:
-    return 0
-
-
-def install(monkeypatch: Any) -> common.Recorder:
+def install(monkeypatch: pytest.MonkeyPatch) -> common.Recorder:
     """Put this double into sys.modules as ``tensorrt_llm`` 0.13.0.dev2024082000."""
-    doc = f"TEST DOUBLE of tensorrt_llm {VERSION} (tests/doubles/trtllm_0_12.py)"
-    runtime = common.module(
-        "tensorrt_llm.runtime", doc, ModelRunner=ModelRunner, ModelRunnerCpp=ModelRunnerCpp
+    return common.install_line(
+        monkeypatch,
+        VERSION,
+        "tests/doubles/trtllm_0_12.py",
+        {
+            "tensorrt_llm": {"LLM": LLM, "SamplingParams": SamplingParams},
+            "tensorrt_llm.runtime": {"ModelRunner": ModelRunner, "ModelRunnerCpp": ModelRunnerCpp},
+        },
     )
-    pkg = common.module(
-        "tensorrt_llm",
-        doc,
-        __version__=VERSION,
-        __path__=[],
-        runtime=runtime,
-        LLM=LLM,
-        SamplingParams=SamplingParams,
-        mpi_rank=mpi_rank,
-    )
-    return common.install_modules(monkeypatch, {"tensorrt_llm": pkg, "tensorrt_llm.runtime": runtime})
 
 
 def make_engine_dir(path: Path, **kwargs: Any) -> Path:

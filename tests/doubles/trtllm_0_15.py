@@ -48,41 +48,25 @@ v0.16.0 = 42a7b09), as stored in the index:
 
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.doubles import trtllm_common as common
+from tests.doubles import trtllm_llmapi as llm_api
+from tests.doubles import trtllm_runners as runners
+from tests.doubles.trtllm_llmapi import BuildConfig
 
 VERSION = "0.16.0"
 LINE = "0.15-0.16"
 
-CPP_ACCEPTED = frozenset(
-    {
-        "num_beams",
-        "top_k",
-        "top_p",
-        "top_p_min",
-        "top_p_reset_ids",
-        "top_p_decay",
-        "temperature",
-        "min_tokens",
-        "beam_search_diversity_rate",
-        "repetition_penalty",
-        "presence_penalty",
-        "frequency_penalty",
-        "length_penalty",
-        "early_stopping",
-        "no_repeat_ngram_size",
-        "random_seed",
-        "num_return_sequences",
-    }
-)
+# ``accepted_parameters`` of generate (model_runner_cpp.py @8f91cff)
+CPP_ACCEPTED = runners.EXECUTOR_ACCEPTED | {"min_tokens", "num_return_sequences"}
 
 
-class ModelRunnerCpp(common.ExecutorRunner):
+class ModelRunnerCpp(runners.ExecutorRunner):
     """Double of tensorrt_llm.runtime.ModelRunnerCpp 0.15/0.16 ([batch, num_beams, ...])."""
 
     ACCEPTED = CPP_ACCEPTED
@@ -121,13 +105,7 @@ class ModelRunnerCpp(common.ExecutorRunner):
         is_orchestrator_mode: bool = False,
         use_runtime_defaults: bool = True,
     ) -> ModelRunnerCpp:
-        return cls.load(
-            engine_dir,
-            rank,
-            max_batch_size,
-            max_beam_width,
-            kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
-        )
+        return cls.load(engine_dir, rank, max_batch_size, max_beam_width, kv_cache_enable_block_reuse)
 
     def generate(
         self,
@@ -139,7 +117,7 @@ class ModelRunnerCpp(common.ExecutorRunner):
         encoder_output_lengths: Any = None,
         cross_attention_masks: Any = None,
         sampling_config: Any = None,
-        lora_uids: list | None = None,
+        lora_uids: list[str] | None = None,
         lookahead_config: list[int] | None = None,
         streaming: bool = False,
         stopping_criteria: Any = None,
@@ -160,20 +138,12 @@ class ModelRunnerCpp(common.ExecutorRunner):
         **kwargs: Any,
     ) -> Any:
         return self.run(
-            batch_input_ids,
-            max_new_tokens=max_new_tokens,
-            end_id=end_id,
-            pad_id=pad_id,
-            return_dict=return_dict,
-            output_sequence_lengths=output_sequence_lengths,
-            kwargs=kwargs,
+            batch_input_ids, max_new_tokens, end_id, pad_id, return_dict, output_sequence_lengths, kwargs
         )
 
 
-class ModelRunner(common.SessionRunner):
+class ModelRunner(runners.SessionRunner):
     """Double of tensorrt_llm.runtime.ModelRunner 0.15/0.16 (keyword-only from_dir)."""
-
-    FIELDS = common.SAMPLING_CONFIG_FIELDS
 
     @classmethod
     def from_dir(
@@ -200,7 +170,7 @@ class ModelRunner(common.SessionRunner):
         sampling_config: Any = None,
         prompt_table: Any = None,
         prompt_tasks: Any = None,
-        lora_uids: list | None = None,
+        lora_uids: list[str] | None = None,
         streaming: bool = False,
         stopping_criteria: Any = None,
         logits_processor: Any = None,
@@ -211,15 +181,9 @@ class ModelRunner(common.SessionRunner):
 
 
 @dataclass(kw_only=True)
-class SamplingParams:
+class SamplingParams(llm_api.OpenAiSampling):
     """Double of the 0.15/0.16-era SamplingParams (HF or OpenAI style beam parameters)."""
 
-    end_id: int | None = None
-    pad_id: int | None = None
-    max_tokens: int = 32
-    n: int = 1
-    best_of: int | None = None
-    use_beam_search: bool = False
     beam_width: int = 1
     num_return_sequences: int | None = None
     top_k: int | None = None
@@ -231,8 +195,7 @@ class SamplingParams:
     detokenize: bool = True
 
     def __post_init__(self) -> None:
-        if self.pad_id is None:
-            self.pad_id = self.end_id
+        self._pad_as_end()
         hf_style = self.beam_width > 1 or self.num_return_sequences
         if hf_style and (self.n > 1 or self.best_of or self.use_beam_search):
             raise ValueError(
@@ -247,23 +210,15 @@ class SamplingParams:
         self._validate()
 
     def _validate(self) -> None:
-        if self.best_of > 1 and self.best_of < self.n:
+        best_of = self.best_of
+        assert best_of is not None  # set to n by __post_init__
+        if best_of > 1 and best_of < self.n:
             raise ValueError(
                 f"In beam search, beam_width ({self.beam_width}) must be greater than or "
                 f"equal to num_return_sequences ({self.num_return_sequences})."
             )
         greedy = not self.use_beam_search and self.top_k in (None, 1) and self.top_p in (None, 0.0)
-        if self.best_of > 1 and greedy and not os.environ.get("TLLM_ALLOW_N_GREEDY_DECODING"):
-            raise ValueError(
-                f"Greedy decoding in the LLM API does not allow multiple returns. Please "
-                f"set to best_of=1, got best_of={self.best_of}. Please set to best_of=1 or "
-                "set an environment variable TLLM_ALLOW_N_GREEDY_DECODING=1 to allow "
-                "best_of > 1 under the greedy decoding."
-            )
-
-    def executor_beam_width(self) -> int:
-        """``_get_sampling_config``: beam_width = best_of with beam search, else 1."""
-        return self.best_of if self.use_beam_search else 1
+        self._refuse_greedy_best_of(greedy)
 
 
 class KvCacheConfig:
@@ -276,35 +231,10 @@ class KvCacheConfig:
         self.enable_block_reuse = enable_block_reuse
 
 
-def block_reuse(kv_cache_config: Any) -> bool:
-    """What the executor runs with: the given config's, else the default's."""
-    return bool((kv_cache_config or KvCacheConfig()).enable_block_reuse)
-
-
 @dataclass(kw_only=True)
-class BuildConfig:
-    """Double of tensorrt_llm.BuildConfig (the fields the LLM API reads here)."""
-
-    max_input_len: int = 1024
-    max_seq_len: int | None = None
-    max_batch_size: int = 2048
-    max_beam_width: int = 1
-    max_num_tokens: int = 8192
-
-
-@dataclass(kw_only=True)
-class LlmArgs:
+class LlmArgs(llm_api.LlmArgsBase):
     """Double of the 0.15/0.16 LlmArgs: a plain dataclass, no ``max_beam_width``."""
 
-    model: str
-    tokenizer: Any = None
-    tokenizer_mode: str = "auto"
-    skip_tokenizer_init: bool = False
-    trust_remote_code: bool = False
-    tensor_parallel_size: int = 1
-    dtype: str = "auto"
-    revision: str | None = None
-    tokenizer_revision: str | None = None
     speculative_model: str | None = None
     build_config: BuildConfig | None = None
     kv_cache_config: Any = None
@@ -318,16 +248,17 @@ class LlmArgs:
 
 
 def _engine_build_config(model: str) -> BuildConfig | None:
-    config = json.loads((Path(model) / "config.json").read_text())
+    config = common.engine_config(model)
     if "build_config" not in config:
         return None  # a checkpoint: the LLM builds an engine with args.build_config
-    build = config["build_config"]
-    names = {f.name for f in fields(BuildConfig)}
-    return BuildConfig(**{k: v for k, v in build.items() if k in names})
+    return BuildConfig.of(config["build_config"])
 
 
-class LLM:
+class LLM(llm_api.LlmApi[SamplingParams]):
     """Double of tensorrt_llm.LLM 0.16 (TensorRT engines; checkpoints are built first)."""
+
+    SAMPLING_PARAMS = SamplingParams
+    KV_CACHE_CONFIG = KvCacheConfig
 
     def __init__(
         self,
@@ -343,28 +274,12 @@ class LLM:
         speculative_model: str | None = None,
         **kwargs: Any,
     ) -> None:
-        self.args = LlmArgs.from_kwargs(
-            model=model,
-            tokenizer=tokenizer,
-            trust_remote_code=trust_remote_code,
-            tokenizer_mode=tokenizer_mode,
-            dtype=dtype,
-            **kwargs,
-        )
+        named = llm_api.named_args(model, tokenizer, trust_remote_code, tokenizer_mode, dtype)
+        self.args = LlmArgs.from_kwargs(**named, **kwargs)
         self.args.build_config = _engine_build_config(model) or self.args.build_config or BuildConfig()
         if self.args.build_config.max_seq_len is None:
             self.args.build_config.max_seq_len = 2048  # a checkpoint's build (default inferred)
-        self.tokenizer = common.hf_tokenizer(str(tokenizer or model), trust_remote_code)
-        common.record_load(
-            "tensorrt_llm.LLM",
-            model=model,
-            tokenizer=tokenizer,
-            trust_remote_code=trust_remote_code,
-            block_reuse=block_reuse(self.args.kv_cache_config),
-            **kwargs,
-        )
-        self._executor: Any = common.Executor(self.args.build_config.max_beam_width)
-        self._next_id = 0
+        self._start("tensorrt_llm.LLM", self.args, kwargs, self.args.build_config.max_beam_width)
 
     def generate(
         self,
@@ -374,43 +289,16 @@ class LLM:
         lora_request: Any = None,
         prompt_adapter_request: Any = None,
     ) -> Any:
-        batch = inputs if isinstance(inputs, list) else [inputs]
-        common.RECORDER.calls.append(
-            {
-                "runner": "LLM",
-                "prompts": list(batch),
-                "sampling_params": sampling_params,
-                "use_tqdm": use_tqdm,
-            }
-        )
-        outs = [self._one(prompt, sampling_params, i) for i, prompt in enumerate(batch)]
-        return outs if isinstance(inputs, list) else outs[0]
+        return self._generate(inputs, sampling_params, use_tqdm)
 
-    def _one(self, prompt: str, sp: Any, position: int) -> common.RequestOutput:
-        if not isinstance(sp, SamplingParams):
-            raise TypeError(f"The sampling_params must be type SamplingParams or None, but got {type(sp)}")
+    def _running(self) -> runners.Executor:
         if self._executor is None or not self._executor.alive:
             raise RuntimeError("the LLM's executor was shut down")
-        self._check_arguments(len(self.tokenizer(prompt)["input_ids"]), sp)
-        if sp.executor_beam_width() > self._executor.max_beam_width:
-            raise RuntimeError(
-                f"TEST DOUBLE: request beam width {sp.executor_beam_width()} above the "
-                f"executor's max_beam_width {self._executor.max_beam_width} (the C++ "
-                "check's text is not modelled)"
-            )
-        self._next_id += 1
-        return common.request_output(
-            self.tokenizer,
-            self._next_id,
-            prompt,
-            position,
-            n=sp.n,
-            max_tokens=sp.max_tokens,
-            end_id=sp.end_id,
-        )
+        return self._executor
 
     def _check_arguments(self, prompt_len: int, sp: SamplingParams) -> None:
         build = self.args.build_config
+        assert build is not None and build.max_seq_len is not None  # set by __init__
         if not self.args.enable_chunked_prefill and prompt_len + sp.max_tokens > build.max_seq_len:
             raise ValueError(
                 f"The sum of prompt length ({prompt_len}) and max_tokens ({sp.max_tokens}) "
@@ -422,48 +310,32 @@ class LLM:
                 f"max_beam_width ({build.max_beam_width})"
             )
 
+    def _verify_request(self, executor: runners.Executor, width: int) -> None:
+        if width > executor.max_beam_width:
+            raise RuntimeError(
+                f"TEST DOUBLE: request beam width {width} above the executor's max_beam_width "
+                f"{executor.max_beam_width} (the C++ check's text is not modelled)"
+            )
+
     def _shutdown(self) -> None:
-        if getattr(self, "_executor", None) is not None:
-            self._executor.shutdown()
-            self._executor = None
+        self._stop()
 
 
-def mpi_rank() -> int:
-    return 0
-
-
-def install(monkeypatch: Any) -> common.Recorder:
+def install(monkeypatch: pytest.MonkeyPatch) -> common.Recorder:
     """Put this double into sys.modules as ``tensorrt_llm`` 0.16.0."""
-    doc = f"TEST DOUBLE of tensorrt_llm {VERSION} (tests/doubles/trtllm_0_15.py)"
-    runtime = common.module(
-        "tensorrt_llm.runtime", doc, ModelRunner=ModelRunner, ModelRunnerCpp=ModelRunnerCpp
-    )
-    llmapi = common.module(
-        "tensorrt_llm.llmapi",
-        doc,
-        __path__=[],
-        LLM=LLM,
-        SamplingParams=SamplingParams,
-        KvCacheConfig=KvCacheConfig,
-    )
-    pkg = common.module(
-        "tensorrt_llm",
-        doc,
-        __version__=VERSION,
-        __path__=[],
-        runtime=runtime,
-        LLM=LLM,
-        LlmArgs=LlmArgs,
-        SamplingParams=SamplingParams,
-        BuildConfig=BuildConfig,
-        mpi_rank=mpi_rank,
-        llmapi=llmapi,
-    )
-    return common.install_modules(
+    llmapi = {"__path__": [], "LLM": LLM, "SamplingParams": SamplingParams, "KvCacheConfig": KvCacheConfig}
+    return common.install_line(
         monkeypatch,
+        VERSION,
+        "tests/doubles/trtllm_0_15.py",
         {
-            "tensorrt_llm": pkg,
-            "tensorrt_llm.runtime": runtime,
+            "tensorrt_llm": {
+                "LLM": LLM,
+                "LlmArgs": LlmArgs,
+                "SamplingParams": SamplingParams,
+                "BuildConfig": BuildConfig,
+            },
+            "tensorrt_llm.runtime": {"ModelRunner": ModelRunner, "ModelRunnerCpp": ModelRunnerCpp},
             "tensorrt_llm.llmapi": llmapi,
             "tensorrt_llm._tensorrt_engine": None,
         },
@@ -471,4 +343,5 @@ def install(monkeypatch: Any) -> common.Recorder:
 
 
 def make_engine_dir(path: Path, **kwargs: Any) -> Path:
+    """A unified engine directory whose config.json says 0.16.0 (the 0.13 sample, version set)."""
     return common.make_engine_dir(path, version=VERSION, **kwargs)

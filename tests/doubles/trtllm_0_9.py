@@ -52,48 +52,20 @@ not read), the MPI world-size assertion, LoRA, streaming, the hlapi ``LLM`` beyo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.doubles import trtllm_common as common
+from tests.doubles import trtllm_runners as runners
 from tests.doubles.trtllm_common import Limits
 
 VERSION = "0.9.0"
 LINE = "0.9"
 
-# tensorrt_llm.runtime.SamplingConfig fields at v0.9.0 (generation.py)
-SAMPLING_FIELDS = frozenset(
-    {
-        "end_id",
-        "pad_id",
-        "max_new_tokens",
-        "num_beams",
-        "max_attention_window_size",
-        "sink_token_length",
-        "output_sequence_lengths",
-        "return_dict",
-        "stop_words_list",
-        "bad_words_list",
-        "temperature",
-        "top_k",
-        "top_p",
-        "top_p_decay",
-        "top_p_min",
-        "top_p_reset_ids",
-        "length_penalty",
-        "early_stopping",
-        "repetition_penalty",
-        "min_length",
-        "presence_penalty",
-        "frequency_penalty",
-        "use_beam_hyps",
-        "beam_search_diversity_rate",
-        "random_seed",
-        "output_cum_log_probs",
-        "output_log_probs",
-    }
-)
+# tensorrt_llm.runtime.SamplingConfig fields at v0.9.0 (generation.py): no no_repeat_ngram_size yet
+SAMPLING_FIELDS = runners.SAMPLING_CONFIG_FIELDS - {"no_repeat_ngram_size"}
 SAMPLING_DEFAULTS = {
     "end_id": None,
     "pad_id": None,
@@ -103,10 +75,6 @@ SAMPLING_DEFAULTS = {
     "output_sequence_lengths": False,
     "return_dict": False,
 }
-
-
-def _config(engine_dir: str) -> dict[str, Any]:
-    return json.loads((Path(engine_dir) / "config.json").read_text())
 
 
 def _cpp_limits(config: dict[str, Any]) -> tuple[Limits, str]:
@@ -144,6 +112,13 @@ def _python_limits(config: dict[str, Any]) -> Limits:
 class SamplingConfig:
     """Double of tensorrt_llm.runtime.SamplingConfig 0.9 (``update`` drops unknown keys)."""
 
+    end_id: int | None
+    pad_id: int | None
+    max_new_tokens: int
+    num_beams: int
+    return_dict: bool
+    output_sequence_lengths: bool
+
     def __init__(self, end_id: int | None, pad_id: int | None, **values: Any) -> None:
         for key, default in SAMPLING_DEFAULTS.items():
             setattr(self, key, default)
@@ -176,13 +151,16 @@ class _Runner:
     def _generate(
         self, batch_input_ids: Any, sampling_config: Any, kwargs: dict[str, Any], seq_len: int | None
     ) -> Any:
-        sc = SamplingConfig(end_id=None, pad_id=None) if sampling_config is None else sampling_config
+        sc: SamplingConfig = (
+            SamplingConfig(end_id=None, pad_id=None) if sampling_config is None else sampling_config
+        )
         sc.update(**kwargs)
         ids = common.token_lists(batch_input_ids)
         common.RECORDER.calls.append({"runner": self.name, "ids": ids, **kwargs})
         common.check_inputs(self.limits, ids, sc.max_new_tokens, sc.num_beams)
         self.decode(sc.num_beams)
         width = max(len(x) for x in ids) + sc.max_new_tokens if seq_len is None else seq_len
+        assert sc.end_id is not None  # the output's padding (the harness passes end_id)
         return common.pack(
             ids,
             beams=sc.num_beams,
@@ -214,15 +192,11 @@ class ModelRunnerCpp(_Runner):
         debug_mode: bool = False,
         lora_ckpt_source: str = "hf",
     ) -> ModelRunnerCpp:
-        limits, engine_file = _cpp_limits(_config(engine_dir))
+        limits, engine_file = _cpp_limits(common.engine_config(engine_dir))
         if not (Path(engine_dir) / engine_file).is_file():
             raise RuntimeError(f"Failed to open engine file {Path(engine_dir) / engine_file}")
-        if max_beam_width is not None:
-            assert max_beam_width <= limits.max_beam_width
-            limits.max_beam_width = max_beam_width
-        if max_batch_size is not None:
-            assert max_batch_size <= limits.max_batch_size
-            limits.max_batch_size = max_batch_size
+        limits.lower("max_beam_width", max_beam_width)
+        limits.lower("max_batch_size", max_batch_size)
         runner = cls("ModelRunnerCpp", limits)
         runner.decoder_width = limits.max_beam_width  # fixed at load: gptSession.cpp l.297-301
         common.record_load("ModelRunnerCpp", engine_dir=engine_dir, rank=rank, max_beam_width=max_beam_width)
@@ -234,7 +208,7 @@ class ModelRunnerCpp(_Runner):
         sampling_config: Any = None,
         prompt_table_path: str | None = None,
         prompt_tasks: str | None = None,
-        lora_uids: list | None = None,
+        lora_uids: list[str] | None = None,
         streaming: bool = False,
         stopping_criteria: Any = None,
         logits_processor: Any = None,
@@ -257,7 +231,7 @@ class ModelRunner(_Runner):
         medusa_choices: Any = None,
         stream: Any = None,
     ) -> ModelRunner:
-        runner = cls("ModelRunner", _python_limits(_config(engine_dir)))
+        runner = cls("ModelRunner", _python_limits(common.engine_config(engine_dir)))
         common.record_load("ModelRunner", engine_dir=engine_dir, rank=rank)
         return runner
 
@@ -267,7 +241,7 @@ class ModelRunner(_Runner):
         sampling_config: Any = None,
         prompt_table_path: str | None = None,
         prompt_tasks: str | None = None,
-        lora_uids: list | None = None,
+        lora_uids: list[str] | None = None,
         streaming: bool = False,
         stopping_criteria: Any = None,
         logits_processor: Any = None,
@@ -293,24 +267,15 @@ class LLM:
         raise NotImplementedError("TEST DOUBLE: the 0.9 hlapi LLM is not modelled beyond its signature")
 
 
-def mpi_rank() -> int:
-    return 0
-
-
-def install(monkeypatch: Any) -> common.Recorder:
+def install(monkeypatch: pytest.MonkeyPatch) -> common.Recorder:
     """Put this double into sys.modules as ``tensorrt_llm`` 0.9.0; returns a fresh Recorder."""
-    doc = "TEST DOUBLE of tensorrt_llm 0.9.0 (tests/doubles/trtllm_0_9.py)"
-    runtime = common.module(
-        "tensorrt_llm.runtime",
-        doc,
-        ModelRunner=ModelRunner,
-        ModelRunnerCpp=ModelRunnerCpp,
-        SamplingConfig=SamplingConfig,
+    runtime = {"ModelRunner": ModelRunner, "ModelRunnerCpp": ModelRunnerCpp, "SamplingConfig": SamplingConfig}
+    return common.install_line(
+        monkeypatch,
+        VERSION,
+        "tests/doubles/trtllm_0_9.py",
+        {"tensorrt_llm": {"LLM": LLM}, "tensorrt_llm.runtime": runtime},
     )
-    pkg = common.module(
-        "tensorrt_llm", doc, __version__=VERSION, __path__=[], runtime=runtime, LLM=LLM, mpi_rank=mpi_rank
-    )
-    return common.install_modules(monkeypatch, {"tensorrt_llm": pkg, "tensorrt_llm.runtime": runtime})
 
 
 def make_engine_dir(path: Path, **kwargs: Any) -> Path:

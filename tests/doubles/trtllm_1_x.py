@@ -40,14 +40,16 @@ documentation. Where a later 1.x file is the source, that is said:
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+import pytest
 
 from tests.doubles import trtllm_0_15 as line_0_15
 from tests.doubles import trtllm_common as common
+from tests.doubles import trtllm_llmapi as llm_api
+from tests.doubles import trtllm_runners as runners
 
 VERSION = "1.0.0"
 LINE = "1.x"
@@ -72,15 +74,9 @@ class ModelRunner(line_0_15.ModelRunner):
 
 
 @dataclass(slots=True, kw_only=True)
-class SamplingParams:
+class SamplingParams(llm_api.OpenAiSampling):
     """Double of the 1.x SamplingParams (OpenAI-style n/best_of/use_beam_search only)."""
 
-    end_id: int | None = None
-    pad_id: int | None = None
-    max_tokens: int = 32
-    n: int = 1
-    best_of: int | None = None
-    use_beam_search: bool = False
     top_k: int | None = None
     top_p: float | None = None
     temperature: float | None = None
@@ -89,18 +85,11 @@ class SamplingParams:
     detokenize: bool = True
 
     def __post_init__(self) -> None:
-        if self.pad_id is None:
-            self.pad_id = self.end_id
-        self.best_of = self.best_of or self.n
-        if self.best_of < self.n:
-            raise ValueError(f"best_of ({self.best_of}) cannot be less than n ({self.n})")
-        if self.best_of > 1 and self._greedy_decoding and not os.environ.get("TLLM_ALLOW_N_GREEDY_DECODING"):
-            raise ValueError(
-                f"Greedy decoding in the LLM API does not allow multiple returns. Please "
-                f"set to best_of=1, got best_of={self.best_of}. Please set to best_of=1 or "
-                "set an environment variable TLLM_ALLOW_N_GREEDY_DECODING=1 to allow "
-                "best_of > 1 under the greedy decoding."
-            )
+        self._pad_as_end()
+        self.best_of = best_of = self.best_of or self.n
+        if best_of < self.n:
+            raise ValueError(f"best_of ({best_of}) cannot be less than n ({self.n})")
+        self._refuse_greedy_best_of(self._greedy_decoding)
 
     @property
     def _greedy_decoding(self) -> bool:
@@ -111,9 +100,6 @@ class SamplingParams:
             or self.temperature == 0
         )
         return not self.use_beam_search and implied
-
-    def executor_beam_width(self) -> int:
-        return self.best_of if self.use_beam_search else 1
 
 
 @dataclass(kw_only=True)
@@ -126,22 +112,8 @@ class KvCacheConfig:
     free_gpu_memory_fraction: float | None = None
 
 
-def block_reuse(kv_cache_config: Any) -> bool:
-    """What the executor runs with: the given config's, else the default's (on)."""
-    return bool((kv_cache_config or KvCacheConfig()).enable_block_reuse)
-
-
 @dataclass(kw_only=True)
-class _CommonArgs:
-    model: str
-    tokenizer: Any = None
-    tokenizer_mode: str = "auto"
-    skip_tokenizer_init: bool = False
-    trust_remote_code: bool = False
-    tensor_parallel_size: int = 1
-    dtype: str = "auto"
-    revision: str | None = None
-    tokenizer_revision: str | None = None
+class _CommonArgs(llm_api.LlmArgsBase):
     max_beam_width: int | None = None
     max_batch_size: int | None = None
     max_num_tokens: int | None = None
@@ -158,12 +130,17 @@ class TorchLlmArgs(_CommonArgs):
 
 @dataclass(kw_only=True)
 class TrtLlmArgs(_CommonArgs):
-    build_config: Any = None
+    build_config: llm_api.BuildConfig | None = None
 
 
-class _BaseLLM:
-    ARGS: type = TorchLlmArgs
+_A = TypeVar("_A", bound=_CommonArgs)
+
+
+class _BaseLLM(llm_api.LlmApi[SamplingParams], Generic[_A]):
+    ARGS: type[_A]
     BACKEND = "pytorch"
+    SAMPLING_PARAMS = SamplingParams
+    KV_CACHE_CONFIG = KvCacheConfig
 
     def __init__(
         self,
@@ -184,25 +161,13 @@ class _BaseLLM:
                 raise ValueError(f"{self.__class__.__name__} got invalid argument: {key}")
         kwargs.pop("backend", None)
         self.args = self.ARGS(
-            model=model,
-            tokenizer=tokenizer,
-            trust_remote_code=trust_remote_code,
-            tokenizer_mode=tokenizer_mode,
-            dtype=dtype,
-            **kwargs,
+            **llm_api.named_args(model, tokenizer, trust_remote_code, tokenizer_mode, dtype), **kwargs
         )
         self._setup()
-        self.tokenizer = common.hf_tokenizer(str(tokenizer or model), trust_remote_code)
-        common.record_load(
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            model=model,
-            tokenizer=tokenizer,
-            trust_remote_code=trust_remote_code,
-            block_reuse=block_reuse(self.args.kv_cache_config),
-            **kwargs,
+        assert self.args.max_beam_width is not None  # set by _setup
+        self._start(
+            f"{type(self).__module__}.{type(self).__qualname__}", self.args, kwargs, self.args.max_beam_width
         )
-        self._executor: Any = common.Executor(self.args.max_beam_width)
-        self._next_id = 0
 
     def _setup(self) -> None:
         if self.args.max_beam_width is None:
@@ -220,40 +185,17 @@ class _BaseLLM:
         scheduling_params: Any = None,
         cache_salt: Any = None,
     ) -> Any:
-        batch = inputs if isinstance(inputs, list) else [inputs]
-        common.RECORDER.calls.append(
-            {
-                "runner": "LLM",
-                "prompts": list(batch),
-                "sampling_params": sampling_params,
-                "use_tqdm": use_tqdm,
-            }
-        )
-        outs = [self._one(prompt, sampling_params, i) for i, prompt in enumerate(batch)]
-        return outs if isinstance(inputs, list) else outs[0]
+        return self._generate(inputs, sampling_params, use_tqdm)
 
-    def _one(self, prompt: str, sp: Any, position: int) -> common.RequestOutput:
-        if not isinstance(sp, SamplingParams):
-            raise TypeError(f"The sampling_params must be type SamplingParams or None, but got {type(sp)}")
+    def _running(self) -> runners.Executor:
         if self._executor is None:
             raise RuntimeError("the LLM was shut down")
-        self._check_arguments(len(self.tokenizer(prompt)["input_ids"]), sp)
-        self._verify_request(sp.executor_beam_width())
-        self._next_id += 1
-        return common.request_output(
-            self.tokenizer,
-            self._next_id,
-            prompt,
-            position,
-            n=sp.n,
-            max_tokens=sp.max_tokens,
-            end_id=sp.end_id,
-        )
+        return self._executor
 
     def _check_arguments(self, prompt_len: int, sp: SamplingParams) -> None:
         return  # the PyTorch backend leaves the request checks to its executor
 
-    def _verify_request(self, width: int) -> None:
+    def _verify_request(self, executor: runners.Executor, width: int) -> None:
         if width != self.args.max_beam_width:
             raise RequestError(
                 f"Request beam width {width} is not equal to max_beam_width "
@@ -261,18 +203,19 @@ class _BaseLLM:
             )
 
     def shutdown(self) -> None:
-        if getattr(self, "_executor", None) is not None:
-            self._executor.shutdown()
-            self._executor = None
+        self._stop()
 
 
-class LLM(_BaseLLM):
+class LLM(_BaseLLM[TorchLlmArgs]):
     """Double of tensorrt_llm.LLM 1.x: the PyTorch backend."""
+
+    ARGS = TorchLlmArgs
 
     def _setup(self) -> None:
         super()._setup()
         a = self.args
         cuda_graphs = getattr(a, "cuda_graph_config", None)  # a field of some releases only
+        assert a.max_beam_width is not None  # set by super()._setup()
         if a.max_beam_width > 1 and (not a.disable_overlap_scheduler or cuda_graphs is not None):
             raise ValueError(
                 "TEST DOUBLE: beam search on the PyTorch backend needs "
@@ -281,87 +224,63 @@ class LLM(_BaseLLM):
             )
 
 
-class _TrtLLM(_BaseLLM):
+class _TrtLLM(_BaseLLM[TrtLlmArgs]):
     """Double of tensorrt_llm._tensorrt_engine.LLM 1.x (TensorRT engines)."""
 
     ARGS = TrtLlmArgs
     BACKEND = "tensorrt"
 
     def _setup(self) -> None:
-        config = json.loads((Path(self.args.model) / "config.json").read_text())
-        build = config.get("build_config") or {}
-        self.args.build_config = line_0_15.BuildConfig(
-            **{k: v for k, v in build.items() if k in {f.name for f in fields(line_0_15.BuildConfig)}}
-        )
+        build = common.engine_config(self.args.model).get("build_config") or {}
+        self.args.build_config = llm_api.BuildConfig.of(build)
         self.args.max_beam_width = self.args.build_config.max_beam_width
 
     def _check_arguments(self, prompt_len: int, sp: SamplingParams) -> None:
-        limit, seq = self.args.build_config.max_beam_width, self.args.build_config.max_seq_len
+        build = self.args.build_config
+        assert build is not None and build.max_seq_len is not None  # read from the engine by _setup
+        limit, seq = build.max_beam_width, build.max_seq_len
         if not self.args.enable_chunked_prefill and prompt_len + (sp.max_tokens or 0) > seq:
             raise ValueError(
                 f"The sum of prompt length ({prompt_len}) and query length (0) max_tokens "
                 f"({sp.max_tokens}) should not exceed max_seq_len ({seq})"
             )
-        if sp.use_beam_search and sp.best_of > limit:
-            which = f"n ({sp.n})" if sp.n == sp.best_of else f"best_of ({sp.best_of})"
+        best_of = sp.best_of
+        assert best_of is not None  # set to n by SamplingParams
+        if sp.use_beam_search and best_of > limit:
+            which = f"n ({sp.n})" if sp.n == best_of else f"best_of ({best_of})"
             raise ValueError(
                 f"sampling_params.{which} cannot exceed max_beam_width ({limit}) when use_beam_search is True"
             )
 
-    def _verify_request(self, width: int) -> None:
+    def _verify_request(self, executor: runners.Executor, width: int) -> None:
         return  # the C++ executor of 1.x accepts a beam width up to its maximum
 
 
 LLM.__module__ = _TrtLLM.__module__ = "tensorrt_llm.llmapi.llm"  # where 1.x defines both
 
 
-def mpi_rank() -> int:
-    return 0
-
-
-def install(monkeypatch: Any) -> common.Recorder:
+def install(monkeypatch: pytest.MonkeyPatch) -> common.Recorder:
     """Put this double into sys.modules as ``tensorrt_llm`` 1.0.0."""
-    doc = f"TEST DOUBLE of tensorrt_llm {VERSION} (tests/doubles/trtllm_1_x.py)"
-    runtime = common.module(
-        "tensorrt_llm.runtime", doc, ModelRunner=ModelRunner, ModelRunnerCpp=ModelRunnerCpp
-    )
-    engine = common.module("tensorrt_llm._tensorrt_engine", doc, LLM=_TrtLLM)
-    utils = common.module("tensorrt_llm.executor.utils", doc, RequestError=RequestError)
-    llmapi = common.module(
-        "tensorrt_llm.llmapi",
-        doc,
-        __path__=[],
-        LLM=LLM,
-        SamplingParams=SamplingParams,
-        KvCacheConfig=KvCacheConfig,
-    )
-    executor = common.module("tensorrt_llm.executor", doc, __path__=[], utils=utils)
-    pkg = common.module(
-        "tensorrt_llm",
-        doc,
-        __version__=VERSION,
-        __path__=[],
-        runtime=runtime,
-        LLM=LLM,
-        SamplingParams=SamplingParams,
-        BuildConfig=line_0_15.BuildConfig,
-        mpi_rank=mpi_rank,
-        executor=executor,
-        _tensorrt_engine=engine,
-        llmapi=llmapi,
-    )
-    return common.install_modules(
+    llmapi = {"__path__": [], "LLM": LLM, "SamplingParams": SamplingParams, "KvCacheConfig": KvCacheConfig}
+    return common.install_line(
         monkeypatch,
+        VERSION,
+        "tests/doubles/trtllm_1_x.py",
         {
-            "tensorrt_llm": pkg,
-            "tensorrt_llm.runtime": runtime,
-            "tensorrt_llm._tensorrt_engine": engine,
+            "tensorrt_llm": {
+                "LLM": LLM,
+                "SamplingParams": SamplingParams,
+                "BuildConfig": llm_api.BuildConfig,
+            },
+            "tensorrt_llm.runtime": {"ModelRunner": ModelRunner, "ModelRunnerCpp": ModelRunnerCpp},
+            "tensorrt_llm._tensorrt_engine": {"LLM": _TrtLLM},
             "tensorrt_llm.llmapi": llmapi,
-            "tensorrt_llm.executor": executor,
-            "tensorrt_llm.executor.utils": utils,
+            "tensorrt_llm.executor": {"__path__": []},
+            "tensorrt_llm.executor.utils": {"RequestError": RequestError},
         },
     )
 
 
 def make_engine_dir(path: Path, **kwargs: Any) -> Path:
+    """A unified engine directory whose config.json says 1.0.0 (the 0.13 sample, version set)."""
     return common.make_engine_dir(path, version=VERSION, **kwargs)

@@ -10,8 +10,6 @@ Shared because it is identical in the source of every line modelled:
 - the result layout of ``generate(..., return_dict=True, output_sequence_lengths=True)``: int32
   ``output_ids`` with the prompt included and end_id padding, ``sequence_lengths`` counting
   the prompt; only the beam dimension differs by line (the caller passes its width);
-- the LLM API's ``RequestOutput.outputs[k].index/.text/.token_ids`` (``llmapi/llm.py``
-  @v0.16.0 and the 1.x ``llm.py``);
 - the decoder's beam-width rule (``decoder_refusal``): ``cpp/tensorrt_llm/layers/
   dynamicDecodeLayer.cpp`` l.243-245 @v0.9.0 (250d9c29) and l.111-124 @0.13.0.dev2024082000
   (04c5298): a decoder configured with width 1 takes only 1; configured with W > 1, only
@@ -32,6 +30,9 @@ Shared because it is identical in the source of every line modelled:
   fails: the real failure (out of memory, or a KV cache too small for one sequence) is not
   recorded verbatim; the text here is marked TEST DOUBLE.
 
+The runners that several lines implement the same way are in tests/doubles/trtllm_runners.py,
+the LLM API's shared pieces in tests/doubles/trtllm_llmapi.py.
+
 Test scaffolding (not a model of anything): the deterministic "model" ``continuation``, the
 ``Recorder`` of calls, engine folders for the tests, and installing modules in sys.modules.
 """
@@ -44,8 +45,9 @@ import types
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,17 +55,21 @@ CONFIGS = REPO / "tests" / "data" / "configs"
 BUNDLED_MODEL = REPO / "harness" / "bundled" / "model"
 
 
+class _Holder(Protocol):
+    def holds_gpu(self) -> bool: ...
+
+
 class Gpu:
     """TEST DOUBLE of one GPU with room for one engine (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._held: list[weakref.ref[Any]] = []
+        self._held: list[weakref.ref[_Holder]] = []
         self.loads = 0
 
-    def claim(self, holder: Any) -> None:
+    def claim(self, holder: _Holder) -> None:
         """``holder`` (with ``holds_gpu()``) takes the GPU; RuntimeError while another holds it."""
         live = [ref for ref in self._held if ref() is not None]
-        if any(ref().holds_gpu() for ref in live):  # type: ignore[union-attr]
+        if any(h.holds_gpu() for ref in live if (h := ref()) is not None):
             raise RuntimeError(
                 "[TensorRT-LLM][ERROR] CUDA runtime error in cudaMalloc: out of "
                 "memory (TEST DOUBLE: another engine still holds this GPU)"
@@ -84,6 +90,20 @@ def decoder_refusal(configured: int, beams: int) -> str | None:
         f"[TensorRT-LLM][ERROR] Assertion failed: Decoder is configured with beam width "
         f"{configured}, but {beams} was given"
     )
+
+
+class _FirstCallDecoder(Protocol):
+    decoder_width: int | None
+
+
+def first_call_decoder(runner: _FirstCallDecoder, beams: int) -> None:
+    """The Python session's decoder: the first call's width configures it, later calls meet
+    ``decoder_refusal`` (RuntimeError)."""
+    if runner.decoder_width is None:
+        runner.decoder_width = beams
+    error = decoder_refusal(runner.decoder_width, beams)
+    if error is not None:
+        raise RuntimeError(error)
 
 
 @dataclass
@@ -115,14 +135,16 @@ def fresh_recorder() -> Recorder:
 # --- the double's "model" -------------------------------------------------------------------
 
 
-def continuation(prompt: list[int], beam: int, max_new_tokens: int, end_id: int) -> list[int]:
+def continuation(prompt: list[int], beam: int, max_new_tokens: int, end_id: int | None) -> list[int]:
     """A prompt- and beam-dependent slice of the prompt's own ids (3 to 11 tokens, never end_id)."""
     source = [t for t in prompt if t != end_id] or [0]
     length = min(max_new_tokens, 3 + (len(prompt) + 3 * beam) % 9)
     return [source[(2 * beam + 1 + j) % len(source)] for j in range(length)]
 
 
-def generated(prompt: list[int], beam: int, max_new_tokens: int, end_id: int, position: int) -> list[int]:
+def generated(
+    prompt: list[int], beam: int, max_new_tokens: int, end_id: int | None, position: int
+) -> list[int]:
     """The tokens request ``position`` gets for ``beam``; -1 then garbage past ``corrupt_from``."""
     gen = continuation(prompt, beam, max_new_tokens, end_id)
     if RECORDER.corrupt_from is not None and position >= RECORDER.corrupt_from:
@@ -157,6 +179,25 @@ class Limits:
     max_input_len: int
     max_seq_len: int
     max_beam_width: int
+
+    def lower(self, name: str, value: int | None) -> None:
+        """A runtime limit from ``from_dir``: ``assert value <= the engine's``, then ``value``."""
+        if value is not None:
+            assert value <= getattr(self, name)
+            setattr(self, name, value)
+
+    @classmethod
+    def unified(cls, engine_dir: str) -> Limits:
+        """The limits in a unified config.json's build_config (``max_seq_len`` from there)."""
+        if not isinstance(engine_dir, str):
+            raise TypeError(f"engine_dir must be a str, got {type(engine_dir).__name__}")
+        build = unified_build_config(engine_dir)
+        return cls(
+            max_batch_size=build["max_batch_size"],
+            max_input_len=build["max_input_len"],
+            max_seq_len=build["max_seq_len"],
+            max_beam_width=build["max_beam_width"],
+        )
 
 
 def check_inputs(limits: Limits, ids: list[list[int]], max_new_tokens: int, beams: int) -> None:
@@ -212,10 +253,17 @@ def pack(
 def unified_build_config(engine_dir: str) -> dict[str, Any]:
     """``build_config`` of a unified config.json (``json.at("build_config")`` in GptJsonConfig:
     a missing key is nlohmann's out_of_range, surfacing as RuntimeError)."""
-    config = json.loads((Path(engine_dir) / "config.json").read_text())
+    config = engine_config(engine_dir)
     if "build_config" not in config:
         raise RuntimeError("[json.exception.out_of_range.403] key 'build_config' not found")
-    return config["build_config"]
+    build: dict[str, Any] = config["build_config"]
+    return build
+
+
+def engine_config(engine_dir: str) -> dict[str, Any]:
+    """An engine folder's config.json."""
+    config: dict[str, Any] = json.loads((Path(engine_dir) / "config.json").read_text())
+    return config
 
 
 def record_load(runner: str, **values: Any) -> None:
@@ -224,45 +272,6 @@ def record_load(runner: str, **values: Any) -> None:
 
 def record_ignored(kwargs: dict[str, Any], accepted: frozenset[str]) -> None:
     RECORDER.ignored.extend(sorted(set(kwargs) - accepted))
-
-
-# --- LLM API results (the same shape on 0.15/0.16 and 1.x) --------------------------------------
-
-
-@dataclass
-class CompletionOutput:
-    index: int
-    text: str
-    token_ids: list[int]
-
-
-@dataclass
-class RequestOutput:
-    request_id: int
-    prompt: str
-    prompt_token_ids: list[int]
-    outputs: list[CompletionOutput]
-    finished: bool = True
-
-
-def request_output(
-    tokenizer: Any, request_id: int, prompt: str, position: int, *, n: int, max_tokens: int, end_id: int
-) -> RequestOutput:
-    """One finished request with ``n`` outputs, text decoded by the LLM's tokenizer."""
-    ids = tokenizer(prompt)["input_ids"]
-    outputs = []
-    for k in range(n):
-        gen = [t for t in generated(ids, k, max_tokens, end_id, position) if t >= 0]
-        outputs.append(
-            CompletionOutput(index=k, text=tokenizer.decode(gen, skip_special_tokens=True), token_ids=gen)
-        )
-    return RequestOutput(request_id=request_id, prompt=prompt, prompt_token_ids=ids, outputs=outputs)
-
-
-def hf_tokenizer(folder: str, trust_remote_code: bool) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
 
 
 # --- packages in sys.modules ------------------------------------------------------------------
@@ -276,7 +285,7 @@ def module(name: str, doc: str, **attrs: Any) -> types.ModuleType:
     return mod
 
 
-def install_modules(monkeypatch: Any, modules: dict[str, types.ModuleType | None]) -> Recorder:
+def install_modules(monkeypatch: pytest.MonkeyPatch, modules: dict[str, types.ModuleType | None]) -> Recorder:
     """Put ``modules`` into sys.modules (None marks a module the line does not have)."""
     for prefix in [
         name for name in sys.modules if name == "tensorrt_llm" or name.startswith("tensorrt_llm.")
@@ -286,6 +295,34 @@ def install_modules(monkeypatch: Any, modules: dict[str, types.ModuleType | None
     for name, mod in modules.items():
         monkeypatch.setitem(sys.modules, name, mod)
     return fresh_recorder()
+
+
+def install_line(
+    monkeypatch: pytest.MonkeyPatch, version: str, source: str, modules: dict[str, dict[str, Any] | None]
+) -> Recorder:
+    """Install the double of ``tensorrt_llm`` ``version`` (defined in ``source``): ``modules``
+    maps each module's name to its attributes (None: a module the line does not have); each
+    module is also an attribute of its parent package, and the package has ``__version__`` and
+    ``mpi_rank``. Returns a fresh Recorder."""
+    doc = f"TEST DOUBLE of tensorrt_llm {version} ({source})"
+    package = {
+        "__version__": version,
+        "__path__": [],
+        "mpi_rank": mpi_rank,
+        **(modules["tensorrt_llm"] or {}),
+    }
+    modules = {**modules, "tensorrt_llm": package}
+    built = {name: None if attrs is None else module(name, doc, **attrs) for name, attrs in modules.items()}
+    for name, mod in built.items():
+        parent, _, child = name.rpartition(".")
+        if mod is not None and built.get(parent) is not None:
+            setattr(built[parent], child, mod)
+    return install_modules(monkeypatch, built)
+
+
+def mpi_rank() -> int:
+    """``tensorrt_llm.mpi_rank``: this process is rank 0."""
+    return 0
 
 
 # --- engine folders for the tests ---------------------------------------------------------------
@@ -337,232 +374,3 @@ def make_legacy_engine_dir(
     if with_tokenizer:
         _tokenizer_files(path)
     return path
-
-
-# --- runners that several lines implement the same way ------------------------------------------
-
-
-class Executor:
-    """Stand-in for ``tensorrt_llm.bindings.executor.Executor`` (``ModelRunnerCpp.session`` from
-    0.10 on): only what the runner uses, plus ``shutdown()``."""
-
-    def __init__(self, max_beam_width: int) -> None:
-        self.max_beam_width = max_beam_width
-        self.alive = True
-        RECORDER.gpu.claim(self)
-
-    def holds_gpu(self) -> bool:
-        return self.alive
-
-    def can_enqueue_requests(self) -> bool:
-        return True  # the leader (rank 0) process
-
-    def shutdown(self) -> None:
-        self.alive = False
-        RECORDER.shutdowns += 1
-
-
-class ExecutorRunner:
-    """What ``ModelRunnerCpp`` on the Executor does the same way on 0.13.0.dev, 0.15, 0.16
-    (``model_runner_cpp.py``): limits from the unified config (``max_seq_len`` from build_config),
-    ``assert`` on runtime limits above the engine's, the sampling keywords filtered through
-    ``accepted_parameters`` (others dropped silently), ``num_beams`` renamed to ``beam_width``,
-    ``_check_inputs``, and a response error raised as ``RuntimeError(response.error_msg)``.
-    A line sets ``ACCEPTED``, ``width`` (the output's beam dimension) and ``refusal``."""
-
-    ACCEPTED: frozenset[str] = frozenset()
-    NAME = "ModelRunnerCpp"
-    EXECUTOR_ATTR = "session"  # where the runner keeps its Executor (1.x: "executor")
-
-    def __init__(self, limits: Limits) -> None:
-        self.limits = limits
-        self.max_beam_width = limits.max_beam_width
-        setattr(self, self.EXECUTOR_ATTR, Executor(limits.max_beam_width))
-
-    @property
-    def executor_(self) -> Executor:
-        executor: Executor = getattr(self, self.EXECUTOR_ATTR)
-        return executor
-
-    @classmethod
-    def load(
-        cls,
-        engine_dir: str,
-        rank: int,
-        max_batch_size: int | None,
-        max_beam_width: int | None,
-        **recorded: Any,
-    ) -> ExecutorRunner:
-        if not isinstance(engine_dir, str):
-            raise TypeError(f"engine_dir must be a str, got {type(engine_dir).__name__}")
-        build = unified_build_config(engine_dir)
-        limits = Limits(
-            max_batch_size=build["max_batch_size"],
-            max_input_len=build["max_input_len"],
-            max_seq_len=build["max_seq_len"],
-            max_beam_width=build["max_beam_width"],
-        )
-        if max_batch_size is not None:
-            assert max_batch_size <= limits.max_batch_size
-            limits.max_batch_size = max_batch_size
-        if max_beam_width is not None:
-            assert max_beam_width <= limits.max_beam_width
-            limits.max_beam_width = max_beam_width
-        runner = cls(limits)
-        record_load(cls.NAME, engine_dir=engine_dir, rank=rank, max_beam_width=max_beam_width, **recorded)
-        return runner
-
-    def width(self, beams: int) -> int:
-        return beams
-
-    def refusal(self, beams: int) -> str | None:
-        """The executor's error for a request of ``beams`` beams, if it refuses it."""
-        return None
-
-    def run(
-        self,
-        batch_input_ids: Any,
-        *,
-        max_new_tokens: int,
-        end_id: Any,
-        pad_id: Any,
-        return_dict: bool,
-        output_sequence_lengths: bool,
-        kwargs: dict[str, Any],
-    ) -> Any:
-        if not self.executor_.alive:
-            raise RuntimeError("the executor was shut down")
-        if not self.executor_.can_enqueue_requests():
-            return []
-        record_ignored(kwargs, self.ACCEPTED)
-        ids = token_lists(batch_input_ids)
-        RECORDER.calls.append(
-            {
-                "runner": self.NAME,
-                "ids": ids,
-                "max_new_tokens": max_new_tokens,
-                "end_id": end_id,
-                "pad_id": pad_id,
-                **kwargs,
-            }
-        )
-        beams = kwargs.get("num_beams", 1)
-        check_inputs(self.limits, ids, max_new_tokens, beams)
-        error = self.refusal(beams)
-        if error is not None:
-            raise RuntimeError(error)
-        return pack(
-            ids,
-            beams=beams,
-            width=self.width(beams),
-            seq_len=self.limits.max_seq_len,
-            end_id=end_id,
-            max_new_tokens=max_new_tokens,
-            return_dict=return_dict,
-            output_sequence_lengths=output_sequence_lengths,
-        )
-
-
-# tensorrt_llm.runtime.SamplingConfig fields (generation.py @0.13.0.dev2024082000: 0.9's plus
-# no_repeat_ngram_size); ModelRunner.generate(**kwargs) sets these and drops the rest. Not
-# stored at the 0.15/0.16/1.x release commits: assumed unchanged there.
-SAMPLING_CONFIG_FIELDS = frozenset(
-    {
-        "end_id",
-        "pad_id",
-        "max_new_tokens",
-        "num_beams",
-        "max_attention_window_size",
-        "sink_token_length",
-        "output_sequence_lengths",
-        "return_dict",
-        "stop_words_list",
-        "bad_words_list",
-        "temperature",
-        "top_k",
-        "top_p",
-        "top_p_decay",
-        "top_p_min",
-        "top_p_reset_ids",
-        "length_penalty",
-        "early_stopping",
-        "repetition_penalty",
-        "min_length",
-        "presence_penalty",
-        "frequency_penalty",
-        "use_beam_hyps",
-        "beam_search_diversity_rate",
-        "random_seed",
-        "output_cum_log_probs",
-        "output_log_probs",
-        "no_repeat_ngram_size",
-    }
-)
-
-
-def first_call_decoder(runner: Any, beams: int) -> None:
-    """The Python session's decoder: the first call's width configures it, later calls meet
-    ``decoder_refusal`` (RuntimeError)."""
-    if runner.decoder_width is None:
-        runner.decoder_width = beams
-    error = decoder_refusal(runner.decoder_width, beams)
-    if error is not None:
-        raise RuntimeError(error)
-
-
-class SessionRunner:
-    """``ModelRunner`` (the Python GenerationSession) as 0.13.0.dev and later lines share it:
-    limits from build_config (``max_seq_len``), kwargs into ``SamplingConfig.update`` (unknown
-    keys dropped), ``_check_inputs``, output ``[batch, num_beams, longest prompt + max_new_tokens]``."""
-
-    FIELDS: frozenset[str] = frozenset()
-
-    def __init__(self, limits: Limits) -> None:
-        self.limits = limits
-        self.max_beam_width = limits.max_beam_width
-        self.decoder_width: int | None = None  # fixed by the first call
-        RECORDER.gpu.claim(self)
-
-    def holds_gpu(self) -> bool:
-        return True  # until released
-
-    @classmethod
-    def load(cls, engine_dir: str, rank: int) -> SessionRunner:
-        if not isinstance(engine_dir, str):
-            raise TypeError(f"engine_dir must be a str, got {type(engine_dir).__name__}")
-        build = unified_build_config(engine_dir)
-        runner = cls(
-            Limits(
-                max_batch_size=build["max_batch_size"],
-                max_input_len=build["max_input_len"],
-                max_seq_len=build["max_seq_len"],
-                max_beam_width=build["max_beam_width"],
-            )
-        )
-        record_load("ModelRunner", engine_dir=engine_dir, rank=rank)
-        return runner
-
-    def run(self, batch_input_ids: Any, kwargs: dict[str, Any]) -> Any:
-        record_ignored(kwargs, self.FIELDS)
-        values = {
-            "max_new_tokens": 20,
-            "num_beams": 1,
-            "end_id": None,
-            "return_dict": False,
-            "output_sequence_lengths": False,
-            **{k: v for k, v in kwargs.items() if k in self.FIELDS},
-        }
-        ids = token_lists(batch_input_ids)
-        RECORDER.calls.append({"runner": "ModelRunner", "ids": ids, **kwargs})
-        check_inputs(self.limits, ids, values["max_new_tokens"], values["num_beams"])
-        first_call_decoder(self, values["num_beams"])
-        return pack(
-            ids,
-            beams=values["num_beams"],
-            width=values["num_beams"],
-            seq_len=max(len(x) for x in ids) + values["max_new_tokens"],
-            end_id=values["end_id"],
-            max_new_tokens=values["max_new_tokens"],
-            return_dict=values["return_dict"],
-            output_sequence_lengths=values["output_sequence_lengths"],
-        )

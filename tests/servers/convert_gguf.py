@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,17 +31,21 @@ def main(argv: list[str] | None = None) -> None:
     sys.path[:0] = [str(HERE), str(src), str(src / "gguf-py")]
     import convert_hf_to_gguf  # type: ignore[import-not-found]  # llama.cpp's, from src
     from conversion import get_model_architecture, get_model_class  # type: ignore[import-not-found]
-    from gguf_vocab import plan_vocab, write_plan
+
+    if TYPE_CHECKING:
+        from tests.servers.gguf_vocab import plan_vocab, write_plan
+    else:  # this script runs as a file: its folder (HERE) is on sys.path
+        from gguf_vocab import plan_vocab, write_plan
 
     hparams = json.loads((args.model_dir / "config.json").read_text(encoding="utf-8"))
     plan = plan_vocab(args.model_dir, hparams.get("vocab_size"))
     print(f"convert_gguf: {plan.summary()}", file=sys.stderr)
 
-    from conversion import ModelType  # type: ignore[import-not-found]
+    from conversion import ModelType
 
     model_class = get_model_class(get_model_architecture(hparams, ModelType.TEXT))
 
-    def set_vocab(self) -> None:  # replaces the class's sentencepiece/gpt2 guesswork
+    def set_vocab(self: Any) -> None:  # replaces the class's sentencepiece/gpt2 guesswork
         write_plan(plan, self.gguf_writer)
 
     model_class.set_vocab = set_vocab

@@ -108,7 +108,8 @@ def run_one(kind: llama_cpp.Kind, variant: str, gguf: Path, cache: Path | None) 
 
 
 def _entry(cell: dict[str, Any]) -> str:
-    return cell["verdict"] + (f": {cell['reason']}" if cell["reason"] else "")
+    verdict: str = cell["verdict"]
+    return verdict + (f": {cell['reason']}" if cell["reason"] else "")
 
 
 def table(runs: list[dict[str, Any]]) -> str:

@@ -162,9 +162,9 @@ def plan_vocab(model_dir: Path, n_vocab: int | None = None) -> VocabPlan:
         # below every merge, so the SPM tokenizer never prefers it to a real merge
         scores = [NO_MERGE] * size
         for rank, (a, b) in enumerate(merges):
-            i = vocab.get(a + b)
-            if i is not None and scores[i] == NO_MERGE:
-                scores[i] = -float(rank + 1)
+            merged = vocab.get(a + b)
+            if merged is not None and scores[merged] == NO_MERGE:
+                scores[merged] = -float(rank + 1)
         plan = VocabPlan(
             model="llama",
             pre="default",

@@ -34,7 +34,7 @@ def _resolve(body: dict[str, Any], root: Path) -> dict[str, Any]:
 
 def load(kind: str, name: str, root: Path = DATA) -> dict[str, Any]:
     """One recorded file (``server``, ``errors``, ``greedy-c1``, ...) with bodies resolved."""
-    data = json.loads((root / kind / f"{name}.json").read_text(encoding="utf-8"))
+    data: dict[str, Any] = json.loads((root / kind / f"{name}.json").read_text(encoding="utf-8"))
     for group in ("batches", "alone"):
         for batch in data.get(group, []):
             for r in batch["requests"]:

@@ -3,6 +3,10 @@ and agreement with transformers' own Mistral implementation."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
 import pytest
 import torch
 
@@ -17,12 +21,12 @@ def prompts() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def healthy(engine_factory) -> EmulatorEngine:
+def healthy(engine_factory: Callable[[int, int], Path]) -> EmulatorEngine:
     return EmulatorEngine(engine_factory(8, 4))
 
 
 @pytest.mark.parametrize("beam", [1, 2, 4])
-def test_every_position_equals_batch_size_one(healthy, prompts, beam):
+def test_every_position_equals_batch_size_one(healthy: EmulatorEngine, prompts: list[str], beam: int) -> None:
     settings = DecodingSettings(beam_width=beam, max_new_tokens=40)
     single = [healthy.generate([p], settings)[0] for p in prompts]
     batch = healthy.generate(prompts, settings)
@@ -31,7 +35,9 @@ def test_every_position_equals_batch_size_one(healthy, prompts, beam):
     assert all(g.text for g in batch)
 
 
-def test_beam_slot_overflow_corrupts_exactly_the_positions_beyond_the_slots(engine_factory, prompts):
+def test_beam_slot_overflow_corrupts_exactly_the_positions_beyond_the_slots(
+    engine_factory: Callable[[int, int], Path], prompts: list[str]
+) -> None:
     engine = EmulatorEngine(engine_factory(8, 1))  # 8 beam slots
     settings = DecodingSettings(beam_width=4, max_new_tokens=40)
     assert engine.cache.slots == 8
@@ -41,7 +47,9 @@ def test_beam_slot_overflow_corrupts_exactly_the_positions_beyond_the_slots(engi
     assert all(b != s for b, s in zip(batch[2:], single[2:]))  # slots 8-31 do not exist
 
 
-def test_beam_width_two_overflows_from_position_four(engine_factory, prompts):
+def test_beam_width_two_overflows_from_position_four(
+    engine_factory: Callable[[int, int], Path], prompts: list[str]
+) -> None:
     engine = EmulatorEngine(engine_factory(8, 1))
     settings = DecodingSettings(beam_width=2, max_new_tokens=40)
     single = [engine.generate([p], settings)[0].text for p in prompts]
@@ -50,13 +58,15 @@ def test_beam_width_two_overflows_from_position_four(engine_factory, prompts):
     assert all(b != s for b, s in zip(batch[4:], single[4:]))
 
 
-def test_too_long_input_is_refused_like_tensorrt_llm(healthy, prompts):
+def test_too_long_input_is_refused_like_tensorrt_llm(healthy: EmulatorEngine, prompts: list[str]) -> None:
     with pytest.raises(RuntimeError, match="max_seq_len 512"):
         healthy.generate(prompts[:1], DecodingSettings(beam_width=1, max_new_tokens=500))
 
 
 @pytest.mark.parametrize("beam", [1, 2])
-def test_matches_transformers_at_batch_size_one(healthy, prompts, beam):
+def test_matches_transformers_at_batch_size_one(
+    healthy: EmulatorEngine, prompts: list[str], beam: int
+) -> None:
     from harness.engines.emulator.build import BUNDLED_MODEL
     from harness.engines.hf import HFEngine
 
@@ -68,16 +78,21 @@ def test_matches_transformers_at_batch_size_one(healthy, prompts, beam):
 
 
 @pytest.mark.parametrize("error", [OSError(), ValueError("\n  \n")])
-def test_a_tokenizer_error_without_a_message_is_still_one_line(engine_factory, monkeypatch, tmp_path, error):
+def test_a_tokenizer_error_without_a_message_is_still_one_line(
+    engine_factory: Callable[[int, int], Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    error: Exception,
+) -> None:
     """An exception whose message is empty (or blank) names its type; it used to raise
     IndexError from the message formatting, in the engine and in lint alike."""
     import transformers
 
     from harness.engines.registry import load_engine
     from harness.errors import EngineError
-    from harness.tools.lint import lint
+    from harness.limits.lint import lint
 
-    def fail(*args, **kwargs):
+    def fail(*args: object, **kwargs: object) -> NoReturn:
         raise error
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fail)
@@ -92,18 +107,25 @@ def test_a_tokenizer_error_without_a_message_is_still_one_line(engine_factory, m
         lint(engine_factory(8, 4))
 
 
-def test_a_prompt_phase_is_computed_once_per_engine_and_reused(engine_factory, prompts):
+def test_a_prompt_phase_is_computed_once_per_engine_and_reused(
+    engine_factory: Callable[[int, int], Path], prompts: list[str]
+) -> None:
     """The prompt phase depends on the prompt only: a second batch with the same prompts at
     other positions computes none, and gives what an engine that never saw them gives."""
-    from harness.engines.emulator.model import PrefillCache
+    from harness.engines.emulator.model import Prefill, PrefillCache
 
     engine = EmulatorEngine(engine_factory(8, 4))
     settings = DecodingSettings(beam_width=2, max_new_tokens=24)
     first = engine.generate(prompts[:4], settings)
     assert len(engine.prefills) == 4
-    calls = []
+    calls: list[torch.Tensor] = []
     real = engine.model.prefill
-    engine.model.prefill = lambda ids: calls.append(ids) or real(ids)  # type: ignore[method-assign]
+
+    def counted(ids: torch.Tensor) -> Prefill:
+        calls.append(ids)
+        return real(ids)
+
+    engine.model.prefill = counted  # type: ignore[method-assign]  # counts the prompt phases
     again = engine.generate(prompts[:4][::-1], settings)
     assert calls == [] and len(engine.prefills) == 4
     assert [g.token_ids for g in again] == [g.token_ids for g in first][::-1]
@@ -118,13 +140,13 @@ def test_a_prompt_phase_is_computed_once_per_engine_and_reused(engine_factory, p
     assert torch.equal(small.get(ids[0]).logits, one.logits)
 
 
-def test_a_slot_holds_nothing_from_an_earlier_batch(tmp_path, prompts):
+def test_a_slot_holds_nothing_from_an_earlier_batch(tmp_path: Path, prompts: list[str]) -> None:
     """The stride fault reads other entries' beam slots past their prompts: what it finds
     there is zeros, never what an earlier batch (longer prompts, longer outputs) left."""
     from harness.engines.emulator.build import build_engine, build_limits
-    from harness.engines.emulator.faults import Fault
+    from harness.engines.emulator.faults import Fault, FaultKind
 
-    path = build_engine(tmp_path / "stride", build_limits(), fault=Fault("stride"))
+    path = build_engine(tmp_path / "stride", build_limits(), fault=Fault(FaultKind.STRIDE))
     settings = DecodingSettings(beam_width=2, max_new_tokens=48)
     by_length = sorted(prompts, key=len)
     short, long = by_length[:4], by_length[4:]
@@ -138,7 +160,7 @@ def test_a_slot_holds_nothing_from_an_earlier_batch(tmp_path, prompts):
     assert all(not k[:, 2 * s : 2 * s + 2, :, n + 48 :].any() for s, n in enumerate(lengths))
 
 
-def test_float32_gives_float64s_outputs_on_the_bundled_model(tmp_path, prompts):
+def test_float32_gives_float64s_outputs_on_the_bundled_model(tmp_path: Path, prompts: list[str]) -> None:
     """The default compute dtype (float32, about 1.25x faster on two cores) changes no output
     of the bundled model: the same tokens as float64 at batch size 8 for every beam width."""
     from harness.engines.emulator import DEFAULT_COMPUTE_DTYPE
@@ -157,7 +179,9 @@ def test_float32_gives_float64s_outputs_on_the_bundled_model(tmp_path, prompts):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_the_fused_norm_and_rotary_embedding_equal_their_textbook_formulas(tmp_path, dtype):
+def test_the_fused_norm_and_rotary_embedding_equal_their_textbook_formulas(
+    tmp_path: Path, dtype: str
+) -> None:
     """One op for RMSNorm and a swapped-halves rotary embedding from a table: bit for bit the
     formulas the emulator used before (x * rsqrt(mean(x^2) + eps) * w; x * cos +
     rotate_half(x) * sin, cos and sin computed at the positions)."""

@@ -10,15 +10,17 @@ references unchanged; and it composes with every fault.
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Protocol
 
 import pytest
 
 from harness.config import DecodingSettings
 from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.engine import EmulatorEngine
-from harness.engines.emulator.faults import Fault, hit, parse_drift, parse_fault
+from harness.engines.emulator.faults import Fault, FaultKind, hit, parse_drift, parse_fault
 from harness.errors import ConfigError
-from harness.inputs.data import build_prompt, load_dataset
+from harness.inputs.data import Document, build_prompt, load_dataset
 
 GREEDY = DecodingSettings(max_new_tokens=16, beam_width=1, length_penalty=1.0)
 BEAM2 = DecodingSettings(max_new_tokens=16, beam_width=2, length_penalty=1.0)
@@ -33,8 +35,16 @@ def prompts() -> list[str]:
     return [build_prompt("{text} TL;DR: ", d) for d in load_dataset(None).documents[:8]]
 
 
+class Engines(Protocol):
+    """The ``engines`` fixture: an engine with fault ``spec``, optional drift, and limits."""
+
+    def __call__(
+        self, spec: str, drift: str | None = None, limits: EngineLimits | None = None
+    ) -> EmulatorEngine: ...
+
+
 @pytest.fixture(scope="module")
-def engines(tmp_path_factory):
+def engines(tmp_path_factory: pytest.TempPathFactory) -> Engines:
     root = tmp_path_factory.mktemp("faults")
     made: dict[str, EmulatorEngine] = {}
 
@@ -51,6 +61,11 @@ def engines(tmp_path_factory):
     return get
 
 
+def _summary(doc: Document) -> str:
+    assert doc.summary is not None  # every bundled document has its reference summary
+    return doc.summary
+
+
 def texts(engine: EmulatorEngine, prompts: list[str], settings: DecodingSettings) -> list[str]:
     return [g.text for g in engine.generate(prompts, settings)]
 
@@ -61,14 +76,16 @@ DAMAGE = ["full-batch", "padding", "stride", "partial:fraction=1.0,position=1", 
 @pytest.mark.parametrize(
     "spec, drift", [("drift:rate=1.0", None)] + [(s, None) for s in DAMAGE] + [(s, "1.0") for s in DAMAGE]
 )
-def test_no_fault_touches_batch_size_1(engines, prompts, spec, drift):
+def test_no_fault_touches_batch_size_1(
+    engines: Engines, prompts: list[str], spec: str, drift: str | None
+) -> None:
     healthy, faulty = engines("healthy"), engines(spec, drift)
     for settings in (GREEDY, BEAM2):
         for p in prompts[:3]:
             assert texts(faulty, [p], settings) == texts(healthy, [p], settings)
 
 
-def test_full_batch_breaks_one_slot_only_when_the_batch_is_full(engines, prompts):
+def test_full_batch_breaks_one_slot_only_when_the_batch_is_full(engines: Engines, prompts: list[str]) -> None:
     healthy, faulty = engines("healthy"), engines("full-batch")
     full, clean = texts(faulty, prompts, GREEDY), texts(healthy, prompts, GREEDY)
     assert [a == b for a, b in zip(full, clean)] == [True] * 7 + [False]
@@ -76,7 +93,7 @@ def test_full_batch_breaks_one_slot_only_when_the_batch_is_full(engines, prompts
     assert json.loads((faulty.path / "config.json").read_text())["emulator"]["fault"]["kind"] == "full-batch"
 
 
-def test_partial_hits_its_position_on_its_prompts(engines, prompts):
+def test_partial_hits_its_position_on_its_prompts(engines: Engines, prompts: list[str]) -> None:
     healthy, faulty = engines("healthy"), engines("partial:fraction=1.0,position=3")
     out, clean = texts(faulty, prompts, GREEDY), texts(healthy, prompts, GREEDY)
     assert [a == b for a, b in zip(out, clean)] == [True] * 3 + [False] + [True] * 4
@@ -84,7 +101,7 @@ def test_partial_hits_its_position_on_its_prompts(engines, prompts):
     assert 0.27 < shares < 0.33  # the seeded share of prompts a partial fault hits
 
 
-def test_padding_spares_the_longest_prompt_of_the_batch(engines, prompts):
+def test_padding_spares_the_longest_prompt_of_the_batch(engines: Engines, prompts: list[str]) -> None:
     healthy, faulty = engines("healthy"), engines("padding")
     lengths = healthy.count_tokens(prompts[:4])
     out, clean = texts(faulty, prompts[:4], GREEDY), texts(healthy, prompts[:4], GREEDY)
@@ -93,7 +110,7 @@ def test_padding_spares_the_longest_prompt_of_the_batch(engines, prompts):
     assert sum(a != b for i, (a, b) in enumerate(zip(out, clean)) if i != longest) >= 2
 
 
-def test_stride_leaves_greedy_and_position_0_alone(engines, prompts):
+def test_stride_leaves_greedy_and_position_0_alone(engines: Engines, prompts: list[str]) -> None:
     healthy, faulty = engines("healthy"), engines("stride")
     assert texts(faulty, prompts[:4], GREEDY) == texts(healthy, prompts[:4], GREEDY)
     # the fault fires once a batch-mate finishes: long enough for summaries to end
@@ -103,7 +120,7 @@ def test_stride_leaves_greedy_and_position_0_alone(engines, prompts):
     assert out[1:] != clean[1:]
 
 
-def test_drift_is_seeded_and_spares_nothing_in_particular(engines, prompts):
+def test_drift_is_seeded_and_spares_nothing_in_particular(engines: Engines, prompts: list[str]) -> None:
     a, b = engines("drift:rate=0.5"), engines("drift:rate=0.5,seed=1")
     first = texts(a, prompts, DRIFT)
     assert texts(a, prompts, DRIFT) == first  # same seed, same outputs
@@ -125,16 +142,16 @@ def test_drift_is_seeded_and_spares_nothing_in_particular(engines, prompts):
         ("truncate:slot=1", "'slot=1' is not a parameter of truncate"),
     ],
 )
-def test_bad_fault_specs_are_refused_with_the_fix(text, needle):
+def test_bad_fault_specs_are_refused_with_the_fix(text: str, needle: str) -> None:
     with pytest.raises(ConfigError, match=None) as err:
         parse_fault(text, max_batch_size=8)
     assert needle in str(err.value)
 
 
-def test_fault_round_trips_through_config():
+def test_fault_round_trips_through_config() -> None:
     from harness.engines.emulator.faults import fault_from_config
 
-    fault = Fault("partial", position=2, fraction=0.5, seed=7)
+    fault = Fault(FaultKind.PARTIAL, position=2, fraction=0.5, seed=7)
     assert fault_from_config(fault.as_dict(), "config.json") == fault
     with pytest.raises(ConfigError, match="emulator.fault must be an object"):
         fault_from_config({"kind": "gremlins"}, "config.json")
@@ -153,7 +170,7 @@ def rotation(
     return out
 
 
-def test_drift_rate_is_the_share_of_outputs_that_differ(engines, prompts):
+def test_drift_rate_is_the_share_of_outputs_that_differ(engines: Engines, prompts: list[str]) -> None:
     """Realized share over the full rotation of 8 prompts at batch size 4 (32 outputs, seeded):
     within 0.25 of the rate (binomial spread, plus prompts that share a batch shape)."""
     engine = engines("drift:rate=0.5")
@@ -164,7 +181,7 @@ def test_drift_rate_is_the_share_of_outputs_that_differ(engines, prompts):
 
 
 @pytest.mark.parametrize("rate", [0.1, 0.3, 0.6])
-def test_drift_flips_the_share_asked_for_independently_of_position(rate):
+def test_drift_flips_the_share_asked_for_independently_of_position(rate: float) -> None:
     """The decision to flip is a hash of the prompt and the batch shape, never the position."""
     from harness.engines.emulator.drift import Drift
 
@@ -178,7 +195,7 @@ def test_drift_flips_the_share_asked_for_independently_of_position(rate):
     assert drift.placement("prompt 1", 1, 1, 100) is None  # batch size 1: never
 
 
-def test_a_flip_lies_in_the_last_60_percent_of_the_batch_size_1_output():
+def test_a_flip_lies_in_the_last_60_percent_of_the_batch_size_1_output() -> None:
     """The near-tie a flip takes: the first at or after its placement, else the last one
     between 40% of the length and there, never an earlier one (an early near-tie reorders
     whole clauses: on the bundled set such flips moved ROUGE-L by up to 0.3 per prompt)."""
@@ -193,7 +210,9 @@ def test_a_flip_lies_in_the_last_60_percent_of_the_batch_size_1_output():
 
 
 @pytest.mark.parametrize("settings", [DRIFT, DRIFT_BEAM], ids=["greedy", "beam2"])
-def test_drift_gives_a_prompt_the_same_output_at_every_position(engines, prompts, settings):
+def test_drift_gives_a_prompt_the_same_output_at_every_position(
+    engines: Engines, prompts: list[str], settings: DecodingSettings
+) -> None:
     """Same prompt, same batch shape (size, beam width, padded length) -> same output, at any
     position: the batch's prompts rotated through every position."""
     engine = engines("drift:rate=1.0")
@@ -206,13 +225,13 @@ def test_drift_gives_a_prompt_the_same_output_at_every_position(engines, prompts
     assert seen[0] != single  # rate 1: the flips are there
 
 
-def drifted(engines, cases: list[tuple[str, list[str], DecodingSettings]]) -> list[list[str]]:
+def drifted(engines: Engines, cases: list[tuple[str, list[str], DecodingSettings]]) -> list[list[str]]:
     """The drift-only engine's outputs for the same batches (same rate, same seed)."""
     engine = engines("healthy", "1.0")
     return [texts(engine, batch, settings) for _, batch, settings in cases]
 
 
-def test_drift_composes_with_full_batch_partial_and_overflow(engines, prompts):
+def test_drift_composes_with_full_batch_partial_and_overflow(engines: Engines, prompts: list[str]) -> None:
     """Entries the fault spares drift exactly as on a drift-only engine; the others are damaged."""
     overflow = engines("healthy", "1.0", build_limits(max_beam_width=1))
     cases = [("full-batch", prompts, DRIFT), ("partial:fraction=1.0,position=1", prompts[:4], DRIFT)]
@@ -227,10 +246,10 @@ def test_drift_composes_with_full_batch_partial_and_overflow(engines, prompts):
     assert out[:4] == expected[2][:4] and all(a != b for a, b in zip(out[4:], expected[2][4:]))
 
 
-def test_drift_composes_with_padding_stride_and_truncate(engines, prompts):
+def test_drift_composes_with_padding_stride_and_truncate(engines: Engines, prompts: list[str]) -> None:
     batch = prompts[:4]
-    longest = engines("healthy").count_tokens(batch)
-    longest = longest.index(max(longest))
+    lengths = engines("healthy").count_tokens(batch)
+    longest = lengths.index(max(lengths))
     stride_settings = DecodingSettings(max_new_tokens=48, beam_width=2, length_penalty=1.0)
     clean, clean_beam = drifted(engines, [("", batch, DRIFT), ("", batch, stride_settings)])
     padded = texts(engines("padding", "1.0"), batch, DRIFT)
@@ -244,7 +263,9 @@ def test_drift_composes_with_padding_stride_and_truncate(engines, prompts):
     assert all(len(g.token_ids) <= 8 for g in cut)  # ceil(0.3 x 24)
 
 
-def test_truncate_cuts_every_output_short_at_batch_size_above_1_only(engines, prompts):
+def test_truncate_cuts_every_output_short_at_batch_size_above_1_only(
+    engines: Engines, prompts: list[str]
+) -> None:
     healthy, cut = engines("healthy"), engines("truncate:keep=0.25")
     whole = healthy.generate(prompts[:4], DRIFT)
     short = cut.generate(prompts[:4], DRIFT)
@@ -253,7 +274,7 @@ def test_truncate_cuts_every_output_short_at_batch_size_above_1_only(engines, pr
     assert [g.text for g in cut.generate(prompts[:1], DRIFT)] == [whole[0].text]
 
 
-def test_drift_is_quality_neutral_on_a_small_case(engines):
+def test_drift_is_quality_neutral_on_a_small_case(engines: Engines) -> None:
     """Every output flips (rate 1) over the full rotation of 16 prompts at batch size 4, yet the
     mean ROUGE-L against the reference summaries stays at batch size 1's: each flip takes the
     runner-up of a near-tie, an equally valid phrasing."""
@@ -261,7 +282,7 @@ def test_drift_is_quality_neutral_on_a_small_case(engines):
 
     docs = load_dataset(None).documents[:16]
     batch_prompts = [build_prompt("{text} TL;DR: ", d) for d in docs]
-    refs = [d.summary for d in docs]
+    refs = [_summary(d) for d in docs]
     engine = engines("drift:rate=1.0")
     full = DecodingSettings(max_new_tokens=64, beam_width=1, length_penalty=1.0)
     single = [texts(engine, [p], full)[0] for p in batch_prompts]
@@ -284,30 +305,35 @@ def test_drift_is_quality_neutral_on_a_small_case(engines):
         ("0.3:slot=2", "'slot=2' is not a parameter of drift"),
     ],
 )
-def test_bad_drift_specs_are_refused_with_the_fix(text, needle):
+def test_bad_drift_specs_are_refused_with_the_fix(text: str, needle: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_drift(text)
     assert needle in str(err.value)
 
 
-def test_drift_is_given_once_and_stored_apart_from_the_fault(tmp_path):
+def test_drift_is_given_once_and_stored_apart_from_the_fault(tmp_path: Path) -> None:
     from harness.engines.emulator.drift import Drift, drift_from_config
     from harness.engines.emulator.faults import fault_from_config, split_fault
 
-    assert split_fault(Fault("drift", rate=0.6, seed=2), None) == (None, Drift(rate=0.6, seed=2))
+    assert split_fault(Fault(FaultKind.DRIFT, rate=0.6, seed=2), None) == (None, Drift(rate=0.6, seed=2))
     with pytest.raises(ConfigError, match="give the drift once"):
-        split_fault(Fault("drift"), Drift())
+        split_fault(Fault(FaultKind.DRIFT), Drift())
     path = build_engine(
-        tmp_path / "e", build_limits(), fault=Fault("truncate", keep=0.5), drift=Drift(rate=0.6, seed=2)
+        tmp_path / "e",
+        build_limits(),
+        fault=Fault(FaultKind.TRUNCATE, keep=0.5),
+        drift=Drift(rate=0.6, seed=2),
     )
     emulator = json.loads((path / "config.json").read_text())["emulator"]
-    assert fault_from_config(emulator["fault"], "c") == Fault("truncate", keep=0.5)
+    assert fault_from_config(emulator["fault"], "c") == Fault(FaultKind.TRUNCATE, keep=0.5)
     assert drift_from_config(emulator["drift"], "c") == Drift(rate=0.6, seed=2)
     with pytest.raises(ConfigError, match="scale-based drift of an older harness"):
         fault_from_config({"kind": "drift", "scale": 0.1, "seed": 0}, "config.json")
 
 
-def test_build_engine_command_composes_a_fault_with_drift(tmp_path, capsys):
+def test_build_engine_command_composes_a_fault_with_drift(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from harness.__main__ import main
 
     assert (

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
 
@@ -24,7 +25,7 @@ from harness.storage.fingerprint import weights_identity
 from tests.doubles import trtllm_0_15
 from tests.doubles import trtllm_1_x as double
 from tests.doubles.trtllm_1_x import make_engine_dir
-from tests.doubles.trtllm_common import BUNDLED_MODEL, continuation
+from tests.doubles.trtllm_common import BUNDLED_MODEL, Recorder, continuation
 
 TOKENIZER = EngineOptions(tokenizer=str(BUNDLED_MODEL))
 PROMPTS = [
@@ -35,7 +36,7 @@ PROMPTS = [
 
 
 @pytest.fixture
-def trt(monkeypatch):
+def trt(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     return double.install(monkeypatch)
 
 
@@ -47,7 +48,7 @@ def _expected(engine: LlmApiEngine, prompt: str, beams: int, new: int) -> tuple[
     )
 
 
-def test_missing_tensorrt_llm_is_one_line(tmp_path: Path, monkeypatch):
+def test_missing_tensorrt_llm_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "tensorrt_llm", None)
     engine = make_engine_dir(tmp_path / "e", with_tokenizer=True)
     with pytest.raises(EngineError) as exc:
@@ -58,7 +59,7 @@ def test_missing_tensorrt_llm_is_one_line(tmp_path: Path, monkeypatch):
     )
 
 
-def test_engine_dir_beam_search_one_call_per_batch(tmp_path: Path, trt):
+def test_engine_dir_beam_search_one_call_per_batch(tmp_path: Path, trt: Recorder) -> None:
     engine = LlmApiEngine(make_engine_dir(tmp_path / "e", max_beam_width=4), options=TOKENIZER)
     [load] = trt.loads
     assert load["runner"] == "tensorrt_llm.llmapi.llm._TrtLLM"  # 1.x: _tensorrt_engine.LLM
@@ -75,7 +76,7 @@ def test_engine_dir_beam_search_one_call_per_batch(tmp_path: Path, trt):
         assert gen.beams == texts and gen.text == texts[0] and len(set(texts)) > 1
 
 
-def test_greedy(tmp_path: Path, trt):
+def test_greedy(tmp_path: Path, trt: Recorder) -> None:
     engine = LlmApiEngine(make_engine_dir(tmp_path / "e"), options=TOKENIZER)
     gens = engine.generate(PROMPTS[:2], DecodingSettings(beam_width=1, max_new_tokens=6))
     sp = trt.calls[0]["sampling_params"]
@@ -83,7 +84,7 @@ def test_greedy(tmp_path: Path, trt):
     assert [g.beams for g in gens] == [_expected(engine, p, 1, 6) for p in PROMPTS[:2]]
 
 
-def test_engine_refusal_keeps_its_message(tmp_path: Path, trt):
+def test_engine_refusal_keeps_its_message(tmp_path: Path, trt: Recorder) -> None:
     engine = LlmApiEngine(make_engine_dir(tmp_path / "e", max_beam_width=2), options=TOKENIZER)
     with pytest.raises(ValueError) as exc:
         engine.generate(PROMPTS, DecodingSettings(beam_width=4, max_new_tokens=8))
@@ -92,14 +93,14 @@ def test_engine_refusal_keeps_its_message(tmp_path: Path, trt):
     )
 
 
-def test_before_1_0_engines_load_with_the_plain_llm(tmp_path: Path, monkeypatch):
+def test_before_1_0_engines_load_with_the_plain_llm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trt = trtllm_0_15.install(monkeypatch)  # 0.15/0.16: no _tensorrt_engine module
     engine = LlmApiEngine(trtllm_0_15.make_engine_dir(tmp_path / "e"), options=TOKENIZER)
     assert trt.loads[0]["runner"] == "tensorrt_llm.LLM"
     assert engine.info.details["llm_class"] == "tests.doubles.trtllm_0_15.LLM"
 
 
-def test_checkpoint_gets_an_llm_per_beam_width(trt):
+def test_checkpoint_gets_an_llm_per_beam_width(trt: Recorder) -> None:
     engine = LlmApiEngine(BUNDLED_MODEL)  # a Hugging Face checkpoint with its tokenizer
     assert engine.info.identity == weights_identity([BUNDLED_MODEL / "model.safetensors"])  # as hf
     assert engine.info.config is None and engine.info.details["model"] == "checkpoint"
@@ -112,11 +113,13 @@ def test_checkpoint_gets_an_llm_per_beam_width(trt):
     assert trt.shutdowns == 4
 
 
-def test_checkpoint_reload_failure_is_a_cell_error_once(trt, monkeypatch):
+def test_checkpoint_reload_failure_is_a_cell_error_once(
+    trt: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     engine = LlmApiEngine(BUNDLED_MODEL)
-    attempts = []
+    attempts: list[int] = []
 
-    def broken(**kwargs):
+    def broken(**kwargs: Any) -> NoReturn:
         attempts.append(kwargs["max_beam_width"])
         raise RuntimeError("CUDA out of memory\nmore lines")
 
@@ -127,15 +130,15 @@ def test_checkpoint_reload_failure_is_a_cell_error_once(trt, monkeypatch):
     assert attempts == [2]
 
 
-def test_trust_remote_code_is_passed_through(tmp_path: Path, trt):
+def test_trust_remote_code_is_passed_through(tmp_path: Path, trt: Recorder) -> None:
     path = make_engine_dir(tmp_path / "e", with_tokenizer=True)
     LlmApiEngine(path)
     LlmApiEngine(path, options=EngineOptions(trust_remote_code=True))
     assert [load["trust_remote_code"] for load in trt.loads] == [False, True]
 
 
-def test_pipeline_with_llmapi(tmp_path: Path, small_dataset: Path, trt):
-    from harness.pipeline import run
+def test_pipeline_with_llmapi(tmp_path: Path, small_dataset: Path, trt: Recorder) -> None:
+    from harness.pipeline import RunResult, run
 
     engine = make_engine_dir(tmp_path / "e", max_beam_width=1)
     config = RunConfig.from_options(
@@ -153,15 +156,16 @@ def test_pipeline_with_llmapi(tmp_path: Path, small_dataset: Path, trt):
         }
     )
     result = run(config)
+    assert isinstance(result, RunResult)  # one process: rank 0
     assert result.engine.backend == "llmapi"
     cells = {c.cell.id: c for c in result.cells}
     assert cells["bs1-beam1"].verdict == cells["bs4-beam1"].verdict == "pass"
-    for cell in ("bs1-beam2", "bs4-beam2"):
-        assert cells[cell].error == (
+    for cell_id in ("bs1-beam2", "bs4-beam2"):
+        assert cells[cell_id].error == (
             "ValueError: sampling_params.n (2) cannot exceed max_beam_width (1) when use_beam_search is True"
         )
     prompts = [build_prompt(config.prompt_template, d) for d in result.dataset.documents]
-    expected = []
+    expected: list[list[str]] = []
     for cell in result.plan.all_cells:
         batches = result.plan.batches(cell)
         for batch in batches[:1] if cell.beam_width == 2 else batches:

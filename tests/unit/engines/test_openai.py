@@ -9,22 +9,24 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.config import DecodingSettings, EngineOptions, RunConfig
-from harness.engines.base import EngineInfo, Generation
+from harness.engines.base import AdoptedEngine, EngineInfo, Generation
 from harness.engines.openai import POSITION_SEMANTICS, OpenAIEngine, ServerError
 from harness.engines.registry import load_engine, peek_config
 from harness.errors import ConfigError, EngineError
-from harness.tools.serve import BadRequest, Batcher, Pending, make_server, parse_completion
+from harness.tools.serve import BadRequest, Batcher, CompletionServer, Pending, make_server, parse_completion
 
 REPO = Path(__file__).resolve().parents[3]
 GREEDY = DecodingSettings(beam_width=1, max_new_tokens=8)
@@ -43,18 +45,20 @@ class ScriptedServer(ThreadingHTTPServer):
     def __init__(self, script: Sequence[tuple[int, float]]) -> None:
         super().__init__(("127.0.0.1", 0), _ScriptedHandler)
         self.script = list(script)
-        self.received: dict[int, dict] = {}
-        self.accepted: dict = {}
+        self.received: dict[int, dict[str, Any]] = {}
+        self.accepted: dict[socket.socket | tuple[bytes, socket.socket], int] = {}
         self.gets = 0
         self.lock = threading.Lock()
 
-    def process_request(self, request, client_address) -> None:
+    def process_request(
+        self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any
+    ) -> None:
         with self.lock:  # the accept loop: numbers follow accept order
             self.accepted[request] = len(self.accepted)
         super().process_request(request, client_address)
 
     @property
-    def posts(self) -> list[dict]:
+    def posts(self) -> list[dict[str, Any]]:
         with self.lock:
             return [self.received[k] for k in sorted(self.received)]
 
@@ -66,10 +70,10 @@ class ScriptedServer(ThreadingHTTPServer):
 class _ScriptedHandler(BaseHTTPRequestHandler):
     server: ScriptedServer
 
-    def log_message(self, *args) -> None:
+    def log_message(self, *args: Any) -> None:
         pass
 
-    def _send(self, status: int, payload: dict) -> None:
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Length", str(len(data)))
@@ -95,7 +99,7 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def scripted() -> Iterator:
+def scripted() -> Iterator[Callable[..., ScriptedServer]]:
     servers: list[ScriptedServer] = []
 
     def start(*script: tuple[int, float]) -> ScriptedServer:
@@ -135,16 +139,17 @@ class RecordingEngine:
 
 
 @pytest.fixture
-def served() -> Iterator:
-    servers = []
+def served() -> Iterator[Callable[..., tuple[CompletionServer, str]]]:
+    servers: list[CompletionServer] = []
 
-    def start(engine, **kwargs):
+    def start(engine: Any, **kwargs: Any) -> tuple[CompletionServer, str]:
         kwargs.setdefault("window_ms", 300)
         kwargs.setdefault("max_batch_size", 8)
         server = make_server(engine, model_name="double", **kwargs)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
         host, port = server.server_address[:2]
+        assert isinstance(host, str)  # an IPv4 address
         return server, f"http://{host}:{port}/v1"
 
     yield start
@@ -156,7 +161,9 @@ def served() -> Iterator:
 # --- the server ---------------------------------------------------------------------------
 
 
-def test_server_batches_concurrent_requests_into_one_call_in_arrival_order(served):
+def test_server_batches_concurrent_requests_into_one_call_in_arrival_order(
+    served: Callable[..., tuple[CompletionServer, str]],
+) -> None:
     engine = RecordingEngine()
     _, url = served(engine)
     client = OpenAIEngine(url, retries=0)
@@ -169,7 +176,7 @@ def test_server_batches_concurrent_requests_into_one_call_in_arrival_order(serve
     assert [g.beams for g in out] == [(p.upper(), f"{p.upper()}#1") for p in prompts[::-1]]
 
 
-def test_client_identity_and_position_note(served):
+def test_client_identity_and_position_note(served: Callable[..., tuple[CompletionServer, str]]) -> None:
     _, url = served(RecordingEngine())
     client = OpenAIEngine(url)
     assert client.info.backend == "openai" and client.info.path == url
@@ -178,7 +185,7 @@ def test_client_identity_and_position_note(served):
     assert client.info.config is None
 
 
-def test_server_keeps_different_settings_apart():
+def test_server_keeps_different_settings_apart() -> None:
     engine = RecordingEngine()
     batcher = Batcher(engine, max_batch_size=8, window_s=0.05)
     items = [
@@ -186,8 +193,10 @@ def test_server_keeps_different_settings_apart():
     ]  # handler threads may enqueue out of accept order
     batcher.submit(items)
     first = batcher.next_batch()  # the settings of the first request taken, in arrival order
+    assert first is not None
     assert [p.prompt for p in first] == ["p1", "p3"]
     second = batcher.next_batch()
+    assert second is not None
     assert [p.prompt for p in second] == ["p0", "p2"]
     batcher.run_batch(first)
     assert engine.calls == [(["p1", "p3"], GREEDY)]
@@ -197,14 +206,18 @@ def test_server_keeps_different_settings_apart():
     ]
 
 
-def test_server_caps_batches_at_max_batch_size():
+def test_server_caps_batches_at_max_batch_size() -> None:
     batcher = Batcher(RecordingEngine(), max_batch_size=3, window_s=0.05)
     batcher.submit([Pending(arrival=(i, 0), prompt=f"p{i}", settings=GREEDY) for i in range(5)])
-    assert [p.prompt for p in batcher.next_batch()] == ["p0", "p1", "p2"]
-    assert [p.prompt for p in batcher.next_batch()] == ["p3", "p4"]
+    first, second = batcher.next_batch(), batcher.next_batch()
+    assert first is not None and second is not None
+    assert [p.prompt for p in first] == ["p0", "p1", "p2"]
+    assert [p.prompt for p in second] == ["p3", "p4"]
 
 
-def test_engine_exception_is_a_500_with_its_message(served):
+def test_engine_exception_is_a_500_with_its_message(
+    served: Callable[..., tuple[CompletionServer, str]],
+) -> None:
     _, url = served(RecordingEngine())
     client = OpenAIEngine(url, retries=0)
     with pytest.raises(
@@ -228,12 +241,12 @@ def test_engine_exception_is_a_500_with_its_message(served):
         ([1, 2], "JSON object"),
     ],
 )
-def test_bad_requests(body, message):
+def test_bad_requests(body: object, message: str) -> None:
     with pytest.raises(BadRequest, match=message):
         parse_completion(body, "double")
 
 
-def test_beam_fields_as_trtllm_serve_and_vllm_send_them():
+def test_beam_fields_as_trtllm_serve_and_vllm_send_them() -> None:
     _, s, n = parse_completion(
         {"prompt": "x", "use_beam_search": True, "n": 1, "best_of": 4, "max_tokens": 5}, "double"
     )  # trtllm-serve: width from best_of
@@ -245,18 +258,22 @@ def test_beam_fields_as_trtllm_serve_and_vllm_send_them():
     assert (s.beam_width, s.length_penalty, s.early_stopping, n) == (3, 0.6, False, 3)
 
 
-def test_bad_request_over_http_is_a_400_and_not_retried(served):
+def test_bad_request_over_http_is_a_400_and_not_retried(
+    served: Callable[..., tuple[CompletionServer, str]],
+) -> None:
     server, url = served(RecordingEngine())
     import http.client
 
-    conn = http.client.HTTPConnection(*server.server_address[:2], timeout=10)
+    host, port = server.server_address[:2]
+    assert isinstance(host, str)  # an IPv4 address
+    conn = http.client.HTTPConnection(host, port, timeout=10)
     conn.request("POST", "/v1/completions", body=b"{not json", headers={"Content-Length": "9"})
     response = conn.getresponse()
     assert response.status == 400
     assert "not JSON" in json.loads(response.read())["error"]["message"]
 
 
-def test_serve_refuses_a_non_loopback_host():
+def test_serve_refuses_a_non_loopback_host() -> None:
     with pytest.raises(ConfigError, match="--host 0.0.0.0: serve listens on loopback only"):
         make_server(RecordingEngine(), host="0.0.0.0", model_name="x", max_batch_size=1)
 
@@ -264,7 +281,7 @@ def test_serve_refuses_a_non_loopback_host():
 # --- the client against scripted answers ----------------------------------------------------
 
 
-def test_retries_a_503_then_succeeds(scripted):
+def test_retries_a_503_then_succeeds(scripted: Callable[..., ScriptedServer]) -> None:
     server = scripted((503, 0), (503, 0), (200, 0))
     client = OpenAIEngine(server.url, retries=2, backoff=0.01)
     out = client.generate(["ab", "cd"], GREEDY)
@@ -274,7 +291,7 @@ def test_retries_a_503_then_succeeds(scripted):
     assert server.posts[0] == {"model": "m", "prompt": "ab", "max_tokens": 8, "temperature": 0.0, "n": 1}
 
 
-def test_gives_up_after_the_retries(scripted):
+def test_gives_up_after_the_retries(scripted: Callable[..., ScriptedServer]) -> None:
     server = scripted((503, 0))
     client = OpenAIEngine(server.url, retries=1, backoff=0.01)
     with pytest.raises(
@@ -286,7 +303,7 @@ def test_gives_up_after_the_retries(scripted):
     assert len(server.posts) == 2
 
 
-def test_never_retries_a_400(scripted):
+def test_never_retries_a_400(scripted: Callable[..., ScriptedServer]) -> None:
     server = scripted((400, 0))
     client = OpenAIEngine(server.url, retries=3, backoff=0.01)
     with pytest.raises(ServerError, match="HTTP 400 at position 0: scripted 400"):
@@ -305,7 +322,7 @@ def test_never_retries_a_400(scripted):
     }
 
 
-def test_timeout_names_the_option(scripted):
+def test_timeout_names_the_option(scripted: Callable[..., ScriptedServer]) -> None:
     server = scripted((200, 2.0))
     client = OpenAIEngine(server.url, request_timeout=0.3, retries=2, backoff=0.01)
     with pytest.raises(
@@ -317,14 +334,14 @@ def test_timeout_names_the_option(scripted):
     assert len(server.posts) == 1  # a timed-out batch may still be running there: not resent
 
 
-def test_model_option_must_be_served(scripted):
+def test_model_option_must_be_served(scripted: Callable[..., ScriptedServer]) -> None:
     server = scripted((200, 0))
     with pytest.raises(EngineError, match="--model 'x': the server at .* serves m; pass one"):
         OpenAIEngine(server.url, model="x")
     assert OpenAIEngine(server.url, model="m").model == "m"
 
 
-def test_unreachable_server_fails_at_load_with_the_address():
+def test_unreachable_server_fails_at_load_with_the_address() -> None:
     with pytest.raises(EngineError) as err:
         OpenAIEngine("http://127.0.0.1:1/v1", retries=1, backoff=0.01)
     message = str(err.value)
@@ -334,7 +351,7 @@ def test_unreachable_server_fails_at_load_with_the_address():
     assert "python -m harness serve --engine DIR --port 1" in message and "\n" not in message
 
 
-def test_unreachable_server_cli_one_line_no_traceback(tmp_path: Path):
+def test_unreachable_server_cli_one_line_no_traceback(tmp_path: Path) -> None:
     proc = subprocess.run(
         [
             sys.executable,
@@ -364,7 +381,7 @@ def test_unreachable_server_cli_one_line_no_traceback(tmp_path: Path):
 # --- registry and options -------------------------------------------------------------------
 
 
-def test_urls_select_the_openai_backend_without_config(scripted):
+def test_urls_select_the_openai_backend_without_config(scripted: Callable[..., ScriptedServer]) -> None:
     server = scripted((200, 0))
     assert peek_config(server.url) is None
     assert peek_config(server.url, "openai") is None
@@ -372,7 +389,7 @@ def test_urls_select_the_openai_backend_without_config(scripted):
     assert isinstance(engine, OpenAIEngine) and engine.request_timeout == 5.0 and engine.retries == 0
 
 
-def test_server_options_need_a_server():
+def test_server_options_need_a_server() -> None:
     with pytest.raises(ConfigError, match="--model applies only to an OpenAI-compatible server"):
         RunConfig.from_options({"model": "m"})
     with pytest.raises(ConfigError, match="--retries applies only"):
@@ -388,7 +405,9 @@ def test_server_options_need_a_server():
         RunConfig.from_options({"engine": "http://h:1/v1", "request_timeout": "0"})
 
 
-def test_a_subclass_of_the_openai_backend_gets_the_server_options(scripted, tmp_path: Path, monkeypatch):
+def test_a_subclass_of_the_openai_backend_gets_the_server_options(
+    scripted: Callable[..., ScriptedServer], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """--backend mymod:MyOpenAI --engine http://...: --model, --request-timeout and --retries
     reach any class that takes them (issue 14, A4), not only the backend named openai."""
     (tmp_path / "mybackends.py").write_text(
@@ -409,7 +428,11 @@ def test_a_subclass_of_the_openai_backend_gets_the_server_options(scripted, tmp_
     engine = load_engine(
         server.url, "mybackends:MyOpenAI", EngineOptions(model="m", request_timeout=5.0, retries=0)
     )
+    assert isinstance(engine, OpenAIEngine)  # a subclass of a backend: the engine itself
     assert (engine.model, engine.request_timeout, engine.retries) == ("m", 5.0, 0)
     taken = load_engine(server.url, "mybackends:Takes", EngineOptions(model="m", retries=0))
+    assert isinstance(taken, AdoptedEngine)  # any other class: seen through the adopter
     assert (taken.url, taken.model, taken.retries) == (server.url, "m", 0)  # only its parameters
-    assert load_engine(server.url, "mybackends:Plain", EngineOptions(model="m")).url == server.url
+    plain = load_engine(server.url, "mybackends:Plain", EngineOptions(model="m"))
+    assert isinstance(plain, AdoptedEngine)
+    assert plain.url == server.url

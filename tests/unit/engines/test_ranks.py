@@ -44,14 +44,14 @@ from harness.limits.ranks import Ranks, current, engine_ranks, require_world, wo
         ({"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_JOB_ID": "7"}, 0, 1),
     ],
 )
-def test_launchers(env, rank, world):
+def test_launchers(env: dict[str, str], rank: int, world: int) -> None:
     ranks = current(env)
     assert (ranks.rank, ranks.world) == (rank, world)
     assert ranks.is_root == (rank == 0)
     assert world_size(env) == world
 
 
-def test_source_names_the_variables():
+def test_source_names_the_variables() -> None:
     ranks = current({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"})
     assert ranks.source == "OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE"
     assert ranks.label == "rank 1 of 2"
@@ -65,12 +65,12 @@ def test_source_names_the_variables():
         ({"PMI_RANK": "2", "PMI_SIZE": "2"}, "rank 2 is not below the world size 2"),
     ],
 )
-def test_bad_environment_is_a_clear_error(env, words):
+def test_bad_environment_is_a_clear_error(env: dict[str, str], words: str) -> None:
     with pytest.raises(ConfigError, match=words):
         current(env)
 
 
-def test_environment_is_read_when_not_given(monkeypatch):
+def test_environment_is_read_when_not_given(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in (
         "OMPI_COMM_WORLD_RANK",
         "OMPI_COMM_WORLD_SIZE",
@@ -89,18 +89,18 @@ def test_environment_is_read_when_not_given(monkeypatch):
     assert current() == Ranks(rank=1, world=2, source="PMI_RANK and PMI_SIZE")
 
 
-def test_engine_ranks():
+def test_engine_ranks() -> None:
     assert engine_ranks(None, None) == 1
     assert engine_ranks(2, None) == 2 and engine_ranks(2, 2) == 4
 
 
-def test_matching_world_passes():
+def test_matching_world_passes() -> None:
     require_world(Ranks(0, 2, "x"), 2, 1, engine="e")
     require_world(Ranks(), 1, 1, engine="e")
     require_world(Ranks(), None, None, engine="e")
 
 
-def test_tp2_engine_in_a_single_process_names_both_numbers_and_mpirun():
+def test_tp2_engine_in_a_single_process_names_both_numbers_and_mpirun() -> None:
     with pytest.raises(ConfigError) as exc:
         require_world(Ranks(), 2, 1, engine="engines/tp2")
     message = str(exc.value)
@@ -108,13 +108,13 @@ def test_tp2_engine_in_a_single_process_names_both_numbers_and_mpirun():
     assert "mpirun -n 2 pytest suites/ --engine engines/tp2" in message
 
 
-def test_wrong_world_size_names_the_launcher_variables():
+def test_wrong_world_size_names_the_launcher_variables() -> None:
     with pytest.raises(ConfigError) as exc:
         require_world(Ranks(0, 4, "OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE"), 2, 1, engine="E")
     assert "= 2 rank(s) but this run has 4 processes (OMPI_COMM_WORLD_RANK" in str(exc.value)
     assert "mpirun -n 2" in str(exc.value)
 
 
-def test_single_rank_engine_under_mpirun():
+def test_single_rank_engine_under_mpirun() -> None:
     with pytest.raises(ConfigError, match="no tp/pp mapping.*2 processes.*without mpirun"):
         require_world(Ranks(0, 2, "PMI_RANK and PMI_SIZE"), None, None, engine="E")

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,15 +11,17 @@ from harness.engines.registry import detect_backend, load_engine, peek_config, r
 from harness.errors import EngineError
 
 
-def test_detects_emulator_and_hf(engine_factory):
+def test_detects_emulator_and_hf(engine_factory: Callable[[int, int], Path]) -> None:
     from harness.engines.emulator.build import BUNDLED_MODEL
 
     assert detect_backend(engine_factory(8, 4)) == "emulator"
     assert detect_backend(BUNDLED_MODEL) == "hf"
-    assert peek_config(str(engine_factory(8, 4)))["build_config"]["max_beam_width"] == 4
+    config = peek_config(str(engine_factory(8, 4)))
+    assert config is not None
+    assert config["build_config"]["max_beam_width"] == 4
 
 
-def test_tensorrt_llm_engine_dir_is_the_trtllm_backend(tmp_path: Path):
+def test_tensorrt_llm_engine_dir_is_the_trtllm_backend(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(
         json.dumps({"version": "0.13.0", "pretrained_config": {}, "build_config": {}})
     )
@@ -27,12 +30,12 @@ def test_tensorrt_llm_engine_dir_is_the_trtllm_backend(tmp_path: Path):
     assert resolve_backend("llmapi").__name__ == "LlmApiEngine"
 
 
-def test_unknown_backend_suggests():
+def test_unknown_backend_suggests() -> None:
     with pytest.raises(EngineError, match="did you mean 'hf'"):
         resolve_backend("hff")
 
 
-def test_user_class_without_generate(tmp_path: Path, monkeypatch):
+def test_user_class_without_generate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "nogen.py").write_text("class E:\n    def __init__(self, path): pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(EngineError, match="no generate"):
@@ -41,7 +44,7 @@ def test_user_class_without_generate(tmp_path: Path, monkeypatch):
         load_engine("nogen:Missing")
 
 
-def test_emulator_engine_missing_weights(engine_factory, tmp_path: Path):
+def test_emulator_engine_missing_weights(engine_factory: Callable[[int, int], Path], tmp_path: Path) -> None:
     broken = tmp_path / "e"
     shutil.copytree(engine_factory(8, 4), broken)
     (broken / "rank0.safetensors").unlink()
@@ -54,7 +57,7 @@ def test_emulator_engine_missing_weights(engine_factory, tmp_path: Path):
         load_engine(str(broken))
 
 
-def test_build_engine_cli_writes_unified_config(tmp_path: Path):
+def test_build_engine_cli_writes_unified_config(tmp_path: Path) -> None:
     from harness.__main__ import main
 
     assert (
@@ -91,7 +94,7 @@ def test_build_engine_cli_writes_unified_config(tmp_path: Path):
     )
 
 
-def test_build_engine_never_replaces_what_it_did_not_build(tmp_path: Path):
+def test_build_engine_never_replaces_what_it_did_not_build(tmp_path: Path) -> None:
     from harness.engines.emulator.build import BUNDLED_MODEL, build_engine, build_limits
 
     model = tmp_path / "model"
@@ -121,7 +124,9 @@ class Echo:
 """
 
 
-def test_a_users_engine_module_in_the_rootdir_or_current_folder_needs_no_pythonpath(tmp_path, monkeypatch):
+def test_a_users_engine_module_in_the_rootdir_or_current_folder_needs_no_pythonpath(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """--engine mymodule:MyClass finds mymodule.py in pytest's rootdir or the current folder,
     as pytest users expect, without PYTHONPATH."""
     import sys
@@ -144,7 +149,7 @@ def test_a_users_engine_module_in_the_rootdir_or_current_folder_needs_no_pythonp
         load_engine("no_such_user_module:Echo", roots=(project,))
 
 
-def test_a_module_that_lacks_what_it_imports_says_so(tmp_path, monkeypatch):
+def test_a_module_that_lacks_what_it_imports_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
     from harness.engines.registry import load_engine

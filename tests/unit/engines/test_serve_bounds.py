@@ -10,6 +10,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from harness.config import DecodingSettings
 from harness.engines.base import EngineInfo, Generation
 from harness.model.limits import EngineLimits
 from harness.model.vocab import Layout
-from harness.tools.serve import BadRequest, Bounds, make_server, parse_completion
+from harness.tools.serve import BadRequest, Bounds, CompletionServer, make_server, parse_completion
 
 LIMITS = EngineLimits(
     layout=Layout.EMULATOR, max_batch_size=8, max_beam_width=2, max_input_len=6, max_seq_len=20
@@ -65,12 +66,14 @@ class CountingEngine:
         ({"prompt": "x", "max_tokens": 21}, "max_tokens 21 is more than 20 (the engine's max_seq_len)"),
     ],
 )
-def test_requests_beyond_the_engine_limits_are_refused_with_the_bound(body, message):
+def test_requests_beyond_the_engine_limits_are_refused_with_the_bound(
+    body: dict[str, object], message: str
+) -> None:
     with pytest.raises(BadRequest, match="^" + re.escape(message)):
         parse_completion(body, "double", BOUNDS)
 
 
-def test_bounds_come_from_the_build_limits_with_defaults_where_none_are_recorded():
+def test_bounds_come_from_the_build_limits_with_defaults_where_none_are_recorded() -> None:
     assert Bounds.of(LIMITS, 4) == Bounds(
         max_prompts=4, max_beams=16, max_tokens=20, max_input_tokens=6, max_seq_len=20
     )
@@ -85,7 +88,7 @@ def test_bounds_come_from_the_build_limits_with_defaults_where_none_are_recorded
 
 
 @pytest.fixture
-def server() -> Iterator:
+def server() -> Iterator[tuple[CompletionServer, CountingEngine]]:
     engine = CountingEngine()
     srv = make_server(engine, model_name="double", max_batch_size=8, window_ms=20, bounds=BOUNDS)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
@@ -94,8 +97,10 @@ def server() -> Iterator:
     srv.close()
 
 
-def _post(srv, data: bytes, timeout: float = 10.0) -> tuple[int, dict]:
-    conn = http.client.HTTPConnection(*srv.server_address[:2], timeout=timeout)
+def _post(srv: CompletionServer, data: bytes, timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
+    host, port = srv.server_address[:2]
+    assert isinstance(host, str)  # an IPv4 address
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         conn.request(
             "POST",
@@ -109,7 +114,9 @@ def _post(srv, data: bytes, timeout: float = 10.0) -> tuple[int, dict]:
         conn.close()
 
 
-def test_hostile_requests_are_400s_and_the_server_keeps_serving(server):
+def test_hostile_requests_are_400s_and_the_server_keeps_serving(
+    server: tuple[CompletionServer, CountingEngine],
+) -> None:
     srv, engine = server
     hostile = [
         b"[" * 100_000 + b"]" * 100_000,
@@ -119,7 +126,7 @@ def test_hostile_requests_are_400s_and_the_server_keeps_serving(server):
         json.dumps({"prompt": "one two three four five six seven"}).encode(),
         json.dumps({"prompt": "one two", "max_tokens": 19}).encode(),
     ]
-    reasons = []
+    reasons: list[str] = []
     for data in hostile:
         start = time.monotonic()
         status, body = _post(srv, data)

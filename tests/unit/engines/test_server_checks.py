@@ -12,11 +12,13 @@ from __future__ import annotations
 import http.client
 import json
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from harness.config import DecodingSettings, RunConfig
-from harness.engines.base import RequestTiming
+from harness.engines.base import AdoptedEngine, RequestTiming
 from harness.engines.batching import (
     ONE_AFTER_ANOTHER,
     TOGETHER,
@@ -28,6 +30,7 @@ from harness.engines.batching import (
 from harness.engines.http_batch import send_batch
 from harness.engines.openai import OpenAIEngine, ServerError
 from harness.redact import redact_url
+from tests.doubles.openai_server import BehavingServer
 
 GREEDY = DecodingSettings(beam_width=1, max_new_tokens=8)
 BEAM2 = DecodingSettings(beam_width=2, max_new_tokens=8)
@@ -36,7 +39,7 @@ BEAM2 = DecodingSettings(beam_width=2, max_new_tokens=8)
 # --- A1: beam search that never happened ---------------------------------------------------
 
 
-def test_one_choice_for_best_of_2_fails_at_the_first_answer(behaving):
+def test_one_choice_for_best_of_2_fails_at_the_first_answer(behaving: Callable[..., BehavingServer]) -> None:
     server = behaving(beams="one")
     client = OpenAIEngine(server.url, retries=0)
     with pytest.raises(
@@ -49,7 +52,9 @@ def test_one_choice_for_best_of_2_fails_at_the_first_answer(behaving):
     assert [g.text for g in client.generate(["ab"], GREEDY)] == ["ba"]  # greedy still works
 
 
-def test_identical_copies_fail_once_four_answers_show_no_beam_search(behaving):
+def test_identical_copies_fail_once_four_answers_show_no_beam_search(
+    behaving: Callable[..., BehavingServer],
+) -> None:
     server = behaving(beams="copies")
     client = OpenAIEngine(server.url, retries=0)
     for prompt in ("a1", "a2", "a3"):  # one identical answer could be a real beam search
@@ -64,7 +69,7 @@ def test_identical_copies_fail_once_four_answers_show_no_beam_search(behaving):
         client.generate(["b1", "b2"], BEAM2)
 
 
-def test_distinct_beams_are_evidence_of_beam_search(behaving):
+def test_distinct_beams_are_evidence_of_beam_search(behaving: Callable[..., BehavingServer]) -> None:
     server = behaving(beams="distinct")
     client = OpenAIEngine(server.url, retries=0)
     for k in range(6):
@@ -79,7 +84,7 @@ def _t(sent: float, written: float, finished: float, tokens: int = 10) -> Reques
     return RequestTiming(sent=sent, written=written, first_byte=finished, finished=finished, tokens=tokens)
 
 
-def test_one_batch_is_judged_from_when_its_answers_ended():
+def test_one_batch_is_judged_from_when_its_answers_ended() -> None:
     texts = ["x"] * 4
     together = [_t(0.00, 0.001, 0.20), _t(0.001, 0.002, 0.21), _t(0.002, 0.003, 0.20), _t(0.003, 0.004, 0.22)]
     serial = [_t(0.00, 0.001, 0.20), _t(0.001, 0.002, 0.41), _t(0.002, 0.003, 0.60), _t(0.003, 0.004, 0.79)]
@@ -91,7 +96,7 @@ def test_one_batch_is_judged_from_when_its_answers_ended():
     assert judge_batch([None, None], ["a", "b"]).verdict == UNJUDGED
 
 
-def test_a_cell_is_untested_only_when_most_of_its_judged_batches_were_one_after_another():
+def test_a_cell_is_untested_only_when_most_of_its_judged_batches_were_one_after_another() -> None:
     def cell(*verdicts: str) -> str | None:
         return cell_notice([BatchJudgement(4, v) for v in verdicts])
 
@@ -106,14 +111,14 @@ def test_a_cell_is_untested_only_when_most_of_its_judged_batches_were_one_after_
 
 
 @pytest.mark.parametrize("serial", [True, False])
-def test_every_answer_is_timed_on_its_own(behaving, serial):
+def test_every_answer_is_timed_on_its_own(behaving: Callable[..., BehavingServer], serial: bool) -> None:
     """Answers read in position order would give position 1 the time position 0 took: each is
     read on its own as it comes, so a server answering all at once shows all at once."""
     server = behaving(serial=serial, seconds=0.15)
     client = OpenAIEngine(server.url, retries=0)
     out = client.generate(["a", "b", "c", "d"], GREEDY)
     assert all(g.timing is not None and g.timing.tokens == 8 for g in out)  # max_tokens 8
-    ends = sorted(g.timing.finished for g in out)
+    ends = sorted(g.timing.finished for g in out if g.timing is not None)
     spread = ends[-1] - ends[0]
     assert (spread > 0.4) if serial else (spread < 0.1), ends
     verdict = judge_batch([g.timing for g in out], [g.text for g in out]).verdict
@@ -123,7 +128,9 @@ def test_every_answer_is_timed_on_its_own(behaving, serial):
 # --- issue 15 item 8: the whole answer is bounded, not each read ---------------------------
 
 
-def test_a_server_trickling_its_answer_times_out_after_the_request_timeout(behaving):
+def test_a_server_trickling_its_answer_times_out_after_the_request_timeout(
+    behaving: Callable[..., BehavingServer],
+) -> None:
     server = behaving(trickle=0.05)  # a 100-byte answer: 5 s, each read well within 1 s
     client = OpenAIEngine(server.url, request_timeout=0.8, retries=2, backoff=0.01)
     server.trickle = 0.05
@@ -142,12 +149,15 @@ def test_a_server_trickling_its_answer_times_out_after_the_request_timeout(behav
 
 
 @pytest.mark.parametrize("earlier", ["crashes", "answers"])
-def test_a_request_that_cannot_be_sent_reports_an_earlier_failure_first(behaving, earlier):
+def test_a_request_that_cannot_be_sent_reports_an_earlier_failure_first(
+    behaving: Callable[..., BehavingServer], earlier: str
+) -> None:
     """The crash of request 0 is the first symptom, not the refused connection of request 1
     (which comes before request 0's reader sees its connection closed)."""
     server = behaving(crash_at=1 if earlier == "crashes" else None)
-    host, port = server.server_address
-    calls = []
+    host, port = server.server_address[:2]
+    assert isinstance(host, str)  # an IPv4 address
+    calls: list[float] = []
 
     def connect(timeout: float) -> http.client.HTTPConnection:
         calls.append(timeout)
@@ -168,7 +178,9 @@ def test_a_request_that_cannot_be_sent_reports_an_earlier_failure_first(behaving
 # --- A3: --request-field --------------------------------------------------------------------
 
 
-def test_request_fields_go_with_every_request_and_key_the_settings(behaving):
+def test_request_fields_go_with_every_request_and_key_the_settings(
+    behaving: Callable[..., BehavingServer],
+) -> None:
     server = behaving(beams="distinct")
     client = OpenAIEngine(server.url, retries=0)
     config = RunConfig.from_options(
@@ -206,7 +218,7 @@ def test_request_fields_go_with_every_request_and_key_the_settings(behaving):
         ("{}", "expected a JSON object of fields"),
     ],
 )
-def test_bad_request_fields_are_one_line_naming_the_option(given, message):
+def test_bad_request_fields_are_one_line_naming_the_option(given: str, message: str) -> None:
     from harness.errors import ConfigError
 
     with pytest.raises(ConfigError, match="^--request-field") as err:
@@ -214,7 +226,7 @@ def test_bad_request_fields_are_one_line_naming_the_option(given, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_request_fields_are_refused_for_engines_that_are_not_servers():
+def test_request_fields_are_refused_for_engines_that_are_not_servers() -> None:
     from harness.errors import ConfigError
 
     with pytest.raises(
@@ -249,11 +261,13 @@ def test_request_fields_are_refused_for_engines_that_are_not_servers():
         ("engines/bw1", "engines/bw1"),
     ],
 )
-def test_credential_looking_parts_of_urls_are_redacted(url, shown):
+def test_credential_looking_parts_of_urls_are_redacted(url: str, shown: str) -> None:
     assert redact_url(url) == shown
 
 
-def test_a_key_in_the_query_reaches_the_server_but_never_the_report(behaving, tmp_path):
+def test_a_key_in_the_query_reaches_the_server_but_never_the_report(
+    behaving: Callable[..., BehavingServer], tmp_path: Path
+) -> None:
     server = behaving()
     url = server.url + "?api_key=sk-SECRET-42"
     client = OpenAIEngine(url, retries=0)
@@ -266,7 +280,9 @@ def test_a_key_in_the_query_reaches_the_server_but_never_the_report(behaving, tm
     assert "hunter2" not in str(err.value)
 
 
-def test_a_users_server_class_is_named_by_the_redacted_address(tmp_path, monkeypatch):
+def test_a_users_server_class_is_named_by_the_redacted_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from harness.engines.registry import load_engine
 
     (tmp_path / "plainserver.py").write_text(
@@ -275,6 +291,7 @@ def test_a_users_server_class_is_named_by_the_redacted_address(tmp_path, monkeyp
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     engine = load_engine("http://h:1/v1?token=abc123", "plainserver:Plain")
+    assert isinstance(engine, AdoptedEngine)  # a user's class, seen through the adopter
     assert engine.url == "http://h:1/v1?token=abc123"  # the class gets the address it needs
     assert engine.info.path == "http://h:1/v1?token=REDACTED"
     assert "abc123" not in engine.info.identity

@@ -13,18 +13,19 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
-from harness.config import DecodingSettings, EngineOptions, RunConfig
+from harness.config import DecodingSettings, EngineOptions, RunConfig, TrtllmRuntime
 from harness.engines.registry import detect_backend, load_engine
 from harness.engines.trtllm import TrtllmEngine, cut_generations
 from harness.errors import ConfigError, EngineError
 from harness.inputs.data import build_prompt
 from tests.doubles import trtllm_1_x as double
 from tests.doubles.trtllm_1_x import make_engine_dir
-from tests.doubles.trtllm_common import BUNDLED_MODEL, continuation
+from tests.doubles.trtllm_common import BUNDLED_MODEL, Recorder, continuation
 
 REPO = Path(__file__).resolve().parents[3]
 MISSING = 'the trtllm backend needs TensorRT-LLM: pip install "batch-position-harness[trtllm]"'
@@ -38,7 +39,7 @@ PROMPTS = [
 
 
 @pytest.fixture
-def trt(monkeypatch):
+def trt(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     return double.install(monkeypatch)
 
 
@@ -46,7 +47,7 @@ def _ids(engine: TrtllmEngine, prompts: list[str]) -> list[list[int]]:
     return [list(x) for x in engine.tokenizer(prompts)["input_ids"]]
 
 
-def test_importing_the_backends_does_not_import_tensorrt_llm():
+def test_importing_the_backends_does_not_import_tensorrt_llm() -> None:
     code = (
         "import sys, harness.engines.trtllm, harness.engines.llmapi, harness.engines.registry, "
         "harness.pipeline; print('tensorrt_llm' in sys.modules)"
@@ -56,7 +57,7 @@ def test_importing_the_backends_does_not_import_tensorrt_llm():
     assert out.stdout.strip() == "False"
 
 
-def test_missing_tensorrt_llm_is_one_line(tmp_path: Path, monkeypatch):
+def test_missing_tensorrt_llm_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "tensorrt_llm", None)  # as if not installed
     engine = make_engine_dir(tmp_path / "e", with_tokenizer=True)
     with pytest.raises(EngineError) as exc:
@@ -67,7 +68,7 @@ def test_missing_tensorrt_llm_is_one_line(tmp_path: Path, monkeypatch):
     assert str(exc.value) == MISSING
 
 
-def test_missing_tensorrt_llm_through_the_cli(tmp_path: Path, small_dataset: Path):
+def test_missing_tensorrt_llm_through_the_cli(tmp_path: Path, small_dataset: Path) -> None:
     engine = make_engine_dir(tmp_path / "e", with_tokenizer=True)
     # `python -m harness run ...` with tensorrt_llm made unimportable even where it is installed
     code = (
@@ -99,7 +100,7 @@ def test_missing_tensorrt_llm_through_the_cli(tmp_path: Path, small_dataset: Pat
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
-def test_detects_every_tensorrt_llm_layout(tmp_path: Path):
+def test_detects_every_tensorrt_llm_layout(tmp_path: Path) -> None:
     for sample in sorted((REPO / "tests" / "data" / "configs").glob("*.json")):
         folder = tmp_path / sample.stem
         folder.mkdir()
@@ -108,10 +109,12 @@ def test_detects_every_tensorrt_llm_layout(tmp_path: Path):
 
 
 @pytest.mark.parametrize("runtime, runner", [("cpp", "ModelRunnerCpp"), ("python", "ModelRunner")])
-def test_one_call_per_batch_cut_per_position_beam0_scored(tmp_path: Path, trt, runtime, runner):
+def test_one_call_per_batch_cut_per_position_beam0_scored(
+    tmp_path: Path, trt: Recorder, runtime: str, runner: str
+) -> None:
     engine = TrtllmEngine(
         make_engine_dir(tmp_path / "e", max_beam_width=4),
-        options=EngineOptions(tokenizer=str(BUNDLED_MODEL), trtllm_runtime=runtime),
+        options=EngineOptions(tokenizer=str(BUNDLED_MODEL), trtllm_runtime=TrtllmRuntime(runtime)),
     )
     # the first runner serves the first cells (greedy): the C++ one is loaded for that width
     assert trt.loads == [
@@ -136,7 +139,7 @@ def test_one_call_per_batch_cut_per_position_beam0_scored(tmp_path: Path, trt, r
         assert gen.beams[0] != gen.beams[1]  # beam 0, not any beam, is the scored text
 
 
-def test_greedy_is_one_beam(tmp_path: Path, trt):
+def test_greedy_is_one_beam(tmp_path: Path, trt: Recorder) -> None:
     engine = TrtllmEngine(make_engine_dir(tmp_path / "e"), options=TOKENIZER)
     gens = engine.generate(PROMPTS[:2], DecodingSettings(beam_width=1, max_new_tokens=5))
     [call] = trt.calls
@@ -145,7 +148,7 @@ def test_greedy_is_one_beam(tmp_path: Path, trt):
     assert [len(g.token_ids) for g in gens] == [min(5, 3 + len(x) % 9) for x in _ids(engine, PROMPTS[:2])]
 
 
-def test_cut_generations_uses_each_input_length_and_sequence_length():
+def test_cut_generations_uses_each_input_length_and_sequence_length() -> None:
     end = 9
     # request 0: prompt [5, 6], beam 0 generates [7, 8], beam 1 generates [1]
     # request 1: prompt [1, 2, 3, 4], beam 0 generates [6], beam 1 nothing
@@ -171,14 +174,14 @@ def test_cut_generations_uses_each_input_length_and_sequence_length():
         cut_generations(output_ids[:, :1], lengths[:, :1], [2, 4], 2, end)
 
 
-def test_refusal_propagates_with_the_runners_message(tmp_path: Path, trt):
+def test_refusal_propagates_with_the_runners_message(tmp_path: Path, trt: Recorder) -> None:
     engine = TrtllmEngine(make_engine_dir(tmp_path / "e", max_beam_width=1), options=TOKENIZER)
     with pytest.raises(RuntimeError) as exc:
         engine.generate(PROMPTS, DecodingSettings(beam_width=4, max_new_tokens=8))
     assert str(exc.value) == "Num beams (4) exceeds the engine or specified limit (1)"
 
 
-def test_engine_info(tmp_path: Path, trt):
+def test_engine_info(tmp_path: Path, trt: Recorder) -> None:
     import hashlib
 
     path = make_engine_dir(tmp_path / "e", max_beam_width=2)
@@ -195,7 +198,7 @@ def test_engine_info(tmp_path: Path, trt):
         engine.generate(PROMPTS, DecodingSettings(beam_width=1, max_new_tokens=4))
 
 
-def test_tokenizer_resolution(tmp_path: Path, trt):
+def test_tokenizer_resolution(tmp_path: Path, trt: Recorder) -> None:
     bare = make_engine_dir(tmp_path / "bare")
     with pytest.raises(EngineError, match=r"no tokenizer in the folder.*--tokenizer DIR"):
         TrtllmEngine(bare)
@@ -207,7 +210,7 @@ def test_tokenizer_resolution(tmp_path: Path, trt):
     assert own.info.details["tokenizer"] == str(tmp_path / "own")
 
 
-def test_end_and_pad_ids_from_options(tmp_path: Path, trt):
+def test_end_and_pad_ids_from_options(tmp_path: Path, trt: Recorder) -> None:
     engine = TrtllmEngine(
         make_engine_dir(tmp_path / "e"),
         options=EngineOptions(tokenizer=str(BUNDLED_MODEL), end_id=5, pad_id=0),
@@ -216,13 +219,15 @@ def test_end_and_pad_ids_from_options(tmp_path: Path, trt):
     assert trt.calls[0]["end_id"] == 5 and trt.calls[0]["pad_id"] == 0
 
 
-def test_trust_remote_code_only_when_asked(tmp_path: Path, trt, monkeypatch):
+def test_trust_remote_code_only_when_asked(
+    tmp_path: Path, trt: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import transformers
 
     seen: list[object] = []
     real = transformers.AutoTokenizer.from_pretrained
 
-    def spy(folder, **kwargs):
+    def spy(folder: str, **kwargs: Any) -> Any:
         seen.append(kwargs.get("trust_remote_code", "absent"))
         return real(folder, **kwargs)
 
@@ -236,7 +241,7 @@ def test_trust_remote_code_only_when_asked(tmp_path: Path, trt, monkeypatch):
     assert RunConfig.from_options({"trust_remote_code": True}).engine_options.trust_remote_code
 
 
-def test_engine_directory_problems(tmp_path: Path, trt):
+def test_engine_directory_problems(tmp_path: Path, trt: Recorder) -> None:
     path = make_engine_dir(tmp_path / "e", with_tokenizer=True)
     (path / "rank0.engine").unlink()
     with pytest.raises(EngineError, match=r"no \*\.engine files.*trtllm-build --output_dir"):
@@ -250,7 +255,7 @@ def test_engine_directory_problems(tmp_path: Path, trt):
         RunConfig.from_options({"trtllm_runtime": "gpu"})
 
 
-def _run_config(tmp_path: Path, dataset: Path, engine: Path, **extra) -> RunConfig:
+def _run_config(tmp_path: Path, dataset: Path, engine: Path, **extra: object) -> RunConfig:
     values = {
         "engine": str(engine),
         "dataset": str(dataset),
@@ -264,11 +269,14 @@ def _run_config(tmp_path: Path, dataset: Path, engine: Path, **extra) -> RunConf
     return RunConfig.from_options(values)
 
 
-def test_pipeline_refused_cells_fail_with_the_message_others_pass(tmp_path: Path, small_dataset: Path, trt):
-    from harness.pipeline import run
+def test_pipeline_refused_cells_fail_with_the_message_others_pass(
+    tmp_path: Path, small_dataset: Path, trt: Recorder
+) -> None:
+    from harness.pipeline import RunResult, run
 
     engine = make_engine_dir(tmp_path / "e", max_beam_width=1)
     result = run(_run_config(tmp_path, small_dataset, engine, batch_sizes="1,2,4", beam_widths="1,2"))
+    assert isinstance(result, RunResult)  # one process: rank 0
     assert result.engine.backend == "trtllm"
     cells = {c.cell.id: c for c in result.cells}
     for size in (1, 2, 4):
@@ -294,12 +302,15 @@ def test_pipeline_refused_cells_fail_with_the_message_others_pass(tmp_path: Path
     assert {c["id"]: c["verdict"] for c in report["cells"]}["bs4-beam2"] == "error"
 
 
-def test_pipeline_finds_corrupt_positions_through_the_adapter(tmp_path: Path, small_dataset: Path, trt):
-    from harness.pipeline import run
+def test_pipeline_finds_corrupt_positions_through_the_adapter(
+    tmp_path: Path, small_dataset: Path, trt: Recorder
+) -> None:
+    from harness.pipeline import RunResult, run
 
     trt.corrupt_from = 2  # positions 2.. return -1 then garbage, as in TensorRT-LLM #2072
     engine = make_engine_dir(tmp_path / "e", max_beam_width=1)
     result = run(_run_config(tmp_path, small_dataset, engine, batch_sizes="1,4", beam_widths="1"))
+    assert isinstance(result, RunResult)  # one process: rank 0
     cells = {c.cell.id: c for c in result.cells}
     assert cells["bs1-beam1"].verdict == "pass"
     bad = cells["bs4-beam1"]

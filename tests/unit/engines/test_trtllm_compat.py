@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from tests.doubles import trtllm_common as common
 from tests.doubles.trtllm_common import BUNDLED_MODEL
 
 
-def test_rejected_keyword_reads_both_lines_wordings():
+def test_rejected_keyword_reads_both_lines_wordings() -> None:
     keys = {"max_beam_width": 2, "cuda_graph_config": None}
     assert (
         compat.rejected_keyword(
@@ -33,7 +34,7 @@ def test_rejected_keyword_reads_both_lines_wordings():
     assert compat.rejected_keyword(RuntimeError("CUDA out of memory"), keys) is None
 
 
-def test_shutdown_prefers_shutdown_then_private_then_the_executor():
+def test_shutdown_prefers_shutdown_then_private_then_the_executor() -> None:
     calls: list[str] = []
 
     class New:
@@ -58,7 +59,7 @@ def test_shutdown_prefers_shutdown_then_private_then_the_executor():
     assert calls == ["shutdown", "_shutdown", "shutdown", "shutdown"]
 
 
-def test_release_leaves_no_reference_behind():
+def test_release_leaves_no_reference_behind() -> None:
     """What has no shutdown (0.9's GptSession) is freed by release itself, cycles included."""
     import weakref
 
@@ -72,7 +73,7 @@ def test_release_leaves_no_reference_behind():
     assert slot == [] and ref() is None
 
 
-def test_a_1x_release_without_cuda_graph_config_drops_it(monkeypatch):
+def test_a_1x_release_without_cuda_graph_config_drops_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """'in some releases cuda_graph_config=None': a release that names it unknown gets the rest."""
     trtllm_1_x.install(monkeypatch)
 
@@ -89,14 +90,16 @@ def test_a_1x_release_without_cuda_graph_config_drops_it(monkeypatch):
     assert "cuda_graph_config" not in last
 
 
-def test_a_failed_reload_fails_its_cells_once_with_the_runner_s_message(tmp_path: Path, monkeypatch):
+def test_a_failed_reload_fails_its_cells_once_with_the_runner_s_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     trtllm_0_12.install(monkeypatch)
     path = trtllm_0_12.make_engine_dir(tmp_path / "e", max_beam_width=4, max_batch_size=8)
     engine = TrtllmEngine(path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL)))
     tries: list[int] = []
     real = trtllm_0_12.ModelRunnerCpp.from_dir
 
-    def out_of_memory(engine_dir: str, **kwargs):
+    def out_of_memory(engine_dir: str, **kwargs: Any) -> trtllm_0_12.ModelRunnerCpp:
         if kwargs.get("max_beam_width") == 2:
             tries.append(2)
             raise RuntimeError("[TensorRT-LLM][ERROR] CUDA out of memory\nstack")
@@ -117,7 +120,7 @@ def test_a_failed_reload_fails_its_cells_once_with_the_runner_s_message(tmp_path
 # --- the refusals each LLM API double models, with their types ---------------------------------
 
 
-def test_1x_pytorch_backend_refuses_a_request_of_another_beam_width(monkeypatch):
+def test_1x_pytorch_backend_refuses_a_request_of_another_beam_width(monkeypatch: pytest.MonkeyPatch) -> None:
     trtllm_1_x.install(monkeypatch)
     from tensorrt_llm import LLM, SamplingParams
     from tensorrt_llm.executor.utils import RequestError
@@ -133,7 +136,7 @@ def test_1x_pytorch_backend_refuses_a_request_of_another_beam_width(monkeypatch)
         LLM(model=str(BUNDLED_MODEL), beam_width=2)
 
 
-def test_1x_sampling_params_refusals(monkeypatch):
+def test_1x_sampling_params_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     trtllm_1_x.install(monkeypatch)
     from tensorrt_llm import SamplingParams
 
@@ -146,7 +149,7 @@ def test_1x_sampling_params_refusals(monkeypatch):
     assert not hasattr(SamplingParams(n=2, use_beam_search=True), "beam_width")
 
 
-def test_0_16_wording_and_missing_max_beam_width(monkeypatch, tmp_path: Path):
+def test_0_16_wording_and_missing_max_beam_width(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     trtllm_0_15.install(monkeypatch)
     from tensorrt_llm import LLM, SamplingParams
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
-from harness.config import DecodingSettings, EngineOptions, RunConfig
+from harness.config import DecodingSettings, EngineOptions, RunConfig, TrtllmRuntime
 from harness.engines.llmapi import LlmApiEngine
 from harness.engines.trtllm import TrtllmEngine
 from harness.errors import EngineError
@@ -39,10 +40,12 @@ RUNTIMES = ["cpp", "python"]
 
 def _engine(trt: ModuleType, tmp_path: Path, runtime: str = "cpp", max_beam_width: int = 4) -> TrtllmEngine:
     path = trt.make_engine_dir(tmp_path / "e", max_beam_width=max_beam_width, max_batch_size=8)
-    return TrtllmEngine(path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL), trtllm_runtime=runtime))
+    return TrtllmEngine(
+        path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL), trtllm_runtime=TrtllmRuntime(runtime))
+    )
 
 
-def _expected(tokenizer, prompts: list[str], beams: int, new: int) -> list[tuple[str, ...]]:
+def _expected(tokenizer: Any, prompts: list[str], beams: int, new: int) -> list[tuple[str, ...]]:
     out = []
     for ids in tokenizer(prompts)["input_ids"]:
         out.append(
@@ -54,7 +57,7 @@ def _expected(tokenizer, prompts: list[str], beams: int, new: int) -> list[tuple
     return out
 
 
-def _check_cell(engine, prompts: list[str], beams: int, new: int = 8) -> None:
+def _check_cell(engine: TrtllmEngine | LlmApiEngine, prompts: list[str], beams: int, new: int = 8) -> None:
     gens = engine.generate(prompts, DecodingSettings(beam_width=beams, max_new_tokens=new))
     assert [g.beams for g in gens] == _expected(engine.tokenizer, prompts, beams, new)
     assert [g.text for g in gens] == [g.beams[0] for g in gens]
@@ -68,7 +71,7 @@ def _error(exc: BaseException) -> str:
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_every_cell_runs_on_every_line(tmp_path: Path, trt_line, runtime):
+def test_every_cell_runs_on_every_line(tmp_path: Path, trt_line: ModuleType, runtime: str) -> None:
     """Greedy, a smaller beam width and the engine's own, in the order the plan runs them
     (on 0.12-0.13 in-flight batching refuses a width other than the executor's maximum)."""
     engine = _engine(trt_line, tmp_path, runtime)
@@ -79,7 +82,9 @@ def test_every_cell_runs_on_every_line(tmp_path: Path, trt_line, runtime):
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_beam_width_above_the_engine_fails_only_its_cell(tmp_path: Path, trt_line, runtime):
+def test_a_beam_width_above_the_engine_fails_only_its_cell(
+    tmp_path: Path, trt_line: ModuleType, runtime: str
+) -> None:
     engine = _engine(trt_line, tmp_path, runtime, max_beam_width=2)
     with pytest.raises(RuntimeError) as exc:
         engine.generate(PROMPTS, DecodingSettings(beam_width=4, max_new_tokens=8))
@@ -88,7 +93,7 @@ def test_a_beam_width_above_the_engine_fails_only_its_cell(tmp_path: Path, trt_l
     _check_cell(engine, PROMPTS, 2)
 
 
-def test_cpp_outputs_are_cut_for_the_line_s_beam_layout(tmp_path: Path, trt_line):
+def test_cpp_outputs_are_cut_for_the_line_s_beam_layout(tmp_path: Path, trt_line: ModuleType) -> None:
     """[batch, max_beam_width, ...] with empty unused beams (to 0.13) or [batch, num_beams, ...]
     (later): either way each prompt gets exactly the beams asked for, none empty."""
     engine = _engine(trt_line, tmp_path)
@@ -100,7 +105,7 @@ def test_cpp_outputs_are_cut_for_the_line_s_beam_layout(tmp_path: Path, trt_line
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_close_frees_the_runner(tmp_path: Path, trt_line, runtime):
+def test_close_frees_the_runner(tmp_path: Path, trt_line: ModuleType, runtime: str) -> None:
     engine = _engine(trt_line, tmp_path, runtime)
     _check_cell(engine, PROMPTS[:1], 2)
     runner = engine.runner
@@ -108,6 +113,7 @@ def test_close_frees_the_runner(tmp_path: Path, trt_line, runtime):
     assert engine.runner is None
     session = getattr(runner, "session", None)
     if hasattr(session, "shutdown"):  # the Executor (0.10 on) is shut down, not left to the GC
+        assert session is not None  # hasattr(None, "shutdown") is False
         assert session.alive is False
     with pytest.raises(RuntimeError, match="closed"):
         engine.generate(PROMPTS, DecodingSettings(beam_width=1, max_new_tokens=4))
@@ -115,13 +121,13 @@ def test_close_frees_the_runner(tmp_path: Path, trt_line, runtime):
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_the_default_grid_on_a_beam_4_engine_runs_and_passes_on_every_line(
-    tmp_path: Path, small_dataset: Path, trt_line, runtime
-):
+    tmp_path: Path, small_dataset: Path, trt_line: ModuleType, runtime: str
+) -> None:
     """A healthy engine built with max_beam_width 4, the default grid (batch sizes 1, 2, 4, 8;
     beam widths 1, 2, 4): every cell runs and passes on every line and runner, though 0.9's
     decoder is fixed at load (C++) or by the first call (Python) and 0.12-0.13's executor
     refuses other widths; one runner per beam width, each loaded once, one engine on the GPU."""
-    from harness.pipeline import run
+    from harness.pipeline import RunResult, run
 
     engine = trt_line.make_engine_dir(tmp_path / "e", max_beam_width=4, max_batch_size=8)
     config = RunConfig.from_options(
@@ -137,6 +143,7 @@ def test_the_default_grid_on_a_beam_4_engine_runs_and_passes_on_every_line(
         }
     )
     result = run(config)
+    assert isinstance(result, RunResult)  # one process: rank 0
     assert [(c.cell.batch_size, c.cell.beam_width) for c in result.cells] == [
         (b, w) for w in (1, 2, 4) for b in (1, 2, 4, 8)
     ]
@@ -151,7 +158,9 @@ def test_the_default_grid_on_a_beam_4_engine_runs_and_passes_on_every_line(
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_runner_is_released_before_the_next_loads(tmp_path: Path, trt_line, runtime):
+def test_a_runner_is_released_before_the_next_loads(
+    tmp_path: Path, trt_line: ModuleType, runtime: str
+) -> None:
     """The doubles' GPU holds one engine: a load while another runner is alive fails. A failed
     cell's error, kept as the pipeline keeps it, must not hold the runner either."""
     import weakref
@@ -172,7 +181,7 @@ def test_a_runner_is_released_before_the_next_loads(tmp_path: Path, trt_line, ru
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_kv_cache_reuse_is_asked_off_and_reported(tmp_path: Path, trt_line, runtime):
+def test_kv_cache_reuse_is_asked_off_and_reported(tmp_path: Path, trt_line: ModuleType, runtime: str) -> None:
     from harness.model.vocab import CacheReuse
 
     engine = _engine(trt_line, tmp_path, runtime)
@@ -182,7 +191,9 @@ def test_kv_cache_reuse_is_asked_off_and_reported(tmp_path: Path, trt_line, runt
         False if takes_it else None
     ]
     engine.close()
-    options = EngineOptions(tokenizer=str(BUNDLED_MODEL), trtllm_runtime=runtime, kv_cache_reuse="on")
+    options = EngineOptions(
+        tokenizer=str(BUNDLED_MODEL), trtllm_runtime=TrtllmRuntime(runtime), kv_cache_reuse=CacheReuse.ON
+    )
     if not takes_it:
         with pytest.raises(
             EngineError,
@@ -197,20 +208,26 @@ def test_kv_cache_reuse_is_asked_off_and_reported(tmp_path: Path, trt_line, runt
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_legacy_engines_are_refused_in_one_line_on_every_line(tmp_path: Path, trt_line, runtime):
+def test_legacy_engines_are_refused_in_one_line_on_every_line(
+    tmp_path: Path, trt_line: ModuleType, runtime: str
+) -> None:
     """0.5-0.8 engines were built with another TensorRT (0.8.0 pins 9.2, 0.9.0 pins 9.3, 0.13
     pins 10.3: requirements.txt): none of these releases can deserialize them."""
     path = common.make_legacy_engine_dir(tmp_path / "legacy", max_beam_width=2)
     with pytest.raises(EngineError) as exc:
-        TrtllmEngine(path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL), trtllm_runtime=runtime))
+        TrtllmEngine(
+            path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL), trtllm_runtime=TrtllmRuntime(runtime))
+        )
     text = str(exc.value)
     assert "\n" not in text and "0.5-0.8 engine" in text and f"TensorRT-LLM {trt_line.VERSION}" in text
     assert "rebuild it" in text and "--trtllm-runtime" not in text
     assert common.recorder().loads == []  # refused before anything is loaded
 
 
-def test_pipeline_every_line_refuses_only_the_too_wide_cells(tmp_path: Path, small_dataset: Path, trt_line):
-    from harness.pipeline import run
+def test_pipeline_every_line_refuses_only_the_too_wide_cells(
+    tmp_path: Path, small_dataset: Path, trt_line: ModuleType
+) -> None:
+    from harness.pipeline import RunResult, run
 
     engine = trt_line.make_engine_dir(tmp_path / "e", max_beam_width=2, max_batch_size=8)
     config = RunConfig.from_options(
@@ -226,7 +243,9 @@ def test_pipeline_every_line_refuses_only_the_too_wide_cells(tmp_path: Path, sma
             "max_new_tokens": 16,
         }
     )
-    cells = {c.cell.id: c for c in run(config).cells}
+    result = run(config)
+    assert isinstance(result, RunResult)  # one process: rank 0
+    cells = {c.cell.id: c for c in result.cells}
     for size in (1, 4):
         for beams in (1, 2):
             assert cells[f"bs{size}-beam{beams}"].verdict == "pass", cells[f"bs{size}-beam{beams}"].error
@@ -243,7 +262,9 @@ def _llmapi(trt: ModuleType, tmp_path: Path, max_beam_width: int = 4) -> LlmApiE
     return LlmApiEngine(path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL)))
 
 
-def test_llmapi_lines_without_beam_sampling_params_are_refused_clearly(tmp_path: Path, trt_line):
+def test_llmapi_lines_without_beam_sampling_params_are_refused_clearly(
+    tmp_path: Path, trt_line: ModuleType
+) -> None:
     if trt_line.LINE in LLMAPI_LINES:
         pytest.skip("this line has the LLM API's beam-search SamplingParams")
     with pytest.raises(EngineError) as exc:
@@ -253,13 +274,13 @@ def test_llmapi_lines_without_beam_sampling_params_are_refused_clearly(tmp_path:
 
 
 @pytest.fixture
-def llmapi_line(trt_line):
+def llmapi_line(trt_line: ModuleType) -> ModuleType:
     if trt_line.LINE not in LLMAPI_LINES:
         pytest.skip(f"TensorRT-LLM {trt_line.VERSION} has no LLM API with beam-search SamplingParams")
     return trt_line
 
 
-def test_llmapi_engine_dir_runs_every_cell(tmp_path: Path, llmapi_line):
+def test_llmapi_engine_dir_runs_every_cell(tmp_path: Path, llmapi_line: ModuleType) -> None:
     engine = _llmapi(llmapi_line, tmp_path)
     assert len(common.recorder().loads) == 1  # an engine directory is loaded once
     for beams in (1, 2, 4, 1):
@@ -268,20 +289,24 @@ def test_llmapi_engine_dir_runs_every_cell(tmp_path: Path, llmapi_line):
 
 @pytest.mark.parametrize("asked", ["off", "on"])
 def test_llmapi_kv_cache_reuse_is_what_was_asked_whatever_the_line_s_default(
-    tmp_path: Path, llmapi_line, asked
-):
+    tmp_path: Path, llmapi_line: ModuleType, asked: str
+) -> None:
     """1.x's KvCacheConfig turns block reuse on by default (llm_args.py): the harness passes
     its setting on every line, and the report says which."""
     from harness.model.vocab import CacheReuse
 
     path = llmapi_line.make_engine_dir(tmp_path / "e", max_beam_width=4, max_batch_size=8)
-    engine = LlmApiEngine(path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL), kv_cache_reuse=asked))
+    engine = LlmApiEngine(
+        path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL), kv_cache_reuse=CacheReuse(asked))
+    )
     assert [load["block_reuse"] for load in common.recorder().loads] == [asked == "on"]
     assert engine.info.kv_cache_reuse.setting == CacheReuse(asked)
     assert "enable_block_reuse" in engine.info.kv_cache_reuse.how
 
 
-def test_llmapi_beam_width_above_the_engine_fails_with_the_line_s_message(tmp_path: Path, llmapi_line):
+def test_llmapi_beam_width_above_the_engine_fails_with_the_line_s_message(
+    tmp_path: Path, llmapi_line: ModuleType
+) -> None:
     engine = _llmapi(llmapi_line, tmp_path, max_beam_width=2)
     with pytest.raises(Exception) as exc:
         engine.generate(PROMPTS, DecodingSettings(beam_width=4, max_new_tokens=8))
@@ -289,7 +314,7 @@ def test_llmapi_beam_width_above_the_engine_fails_with_the_line_s_message(tmp_pa
     _check_cell(engine, PROMPTS, 2)
 
 
-def test_llmapi_checkpoint_runs_every_beam_width(llmapi_line):
+def test_llmapi_checkpoint_runs_every_beam_width(llmapi_line: ModuleType) -> None:
     """A checkpoint gets an LLM per beam width: build_config.max_beam_width on 0.15/0.16 (LlmArgs
     has no max_beam_width), max_beam_width plus the 1.0 PyTorch-backend beam-search settings
     (disable_overlap_scheduler=True, cuda_graph_config=None) on 1.x."""
@@ -307,7 +332,7 @@ def test_llmapi_checkpoint_runs_every_beam_width(llmapi_line):
     assert common.recorder().shutdowns == 4
 
 
-def test_llmapi_close_frees_the_llm(tmp_path: Path, llmapi_line):
+def test_llmapi_close_frees_the_llm(tmp_path: Path, llmapi_line: ModuleType) -> None:
     """0.15/0.16's LLM has only _shutdown(); 1.x has shutdown()."""
     engine = _llmapi(llmapi_line, tmp_path)
     _check_cell(engine, PROMPTS[:1], 1)
@@ -317,7 +342,9 @@ def test_llmapi_close_frees_the_llm(tmp_path: Path, llmapi_line):
         engine.generate(PROMPTS[:1], DecodingSettings(beam_width=1, max_new_tokens=4))
 
 
-def test_llmapi_sampling_params_pass_the_line_s_own_checks(tmp_path: Path, llmapi_line, monkeypatch):
+def test_llmapi_sampling_params_pass_the_line_s_own_checks(
+    tmp_path: Path, llmapi_line: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Greedy is best_of 1 (greedy with best_of > 1 is refused without
     TLLM_ALLOW_N_GREEDY_DECODING) and beam width W is best_of == n == W (best_of < n is refused)."""
     monkeypatch.delenv("TLLM_ALLOW_N_GREEDY_DECODING", raising=False)
@@ -327,8 +354,10 @@ def test_llmapi_sampling_params_pass_the_line_s_own_checks(tmp_path: Path, llmap
         assert (sp.n, sp.best_of, sp.use_beam_search) == (beams, beams, beams > 1)
 
 
-def test_llmapi_pipeline_refusal_reaches_the_cell(tmp_path: Path, small_dataset: Path, llmapi_line):
-    from harness.pipeline import run
+def test_llmapi_pipeline_refusal_reaches_the_cell(
+    tmp_path: Path, small_dataset: Path, llmapi_line: ModuleType
+) -> None:
+    from harness.pipeline import RunResult, run
 
     engine = llmapi_line.make_engine_dir(tmp_path / "e", max_beam_width=2, max_batch_size=8)
     config = RunConfig.from_options(
@@ -346,6 +375,7 @@ def test_llmapi_pipeline_refusal_reaches_the_cell(tmp_path: Path, small_dataset:
         }
     )
     result = run(config)
+    assert isinstance(result, RunResult)  # one process: rank 0
     cells = {c.cell.id: c for c in result.cells}
     assert cells["bs4-beam1"].verdict == cells["bs4-beam2"].verdict == "pass"
     assert cells["bs4-beam4"].error == LLMAPI_REFUSAL[llmapi_line.LINE]

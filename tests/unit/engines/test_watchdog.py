@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import pytest
 
@@ -22,10 +23,10 @@ class Scripted:
         self.most_running = 0
         self.closed = False
 
-    def count_tokens(self, prompts):  # type: ignore[no-untyped-def]
+    def count_tokens(self, prompts: Sequence[str]) -> list[int]:
         return [1 for _ in prompts]
 
-    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         self.running += 1
         self.most_running = max(self.most_running, self.running)
         try:
@@ -41,7 +42,7 @@ class Scripted:
         self.closed = True
 
 
-def test_passes_results_errors_and_attributes_through():
+def test_passes_results_errors_and_attributes_through() -> None:
     inner = Scripted()
     engine = BatchTimeoutEngine(inner, 5)
     assert engine.generate(["a", "b"], SETTINGS) == [Generation("A"), Generation("B")]
@@ -52,7 +53,7 @@ def test_passes_results_errors_and_attributes_through():
     assert inner.closed
 
 
-def test_a_hung_call_times_out_and_the_engine_never_runs_two_calls():
+def test_a_hung_call_times_out_and_the_engine_never_runs_two_calls() -> None:
     inner = Scripted()
     engine = BatchTimeoutEngine(inner, 0.2)
     inner.block = True
