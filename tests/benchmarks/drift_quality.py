@@ -40,8 +40,9 @@ from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.drift import Drift
 from harness.engines.emulator.engine import EmulatorEngine
 from harness.engines.emulator.faults import Fault, FaultKind
-from harness.inputs.data import Document, build_prompt, load_dataset
+from harness.inputs.data import build_prompt, load_dataset
 from harness.model.cell import Cell
+from harness.model.dataset import Document
 from harness.plan import make_plan
 from harness.verdict.scoring import rouge_l
 

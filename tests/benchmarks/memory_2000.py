@@ -41,9 +41,12 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from harness.bundled.synthetic import generate  # noqa: E402
-from harness.config import DecodingSettings, RunConfig  # noqa: E402
-from harness.pipeline import execute, prepare  # noqa: E402
-from harness.stages.run import RunResult  # noqa: E402
+from harness.config import DatasetOptions, DecodingSettings, RunConfig  # noqa: E402
+from harness.pipeline import (  # noqa: E402
+    RunOutcome,  # noqa: E402
+    execute,
+    prepare,
+)
 
 if TYPE_CHECKING:
     from harness.engines.base import Generation
@@ -88,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             encoding="utf-8",
         )
         config = RunConfig(
-            dataset=str(data),
+            data=DatasetOptions(dataset=str(data)),
             max_new_tokens=args.max_new_tokens,
             report_dir=Path(tmp) / "reports",
             no_cache=True,
@@ -97,25 +100,25 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         t0 = time.perf_counter()
         echo = EchoEngine(None) if args.engine == "echo" else None
         # prepare adopts any object with generate (harness.engines.registry.adopt)
-        prep = prepare(config, engine=echo)  # type: ignore[arg-type]
+        prep = prepare(config, engine=echo)
         after_prepare = peak_rss_bytes()
         if args.trace:
             tracemalloc.start()
         t1 = time.perf_counter()
         result = execute(prep)
         seconds = time.perf_counter() - t1
-        assert isinstance(result, RunResult) and result.report_dir is not None  # one process: rank 0
+        assert isinstance(result, RunOutcome)  # one process: rank 0
         figures: dict[str, object] = {
             "engine": args.engine,
             "prompts": args.prompts,
             "max_new_tokens": args.max_new_tokens,
-            "generations": result.plan.sequences(),
-            "verdict": result.verdict,
+            "generations": result.report.method.sequences,
+            "verdict": result.report.verdict,
             "execute_s": round(seconds, 1),
             "prepare_s": round(t1 - t0, 1),
             "rss_after_prepare_mib": round(after_prepare / MIB, 1),
             "peak_rss_mib": round(peak_rss_bytes() / MIB, 1),
-            "generations_jsonl_mib": round((result.report_dir / "generations.jsonl").stat().st_size / MIB, 2),
+            "generations_jsonl_mib": round((result.folder / "generations.jsonl").stat().st_size / MIB, 2),
         }
         if args.trace:
             current, peak = tracemalloc.get_traced_memory()

@@ -288,7 +288,9 @@ def record_harness_run(
     with tempfile.TemporaryDirectory() as tmp, llama_cpp.start(kind, gguf, 4, cache=cache) as server:
         config = harness_runs.config(run, server.base_url, Path(tmp))
         engine = harness_runs.Recorder(
-            server.base_url, request_timeout=config.request_timeout, retries=config.retries
+            server.base_url,
+            request_timeout=config.engine_options.request_timeout,
+            retries=config.engine_options.retries,
         )
         if run.fault == "kill":
             engine.arm(server.process, dict(bundled_prompts())[harness_runs.fault_id()])

@@ -90,7 +90,7 @@ def test_a_tokenizer_error_without_a_message_is_still_one_line(
 
     from harness.engines.registry import load_engine
     from harness.errors import EngineError
-    from harness.limits.lint import lint
+    from harness.tools.lint import lint
 
     def fail(*args: object, **kwargs: object) -> NoReturn:
         raise error

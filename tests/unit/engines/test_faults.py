@@ -20,7 +20,9 @@ from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.engine import EmulatorEngine
 from harness.engines.emulator.faults import Fault, FaultKind, hit, parse_drift, parse_fault
 from harness.errors import ConfigError
-from harness.inputs.data import Document, build_prompt, load_dataset
+from harness.inputs.data import build_prompt, load_dataset
+from harness.model.dataset import Document
+from harness.model.limits import EngineLimits
 
 GREEDY = DecodingSettings(max_new_tokens=16, beam_width=1, length_penalty=1.0)
 BEAM2 = DecodingSettings(max_new_tokens=16, beam_width=2, length_penalty=1.0)

@@ -21,6 +21,8 @@ from harness.engines.llmapi import LlmApiEngine
 from harness.engines.registry import load_engine
 from harness.errors import EngineError
 from harness.inputs.data import build_prompt
+from harness.stages.plan_only import plan_only
+from harness.stages.prepare import load_run_dataset
 from harness.storage.fingerprint import weights_identity
 from tests.doubles import trtllm_0_15
 from tests.doubles import trtllm_1_x as double
@@ -103,7 +105,7 @@ def test_before_1_0_engines_load_with_the_plain_llm(tmp_path: Path, monkeypatch:
 def test_checkpoint_gets_an_llm_per_beam_width(trt: Recorder) -> None:
     engine = LlmApiEngine(BUNDLED_MODEL)  # a Hugging Face checkpoint with its tokenizer
     assert engine.info.identity == weights_identity([BUNDLED_MODEL / "model.safetensors"])  # as hf
-    assert engine.info.config is None and engine.info.details["model"] == "checkpoint"
+    assert engine.limits is None and engine.info.details["model"] == "checkpoint"
     for w in (1, 2, 2, 4, 1):
         gens = engine.generate(PROMPTS[:2], DecodingSettings(beam_width=w, max_new_tokens=5))
         assert [g.beams for g in gens] == [_expected(engine, p, w, 5) for p in PROMPTS[:2]]
@@ -138,7 +140,7 @@ def test_trust_remote_code_is_passed_through(tmp_path: Path, trt: Recorder) -> N
 
 
 def test_pipeline_with_llmapi(tmp_path: Path, small_dataset: Path, trt: Recorder) -> None:
-    from harness.pipeline import RunResult, run
+    from harness.pipeline import RunOutcome, run
 
     engine = make_engine_dir(tmp_path / "e", max_beam_width=1)
     config = RunConfig.from_options(
@@ -156,18 +158,19 @@ def test_pipeline_with_llmapi(tmp_path: Path, small_dataset: Path, trt: Recorder
         }
     )
     result = run(config)
-    assert isinstance(result, RunResult)  # one process: rank 0
-    assert result.engine.backend == "llmapi"
-    cells = {c.cell.id: c for c in result.cells}
+    assert isinstance(result, RunOutcome)  # one process: rank 0
+    assert result.report.engine.backend == "llmapi"
+    cells = {c.cell.id: c for c in result.report.cells}
     assert cells["bs1-beam1"].verdict == cells["bs4-beam1"].verdict == "pass"
     for cell_id in ("bs1-beam2", "bs4-beam2"):
         assert cells[cell_id].error == (
             "ValueError: sampling_params.n (2) cannot exceed max_beam_width (1) when use_beam_search is True"
         )
-    prompts = [build_prompt(config.prompt_template, d) for d in result.dataset.documents]
+    plan = plan_only(config).plan  # the run's plan, made again without loading the engine
+    prompts = [build_prompt(config.prompt_template, d) for d in load_run_dataset(config).documents]
     expected: list[list[str]] = []
-    for cell in result.plan.all_cells:
-        batches = result.plan.batches(cell)
+    for cell in plan.all_cells:
+        batches = plan.batches(cell)
         for batch in batches[:1] if cell.beam_width == 2 else batches:
             expected.append([prompts[d] for d in batch.documents])
     assert [c["prompts"] for c in trt.calls] == expected

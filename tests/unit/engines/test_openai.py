@@ -182,7 +182,7 @@ def test_client_identity_and_position_note(served: Callable[..., tuple[Completio
     assert client.info.backend == "openai" and client.info.path == url
     assert client.info.identity == "server:double@double:1"  # model id @ the root it reports
     assert client.info.details["position_semantics"] == POSITION_SEMANTICS
-    assert client.info.config is None
+    assert client.limits is None
 
 
 def test_server_keeps_different_settings_apart() -> None:

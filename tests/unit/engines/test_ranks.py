@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import ConfigError
-from harness.limits.ranks import Ranks, current, engine_ranks, require_world, world_size
+from harness.limits.ranks import current, engine_ranks, require_world, world_size
+from harness.model.ranks import Ranks
 
 
 @pytest.mark.parametrize(
@@ -46,7 +47,7 @@ from harness.limits.ranks import Ranks, current, engine_ranks, require_world, wo
 )
 def test_launchers(env: dict[str, str], rank: int, world: int) -> None:
     ranks = current(env)
-    assert (ranks.rank, ranks.world) == (rank, world)
+    assert (ranks.rank, ranks.world_size) == (rank, world)
     assert ranks.is_root == (rank == 0)
     assert world_size(env) == world
 
@@ -86,7 +87,7 @@ def test_environment_is_read_when_not_given(monkeypatch: pytest.MonkeyPatch) -> 
     assert current() == Ranks()
     monkeypatch.setenv("PMI_RANK", "1")
     monkeypatch.setenv("PMI_SIZE", "2")
-    assert current() == Ranks(rank=1, world=2, source="PMI_RANK and PMI_SIZE")
+    assert current() == Ranks(rank=1, world_size=2, source="PMI_RANK and PMI_SIZE")
 
 
 def test_engine_ranks() -> None:

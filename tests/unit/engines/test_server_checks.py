@@ -19,16 +19,10 @@ import pytest
 
 from harness.config import DecodingSettings, RunConfig
 from harness.engines.base import AdoptedEngine, RequestTiming
-from harness.engines.batching import (
-    ONE_AFTER_ANOTHER,
-    TOGETHER,
-    UNJUDGED,
-    BatchJudgement,
-    cell_notice,
-    judge_batch,
-)
+from harness.engines.batching import BatchJudgement, cell_notice, judge_batch
 from harness.engines.http_batch import send_batch
 from harness.engines.openai import OpenAIEngine, ServerError
+from harness.model.vocab import Served
 from harness.redact import redact_url
 from tests.doubles.openai_server import BehavingServer
 
@@ -88,26 +82,34 @@ def test_one_batch_is_judged_from_when_its_answers_ended() -> None:
     texts = ["x"] * 4
     together = [_t(0.00, 0.001, 0.20), _t(0.001, 0.002, 0.21), _t(0.002, 0.003, 0.20), _t(0.003, 0.004, 0.22)]
     serial = [_t(0.00, 0.001, 0.20), _t(0.001, 0.002, 0.41), _t(0.002, 0.003, 0.60), _t(0.003, 0.004, 0.79)]
-    assert judge_batch(together, texts).verdict == TOGETHER
-    assert judge_batch(serial, texts).verdict == ONE_AFTER_ANOTHER
+    assert judge_batch(together, texts).verdict == Served.TOGETHER
+    assert judge_batch(serial, texts).verdict == Served.ONE_AFTER_ANOTHER
     one_long = [_t(0, 0.001, 0.02, 1), _t(0, 0.002, 0.8, 100), _t(0, 0.003, 0.02, 1)]
-    assert judge_batch(one_long, texts[:3]).verdict == UNJUDGED  # both predictions alike
-    assert judge_batch(together[:1], texts[:1]).verdict == UNJUDGED
-    assert judge_batch([None, None], ["a", "b"]).verdict == UNJUDGED
+    assert judge_batch(one_long, texts[:3]).verdict == Served.UNJUDGED  # both predictions alike
+    assert judge_batch(together[:1], texts[:1]).verdict == Served.UNJUDGED
+    assert judge_batch([None, None], ["a", "b"]).verdict == Served.UNJUDGED
 
 
 def test_a_cell_is_untested_only_when_most_of_its_judged_batches_were_one_after_another() -> None:
-    def cell(*verdicts: str) -> str | None:
+    def cell(*verdicts: Served) -> str | None:
         return cell_notice([BatchJudgement(4, v) for v in verdicts])
 
-    notice = cell(ONE_AFTER_ANOTHER, ONE_AFTER_ANOTHER, TOGETHER, ONE_AFTER_ANOTHER, UNJUDGED)
+    notice = cell(
+        Served.ONE_AFTER_ANOTHER,
+        Served.ONE_AFTER_ANOTHER,
+        Served.TOGETHER,
+        Served.ONE_AFTER_ANOTHER,
+        Served.UNJUDGED,
+    )
     assert notice is not None and notice.startswith(
         "the server answered these 4 requests one after another: batch positions were not exercised"
     )
     assert "3 of the 4 batches its timing could judge, of 5" in notice
-    assert cell(ONE_AFTER_ANOTHER, ONE_AFTER_ANOTHER) is None  # 2 judged: too few to say
-    assert cell(ONE_AFTER_ANOTHER, ONE_AFTER_ANOTHER, TOGETHER, TOGETHER) is None  # no majority
-    assert cell(UNJUDGED, UNJUDGED, UNJUDGED, UNJUDGED) is None
+    assert cell(Served.ONE_AFTER_ANOTHER, Served.ONE_AFTER_ANOTHER) is None  # 2 judged: too few to say
+    assert (
+        cell(Served.ONE_AFTER_ANOTHER, Served.ONE_AFTER_ANOTHER, Served.TOGETHER, Served.TOGETHER) is None
+    )  # no majority
+    assert cell(Served.UNJUDGED, Served.UNJUDGED, Served.UNJUDGED, Served.UNJUDGED) is None
 
 
 @pytest.mark.parametrize("serial", [True, False])
@@ -122,7 +124,7 @@ def test_every_answer_is_timed_on_its_own(behaving: Callable[..., BehavingServer
     spread = ends[-1] - ends[0]
     assert (spread > 0.4) if serial else (spread < 0.1), ends
     verdict = judge_batch([g.timing for g in out], [g.text for g in out]).verdict
-    assert verdict == (ONE_AFTER_ANOTHER if serial else TOGETHER)
+    assert verdict == (Served.ONE_AFTER_ANOTHER if serial else Served.TOGETHER)
 
 
 # --- issue 15 item 8: the whole answer is bounded, not each read ---------------------------

@@ -18,11 +18,15 @@ from typing import Any
 import pytest
 import torch
 
-from harness.config import DecodingSettings, EngineOptions, RunConfig, TrtllmRuntime
+from harness.config import DecodingSettings, EngineOptions, RunConfig
 from harness.engines.registry import detect_backend, load_engine
 from harness.engines.trtllm import TrtllmEngine, cut_generations
 from harness.errors import ConfigError, EngineError
 from harness.inputs.data import build_prompt
+from harness.limits.engine_config import parse_config
+from harness.model.vocab import TrtllmRuntime
+from harness.stages.plan_only import plan_only
+from harness.stages.prepare import load_run_dataset
 from tests.doubles import trtllm_1_x as double
 from tests.doubles.trtllm_1_x import make_engine_dir
 from tests.doubles.trtllm_common import BUNDLED_MODEL, Recorder, continuation
@@ -189,7 +193,7 @@ def test_engine_info(tmp_path: Path, trt: Recorder) -> None:
     info = engine.info
     assert info.backend == "trtllm" and info.path == str(path)
     assert info.identity == "sha256:" + hashlib.sha256((path / "rank0.engine").read_bytes()).hexdigest()
-    assert info.config == json.loads((path / "config.json").read_text())
+    assert engine.limits == parse_config(json.loads((path / "config.json").read_text()))
     assert info.details["runtime"] == "cpp" and info.details["tensorrt_llm"] == double.VERSION
     assert info.details["engine_version"] == double.VERSION and info.details["trust_remote_code"] is False
     assert engine.count_tokens(PROMPTS) == [len(x) for x in _ids(engine, PROMPTS)]
@@ -272,13 +276,13 @@ def _run_config(tmp_path: Path, dataset: Path, engine: Path, **extra: object) ->
 def test_pipeline_refused_cells_fail_with_the_message_others_pass(
     tmp_path: Path, small_dataset: Path, trt: Recorder
 ) -> None:
-    from harness.pipeline import RunResult, run
+    from harness.pipeline import RunOutcome, run
 
     engine = make_engine_dir(tmp_path / "e", max_beam_width=1)
     result = run(_run_config(tmp_path, small_dataset, engine, batch_sizes="1,2,4", beam_widths="1,2"))
-    assert isinstance(result, RunResult)  # one process: rank 0
-    assert result.engine.backend == "trtllm"
-    cells = {c.cell.id: c for c in result.cells}
+    assert isinstance(result, RunOutcome)  # one process: rank 0
+    assert result.report.engine.backend == "trtllm"
+    cells = {c.cell.id: c for c in result.report.cells}
     for size in (1, 2, 4):
         assert cells[f"bs{size}-beam1"].verdict == "pass" and cells[f"bs{size}-beam1"].error is None
         refused = cells[f"bs{size}-beam2"]
@@ -290,10 +294,12 @@ def test_pipeline_refused_cells_fail_with_the_message_others_pass(
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(BUNDLED_MODEL))
-    prompts = [build_prompt(result.config.prompt_template, d) for d in result.dataset.documents]
+    config = _run_config(tmp_path, small_dataset, engine, batch_sizes="1,2,4", beam_widths="1,2")
+    plan = plan_only(config).plan  # the run's plan, made again without loading the engine
+    prompts = [build_prompt(config.prompt_template, d) for d in load_run_dataset(config).documents]
     expected = []
-    for cell in result.plan.all_cells:
-        batches = result.plan.batches(cell)
+    for cell in plan.all_cells:
+        batches = plan.batches(cell)
         for batch in batches[:1] if cell.beam_width == 2 else batches:
             expected.append(tokenizer([prompts[d] for d in batch.documents])["input_ids"])
     assert [c["ids"] for c in trt.calls] == expected
@@ -305,13 +311,13 @@ def test_pipeline_refused_cells_fail_with_the_message_others_pass(
 def test_pipeline_finds_corrupt_positions_through_the_adapter(
     tmp_path: Path, small_dataset: Path, trt: Recorder
 ) -> None:
-    from harness.pipeline import RunResult, run
+    from harness.pipeline import RunOutcome, run
 
     trt.corrupt_from = 2  # positions 2.. return -1 then garbage, as in TensorRT-LLM #2072
     engine = make_engine_dir(tmp_path / "e", max_beam_width=1)
     result = run(_run_config(tmp_path, small_dataset, engine, batch_sizes="1,4", beam_widths="1"))
-    assert isinstance(result, RunResult)  # one process: rank 0
-    cells = {c.cell.id: c for c in result.cells}
+    assert isinstance(result, RunOutcome)  # one process: rank 0
+    cells = {c.cell.id: c for c in result.report.cells}
     assert cells["bs1-beam1"].verdict == "pass"
     bad = cells["bs4-beam1"]
     assert bad.error is None and bad.verdict == "fail"

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from harness.config import DecodingSettings, EngineOptions, RunConfig, TrtllmRuntime
+from harness.config import DecodingSettings, EngineOptions, RunConfig
 from harness.engines.llmapi import LlmApiEngine
 from harness.engines.trtllm import TrtllmEngine
 from harness.errors import EngineError
+from harness.model.vocab import TrtllmRuntime
 from tests.doubles import trtllm_common as common
 from tests.doubles.trtllm_common import BUNDLED_MODEL, continuation
 
@@ -127,7 +128,7 @@ def test_the_default_grid_on_a_beam_4_engine_runs_and_passes_on_every_line(
     beam widths 1, 2, 4): every cell runs and passes on every line and runner, though 0.9's
     decoder is fixed at load (C++) or by the first call (Python) and 0.12-0.13's executor
     refuses other widths; one runner per beam width, each loaded once, one engine on the GPU."""
-    from harness.pipeline import RunResult, run
+    from harness.pipeline import RunOutcome, run
 
     engine = trt_line.make_engine_dir(tmp_path / "e", max_beam_width=4, max_batch_size=8)
     config = RunConfig.from_options(
@@ -143,12 +144,14 @@ def test_the_default_grid_on_a_beam_4_engine_runs_and_passes_on_every_line(
         }
     )
     result = run(config)
-    assert isinstance(result, RunResult)  # one process: rank 0
-    assert [(c.cell.batch_size, c.cell.beam_width) for c in result.cells] == [
+    assert isinstance(result, RunOutcome)  # one process: rank 0
+    assert [(c.cell.batch_size, c.cell.beam_width) for c in result.report.cells] == [
         (b, w) for w in (1, 2, 4) for b in (1, 2, 4, 8)
     ]
-    assert {c.cell.id: c.error for c in result.cells if c.error} == {}
-    assert {c.cell.id: c.verdict for c in result.cells} == {c.cell.id: "pass" for c in result.cells}
+    assert {c.cell.id: c.error for c in result.report.cells if c.error} == {}
+    assert {c.cell.id: c.verdict for c in result.report.cells} == {
+        c.cell.id: "pass" for c in result.report.cells
+    }
     loads = common.recorder().loads
     assert len(loads) == 3 and common.recorder().gpu.loads == 3, [
         load.get("max_beam_width") for load in loads
@@ -227,7 +230,7 @@ def test_legacy_engines_are_refused_in_one_line_on_every_line(
 def test_pipeline_every_line_refuses_only_the_too_wide_cells(
     tmp_path: Path, small_dataset: Path, trt_line: ModuleType
 ) -> None:
-    from harness.pipeline import RunResult, run
+    from harness.pipeline import RunOutcome, run
 
     engine = trt_line.make_engine_dir(tmp_path / "e", max_beam_width=2, max_batch_size=8)
     config = RunConfig.from_options(
@@ -244,8 +247,8 @@ def test_pipeline_every_line_refuses_only_the_too_wide_cells(
         }
     )
     result = run(config)
-    assert isinstance(result, RunResult)  # one process: rank 0
-    cells = {c.cell.id: c for c in result.cells}
+    assert isinstance(result, RunOutcome)  # one process: rank 0
+    cells = {c.cell.id: c for c in result.report.cells}
     for size in (1, 4):
         for beams in (1, 2):
             assert cells[f"bs{size}-beam{beams}"].verdict == "pass", cells[f"bs{size}-beam{beams}"].error
@@ -357,7 +360,7 @@ def test_llmapi_sampling_params_pass_the_line_s_own_checks(
 def test_llmapi_pipeline_refusal_reaches_the_cell(
     tmp_path: Path, small_dataset: Path, llmapi_line: ModuleType
 ) -> None:
-    from harness.pipeline import RunResult, run
+    from harness.pipeline import RunOutcome, run
 
     engine = llmapi_line.make_engine_dir(tmp_path / "e", max_beam_width=2, max_batch_size=8)
     config = RunConfig.from_options(
@@ -375,8 +378,8 @@ def test_llmapi_pipeline_refusal_reaches_the_cell(
         }
     )
     result = run(config)
-    assert isinstance(result, RunResult)  # one process: rank 0
-    cells = {c.cell.id: c for c in result.cells}
+    assert isinstance(result, RunOutcome)  # one process: rank 0
+    cells = {c.cell.id: c for c in result.report.cells}
     assert cells["bs4-beam1"].verdict == cells["bs4-beam2"].verdict == "pass"
     assert cells["bs4-beam4"].error == LLMAPI_REFUSAL[llmapi_line.LINE]
     report = json.loads(next((tmp_path / "reports").glob("*/report.json")).read_text())

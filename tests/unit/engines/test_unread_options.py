@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import EngineOptions, TrtllmRuntime
+from harness.config import EngineOptions
 from harness.engines.emulator.build import BUNDLED_MODEL
 from harness.engines.registry import load_engine
 from harness.errors import EngineError
+from harness.model.vocab import TrtllmRuntime
 
 HERE = Path(__file__).resolve().parents[2] / "integration"
 
