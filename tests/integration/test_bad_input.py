@@ -7,11 +7,12 @@ as a user starts it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_suites
+from tests.conftest import REPO, SuitesRun, run_suites
 
 HERE = Path(__file__).resolve().parent
 TOY = {"PYTHONPATH": f"{HERE}:{REPO}"}
@@ -44,7 +45,9 @@ def _bad_engine(tmp_path: Path, content: str | None) -> Path:
         (lambda t: ["--engine", "toy_engine:ToyEngine", "--prompt-template", "Summarize"], "{text}"),
     ],
 )
-def test_usage_errors(tmp_path: Path, suites, make_args, words):
+def test_usage_errors(
+    tmp_path: Path, suites: Callable[..., SuitesRun], make_args: Callable[[Path], list[str]], words: str
+) -> None:
     proc = suites(*make_args(tmp_path), "--report-dir", str(tmp_path / "r"), path=[HERE])
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4, out
@@ -52,7 +55,7 @@ def test_usage_errors(tmp_path: Path, suites, make_args, words):
     assert "Traceback" not in out
 
 
-def test_a_usage_error_in_a_real_process(tmp_path: Path):
+def test_a_usage_error_in_a_real_process(tmp_path: Path) -> None:
     """The same through `python -m pytest suites/` in a subprocess: exit status 4, one line."""
     proc = run_suites(
         "--engine",
@@ -69,7 +72,7 @@ def test_a_usage_error_in_a_real_process(tmp_path: Path):
     assert "{text}" in out and "Traceback" not in out
 
 
-def test_missing_dataset_field(tmp_path: Path, suites):
+def test_missing_dataset_field(tmp_path: Path, suites: Callable[..., SuitesRun]) -> None:
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"article": "a b c", "summary": "x"}) + "\n")
     proc = suites(
@@ -87,7 +90,9 @@ def test_missing_dataset_field(tmp_path: Path, suites):
     assert "no field 'text'" in proc.stdout + proc.stderr and "--text-field" in proc.stdout + proc.stderr
 
 
-def test_engine_fault_fails_only_its_cell(tmp_path: Path, small_dataset: Path, suites):
+def test_engine_fault_fails_only_its_cell(
+    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
+) -> None:
     """A generate() that raises for one cell: that cell errors, the others pass, report written."""
     mod = tmp_path / "faulty_engine.py"
     mod.write_text(

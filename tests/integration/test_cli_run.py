@@ -14,7 +14,7 @@ HERE = Path(__file__).resolve().parent
 
 def test_a_run_prints_the_header_the_findings_and_progress(
     tmp_path: Path, small_dataset: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-):
+) -> None:
     monkeypatch.syspath_prepend(str(HERE))
     monkeypatch.setenv("TOY_BROKEN_FROM", "2")
     monkeypatch.delitem(__import__("sys").modules, "toy_engine", raising=False)

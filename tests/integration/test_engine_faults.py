@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ import pytest
 from harness.__main__ import main
 from harness.config import RunConfig
 from harness.pipeline import run
-from tests.conftest import REPO, run_suites
+from tests.conftest import REPO, SuitesRun, run_suites
 from tests.integration.fault_engines import RAISES, Hangs, OddOutputs, WrongCount
 
 HERE = Path(__file__).resolve().parent
@@ -40,7 +41,7 @@ def _cells(result) -> dict[str, object]:  # type: ignore[no-untyped-def]
     return {c.cell.id: c for c in result.cells}
 
 
-def test_a_slow_batch_fails_its_cell_and_the_engine_recovers(tmp_path: Path, small_dataset: Path):
+def test_a_slow_batch_fails_its_cell_and_the_engine_recovers(tmp_path: Path, small_dataset: Path) -> None:
     """bs2's first call takes 1.5 s under --batch-timeout 1: bs2 is an error; bs4 waits for
     the late call to finish (never two calls at once) and then passes."""
     engine = Hangs(cell="2x1", seconds=1.5)
@@ -64,7 +65,9 @@ def test_a_slow_batch_fails_its_cell_and_the_engine_recovers(tmp_path: Path, sma
     assert report["options"]["batch_timeout"] == 1.0
 
 
-def test_a_hung_engine_costs_two_timeouts_and_the_report_is_written(tmp_path: Path, small_dataset: Path):
+def test_a_hung_engine_costs_two_timeouts_and_the_report_is_written(
+    tmp_path: Path, small_dataset: Path
+) -> None:
     engine = Hangs(cell="2x1", seconds=60)
     try:
         t0 = time.perf_counter()
@@ -83,7 +86,7 @@ def test_a_hung_engine_costs_two_timeouts_and_the_report_is_written(tmp_path: Pa
 
 
 @pytest.mark.slow  # a pytest process, left with a call that sleeps 600 s
-def test_batch_timeout_through_pytest_and_the_process_exits(tmp_path: Path, small_dataset: Path):
+def test_batch_timeout_through_pytest_and_the_process_exits(tmp_path: Path, small_dataset: Path) -> None:
     """The hung call sleeps 600 s; the pytest run still ends in seconds and fails that cell."""
     t0 = time.perf_counter()
     proc = run_suites(
@@ -114,8 +117,13 @@ def test_batch_timeout_through_pytest_and_the_process_exits(tmp_path: Path, smal
 
 @pytest.mark.parametrize("kind", sorted(RAISES))
 def test_a_raising_generate_fails_its_cell_through_both_entry_points(
-    kind: str, tmp_path: Path, small_dataset: Path, monkeypatch, capsys, suites
-):
+    kind: str,
+    tmp_path: Path,
+    small_dataset: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    suites: Callable[..., SuitesRun],
+) -> None:
     """Out of memory, a CUDA error, a refusal, any exception: that cell is an error with the
     message, the other cells run and pass, the report is written; exit 1, no traceback."""
     monkeypatch.syspath_prepend(str(HERE))
@@ -154,7 +162,7 @@ def test_a_raising_generate_fails_its_cell_through_both_entry_points(
     assert next((tmp_path / "suites").glob("*/report.json")).is_file()
 
 
-def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path):
+def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path) -> None:
     config = RunConfig(
         dataset=str(small_dataset),
         batch_sizes=(1, 8),
@@ -183,7 +191,7 @@ def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path)
     assert json.loads((folder / "report.json").read_text(encoding="utf-8"))["verdict"] == "fail"
 
 
-def test_wrong_number_of_outputs_fails_the_cell_with_a_message(tmp_path: Path, small_dataset: Path):
+def test_wrong_number_of_outputs_fails_the_cell_with_a_message(tmp_path: Path, small_dataset: Path) -> None:
     config = RunConfig(
         dataset=str(small_dataset),
         batch_sizes=(1, 2),
@@ -207,7 +215,9 @@ def test_wrong_number_of_outputs_fails_the_cell_with_a_message(tmp_path: Path, s
         ([5, 10_000_000, -1, 6], None),  # ids outside the vocabulary are dropped, the rest decoded
     ],
 )
-def test_trtllm_outputs_of_padding_or_outside_the_vocabulary(tmp_path: Path, monkeypatch, ids, text):
+def test_trtllm_outputs_of_padding_or_outside_the_vocabulary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ids, text
+) -> None:
     from harness.config import EngineOptions
     from harness.engines.trtllm import TrtllmEngine, cut_generations
     from tests.doubles import trtllm_1_x as double
@@ -225,7 +235,7 @@ def test_trtllm_outputs_of_padding_or_outside_the_vocabulary(tmp_path: Path, mon
 
 
 @pytest.mark.slow  # a `python -m harness run` process, the same
-def test_hung_call_does_not_keep_the_cli_alive(tmp_path: Path, small_dataset: Path):
+def test_hung_call_does_not_keep_the_cli_alive(tmp_path: Path, small_dataset: Path) -> None:
     """`python -m harness run` returns once the report is written, abandoned call or not."""
     t0 = time.perf_counter()
     proc = subprocess.run(

@@ -4,11 +4,12 @@ content stop the run with the command that fixes it and stay untouched."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import only_report
+from tests.conftest import SuitesRun, only_report
 
 HERE = Path(__file__).resolve().parent
 TOY = {"TOY_BROKEN_FROM": "-1"}
@@ -19,7 +20,9 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-def test_record_use_and_refuse_mismatched_goldens(tmp_path: Path, small_dataset: Path, suites):
+def test_record_use_and_refuse_mismatched_goldens(
+    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
+) -> None:
     data = _copy(small_dataset, tmp_path / "news.jsonl")
     goldens = tmp_path / "g"
     common = [
@@ -62,7 +65,12 @@ def test_record_use_and_refuse_mismatched_goldens(tmp_path: Path, small_dataset:
 
 
 @pytest.mark.slow  # hf and emulator generations
-def test_goldens_from_another_engine(tmp_path: Path, engine_factory, small_dataset: Path, suites):
+def test_goldens_from_another_engine(
+    tmp_path: Path,
+    engine_factory: Callable[[int, int], Path],
+    small_dataset: Path,
+    suites: Callable[..., SuitesRun],
+) -> None:
     from harness.engines.emulator.build import BUNDLED_MODEL
 
     goldens = tmp_path / "g"

@@ -74,8 +74,8 @@ class Engine:
 
 
 def test_changed_code_in_a_module_the_plugin_imports_is_generated_again(
-    tmp_path, small_dataset, weights, plug
-):
+    tmp_path: Path, small_dataset: Path, weights, plug
+) -> None:
     """The plug-in's own file is unchanged; the helper module beside it, which decides the
     outputs, changes."""
     code = tmp_path / "plugin"
@@ -122,7 +122,7 @@ def weights(tmp_path: Path) -> Path:
     return folder
 
 
-def test_changed_plugin_code_is_generated_again(tmp_path, small_dataset, weights, plug):
+def test_changed_plugin_code_is_generated_again(tmp_path: Path, small_dataset: Path, weights, plug) -> None:
     code = _write_engine(tmp_path / "plugin", "alpha")
     plug(code)
     first = _run(tmp_path, "r1", weights, small_dataset)
@@ -142,7 +142,9 @@ def test_changed_plugin_code_is_generated_again(tmp_path, small_dataset, weights
     assert _outputs(third) == _outputs(second)
 
 
-def test_two_plugins_of_one_label_sharing_a_cache_do_not_mix(tmp_path, small_dataset, weights, plug):
+def test_two_plugins_of_one_label_sharing_a_cache_do_not_mix(
+    tmp_path: Path, small_dataset: Path, weights, plug
+) -> None:
     """Two checkouts of the same module:Class (a team's build and a colleague's), one cache."""
     ours = _write_engine(tmp_path / "ours", "ours")
     theirs = _write_engine(tmp_path / "theirs", "theirs-too")
@@ -159,7 +161,7 @@ def test_two_plugins_of_one_label_sharing_a_cache_do_not_mix(tmp_path, small_dat
     assert a.cache.folder != b.cache.folder
 
 
-def test_an_entry_edited_by_hand_is_not_used(tmp_path, small_dataset, weights, plug):
+def test_an_entry_edited_by_hand_is_not_used(tmp_path: Path, small_dataset: Path, weights, plug) -> None:
     code = _write_engine(tmp_path / "plugin", "honest")
     plug(code)
     first = _run(tmp_path, "r1", weights, small_dataset)
@@ -185,7 +187,7 @@ def test_an_entry_edited_by_hand_is_not_used(tmp_path, small_dataset, weights, p
     assert third.cache.batches_generated == 0 and third.cache.batches_rejected == 0
 
 
-def test_an_engine_class_without_source_is_not_cached(tmp_path, small_dataset, weights):
+def test_an_engine_class_without_source_is_not_cached(tmp_path: Path, small_dataset: Path, weights) -> None:
     """Code that cannot be read cannot key the cache: such an engine is generated every time."""
     import types
 

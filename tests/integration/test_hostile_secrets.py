@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 import harness.__main__ as cli
+from tests.conftest import SuitesRun
 
 ENV_KEY = "sk-envkey-4f7a1c9e2b6d8a3f0c5e"  # given in OPENAI_API_KEY
 OTHER_KEY = "gw-7c1e9a4b2d6f8e0a3c5b-key"  # given in a variable named by --api-key-env
@@ -107,7 +108,7 @@ def hostile() -> Iterator:
 
 
 @pytest.fixture(scope="module")
-def four(small_dataset: Path, tmp_path_factory) -> Path:
+def four(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("data") / "four.jsonl"
     path.write_text("".join(small_dataset.read_text().splitlines(keepends=True)[:4]))
     return path
@@ -138,7 +139,9 @@ def _assert_clean(texts: dict[str, str]) -> None:
 # --- class 2 and 7 through `pytest suites/` ----------------------------------------------------
 
 
-def test_a_server_echoing_the_key_leaks_nothing_into_files_or_the_terminal(tmp_path, hostile, four, suites):
+def test_a_server_echoing_the_key_leaks_nothing_into_files_or_the_terminal(
+    tmp_path: Path, hostile, four, suites: Callable[..., SuitesRun]
+) -> None:
     server = hostile(completions_status=500)
     reports = tmp_path / "reports"
     proc = suites(
@@ -178,7 +181,9 @@ def test_a_server_echoing_the_key_leaks_nothing_into_files_or_the_terminal(tmp_p
     assert "verdict: fail" in proc.stdout
 
 
-def test_a_server_refusing_the_key_at_load_is_one_clean_line(tmp_path, hostile, four, suites):
+def test_a_server_refusing_the_key_at_load_is_one_clean_line(
+    tmp_path: Path, hostile, four, suites: Callable[..., SuitesRun]
+) -> None:
     server = hostile(models_status=401)
     proc = suites(
         "--engine",
@@ -195,7 +200,9 @@ def test_a_server_refusing_the_key_at_load_is_one_clean_line(tmp_path, hostile, 
     _assert_clean({"stdout": proc.stdout, "stderr": proc.stderr})
 
 
-def test_api_key_env_names_the_variable_and_only_its_name_is_recorded(tmp_path, hostile, four, suites):
+def test_api_key_env_names_the_variable_and_only_its_name_is_recorded(
+    tmp_path: Path, hostile, four, suites: Callable[..., SuitesRun]
+) -> None:
     server = hostile(completions_status=401)
     field = "plain-field-value"  # a field under a secret's name is one, whatever it looks like
     proc = suites(
@@ -223,7 +230,9 @@ def test_api_key_env_names_the_variable_and_only_its_name_is_recorded(tmp_path, 
     assert report["engine"]["details"]["key_from"] == "GATEWAY_KEY"
 
 
-def test_api_key_env_unset_or_given_the_key_is_one_line_that_never_shows_it(tmp_path, hostile, four, suites):
+def test_api_key_env_unset_or_given_the_key_is_one_line_that_never_shows_it(
+    tmp_path: Path, hostile, four, suites: Callable[..., SuitesRun]
+) -> None:
     server = hostile()
     proc = suites(
         "--engine",
@@ -248,7 +257,9 @@ def test_api_key_env_unset_or_given_the_key_is_one_line_that_never_shows_it(tmp_
     assert OTHER_KEY not in given_the_key.stdout + given_the_key.stderr
 
 
-def test_escapes_from_a_server_and_a_dataset_are_shown_not_performed(tmp_path, hostile, four, suites):
+def test_escapes_from_a_server_and_a_dataset_are_shown_not_performed(
+    tmp_path: Path, hostile, four, suites: Callable[..., SuitesRun]
+) -> None:
     """Class 7 alone: no key anywhere; the server's body and the dataset's ids carry escapes,
     a carriage return, a bidi override and markup."""
     rows = [json.loads(line) for line in four.read_text().splitlines()]
@@ -275,8 +286,8 @@ def test_escapes_from_a_server_and_a_dataset_are_shown_not_performed(tmp_path, h
 
 
 def test_the_cli_prints_nothing_secret_and_no_escape(
-    tmp_path, hostile, four, monkeypatch, capsys: pytest.CaptureFixture[str]
-):
+    tmp_path: Path, hostile, four, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
     server = hostile(completions_status=500, model=f"m{FORGED}{BIDI}")  # a hostile model id too
     code = cli.main(
@@ -315,7 +326,7 @@ def test_the_cli_prints_nothing_secret_and_no_escape(
 # --- the gate itself -------------------------------------------------------------------------
 
 
-def test_every_query_value_and_userinfo_is_a_secret():
+def test_every_query_value_and_userinfo_is_a_secret() -> None:
     from harness.redact import redact, redact_url, remember_url
 
     url = "http://user:hunter22@h:1/v1?tenant=globex-corp&v=2&region=eu"
@@ -331,7 +342,7 @@ def test_every_query_value_and_userinfo_is_a_secret():
     assert redact("the Bearer tokens and task-force sk-learn") == "the Bearer tokens and task-force sk-learn"
 
 
-def test_control_characters_are_shown_escaped_everywhere_a_string_goes():
+def test_control_characters_are_shown_escaped_everywhere_a_string_goes() -> None:
     from harness.outside import clean, cleaned
 
     hostile = f"a{FORGED}\x9b31m\u2066b\u2069\x00\tc\nd"
@@ -342,7 +353,7 @@ def test_control_characters_are_shown_escaped_everywhere_a_string_goes():
     assert cleaned(nested) is not nested and cleaned({"a": "b"}) == {"a": "b"}
 
 
-def test_goldens_keep_no_secret_and_still_match_their_run(tmp_path: Path):
+def test_goldens_keep_no_secret_and_still_match_their_run(tmp_path: Path) -> None:
     """Goldens are a file too: their texts and settings are stored redacted, and a run with the
     same settings still finds them (the settings are compared redacted the same way)."""
     from harness.config import DecodingSettings

@@ -14,7 +14,8 @@ from __future__ import annotations
 import http.client
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -69,7 +70,7 @@ def _together(srv: CompletionServer, bodies: Sequence[dict]) -> list[tuple[int, 
 
 
 @pytest.fixture
-def emulator(engine_factory) -> Iterator[CompletionServer]:
+def emulator(engine_factory: Callable[[int, int], Path]) -> Iterator[CompletionServer]:
     from harness.engines.registry import load_engine
 
     srv = _start(load_engine(str(engine_factory(8, 1))))
@@ -86,7 +87,7 @@ def _good_prompt() -> str:
     return DEFAULT_PROMPT_TEMPLATE.format(text=load_dataset(None).documents[0].text)
 
 
-def test_a_lone_surrogate_is_its_own_400_and_the_other_client_is_served(emulator):
+def test_a_lone_surrogate_is_its_own_400_and_the_other_client_is_served(emulator) -> None:
     bad = {"prompt": "Summarize: the council \ud800 met", "max_tokens": 8}
     good = {"prompt": _good_prompt(), "max_tokens": 8}
     [(bad_status, bad_body), (good_status, good_body)] = _together(emulator, [bad, good])
@@ -129,7 +130,7 @@ class Picky:
         return [Generation(text=p.upper(), token_ids=(1,)) for p in prompts]
 
 
-def test_a_prompt_the_tokenizer_cannot_read_is_its_own_400():
+def test_a_prompt_the_tokenizer_cannot_read_is_its_own_400() -> None:
     engine = Picky()
     srv = _start(engine)
     try:
@@ -165,7 +166,7 @@ class Undecodable:
         ]
 
 
-def test_an_output_that_cannot_be_encoded_is_answered_with_a_replacement():
+def test_an_output_that_cannot_be_encoded_is_answered_with_a_replacement() -> None:
     srv = _start(Undecodable())
     try:
         answers = _together(srv, [{"prompt": "odd one"}, {"prompt": "fine one"}])
@@ -190,7 +191,7 @@ class NotText(Undecodable):
         ]
 
 
-def test_an_output_json_cannot_hold_is_its_own_500():
+def test_an_output_json_cannot_hold_is_its_own_500() -> None:
     srv = _start(NotText())
     try:
         answers = _together(srv, [{"prompt": "raw one"}, {"prompt": "fine one"}])

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -28,7 +29,7 @@ def _default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def _stop(cmd: list[str], tmp: Path, env: dict[str, str], sig: int) -> subprocess.CompletedProcess:
+def _stop(cmd: list[str], tmp: Path, env: dict[str, str], sig: int) -> subprocess.CompletedProcess[str]:
     """Start, wait until the cache holds a few batches, then send ``sig``."""
     proc = subprocess.Popen(
         cmd,
@@ -56,7 +57,7 @@ def _stop(cmd: list[str], tmp: Path, env: dict[str, str], sig: int) -> subproces
 )
 def test_sigterm_and_sighup_say_what_was_kept(
     kind: str, sig: signal.Signals, tmp_path: Path, small_dataset: Path
-):
+) -> None:
     env = {
         **user_env(),
         "FAULT_SLEEP": "0.5",
@@ -92,12 +93,12 @@ def test_sigterm_and_sighup_say_what_was_kept(
         assert json.loads(report.read_text())["cache"]["batches_from_cache"] >= 3
 
 
-def test_stop_signals_restores_the_handlers_before_it():
+def test_stop_signals_restores_the_handlers_before_it() -> None:
     """The handlers are the run's only while it runs; a signal ignored at start stays ignored."""
     from harness.errors import Stopped
     from harness.stop_signals import stop_signals
 
-    def mine(signum, frame):  # noqa: ANN001
+    def mine(signum: int, frame: FrameType | None) -> None:
         raise AssertionError("not while stop_signals is active")
 
     before_term = signal.signal(signal.SIGTERM, mine)

@@ -48,7 +48,7 @@ def _command(kind: str, tmp: Path, dataset: Path) -> list[str]:
     return [sys.executable, "-m", "pytest", str(SUITES), "-p", "no:cacheprovider", "-q", *options]
 
 
-def _interrupt(cmd: list[str], tmp: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+def _interrupt(cmd: list[str], tmp: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Start, wait until the cache holds a few batches, then Ctrl-C (SIGINT)."""
     # Ctrl-C's default action even where this test runs in the background of a shell, which
     # starts background jobs with SIGINT ignored (Python then installs no handler for it)
@@ -71,7 +71,7 @@ def _interrupt(cmd: list[str], tmp: Path, env: dict[str, str]) -> subprocess.Com
 
 
 @pytest.mark.parametrize("kind", ["run", "pytest"])
-def test_ctrl_c_says_what_was_kept_and_exits_130(kind: str, tmp_path: Path, small_dataset: Path):
+def test_ctrl_c_says_what_was_kept_and_exits_130(kind: str, tmp_path: Path, small_dataset: Path) -> None:
     env = {
         **user_env(),
         "FAULT_SLEEP": "0.5",

@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -51,7 +52,7 @@ def _completion(server: llama_cpp.Server, prompt: str, **extra) -> dict:
 
 @pytest.mark.slow  # a real server (CI builds them)
 @pytest.mark.parametrize("kind", llama_cpp.KINDS)
-def test_a_real_server_starts_tokenizes_like_transformers_answers_as_recorded_and_stops(kind, gguf):
+def test_a_real_server_starts_tokenizes_like_transformers_answers_as_recorded_and_stops(kind, gguf) -> None:
     _unavailable(kind)
     from transformers import AutoTokenizer
 
@@ -198,7 +199,7 @@ def _run_keyed(spec: harness_runs.HarnessRun, url: str, folder, server=None) -> 
 
 @pytest.mark.slow  # answers replayed at their recorded times
 @pytest.mark.parametrize("kind, name", RUN_KINDS)
-def test_replayed_server_answers_give_the_recorded_verdicts(kind, name, tmp_path):
+def test_replayed_server_answers_give_the_recorded_verdicts(kind, name, tmp_path: Path) -> None:
     recorded = recordings.load(kind, name)
     with ReplayServer.start(kind, name) as replay:
         cells, _ = _run_keyed(harness_runs.RUNS[name], replay.url, tmp_path)
@@ -209,7 +210,7 @@ def test_replayed_server_answers_give_the_recorded_verdicts(kind, name, tmp_path
 
 
 @pytest.mark.slow
-def test_replayed_repeat_penalty_changes_only_llama_cpp_python(tmp_path):
+def test_replayed_repeat_penalty_changes_only_llama_cpp_python(tmp_path: Path) -> None:
     """--request-field repeat_penalty=1.0 reaches the server: llama-cpp-python's default (1.1)
     changed an output of the 8, llama-server's default is 1.0 already."""
     from harness.pipeline import run
@@ -230,7 +231,7 @@ def test_replayed_repeat_penalty_changes_only_llama_cpp_python(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", llama_cpp.KINDS)
-def test_the_harness_through_a_live_server(kind, gguf, tmp_path):
+def test_the_harness_through_a_live_server(kind, gguf, tmp_path: Path) -> None:
     """Every harness run through a freshly started real server shows what its recording shows."""
     _unavailable(kind)
 

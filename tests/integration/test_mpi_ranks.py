@@ -12,6 +12,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ LAUNCHER = (
 
 
 @pytest.fixture(scope="module")
-def tp2_engine(tmp_path_factory, engine_factory) -> Path:
+def tp2_engine(tmp_path_factory: pytest.TempPathFactory, engine_factory: Callable[[int, int], Path]) -> Path:
     """An emulator engine whose config.json says tp_size 2 (as a 2-GPU TensorRT-LLM build)."""
     target = tmp_path_factory.mktemp("tp2") / "engine"
     shutil.copytree(engine_factory(2, 2), target)
@@ -90,7 +91,9 @@ def _calls(tmp_path: Path, rank: int) -> list[dict]:
 
 
 @pytest.mark.slow  # a process per rank
-def test_every_rank_drives_the_engine_only_rank_0_scores(tmp_path: Path, tp2_engine, small_dataset):
+def test_every_rank_drives_the_engine_only_rank_0_scores(
+    tmp_path: Path, tp2_engine, small_dataset: Path
+) -> None:
     follower = _suites(tmp_path, tp2_engine, small_dataset, 1, 2)
     out = follower.stdout + follower.stderr
     assert follower.returncode == 0, out[-3000:]
@@ -121,7 +124,9 @@ def test_every_rank_drives_the_engine_only_rank_0_scores(tmp_path: Path, tp2_eng
 
 
 @pytest.mark.slow
-def test_single_process_on_a_tp2_engine_stops_before_generating(tmp_path: Path, tp2_engine, small_dataset):
+def test_single_process_on_a_tp2_engine_stops_before_generating(
+    tmp_path: Path, tp2_engine, small_dataset: Path
+) -> None:
     proc = _suites(tmp_path, tp2_engine, small_dataset, None, None)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4, out[-3000:]
@@ -135,7 +140,7 @@ def test_single_process_on_a_tp2_engine_stops_before_generating(tmp_path: Path, 
 
 
 @pytest.fixture
-def launcher(monkeypatch, tmp_path: Path):
+def launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """set(rank, world): this process looks like one rank of an mpirun job."""
     for var in LAUNCHER:
         monkeypatch.delenv(var, raising=False)
@@ -166,7 +171,9 @@ def _cli(tmp_path: Path, engine: Path, small_dataset: Path, *extra: str) -> int:
     )
 
 
-def test_cli_follower_exits_0_without_a_report(tmp_path: Path, tp2_engine, small_dataset, launcher, capsys):
+def test_cli_follower_exits_0_without_a_report(
+    tmp_path: Path, tp2_engine, small_dataset: Path, launcher, capsys: pytest.CaptureFixture[str]
+) -> None:
     launcher(1, 2)
     assert (
         _cli(
@@ -180,7 +187,9 @@ def test_cli_follower_exits_0_without_a_report(tmp_path: Path, tp2_engine, small
     assert not list((tmp_path / "r").glob("*/report.json"))
 
 
-def test_cli_wrong_world_size_exits_2(tmp_path: Path, tp2_engine, small_dataset, launcher, capsys):
+def test_cli_wrong_world_size_exits_2(
+    tmp_path: Path, tp2_engine, small_dataset: Path, launcher, capsys: pytest.CaptureFixture[str]
+) -> None:
     launcher(0, 4)
     assert _cli(tmp_path, tp2_engine, small_dataset) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
@@ -189,8 +198,12 @@ def test_cli_wrong_world_size_exits_2(tmp_path: Path, tp2_engine, small_dataset,
 
 
 def test_single_gpu_engine_under_mpirun_is_an_error(
-    tmp_path: Path, engine_factory, small_dataset, launcher, capsys
-):
+    tmp_path: Path,
+    engine_factory: Callable[[int, int], Path],
+    small_dataset: Path,
+    launcher,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     launcher(0, 2)
     assert _cli(tmp_path, engine_factory(2, 2), small_dataset) == 2
     err = capsys.readouterr().err

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -71,8 +72,8 @@ def _comparable(report_dir: Path) -> dict:
 
 @pytest.mark.slow  # three runs of the emulator, 48 batches each
 def test_sigkill_during_generation_then_the_rerun_equals_an_uninterrupted_run(
-    tmp_path: Path, engine_factory, small_dataset: Path
-):
+    tmp_path: Path, engine_factory: Callable[[int, int], Path], small_dataset: Path
+) -> None:
     engine = engine_factory(8, 4)
     args = [
         "run",
@@ -142,7 +143,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def goldens_before_and_after(tmp_path_factory, small_dataset: Path):
+def goldens_before_and_after(tmp_path_factory: pytest.TempPathFactory, small_dataset: Path):
     """Goldens recorded by Echo, and what an uninterrupted re-recording with FAULT_VARIANT=new
     writes (the outputs differ, so a half-done update shows)."""
     tmp = tmp_path_factory.mktemp("goldens")
@@ -156,7 +157,7 @@ def goldens_before_and_after(tmp_path_factory, small_dataset: Path):
 @pytest.mark.slow
 def test_sigkill_while_update_goldens_generates_keeps_the_goldens(
     tmp_path: Path, small_dataset: Path, goldens_before_and_after
-):
+) -> None:
     source, old, _ = goldens_before_and_after
     goldens = tmp_path / "goldens"
     goldens.mkdir()
@@ -192,7 +193,7 @@ def test_sigkill_while_update_goldens_generates_keeps_the_goldens(
 )
 def test_sigkill_at_each_step_of_the_goldens_update(
     tmp_path: Path, small_dataset: Path, goldens_before_and_after, step, expect
-):
+) -> None:
     _, old, new = goldens_before_and_after
     goldens = tmp_path / "goldens"
     for name, data in old.items():
@@ -222,7 +223,9 @@ def test_sigkill_at_each_step_of_the_goldens_update(
 
 
 @pytest.mark.slow
-def test_a_goldens_writer_waits_for_the_lock_and_says_who_holds_it(tmp_path: Path, small_dataset: Path):
+def test_a_goldens_writer_waits_for_the_lock_and_says_who_holds_it(
+    tmp_path: Path, small_dataset: Path
+) -> None:
     goldens = tmp_path / "goldens"
     reports = tmp_path / "r"
     with file_lock(goldens / LOCK_FILE, purpose="test"):
@@ -251,7 +254,7 @@ def test_a_goldens_writer_waits_for_the_lock_and_says_who_holds_it(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_two_runs_at_once_share_a_cache_and_goldens(tmp_path: Path, small_dataset: Path):
+def test_two_runs_at_once_share_a_cache_and_goldens(tmp_path: Path, small_dataset: Path) -> None:
     """Same cache (the engine has a directory, so batches are cached), same goldens folder,
     same report folder, started together: both succeed, each has its own report folder,
     every cache file and every goldens file is whole."""
@@ -292,7 +295,7 @@ def test_two_runs_at_once_share_a_cache_and_goldens(tmp_path: Path, small_datase
     assert len(goldens) == 2 and all(json.loads(p.read_text())["schema_version"] == 1 for p in goldens)
 
 
-def test_report_folders_of_runs_started_the_same_second_differ(tmp_path: Path):
+def test_report_folders_of_runs_started_the_same_second_differ(tmp_path: Path) -> None:
     import datetime as dt
 
     from harness.engines.base import EngineInfo

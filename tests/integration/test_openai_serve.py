@@ -14,11 +14,12 @@ import selectors
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, only_report
+from tests.conftest import REPO, SuitesRun, only_report
 
 FAST = ("--max-new-tokens", "32")
 ENV = {"PYTHONPATH": str(REPO)}  # this checkout's harness, in the server
@@ -34,7 +35,7 @@ class Servers:
 
     def __init__(self, cwd: Path) -> None:
         self.cwd = cwd
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen[str]] = []
 
     def start(self, engine_dir: Path) -> str:
         """The base URL, once the server has printed its ready line."""
@@ -58,6 +59,7 @@ class Servers:
             env={**os.environ, **ENV},
         )
         self.procs.append(proc)
+        assert proc.stdout is not None  # stdout=PIPE
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
             ready = sel.select(timeout=180)
@@ -68,7 +70,7 @@ class Servers:
 
     def stop(self) -> list[str]:
         """Ctrl-C every server; each must exit 0 without a traceback. Their stderr."""
-        errs = []
+        errs: list[str] = []
         while self.procs:
             proc = self.procs.pop()
             proc.send_signal(signal.SIGINT)
@@ -79,22 +81,26 @@ class Servers:
 
 
 @pytest.fixture(scope="module")
-def eight_prompts(small_dataset: Path, tmp_path_factory) -> Path:
+def eight_prompts(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("data") / "eight.jsonl"
     path.write_text("".join(small_dataset.read_text().splitlines(keepends=True)[:8]))
     return path
 
 
 @pytest.fixture
-def servers(tmp_path: Path):
+def servers(tmp_path: Path) -> Iterator[Servers]:
     running = Servers(tmp_path)
     yield running
     running.stop()
 
 
 def test_healthy_engine_passes_through_the_server(
-    tmp_path: Path, servers, engine_factory, eight_prompts, suites
-):
+    tmp_path: Path,
+    servers: Servers,
+    engine_factory: Callable[[int, int], Path],
+    eight_prompts: Path,
+    suites: Callable[..., SuitesRun],
+) -> None:
     url = servers.start(engine_factory(8, 4))
     proc = suites(
         "--engine",
@@ -140,8 +146,12 @@ def test_healthy_engine_passes_through_the_server(
 
 
 def test_faulty_engine_is_caught_through_the_server(
-    tmp_path: Path, servers, engine_factory, eight_prompts, suites
-):
+    tmp_path: Path,
+    servers: Servers,
+    engine_factory: Callable[[int, int], Path],
+    eight_prompts: Path,
+    suites: Callable[..., SuitesRun],
+) -> None:
     """Built with max beam width 1, run with 4 beams at batch size 8: positions 2-7, as the
     emulator gives them directly."""
     broken = engine_factory(8, 1)

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from harness.config import RunConfig
-from harness.pipeline import run
+from harness.pipeline import FollowerRun, RunResult, run
 
 
-def _rows(result):
+def _rows(result: RunResult | FollowerRun) -> list[dict[str, Any]]:
+    assert isinstance(result, RunResult) and result.report_dir is not None  # one process
     path = result.report_dir / "generations.jsonl"
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def test_all_beams_are_kept_and_survive_the_cache(tmp_path, small_dataset, engine_factory):
+def test_all_beams_are_kept_and_survive_the_cache(
+    tmp_path: Path, small_dataset: Path, engine_factory: Callable[[int, int], Path]
+) -> None:
     config = RunConfig.from_options(
         {
             "engine": str(engine_factory(2, 2)),
@@ -31,5 +37,6 @@ def test_all_beams_are_kept_and_survive_the_cache(tmp_path, small_dataset, engin
     assert beam_rows and all(len(r["beams"]) == 2 and r["beams"][0] == r["output"] for r in beam_rows)
     assert all("beams" not in r for r in first if r["cell"].endswith("beam1"))
     second = run(config)
+    assert isinstance(second, RunResult) and second.cache is not None  # one process, the cache on
     assert second.cache.batches_generated == 0
     assert _rows(second) == first

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from harness.inputs.data import Document, content_hash, load_dataset, select_subset
-from tests.conftest import REPO, only_report
+from tests.conftest import REPO, SuitesRun, only_report
 from tests.hub_cache import cache_hub_dataset
 
 SCHEMA = Path(__file__).resolve().parents[2] / "harness" / "report" / "report.schema.json"
@@ -46,7 +47,9 @@ def _check(report: dict, docs, **expected) -> None:
     assert all(p["agreement"] == 1.0 for c in report["cells"] for p in c["positions"])
 
 
-def test_jsonl_with_custom_fields(tmp_path: Path, engine_factory, documents, suites):
+def test_jsonl_with_custom_fields(
+    tmp_path: Path, engine_factory: Callable[[int, int], Path], documents, suites: Callable[..., SuitesRun]
+) -> None:
     path = tmp_path / "news.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in _rows(documents, "body", "abstract")))
     proc = suites(
@@ -75,7 +78,9 @@ def test_jsonl_with_custom_fields(tmp_path: Path, engine_factory, documents, sui
     )
 
 
-def test_csv_with_custom_fields(tmp_path: Path, engine_factory, documents, suites):
+def test_csv_with_custom_fields(
+    tmp_path: Path, engine_factory: Callable[[int, int], Path], documents, suites: Callable[..., SuitesRun]
+) -> None:
     import datasets
 
     path = tmp_path / "news.csv"
@@ -103,7 +108,9 @@ def test_csv_with_custom_fields(tmp_path: Path, engine_factory, documents, suite
     )
 
 
-def test_save_to_disk_with_custom_fields_split_and_subset(tmp_path: Path, engine_factory, documents, suites):
+def test_save_to_disk_with_custom_fields_split_and_subset(
+    tmp_path: Path, engine_factory: Callable[[int, int], Path], documents, suites: Callable[..., SuitesRun]
+) -> None:
     import datasets
 
     folder = tmp_path / "saved"
@@ -149,8 +156,8 @@ def test_save_to_disk_with_custom_fields_split_and_subset(tmp_path: Path, engine
 
 @pytest.mark.slow  # two `python -m harness run` processes
 def test_hub_dataset_from_the_local_cache_and_the_not_cached_message(
-    tmp_path: Path, engine_factory, documents
-):
+    tmp_path: Path, engine_factory: Callable[[int, int], Path], documents
+) -> None:
     """The CLI, offline, reads a hub dataset from HF_DATASETS_CACHE; an uncached one is one line."""
     cache = tmp_path / "hf"
     cache_hub_dataset(cache, "newsums", "v1", {"test": _rows(documents, "document", "summary")})
@@ -204,7 +211,9 @@ def test_hub_dataset_from_the_local_cache_and_the_not_cached_message(
     assert "datasets.load_dataset('abisee/cnn_dailymail', '3.0.0', split='test')" in line
 
 
-def test_chat_template_prompts_reach_the_engine(tmp_path: Path, engine_factory, small_dataset):
+def test_chat_template_prompts_reach_the_engine(
+    tmp_path: Path, engine_factory: Callable[[int, int], Path], small_dataset: Path
+) -> None:
     from harness.config import RunConfig
     from harness.engines.emulator.engine import EmulatorEngine
     from harness.pipeline import run

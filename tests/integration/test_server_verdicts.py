@@ -16,18 +16,20 @@ must pass give it 0.08 s an answer, as a real server takes.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from harness.report.markdown import md as escape
-from tests.conftest import only_report
+from tests.conftest import SuitesRun, only_report
+from tests.doubles.openai_server import BehavingServer
 
 FAST = ("--max-new-tokens", "8", "-v")
 
 
 @pytest.fixture(scope="module")
-def eight(small_dataset: Path, tmp_path_factory) -> Path:
+def eight(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("data") / "eight.jsonl"
     path.write_text("".join(small_dataset.read_text().splitlines(keepends=True)[:8]))
     return path
@@ -38,8 +40,8 @@ def _folder(root: Path) -> Path:
 
 
 def test_a_server_answering_one_request_at_a_time_leaves_its_cells_untested(
-    tmp_path, behaving, eight, suites
-):
+    tmp_path: Path, behaving: Callable[..., BehavingServer], eight: Path, suites: Callable[..., SuitesRun]
+) -> None:
     server = behaving(serial=True, seconds=0.08)
     proc = suites(
         "--engine",
@@ -79,7 +81,9 @@ def test_a_server_answering_one_request_at_a_time_leaves_its_cells_untested(
     )
 
 
-def test_a_server_running_requests_together_passes(tmp_path, behaving, eight, suites):
+def test_a_server_running_requests_together_passes(
+    tmp_path: Path, behaving: Callable[..., BehavingServer], eight: Path, suites: Callable[..., SuitesRun]
+) -> None:
     server = behaving(serial=False, seconds=0.08, model="bundled-summarizer-2026-12")
     proc = suites(
         "--engine",
@@ -109,7 +113,9 @@ def test_a_server_running_requests_together_passes(tmp_path, behaving, eight, su
     assert "KV-cache reuse across requests: unknown (a server decides" in proc.stdout
 
 
-def test_kv_cache_reuse_on_is_refused_for_a_backend_that_cannot_set_it(suites):
+def test_kv_cache_reuse_on_is_refused_for_a_backend_that_cannot_set_it(
+    suites: Callable[..., SuitesRun],
+) -> None:
     proc = suites("--kv-cache-reuse", "on")
     assert proc.returncode == 4
     [line] = [x for x in proc.stderr.splitlines() if x.strip()]
@@ -117,7 +123,9 @@ def test_kv_cache_reuse_on_is_refused_for_a_backend_that_cannot_set_it(suites):
     assert "Traceback" not in proc.stderr + proc.stdout
 
 
-def test_beam_search_that_never_ran_fails_its_cells_with_the_reason(tmp_path, behaving, eight, suites):
+def test_beam_search_that_never_ran_fails_its_cells_with_the_reason(
+    tmp_path: Path, behaving: Callable[..., BehavingServer], eight: Path, suites: Callable[..., SuitesRun]
+) -> None:
     server = behaving(beams="copies", seconds=0.08)  # time enough to see bs2 served together
     proc = suites(
         "--engine",
@@ -148,7 +156,9 @@ def test_beam_search_that_never_ran_fails_its_cells_with_the_reason(tmp_path, be
     assert "test_batch_positions[bs2-beam2] FAILED" in proc.stdout
 
 
-def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(tmp_path, behaving, eight, suites):
+def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(
+    tmp_path: Path, behaving: Callable[..., BehavingServer], eight: Path, suites: Callable[..., SuitesRun]
+) -> None:
     server = behaving(crash_at=11)  # bs1-beam1: 8 batches; bs2-beam1: its 2nd batch
     proc = suites(
         "--engine",
@@ -181,7 +191,9 @@ def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(tmp_path, b
     assert escape("failed the same way as the run's first failure, bs2-beam1") in md
 
 
-def test_request_fields_reach_the_server_the_report_and_nothing_else(tmp_path, behaving, eight, suites):
+def test_request_fields_reach_the_server_the_report_and_nothing_else(
+    tmp_path: Path, behaving: Callable[..., BehavingServer], eight: Path, suites: Callable[..., SuitesRun]
+) -> None:
     server = behaving(seconds=0.08)  # time enough to see bs2 served together
     key = "sk-SECRET-0123456789"
     url = f"{server.url}?api_key={key}"
@@ -222,7 +234,9 @@ def test_request_fields_reach_the_server_the_report_and_nothing_else(tmp_path, b
     assert json.dumps(report).count("REDACTED") >= 2  # engine path, options, sign-off
 
 
-def test_request_fields_are_refused_for_the_bundled_engine_in_one_line(suites):
+def test_request_fields_are_refused_for_the_bundled_engine_in_one_line(
+    suites: Callable[..., SuitesRun],
+) -> None:
     proc = suites("--request-field", "repeat_penalty=1.0")
     assert proc.returncode == 4
     assert (

@@ -4,6 +4,7 @@ the report of the unsharded run; the test ids of a shard are its cells only."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,8 +35,11 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> SuitesRun:
 
 @pytest.mark.slow  # three runs of the emulator
 def test_two_shard_jobs_merge_into_the_unsharded_report(
-    tmp_path: Path, engine_factory, small_dataset, capsys
-):
+    tmp_path: Path,
+    engine_factory: Callable[[int, int], Path],
+    small_dataset: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     common = ("--engine", str(engine_factory(4, 2)), "--dataset", str(small_dataset), *GRID)
     whole = _cli(capsys, "run", *common, "--report-dir", str(tmp_path / "whole"))
     assert whole.returncode == 0, whole.stdout + whole.stderr
@@ -66,7 +70,9 @@ def test_two_shard_jobs_merge_into_the_unsharded_report(
     assert got["timing"]["engine_calls"] == sum(r["timing"]["engine_calls"] for r in reports)
 
 
-def test_shard_test_ids_are_its_cells_only(engine_factory, suites):
+def test_shard_test_ids_are_its_cells_only(
+    engine_factory: Callable[[int, int], Path], suites: Callable[..., SuitesRun]
+) -> None:
     proc = suites(
         "--engine",
         str(engine_factory(4, 2)),
