@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,6 +46,19 @@ def tp2_engine(tmp_path_factory: pytest.TempPathFactory, engine_factory: Callabl
     return target
 
 
+def _options(tmp_path: Path, engine: Path, small_dataset: Path) -> list[str]:
+    """What `pytest suites/` and `run` are given alike: the engine, dataset and report folder."""
+    return [
+        "--engine",
+        str(engine),
+        "--dataset",
+        str(small_dataset),
+        "--report-dir",
+        str(tmp_path / "r"),
+        *FAST,
+    ]
+
+
 def _env(tmp_path: Path, rank: int | None, world: int | None) -> dict[str, str]:
     env = {k: v for k, v in user_env().items() if k not in LAUNCHER}
     env.update(PYTHONPATH=f"{HERE}:{REPO}", RANK_ENGINE_LOG=str(tmp_path / "calls"))
@@ -55,7 +69,7 @@ def _env(tmp_path: Path, rank: int | None, world: int | None) -> dict[str, str]:
 
 def _suites(
     tmp_path: Path, engine: Path, small_dataset: Path, rank: int | None, world: int | None, *extra: str
-) -> subprocess.CompletedProcess:
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             sys.executable,
@@ -68,13 +82,7 @@ def _suites(
             "-v",
             "--backend",
             "rank_engine:RecordingEngine",
-            "--engine",
-            str(engine),
-            "--dataset",
-            str(small_dataset),
-            "--report-dir",
-            str(tmp_path / "r"),
-            *FAST,
+            *_options(tmp_path, engine, small_dataset),
             *extra,
         ],
         cwd=tmp_path,
@@ -85,14 +93,14 @@ def _suites(
     )
 
 
-def _calls(tmp_path: Path, rank: int) -> list[dict]:
+def _calls(tmp_path: Path, rank: int) -> list[dict[str, Any]]:
     path = tmp_path / f"calls.rank{rank}"
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
 @pytest.mark.slow  # a process per rank
 def test_every_rank_drives_the_engine_only_rank_0_scores(
-    tmp_path: Path, tp2_engine, small_dataset: Path
+    tmp_path: Path, tp2_engine: Path, small_dataset: Path
 ) -> None:
     follower = _suites(tmp_path, tp2_engine, small_dataset, 1, 2)
     out = follower.stdout + follower.stderr
@@ -125,7 +133,7 @@ def test_every_rank_drives_the_engine_only_rank_0_scores(
 
 @pytest.mark.slow
 def test_single_process_on_a_tp2_engine_stops_before_generating(
-    tmp_path: Path, tp2_engine, small_dataset: Path
+    tmp_path: Path, tp2_engine: Path, small_dataset: Path
 ) -> None:
     proc = _suites(tmp_path, tp2_engine, small_dataset, None, None)
     out = proc.stdout + proc.stderr
@@ -140,7 +148,7 @@ def test_single_process_on_a_tp2_engine_stops_before_generating(
 
 
 @pytest.fixture
-def launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+def launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[[int, int], None]:
     """set(rank, world): this process looks like one rank of an mpirun job."""
     for var in LAUNCHER:
         monkeypatch.delenv(var, raising=False)
@@ -156,23 +164,15 @@ def launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
 def _cli(tmp_path: Path, engine: Path, small_dataset: Path, *extra: str) -> int:
     from harness.__main__ import main
 
-    return main(
-        [
-            "run",
-            "--engine",
-            str(engine),
-            "--dataset",
-            str(small_dataset),
-            "--report-dir",
-            str(tmp_path / "r"),
-            *FAST,
-            *extra,
-        ]
-    )
+    return main(["run", *_options(tmp_path, engine, small_dataset), *extra])
 
 
 def test_cli_follower_exits_0_without_a_report(
-    tmp_path: Path, tp2_engine, small_dataset: Path, launcher, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    tp2_engine: Path,
+    small_dataset: Path,
+    launcher: Callable[[int, int], None],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     launcher(1, 2)
     assert (
@@ -188,7 +188,11 @@ def test_cli_follower_exits_0_without_a_report(
 
 
 def test_cli_wrong_world_size_exits_2(
-    tmp_path: Path, tp2_engine, small_dataset: Path, launcher, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    tp2_engine: Path,
+    small_dataset: Path,
+    launcher: Callable[[int, int], None],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     launcher(0, 4)
     assert _cli(tmp_path, tp2_engine, small_dataset) == 2
@@ -201,7 +205,7 @@ def test_single_gpu_engine_under_mpirun_is_an_error(
     tmp_path: Path,
     engine_factory: Callable[[int, int], Path],
     small_dataset: Path,
-    launcher,
+    launcher: Callable[[int, int], None],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     launcher(0, 2)
