@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SuitesRun, run_suites
+from tests.conftest import REPO, run_suites
+from tests.integration.common import Suites
 
 HERE = Path(__file__).resolve().parent
 TOY = {"PYTHONPATH": f"{HERE}:{REPO}"}
@@ -46,7 +47,7 @@ def _bad_engine(tmp_path: Path, content: str | None) -> Path:
     ],
 )
 def test_usage_errors(
-    tmp_path: Path, suites: Callable[..., SuitesRun], make_args: Callable[[Path], list[str]], words: str
+    tmp_path: Path, suites: Suites, make_args: Callable[[Path], list[str]], words: str
 ) -> None:
     proc = suites(*make_args(tmp_path), "--report-dir", str(tmp_path / "r"), path=[HERE])
     out = proc.stdout + proc.stderr
@@ -72,7 +73,7 @@ def test_a_usage_error_in_a_real_process(tmp_path: Path) -> None:
     assert "{text}" in out and "Traceback" not in out
 
 
-def test_missing_dataset_field(tmp_path: Path, suites: Callable[..., SuitesRun]) -> None:
+def test_missing_dataset_field(tmp_path: Path, suites: Suites) -> None:
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"article": "a b c", "summary": "x"}) + "\n")
     proc = suites(
@@ -90,9 +91,7 @@ def test_missing_dataset_field(tmp_path: Path, suites: Callable[..., SuitesRun])
     assert "no field 'text'" in proc.stdout + proc.stderr and "--text-field" in proc.stdout + proc.stderr
 
 
-def test_engine_fault_fails_only_its_cell(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
-) -> None:
+def test_engine_fault_fails_only_its_cell(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     """A generate() that raises for one cell: that cell errors, the others pass, report written."""
     mod = tmp_path / "faulty_engine.py"
     mod.write_text(

@@ -4,14 +4,14 @@ machine without TensorRT-LLM (config.json, the dataset and the tokenizer files a
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import harness.__main__ as cli
-from tests.conftest import SUITES, SuitesRun
+from tests.conftest import SUITES
 from tests.doubles.trtllm_common import BUNDLED_MODEL, make_engine_dir
+from tests.integration.common import Suites
 
 
 def _no_tensorrt_llm() -> None:
@@ -93,7 +93,7 @@ def test_the_estimate_can_come_from_a_previous_run(tmp_path: Path, small_dataset
 
 
 def test_preflight_suite_checks_a_tensorrt_llm_engine_without_tensorrt_llm(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
+    tmp_path: Path, small_dataset: Path, suites: Suites
 ) -> None:
     _no_tensorrt_llm()
     engine = make_engine_dir(tmp_path / "engine", max_beam_width=1, max_batch_size=8)
@@ -123,7 +123,7 @@ def test_preflight_suite_checks_a_tensorrt_llm_engine_without_tensorrt_llm(
 
 
 def test_collect_only_prints_the_plan_without_loading_the_engine(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
+    tmp_path: Path, small_dataset: Path, suites: Suites
 ) -> None:
     _no_tensorrt_llm()
     engine = make_engine_dir(tmp_path / "engine", max_beam_width=4, max_batch_size=8, with_tokenizer=True)

@@ -11,7 +11,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,8 @@ import pytest
 from harness.__main__ import main
 from harness.config import RunConfig
 from harness.pipeline import run
-from tests.conftest import REPO, SuitesRun, run_suites
+from tests.conftest import REPO, run_suites
+from tests.integration.common import Suites
 from tests.integration.fault_engines import RAISES, Hangs, OddOutputs, WrongCount
 
 HERE = Path(__file__).resolve().parent
@@ -122,7 +122,7 @@ def test_a_raising_generate_fails_its_cell_through_both_entry_points(
     small_dataset: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    suites: Callable[..., SuitesRun],
+    suites: Suites,
 ) -> None:
     """Out of memory, a CUDA error, a refusal, any exception: that cell is an error with the
     message, the other cells run and pass, the report is written; exit 1, no traceback."""

@@ -7,7 +7,6 @@ These run the whole pipeline (generation, scoring, analysis, signatures) on 16 p
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from harness.config import RunConfig
 from harness.engines.emulator.build import BuildLimits, build_engine
 from harness.engines.emulator.faults import parse_fault
 from harness.pipeline import RunResult, run
+from tests.integration.common import EngineFactory
 
 CASES = [
     # fault, build limits (batch, beam), batch sizes, beam widths, {cell: degraded}, signature
@@ -73,7 +73,7 @@ def test_each_fault_fails_exactly_where_it_damages(
 
 @pytest.mark.slow
 def test_sparse_rotation_still_catches_the_incident_at_a_fraction_of_the_cost(
-    tmp_path: Path, engine_factory: Callable[[int, int], Path]
+    tmp_path: Path, engine_factory: EngineFactory
 ) -> None:
     """--rotation sparse on the bundled 64 prompts: 8 prompts per position, 64 sequences for
     bs8-beam4 instead of 512, and the overflow positions are still found exactly."""

@@ -4,12 +4,12 @@ content stop the run with the command that fixes it and stay untouched."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SuitesRun, only_report
+from tests.conftest import only_report
+from tests.integration.common import EngineFactory, Suites
 
 HERE = Path(__file__).resolve().parent
 TOY = {"TOY_BROKEN_FROM": "-1"}
@@ -21,7 +21,7 @@ def _copy(src: Path, dst: Path) -> Path:
 
 
 def test_record_use_and_refuse_mismatched_goldens(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
+    tmp_path: Path, small_dataset: Path, suites: Suites
 ) -> None:
     data = _copy(small_dataset, tmp_path / "news.jsonl")
     goldens = tmp_path / "g"
@@ -67,9 +67,9 @@ def test_record_use_and_refuse_mismatched_goldens(
 @pytest.mark.slow  # hf and emulator generations
 def test_goldens_from_another_engine(
     tmp_path: Path,
-    engine_factory: Callable[[int, int], Path],
+    engine_factory: EngineFactory,
     small_dataset: Path,
-    suites: Callable[..., SuitesRun],
+    suites: Suites,
 ) -> None:
     from harness.engines.emulator.build import BUNDLED_MODEL
 

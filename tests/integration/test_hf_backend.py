@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SuitesRun, only_report
+from tests.conftest import only_report
+from tests.integration.common import Suites
 
 pytestmark = pytest.mark.slow  # the hf backend generates over a 2 x 2 grid
 
 
 def test_hf_model_directory_runs_and_skips_limits(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
+    tmp_path: Path, small_dataset: Path, suites: Suites
 ) -> None:
     from harness.engines.emulator.build import BUNDLED_MODEL
 

@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.__main__ import main
-from harness.config import RunConfig
+from harness.config import DecodingSettings, RunConfig
 from harness.engines.base import Generation
-from harness.pipeline import run
+from harness.pipeline import RunResult, run
 from harness.report.serialize import canonical_hash
 from tests.doubles.openai_server import BehavingServer
+from tests.integration.common import Behaving, first_rows
 from tests.integration.toy_engine import ToyEngine
 
 KEY = "HARNESS_SIGNING_KEY"
@@ -45,16 +47,16 @@ def _run(tmp: Path, name: str, dataset: Path, engine: object, **options: str) ->
         "goldens_dir": str(tmp / "goldens"),
         **options,
     }
-    result = run(RunConfig.from_options(values), engine=engine)
-    assert result.report_dir is not None
+    # run() adopts any object with generate(), though its annotation asks for an Engine
+    result = run(RunConfig.from_options(values), engine=engine)  # type: ignore[arg-type]
+    assert isinstance(result, RunResult) and result.report_dir is not None  # one process, a report
     return result.report_dir / "report.json"
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, small_dataset: Path) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("runs")
-    twelve = tmp / "twelve.jsonl"
-    twelve.write_text("".join(small_dataset.read_text().splitlines(keepends=True)[:12]))
+    twelve = first_rows(small_dataset, tmp / "twelve.jsonl", 12)
     healthy, broken = ToyEngine(None, broken_from=-1), ToyEngine(None, broken_from=2)
     return {
         "good": _run(tmp, "good", small_dataset, healthy),
@@ -73,10 +75,10 @@ def _compare(old: Path, new: Path, capsys: pytest.CaptureFixture[str]) -> tuple[
     return code, got.out, got.err
 
 
-def _forged(good: Path, bad: Path, *, p_values: bool = False) -> dict:
+def _forged(good: Path, bad: Path, *, p_values: bool = False) -> dict[str, Any]:
     """The failing run's report made to pass: verdicts, flags and the figures compare reads
     taken from the passing run (``p_values``: every p set to 1 as well)."""
-    data = json.loads(bad.read_text())
+    data: dict[str, Any] = json.loads(bad.read_text())
     healthy = {c["id"]: c for c in json.loads(good.read_text())["cells"]}
     data["verdict"] = data["signoff"]["verdict"] = "pass"
     for cell in data["cells"]:
@@ -103,14 +105,14 @@ def _forged(good: Path, bad: Path, *, p_values: bool = False) -> dict:
     return data
 
 
-def _write(data: dict, file: Path, *, reseal: bool) -> Path:
+def _write(data: dict[str, Any], file: Path, *, reseal: bool) -> Path:
     if reseal:  # what anyone can do: the documented sha256, recomputed
         data["integrity"]["sha256"] = canonical_hash(data)
     file.write_text(json.dumps(data))
     return file
 
 
-def test_the_genuine_comparison_is_worse(runs, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_genuine_comparison_is_worse(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _compare(runs["good"], runs["bad"], capsys)
     assert code == 1 and "verdict: worse" in out
 
@@ -119,7 +121,7 @@ def test_the_genuine_comparison_is_worse(runs, capsys: pytest.CaptureFixture[str
 
 
 def test_a_report_whose_sha256_does_not_match_is_refused(
-    runs, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     edited = _write(_forged(runs["good"], runs["bad"]), tmp_path / "report.json", reseal=False)
     code, out, err = _compare(runs["good"], edited, capsys)
@@ -134,7 +136,7 @@ def test_a_report_whose_sha256_does_not_match_is_refused(
 
 @pytest.mark.parametrize("p_values", [False, True], ids=["flags", "flags-and-p-values"])
 def test_verdicts_edited_to_pass_with_a_recomputed_sha256_are_refused(
-    runs, tmp_path: Path, capsys: pytest.CaptureFixture[str], p_values
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], p_values: bool
 ) -> None:
     forged = _write(
         _forged(runs["good"], runs["bad"], p_values=p_values), tmp_path / "report.json", reseal=True
@@ -189,7 +191,7 @@ def test_with_a_signing_key_only_reports_signed_by_it_compare(
     ],
 )
 def test_runs_of_another_dataset_or_method_are_refused(
-    runs, capsys: pytest.CaptureFixture[str], other, named
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], other: str, named: str
 ) -> None:
     code, out, err = _compare(runs["good"], runs[other], capsys)
     assert code == 2, out + err
@@ -198,7 +200,7 @@ def test_runs_of_another_dataset_or_method_are_refused(
 
 
 def test_another_engine_build_on_the_same_test_is_compared_and_named(
-    runs, capsys: pytest.CaptureFixture[str]
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, err = _compare(runs["good"], runs["other-build"], capsys)
     assert code == 0, out + err
@@ -215,7 +217,7 @@ class Returns:
     def __init__(self, value: object) -> None:
         self.value = value
 
-    def generate(self, prompts, settings):
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[object]:
         return [self.value for _ in prompts]
 
 
@@ -224,7 +226,9 @@ class Returns:
     ["", "   ", "... !!", "\u200b", b"bytes", 42, Generation(text="")],
     ids=["empty", "blank", "punctuation", "zero-width", "bytes", "int", "empty-generation"],
 )
-def test_an_engine_that_returns_no_text_passes_no_cell(tmp_path: Path, small_dataset: Path, value) -> None:
+def test_an_engine_that_returns_no_text_passes_no_cell(
+    tmp_path: Path, small_dataset: Path, value: object
+) -> None:
     report = json.loads(_run(tmp_path, "r", small_dataset, Returns(value)).read_text())
     assert report["verdict"] == "fail"
     for cell in report["cells"]:
@@ -235,7 +239,7 @@ def test_an_engine_that_returns_no_text_passes_no_cell(tmp_path: Path, small_dat
 class SilentAt:
     """Real text, but nothing at one batch position of the bigger batches."""
 
-    def generate(self, prompts, settings):
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[str]:
         return [
             "" if len(prompts) > 1 and i == 3 else " ".join(p.split()[:12]) for i, p in enumerate(prompts)
         ]
@@ -281,7 +285,7 @@ def test_token_counts_above_max_tokens_are_no_evidence_of_a_batch() -> None:
 
 
 @pytest.fixture
-def forging(behaving: Callable[..., BehavingServer]):
+def forging(behaving: Behaving) -> BehavingServer:
     """A server that runs one request at a time and claims a million tokens for every answer
     that had to wait for the one before (what made it look as if it ran them together)."""
     from tests.doubles.openai_server import _Handler
@@ -304,10 +308,9 @@ def forging(behaving: Callable[..., BehavingServer]):
 
 
 def test_a_server_claiming_a_million_tokens_does_not_pass_as_batched(
-    tmp_path: Path, small_dataset: Path, forging
+    tmp_path: Path, small_dataset: Path, forging: BehavingServer
 ) -> None:
-    eight = tmp_path / "eight.jsonl"
-    eight.write_text("".join(small_dataset.read_text().splitlines(keepends=True)[:8]))
+    eight = first_rows(small_dataset, tmp_path / "eight.jsonl", 8)
     values = {
         "engine": forging.url,
         "dataset": str(eight),
@@ -318,6 +321,7 @@ def test_a_server_claiming_a_million_tokens_does_not_pass_as_batched(
         "goldens_dir": str(tmp_path / "goldens"),
     }
     result = run(RunConfig.from_options(values))
+    assert isinstance(result, RunResult)  # one process: rank 0's whole result
     cells = {c.id: c for c in result.cells}
     assert cells["bs4-beam1"].verdict == "untested", cells["bs4-beam1"].message
     assert "usage.completion_tokens 1000000 for one answer, above its max_tokens 8" in (

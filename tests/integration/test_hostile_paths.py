@@ -16,6 +16,7 @@ import pytest
 
 from harness.errors import StorageError
 from tests.conftest import SuitesRun, only_report
+from tests.integration.common import Suites
 
 HERE = Path(__file__).resolve().parent
 TOY = {"TOY_BROKEN_FROM": "-1"}
@@ -69,7 +70,7 @@ def _refused(proc: SuitesRun, link: Path) -> None:
 
 
 def test_a_plain_run_deletes_nothing_through_a_linked_identity_folder(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
+    tmp_path: Path, small_dataset: Path, suites: Suites
 ) -> None:
     """The clean-up of temporary files went through ``goldens/*/.*`` and followed the link."""
     victim = tmp_path / "elsewhere"
@@ -85,7 +86,7 @@ def test_a_plain_run_deletes_nothing_through_a_linked_identity_folder(
 
 
 def test_update_goldens_writes_nothing_through_a_linked_identity_folder(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
+    tmp_path: Path, small_dataset: Path, suites: Suites
 ) -> None:
     data = _news(small_dataset, tmp_path / "data")
     goldens = tmp_path / "goldens"
@@ -114,9 +115,7 @@ def test_update_goldens_writes_nothing_through_a_linked_identity_folder(
     assert _files(victim) == before
 
 
-def test_a_linked_lock_file_keeps_its_target(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
-) -> None:
+def test_a_linked_lock_file_keeps_its_target(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     """The lock was opened without O_NOFOLLOW and truncated to the pid."""
     precious = tmp_path / "precious.txt"
     precious.write_text("keep me\n")
@@ -217,9 +216,7 @@ def test_report_files_are_never_written_through_a_linked_folder(tmp_path: Path) 
     assert "sub: a symbolic link" in refused
 
 
-def test_folders_the_user_names_may_be_links(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
-) -> None:
+def test_folders_the_user_names_may_be_links(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     """--report-dir and --goldens-dir themselves are the user's choice: a link there is
     followed (only what lies below them must be real)."""
     real_reports, real_goldens = tmp_path / "real-reports", tmp_path / "real-goldens"
@@ -236,7 +233,7 @@ def test_folders_the_user_names_may_be_links(
 
 
 def test_datasets_whose_names_shared_a_file_keep_separate_goldens(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
+    tmp_path: Path, small_dataset: Path, suites: Suites
 ) -> None:
     """`news a.jsonl` and `news-a.jsonl` were both stored as news-a-beam1.json: recording the
     second replaced the first's goldens, whose next run then failed blaming a changed dataset."""

@@ -14,8 +14,7 @@ from __future__ import annotations
 import http.client
 import json
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ import pytest
 from harness.config import DecodingSettings
 from harness.engines.base import EngineInfo, Generation
 from harness.tools.serve import CompletionServer, make_server
+from tests.integration.common import EngineFactory
 
 WINDOW_MS = 400  # long enough for two clients sent together to meet in one batch
 Answer = tuple[int, dict[str, Any]]  # a response's status and its JSON body
@@ -89,7 +89,7 @@ def _served(engine: object, bodies: Sequence[dict[str, object]]) -> list[Answer 
 
 
 @pytest.fixture
-def emulator(engine_factory: Callable[[int, int], Path]) -> Iterator[CompletionServer]:
+def emulator(engine_factory: EngineFactory) -> Iterator[CompletionServer]:
     from harness.engines.registry import load_engine
 
     srv = _start(load_engine(str(engine_factory(8, 1))))

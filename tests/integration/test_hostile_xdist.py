@@ -12,13 +12,13 @@ generates once for the whole grid.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from harness.model.vocab import CheckStatus, Verdict
-from tests.conftest import SuitesRun, only_report, run_suites
+from tests.conftest import only_report, run_suites
+from tests.integration.common import Suites
 
 HERE = Path(__file__).resolve().parent
 ECHO = ("--engine", "fault_engines:Echo")  # a healthy engine with no model: nothing to load
@@ -57,9 +57,7 @@ def test_xdist_is_refused_in_one_line_before_anything_is_generated(
     assert not (tmp_path / "reports").exists() or not any((tmp_path / "reports").iterdir())
 
 
-def test_user_properties_hold_plain_values_only(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
-) -> None:
+def test_user_properties_hold_plain_values_only(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     """What every harness test records for --junitxml, as a pytest plugin of the session sees
     it: exactly str, int, float or bool (an enum, a Path are not: xdist cannot send them)."""
     probe = tmp_path / "props_probe.py"
@@ -91,7 +89,7 @@ def test_plain_turns_enums_and_objects_into_plain_values() -> None:
 
 
 def test_a_selection_says_what_it_tests_and_what_is_still_generated(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
+    tmp_path: Path, small_dataset: Path, suites: Suites
 ) -> None:
     proc = suites("-k", "bs2", *_grid(tmp_path, small_dataset), path=[HERE])
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -111,7 +109,7 @@ def test_a_selection_says_what_it_tests_and_what_is_still_generated(
 
 
 def test_a_selection_without_positions_tests_says_nothing_is_generated(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
+    tmp_path: Path, small_dataset: Path, suites: Suites
 ) -> None:
     proc = suites("-q", "-k", "limits and bs4", *_grid(tmp_path, small_dataset), path=[HERE])
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -8,21 +8,21 @@ for the module); the single-cell runs in this process.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness.__main__ import main
-from tests.conftest import SUITES, SuitesRun, only_report, run_suites
+from tests.conftest import SUITES, only_report, run_suites
+from tests.integration.common import EngineFactory, Suites
 
 FAST = ("--max-new-tokens", "32")
 
 
 @pytest.fixture(scope="module")
 def incident_grid(
-    tmp_path_factory: pytest.TempPathFactory, engine_factory: Callable[[int, int], Path], small_dataset: Path
+    tmp_path_factory: pytest.TempPathFactory, engine_factory: EngineFactory, small_dataset: Path
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     """The broken engine (8 x 1 beam slots) over the default grid."""
     out = tmp_path_factory.mktemp("grid")
@@ -94,9 +94,9 @@ def test_default_grid_localizes_every_damaged_cell_and_nothing_else(
 @pytest.mark.slow  # bs8-beam4 on the emulator
 def test_rebuilt_engine_passes(
     tmp_path: Path,
-    engine_factory: Callable[[int, int], Path],
+    engine_factory: EngineFactory,
     small_dataset: Path,
-    suites: Callable[..., SuitesRun],
+    suites: Suites,
 ) -> None:
     proc = suites(
         "--engine",
@@ -137,7 +137,7 @@ def test_rebuilt_engine_passes(
 @pytest.mark.slow
 def test_cli_run_has_the_same_verdict(
     tmp_path: Path,
-    engine_factory: Callable[[int, int], Path],
+    engine_factory: EngineFactory,
     small_dataset: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -162,7 +162,7 @@ def test_cli_run_has_the_same_verdict(
 
 
 def test_limits_alone_need_no_generation(
-    tmp_path: Path, engine_factory: Callable[[int, int], Path], suites: Callable[..., SuitesRun]
+    tmp_path: Path, engine_factory: EngineFactory, suites: Suites
 ) -> None:
     """Selecting only the limits tests reads config.json and the tokenizer, generates nothing."""
     proc = suites(

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
 import pytest
 
+from tests.integration.common import EngineFactory
 from tests.unit.limits.test_preflight import MISTRAL
 
 
@@ -58,7 +58,7 @@ def test_memory_that_does_not_fit_fails(tmp_path: Path) -> None:
     assert "FAIL    kv_cache_memory" in proc.stdout and "exceeds 8.00 GiB" in proc.stdout
 
 
-def test_emulator_engine_checks_prompt_lengths(engine_factory: Callable[[int, int], Path]) -> None:
+def test_emulator_engine_checks_prompt_lengths(engine_factory: EngineFactory) -> None:
     proc = lint(str(engine_factory(8, 1)), "--num-beams", "1", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     checks = {c["name"]: c["status"] for c in json.loads(proc.stdout)["checks"]}

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, only_report, user_env
+from tests.integration.common import EngineFactory
 
 HERE = Path(__file__).resolve().parent
 FAST = ("--batch-sizes", "1,2", "--beam-widths", "1,2", "--max-new-tokens", "6", "--num-prompts", "4")
@@ -36,7 +37,7 @@ LAUNCHER = (
 
 
 @pytest.fixture(scope="module")
-def tp2_engine(tmp_path_factory: pytest.TempPathFactory, engine_factory: Callable[[int, int], Path]) -> Path:
+def tp2_engine(tmp_path_factory: pytest.TempPathFactory, engine_factory: EngineFactory) -> Path:
     """An emulator engine whose config.json says tp_size 2 (as a 2-GPU TensorRT-LLM build)."""
     target = tmp_path_factory.mktemp("tp2") / "engine"
     shutil.copytree(engine_factory(2, 2), target)
@@ -203,7 +204,7 @@ def test_cli_wrong_world_size_exits_2(
 
 def test_single_gpu_engine_under_mpirun_is_an_error(
     tmp_path: Path,
-    engine_factory: Callable[[int, int], Path],
+    engine_factory: EngineFactory,
     small_dataset: Path,
     launcher: Callable[[int, int], None],
     capsys: pytest.CaptureFixture[str],

@@ -26,6 +26,7 @@ from harness.storage.atomic import TEMP_NAME
 from harness.storage.goldens import JOURNAL_FILE, LOCK_FILE, GoldensStore
 from harness.storage.locks import file_lock
 from tests.conftest import REPO
+from tests.integration.common import EngineFactory
 
 HERE = Path(__file__).resolve().parent
 ENV = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{REPO}"}
@@ -73,7 +74,7 @@ def _comparable(report_dir: Path) -> dict[str, Any]:
 
 @pytest.mark.slow  # three runs of the emulator, 48 batches each
 def test_sigkill_during_generation_then_the_rerun_equals_an_uninterrupted_run(
-    tmp_path: Path, engine_factory: Callable[[int, int], Path], small_dataset: Path
+    tmp_path: Path, engine_factory: EngineFactory, small_dataset: Path
 ) -> None:
     engine = engine_factory(8, 4)
     args = [

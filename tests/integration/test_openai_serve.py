@@ -14,12 +14,13 @@ import selectors
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SuitesRun, only_report
+from tests.conftest import REPO, only_report
+from tests.integration.common import EngineFactory, Suites
 
 FAST = ("--max-new-tokens", "32")
 ENV = {"PYTHONPATH": str(REPO)}  # this checkout's harness, in the server
@@ -97,9 +98,9 @@ def servers(tmp_path: Path) -> Iterator[Servers]:
 def test_healthy_engine_passes_through_the_server(
     tmp_path: Path,
     servers: Servers,
-    engine_factory: Callable[[int, int], Path],
+    engine_factory: EngineFactory,
     eight_prompts: Path,
-    suites: Callable[..., SuitesRun],
+    suites: Suites,
 ) -> None:
     url = servers.start(engine_factory(8, 4))
     proc = suites(
@@ -148,9 +149,9 @@ def test_healthy_engine_passes_through_the_server(
 def test_faulty_engine_is_caught_through_the_server(
     tmp_path: Path,
     servers: Servers,
-    engine_factory: Callable[[int, int], Path],
+    engine_factory: EngineFactory,
     eight_prompts: Path,
-    suites: Callable[..., SuitesRun],
+    suites: Suites,
 ) -> None:
     """Built with max beam width 1, run with 4 beams at batch size 8: positions 2-7, as the
     emulator gives them directly."""

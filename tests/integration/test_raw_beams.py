@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from harness.config import RunConfig
 from harness.pipeline import FollowerRun, RunResult, run
+from tests.integration.common import EngineFactory
 
 
 def _rows(result: RunResult | FollowerRun) -> list[dict[str, Any]]:
@@ -18,7 +18,7 @@ def _rows(result: RunResult | FollowerRun) -> list[dict[str, Any]]:
 
 
 def test_all_beams_are_kept_and_survive_the_cache(
-    tmp_path: Path, small_dataset: Path, engine_factory: Callable[[int, int], Path]
+    tmp_path: Path, small_dataset: Path, engine_factory: EngineFactory
 ) -> None:
     config = RunConfig.from_options(
         {

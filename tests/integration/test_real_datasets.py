@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from harness.inputs.data import Document, content_hash, load_dataset, select_subset
-from tests.conftest import REPO, SuitesRun, only_report
+from tests.conftest import REPO, only_report
 from tests.hub_cache import cache_hub_dataset
+from tests.integration.common import EngineFactory, Suites
 
 SCHEMA = Path(__file__).resolve().parents[2] / "harness" / "report" / "report.schema.json"
 FAST = ("--batch-sizes", "1,2", "--beam-widths", "1", "--max-new-tokens", "8", "--no-cache")
@@ -48,7 +48,7 @@ def _check(report: dict, docs, **expected) -> None:
 
 
 def test_jsonl_with_custom_fields(
-    tmp_path: Path, engine_factory: Callable[[int, int], Path], documents, suites: Callable[..., SuitesRun]
+    tmp_path: Path, engine_factory: EngineFactory, documents, suites: Suites
 ) -> None:
     path = tmp_path / "news.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in _rows(documents, "body", "abstract")))
@@ -79,7 +79,7 @@ def test_jsonl_with_custom_fields(
 
 
 def test_csv_with_custom_fields(
-    tmp_path: Path, engine_factory: Callable[[int, int], Path], documents, suites: Callable[..., SuitesRun]
+    tmp_path: Path, engine_factory: EngineFactory, documents, suites: Suites
 ) -> None:
     import datasets
 
@@ -109,7 +109,7 @@ def test_csv_with_custom_fields(
 
 
 def test_save_to_disk_with_custom_fields_split_and_subset(
-    tmp_path: Path, engine_factory: Callable[[int, int], Path], documents, suites: Callable[..., SuitesRun]
+    tmp_path: Path, engine_factory: EngineFactory, documents, suites: Suites
 ) -> None:
     import datasets
 
@@ -156,7 +156,7 @@ def test_save_to_disk_with_custom_fields_split_and_subset(
 
 @pytest.mark.slow  # two `python -m harness run` processes
 def test_hub_dataset_from_the_local_cache_and_the_not_cached_message(
-    tmp_path: Path, engine_factory: Callable[[int, int], Path], documents
+    tmp_path: Path, engine_factory: EngineFactory, documents
 ) -> None:
     """The CLI, offline, reads a hub dataset from HF_DATASETS_CACHE; an uncached one is one line."""
     cache = tmp_path / "hf"
@@ -212,7 +212,7 @@ def test_hub_dataset_from_the_local_cache_and_the_not_cached_message(
 
 
 def test_chat_template_prompts_reach_the_engine(
-    tmp_path: Path, engine_factory: Callable[[int, int], Path], small_dataset: Path
+    tmp_path: Path, engine_factory: EngineFactory, small_dataset: Path
 ) -> None:
     from harness.config import RunConfig
     from harness.engines.emulator.engine import EmulatorEngine

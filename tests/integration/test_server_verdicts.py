@@ -16,23 +16,38 @@ must pass give it 0.08 s an answer, as a real server takes.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from harness.report.markdown import md as escape
-from tests.conftest import SuitesRun, only_report
-from tests.doubles.openai_server import BehavingServer
+from tests.conftest import only_report
+from tests.integration.common import Behaving, Suites, first_rows
 
 FAST = ("--max-new-tokens", "8", "-v")
 
 
 @pytest.fixture(scope="module")
 def eight(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("data") / "eight.jsonl"
-    path.write_text("".join(small_dataset.read_text().splitlines(keepends=True)[:8]))
-    return path
+    return first_rows(small_dataset, tmp_path_factory.mktemp("data") / "eight.jsonl", 8)
+
+
+def _options(engine: str, dataset: Path, sizes: str, widths: str, report_dir: Path, *more: str) -> list[str]:
+    """A run of ``engine`` on ``dataset`` at batch sizes ``sizes`` and beam widths ``widths``."""
+    return [
+        "--engine",
+        engine,
+        "--dataset",
+        str(dataset),
+        "--batch-sizes",
+        sizes,
+        "--beam-widths",
+        widths,
+        *more,
+        "--report-dir",
+        str(report_dir),
+        *FAST,
+    ]
 
 
 def _folder(root: Path) -> Path:
@@ -40,22 +55,10 @@ def _folder(root: Path) -> Path:
 
 
 def test_a_server_answering_one_request_at_a_time_leaves_its_cells_untested(
-    tmp_path: Path, behaving: Callable[..., BehavingServer], eight: Path, suites: Callable[..., SuitesRun]
+    tmp_path: Path, behaving: Behaving, eight: Path, suites: Suites
 ) -> None:
     server = behaving(serial=True, seconds=0.08)
-    proc = suites(
-        "--engine",
-        server.url,
-        "--dataset",
-        str(eight),
-        "--batch-sizes",
-        "1,2,4",
-        "--beam-widths",
-        "1",
-        "--report-dir",
-        str(tmp_path),
-        *FAST,
-    )
+    proc = suites(*_options(server.url, eight, "1,2,4", "1", tmp_path))
     out = proc.stdout
     assert proc.returncode == 1, out[-3000:]
     assert "test_batch_positions[bs1-beam1] PASSED" in out
@@ -82,22 +85,10 @@ def test_a_server_answering_one_request_at_a_time_leaves_its_cells_untested(
 
 
 def test_a_server_running_requests_together_passes(
-    tmp_path: Path, behaving: Callable[..., BehavingServer], eight: Path, suites: Callable[..., SuitesRun]
+    tmp_path: Path, behaving: Behaving, eight: Path, suites: Suites
 ) -> None:
     server = behaving(serial=False, seconds=0.08, model="bundled-summarizer-2026-12")
-    proc = suites(
-        "--engine",
-        server.url,
-        "--dataset",
-        str(eight),
-        "--batch-sizes",
-        "1,4",
-        "--beam-widths",
-        "1",
-        "--report-dir",
-        str(tmp_path),
-        *FAST,
-    )
+    proc = suites(*_options(server.url, eight, "1,4", "1", tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = only_report(tmp_path)
     assert [c["verdict"] for c in report["cells"]] == ["pass", "pass"]
@@ -114,7 +105,7 @@ def test_a_server_running_requests_together_passes(
 
 
 def test_kv_cache_reuse_on_is_refused_for_a_backend_that_cannot_set_it(
-    suites: Callable[..., SuitesRun],
+    suites: Suites,
 ) -> None:
     proc = suites("--kv-cache-reuse", "on")
     assert proc.returncode == 4
@@ -124,22 +115,10 @@ def test_kv_cache_reuse_on_is_refused_for_a_backend_that_cannot_set_it(
 
 
 def test_beam_search_that_never_ran_fails_its_cells_with_the_reason(
-    tmp_path: Path, behaving: Callable[..., BehavingServer], eight: Path, suites: Callable[..., SuitesRun]
+    tmp_path: Path, behaving: Behaving, eight: Path, suites: Suites
 ) -> None:
     server = behaving(beams="copies", seconds=0.08)  # time enough to see bs2 served together
-    proc = suites(
-        "--engine",
-        server.url,
-        "--dataset",
-        str(eight),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1,2",
-        "--report-dir",
-        str(tmp_path),
-        *FAST,
-    )
+    proc = suites(*_options(server.url, eight, "1,2", "1,2", tmp_path))
     assert proc.returncode == 1, proc.stdout[-3000:]
     cells = {c["id"]: c for c in only_report(tmp_path)["cells"]}
     assert cells["bs1-beam1"]["verdict"] == cells["bs2-beam1"]["verdict"] == "pass"
@@ -157,24 +136,10 @@ def test_beam_search_that_never_ran_fails_its_cells_with_the_reason(
 
 
 def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(
-    tmp_path: Path, behaving: Callable[..., BehavingServer], eight: Path, suites: Callable[..., SuitesRun]
+    tmp_path: Path, behaving: Behaving, eight: Path, suites: Suites
 ) -> None:
     server = behaving(crash_at=11)  # bs1-beam1: 8 batches; bs2-beam1: its 2nd batch
-    proc = suites(
-        "--engine",
-        server.url,
-        "--dataset",
-        str(eight),
-        "--batch-sizes",
-        "1,2,4",
-        "--beam-widths",
-        "1",
-        "--retries",
-        "1",
-        "--report-dir",
-        str(tmp_path),
-        *FAST,
-    )
+    proc = suites(*_options(server.url, eight, "1,2,4", "1", tmp_path, "--retries", "1"))
     assert proc.returncode == 1, proc.stdout[-3000:]
     cells = {c["id"]: c for c in only_report(tmp_path)["cells"]}
     assert cells["bs1-beam1"]["verdict"] == "pass"
@@ -192,27 +157,23 @@ def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(
 
 
 def test_request_fields_reach_the_server_the_report_and_nothing_else(
-    tmp_path: Path, behaving: Callable[..., BehavingServer], eight: Path, suites: Callable[..., SuitesRun]
+    tmp_path: Path, behaving: Behaving, eight: Path, suites: Suites
 ) -> None:
     server = behaving(seconds=0.08)  # time enough to see bs2 served together
     key = "sk-SECRET-0123456789"
     url = f"{server.url}?api_key={key}"
     proc = suites(
-        "--engine",
-        url,
-        "--dataset",
-        str(eight),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1",
-        "--request-field",
-        "repeat_penalty=1.0",
-        "--request-field",
-        '{"top_k": 1, "stop": ["END"]}',
-        "--report-dir",
-        str(tmp_path),
-        *FAST,
+        *_options(
+            url,
+            eight,
+            "1,2",
+            "1",
+            tmp_path,
+            "--request-field",
+            "repeat_penalty=1.0",
+            "--request-field",
+            '{"top_k": 1, "stop": ["END"]}',
+        )
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert (
@@ -235,7 +196,7 @@ def test_request_fields_reach_the_server_the_report_and_nothing_else(
 
 
 def test_request_fields_are_refused_for_the_bundled_engine_in_one_line(
-    suites: Callable[..., SuitesRun],
+    suites: Suites,
 ) -> None:
     proc = suites("--request-field", "repeat_penalty=1.0")
     assert proc.returncode == 4

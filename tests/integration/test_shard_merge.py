@@ -4,13 +4,13 @@ the report of the unsharded run; the test ids of a shard are its cells only."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from harness.__main__ import main
 from tests.conftest import SuitesRun, only_report
+from tests.integration.common import EngineFactory, Suites
 
 GRID = (
     "--batch-sizes",
@@ -36,7 +36,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> SuitesRun:
 @pytest.mark.slow  # three runs of the emulator
 def test_two_shard_jobs_merge_into_the_unsharded_report(
     tmp_path: Path,
-    engine_factory: Callable[[int, int], Path],
+    engine_factory: EngineFactory,
     small_dataset: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -70,9 +70,7 @@ def test_two_shard_jobs_merge_into_the_unsharded_report(
     assert got["timing"]["engine_calls"] == sum(r["timing"]["engine_calls"] for r in reports)
 
 
-def test_shard_test_ids_are_its_cells_only(
-    engine_factory: Callable[[int, int], Path], suites: Callable[..., SuitesRun]
-) -> None:
+def test_shard_test_ids_are_its_cells_only(engine_factory: EngineFactory, suites: Suites) -> None:
     proc = suites(
         "--engine",
         str(engine_factory(4, 2)),

@@ -5,17 +5,17 @@ accelerator in pytest-benchmark's JSON."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SUITES, SuitesRun
+from tests.conftest import SUITES
+from tests.integration.common import Suites
 
 TINY = ("--batch-sizes", "1,2", "--beam-widths", "1", "--max-new-tokens", "8")
 
 
-def test_skipped_unless_asked_for(tmp_path: Path, suites: Callable[..., SuitesRun]) -> None:
+def test_skipped_unless_asked_for(tmp_path: Path, suites: Suites) -> None:
     proc = suites(*TINY, "--report-dir", str(tmp_path / "r"), "-rs", suite=SUITES / "test_throughput.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 skipped" in proc.stdout and "add --benchmark-enable (or --benchmark-only)" in proc.stdout
@@ -24,9 +24,7 @@ def test_skipped_unless_asked_for(tmp_path: Path, suites: Callable[..., SuitesRu
 
 
 @pytest.mark.slow  # the bundled engine: a run and its benchmark
-def test_whole_suite_with_benchmarks_runs_both(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
-) -> None:
+def test_whole_suite_with_benchmarks_runs_both(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     out = tmp_path / "bench.json"
     proc = suites(
         *TINY,
@@ -56,9 +54,7 @@ def test_whole_suite_with_benchmarks_runs_both(
 
 
 @pytest.mark.slow  # the bundled engine
-def test_benchmark_only_skips_the_quality_run(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
-) -> None:
+def test_benchmark_only_skips_the_quality_run(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     out = tmp_path / "bench.json"
     proc = suites(
         "--batch-sizes",

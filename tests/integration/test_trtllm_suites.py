@@ -8,19 +8,19 @@ the cells the engine can run pass (on 0.12-0.13 only with a runner per beam widt
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SuitesRun, only_report
+from tests.conftest import only_report
 from tests.doubles.lines import ENV, LINES
 from tests.doubles.trtllm_common import BUNDLED_MODEL
+from tests.integration.common import Suites
 
 
 @pytest.mark.parametrize("name", list(LINES))
 def test_refused_cells_fail_with_the_runners_message(
-    tmp_path: Path, small_dataset: Path, name: str, suites: Callable[..., SuitesRun]
+    tmp_path: Path, small_dataset: Path, name: str, suites: Suites
 ) -> None:
     engine = LINES[name].make_engine_dir(tmp_path / "engine", max_beam_width=2, max_batch_size=8)
     proc = suites(

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
-from tests.conftest import SuitesRun, only_report
+from tests.conftest import only_report
+from tests.integration.common import Suites
 
 HERE = Path(__file__).resolve().parent
 
@@ -14,9 +14,7 @@ def _env(broken_from: int) -> dict[str, str]:
     return {"TOY_BROKEN_FROM": str(broken_from)}
 
 
-def test_healthy_user_engine_passes(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
-) -> None:
+def test_healthy_user_engine_passes(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     proc = suites(
         "--engine",
         "toy_engine:ToyEngine",
@@ -42,9 +40,7 @@ def test_healthy_user_engine_passes(
     assert (tmp_path / Path(next(tmp_path.glob("*/report.md")))).exists()
 
 
-def test_broken_positions_fail_with_ranges(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
-) -> None:
+def test_broken_positions_fail_with_ranges(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     proc = suites(
         "--engine",
         "toy_engine:ToyEngine",
@@ -76,9 +72,7 @@ def test_broken_positions_fail_with_ranges(
     assert "report:" in proc.stdout and str(tmp_path) in proc.stdout
 
 
-def test_cell_results_are_junit_properties(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
-) -> None:
+def test_cell_results_are_junit_properties(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     import xml.etree.ElementTree as ET
 
     xml = tmp_path / "junit.xml"
@@ -105,9 +99,7 @@ def test_cell_results_are_junit_properties(
     assert "report.html" in proc.stdout
 
 
-def test_backend_class_with_a_plain_directory(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
-) -> None:
+def test_backend_class_with_a_plain_directory(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     """--backend module:Class --engine DIR, DIR without config.json (the README's form)."""
     folder = tmp_path / "weights"
     folder.mkdir()
@@ -132,7 +124,7 @@ def test_backend_class_with_a_plain_directory(
 
 
 def test_bad_golden_engine_stops_before_generating(
-    tmp_path: Path, small_dataset: Path, suites: Callable[..., SuitesRun]
+    tmp_path: Path, small_dataset: Path, suites: Suites
 ) -> None:
     proc = suites(
         "--engine",
