@@ -1,14 +1,19 @@
 """What several integration test modules share: the types of the fixtures of tests/conftest.py
-(for annotations), and a small dataset cut from the first rows of another."""
+(for annotations), a small dataset cut from the first rows of another, and a run of the
+pipeline in this process."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from tests.conftest import SuitesRun
 from tests.doubles.openai_server import BehavingServer
+
+if TYPE_CHECKING:
+    from harness.config import RunConfig
+    from harness.pipeline import RunResult
 
 # engine_factory: build(max_batch_size, max_beam_width) -> an emulator engine directory
 EngineFactory: TypeAlias = Callable[[int, int], Path]
@@ -22,3 +27,14 @@ def first_rows(dataset: Path, path: Path, rows: int) -> Path:
     """``path``, written with the first ``rows`` lines of the JSONL file ``dataset``."""
     path.write_text("".join(dataset.read_text().splitlines(keepends=True)[:rows]))
     return path
+
+
+def run_here(config: RunConfig, engine: object = None) -> RunResult:
+    """``harness.pipeline.run`` in this process, rank 0 of a world of one: the whole result.
+    ``engine``: the engine to use (else the config's), any object with ``generate``."""
+    from harness.pipeline import RunResult, run
+
+    # run() adopts any object with generate() (registry.adopt), though its annotation says Engine
+    result = run(config, engine=engine)  # type: ignore[arg-type]
+    assert isinstance(result, RunResult)  # a FollowerRun comes only to ranks other than 0
+    return result

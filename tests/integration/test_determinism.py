@@ -16,7 +16,7 @@ from typing import Any
 from harness.config import RunConfig
 from harness.engines.emulator.build import BuildLimits, build_engine
 from harness.engines.emulator.drift import Drift
-from harness.pipeline import RunResult, run
+from tests.integration.common import run_here
 
 
 def _numbers(report_dir: Path) -> dict[str, Any]:
@@ -46,8 +46,8 @@ def test_same_seed_same_numbers(tmp_path: Path, small_dataset: Path) -> None:
             no_cache=True,
             report_dir=tmp_path / name,
         )
-        result = run(config)
-        assert isinstance(result, RunResult) and result.report_dir is not None  # one process
+        result = run_here(config)
+        assert result.report_dir is not None
         return _numbers(result.report_dir)
 
     first, second = once("a", 7), once("b", 7)

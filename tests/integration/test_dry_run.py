@@ -11,7 +11,7 @@ import pytest
 import harness.__main__ as cli
 from tests.conftest import SUITES
 from tests.doubles.trtllm_common import BUNDLED_MODEL, make_engine_dir
-from tests.integration.common import Suites
+from tests.integration.common import Suites, run_here
 
 
 def _no_tensorrt_llm() -> None:
@@ -63,11 +63,10 @@ def test_a_dry_run_on_a_tensorrt_llm_engine_prints_plan_limits_and_estimate(
 
 def test_the_estimate_can_come_from_a_previous_run(tmp_path: Path, small_dataset: Path) -> None:
     from harness.config import RunConfig
-    from harness.pipeline import RunResult, run
     from harness.stages.plan_only import estimate_line
     from tests.integration.toy_engine import ToyEngine
 
-    previous = run(
+    previous = run_here(
         RunConfig(
             dataset=str(small_dataset),
             batch_sizes=(1, 4),
@@ -75,10 +74,8 @@ def test_the_estimate_can_come_from_a_previous_run(tmp_path: Path, small_dataset
             no_cache=True,
             report_dir=tmp_path / "runs",
         ),
-        # run() adopts any object with generate(), though its annotation asks for an Engine
-        engine=ToyEngine(None),  # type: ignore[arg-type]
+        engine=ToyEngine(None),
     )
-    assert isinstance(previous, RunResult)  # one process: rank 0's whole result
     folder = previous.report_dir
     rate = previous.plan.sequences() / round(previous.timing.engine_generate_s, 4)
     line = estimate_line(RunConfig(throughput=str(folder)), 1000)

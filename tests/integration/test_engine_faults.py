@@ -17,15 +17,16 @@ import pytest
 
 from harness.__main__ import main
 from harness.config import RunConfig
-from harness.pipeline import run
+from harness.model.report import CellResult
+from harness.stages.run import RunResult
 from tests.conftest import REPO, run_suites
-from tests.integration.common import Suites
+from tests.integration.common import Suites, run_here
 from tests.integration.fault_engines import RAISES, Hangs, OddOutputs, WrongCount
 
 HERE = Path(__file__).resolve().parent
 
 
-def _config(tmp_path: Path, dataset: Path, **extra) -> RunConfig:
+def _config(tmp_path: Path, dataset: Path, *, batch_timeout: float) -> RunConfig:
     return RunConfig(
         dataset=str(dataset),
         batch_sizes=(1, 2, 4),
@@ -33,12 +34,18 @@ def _config(tmp_path: Path, dataset: Path, **extra) -> RunConfig:
         report_dir=tmp_path / "reports",
         goldens_dir=tmp_path / "goldens",
         cache_dir=tmp_path / "cache",
-        **extra,
+        batch_timeout=batch_timeout,
     )
 
 
-def _cells(result) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def _cells(result: RunResult) -> dict[str, CellResult]:
     return {c.cell.id: c for c in result.cells}
+
+
+def _error(cell: CellResult) -> str:
+    """The cell's error (which it must have)."""
+    assert cell.error is not None, cell.message
+    return cell.error
 
 
 def test_a_slow_batch_fails_its_cell_and_the_engine_recovers(tmp_path: Path, small_dataset: Path) -> None:
@@ -46,12 +53,13 @@ def test_a_slow_batch_fails_its_cell_and_the_engine_recovers(tmp_path: Path, sma
     the late call to finish (never two calls at once) and then passes."""
     engine = Hangs(cell="2x1", seconds=1.5)
     t0 = time.perf_counter()
-    result = run(_config(tmp_path, small_dataset, batch_timeout=1.0), engine=engine)
+    result = run_here(_config(tmp_path, small_dataset, batch_timeout=1.0), engine=engine)
+    assert result.report_dir is not None
     cells = _cells(result)
     assert cells["bs2-beam1"].verdict == "error"
     assert (
         "BatchTimeout: generate did not return within --batch-timeout 1s (batch of 2 at beam "
-        "width 1)" in cells["bs2-beam1"].error
+        "width 1)" in _error(cells["bs2-beam1"])
     )
     assert cells["bs1-beam1"].verdict == "pass" and cells["bs4-beam1"].verdict == "pass"
     assert engine.finished_hung_call.is_set()  # bs4 started only after the late call ended
@@ -71,17 +79,18 @@ def test_a_hung_engine_costs_two_timeouts_and_the_report_is_written(
     engine = Hangs(cell="2x1", seconds=60)
     try:
         t0 = time.perf_counter()
-        result = run(_config(tmp_path, small_dataset, batch_timeout=0.5), engine=engine)
+        result = run_here(_config(tmp_path, small_dataset, batch_timeout=0.5), engine=engine)
         assert time.perf_counter() - t0 < 20
     finally:
         engine.release.set()  # let the abandoned call end
     cells = _cells(result)
     assert cells["bs1-beam1"].verdict == "pass"
-    assert "--batch-timeout 0.5s" in cells["bs2-beam1"].error
+    assert "--batch-timeout 0.5s" in _error(cells["bs2-beam1"])
     assert (
         "not sent: the engine is still busy with the batch of 2 at beam width 1 that passed "
-        "--batch-timeout 0.5s" in cells["bs4-beam1"].error
+        "--batch-timeout 0.5s" in _error(cells["bs4-beam1"])
     )
+    assert result.report_dir is not None
     assert result.verdict == "fail" and (result.report_dir / "report.json").is_file()
 
 
@@ -170,7 +179,7 @@ def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path)
         report_dir=tmp_path / "reports",
         no_cache=True,
     )
-    result = run(config, engine=OddOutputs())
+    result = run_here(config, engine=OddOutputs())
     cells = _cells(result)
     assert all(c.error is None for c in result.cells), [c.error for c in result.cells]
     bs8 = cells["bs8-beam1"]
@@ -179,6 +188,7 @@ def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path)
     assert bs8.positions[3].agreement > 0  # the plain string is scored as text
     assert cells["bs8-beam1"].verdict == "fail" and cells["bs1-beam1"].verdict == "pass"
     folder = result.report_dir
+    assert folder is not None
     rows = [
         json.loads(line) for line in (folder / "generations.jsonl").read_text(encoding="utf-8").splitlines()
     ]
@@ -199,12 +209,12 @@ def test_wrong_number_of_outputs_fails_the_cell_with_a_message(tmp_path: Path, s
         report_dir=tmp_path / "reports",
         no_cache=True,
     )
-    cells = _cells(run(config, engine=WrongCount()))
+    cells = _cells(run_here(config, engine=WrongCount()))
     assert (
         "the engine returned 1 outputs for a batch of 2; generate returns one Generation per "
-        "prompt" in cells["bs2-beam1"].error
+        "prompt" in _error(cells["bs2-beam1"])
     )
-    assert "the engine returned NoneType outputs for a batch of 2" in cells["bs2-beam2"].error
+    assert "the engine returned NoneType outputs for a batch of 2" in _error(cells["bs2-beam2"])
     assert cells["bs1-beam1"].verdict == "pass" and cells["bs1-beam2"].verdict == "pass"
 
 
@@ -216,7 +226,7 @@ def test_wrong_number_of_outputs_fails_the_cell_with_a_message(tmp_path: Path, s
     ],
 )
 def test_trtllm_outputs_of_padding_or_outside_the_vocabulary(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ids, text
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ids: list[int], text: str | None
 ) -> None:
     from harness.config import EngineOptions
     from harness.engines.trtllm import TrtllmEngine, cut_generations

@@ -14,8 +14,7 @@ import pytest
 from harness.config import RunConfig
 from harness.engines.emulator.build import BuildLimits, build_engine
 from harness.engines.emulator.faults import parse_fault
-from harness.pipeline import RunResult, run
-from tests.integration.common import EngineFactory
+from tests.integration.common import EngineFactory, run_here
 
 CASES = [
     # fault, build limits (batch, beam), batch sizes, beam widths, {cell: degraded}, signature
@@ -62,8 +61,7 @@ def test_each_fault_fails_exactly_where_it_damages(
             "no_cache": True,
         }
     )
-    result = run(config)
-    assert isinstance(result, RunResult)  # one process: rank 0's whole result
+    result = run_here(config)
     found = {c.id: list(c.degraded_positions) for c in result.cells if c.verdict == "fail"}
     assert found == damaged
     assert all(c.error is None for c in result.cells)
@@ -89,8 +87,7 @@ def test_sparse_rotation_still_catches_the_incident_at_a_fraction_of_the_cost(
             "no_cache": True,
         }
     )
-    result = run(config)
-    assert isinstance(result, RunResult)  # one process: rank 0's whole result
+    result = run_here(config)
     [cell] = result.cells
     assert cell.degraded_positions == (2, 3, 4, 5, 6, 7)
     assert [s.n for s in cell.positions] == [8] * 8

@@ -20,7 +20,8 @@ import pytest
 
 from harness.config import RunConfig
 from harness.model.report import CacheStats
-from harness.pipeline import FollowerRun, RunResult, run
+from harness.stages.run import RunResult
+from tests.integration.common import run_here
 
 MODULE = "hostile_cache_engine"
 Plug: TypeAlias = Callable[[Path], None]  # the plug fixture: use(folder)
@@ -105,8 +106,8 @@ class Ran:
     report_dir: Path
 
 
-def _ran(result: RunResult | FollowerRun) -> Ran:
-    assert isinstance(result, RunResult) and result.cache is not None and result.report_dir is not None
+def _ran(result: RunResult) -> Ran:
+    assert result.cache is not None and result.report_dir is not None
     return Ran(result.cache, result.report_dir)
 
 
@@ -124,7 +125,7 @@ def _run(tmp: Path, name: str, weights: Path, dataset: Path) -> Ran:
             "cache_dir": str(tmp / "cache"),
         }
     )
-    return _ran(run(config))
+    return _ran(run_here(config))
 
 
 def _outputs(result: Ran) -> list[str]:
@@ -240,7 +241,7 @@ def test_an_engine_class_without_source_is_not_cached(
 
         engine = module.Engine(None)
         engine.info = EngineInfo(backend="in-memory", path=str(weights), identity="in-memory")
-        result = _ran(run(config, engine=engine))
+        result = _ran(run_here(config, engine=engine))
     finally:
         del sys.modules[module.__name__]
     assert not result.cache.enabled and "no source file" in result.cache.reason

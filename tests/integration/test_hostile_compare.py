@@ -23,10 +23,9 @@ import pytest
 from harness.__main__ import main
 from harness.config import DecodingSettings, RunConfig
 from harness.engines.base import Generation
-from harness.pipeline import RunResult, run
 from harness.report.serialize import canonical_hash
 from tests.doubles.openai_server import BehavingServer
-from tests.integration.common import Behaving, first_rows
+from tests.integration.common import Behaving, first_rows, run_here
 from tests.integration.toy_engine import ToyEngine
 
 KEY = "HARNESS_SIGNING_KEY"
@@ -47,9 +46,8 @@ def _run(tmp: Path, name: str, dataset: Path, engine: object, **options: str) ->
         "goldens_dir": str(tmp / "goldens"),
         **options,
     }
-    # run() adopts any object with generate(), though its annotation asks for an Engine
-    result = run(RunConfig.from_options(values), engine=engine)  # type: ignore[arg-type]
-    assert isinstance(result, RunResult) and result.report_dir is not None  # one process, a report
+    result = run_here(RunConfig.from_options(values), engine=engine)
+    assert result.report_dir is not None
     return result.report_dir / "report.json"
 
 
@@ -320,8 +318,7 @@ def test_a_server_claiming_a_million_tokens_does_not_pass_as_batched(
         "report_dir": str(tmp_path / "r"),
         "goldens_dir": str(tmp_path / "goldens"),
     }
-    result = run(RunConfig.from_options(values))
-    assert isinstance(result, RunResult)  # one process: rank 0's whole result
+    result = run_here(RunConfig.from_options(values))
     cells = {c.id: c for c in result.cells}
     assert cells["bs4-beam1"].verdict == "untested", cells["bs4-beam1"].message
     assert "usage.completion_tokens 1000000 for one answer, above its max_tokens 8" in (

@@ -18,7 +18,8 @@ from typing import Any, TypeAlias
 
 import pytest
 
-from harness.pipeline import FollowerRun, RunResult
+from harness.stages.run import RunResult
+from tests.integration.common import run_here
 from tests.servers import harness_runs, llama_cpp, recordings
 from tests.servers.replay import ReplayServer
 from tests.servers.verify_tokenizer import bundled_prompts, server_tokenize
@@ -165,8 +166,7 @@ def _stable(cells: Cells) -> Cells:
     return {cid: {**c, "notice": c["notice"] and c["notice"].split(" (")[0]} for cid, c in cells.items()}
 
 
-def _outputs(result: RunResult | FollowerRun) -> dict[str, str | None]:
-    assert isinstance(result, RunResult)  # one process: rank 0's whole result
+def _outputs(result: RunResult) -> dict[str, str | None]:
     bs1 = next(o for o in result.outputs if o.cell.id == "bs1-beam1")
     return {d.id: t for d, t in zip(result.dataset.documents, bs1.texts.row(0))}
 
@@ -181,8 +181,6 @@ def _run_keyed(
     address as $SERVER, and the result. Nothing in the run folder or the cells has the key;
     report.md says there are no build limits to check (issue 14 A6). With a live ``server``,
     a "kill" run's engine kills it when the request for FAULT_DOCUMENT arrives."""
-    from harness.pipeline import run
-
     config = harness_runs.config(spec, f"{url}?api_key={KEY}", folder)
     engine: harness_runs.Killer | None = None
     if server is not None and spec.fault == "kill":
@@ -190,8 +188,8 @@ def _run_keyed(
             config.engine, request_timeout=config.request_timeout, retries=config.retries
         )
         engine.arm(server.process, dict(bundled_prompts())[harness_runs.fault_id()])
-    result = run(config, engine=engine)
-    assert isinstance(result, RunResult) and result.report_dir is not None  # one process, a report
+    result = run_here(config, engine=engine)
+    assert result.report_dir is not None
     if engine is not None:
         assert engine.killed is not None and engine.killed["generate_call"] == 3
     shown = f"{url}?api_key=REDACTED"
@@ -223,8 +221,6 @@ def test_replayed_server_answers_give_the_recorded_verdicts(kind: str, name: str
 def test_replayed_repeat_penalty_changes_only_llama_cpp_python(tmp_path: Path) -> None:
     """--request-field repeat_penalty=1.0 reaches the server: llama-cpp-python's default (1.1)
     changed an output of the 8, llama-server's default is 1.0 already."""
-    from harness.pipeline import run
-
     changed: dict[str, int] = {}
     for kind in llama_cpp.KINDS:
         texts: list[dict[str, str | None]] = []
@@ -232,7 +228,9 @@ def test_replayed_repeat_penalty_changes_only_llama_cpp_python(tmp_path: Path) -
             with ReplayServer.start(kind, name) as replay:
                 texts.append(
                     _outputs(
-                        run(harness_runs.config(harness_runs.RUNS[name], replay.url, tmp_path / kind / name))
+                        run_here(
+                            harness_runs.config(harness_runs.RUNS[name], replay.url, tmp_path / kind / name)
+                        )
                     )
                 )
         changed[kind] = sum(texts[0][k] != texts[1][k] for k in texts[0])

@@ -19,7 +19,7 @@ import pytest
 from harness.inputs.data import Document, content_hash, load_dataset, select_subset
 from tests.conftest import REPO, only_report
 from tests.hub_cache import cache_hub_dataset
-from tests.integration.common import EngineFactory, Suites
+from tests.integration.common import EngineFactory, Suites, run_here
 
 SCHEMA = Path(__file__).resolve().parents[2] / "harness" / "report" / "report.schema.json"
 FAST = ("--batch-sizes", "1,2", "--beam-widths", "1", "--max-new-tokens", "8", "--no-cache")
@@ -208,7 +208,6 @@ def test_chat_template_prompts_reach_the_engine(
 ) -> None:
     from harness.config import RunConfig
     from harness.engines.emulator.engine import EmulatorEngine
-    from harness.pipeline import RunResult, run
 
     engine = EmulatorEngine(engine_factory(2, 1))
     engine.tokenizer.chat_template = (
@@ -228,8 +227,8 @@ def test_chat_template_prompts_reach_the_engine(
             "goldens_dir": str(tmp_path / "g"),
         }
     )
-    result = run(config, engine=engine)
-    assert isinstance(result, RunResult) and result.report_dir is not None  # one process, a report
+    result = run_here(config, engine=engine)
+    assert result.report_dir is not None
     docs = result.dataset.documents
     assert result.prompts == tuple(f"[user] {d.text} TL;DR: \n[assistant] " for d in docs)
     assert result.verdict == "pass"

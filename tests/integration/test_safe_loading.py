@@ -18,7 +18,7 @@ from harness.config import DecodingSettings, EngineOptions, RunConfig
 from harness.engines.base import EngineInfo, Generation
 from harness.engines.emulator.build import BUNDLED_MODEL
 from harness.errors import EngineError
-from harness.pipeline import RunResult, run
+from tests.integration.common import run_here
 
 PACKAGE = Path(__file__).resolve().parents[2] / "harness"
 
@@ -194,9 +194,8 @@ def test_ids_and_names_from_data_never_become_paths(tmp_path: Path) -> None:
         goldens_dir=roots["goldens"],
         cache_dir=roots["cache"],
     )
-    # run() adopts any object with generate(), though its annotation asks for an Engine
-    result = run(config, engine=EchoWithHostileBackend())  # type: ignore[arg-type]
-    assert isinstance(result, RunResult) and result.report_dir is not None  # one process, a report
+    result = run_here(config, engine=EchoWithHostileBackend())
+    assert result.report_dir is not None
     assert result.verdict == "pass"
     created = {p for p in tmp_path.parent.rglob("*")} - before
     inside = tmp_path / "inside"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import only_report
-from tests.integration.common import Suites
+from tests.integration.common import Suites, run_here
 
 HERE = Path(__file__).resolve().parent
 
@@ -154,8 +154,8 @@ def test_a_dataset_the_engine_cannot_summarize_is_said_to_leave_quality_nearly_b
 
     from harness.config import RunConfig
     from harness.model.vocab import Question
-    from harness.pipeline import RunResult, run
     from harness.report.summary import header_lines
+    from harness.stages.run import RunResult
     from tests.integration.toy_engine import ToyEngine
 
     rows = [json.loads(line) for line in small_dataset.read_text().splitlines()]
@@ -172,10 +172,7 @@ def test_a_dataset_the_engine_cannot_summarize_is_said_to_leave_quality_nearly_b
         config = RunConfig(
             dataset=str(data), batch_sizes=(1, 4), beam_widths=(1,), no_cache=True, report_dir=tmp_path / name
         )
-        # run() adopts any object with generate(), though its annotation asks for an Engine
-        result = run(config, engine=ToyEngine(None))  # type: ignore[arg-type]
-        assert isinstance(result, RunResult)  # one process: rank 0's whole result
-        results[name] = result
+        results[name] = run_here(config, engine=ToyEngine(None))
     fit, unfit_run = (results[k].report for k in ("fit", "unfit"))
     assert fit is not None and unfit_run is not None
     assert fit.method.questions[Question.QUALITY] == "gate"
