@@ -35,6 +35,17 @@ class FillingFile:
         return getattr(self.file, name)
 
 
+def fill_generations(monkeypatch: pytest.MonkeyPatch, room: int) -> None:
+    """generations.jsonl, opened to append, takes ``room`` bytes, then the disk is full."""
+    real_open = open
+
+    def filling_open(path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        file = real_open(path, mode, *args, **kwargs)
+        return FillingFile(file, room) if "a" in mode else file
+
+    monkeypatch.setattr(generations, "open", filling_open, raising=False)
+
+
 def _no_space(*args: Any, **kwargs: Any) -> Any:
     raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -83,14 +94,7 @@ def test_full_disk_while_generations_stream(
     tmp_path: Path, small_dataset: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.syspath_prepend(str(HERE))
-    real_open = open
-    one_cell = len((small_dataset).read_bytes()) // 4  # room for about one cell's rows
-
-    def filling_open(path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        file = real_open(path, mode, *args, **kwargs)
-        return FillingFile(file, one_cell) if "a" in mode else file
-
-    monkeypatch.setattr(generations, "open", filling_open, raising=False)
+    fill_generations(monkeypatch, len((small_dataset).read_bytes()) // 4)  # room for about one cell's rows
     code, out, err = _cli(capsys, *_run_args(tmp_path, small_dataset))
     line = _one_line(err)
     assert code == 2
