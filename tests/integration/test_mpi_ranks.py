@@ -14,7 +14,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import pytest
 
@@ -148,8 +148,11 @@ def test_single_process_on_a_tp2_engine_stops_before_generating(
     assert _calls(tmp_path, 0) == [] and not list((tmp_path / "r").glob("*/report.json"))
 
 
+Launcher: TypeAlias = Callable[[int, int], None]  # the launcher fixture: set(rank, world)
+
+
 @pytest.fixture
-def launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[[int, int], None]:
+def launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Launcher:
     """set(rank, world): this process looks like one rank of an mpirun job."""
     for var in LAUNCHER:
         monkeypatch.delenv(var, raising=False)
@@ -172,7 +175,7 @@ def test_cli_follower_exits_0_without_a_report(
     tmp_path: Path,
     tp2_engine: Path,
     small_dataset: Path,
-    launcher: Callable[[int, int], None],
+    launcher: Launcher,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     launcher(1, 2)
@@ -192,7 +195,7 @@ def test_cli_wrong_world_size_exits_2(
     tmp_path: Path,
     tp2_engine: Path,
     small_dataset: Path,
-    launcher: Callable[[int, int], None],
+    launcher: Launcher,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     launcher(0, 4)
@@ -206,7 +209,7 @@ def test_single_gpu_engine_under_mpirun_is_an_error(
     tmp_path: Path,
     engine_factory: EngineFactory,
     small_dataset: Path,
-    launcher: Callable[[int, int], None],
+    launcher: Launcher,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     launcher(0, 2)
