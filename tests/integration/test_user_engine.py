@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import only_report
+from tests.conftest import SuitesRun, only_report
 from tests.integration.common import Suites, run_here
 
 HERE = Path(__file__).resolve().parent
@@ -14,21 +14,29 @@ def _env(broken_from: int) -> dict[str, str]:
     return {"TOY_BROKEN_FROM": str(broken_from)}
 
 
-def test_healthy_user_engine_passes(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
-    proc = suites(
+def _toy(
+    suites: Suites, dataset: Path, sizes: str, widths: str, report_dir: Path, broken_from: int, *more: str
+) -> SuitesRun:
+    """`pytest suites/` on the toy engine, broken from position ``broken_from`` (-1: healthy)."""
+    return suites(
         "--engine",
         "toy_engine:ToyEngine",
         "--dataset",
-        str(small_dataset),
+        str(dataset),
         "--batch-sizes",
-        "1,4",
+        sizes,
         "--beam-widths",
-        "1,2",
+        widths,
         "--report-dir",
-        str(tmp_path),
-        env=_env(-1),
+        str(report_dir),
+        *more,
+        env=_env(broken_from),
         path=[HERE],
     )
+
+
+def test_healthy_user_engine_passes(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
+    proc = _toy(suites, small_dataset, "1,4", "1,2", tmp_path, -1)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "test_batch_positions[bs4-beam2] PASSED" in proc.stdout or "passed" in proc.stdout
     # output that is not a terminal (a CI log) gets progress lines, not a bar
@@ -41,21 +49,7 @@ def test_healthy_user_engine_passes(tmp_path: Path, small_dataset: Path, suites:
 
 
 def test_broken_positions_fail_with_ranges(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
-    proc = suites(
-        "--engine",
-        "toy_engine:ToyEngine",
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,8",
-        "--beam-widths",
-        "1",
-        "--report-dir",
-        str(tmp_path),
-        "-v",
-        env=_env(5),
-        path=[HERE],
-    )
+    proc = _toy(suites, small_dataset, "1,8", "1", tmp_path, 5, "-v")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "test_batch_positions[bs8-beam1] FAILED" in proc.stdout
     assert "bs8-beam1: positions 5–7 degraded (quality vs references" in proc.stdout
@@ -76,21 +70,7 @@ def test_cell_results_are_junit_properties(tmp_path: Path, small_dataset: Path, 
     import xml.etree.ElementTree as ET
 
     xml = tmp_path / "junit.xml"
-    proc = suites(
-        "--engine",
-        "toy_engine:ToyEngine",
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,4",
-        "--beam-widths",
-        "1",
-        "--report-dir",
-        str(tmp_path / "r"),
-        f"--junitxml={xml}",
-        env=_env(2),
-        path=[HERE],
-    )
+    proc = _toy(suites, small_dataset, "1,4", "1", tmp_path / "r", 2, f"--junitxml={xml}")
     assert proc.returncode == 1
     cases = {c.get("name"): c for c in ET.parse(xml).getroot().iter("testcase")}
     props = {p.get("name"): p.get("value") for p in cases["test_batch_positions[bs4-beam1]"].iter("property")}
