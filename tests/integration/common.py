@@ -38,3 +38,8 @@ def run_here(config: RunConfig, engine: object = None) -> RunResult:
     result = run(config, engine=engine)  # type: ignore[arg-type]
     assert isinstance(result, RunResult)  # a FollowerRun comes only to ranks other than 0
     return result
+
+
+def grid_options(dataset: Path | str, batch_sizes: str, beam_widths: str) -> list[str]:
+    """``--dataset DATASET --batch-sizes SIZES --beam-widths WIDTHS``: what a run covers."""
+    return ["--dataset", str(dataset), "--batch-sizes", batch_sizes, "--beam-widths", beam_widths]

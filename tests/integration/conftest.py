@@ -24,7 +24,7 @@ import pytest
 
 from harness.__main__ import main
 from harness.engines.emulator.build import BUNDLED_MODEL
-from tests.integration.common import EngineFactory, Suites
+from tests.integration.common import EngineFactory, Suites, grid_options
 
 HERE = Path(__file__).resolve().parent
 TOY = ("--engine", "toy_engine:ToyEngine")
@@ -90,12 +90,7 @@ class Setup:
         """A run of TOY on the dataset at batch size 1, beam 1, against the goldens in ``folder``."""
         return [
             *TOY,
-            "--dataset",
-            str(self.dataset),
-            "--batch-sizes",
-            "1",
-            "--beam-widths",
-            "1",
+            *grid_options(self.dataset, "1", "1"),
             "--goldens-dir",
             str(folder),
         ]
@@ -143,12 +138,7 @@ def recorded_goldens(tmp_path_factory: pytest.TempPathFactory, small_dataset: Pa
             [
                 "run",
                 *TOY,
-                "--dataset",
-                str(small_dataset),
-                "--batch-sizes",
-                "1",
-                "--beam-widths",
-                "1",
+                *grid_options(small_dataset, "1", "1"),
                 "--update-goldens",
                 "--goldens-dir",
                 str(tmp / "goldens"),

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.__main__ import main
+from tests.integration.common import grid_options
 
 HERE = Path(__file__).resolve().parent
 
@@ -26,12 +27,7 @@ def _run(
             "run",
             "--engine",
             engine,
-            "--dataset",
-            str(dataset),
-            "--batch-sizes",
-            "1,2",
-            "--beam-widths",
-            "1",
+            *grid_options(dataset, "1,2", "1"),
             "--report-dir",
             str(tmp_path / "reports"),
             "--goldens-dir",

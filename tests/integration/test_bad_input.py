@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_suites
-from tests.integration.common import Suites
+from tests.integration.common import Suites, grid_options
 
 HERE = Path(__file__).resolve().parent
 TOY = {"PYTHONPATH": f"{HERE}:{REPO}"}
@@ -106,12 +106,7 @@ def test_engine_fault_fails_only_its_cell(tmp_path: Path, small_dataset: Path, s
     proc = suites(
         "--engine",
         "faulty_engine:Faulty",
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,4",
-        "--beam-widths",
-        "1,2",
+        *grid_options(small_dataset, "1,4", "1,2"),
         "--report-dir",
         str(tmp_path / "r"),
         "-v",

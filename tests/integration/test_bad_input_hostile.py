@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.common import Suites
+from tests.integration.common import Suites, grid_options
 from tests.integration.conftest import HERE, Setup, run_cli, run_pytest
 from tests.integration.test_disk_full import fill_generations
 
@@ -40,12 +40,7 @@ def _echo(s: Setup, name: str = "echo-engine", backend: str = "fault_engines:Ech
         str(folder),
         "--backend",
         backend,
-        "--dataset",
-        str(s.dataset),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1",
+        *grid_options(s.dataset, "1,2", "1"),
         *extra,
     ]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import harness.__main__ as cli
+from tests.integration.common import grid_options
 
 HERE = Path(__file__).resolve().parent
 
@@ -23,12 +24,7 @@ def test_a_run_prints_the_header_the_findings_and_progress(
             "run",
             "--engine",
             "toy_engine:ToyEngine",
-            "--dataset",
-            str(small_dataset),
-            "--batch-sizes",
-            "1,4",
-            "--beam-widths",
-            "1",
+            *grid_options(small_dataset, "1,4", "1"),
             "--report-dir",
             str(tmp_path),
         ]

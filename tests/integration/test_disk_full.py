@@ -14,6 +14,7 @@ import pytest
 
 from harness.__main__ import main
 from harness.storage import atomic, generations
+from tests.integration.common import grid_options
 
 HERE = Path(__file__).resolve().parent
 ENOSPC = OSError(errno.ENOSPC, "No space left on device")
@@ -67,12 +68,7 @@ def _run_args(tmp: Path, dataset: Path, *extra: str) -> list[str]:
         str(echo),
         "--backend",
         "fault_engines:Echo",
-        "--dataset",
-        str(dataset),
-        "--batch-sizes",
-        "1,2,4",
-        "--beam-widths",
-        "1",
+        *grid_options(dataset, "1,2,4", "1"),
         "--report-dir",
         str(tmp / "reports"),
         "--cache-dir",

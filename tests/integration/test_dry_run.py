@@ -11,7 +11,7 @@ import pytest
 import harness.__main__ as cli
 from tests.conftest import SUITES
 from tests.doubles.trtllm_common import BUNDLED_MODEL, make_engine_dir
-from tests.integration.common import Suites, run_here
+from tests.integration.common import Suites, grid_options, run_here
 
 
 def _no_tensorrt_llm() -> None:
@@ -31,12 +31,7 @@ def test_a_dry_run_on_a_tensorrt_llm_engine_prints_plan_limits_and_estimate(
             "--dry-run",
             "--engine",
             str(engine),
-            "--dataset",
-            str(small_dataset),
-            "--batch-sizes",
-            "1,4",
-            "--beam-widths",
-            "1,2",
+            *grid_options(small_dataset, "1,4", "1,2"),
             "--max-new-tokens",
             "32",
             "--throughput",
@@ -99,12 +94,7 @@ def test_preflight_suite_checks_a_tensorrt_llm_engine_without_tensorrt_llm(
         str(engine),
         "--tokenizer",
         str(BUNDLED_MODEL),
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "4,8",
-        "--beam-widths",
-        "1,4",
+        *grid_options(small_dataset, "4,8", "1,4"),
         "-v",
         "--report-dir",
         str(tmp_path / "r"),
@@ -129,12 +119,7 @@ def test_collect_only_prints_the_plan_without_loading_the_engine(
         "-q",
         "--engine",
         str(engine),
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,8",
-        "--beam-widths",
-        "4",
+        *grid_options(small_dataset, "1,8", "4"),
         "--throughput",
         "10",
     )

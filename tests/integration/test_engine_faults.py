@@ -20,7 +20,7 @@ from harness.config import RunConfig
 from harness.model.report import CellResult
 from harness.stages.run import RunResult
 from tests.conftest import REPO, run_suites
-from tests.integration.common import Suites, run_here
+from tests.integration.common import Suites, grid_options, run_here
 from tests.integration.fault_engines import RAISES, Hangs, OddOutputs, WrongCount
 
 HERE = Path(__file__).resolve().parent
@@ -101,12 +101,7 @@ def test_batch_timeout_through_pytest_and_the_process_exits(tmp_path: Path, smal
     proc = run_suites(
         "--engine",
         "fault_engines:Hangs",
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1",
+        *grid_options(small_dataset, "1,2", "1"),
         "--batch-timeout",
         "1",
         "--report-dir",
@@ -142,12 +137,7 @@ def test_a_raising_generate_fails_its_cell_through_both_entry_points(
     args = [
         "--engine",
         "fault_engines:Raises",
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,4",
-        "--beam-widths",
-        "1,2",
+        *grid_options(small_dataset, "1,4", "1,2"),
         "--no-cache",
     ]
 
@@ -256,12 +246,7 @@ def test_hung_call_does_not_keep_the_cli_alive(tmp_path: Path, small_dataset: Pa
             "run",
             "--engine",
             "fault_engines:Hangs",
-            "--dataset",
-            str(small_dataset),
-            "--batch-sizes",
-            "1,2",
-            "--beam-widths",
-            "1",
+            *grid_options(small_dataset, "1,2", "1"),
             "--batch-timeout",
             "0.5",
             "--report-dir",

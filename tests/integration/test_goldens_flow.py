@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import only_report
-from tests.integration.common import EngineFactory, Suites
+from tests.integration.common import EngineFactory, Suites, grid_options
 
 HERE = Path(__file__).resolve().parent
 TOY = {"TOY_BROKEN_FROM": "-1"}
@@ -28,12 +28,7 @@ def test_record_use_and_refuse_mismatched_goldens(
     common = [
         "--engine",
         "toy_engine:ToyEngine",
-        "--dataset",
-        str(data),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1,2",
+        *grid_options(data, "1,2", "1,2"),
         "--goldens-dir",
         str(goldens),
     ]
@@ -77,12 +72,7 @@ def test_goldens_from_another_engine(
     proc = suites(
         "--engine",
         str(engine_factory(8, 1)),
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1",
+        *grid_options(small_dataset, "1,2", "1"),
         "--max-new-tokens",
         "24",
         "--update-goldens",

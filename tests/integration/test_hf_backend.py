@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import only_report
-from tests.integration.common import Suites
+from tests.integration.common import Suites, grid_options
 
 pytestmark = pytest.mark.slow  # the hf backend generates over a 2 x 2 grid
 
@@ -20,12 +20,7 @@ def test_hf_model_directory_runs_and_skips_limits(
     proc = suites(
         "--engine",
         str(BUNDLED_MODEL),
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1,2",
+        *grid_options(small_dataset, "1,2", "1,2"),
         "--max-new-tokens",
         "24",
         "--report-dir",

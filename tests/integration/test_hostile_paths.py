@@ -16,7 +16,7 @@ import pytest
 
 from harness.errors import StorageError
 from tests.conftest import SuitesRun, only_report
-from tests.integration.common import Suites
+from tests.integration.common import Suites, grid_options
 
 HERE = Path(__file__).resolve().parent
 TOY = {"TOY_BROKEN_FROM": "-1"}
@@ -27,12 +27,7 @@ def _common(data: Path, goldens: Path, reports: Path) -> list[str]:
     return [
         "--engine",
         "toy_engine:ToyEngine",
-        "--dataset",
-        str(data),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1",
+        *grid_options(data, "1,2", "1"),
         "--goldens-dir",
         str(goldens),
         "--report-dir",

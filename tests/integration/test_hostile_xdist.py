@@ -18,7 +18,7 @@ import pytest
 
 from harness.model.vocab import CheckStatus, Verdict
 from tests.conftest import only_report, run_suites
-from tests.integration.common import Suites
+from tests.integration.common import Suites, grid_options
 
 HERE = Path(__file__).resolve().parent
 ECHO = ("--engine", "fault_engines:Echo")  # a healthy engine with no model: nothing to load
@@ -27,12 +27,7 @@ ECHO = ("--engine", "fault_engines:Echo")  # a healthy engine with no model: not
 def _grid(tmp_path: Path, dataset: Path) -> list[str]:
     return [
         *ECHO,
-        "--dataset",
-        str(dataset),
-        "--batch-sizes",
-        "1,2,4",
-        "--beam-widths",
-        "1",
+        *grid_options(dataset, "1,2,4", "1"),
         "--report-dir",
         str(tmp_path / "reports"),
         "--no-cache",

@@ -15,7 +15,7 @@ import pytest
 
 from harness.__main__ import main
 from tests.conftest import SUITES, only_report, run_suites
-from tests.integration.common import EngineFactory, Suites
+from tests.integration.common import EngineFactory, Suites, grid_options
 
 FAST = ("--max-new-tokens", "32")
 
@@ -144,12 +144,7 @@ def test_cli_run_has_the_same_verdict(
     args = [
         "--engine",
         str(engine_factory(8, 1)),
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "8",
-        "--beam-widths",
-        "4",
+        *grid_options(small_dataset, "8", "4"),
         "--report-dir",
         str(tmp_path),
         *FAST,

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, SUITES, user_env
+from tests.integration.common import grid_options
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,12 +31,7 @@ def _command(kind: str, tmp: Path, dataset: Path) -> list[str]:
         str(engine),
         "--backend",
         "fault_engines:Echo",
-        "--dataset",
-        str(dataset),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1",
+        *grid_options(dataset, "1,2", "1"),
         "--report-dir",
         str(tmp / "reports"),
         "--cache-dir",

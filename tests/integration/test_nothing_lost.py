@@ -26,7 +26,7 @@ from harness.storage.atomic import TEMP_NAME
 from harness.storage.goldens import JOURNAL_FILE, LOCK_FILE, GoldensStore
 from harness.storage.locks import file_lock
 from tests.conftest import REPO
-from tests.integration.common import EngineFactory
+from tests.integration.common import EngineFactory, grid_options
 
 HERE = Path(__file__).resolve().parent
 ENV = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{REPO}"}
@@ -249,12 +249,7 @@ def test_two_runs_at_once_share_a_cache_and_goldens(tmp_path: Path, small_datase
         "fault_engines:Echo",
         "--engine",
         str(engine_dir),
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1,2",
+        *grid_options(small_dataset, "1,2", "1,2"),
         "--update-goldens",
         "--goldens-dir",
         str(tmp_path / "goldens"),

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, only_report
-from tests.integration.common import EngineFactory, Suites
+from tests.integration.common import EngineFactory, Suites, grid_options
 
 FAST = ("--max-new-tokens", "32")
 ENV = {"PYTHONPATH": str(REPO)}  # this checkout's harness, in the server
@@ -106,12 +106,7 @@ def test_healthy_engine_passes_through_the_server(
     proc = suites(
         "--engine",
         url,
-        "--dataset",
-        str(eight_prompts),
-        "--batch-sizes",
-        "1,4",
-        "--beam-widths",
-        "1,4",
+        *grid_options(eight_prompts, "1,4", "1,4"),
         "--report-dir",
         str(tmp_path / "r"),
         "-v",
@@ -160,12 +155,7 @@ def test_faulty_engine_is_caught_through_the_server(
     proc = suites(
         "--engine",
         url,
-        "--dataset",
-        str(eight_prompts),
-        "--batch-sizes",
-        "8",
-        "--beam-widths",
-        "4",
+        *grid_options(eight_prompts, "8", "4"),
         "--report-dir",
         str(tmp_path / "r"),
         "-v",

@@ -22,7 +22,7 @@ import pytest
 
 from harness.report.markdown import md as escape
 from tests.conftest import only_report
-from tests.integration.common import Behaving, Suites, first_rows
+from tests.integration.common import Behaving, Suites, first_rows, grid_options
 
 FAST = ("--max-new-tokens", "8", "-v")
 
@@ -37,12 +37,7 @@ def _options(engine: str, dataset: Path, sizes: str, widths: str, report_dir: Pa
     return [
         "--engine",
         engine,
-        "--dataset",
-        str(dataset),
-        "--batch-sizes",
-        sizes,
-        "--beam-widths",
-        widths,
+        *grid_options(dataset, sizes, widths),
         *more,
         "--report-dir",
         str(report_dir),

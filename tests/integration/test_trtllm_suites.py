@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import only_report
 from tests.doubles.lines import ENV, LINES
 from tests.doubles.trtllm_common import BUNDLED_MODEL
-from tests.integration.common import Suites
+from tests.integration.common import Suites, grid_options
 
 
 @pytest.mark.parametrize("name", list(LINES))
@@ -30,12 +30,7 @@ def test_refused_cells_fail_with_the_runners_message(
         str(engine),
         "--tokenizer",
         str(BUNDLED_MODEL),
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,4",
-        "--beam-widths",
-        "1,2,4",
+        *grid_options(small_dataset, "1,4", "1,2,4"),
         "--max-new-tokens",
         "16",
         "--no-cache",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import SuitesRun, only_report
-from tests.integration.common import Suites, run_here
+from tests.integration.common import Suites, grid_options, run_here
 
 HERE = Path(__file__).resolve().parent
 
@@ -21,12 +21,7 @@ def _toy(
     return suites(
         "--engine",
         "toy_engine:ToyEngine",
-        "--dataset",
-        str(dataset),
-        "--batch-sizes",
-        sizes,
-        "--beam-widths",
-        widths,
+        *grid_options(dataset, sizes, widths),
         "--report-dir",
         str(report_dir),
         *more,
@@ -88,12 +83,7 @@ def test_backend_class_with_a_plain_directory(tmp_path: Path, small_dataset: Pat
         "toy_engine:ToyEngine",
         "--engine",
         str(folder),
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1",
+        *grid_options(small_dataset, "1,2", "1"),
         "--report-dir",
         str(tmp_path / "r"),
         env=_env(-1),
