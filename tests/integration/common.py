@@ -40,6 +40,33 @@ def run_here(config: RunConfig, engine: object = None) -> RunResult:
     return result
 
 
+def echo_engine(tmp: Path, name: str = "echo-engine") -> Path:
+    """A folder engine for ``--backend fault_engines:CLASS``: it holds a weights file, so the
+    generation cache is on."""
+    folder = tmp / name
+    folder.mkdir(exist_ok=True)
+    (folder / "weights.bin").write_text("echo")
+    return folder
+
+
 def grid_options(dataset: Path | str, batch_sizes: str, beam_widths: str) -> list[str]:
     """``--dataset DATASET --batch-sizes SIZES --beam-widths WIDTHS``: what a run covers."""
     return ["--dataset", str(dataset), "--batch-sizes", batch_sizes, "--beam-widths", beam_widths]
+
+
+def echo_options(tmp: Path, dataset: Path, batch_sizes: str) -> list[str]:
+    """A run of the healthy fault engine (Echo) in an echo_engine folder at beam width 1, with
+    its report, cache and goldens folders under ``tmp``."""
+    return [
+        "--engine",
+        str(echo_engine(tmp)),
+        "--backend",
+        "fault_engines:Echo",
+        *grid_options(dataset, batch_sizes, "1"),
+        "--report-dir",
+        str(tmp / "reports"),
+        "--cache-dir",
+        str(tmp / "cache"),
+        "--goldens-dir",
+        str(tmp / "goldens"),
+    ]

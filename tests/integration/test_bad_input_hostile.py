@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.common import Suites, grid_options
+from tests.integration.common import Suites, echo_engine, grid_options
 from tests.integration.conftest import HERE, Setup, run_cli, run_pytest
 from tests.integration.test_disk_full import fill_generations
 
@@ -32,12 +32,9 @@ class Hostile:
 
 def _echo(s: Setup, name: str = "echo-engine", backend: str = "fault_engines:Echo", *extra: str) -> list[str]:
     """A folder engine (so the generation cache is on) answered by a fault engine."""
-    folder = s.tmp / name
-    folder.mkdir(exist_ok=True)
-    (folder / "weights.bin").write_text("echo")
     return [
         "--engine",
-        str(folder),
+        str(echo_engine(s.tmp, name)),
         "--backend",
         backend,
         *grid_options(s.dataset, "1,2", "1"),

@@ -14,7 +14,7 @@ import pytest
 
 from harness.__main__ import main
 from harness.storage import atomic, generations
-from tests.integration.common import grid_options
+from tests.integration.common import echo_options
 
 HERE = Path(__file__).resolve().parent
 ENOSPC = OSError(errno.ENOSPC, "No space left on device")
@@ -59,24 +59,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
 
 
 def _run_args(tmp: Path, dataset: Path, *extra: str) -> list[str]:
-    echo = tmp / "echo-engine"
-    echo.mkdir(exist_ok=True)
-    (echo / "weights.bin").write_text("echo")  # a folder, so the generation cache is on
-    return [
-        "run",
-        "--engine",
-        str(echo),
-        "--backend",
-        "fault_engines:Echo",
-        *grid_options(dataset, "1,2,4", "1"),
-        "--report-dir",
-        str(tmp / "reports"),
-        "--cache-dir",
-        str(tmp / "cache"),
-        "--goldens-dir",
-        str(tmp / "goldens"),
-        *extra,
-    ]
+    return ["run", *echo_options(tmp, dataset, "1,2,4"), *extra]
 
 
 def _one_line(err: str) -> str:

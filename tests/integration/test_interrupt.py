@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, SUITES, user_env
-from tests.integration.common import grid_options
+from tests.integration.common import echo_options
 
 HERE = Path(__file__).resolve().parent
 
@@ -23,22 +23,7 @@ pytestmark = pytest.mark.slow  # two processes per case, the first slowed to be 
 
 
 def _command(kind: str, tmp: Path, dataset: Path) -> list[str]:
-    engine = tmp / "echo-engine"
-    engine.mkdir(exist_ok=True)
-    (engine / "weights.bin").write_text("echo")  # a folder: the generation cache is on
-    options = [
-        "--engine",
-        str(engine),
-        "--backend",
-        "fault_engines:Echo",
-        *grid_options(dataset, "1,2", "1"),
-        "--report-dir",
-        str(tmp / "reports"),
-        "--cache-dir",
-        str(tmp / "cache"),
-        "--goldens-dir",
-        str(tmp / "goldens"),
-    ]
+    options = echo_options(tmp, dataset, "1,2")
     if kind == "run":
         return [sys.executable, "-m", "harness", "run", *options]
     return [sys.executable, "-m", "pytest", str(SUITES), "-p", "no:cacheprovider", "-q", *options]
