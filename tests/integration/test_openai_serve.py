@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, only_report
+from tests.conftest import REPO, SuitesRun, only_report
 from tests.integration.common import EngineFactory, Suites, grid_options
 
 FAST = ("--max-new-tokens", "32")
@@ -95,23 +95,18 @@ def servers(tmp_path: Path) -> Iterator[Servers]:
     running.stop()
 
 
+def _through(suites: Suites, url: str, dataset: Path, sizes: str, widths: str, report_dir: Path) -> SuitesRun:
+    """`pytest suites/` through the server at ``url``, verbose."""
+    return suites(
+        "--engine", url, *grid_options(dataset, sizes, widths), "--report-dir", str(report_dir), "-v", *FAST
+    )
+
+
 def test_healthy_engine_passes_through_the_server(
-    tmp_path: Path,
-    servers: Servers,
-    engine_factory: EngineFactory,
-    eight_prompts: Path,
-    suites: Suites,
+    tmp_path: Path, servers: Servers, engine_factory: EngineFactory, eight_prompts: Path, suites: Suites
 ) -> None:
     url = servers.start(engine_factory(8, 4))
-    proc = suites(
-        "--engine",
-        url,
-        *grid_options(eight_prompts, "1,4", "1,4"),
-        "--report-dir",
-        str(tmp_path / "r"),
-        "-v",
-        *FAST,
-    )
+    proc = _through(suites, url, eight_prompts, "1,4", "1,4", tmp_path / "r")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "Traceback" not in proc.stdout + proc.stderr
     report = only_report(tmp_path / "r")
@@ -142,25 +137,13 @@ def test_healthy_engine_passes_through_the_server(
 
 
 def test_faulty_engine_is_caught_through_the_server(
-    tmp_path: Path,
-    servers: Servers,
-    engine_factory: EngineFactory,
-    eight_prompts: Path,
-    suites: Suites,
+    tmp_path: Path, servers: Servers, engine_factory: EngineFactory, eight_prompts: Path, suites: Suites
 ) -> None:
     """Built with max beam width 1, run with 4 beams at batch size 8: positions 2-7, as the
     emulator gives them directly."""
     broken = engine_factory(8, 1)
     url = servers.start(broken)
-    proc = suites(
-        "--engine",
-        url,
-        *grid_options(eight_prompts, "8", "4"),
-        "--report-dir",
-        str(tmp_path / "r"),
-        "-v",
-        *FAST,
-    )
+    proc = _through(suites, url, eight_prompts, "8", "4", tmp_path / "r")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "test_batch_positions[bs8-beam4] FAILED" in proc.stdout
     assert "bs8-beam4: positions 2–7 degraded (quality vs references" in proc.stdout
