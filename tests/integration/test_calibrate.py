@@ -11,20 +11,29 @@ from harness.tools.calibrate import Outcome, Settings, Targets, run_calibration,
 from harness.verdict.statistics import min_detectable_drop
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, list[Outcome]]:
-    root = tmp_path_factory.mktemp("calibrate")
-    settings = Settings(
-        trials=20,
+def _settings(
+    root: Path, *, trials: int, prompts: int, pool: int, max_new_tokens: int, only: tuple[str, ...]
+) -> Settings:
+    """A small calibration: seed 5, one round, one job; its cache and engines under ``root``."""
+    return Settings(
+        trials=trials,
         seed=5,
-        prompts=12,
-        pool=16,
+        prompts=prompts,
+        pool=pool,
         rounds=1,
-        max_new_tokens=12,
+        max_new_tokens=max_new_tokens,
         jobs=1,
         cache_dir=root / "cache",
         work_dir=root / "engines",
-        only=("healthy", "full-batch"),
+        only=only,
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, list[Outcome]]:
+    root = tmp_path_factory.mktemp("calibrate")
+    settings = _settings(
+        root, trials=20, prompts=12, pool=16, max_new_tokens=12, only=("healthy", "full-batch")
     )
     return settings, run_calibration(settings, say=lambda line: None)
 
@@ -76,18 +85,7 @@ def test_a_sweep_model_reports_its_boundary(tmp_path: Path) -> None:
     per size) find the first failing size, 3, and the damaged positions per size."""
     from harness.tools.calibrate import sweep_family
 
-    settings = Settings(
-        trials=10,
-        seed=5,
-        prompts=40,
-        pool=40,
-        rounds=1,
-        max_new_tokens=16,
-        jobs=1,
-        cache_dir=tmp_path / "cache",
-        work_dir=tmp_path / "engines",
-        only=("graph-ladder",),
-    )
+    settings = _settings(tmp_path, trials=10, prompts=40, pool=40, max_new_tokens=16, only=("graph-ladder",))
     [o] = run_calibration(settings, say=lambda line: None)
     assert sweep_family(o.model) == 3 * 35 + 7  # sizes 2..8 at beam width 1
     assert o.model.boundary(1) == 3
