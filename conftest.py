@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 
-def pytest_addhooks(pluginmanager):  # type: ignore[no-untyped-def]
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     if not pluginmanager.has_plugin("batch_position_harness"):
         import harness.plugin
 

@@ -50,7 +50,7 @@ def pytest_terminal_summary(
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, object]) -> None:
     """The accelerator the engine ran on (GPU name via torch.cuda, else the CPU)."""
     import torch
 

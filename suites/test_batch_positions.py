@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from harness.verdict.failures import positions_failure
 
+if TYPE_CHECKING:
+    from harness.model.report import CellResult
+    from harness.stages.run import RunResult
 
-def test_batch_positions(harness_cell_result, harness_result):
+
+def test_batch_positions(harness_cell_result: CellResult, harness_result: RunResult) -> None:
     message = positions_failure(harness_cell_result)
     if message:
         pytest.fail(message, pytrace=False)

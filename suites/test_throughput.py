@@ -10,15 +10,22 @@ so saved runs (``--benchmark-autosave``) compare like with like and
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from harness.storage.cache import engine_fingerprint
 
+if TYPE_CHECKING:
+    from harness.engines.base import Engine, Generation
+    from harness.model.cell import Cell
+    from harness.stages.run import Prepared
+
 pytestmark = pytest.mark.throughput
 
 
-def _generated_tokens(engine, gens) -> int | None:
+def _generated_tokens(engine: Engine, gens: Sequence[Generation]) -> int | None:
     """Tokens of the returned (best-beam) outputs: the engine's ids, else recounted."""
     if all(g.token_ids for g in gens):
         return sum(len(g.token_ids) for g in gens)
@@ -26,17 +33,20 @@ def _generated_tokens(engine, gens) -> int | None:
     return sum(counter([g.text for g in gens])) if callable(counter) else None
 
 
-def test_throughput(benchmark, harness_cell, harness_prepared, harness_engine):
+# benchmark: pytest-benchmark's BenchmarkFixture, whose methods carry no annotations
+def test_throughput(
+    benchmark: Any, harness_cell: Cell, harness_prepared: Prepared, harness_engine: Engine
+) -> None:
     prep, engine, cell = harness_prepared, harness_engine, harness_cell
     settings = prep.config.decoding(cell.beam_width)
     batches = [[prep.prompts[d] for d in b.documents] for b in prep.plan.batches(cell)]
     feed = itertools.cycle(batches)
     calls: list[tuple[int, int | None]] = []  # (sequences, generated tokens) per engine call
 
-    def next_batch():
+    def next_batch() -> tuple[tuple[list[str]], dict[str, object]]:
         return (next(feed),), {}
 
-    def generate(prompts):
+    def generate(prompts: list[str]) -> None:
         gens = engine.generate(prompts, settings)
         assert len(gens) == len(prompts), (
             f"{cell.id}: the engine returned {len(gens)} outputs for a batch of {len(prompts)}"
@@ -49,7 +59,8 @@ def test_throughput(benchmark, harness_cell, harness_prepared, harness_engine):
     measured = calls[warmup : warmup + len(batches)]
     seconds = benchmark.stats.stats.total
     sequences = sum(n for n, _ in measured)
-    tokens = None if any(t is None for _, t in measured) else sum(t for _, t in measured)
+    known = [t for _, t in measured if t is not None]
+    tokens = sum(known) if len(known) == len(measured) else None
     info = engine.info
     benchmark.extra_info.update(
         {

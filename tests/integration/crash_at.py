@@ -13,6 +13,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import StrOrBytesPath
 
 
 def main() -> None:
@@ -21,20 +25,20 @@ def main() -> None:
     seen = 0
     real_replace, real_unlink = os.replace, os.unlink
 
-    def step(path: object) -> None:
+    def step(path: StrOrBytesPath) -> None:
         nonlocal seen
-        if os.path.realpath(os.fspath(path)).startswith(folder + os.sep):  # type: ignore[arg-type]
+        if os.path.realpath(os.fsdecode(path)).startswith(folder + os.sep):
             seen += 1
             if seen == at:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    def replace(src, dst, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def replace(src: StrOrBytesPath, dst: StrOrBytesPath, **kwargs: int | None) -> None:
         step(dst)
-        return real_replace(src, dst, *args, **kwargs)
+        return real_replace(src, dst, **kwargs)
 
-    def unlink(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def unlink(path: StrOrBytesPath, **kwargs: int | None) -> None:
         step(path)
-        return real_unlink(path, *args, **kwargs)
+        return real_unlink(path, **kwargs)
 
     os.replace, os.unlink = replace, unlink
 

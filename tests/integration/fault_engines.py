@@ -15,8 +15,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from harness.engines.base import Generation
+
+if TYPE_CHECKING:
+    from harness.config import DecodingSettings, EngineOptions
 
 
 def echo(prompt: str, beam_width: int, variant: str = "") -> str:
@@ -33,7 +38,7 @@ class Echo:
         self.variant = os.environ.get("FAULT_VARIANT", "")
         self.calls = 0
 
-    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         self.calls += 1
         if self.sleep:
             time.sleep(self.sleep)
@@ -54,7 +59,7 @@ class Hangs(Echo):
         self.hung = 0
         self.finished_hung_call = threading.Event()
 
-    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         if (len(prompts), settings.beam_width) == self.cell and not self.hung:
             self.hung += 1
             self.release.wait(self.seconds)
@@ -65,7 +70,7 @@ class Hangs(Echo):
 class OddOutputs(Echo):
     """Batch size 1 answers normally; in larger batches each position returns something odd."""
 
-    ODD = (
+    ODD: tuple[Callable[[str], object], ...] = (
         lambda p: Generation(text=""),  # empty
         lambda p: None,  # no Generation at all
         lambda p: Generation(text=None),  # type: ignore[arg-type]  # no text
@@ -76,7 +81,10 @@ class OddOutputs(Echo):
         lambda p: Generation(text="<pad> <pad> <pad>"),  # padding decoded as text
     )
 
-    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+    # a faulty engine: its outputs are not all Generations, which is the fault under test
+    def generate(  # type: ignore[override]
+        self, prompts: Sequence[str], settings: DecodingSettings
+    ) -> list[Generation] | list[object]:
         good = super().generate(prompts, settings)
         if len(prompts) == 1:
             return good
@@ -86,14 +94,17 @@ class OddOutputs(Echo):
 class WrongCount(Echo):
     """Batches larger than 1 get one output too few, or None instead of a list."""
 
-    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+    # a faulty engine: None instead of a list is the fault under test
+    def generate(  # type: ignore[override]
+        self, prompts: Sequence[str], settings: DecodingSettings
+    ) -> list[Generation] | None:
         good = super().generate(prompts, settings)
         if len(prompts) == 1:
             return good
         return None if settings.beam_width == 2 else good[:-1]
 
 
-RAISES = {
+RAISES: dict[str, Callable[[], Exception]] = {
     # what CUDA-backed engines raise, by kind (the texts of torch and TensorRT-LLM)
     "oom": lambda: MemoryError(
         "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.11 GiB "
@@ -113,7 +124,7 @@ class Raises(Echo):
         self.kind = os.environ.get("FAULT_RAISE", "oom")
         self.cell = tuple(int(x) for x in os.environ.get("FAULT_RAISE_CELL", "4x2").split("x"))
 
-    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         if (len(prompts), settings.beam_width) == self.cell:
             raise RAISES[self.kind]()
         return super().generate(prompts, settings)
@@ -129,14 +140,15 @@ class CloseRaises(Echo):
 class CountRaises(Echo):
     """``count_tokens`` raises (a tokenizer that cannot read the prompts)."""
 
-    def count_tokens(self, prompts):  # type: ignore[no-untyped-def]
+    def count_tokens(self, prompts: Sequence[str]) -> list[int] | None:
         raise ValueError("tokenizer.json: unknown normalizer")
 
 
 class CountsWrong(Echo):
     """``count_tokens`` answers with the wrong shape (one number for the whole batch)."""
 
-    def count_tokens(self, prompts):  # type: ignore[no-untyped-def]
+    # a faulty engine: one number instead of a list is the fault under test
+    def count_tokens(self, prompts: Sequence[str]) -> int:
         return 7
 
 
@@ -144,13 +156,14 @@ class OptionsEcho(Echo):
     """Reads the engine options, as the trtllm backend does: the end id and the tokenizer
     folder's content change its outputs."""
 
-    def __init__(self, path: str | None = None, options=None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, path: str | None = None, options: EngineOptions | None = None) -> None:
         super().__init__(path)
         self.options = options
 
-    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         from pathlib import Path
 
+        assert self.options is not None  # the harness passes options to a class that takes them
         tok = self.options.tokenizer
         mark = (Path(tok) / "vocab.txt").read_text().strip() if tok else ""
         return [
@@ -163,7 +176,7 @@ class Runaway(Echo):
     """Never stops at max_new_tokens: every output is the prompt's words followed by
     ``RUNAWAY_WORDS`` (default 20,000) more (a missing end id, a broken stop criterion)."""
 
-    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         tail = " ".join(f"w{i % 97}" for i in range(int(os.environ.get("RUNAWAY_WORDS", "20000"))))
         return [Generation(text=f"{echo(p, settings.beam_width)} {tail}") for p in prompts]
 
@@ -172,7 +185,7 @@ class Interrupts(Echo):
     """Ctrl-C arrives during the ``FAULT_INTERRUPT_CALL``-th call (default 3): it raises
     KeyboardInterrupt, as SIGINT does in the main thread."""
 
-    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         if self.calls + 1 == int(os.environ.get("FAULT_INTERRUPT_CALL", "3")):
             raise KeyboardInterrupt
         return super().generate(prompts, settings)

@@ -11,13 +11,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from harness.engines.emulator.engine import EmulatorEngine
 from harness.limits.ranks import current
 
+if TYPE_CHECKING:
+    from harness.config import DecodingSettings
+    from harness.engines.base import Generation
+
 
 class RecordingEngine(EmulatorEngine):
-    def generate(self, prompts, settings):
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         rank = current().rank
         line = {
             "rank": rank,

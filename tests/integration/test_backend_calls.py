@@ -13,23 +13,21 @@ from pathlib import Path
 import pytest
 
 from harness.__main__ import main
+from tests.integration.common import grid_options
 
 HERE = Path(__file__).resolve().parent
 
 
-def _run(tmp_path: Path, engine: str, dataset: Path, capsys) -> tuple[int, str, str]:
+def _run(
+    tmp_path: Path, engine: str, dataset: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
     capsys.readouterr()
     code = main(
         [
             "run",
             "--engine",
             engine,
-            "--dataset",
-            str(dataset),
-            "--batch-sizes",
-            "1,2",
-            "--beam-widths",
-            "1",
+            *grid_options(dataset, "1,2", "1"),
             "--report-dir",
             str(tmp_path / "reports"),
             "--goldens-dir",
@@ -43,8 +41,8 @@ def _run(tmp_path: Path, engine: str, dataset: Path, capsys) -> tuple[int, str, 
 
 
 def test_close_raising_after_a_complete_run_keeps_the_report(
-    tmp_path: Path, small_dataset: Path, monkeypatch, capsys
-):
+    tmp_path: Path, small_dataset: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.syspath_prepend(str(HERE))
     code, out, err = _run(tmp_path, "fault_engines:CloseRaises", small_dataset, capsys)
     assert code == 0, out + err
@@ -65,8 +63,13 @@ def test_close_raising_after_a_complete_run_keeps_the_report(
     ],
 )
 def test_other_backend_calls_are_one_line(
-    tmp_path: Path, small_dataset: Path, monkeypatch, capsys, engine: str, words: str
-):
+    tmp_path: Path,
+    small_dataset: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    engine: str,
+    words: str,
+) -> None:
     monkeypatch.syspath_prepend(str(HERE))
     code, out, err = _run(tmp_path, engine, small_dataset, capsys)
     assert code == 2, out + err

@@ -7,11 +7,13 @@ as a user starts it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, run_suites
+from tests.integration.common import Suites, grid_options
 
 HERE = Path(__file__).resolve().parent
 TOY = {"PYTHONPATH": f"{HERE}:{REPO}"}
@@ -44,7 +46,9 @@ def _bad_engine(tmp_path: Path, content: str | None) -> Path:
         (lambda t: ["--engine", "toy_engine:ToyEngine", "--prompt-template", "Summarize"], "{text}"),
     ],
 )
-def test_usage_errors(tmp_path: Path, suites, make_args, words):
+def test_usage_errors(
+    tmp_path: Path, suites: Suites, make_args: Callable[[Path], list[str]], words: str
+) -> None:
     proc = suites(*make_args(tmp_path), "--report-dir", str(tmp_path / "r"), path=[HERE])
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4, out
@@ -52,7 +56,7 @@ def test_usage_errors(tmp_path: Path, suites, make_args, words):
     assert "Traceback" not in out
 
 
-def test_a_usage_error_in_a_real_process(tmp_path: Path):
+def test_a_usage_error_in_a_real_process(tmp_path: Path) -> None:
     """The same through `python -m pytest suites/` in a subprocess: exit status 4, one line."""
     proc = run_suites(
         "--engine",
@@ -69,7 +73,7 @@ def test_a_usage_error_in_a_real_process(tmp_path: Path):
     assert "{text}" in out and "Traceback" not in out
 
 
-def test_missing_dataset_field(tmp_path: Path, suites):
+def test_missing_dataset_field(tmp_path: Path, suites: Suites) -> None:
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"article": "a b c", "summary": "x"}) + "\n")
     proc = suites(
@@ -87,7 +91,7 @@ def test_missing_dataset_field(tmp_path: Path, suites):
     assert "no field 'text'" in proc.stdout + proc.stderr and "--text-field" in proc.stdout + proc.stderr
 
 
-def test_engine_fault_fails_only_its_cell(tmp_path: Path, small_dataset: Path, suites):
+def test_engine_fault_fails_only_its_cell(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     """A generate() that raises for one cell: that cell errors, the others pass, report written."""
     mod = tmp_path / "faulty_engine.py"
     mod.write_text(
@@ -102,12 +106,7 @@ def test_engine_fault_fails_only_its_cell(tmp_path: Path, small_dataset: Path, s
     proc = suites(
         "--engine",
         "faulty_engine:Faulty",
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,4",
-        "--beam-widths",
-        "1,2",
+        *grid_options(small_dataset, "1,4", "1,2"),
         "--report-dir",
         str(tmp_path / "r"),
         "-v",

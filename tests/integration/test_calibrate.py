@@ -2,32 +2,43 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from harness.__main__ import main
-from harness.tools.calibrate import Settings, Targets, run_calibration, table
+from harness.tools.calibrate import Outcome, Settings, Targets, run_calibration, table
 from harness.verdict.statistics import min_detectable_drop
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("calibrate")
-    settings = Settings(
-        trials=20,
+def _settings(
+    root: Path, *, trials: int, prompts: int, pool: int, max_new_tokens: int, only: tuple[str, ...]
+) -> Settings:
+    """A small calibration: seed 5, one round, one job; its cache and engines under ``root``."""
+    return Settings(
+        trials=trials,
         seed=5,
-        prompts=12,
-        pool=16,
+        prompts=prompts,
+        pool=pool,
         rounds=1,
-        max_new_tokens=12,
+        max_new_tokens=max_new_tokens,
         jobs=1,
         cache_dir=root / "cache",
         work_dir=root / "engines",
-        only=("healthy", "full-batch"),
+        only=only,
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, list[Outcome]]:
+    root = tmp_path_factory.mktemp("calibrate")
+    settings = _settings(
+        root, trials=20, prompts=12, pool=16, max_new_tokens=12, only=("healthy", "full-batch")
     )
     return settings, run_calibration(settings, say=lambda line: None)
 
 
-def test_rates_and_table(tiny):
+def test_rates_and_table(tiny: tuple[Settings, list[Outcome]]) -> None:
     settings, outcomes = tiny
     by = {o.model.name: o for o in outcomes}
     assert by["healthy"].flagged == 0
@@ -40,7 +51,7 @@ def test_rates_and_table(tiny):
     assert "12 prompts drawn from a pool of 16" in "\n".join(lines)
 
 
-def test_same_seed_same_results_and_a_missed_target_is_reported(tiny):
+def test_same_seed_same_results_and_a_missed_target_is_reported(tiny: tuple[Settings, list[Outcome]]) -> None:
     settings, outcomes = tiny
     again = run_calibration(settings, say=lambda line: None)  # generations from the cache
     assert [(o.flagged, o.exact, o.named) for o in again] == [(o.flagged, o.exact, o.named) for o in outcomes]
@@ -48,14 +59,14 @@ def test_same_seed_same_results_and_a_missed_target_is_reported(tiny):
     assert not ok and lines[-1].endswith("TARGETS MISSED") and "MISSED" in lines[2]
 
 
-def test_cli_refuses_unknown_models_in_one_line(capsys):
+def test_cli_refuses_unknown_models_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibrate", "--only", "gremlins"]) == 2
     err = capsys.readouterr().err
     assert "--only gremlins: unknown model(s) gremlins" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
-def test_minimum_detectable_drop_matches_the_documented_table():
+def test_minimum_detectable_drop_matches_the_documented_table() -> None:
     """docs/method.md's table: the default grid's Holm family of 135 tests."""
     from harness.tools.calibrate import default_family
 
@@ -69,23 +80,12 @@ def test_minimum_detectable_drop_matches_the_documented_table():
 
 
 @pytest.mark.slow  # a sweep's every batch size over 40 prompts
-def test_a_sweep_model_reports_its_boundary(tmp_path):
+def test_a_sweep_model_reports_its_boundary(tmp_path: Path) -> None:
     """The graph ladder swept to 8: trials at the sweep's cost (each prompt at one position
     per size) find the first failing size, 3, and the damaged positions per size."""
     from harness.tools.calibrate import sweep_family
 
-    settings = Settings(
-        trials=10,
-        seed=5,
-        prompts=40,
-        pool=40,
-        rounds=1,
-        max_new_tokens=16,
-        jobs=1,
-        cache_dir=tmp_path / "cache",
-        work_dir=tmp_path / "engines",
-        only=("graph-ladder",),
-    )
+    settings = _settings(tmp_path, trials=10, prompts=40, pool=40, max_new_tokens=16, only=("graph-ladder",))
     [o] = run_calibration(settings, say=lambda line: None)
     assert sweep_family(o.model) == 3 * 35 + 7  # sizes 2..8 at beam width 1
     assert o.model.boundary(1) == 3
@@ -96,14 +96,14 @@ def test_a_sweep_model_reports_its_boundary(tmp_path):
     assert "worst sweep boundary 100.0% (graph-ladder)" in lines[-1]
 
 
-def test_a_sweep_too_large_for_its_prompts_is_refused_in_one_line(capsys):
+def test_a_sweep_too_large_for_its_prompts_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibrate", "--sweep-to", "16", "--only", "graph-ladder"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "give --prompts 80" in err
 
 
 @pytest.mark.parametrize("to", [8, 16, 32])
-def test_the_sweep_models_truth_is_what_the_emulator_damages(to):
+def test_the_sweep_models_truth_is_what_the_emulator_damages(to: int) -> None:
     """calibrate writes the damaged positions of the threshold faults out on its own; the
     emulator's faults damage exactly those entries at every size and beam width."""
     from harness.engines.emulator.faults import Fault, FaultKind

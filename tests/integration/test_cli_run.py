@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 import harness.__main__ as cli
+from tests.integration.common import grid_options
 
 HERE = Path(__file__).resolve().parent
 
 
 def test_a_run_prints_the_header_the_findings_and_progress(
     tmp_path: Path, small_dataset: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-):
+) -> None:
     monkeypatch.syspath_prepend(str(HERE))
     monkeypatch.setenv("TOY_BROKEN_FROM", "2")
     monkeypatch.delitem(__import__("sys").modules, "toy_engine", raising=False)
@@ -23,12 +24,7 @@ def test_a_run_prints_the_header_the_findings_and_progress(
             "run",
             "--engine",
             "toy_engine:ToyEngine",
-            "--dataset",
-            str(small_dataset),
-            "--batch-sizes",
-            "1,4",
-            "--beam-widths",
-            "1",
+            *grid_options(small_dataset, "1,4", "1"),
             "--report-dir",
             str(tmp_path),
         ]

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from harness.config import RunConfig
 from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.drift import Drift
-from harness.pipeline import run
+from tests.integration.common import run_here
 
 
-def _numbers(report_dir: Path) -> dict:
+def _numbers(report_dir: Path) -> dict[str, Any]:
     report = json.loads((report_dir / "report.json").read_text(encoding="utf-8"))
     return {
         "verdict": report["verdict"],
@@ -29,12 +30,12 @@ def _numbers(report_dir: Path) -> dict:
     }
 
 
-def test_same_seed_same_numbers(tmp_path: Path, small_dataset: Path):
+def test_same_seed_same_numbers(tmp_path: Path, small_dataset: Path) -> None:
     engine = build_engine(
         tmp_path / "drift", build_limits(max_batch_size=4, max_beam_width=2), drift=Drift(rate=0.6)
     )
 
-    def once(name: str, seed: int) -> dict:
+    def once(name: str, seed: int) -> dict[str, Any]:
         config = RunConfig(
             engine=str(engine),
             dataset=str(small_dataset),
@@ -45,7 +46,9 @@ def test_same_seed_same_numbers(tmp_path: Path, small_dataset: Path):
             no_cache=True,
             report_dir=tmp_path / name,
         )
-        return _numbers(run(config).report_dir)
+        result = run_here(config)
+        assert result.report_dir is not None
+        return _numbers(result.report_dir)
 
     first, second = once("a", 7), once("b", 7)
     assert first == second

@@ -8,12 +8,13 @@ from __future__ import annotations
 import errno
 import json
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
 from harness.__main__ import main
 from harness.storage import atomic, generations
+from tests.integration.common import echo_options
 
 HERE = Path(__file__).resolve().parent
 ENOSPC = OSError(errno.ENOSPC, "No space left on device")
@@ -22,7 +23,7 @@ ENOSPC = OSError(errno.ENOSPC, "No space left on device")
 class FillingFile:
     """A binary file that takes ``room`` bytes, then fails as a full disk does."""
 
-    def __init__(self, file: Any, room: int) -> None:
+    def __init__(self, file: IO[bytes], room: int) -> None:
         self.file, self.room = file, room
 
     def write(self, data: bytes) -> int:
@@ -35,11 +36,22 @@ class FillingFile:
         return getattr(self.file, name)
 
 
+def fill_generations(monkeypatch: pytest.MonkeyPatch, room: int) -> None:
+    """generations.jsonl, opened to append, takes ``room`` bytes, then the disk is full."""
+    real_open = open
+
+    def filling_open(path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        file = real_open(path, mode, *args, **kwargs)
+        return FillingFile(file, room) if "a" in mode else file
+
+    monkeypatch.setattr(generations, "open", filling_open, raising=False)
+
+
 def _no_space(*args: Any, **kwargs: Any) -> Any:
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
-def _cli(capsys, *args: str) -> tuple[int, str, str]:
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     capsys.readouterr()
     code = main(list(args))
     out = capsys.readouterr()
@@ -47,29 +59,7 @@ def _cli(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def _run_args(tmp: Path, dataset: Path, *extra: str) -> list[str]:
-    echo = tmp / "echo-engine"
-    echo.mkdir(exist_ok=True)
-    (echo / "weights.bin").write_text("echo")  # a folder, so the generation cache is on
-    return [
-        "run",
-        "--engine",
-        str(echo),
-        "--backend",
-        "fault_engines:Echo",
-        "--dataset",
-        str(dataset),
-        "--batch-sizes",
-        "1,2,4",
-        "--beam-widths",
-        "1",
-        "--report-dir",
-        str(tmp / "reports"),
-        "--cache-dir",
-        str(tmp / "cache"),
-        "--goldens-dir",
-        str(tmp / "goldens"),
-        *extra,
-    ]
+    return ["run", *echo_options(tmp, dataset, "1,2,4"), *extra]
 
 
 def _one_line(err: str) -> str:
@@ -79,16 +69,11 @@ def _one_line(err: str) -> str:
     return lines[0]
 
 
-def test_full_disk_while_generations_stream(tmp_path: Path, small_dataset: Path, monkeypatch, capsys):
+def test_full_disk_while_generations_stream(
+    tmp_path: Path, small_dataset: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.syspath_prepend(str(HERE))
-    real_open = open
-    one_cell = len((small_dataset).read_bytes()) // 4  # room for about one cell's rows
-
-    def filling_open(path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-        file = real_open(path, mode, *args, **kwargs)
-        return FillingFile(file, one_cell) if "a" in mode else file
-
-    monkeypatch.setattr(generations, "open", filling_open, raising=False)
+    fill_generations(monkeypatch, len((small_dataset).read_bytes()) // 4)  # room for about one cell's rows
     code, out, err = _cli(capsys, *_run_args(tmp_path, small_dataset))
     line = _one_line(err)
     assert code == 2
@@ -108,8 +93,8 @@ def test_full_disk_while_generations_stream(tmp_path: Path, small_dataset: Path,
 
 
 def test_full_disk_while_goldens_are_written_keeps_the_report(
-    tmp_path: Path, small_dataset: Path, monkeypatch, capsys
-):
+    tmp_path: Path, small_dataset: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.syspath_prepend(str(HERE))
     code, out, err = _cli(capsys, *_run_args(tmp_path, small_dataset, "--update-goldens"))
     assert code == 0, out + err
@@ -132,7 +117,9 @@ def test_full_disk_while_goldens_are_written_keeps_the_report(
 
 
 @pytest.fixture
-def one_report(tmp_path: Path, small_dataset: Path, monkeypatch, capsys) -> Path:
+def one_report(
+    tmp_path: Path, small_dataset: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Path:
     monkeypatch.syspath_prepend(str(HERE))
     code, out, err = _cli(capsys, *_run_args(tmp_path, small_dataset))
     assert code == 0, out + err
@@ -140,7 +127,9 @@ def one_report(tmp_path: Path, small_dataset: Path, monkeypatch, capsys) -> Path
     return report.parent
 
 
-def test_full_disk_under_compare_html(one_report: Path, tmp_path: Path, monkeypatch, capsys):
+def test_full_disk_under_compare_html(
+    one_report: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     page = tmp_path / "out" / "compare.html"
     monkeypatch.setattr(atomic, "durable_temp", _no_space)
     code, out, err = _cli(capsys, "compare", str(one_report), str(one_report), "--html", str(page))
@@ -149,12 +138,16 @@ def test_full_disk_under_compare_html(one_report: Path, tmp_path: Path, monkeypa
     assert not page.exists()
 
 
-def test_compare_html_pointing_at_a_folder(one_report: Path, tmp_path: Path, capsys):
+def test_compare_html_pointing_at_a_folder(
+    one_report: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, err = _cli(capsys, "compare", str(one_report), str(one_report), "--html", str(tmp_path))
     assert code == 2 and f"--html {tmp_path}: is a folder; give a file name" in _one_line(err)
 
 
-def test_full_disk_under_merge_output(tmp_path: Path, small_dataset: Path, monkeypatch, capsys):
+def test_full_disk_under_merge_output(
+    tmp_path: Path, small_dataset: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.syspath_prepend(str(HERE))
     shards = []
     for k in (1, 2):

@@ -11,6 +11,7 @@ import pytest
 import harness.__main__ as cli
 from tests.conftest import SUITES
 from tests.doubles.trtllm_common import BUNDLED_MODEL, make_engine_dir
+from tests.integration.common import Suites, grid_options, run_here
 
 
 def _no_tensorrt_llm() -> None:
@@ -21,7 +22,7 @@ def _no_tensorrt_llm() -> None:
 
 def test_a_dry_run_on_a_tensorrt_llm_engine_prints_plan_limits_and_estimate(
     tmp_path: Path, small_dataset: Path, capsys: pytest.CaptureFixture[str]
-):
+) -> None:
     _no_tensorrt_llm()
     engine = make_engine_dir(tmp_path / "engine", max_beam_width=1, max_batch_size=8, with_tokenizer=True)
     code = cli.main(
@@ -30,12 +31,7 @@ def test_a_dry_run_on_a_tensorrt_llm_engine_prints_plan_limits_and_estimate(
             "--dry-run",
             "--engine",
             str(engine),
-            "--dataset",
-            str(small_dataset),
-            "--batch-sizes",
-            "1,4",
-            "--beam-widths",
-            "1,2",
+            *grid_options(small_dataset, "1,4", "1,2"),
             "--max-new-tokens",
             "32",
             "--throughput",
@@ -60,13 +56,12 @@ def test_a_dry_run_on_a_tensorrt_llm_engine_prints_plan_limits_and_estimate(
     assert not (tmp_path / "r").exists()  # nothing written
 
 
-def test_the_estimate_can_come_from_a_previous_run(tmp_path: Path, small_dataset: Path):
+def test_the_estimate_can_come_from_a_previous_run(tmp_path: Path, small_dataset: Path) -> None:
     from harness.config import RunConfig
-    from harness.pipeline import run
     from harness.report.estimate import estimate_line
     from tests.integration.toy_engine import ToyEngine
 
-    previous = run(
+    previous = run_here(
         RunConfig(
             dataset=str(small_dataset),
             batch_sizes=(1, 4),
@@ -90,8 +85,8 @@ def test_the_estimate_can_come_from_a_previous_run(tmp_path: Path, small_dataset
 
 
 def test_preflight_suite_checks_a_tensorrt_llm_engine_without_tensorrt_llm(
-    tmp_path: Path, small_dataset: Path, suites
-):
+    tmp_path: Path, small_dataset: Path, suites: Suites
+) -> None:
     _no_tensorrt_llm()
     engine = make_engine_dir(tmp_path / "engine", max_beam_width=1, max_batch_size=8)
     proc = suites(
@@ -99,12 +94,7 @@ def test_preflight_suite_checks_a_tensorrt_llm_engine_without_tensorrt_llm(
         str(engine),
         "--tokenizer",
         str(BUNDLED_MODEL),
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "4,8",
-        "--beam-widths",
-        "1,4",
+        *grid_options(small_dataset, "4,8", "1,4"),
         "-v",
         "--report-dir",
         str(tmp_path / "r"),
@@ -119,7 +109,9 @@ def test_preflight_suite_checks_a_tensorrt_llm_engine_without_tensorrt_llm(
     assert not (tmp_path / "r").exists()
 
 
-def test_collect_only_prints_the_plan_without_loading_the_engine(tmp_path: Path, small_dataset: Path, suites):
+def test_collect_only_prints_the_plan_without_loading_the_engine(
+    tmp_path: Path, small_dataset: Path, suites: Suites
+) -> None:
     _no_tensorrt_llm()
     engine = make_engine_dir(tmp_path / "engine", max_beam_width=4, max_batch_size=8, with_tokenizer=True)
     proc = suites(
@@ -127,12 +119,7 @@ def test_collect_only_prints_the_plan_without_loading_the_engine(tmp_path: Path,
         "-q",
         "--engine",
         str(engine),
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,8",
-        "--beam-widths",
-        "4",
+        *grid_options(small_dataset, "1,8", "4"),
         "--throughput",
         "10",
     )

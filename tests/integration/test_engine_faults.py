@@ -17,14 +17,16 @@ import pytest
 
 from harness.__main__ import main
 from harness.config import RunConfig
-from harness.pipeline import run
+from harness.model.report import CellResult
+from harness.stages.run import RunResult
 from tests.conftest import REPO, run_suites
+from tests.integration.common import Suites, grid_options, run_here
 from tests.integration.fault_engines import RAISES, Hangs, OddOutputs, WrongCount
 
 HERE = Path(__file__).resolve().parent
 
 
-def _config(tmp_path: Path, dataset: Path, **extra) -> RunConfig:
+def _config(tmp_path: Path, dataset: Path, *, batch_timeout: float) -> RunConfig:
     return RunConfig(
         dataset=str(dataset),
         batch_sizes=(1, 2, 4),
@@ -32,25 +34,32 @@ def _config(tmp_path: Path, dataset: Path, **extra) -> RunConfig:
         report_dir=tmp_path / "reports",
         goldens_dir=tmp_path / "goldens",
         cache_dir=tmp_path / "cache",
-        **extra,
+        batch_timeout=batch_timeout,
     )
 
 
-def _cells(result) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def _cells(result: RunResult) -> dict[str, CellResult]:
     return {c.cell.id: c for c in result.cells}
 
 
-def test_a_slow_batch_fails_its_cell_and_the_engine_recovers(tmp_path: Path, small_dataset: Path):
+def _error(cell: CellResult) -> str:
+    """The cell's error (which it must have)."""
+    assert cell.error is not None, cell.message
+    return cell.error
+
+
+def test_a_slow_batch_fails_its_cell_and_the_engine_recovers(tmp_path: Path, small_dataset: Path) -> None:
     """bs2's first call takes 1.5 s under --batch-timeout 1: bs2 is an error; bs4 waits for
     the late call to finish (never two calls at once) and then passes."""
     engine = Hangs(cell="2x1", seconds=1.5)
     t0 = time.perf_counter()
-    result = run(_config(tmp_path, small_dataset, batch_timeout=1.0), engine=engine)
+    result = run_here(_config(tmp_path, small_dataset, batch_timeout=1.0), engine=engine)
+    assert result.report_dir is not None
     cells = _cells(result)
     assert cells["bs2-beam1"].verdict == "error"
     assert (
         "BatchTimeout: generate did not return within --batch-timeout 1s (batch of 2 at beam "
-        "width 1)" in cells["bs2-beam1"].error
+        "width 1)" in _error(cells["bs2-beam1"])
     )
     assert cells["bs1-beam1"].verdict == "pass" and cells["bs4-beam1"].verdict == "pass"
     assert engine.finished_hung_call.is_set()  # bs4 started only after the late call ended
@@ -64,37 +73,35 @@ def test_a_slow_batch_fails_its_cell_and_the_engine_recovers(tmp_path: Path, sma
     assert report["options"]["batch_timeout"] == 1.0
 
 
-def test_a_hung_engine_costs_two_timeouts_and_the_report_is_written(tmp_path: Path, small_dataset: Path):
+def test_a_hung_engine_costs_two_timeouts_and_the_report_is_written(
+    tmp_path: Path, small_dataset: Path
+) -> None:
     engine = Hangs(cell="2x1", seconds=60)
     try:
         t0 = time.perf_counter()
-        result = run(_config(tmp_path, small_dataset, batch_timeout=0.5), engine=engine)
+        result = run_here(_config(tmp_path, small_dataset, batch_timeout=0.5), engine=engine)
         assert time.perf_counter() - t0 < 20
     finally:
         engine.release.set()  # let the abandoned call end
     cells = _cells(result)
     assert cells["bs1-beam1"].verdict == "pass"
-    assert "--batch-timeout 0.5s" in cells["bs2-beam1"].error
+    assert "--batch-timeout 0.5s" in _error(cells["bs2-beam1"])
     assert (
         "not sent: the engine is still busy with the batch of 2 at beam width 1 that passed "
-        "--batch-timeout 0.5s" in cells["bs4-beam1"].error
+        "--batch-timeout 0.5s" in _error(cells["bs4-beam1"])
     )
+    assert result.report_dir is not None
     assert result.verdict == "fail" and (result.report_dir / "report.json").is_file()
 
 
 @pytest.mark.slow  # a pytest process, left with a call that sleeps 600 s
-def test_batch_timeout_through_pytest_and_the_process_exits(tmp_path: Path, small_dataset: Path):
+def test_batch_timeout_through_pytest_and_the_process_exits(tmp_path: Path, small_dataset: Path) -> None:
     """The hung call sleeps 600 s; the pytest run still ends in seconds and fails that cell."""
     t0 = time.perf_counter()
     proc = run_suites(
         "--engine",
         "fault_engines:Hangs",
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1",
+        *grid_options(small_dataset, "1,2", "1"),
         "--batch-timeout",
         "1",
         "--report-dir",
@@ -114,8 +121,13 @@ def test_batch_timeout_through_pytest_and_the_process_exits(tmp_path: Path, smal
 
 @pytest.mark.parametrize("kind", sorted(RAISES))
 def test_a_raising_generate_fails_its_cell_through_both_entry_points(
-    kind: str, tmp_path: Path, small_dataset: Path, monkeypatch, capsys, suites
-):
+    kind: str,
+    tmp_path: Path,
+    small_dataset: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    suites: Suites,
+) -> None:
     """Out of memory, a CUDA error, a refusal, any exception: that cell is an error with the
     message, the other cells run and pass, the report is written; exit 1, no traceback."""
     monkeypatch.syspath_prepend(str(HERE))
@@ -125,12 +137,7 @@ def test_a_raising_generate_fails_its_cell_through_both_entry_points(
     args = [
         "--engine",
         "fault_engines:Raises",
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,4",
-        "--beam-widths",
-        "1,2",
+        *grid_options(small_dataset, "1,4", "1,2"),
         "--no-cache",
     ]
 
@@ -154,7 +161,7 @@ def test_a_raising_generate_fails_its_cell_through_both_entry_points(
     assert next((tmp_path / "suites").glob("*/report.json")).is_file()
 
 
-def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path):
+def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path) -> None:
     config = RunConfig(
         dataset=str(small_dataset),
         batch_sizes=(1, 8),
@@ -162,7 +169,7 @@ def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path)
         report_dir=tmp_path / "reports",
         no_cache=True,
     )
-    result = run(config, engine=OddOutputs())
+    result = run_here(config, engine=OddOutputs())
     cells = _cells(result)
     assert all(c.error is None for c in result.cells), [c.error for c in result.cells]
     bs8 = cells["bs8-beam1"]
@@ -171,6 +178,7 @@ def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path)
     assert bs8.positions[3].agreement > 0  # the plain string is scored as text
     assert cells["bs8-beam1"].verdict == "fail" and cells["bs1-beam1"].verdict == "pass"
     folder = result.report_dir
+    assert folder is not None
     rows = [
         json.loads(line) for line in (folder / "generations.jsonl").read_text(encoding="utf-8").splitlines()
     ]
@@ -183,7 +191,7 @@ def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path)
     assert json.loads((folder / "report.json").read_text(encoding="utf-8"))["verdict"] == "fail"
 
 
-def test_wrong_number_of_outputs_fails_the_cell_with_a_message(tmp_path: Path, small_dataset: Path):
+def test_wrong_number_of_outputs_fails_the_cell_with_a_message(tmp_path: Path, small_dataset: Path) -> None:
     config = RunConfig(
         dataset=str(small_dataset),
         batch_sizes=(1, 2),
@@ -191,12 +199,12 @@ def test_wrong_number_of_outputs_fails_the_cell_with_a_message(tmp_path: Path, s
         report_dir=tmp_path / "reports",
         no_cache=True,
     )
-    cells = _cells(run(config, engine=WrongCount()))
+    cells = _cells(run_here(config, engine=WrongCount()))
     assert (
         "the engine returned 1 outputs for a batch of 2; generate returns one Generation per "
-        "prompt" in cells["bs2-beam1"].error
+        "prompt" in _error(cells["bs2-beam1"])
     )
-    assert "the engine returned NoneType outputs for a batch of 2" in cells["bs2-beam2"].error
+    assert "the engine returned NoneType outputs for a batch of 2" in _error(cells["bs2-beam2"])
     assert cells["bs1-beam1"].verdict == "pass" and cells["bs1-beam2"].verdict == "pass"
 
 
@@ -207,7 +215,9 @@ def test_wrong_number_of_outputs_fails_the_cell_with_a_message(tmp_path: Path, s
         ([5, 10_000_000, -1, 6], None),  # ids outside the vocabulary are dropped, the rest decoded
     ],
 )
-def test_trtllm_outputs_of_padding_or_outside_the_vocabulary(tmp_path: Path, monkeypatch, ids, text):
+def test_trtllm_outputs_of_padding_or_outside_the_vocabulary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ids: list[int], text: str | None
+) -> None:
     from harness.config import EngineOptions
     from harness.engines.trtllm import TrtllmEngine, cut_generations
     from tests.doubles import trtllm_1_x as double
@@ -225,7 +235,7 @@ def test_trtllm_outputs_of_padding_or_outside_the_vocabulary(tmp_path: Path, mon
 
 
 @pytest.mark.slow  # a `python -m harness run` process, the same
-def test_hung_call_does_not_keep_the_cli_alive(tmp_path: Path, small_dataset: Path):
+def test_hung_call_does_not_keep_the_cli_alive(tmp_path: Path, small_dataset: Path) -> None:
     """`python -m harness run` returns once the report is written, abandoned call or not."""
     t0 = time.perf_counter()
     proc = subprocess.run(
@@ -236,12 +246,7 @@ def test_hung_call_does_not_keep_the_cli_alive(tmp_path: Path, small_dataset: Pa
             "run",
             "--engine",
             "fault_engines:Hangs",
-            "--dataset",
-            str(small_dataset),
-            "--batch-sizes",
-            "1,2",
-            "--beam-widths",
-            "1",
+            *grid_options(small_dataset, "1,2", "1"),
             "--batch-timeout",
             "0.5",
             "--report-dir",

@@ -7,12 +7,14 @@ These run the whole pipeline (generation, scoring, analysis, signatures) on 16 p
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from harness.config import RunConfig
 from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.faults import parse_fault
-from harness.pipeline import run
+from tests.integration.common import EngineFactory, run_here
 
 CASES = [
     # fault, build limits (batch, beam), batch sizes, beam widths, {cell: degraded}, signature
@@ -33,8 +35,15 @@ CASES = [
     "fault, limits, sizes, widths, damaged, signature", CASES, ids=[c[0].split(":")[0] for c in CASES]
 )
 def test_each_fault_fails_exactly_where_it_damages(
-    tmp_path, small_dataset, fault, limits, sizes, widths, damaged, signature
-):
+    tmp_path: Path,
+    small_dataset: Path,
+    fault: str,
+    limits: tuple[int, int],
+    sizes: str,
+    widths: str,
+    damaged: dict[str, list[int]],
+    signature: str | None,
+) -> None:
     spec = None if fault in ("healthy", "overflow") else parse_fault(fault, max_batch_size=8)
     engine = build_engine(
         tmp_path / "engine", build_limits(max_batch_size=limits[0], max_beam_width=limits[1]), fault=spec
@@ -52,7 +61,7 @@ def test_each_fault_fails_exactly_where_it_damages(
             "no_cache": True,
         }
     )
-    result = run(config)
+    result = run_here(config)
     found = {c.id: list(c.degraded_positions) for c in result.cells if c.verdict == "fail"}
     assert found == damaged
     assert all(c.error is None for c in result.cells)
@@ -61,7 +70,9 @@ def test_each_fault_fails_exactly_where_it_damages(
 
 
 @pytest.mark.slow
-def test_sparse_rotation_still_catches_the_incident_at_a_fraction_of_the_cost(tmp_path, engine_factory):
+def test_sparse_rotation_still_catches_the_incident_at_a_fraction_of_the_cost(
+    tmp_path: Path, engine_factory: EngineFactory
+) -> None:
     """--rotation sparse on the bundled 64 prompts: 8 prompts per position, 64 sequences for
     bs8-beam4 instead of 512, and the overflow positions are still found exactly."""
     config = RunConfig.from_options(
@@ -76,7 +87,7 @@ def test_sparse_rotation_still_catches_the_incident_at_a_fraction_of_the_cost(tm
             "no_cache": True,
         }
     )
-    result = run(config)
+    result = run_here(config)
     [cell] = result.cells
     assert cell.degraded_positions == (2, 3, 4, 5, 6, 7)
     assert [s.n for s in cell.positions] == [8] * 8

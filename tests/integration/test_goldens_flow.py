@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import only_report
+from tests.integration.common import EngineFactory, Suites, grid_options
 
 HERE = Path(__file__).resolve().parent
 TOY = {"TOY_BROKEN_FROM": "-1"}
@@ -19,18 +20,15 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-def test_record_use_and_refuse_mismatched_goldens(tmp_path: Path, small_dataset: Path, suites):
+def test_record_use_and_refuse_mismatched_goldens(
+    tmp_path: Path, small_dataset: Path, suites: Suites
+) -> None:
     data = _copy(small_dataset, tmp_path / "news.jsonl")
     goldens = tmp_path / "g"
     common = [
         "--engine",
         "toy_engine:ToyEngine",
-        "--dataset",
-        str(data),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1,2",
+        *grid_options(data, "1,2", "1,2"),
         "--goldens-dir",
         str(goldens),
     ]
@@ -62,19 +60,19 @@ def test_record_use_and_refuse_mismatched_goldens(tmp_path: Path, small_dataset:
 
 
 @pytest.mark.slow  # hf and emulator generations
-def test_goldens_from_another_engine(tmp_path: Path, engine_factory, small_dataset: Path, suites):
+def test_goldens_from_another_engine(
+    tmp_path: Path,
+    engine_factory: EngineFactory,
+    small_dataset: Path,
+    suites: Suites,
+) -> None:
     from harness.engines.emulator.build import BUNDLED_MODEL
 
     goldens = tmp_path / "g"
     proc = suites(
         "--engine",
         str(engine_factory(8, 1)),
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1",
+        *grid_options(small_dataset, "1,2", "1"),
         "--max-new-tokens",
         "24",
         "--update-goldens",

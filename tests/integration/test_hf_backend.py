@@ -7,22 +7,20 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import only_report
+from tests.integration.common import Suites, grid_options
 
 pytestmark = pytest.mark.slow  # the hf backend generates over a 2 x 2 grid
 
 
-def test_hf_model_directory_runs_and_skips_limits(tmp_path: Path, small_dataset: Path, suites):
+def test_hf_model_directory_runs_and_skips_limits(
+    tmp_path: Path, small_dataset: Path, suites: Suites
+) -> None:
     from harness.engines.emulator.build import BUNDLED_MODEL
 
     proc = suites(
         "--engine",
         str(BUNDLED_MODEL),
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1,2",
+        *grid_options(small_dataset, "1,2", "1,2"),
         "--max-new-tokens",
         "24",
         "--report-dir",
@@ -36,7 +34,7 @@ def test_hf_model_directory_runs_and_skips_limits(tmp_path: Path, small_dataset:
     assert all(c["degraded_positions"] == [] for c in report["cells"])
 
 
-def test_bfloat16_drifts_with_the_batch_shape_without_losing_quality(tmp_path: Path):
+def test_bfloat16_drifts_with_the_batch_shape_without_losing_quality(tmp_path: Path) -> None:
     """Real batch-shape drift from real kernels: the bundled model through transformers in
     bfloat16 (as GPUs serve it) gives some different greedy outputs at batch size 8 than at
     batch size 1, at every position alike and with the same quality, and passes; the drift is
@@ -69,12 +67,12 @@ def test_bfloat16_drifts_with_the_batch_shape_without_losing_quality(tmp_path: P
     assert bs8.drift is not None and "not position-dependent" in bs8.drift
 
 
-def test_dtype_is_the_hf_backends_alone():
-    from harness.config import EngineOptions
+def test_dtype_is_the_hf_backends_alone() -> None:
+    from harness.config import Dtype, EngineOptions
     from harness.engines.registry import load_engine
     from harness.errors import EngineError
 
     with pytest.raises(
         EngineError, match="--dtype does not apply to the emulator backend .*read by the hf backend"
     ):
-        load_engine("bundled", None, EngineOptions(dtype="bfloat16"))
+        load_engine("bundled", None, EngineOptions(dtype=Dtype.BFLOAT16))

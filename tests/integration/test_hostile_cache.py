@@ -11,14 +11,20 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeAlias
 
 import pytest
 
 from harness.config import RunConfig
-from harness.pipeline import run
+from harness.model.report import CacheStats
+from harness.stages.run import RunResult
+from tests.integration.common import run_here
 
 MODULE = "hostile_cache_engine"
+Plug: TypeAlias = Callable[[Path], None]  # the plug fixture: use(folder)
 ENGINE = """
 from harness.engines.base import Generation
 
@@ -41,7 +47,7 @@ def _write_engine(folder: Path, word: str) -> Path:
 
 
 @pytest.fixture
-def plug(monkeypatch: pytest.MonkeyPatch):
+def plug(monkeypatch: pytest.MonkeyPatch) -> Iterator[Plug]:
     """use(folder): import the engine module from ``folder`` afresh, as a new process would."""
 
     def use(folder: Path) -> None:
@@ -74,8 +80,8 @@ class Engine:
 
 
 def test_changed_code_in_a_module_the_plugin_imports_is_generated_again(
-    tmp_path, small_dataset, weights, plug
-):
+    tmp_path: Path, small_dataset: Path, weights: Path, plug: Plug
+) -> None:
     """The plug-in's own file is unchanged; the helper module beside it, which decides the
     outputs, changes."""
     code = tmp_path / "plugin"
@@ -92,7 +98,20 @@ def test_changed_code_in_a_module_the_plugin_imports_is_generated_again(
     assert all(o.startswith("three ") for o in _outputs(second))
 
 
-def _run(tmp: Path, name: str, weights: Path, dataset: Path):
+@dataclass(frozen=True)
+class Ran:
+    """What these tests read of a run's result (in this process: rank 0's, all of it)."""
+
+    cache: CacheStats
+    report_dir: Path
+
+
+def _ran(result: RunResult) -> Ran:
+    assert result.cache is not None and result.report_dir is not None
+    return Ran(result.cache, result.report_dir)
+
+
+def _run(tmp: Path, name: str, weights: Path, dataset: Path) -> Ran:
     config = RunConfig.from_options(
         {
             "backend": f"{MODULE}:Engine",
@@ -106,10 +125,10 @@ def _run(tmp: Path, name: str, weights: Path, dataset: Path):
             "cache_dir": str(tmp / "cache"),
         }
     )
-    return run(config)
+    return _ran(run_here(config))
 
 
-def _outputs(result) -> list[str]:
+def _outputs(result: Ran) -> list[str]:
     lines = (result.report_dir / "generations.jsonl").read_text(encoding="utf-8").splitlines()
     return [json.loads(line)["output"] for line in lines]
 
@@ -122,7 +141,9 @@ def weights(tmp_path: Path) -> Path:
     return folder
 
 
-def test_changed_plugin_code_is_generated_again(tmp_path, small_dataset, weights, plug):
+def test_changed_plugin_code_is_generated_again(
+    tmp_path: Path, small_dataset: Path, weights: Path, plug: Plug
+) -> None:
     code = _write_engine(tmp_path / "plugin", "alpha")
     plug(code)
     first = _run(tmp_path, "r1", weights, small_dataset)
@@ -142,7 +163,9 @@ def test_changed_plugin_code_is_generated_again(tmp_path, small_dataset, weights
     assert _outputs(third) == _outputs(second)
 
 
-def test_two_plugins_of_one_label_sharing_a_cache_do_not_mix(tmp_path, small_dataset, weights, plug):
+def test_two_plugins_of_one_label_sharing_a_cache_do_not_mix(
+    tmp_path: Path, small_dataset: Path, weights: Path, plug: Plug
+) -> None:
     """Two checkouts of the same module:Class (a team's build and a colleague's), one cache."""
     ours = _write_engine(tmp_path / "ours", "ours")
     theirs = _write_engine(tmp_path / "theirs", "theirs-too")
@@ -159,10 +182,13 @@ def test_two_plugins_of_one_label_sharing_a_cache_do_not_mix(tmp_path, small_dat
     assert a.cache.folder != b.cache.folder
 
 
-def test_an_entry_edited_by_hand_is_not_used(tmp_path, small_dataset, weights, plug):
+def test_an_entry_edited_by_hand_is_not_used(
+    tmp_path: Path, small_dataset: Path, weights: Path, plug: Plug
+) -> None:
     code = _write_engine(tmp_path / "plugin", "honest")
     plug(code)
     first = _run(tmp_path, "r1", weights, small_dataset)
+    assert first.cache.folder is not None  # the cache is on
     entries = sorted(Path(first.cache.folder).rglob("*.json"))
     assert len(entries) == 32
     for entry in entries[:5]:  # valid JSON, the outputs changed
@@ -185,7 +211,9 @@ def test_an_entry_edited_by_hand_is_not_used(tmp_path, small_dataset, weights, p
     assert third.cache.batches_generated == 0 and third.cache.batches_rejected == 0
 
 
-def test_an_engine_class_without_source_is_not_cached(tmp_path, small_dataset, weights):
+def test_an_engine_class_without_source_is_not_cached(
+    tmp_path: Path, small_dataset: Path, weights: Path
+) -> None:
     """Code that cannot be read cannot key the cache: such an engine is generated every time."""
     import types
 
@@ -213,7 +241,7 @@ def test_an_engine_class_without_source_is_not_cached(tmp_path, small_dataset, w
 
         engine = module.Engine(None)
         engine.info = EngineInfo(backend="in-memory", path=str(weights), identity="in-memory")
-        result = run(config, engine=engine)
+        result = _ran(run_here(config, engine=engine))
     finally:
         del sys.modules[module.__name__]
     assert not result.cache.enabled and "no source file" in result.cache.reason

@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.__main__ import main
-from harness.config import RunConfig
+from harness.config import DecodingSettings, RunConfig
 from harness.engines.base import Generation
-from harness.pipeline import run
 from harness.report.serialize import canonical_hash
+from tests.doubles.openai_server import BehavingServer
+from tests.integration.common import Behaving, first_rows, run_here
 from tests.integration.toy_engine import ToyEngine
 
 KEY = "HARNESS_SIGNING_KEY"
@@ -43,16 +46,15 @@ def _run(tmp: Path, name: str, dataset: Path, engine: object, **options: str) ->
         "goldens_dir": str(tmp / "goldens"),
         **options,
     }
-    result = run(RunConfig.from_options(values), engine=engine)
+    result = run_here(RunConfig.from_options(values), engine=engine)
     assert result.report_dir is not None
     return result.report_dir / "report.json"
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, small_dataset: Path) -> dict[str, Path]:
+def runs(tmp_path_factory: pytest.TempPathFactory, small_dataset: Path) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("runs")
-    twelve = tmp / "twelve.jsonl"
-    twelve.write_text("".join(small_dataset.read_text().splitlines(keepends=True)[:12]))
+    twelve = first_rows(small_dataset, tmp / "twelve.jsonl", 12)
     healthy, broken = ToyEngine(None, broken_from=-1), ToyEngine(None, broken_from=2)
     return {
         "good": _run(tmp, "good", small_dataset, healthy),
@@ -65,16 +67,16 @@ def runs(tmp_path_factory, small_dataset: Path) -> dict[str, Path]:
     }
 
 
-def _compare(old: Path, new: Path, capsys) -> tuple[int, str, str]:
+def _compare(old: Path, new: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     code = main(["compare", str(old), str(new)])
     got = capsys.readouterr()
     return code, got.out, got.err
 
 
-def _forged(good: Path, bad: Path, *, p_values: bool = False) -> dict:
+def _forged(good: Path, bad: Path, *, p_values: bool = False) -> dict[str, Any]:
     """The failing run's report made to pass: verdicts, flags and the figures compare reads
     taken from the passing run (``p_values``: every p set to 1 as well)."""
-    data = json.loads(bad.read_text())
+    data: dict[str, Any] = json.loads(bad.read_text())
     healthy = {c["id"]: c for c in json.loads(good.read_text())["cells"]}
     data["verdict"] = data["signoff"]["verdict"] = "pass"
     for cell in data["cells"]:
@@ -101,14 +103,14 @@ def _forged(good: Path, bad: Path, *, p_values: bool = False) -> dict:
     return data
 
 
-def _write(data: dict, file: Path, *, reseal: bool) -> Path:
+def _write(data: dict[str, Any], file: Path, *, reseal: bool) -> Path:
     if reseal:  # what anyone can do: the documented sha256, recomputed
         data["integrity"]["sha256"] = canonical_hash(data)
     file.write_text(json.dumps(data))
     return file
 
 
-def test_the_genuine_comparison_is_worse(runs, capsys):
+def test_the_genuine_comparison_is_worse(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _compare(runs["good"], runs["bad"], capsys)
     assert code == 1 and "verdict: worse" in out
 
@@ -116,7 +118,9 @@ def test_the_genuine_comparison_is_worse(runs, capsys):
 # --- (a) a broken integrity check fails -------------------------------------------------------
 
 
-def test_a_report_whose_sha256_does_not_match_is_refused(runs, tmp_path, capsys):
+def test_a_report_whose_sha256_does_not_match_is_refused(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     edited = _write(_forged(runs["good"], runs["bad"]), tmp_path / "report.json", reseal=False)
     code, out, err = _compare(runs["good"], edited, capsys)
     assert code == 2, out + err
@@ -129,7 +133,9 @@ def test_a_report_whose_sha256_does_not_match_is_refused(runs, tmp_path, capsys)
 
 
 @pytest.mark.parametrize("p_values", [False, True], ids=["flags", "flags-and-p-values"])
-def test_verdicts_edited_to_pass_with_a_recomputed_sha256_are_refused(runs, tmp_path, capsys, p_values):
+def test_verdicts_edited_to_pass_with_a_recomputed_sha256_are_refused(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], p_values: bool
+) -> None:
     forged = _write(
         _forged(runs["good"], runs["bad"], p_values=p_values), tmp_path / "report.json", reseal=True
     )
@@ -139,7 +145,9 @@ def test_verdicts_edited_to_pass_with_a_recomputed_sha256_are_refused(runs, tmp_
     assert str(forged) in line and "do not follow from its own statistics" in line
 
 
-def test_with_a_signing_key_only_reports_signed_by_it_compare(tmp_path, small_dataset, capsys, monkeypatch):
+def test_with_a_signing_key_only_reports_signed_by_it_compare(
+    tmp_path: Path, small_dataset: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An unkeyed sha256 proves nothing about who wrote a report: a consistent report relabelled
     as another build passes every check of its own. The HMAC of HARNESS_SIGNING_KEY does."""
     monkeypatch.setenv(KEY, "release-team-secret")
@@ -180,14 +188,18 @@ def test_with_a_signing_key_only_reports_signed_by_it_compare(tmp_path, small_da
         ("other-grid", "no cell in common"),
     ],
 )
-def test_runs_of_another_dataset_or_method_are_refused(runs, capsys, other, named):
+def test_runs_of_another_dataset_or_method_are_refused(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str], other: str, named: str
+) -> None:
     code, out, err = _compare(runs["good"], runs[other], capsys)
     assert code == 2, out + err
     [line] = err.strip().splitlines()
     assert named in line and "verdict:" not in out
 
 
-def test_another_engine_build_on_the_same_test_is_compared_and_named(runs, capsys):
+def test_another_engine_build_on_the_same_test_is_compared_and_named(
+    runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, err = _compare(runs["good"], runs["other-build"], capsys)
     assert code == 0, out + err
     assert "engine: OLD tests.integration.toy_engine:ToyEngine" in out
@@ -203,7 +215,7 @@ class Returns:
     def __init__(self, value: object) -> None:
         self.value = value
 
-    def generate(self, prompts, settings):
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[object]:
         return [self.value for _ in prompts]
 
 
@@ -212,7 +224,9 @@ class Returns:
     ["", "   ", "... !!", "\u200b", b"bytes", 42, Generation(text="")],
     ids=["empty", "blank", "punctuation", "zero-width", "bytes", "int", "empty-generation"],
 )
-def test_an_engine_that_returns_no_text_passes_no_cell(tmp_path, small_dataset, value):
+def test_an_engine_that_returns_no_text_passes_no_cell(
+    tmp_path: Path, small_dataset: Path, value: object
+) -> None:
     report = json.loads(_run(tmp_path, "r", small_dataset, Returns(value)).read_text())
     assert report["verdict"] == "fail"
     for cell in report["cells"]:
@@ -223,13 +237,13 @@ def test_an_engine_that_returns_no_text_passes_no_cell(tmp_path, small_dataset, 
 class SilentAt:
     """Real text, but nothing at one batch position of the bigger batches."""
 
-    def generate(self, prompts, settings):
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[str]:
         return [
             "" if len(prompts) > 1 and i == 3 else " ".join(p.split()[:12]) for i, p in enumerate(prompts)
         ]
 
 
-def test_no_text_at_one_position_fails_that_cell(tmp_path, small_dataset):
+def test_no_text_at_one_position_fails_that_cell(tmp_path: Path, small_dataset: Path) -> None:
     report = json.loads(_run(tmp_path, "r", small_dataset, SilentAt()).read_text())
     cells = {c["id"]: c for c in report["cells"]}
     assert cells["bs1-beam1"]["verdict"] == "pass"
@@ -244,7 +258,7 @@ def test_no_text_at_one_position_fails_that_cell(tmp_path, small_dataset):
 # --- (e) token counts a server could not have generated ----------------------------------------
 
 
-def test_token_counts_above_max_tokens_are_no_evidence_of_a_batch():
+def test_token_counts_above_max_tokens_are_no_evidence_of_a_batch() -> None:
     from harness.engines.base import RequestTiming
     from harness.engines.batching import ONE_AFTER_ANOTHER, UNTRUSTED, cell_notice, judge_batch
 
@@ -269,7 +283,7 @@ def test_token_counts_above_max_tokens_are_no_evidence_of_a_batch():
 
 
 @pytest.fixture
-def forging(behaving):
+def forging(behaving: Behaving) -> BehavingServer:
     """A server that runs one request at a time and claims a million tokens for every answer
     that had to wait for the one before (what made it look as if it ran them together)."""
     from tests.doubles.openai_server import _Handler
@@ -291,9 +305,10 @@ def forging(behaving):
     return server
 
 
-def test_a_server_claiming_a_million_tokens_does_not_pass_as_batched(tmp_path, small_dataset, forging):
-    eight = tmp_path / "eight.jsonl"
-    eight.write_text("".join(small_dataset.read_text().splitlines(keepends=True)[:8]))
+def test_a_server_claiming_a_million_tokens_does_not_pass_as_batched(
+    tmp_path: Path, small_dataset: Path, forging: BehavingServer
+) -> None:
+    eight = first_rows(small_dataset, tmp_path / "eight.jsonl", 8)
     values = {
         "engine": forging.url,
         "dataset": str(eight),
@@ -303,7 +318,7 @@ def test_a_server_claiming_a_million_tokens_does_not_pass_as_batched(tmp_path, s
         "report_dir": str(tmp_path / "r"),
         "goldens_dir": str(tmp_path / "goldens"),
     }
-    result = run(RunConfig.from_options(values))
+    result = run_here(RunConfig.from_options(values))
     cells = {c.id: c for c in result.cells}
     assert cells["bs4-beam1"].verdict == "untested", cells["bs4-beam1"].message
     assert "usage.completion_tokens 1000000 for one answer, above its max_tokens 8" in (

@@ -12,8 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from harness.errors import StorageError
-from tests.conftest import only_report
+from tests.conftest import SuitesRun, only_report
+from tests.integration.common import Suites, grid_options
 
 HERE = Path(__file__).resolve().parent
 TOY = {"TOY_BROKEN_FROM": "-1"}
@@ -24,12 +27,7 @@ def _common(data: Path, goldens: Path, reports: Path) -> list[str]:
     return [
         "--engine",
         "toy_engine:ToyEngine",
-        "--dataset",
-        str(data),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1",
+        *grid_options(data, "1,2", "1"),
         "--goldens-dir",
         str(goldens),
         "--report-dir",
@@ -59,7 +57,7 @@ def _refusal(call: Callable[[], Any]) -> str:
     return ""
 
 
-def _refused(proc, link: Path) -> None:
+def _refused(proc: SuitesRun, link: Path) -> None:
     assert proc.returncode == 4, proc.stdout[-2000:]
     err = proc.stdout + proc.stderr
     assert f"{link}: a symbolic link (to " in err and "replace the link with a real folder" in err
@@ -67,8 +65,8 @@ def _refused(proc, link: Path) -> None:
 
 
 def test_a_plain_run_deletes_nothing_through_a_linked_identity_folder(
-    tmp_path: Path, small_dataset: Path, suites
-):
+    tmp_path: Path, small_dataset: Path, suites: Suites
+) -> None:
     """The clean-up of temporary files went through ``goldens/*/.*`` and followed the link."""
     victim = tmp_path / "elsewhere"
     victim.mkdir()
@@ -83,8 +81,8 @@ def test_a_plain_run_deletes_nothing_through_a_linked_identity_folder(
 
 
 def test_update_goldens_writes_nothing_through_a_linked_identity_folder(
-    tmp_path: Path, small_dataset: Path, suites
-):
+    tmp_path: Path, small_dataset: Path, suites: Suites
+) -> None:
     data = _news(small_dataset, tmp_path / "data")
     goldens = tmp_path / "goldens"
     rec = suites(*_common(data, goldens, tmp_path / "r1"), "--update-goldens", env=TOY, path=[HERE])
@@ -112,7 +110,7 @@ def test_update_goldens_writes_nothing_through_a_linked_identity_folder(
     assert _files(victim) == before
 
 
-def test_a_linked_lock_file_keeps_its_target(tmp_path: Path, small_dataset: Path, suites):
+def test_a_linked_lock_file_keeps_its_target(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     """The lock was opened without O_NOFOLLOW and truncated to the pid."""
     precious = tmp_path / "precious.txt"
     precious.write_text("keep me\n")
@@ -126,7 +124,7 @@ def test_a_linked_lock_file_keeps_its_target(tmp_path: Path, small_dataset: Path
     assert [p.name for p in goldens.iterdir()] == [".lock"]  # and no goldens written
 
 
-def test_the_goldens_store_locks_nothing_through_a_link(tmp_path: Path):
+def test_the_goldens_store_locks_nothing_through_a_link(tmp_path: Path) -> None:
     from harness.storage.goldens import JOURNAL_FILE, GoldensStore
 
     precious = tmp_path / "precious.txt"
@@ -146,7 +144,9 @@ def test_the_goldens_store_locks_nothing_through_a_link(tmp_path: Path):
     assert ".commit.json: a symbolic link" in refused
 
 
-def test_a_link_inside_the_cache_stops_the_cache_not_the_run(tmp_path: Path, capsys):
+def test_a_link_inside_the_cache_stops_the_cache_not_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Another user's link in a shared cache: the lock's target kept its content (it was
     truncated to the pid), a batch was not written into the linked folder."""
     from harness.config import DecodingSettings
@@ -177,7 +177,7 @@ def test_a_link_inside_the_cache_stops_the_cache_not_the_run(tmp_path: Path, cap
     assert capsys.readouterr().err.count("warning: generation cache:") == 1
 
 
-def test_generations_jsonl_is_never_appended_through_a_link(tmp_path: Path):
+def test_generations_jsonl_is_never_appended_through_a_link(tmp_path: Path) -> None:
     """The run folder is new, but a link planted in it before the log opens was appended to."""
     from harness.storage.generations import CellTexts, GenerationsLog
 
@@ -197,7 +197,7 @@ def test_generations_jsonl_is_never_appended_through_a_link(tmp_path: Path):
     assert "generations.jsonl: a symbolic link" in refused
 
 
-def test_report_files_are_never_written_through_a_linked_folder(tmp_path: Path):
+def test_report_files_are_never_written_through_a_linked_folder(tmp_path: Path) -> None:
     """A merge --output or run folder is checked from the folder down, the file's folder too."""
     from harness.storage.atomic import atomic_write_text
 
@@ -211,7 +211,7 @@ def test_report_files_are_never_written_through_a_linked_folder(tmp_path: Path):
     assert "sub: a symbolic link" in refused
 
 
-def test_folders_the_user_names_may_be_links(tmp_path: Path, small_dataset: Path, suites):
+def test_folders_the_user_names_may_be_links(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     """--report-dir and --goldens-dir themselves are the user's choice: a link there is
     followed (only what lies below them must be real)."""
     real_reports, real_goldens = tmp_path / "real-reports", tmp_path / "real-goldens"
@@ -228,8 +228,8 @@ def test_folders_the_user_names_may_be_links(tmp_path: Path, small_dataset: Path
 
 
 def test_datasets_whose_names_shared_a_file_keep_separate_goldens(
-    tmp_path: Path, small_dataset: Path, suites
-):
+    tmp_path: Path, small_dataset: Path, suites: Suites
+) -> None:
     """`news a.jsonl` and `news-a.jsonl` were both stored as news-a-beam1.json: recording the
     second replaced the first's goldens, whose next run then failed blaming a changed dataset."""
     spaced = _news(small_dataset, tmp_path / "data", "news a.jsonl")

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any, TypeAlias
 
 import pytest
 
 import harness.__main__ as cli
+from tests.integration.common import Suites, first_rows
 
 ENV_KEY = "sk-envkey-4f7a1c9e2b6d8a3f0c5e"  # given in OPENAI_API_KEY
 OTHER_KEY = "gw-7c1e9a4b2d6f8e0a3c5b-key"  # given in a variable named by --api-key-env
@@ -54,13 +56,16 @@ class Hostile(ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}/v1"
 
 
+StartHostile: TypeAlias = Callable[..., Hostile]  # the hostile fixture: start(**keywords) -> a server
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: Hostile
 
     def log_message(self, *args: object) -> None:
         pass
 
-    def _answer(self, status: int, payload: dict) -> None:
+    def _answer(self, status: int, payload: dict[str, object]) -> None:
         data = json.dumps(payload, ensure_ascii=False).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -91,10 +96,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def hostile() -> Iterator:
+def hostile() -> Iterator[StartHostile]:
     servers: list[Hostile] = []
 
-    def start(**kwargs) -> Hostile:
+    def start(**kwargs: Any) -> Hostile:  # Hostile's keywords
         server = Hostile(**kwargs)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
@@ -107,10 +112,13 @@ def hostile() -> Iterator:
 
 
 @pytest.fixture(scope="module")
-def four(small_dataset: Path, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("data") / "four.jsonl"
-    path.write_text("".join(small_dataset.read_text().splitlines(keepends=True)[:4]))
-    return path
+def four(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return first_rows(small_dataset, tmp_path_factory.mktemp("data") / "four.jsonl", 4)
+
+
+def _options(engine: str, dataset: Path, *more: str) -> list[str]:
+    """What every run here is given: the engine, the dataset, FAST, then ``more``."""
+    return ["--engine", engine, "--dataset", str(dataset), *FAST, *more]
 
 
 def _address(server: Hostile) -> str:
@@ -138,20 +146,21 @@ def _assert_clean(texts: dict[str, str]) -> None:
 # --- class 2 and 7 through `pytest suites/` ----------------------------------------------------
 
 
-def test_a_server_echoing_the_key_leaks_nothing_into_files_or_the_terminal(tmp_path, hostile, four, suites):
+def test_a_server_echoing_the_key_leaks_nothing_into_files_or_the_terminal(
+    tmp_path: Path, hostile: StartHostile, four: Path, suites: Suites
+) -> None:
     server = hostile(completions_status=500)
     reports = tmp_path / "reports"
     proc = suites(
-        "--engine",
-        _address(server),
-        "--dataset",
-        str(four),
-        *FAST,
-        "--report-dir",
-        str(reports),
-        "--junitxml",
-        str(reports / "junit.xml"),
-        "-v",
+        *_options(
+            _address(server),
+            four,
+            "--report-dir",
+            str(reports),
+            "--junitxml",
+            str(reports / "junit.xml"),
+            "-v",
+        ),
         env={"OPENAI_API_KEY": ENV_KEY},
     )
     assert proc.returncode == 1, proc.stdout[-3000:]
@@ -178,38 +187,34 @@ def test_a_server_echoing_the_key_leaks_nothing_into_files_or_the_terminal(tmp_p
     assert "verdict: fail" in proc.stdout
 
 
-def test_a_server_refusing_the_key_at_load_is_one_clean_line(tmp_path, hostile, four, suites):
+def test_a_server_refusing_the_key_at_load_is_one_clean_line(
+    tmp_path: Path, hostile: StartHostile, four: Path, suites: Suites
+) -> None:
     server = hostile(models_status=401)
     proc = suites(
-        "--engine",
-        _address(server),
-        "--dataset",
-        str(four),
-        *FAST,
-        "--report-dir",
-        str(tmp_path),
-        env={"OPENAI_API_KEY": ENV_KEY},
+        *_options(_address(server), four, "--report-dir", str(tmp_path)), env={"OPENAI_API_KEY": ENV_KEY}
     )
     assert proc.returncode == 4
     assert "answered HTTP 401" in proc.stderr and "Traceback" not in proc.stdout + proc.stderr
     _assert_clean({"stdout": proc.stdout, "stderr": proc.stderr})
 
 
-def test_api_key_env_names_the_variable_and_only_its_name_is_recorded(tmp_path, hostile, four, suites):
+def test_api_key_env_names_the_variable_and_only_its_name_is_recorded(
+    tmp_path: Path, hostile: StartHostile, four: Path, suites: Suites
+) -> None:
     server = hostile(completions_status=401)
     field = "plain-field-value"  # a field under a secret's name is one, whatever it looks like
     proc = suites(
-        "--engine",
-        server.url,
-        "--dataset",
-        str(four),
-        *FAST,
-        "--api-key-env",
-        "GATEWAY_KEY",
-        "--request-field",
-        f"x_api_key={field}",
-        "--report-dir",
-        str(tmp_path),
+        *_options(
+            server.url,
+            four,
+            "--api-key-env",
+            "GATEWAY_KEY",
+            "--request-field",
+            f"x_api_key={field}",
+            "--report-dir",
+            str(tmp_path),
+        ),
         env={"GATEWAY_KEY": OTHER_KEY, "OPENAI_API_KEY": ENV_KEY},
     )
     assert proc.returncode == 1, proc.stdout[-3000:]
@@ -223,18 +228,12 @@ def test_api_key_env_names_the_variable_and_only_its_name_is_recorded(tmp_path, 
     assert report["engine"]["details"]["key_from"] == "GATEWAY_KEY"
 
 
-def test_api_key_env_unset_or_given_the_key_is_one_line_that_never_shows_it(tmp_path, hostile, four, suites):
+def test_api_key_env_unset_or_given_the_key_is_one_line_that_never_shows_it(
+    tmp_path: Path, hostile: StartHostile, four: Path, suites: Suites
+) -> None:
     server = hostile()
     proc = suites(
-        "--engine",
-        server.url,
-        "--dataset",
-        str(four),
-        *FAST,
-        "--api-key-env",
-        "NOT_SET_ANYWHERE_42",
-        "--report-dir",
-        str(tmp_path),
+        *_options(server.url, four, "--api-key-env", "NOT_SET_ANYWHERE_42", "--report-dir", str(tmp_path))
     )
     assert proc.returncode == 4
     [line] = [x for x in proc.stderr.splitlines() if x.strip()]
@@ -248,7 +247,9 @@ def test_api_key_env_unset_or_given_the_key_is_one_line_that_never_shows_it(tmp_
     assert OTHER_KEY not in given_the_key.stdout + given_the_key.stderr
 
 
-def test_escapes_from_a_server_and_a_dataset_are_shown_not_performed(tmp_path, hostile, four, suites):
+def test_escapes_from_a_server_and_a_dataset_are_shown_not_performed(
+    tmp_path: Path, hostile: StartHostile, four: Path, suites: Suites
+) -> None:
     """Class 7 alone: no key anywhere; the server's body and the dataset's ids carry escapes,
     a carriage return, a bidi override and markup."""
     rows = [json.loads(line) for line in four.read_text().splitlines()]
@@ -258,7 +259,7 @@ def test_escapes_from_a_server_and_a_dataset_are_shown_not_performed(tmp_path, h
     )
     server = hostile(completions_status=500)
     reports = tmp_path / "reports"
-    proc = suites("--engine", server.url, "--dataset", str(data), *FAST, "--report-dir", str(reports), "-v")
+    proc = suites(*_options(server.url, data, "--report-dir", str(reports), "-v"))
     assert proc.returncode == 1, proc.stdout[-3000:]
     files = _files(reports)
     html = next(text for name, text in files.items() if name.endswith("report.html"))
@@ -275,13 +276,15 @@ def test_escapes_from_a_server_and_a_dataset_are_shown_not_performed(tmp_path, h
 
 
 def test_the_cli_prints_nothing_secret_and_no_escape(
-    tmp_path, hostile, four, monkeypatch, capsys: pytest.CaptureFixture[str]
-):
+    tmp_path: Path,
+    hostile: StartHostile,
+    four: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
     server = hostile(completions_status=500, model=f"m{FORGED}{BIDI}")  # a hostile model id too
-    code = cli.main(
-        ["run", "--engine", _address(server), "--dataset", str(four), *FAST, "--report-dir", str(tmp_path)]
-    )
+    code = cli.main(["run", *_options(_address(server), four, "--report-dir", str(tmp_path))])
     out, err = capsys.readouterr()
     assert code == 1, out + err
     assert set(server.authorizations) == {f"Bearer {ENV_KEY}"}
@@ -293,18 +296,7 @@ def test_the_cli_prints_nothing_secret_and_no_escape(
     assert out.rstrip().splitlines()[-1].startswith("verdict: fail")
 
     refusing = hostile(models_status=401)
-    code = cli.main(
-        [
-            "run",
-            "--engine",
-            _address(refusing),
-            "--dataset",
-            str(four),
-            *FAST,
-            "--report-dir",
-            str(tmp_path / "refused"),
-        ]
-    )
+    code = cli.main(["run", *_options(_address(refusing), four, "--report-dir", str(tmp_path / "refused"))])
     out, err = capsys.readouterr()
     assert code == 2
     [line] = [x for x in err.splitlines() if x.strip()]
@@ -315,7 +307,7 @@ def test_the_cli_prints_nothing_secret_and_no_escape(
 # --- the gate itself -------------------------------------------------------------------------
 
 
-def test_every_query_value_and_userinfo_is_a_secret():
+def test_every_query_value_and_userinfo_is_a_secret() -> None:
     from harness.redact import redact, redact_url, remember_url
 
     url = "http://user:hunter22@h:1/v1?tenant=globex-corp&v=2&region=eu"
@@ -331,7 +323,7 @@ def test_every_query_value_and_userinfo_is_a_secret():
     assert redact("the Bearer tokens and task-force sk-learn") == "the Bearer tokens and task-force sk-learn"
 
 
-def test_control_characters_are_shown_escaped_everywhere_a_string_goes():
+def test_control_characters_are_shown_escaped_everywhere_a_string_goes() -> None:
     from harness.outside import clean, cleaned
 
     hostile = f"a{FORGED}\x9b31m\u2066b\u2069\x00\tc\nd"
@@ -342,7 +334,7 @@ def test_control_characters_are_shown_escaped_everywhere_a_string_goes():
     assert cleaned(nested) is not nested and cleaned({"a": "b"}) == {"a": "b"}
 
 
-def test_goldens_keep_no_secret_and_still_match_their_run(tmp_path: Path):
+def test_goldens_keep_no_secret_and_still_match_their_run(tmp_path: Path) -> None:
     """Goldens are a file too: their texts and settings are stored redacted, and a run with the
     same settings still finds them (the settings are compared redacted the same way)."""
     from harness.config import DecodingSettings
@@ -369,4 +361,5 @@ def test_goldens_keep_no_secret_and_still_match_their_run(tmp_path: Path):
     )
     text = path.read_text(encoding="utf-8")
     assert OTHER_KEY not in text and "plain-field-value" not in text
-    assert store.load(ident, ds, settings).outputs == {"d0": "the key is REDACTED", "d1": "y"}
+    loaded = store.load(ident, ds, settings)
+    assert loaded is not None and loaded.outputs == {"d0": "the key is REDACTED", "d1": "y"}

@@ -15,26 +15,30 @@ import http.client
 import json
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 
 from harness.config import DecodingSettings
 from harness.engines.base import EngineInfo, Generation
 from harness.tools.serve import CompletionServer, make_server
+from tests.integration.common import EngineFactory
 
 WINDOW_MS = 400  # long enough for two clients sent together to meet in one batch
+Answer = tuple[int, dict[str, Any]]  # a response's status and its JSON body
 
 
-def _start(engine, max_batch_size: int = 8) -> CompletionServer:  # noqa: ANN001
+def _start(engine: object, max_batch_size: int = 8) -> CompletionServer:
     srv = make_server(engine, model_name="m", max_batch_size=max_batch_size, window_ms=WINDOW_MS)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
 
 
-def _post(srv: CompletionServer, body: dict) -> tuple[int, dict]:
+def _post(srv: CompletionServer, body: dict[str, object]) -> Answer:
     """One request (json.dumps writes a lone surrogate as its \\ud800 escape, as a client does)."""
     data = json.dumps(body).encode("ascii")
-    conn = http.client.HTTPConnection(*srv.server_address[:2], timeout=120)
+    host, port = srv.server_address[:2]
+    conn = http.client.HTTPConnection(str(host), port, timeout=120)
     try:
         conn.request(
             "POST",
@@ -48,9 +52,9 @@ def _post(srv: CompletionServer, body: dict) -> tuple[int, dict]:
         conn.close()
 
 
-def _together(srv: CompletionServer, bodies: Sequence[dict]) -> list[tuple[int, dict] | BaseException]:
+def _together(srv: CompletionServer, bodies: Sequence[dict[str, object]]) -> list[Answer | BaseException]:
     """The requests sent at once, each by a client of its own; their answers, in order."""
-    answers: list[tuple[int, dict] | BaseException] = [RuntimeError("no answer")] * len(bodies)
+    answers: list[Answer | BaseException] = [RuntimeError("no answer")] * len(bodies)
     start = threading.Barrier(len(bodies))
 
     def client(i: int) -> None:
@@ -68,8 +72,24 @@ def _together(srv: CompletionServer, bodies: Sequence[dict]) -> list[tuple[int, 
     return answers
 
 
+def _answered(answers: list[Answer | BaseException]) -> list[Answer]:
+    """The answers, every client having had one (no dropped connection)."""
+    assert not any(isinstance(a, BaseException) for a in answers), answers
+    return [a for a in answers if not isinstance(a, BaseException)]
+
+
+def _served(engine: object, bodies: Sequence[dict[str, object]]) -> list[Answer | BaseException]:
+    """The requests sent at once to a server of ``engine`` of their own, stopped after."""
+    srv = _start(engine)
+    try:
+        return _together(srv, bodies)
+    finally:
+        srv.shutdown()
+        srv.close()
+
+
 @pytest.fixture
-def emulator(engine_factory) -> Iterator[CompletionServer]:
+def emulator(engine_factory: EngineFactory) -> Iterator[CompletionServer]:
     from harness.engines.registry import load_engine
 
     srv = _start(load_engine(str(engine_factory(8, 1))))
@@ -86,10 +106,10 @@ def _good_prompt() -> str:
     return DEFAULT_PROMPT_TEMPLATE.format(text=load_dataset(None).documents[0].text)
 
 
-def test_a_lone_surrogate_is_its_own_400_and_the_other_client_is_served(emulator):
-    bad = {"prompt": "Summarize: the council \ud800 met", "max_tokens": 8}
-    good = {"prompt": _good_prompt(), "max_tokens": 8}
-    [(bad_status, bad_body), (good_status, good_body)] = _together(emulator, [bad, good])
+def test_a_lone_surrogate_is_its_own_400_and_the_other_client_is_served(emulator: CompletionServer) -> None:
+    bad: dict[str, object] = {"prompt": "Summarize: the council \ud800 met", "max_tokens": 8}
+    good: dict[str, object] = {"prompt": _good_prompt(), "max_tokens": 8}
+    [(bad_status, bad_body), (good_status, good_body)] = _answered(_together(emulator, [bad, good]))
     assert bad_status == 400, bad_body
     assert bad_body["error"]["message"] == (
         "prompt is not valid text: a lone surrogate '\\ud800' at character 23 (a \\uD800-\\uDFFF "
@@ -129,17 +149,12 @@ class Picky:
         return [Generation(text=p.upper(), token_ids=(1,)) for p in prompts]
 
 
-def test_a_prompt_the_tokenizer_cannot_read_is_its_own_400():
+def test_a_prompt_the_tokenizer_cannot_read_is_its_own_400() -> None:
     engine = Picky()
-    srv = _start(engine)
-    try:
-        answers = _together(
-            srv, [{"prompt": "a snowman \u2603 here"}, {"prompt": "plain words"}, {"prompt": "more words"}]
-        )
-    finally:
-        srv.shutdown()
-        srv.close()
-    (bad_status, bad), (s1, one), (s2, two) = answers
+    answers = _served(
+        engine, [{"prompt": "a snowman \u2603 here"}, {"prompt": "plain words"}, {"prompt": "more words"}]
+    )
+    (bad_status, bad), (s1, one), (s2, two) = _answered(answers)
     assert bad_status == 400, bad
     assert bad["error"]["message"] == (
         "the engine's tokenizer cannot read the prompt (ValueError: no token for '\u2603')"
@@ -165,15 +180,9 @@ class Undecodable:
         ]
 
 
-def test_an_output_that_cannot_be_encoded_is_answered_with_a_replacement():
-    srv = _start(Undecodable())
-    try:
-        answers = _together(srv, [{"prompt": "odd one"}, {"prompt": "fine one"}])
-    finally:
-        srv.shutdown()
-        srv.close()
-    assert not any(isinstance(a, BaseException) for a in answers), answers
-    (odd_status, odd), (fine_status, fine) = answers  # type: ignore[misc]
+def test_an_output_that_cannot_be_encoded_is_answered_with_a_replacement() -> None:
+    answers = _served(Undecodable(), [{"prompt": "odd one"}, {"prompt": "fine one"}])
+    (odd_status, odd), (fine_status, fine) = _answered(answers)
     assert (odd_status, odd["choices"][0]["text"]) == (200, "broken ? end")
     assert (fine_status, fine["choices"][0]["text"]) == (200, "FINE ONE")
     assert odd["harness_batch"]["size"] == fine["harness_batch"]["size"] == 2
@@ -190,15 +199,9 @@ class NotText(Undecodable):
         ]
 
 
-def test_an_output_json_cannot_hold_is_its_own_500():
-    srv = _start(NotText())
-    try:
-        answers = _together(srv, [{"prompt": "raw one"}, {"prompt": "fine one"}])
-    finally:
-        srv.shutdown()
-        srv.close()
-    assert not any(isinstance(a, BaseException) for a in answers), answers
-    (raw_status, raw), (fine_status, fine) = answers  # type: ignore[misc]
+def test_an_output_json_cannot_hold_is_its_own_500() -> None:
+    answers = _served(NotText(), [{"prompt": "raw one"}, {"prompt": "fine one"}])
+    (raw_status, raw), (fine_status, fine) = _answered(answers)
     assert raw_status == 500
     assert raw["error"]["message"] == (
         "the answer cannot be sent as JSON (TypeError: Object of type bytes is not JSON serializable)"

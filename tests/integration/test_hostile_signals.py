@@ -6,46 +6,19 @@ traceback; before, the process died where it stood with no word."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
-from tests.conftest import REPO, user_env
-from tests.integration.test_interrupt import _command
+from tests.integration.test_interrupt import _command, _resumes, _slowed_env, _stop
 
-HERE = Path(__file__).resolve().parent
-
-
-def _default_signals() -> None:
-    """The signals' default actions in the child, whatever this test inherited (a shell's
-    background job ignores SIGINT, nohup ignores SIGHUP)."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-
-
-def _stop(cmd: list[str], tmp: Path, env: dict[str, str], sig: int) -> subprocess.CompletedProcess:
-    """Start, wait until the cache holds a few batches, then send ``sig``."""
-    proc = subprocess.Popen(
-        cmd,
-        cwd=tmp,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_default_signals,
-    )
-    deadline = time.monotonic() + 600
-    while len(list((tmp / "cache").rglob("*.json"))) < 3 and proc.poll() is None:
-        assert time.monotonic() < deadline, "no batch reached the cache"
-        time.sleep(0.1)
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=600)
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+# the signals' default actions in the child, whatever this test inherited (a shell's
+# background job ignores SIGINT, nohup ignores SIGHUP)
+DEFAULTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @pytest.mark.slow  # a process per case, slowed to be stopped in the middle
@@ -56,13 +29,9 @@ def _stop(cmd: list[str], tmp: Path, env: dict[str, str], sig: int) -> subproces
 )
 def test_sigterm_and_sighup_say_what_was_kept(
     kind: str, sig: signal.Signals, tmp_path: Path, small_dataset: Path
-):
-    env = {
-        **user_env(),
-        "FAULT_SLEEP": "0.5",
-        "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")]),
-    }
-    done = _stop(_command(kind, tmp_path, small_dataset), tmp_path, env, sig)
+) -> None:
+    env = _slowed_env()
+    done = _stop(_command(kind, tmp_path, small_dataset), tmp_path, env, sig, DEFAULTS)
     text = done.stdout + done.stderr
     assert done.returncode == 128 + sig, text  # 143 for SIGTERM, 129 for SIGHUP
     assert "Traceback" not in text and "KeyboardInterrupt" not in text and "Stopped" not in text
@@ -78,26 +47,15 @@ def test_sigterm_and_sighup_say_what_was_kept(
     assert len(list((tmp_path / "cache").rglob("*.json"))) >= 3
 
     if kind == "run" and sig == signal.SIGTERM:  # the rerun resumes from the cache
-        env["FAULT_SLEEP"] = "0"
-        again = subprocess.run(
-            _command(kind, tmp_path, small_dataset),
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert again.returncode == 0, again.stdout + again.stderr
-        [report] = (tmp_path / "reports").glob("*/report.json")
-        assert json.loads(report.read_text())["cache"]["batches_from_cache"] >= 3
+        _resumes(kind, tmp_path, small_dataset, env)
 
 
-def test_stop_signals_restores_the_handlers_before_it():
+def test_stop_signals_restores_the_handlers_before_it() -> None:
     """The handlers are the run's only while it runs; a signal ignored at start stays ignored."""
     from harness.errors import Stopped
     from harness.stop_signals import stop_signals
 
-    def mine(signum, frame):  # noqa: ANN001
+    def mine(signum: int, frame: FrameType | None) -> None:
         raise AssertionError("not while stop_signals is active")
 
     before_term = signal.signal(signal.SIGTERM, mine)

@@ -18,6 +18,7 @@ import pytest
 
 from harness.model.vocab import CheckStatus, Verdict
 from tests.conftest import only_report, run_suites
+from tests.integration.common import Suites, grid_options
 
 HERE = Path(__file__).resolve().parent
 ECHO = ("--engine", "fault_engines:Echo")  # a healthy engine with no model: nothing to load
@@ -26,12 +27,7 @@ ECHO = ("--engine", "fault_engines:Echo")  # a healthy engine with no model: not
 def _grid(tmp_path: Path, dataset: Path) -> list[str]:
     return [
         *ECHO,
-        "--dataset",
-        str(dataset),
-        "--batch-sizes",
-        "1,2,4",
-        "--beam-widths",
-        "1",
+        *grid_options(dataset, "1,2,4", "1"),
         "--report-dir",
         str(tmp_path / "reports"),
         "--no-cache",
@@ -39,7 +35,9 @@ def _grid(tmp_path: Path, dataset: Path) -> list[str]:
 
 
 @pytest.mark.slow  # three processes (the session and two workers)
-def test_xdist_is_refused_in_one_line_before_anything_is_generated(tmp_path: Path, small_dataset: Path):
+def test_xdist_is_refused_in_one_line_before_anything_is_generated(
+    tmp_path: Path, small_dataset: Path
+) -> None:
     proc = run_suites("-n", "2", *_grid(tmp_path, small_dataset), cwd=tmp_path, env={"PYTHONPATH": str(HERE)})
     text = proc.stdout + proc.stderr
     assert proc.returncode == 4, text
@@ -54,7 +52,7 @@ def test_xdist_is_refused_in_one_line_before_anything_is_generated(tmp_path: Pat
     assert not (tmp_path / "reports").exists() or not any((tmp_path / "reports").iterdir())
 
 
-def test_user_properties_hold_plain_values_only(tmp_path: Path, small_dataset: Path, suites):
+def test_user_properties_hold_plain_values_only(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     """What every harness test records for --junitxml, as a pytest plugin of the session sees
     it: exactly str, int, float or bool (an enum, a Path are not: xdist cannot send them)."""
     probe = tmp_path / "props_probe.py"
@@ -76,7 +74,7 @@ def test_user_properties_hold_plain_values_only(tmp_path: Path, small_dataset: P
     assert {kind for _, kind in recorded} <= {"str", "int", "float", "bool"}, recorded
 
 
-def test_plain_turns_enums_and_objects_into_plain_values():
+def test_plain_turns_enums_and_objects_into_plain_values() -> None:
     from harness.plugin import plain
 
     assert plain(Verdict.PASS) == "pass" and type(plain(Verdict.PASS)) is str
@@ -86,8 +84,8 @@ def test_plain_turns_enums_and_objects_into_plain_values():
 
 
 def test_a_selection_says_what_it_tests_and_what_is_still_generated(
-    tmp_path: Path, small_dataset: Path, suites
-):
+    tmp_path: Path, small_dataset: Path, suites: Suites
+) -> None:
     proc = suites("-k", "bs2", *_grid(tmp_path, small_dataset), path=[HERE])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.startswith("selection (")]
@@ -106,8 +104,8 @@ def test_a_selection_says_what_it_tests_and_what_is_still_generated(
 
 
 def test_a_selection_without_positions_tests_says_nothing_is_generated(
-    tmp_path: Path, small_dataset: Path, suites
-):
+    tmp_path: Path, small_dataset: Path, suites: Suites
+) -> None:
     proc = suites("-q", "-k", "limits and bs4", *_grid(tmp_path, small_dataset), path=[HERE])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (

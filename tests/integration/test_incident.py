@@ -7,18 +7,23 @@ for the module); the single-cell runs in this process.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.__main__ import main
 from tests.conftest import SUITES, only_report, run_suites
+from tests.integration.common import EngineFactory, Suites, grid_options
 
 FAST = ("--max-new-tokens", "32")
 
 
 @pytest.fixture(scope="module")
-def incident_grid(tmp_path_factory, engine_factory, small_dataset):
+def incident_grid(
+    tmp_path_factory: pytest.TempPathFactory, engine_factory: EngineFactory, small_dataset: Path
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     """The broken engine (8 x 1 beam slots) over the default grid."""
     out = tmp_path_factory.mktemp("grid")
     proc = run_suites(
@@ -36,7 +41,9 @@ def incident_grid(tmp_path_factory, engine_factory, small_dataset):
 
 
 @pytest.mark.slow  # the default grid: 12 cells on the emulator
-def test_incident_cell_fails_with_cause_and_positions(incident_grid):
+def test_incident_cell_fails_with_cause_and_positions(
+    incident_grid: tuple[subprocess.CompletedProcess[str], dict[str, Any]],
+) -> None:
     proc, report = incident_grid
     assert proc.returncode == 1
     cells = {c["id"]: c for c in report["cells"]}
@@ -56,10 +63,12 @@ def test_incident_cell_fails_with_cause_and_positions(incident_grid):
 
 
 @pytest.mark.slow
-def test_default_grid_localizes_every_damaged_cell_and_nothing_else(incident_grid):
+def test_default_grid_localizes_every_damaged_cell_and_nothing_else(
+    incident_grid: tuple[subprocess.CompletedProcess[str], dict[str, Any]],
+) -> None:
     _, report = incident_grid
     degraded = {c["id"]: c["degraded_positions"] for c in report["cells"]}
-    expected = {cid: [] for cid in degraded}
+    expected: dict[str, list[int]] = {cid: [] for cid in degraded}
     expected.update({"bs8-beam2": [4, 5, 6, 7], "bs4-beam4": [2, 3], "bs8-beam4": [2, 3, 4, 5, 6, 7]})
     assert degraded == expected
     assert len(degraded) == 12  # 1,2,4,8 x 1,2,4
@@ -83,7 +92,12 @@ def test_default_grid_localizes_every_damaged_cell_and_nothing_else(incident_gri
 
 
 @pytest.mark.slow  # bs8-beam4 on the emulator
-def test_rebuilt_engine_passes(tmp_path: Path, engine_factory, small_dataset, suites):
+def test_rebuilt_engine_passes(
+    tmp_path: Path,
+    engine_factory: EngineFactory,
+    small_dataset: Path,
+    suites: Suites,
+) -> None:
     proc = suites(
         "--engine",
         str(engine_factory(8, 4)),
@@ -121,16 +135,16 @@ def test_rebuilt_engine_passes(tmp_path: Path, engine_factory, small_dataset, su
 
 
 @pytest.mark.slow
-def test_cli_run_has_the_same_verdict(tmp_path: Path, engine_factory, small_dataset, capsys):
+def test_cli_run_has_the_same_verdict(
+    tmp_path: Path,
+    engine_factory: EngineFactory,
+    small_dataset: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     args = [
         "--engine",
         str(engine_factory(8, 1)),
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "8",
-        "--beam-widths",
-        "4",
+        *grid_options(small_dataset, "8", "4"),
         "--report-dir",
         str(tmp_path),
         *FAST,
@@ -142,7 +156,9 @@ def test_cli_run_has_the_same_verdict(tmp_path: Path, engine_factory, small_data
     assert only_report(tmp_path)["cells"][0]["degraded_positions"] == [2, 3, 4, 5, 6, 7]
 
 
-def test_limits_alone_need_no_generation(tmp_path: Path, engine_factory, suites):
+def test_limits_alone_need_no_generation(
+    tmp_path: Path, engine_factory: EngineFactory, suites: Suites
+) -> None:
     """Selecting only the limits tests reads config.json and the tokenizer, generates nothing."""
     proc = suites(
         "--engine",

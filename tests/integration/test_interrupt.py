@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, SUITES, user_env
+from tests.integration.common import echo_options
 
 HERE = Path(__file__).resolve().parent
 
@@ -22,36 +23,31 @@ pytestmark = pytest.mark.slow  # two processes per case, the first slowed to be 
 
 
 def _command(kind: str, tmp: Path, dataset: Path) -> list[str]:
-    engine = tmp / "echo-engine"
-    engine.mkdir(exist_ok=True)
-    (engine / "weights.bin").write_text("echo")  # a folder: the generation cache is on
-    options = [
-        "--engine",
-        str(engine),
-        "--backend",
-        "fault_engines:Echo",
-        "--dataset",
-        str(dataset),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1",
-        "--report-dir",
-        str(tmp / "reports"),
-        "--cache-dir",
-        str(tmp / "cache"),
-        "--goldens-dir",
-        str(tmp / "goldens"),
-    ]
+    options = echo_options(tmp, dataset, "1,2")
     if kind == "run":
         return [sys.executable, "-m", "harness", "run", *options]
     return [sys.executable, "-m", "pytest", str(SUITES), "-p", "no:cacheprovider", "-q", *options]
 
 
-def _interrupt(cmd: list[str], tmp: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """Start, wait until the cache holds a few batches, then Ctrl-C (SIGINT)."""
-    # Ctrl-C's default action even where this test runs in the background of a shell, which
-    # starts background jobs with SIGINT ignored (Python then installs no handler for it)
+def _slowed_env() -> dict[str, str]:
+    """The child's environment: this checkout and the fault engines, every engine call 0.5 s."""
+    return {
+        **user_env(),
+        "FAULT_SLEEP": "0.5",
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+
+
+def _stop(
+    cmd: list[str], tmp: Path, env: dict[str, str], sig: int, defaults: tuple[signal.Signals, ...]
+) -> subprocess.CompletedProcess[str]:
+    """Start (``defaults``: signals given their default action in the child), wait until the
+    cache holds a few batches, then send ``sig``."""
+
+    def default_actions() -> None:
+        for each in defaults:
+            signal.signal(each, signal.SIG_DFL)
+
     proc = subprocess.Popen(
         cmd,
         cwd=tmp,
@@ -59,25 +55,39 @@ def _interrupt(cmd: list[str], tmp: Path, env: dict[str, str]) -> subprocess.Com
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=default_actions,
     )
     deadline = time.monotonic() + 600
     while len(list((tmp / "cache").rglob("*.json"))) < 3 and proc.poll() is None:
         assert time.monotonic() < deadline, "no batch reached the cache"
         time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=600)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+def _resumes(kind: str, tmp: Path, dataset: Path, env: dict[str, str]) -> None:
+    """The same command again, unslowed, succeeds and takes the stopped run's batches from the cache."""
+    env["FAULT_SLEEP"] = "0"  # the rerun asks the engine only for what is missing
+    again = subprocess.run(
+        _command(kind, tmp, dataset),
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    [report] = (tmp / "reports").glob("*/report.json")
+    assert json.loads(report.read_text())["cache"]["batches_from_cache"] >= 3
+
+
 @pytest.mark.parametrize("kind", ["run", "pytest"])
-def test_ctrl_c_says_what_was_kept_and_exits_130(kind: str, tmp_path: Path, small_dataset: Path):
-    env = {
-        **user_env(),
-        "FAULT_SLEEP": "0.5",
-        "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")]),
-    }
-    done = _interrupt(_command(kind, tmp_path, small_dataset), tmp_path, env)
+def test_ctrl_c_says_what_was_kept_and_exits_130(kind: str, tmp_path: Path, small_dataset: Path) -> None:
+    env = _slowed_env()
+    # Ctrl-C's default action even where this test runs in the background of a shell, which
+    # starts background jobs with SIGINT ignored (Python then installs no handler for it)
+    done = _stop(_command(kind, tmp_path, small_dataset), tmp_path, env, signal.SIGINT, (signal.SIGINT,))
     text = done.stdout + done.stderr
     assert done.returncode == 130, text
     assert "Traceback" not in text and "KeyboardInterrupt" not in text
@@ -86,16 +96,4 @@ def test_ctrl_c_says_what_was_kept_and_exits_130(kind: str, tmp_path: Path, smal
     assert "batches generated this run are kept in the generation cache" in lines[0]
     assert "generations.jsonl" in lines[0] and "rerun the same command to resume" in lines[0]
     assert not list((tmp_path / "reports").glob("*/report.json"))
-
-    env["FAULT_SLEEP"] = "0"  # the rerun asks the engine only for what is missing
-    again = subprocess.run(
-        _command(kind, tmp_path, small_dataset),
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert again.returncode == 0, again.stdout + again.stderr
-    [report] = (tmp_path / "reports").glob("*/report.json")
-    assert json.loads(report.read_text())["cache"]["batches_from_cache"] >= 3
+    _resumes(kind, tmp_path, small_dataset, env)

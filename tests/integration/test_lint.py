@@ -6,13 +6,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from tests.integration.common import EngineFactory
 from tests.unit.limits.test_preflight import MISTRAL
 
 
-def lint(*args: str) -> subprocess.CompletedProcess:
+def lint(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "harness", "lint", *args], capture_output=True, text=True, timeout=300
     )
@@ -28,7 +30,7 @@ def _engine(tmp_path: Path, beam: int) -> Path:
     return d
 
 
-def test_incident_engine_fails_and_names_the_fix(tmp_path: Path):
+def test_incident_engine_fails_and_names_the_fix(tmp_path: Path) -> None:
     proc = lint(str(_engine(tmp_path, 1)), "--batch-size", "8", "--num-beams", "4")
     assert proc.returncode == 1, proc.stderr
     assert "max_beam_width 1" in proc.stdout and "num_beams 4" in proc.stdout
@@ -36,7 +38,7 @@ def test_incident_engine_fails_and_names_the_fix(tmp_path: Path):
     assert "FAIL    max_beam_width" in proc.stdout and "verdict: fail" in proc.stdout
 
 
-def test_rebuilt_engine_passes_with_kv_bytes(tmp_path: Path):
+def test_rebuilt_engine_passes_with_kv_bytes(tmp_path: Path) -> None:
     proc = lint(
         str(_engine(tmp_path, 4)), "--batch-size", "8", "--num-beams", "4", "--json", "--gpu-memory", "80GiB"
     )
@@ -50,13 +52,13 @@ def test_rebuilt_engine_passes_with_kv_bytes(tmp_path: Path):
     assert memory["status"] == "pass" and "10.00 GiB" in memory["message"]
 
 
-def test_memory_that_does_not_fit_fails(tmp_path: Path):
+def test_memory_that_does_not_fit_fails(tmp_path: Path) -> None:
     proc = lint(str(_engine(tmp_path, 4)), "--batch-size", "8", "--num-beams", "4", "--gpu-memory", "8GiB")
     assert proc.returncode == 1
     assert "FAIL    kv_cache_memory" in proc.stdout and "exceeds 8.00 GiB" in proc.stdout
 
 
-def test_emulator_engine_checks_prompt_lengths(engine_factory):
+def test_emulator_engine_checks_prompt_lengths(engine_factory: EngineFactory) -> None:
     proc = lint(str(engine_factory(8, 1)), "--num-beams", "1", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     checks = {c["name"]: c["status"] for c in json.loads(proc.stdout)["checks"]}
@@ -69,13 +71,22 @@ def test_emulator_engine_checks_prompt_lengths(engine_factory):
         (None, "config.json: missing"),
         ('{"version": "0.13.0", ', "invalid JSON at line 1"),
         (
-            json.dumps({**MISTRAL, "build_config": {**MISTRAL["build_config"], "max_batch_size": "8"}}),
+            json.dumps(
+                {
+                    **MISTRAL,
+                    "build_config": {
+                        # a dict: MISTRAL has no annotation, so mypy sees its sections as collections
+                        **cast("dict[str, object]", MISTRAL["build_config"]),
+                        "max_batch_size": "8",
+                    },
+                }
+            ),
             "build_config.max_batch_size must be a positive integer",
         ),
         (json.dumps({"version": "0.13.0", "pretrained_config": {}}), "missing key 'build_config'"),
     ],
 )
-def test_unreadable_engine_exits_2_with_one_line(tmp_path: Path, content, words):
+def test_unreadable_engine_exits_2_with_one_line(tmp_path: Path, content: str | None, words: str) -> None:
     d = tmp_path / "e"
     d.mkdir()
     if content is not None:
@@ -86,7 +97,7 @@ def test_unreadable_engine_exits_2_with_one_line(tmp_path: Path, content, words)
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
-def test_lint_leaves_the_rank_check_to_the_run(tmp_path: Path):
+def test_lint_leaves_the_rank_check_to_the_run(tmp_path: Path) -> None:
     d = tmp_path / "tp2"
     d.mkdir()
     src = Path(__file__).resolve().parents[1] / "data" / "configs" / "unified_1.0_mistral_sq_fp8kv_tp2.json"

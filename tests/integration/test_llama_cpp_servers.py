@@ -13,9 +13,13 @@ import json
 import os
 import socket
 import urllib.request
+from pathlib import Path
+from typing import Any, TypeAlias
 
 import pytest
 
+from harness.stages.run import RunResult
+from tests.integration.common import run_here
 from tests.servers import harness_runs, llama_cpp, recordings
 from tests.servers.replay import ReplayServer
 from tests.servers.verify_tokenizer import bundled_prompts, server_tokenize
@@ -35,23 +39,26 @@ def _unavailable(kind: llama_cpp.Kind) -> None:
 
 
 @pytest.fixture(scope="module")
-def gguf():
+def gguf() -> Path:
     _unavailable("llama-server")
     return llama_cpp.convert()
 
 
-def _completion(server: llama_cpp.Server, prompt: str, **extra) -> dict:
+def _completion(server: llama_cpp.Server, prompt: str, **extra: object) -> dict[str, Any]:
     body = {"model": server.model, "prompt": prompt, "max_tokens": 64, "temperature": 0.0, "n": 1, **extra}
     req = urllib.request.Request(
         f"{server.base_url}/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
     )
     with urllib.request.urlopen(req, timeout=120) as r:
-        return json.loads(r.read())
+        answer: dict[str, Any] = json.loads(r.read())
+    return answer
 
 
 @pytest.mark.slow  # a real server (CI builds them)
 @pytest.mark.parametrize("kind", llama_cpp.KINDS)
-def test_a_real_server_starts_tokenizes_like_transformers_answers_as_recorded_and_stops(kind, gguf):
+def test_a_real_server_starts_tokenizes_like_transformers_answers_as_recorded_and_stops(
+    kind: llama_cpp.Kind, gguf: Path
+) -> None:
     _unavailable(kind)
     from transformers import AutoTokenizer
 
@@ -89,10 +96,11 @@ def test_a_real_server_starts_tokenizes_like_transformers_answers_as_recorded_an
 # recorded times, so these checks run without the build. With the build, the same runs go
 # through freshly started servers and must show the same.
 
+Cells: TypeAlias = dict[str, dict[str, Any]]  # per cell id: verdict, error and notice (harness_runs.cells)
 RUN_KINDS = [(kind, name) for kind in llama_cpp.KINDS for name in harness_runs.RUNS]
 
 
-def _check_grid(kind: str, cells: dict) -> None:
+def _check_grid(kind: str, cells: Cells) -> None:
     """What harness-grid(-rp1) must show on each server."""
     assert cells["bs1-beam1"]["verdict"] == "pass"
     for size in (2, 4):
@@ -118,7 +126,7 @@ def _check_grid(kind: str, cells: dict) -> None:
         )
 
 
-def _check_fault(kind: str, name: str, cells: dict) -> None:
+def _check_fault(kind: str, name: str, cells: Cells) -> None:
     """harness-crash: the server, killed (SIGKILL) when the request for FAULT_DOCUMENT arrives,
     is named at that batch and prompt, and the later cells failed the same way; harness-refuse:
     both servers refuse the over-long prompt with HTTP 400, the same report."""
@@ -146,19 +154,19 @@ def _check_fault(kind: str, name: str, cells: dict) -> None:
         assert symptom in cells[cid]["error"]
 
 
-def _check(kind: str, name: str, cells: dict) -> None:
+def _check(kind: str, name: str, cells: Cells) -> None:
     if harness_runs.RUNS[name].fault:
         _check_fault(kind, name, cells)
     else:
         _check_grid(kind, cells)
 
 
-def _stable(cells: dict) -> dict:
+def _stable(cells: Cells) -> Cells:
     """Cells without the batch counts of a notice (timing: one batch may go either way)."""
     return {cid: {**c, "notice": c["notice"] and c["notice"].split(" (")[0]} for cid, c in cells.items()}
 
 
-def _outputs(result) -> dict[str, str]:
+def _outputs(result: RunResult) -> dict[str, str | None]:
     bs1 = next(o for o in result.outputs if o.cell.id == "bs1-beam1")
     return {d.id: t for d, t in zip(result.dataset.documents, bs1.texts.row(0))}
 
@@ -166,21 +174,22 @@ def _outputs(result) -> dict[str, str]:
 KEY = "sk-test-0123456789abcdef"  # a key in the address: sent, never shown (issue 15, item 11)
 
 
-def _run_keyed(spec: harness_runs.HarnessRun, url: str, folder, server=None) -> tuple[dict, object]:
+def _run_keyed(
+    spec: harness_runs.HarnessRun, url: str, folder: Path, server: llama_cpp.Server | None = None
+) -> tuple[Cells, RunResult]:
     """The harness run against ``url`` with a key in its query string; its cells with the
     address as $SERVER, and the result. Nothing in the run folder or the cells has the key;
     report.md says there are no build limits to check (issue 14 A6). With a live ``server``,
     a "kill" run's engine kills it when the request for FAULT_DOCUMENT arrives."""
-    from harness.pipeline import run
-
     config = harness_runs.config(spec, f"{url}?api_key={KEY}", folder)
-    engine = None
+    engine: harness_runs.Killer | None = None
     if server is not None and spec.fault == "kill":
         engine = harness_runs.Killer(
             config.engine, request_timeout=config.request_timeout, retries=config.retries
         )
         engine.arm(server.process, dict(bundled_prompts())[harness_runs.fault_id()])
-    result = run(config, engine=engine)
+    result = run_here(config, engine=engine)
+    assert result.report_dir is not None
     if engine is not None:
         assert engine.killed is not None and engine.killed["generate_call"] == 3
     shown = f"{url}?api_key=REDACTED"
@@ -198,7 +207,7 @@ def _run_keyed(spec: harness_runs.HarnessRun, url: str, folder, server=None) -> 
 
 @pytest.mark.slow  # answers replayed at their recorded times
 @pytest.mark.parametrize("kind, name", RUN_KINDS)
-def test_replayed_server_answers_give_the_recorded_verdicts(kind, name, tmp_path):
+def test_replayed_server_answers_give_the_recorded_verdicts(kind: str, name: str, tmp_path: Path) -> None:
     recorded = recordings.load(kind, name)
     with ReplayServer.start(kind, name) as replay:
         cells, _ = _run_keyed(harness_runs.RUNS[name], replay.url, tmp_path)
@@ -209,19 +218,19 @@ def test_replayed_server_answers_give_the_recorded_verdicts(kind, name, tmp_path
 
 
 @pytest.mark.slow
-def test_replayed_repeat_penalty_changes_only_llama_cpp_python(tmp_path):
+def test_replayed_repeat_penalty_changes_only_llama_cpp_python(tmp_path: Path) -> None:
     """--request-field repeat_penalty=1.0 reaches the server: llama-cpp-python's default (1.1)
     changed an output of the 8, llama-server's default is 1.0 already."""
-    from harness.pipeline import run
-
-    changed = {}
+    changed: dict[str, int] = {}
     for kind in llama_cpp.KINDS:
-        texts = []
+        texts: list[dict[str, str | None]] = []
         for name in ("harness-grid", "harness-grid-rp1"):
             with ReplayServer.start(kind, name) as replay:
                 texts.append(
                     _outputs(
-                        run(harness_runs.config(harness_runs.RUNS[name], replay.url, tmp_path / kind / name))
+                        run_here(
+                            harness_runs.config(harness_runs.RUNS[name], replay.url, tmp_path / kind / name)
+                        )
                     )
                 )
         changed[kind] = sum(texts[0][k] != texts[1][k] for k in texts[0])
@@ -230,7 +239,7 @@ def test_replayed_repeat_penalty_changes_only_llama_cpp_python(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", llama_cpp.KINDS)
-def test_the_harness_through_a_live_server(kind, gguf, tmp_path):
+def test_the_harness_through_a_live_server(kind: llama_cpp.Kind, gguf: Path, tmp_path: Path) -> None:
     """Every harness run through a freshly started real server shows what its recording shows."""
     _unavailable(kind)
 

@@ -12,11 +12,14 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeAlias
 
 import pytest
 
 from tests.conftest import REPO, only_report, user_env
+from tests.integration.common import EngineFactory
 
 HERE = Path(__file__).resolve().parent
 FAST = ("--batch-sizes", "1,2", "--beam-widths", "1,2", "--max-new-tokens", "6", "--num-prompts", "4")
@@ -34,7 +37,7 @@ LAUNCHER = (
 
 
 @pytest.fixture(scope="module")
-def tp2_engine(tmp_path_factory, engine_factory) -> Path:
+def tp2_engine(tmp_path_factory: pytest.TempPathFactory, engine_factory: EngineFactory) -> Path:
     """An emulator engine whose config.json says tp_size 2 (as a 2-GPU TensorRT-LLM build)."""
     target = tmp_path_factory.mktemp("tp2") / "engine"
     shutil.copytree(engine_factory(2, 2), target)
@@ -42,6 +45,19 @@ def tp2_engine(tmp_path_factory, engine_factory) -> Path:
     config["pretrained_config"]["mapping"] = {"world_size": 2, "tp_size": 2, "pp_size": 1}
     (target / "config.json").write_text(json.dumps(config, indent=1))
     return target
+
+
+def _options(tmp_path: Path, engine: Path, small_dataset: Path) -> list[str]:
+    """What `pytest suites/` and `run` are given alike: the engine, dataset and report folder."""
+    return [
+        "--engine",
+        str(engine),
+        "--dataset",
+        str(small_dataset),
+        "--report-dir",
+        str(tmp_path / "r"),
+        *FAST,
+    ]
 
 
 def _env(tmp_path: Path, rank: int | None, world: int | None) -> dict[str, str]:
@@ -54,7 +70,7 @@ def _env(tmp_path: Path, rank: int | None, world: int | None) -> dict[str, str]:
 
 def _suites(
     tmp_path: Path, engine: Path, small_dataset: Path, rank: int | None, world: int | None, *extra: str
-) -> subprocess.CompletedProcess:
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             sys.executable,
@@ -67,13 +83,7 @@ def _suites(
             "-v",
             "--backend",
             "rank_engine:RecordingEngine",
-            "--engine",
-            str(engine),
-            "--dataset",
-            str(small_dataset),
-            "--report-dir",
-            str(tmp_path / "r"),
-            *FAST,
+            *_options(tmp_path, engine, small_dataset),
             *extra,
         ],
         cwd=tmp_path,
@@ -84,13 +94,15 @@ def _suites(
     )
 
 
-def _calls(tmp_path: Path, rank: int) -> list[dict]:
+def _calls(tmp_path: Path, rank: int) -> list[dict[str, Any]]:
     path = tmp_path / f"calls.rank{rank}"
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
 @pytest.mark.slow  # a process per rank
-def test_every_rank_drives_the_engine_only_rank_0_scores(tmp_path: Path, tp2_engine, small_dataset):
+def test_every_rank_drives_the_engine_only_rank_0_scores(
+    tmp_path: Path, tp2_engine: Path, small_dataset: Path
+) -> None:
     follower = _suites(tmp_path, tp2_engine, small_dataset, 1, 2)
     out = follower.stdout + follower.stderr
     assert follower.returncode == 0, out[-3000:]
@@ -121,7 +133,9 @@ def test_every_rank_drives_the_engine_only_rank_0_scores(tmp_path: Path, tp2_eng
 
 
 @pytest.mark.slow
-def test_single_process_on_a_tp2_engine_stops_before_generating(tmp_path: Path, tp2_engine, small_dataset):
+def test_single_process_on_a_tp2_engine_stops_before_generating(
+    tmp_path: Path, tp2_engine: Path, small_dataset: Path
+) -> None:
     proc = _suites(tmp_path, tp2_engine, small_dataset, None, None)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4, out[-3000:]
@@ -134,8 +148,11 @@ def test_single_process_on_a_tp2_engine_stops_before_generating(tmp_path: Path, 
     assert _calls(tmp_path, 0) == [] and not list((tmp_path / "r").glob("*/report.json"))
 
 
+Launcher: TypeAlias = Callable[[int, int], None]  # the launcher fixture: set(rank, world)
+
+
 @pytest.fixture
-def launcher(monkeypatch, tmp_path: Path):
+def launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Launcher:
     """set(rank, world): this process looks like one rank of an mpirun job."""
     for var in LAUNCHER:
         monkeypatch.delenv(var, raising=False)
@@ -151,22 +168,16 @@ def launcher(monkeypatch, tmp_path: Path):
 def _cli(tmp_path: Path, engine: Path, small_dataset: Path, *extra: str) -> int:
     from harness.__main__ import main
 
-    return main(
-        [
-            "run",
-            "--engine",
-            str(engine),
-            "--dataset",
-            str(small_dataset),
-            "--report-dir",
-            str(tmp_path / "r"),
-            *FAST,
-            *extra,
-        ]
-    )
+    return main(["run", *_options(tmp_path, engine, small_dataset), *extra])
 
 
-def test_cli_follower_exits_0_without_a_report(tmp_path: Path, tp2_engine, small_dataset, launcher, capsys):
+def test_cli_follower_exits_0_without_a_report(
+    tmp_path: Path,
+    tp2_engine: Path,
+    small_dataset: Path,
+    launcher: Launcher,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     launcher(1, 2)
     assert (
         _cli(
@@ -180,7 +191,13 @@ def test_cli_follower_exits_0_without_a_report(tmp_path: Path, tp2_engine, small
     assert not list((tmp_path / "r").glob("*/report.json"))
 
 
-def test_cli_wrong_world_size_exits_2(tmp_path: Path, tp2_engine, small_dataset, launcher, capsys):
+def test_cli_wrong_world_size_exits_2(
+    tmp_path: Path,
+    tp2_engine: Path,
+    small_dataset: Path,
+    launcher: Launcher,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     launcher(0, 4)
     assert _cli(tmp_path, tp2_engine, small_dataset) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
@@ -189,8 +206,12 @@ def test_cli_wrong_world_size_exits_2(tmp_path: Path, tp2_engine, small_dataset,
 
 
 def test_single_gpu_engine_under_mpirun_is_an_error(
-    tmp_path: Path, engine_factory, small_dataset, launcher, capsys
-):
+    tmp_path: Path,
+    engine_factory: EngineFactory,
+    small_dataset: Path,
+    launcher: Launcher,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     launcher(0, 2)
     assert _cli(tmp_path, engine_factory(2, 2), small_dataset) == 2
     err = capsys.readouterr().err

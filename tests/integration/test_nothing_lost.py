@@ -14,8 +14,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,26 +26,27 @@ from harness.storage.atomic import TEMP_NAME
 from harness.storage.goldens import JOURNAL_FILE, LOCK_FILE, GoldensStore
 from harness.storage.locks import file_lock
 from tests.conftest import REPO
+from tests.integration.common import EngineFactory, grid_options
 
 HERE = Path(__file__).resolve().parent
 ENV = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{REPO}"}
 TOY = ["--engine", "fault_engines:Echo", "--batch-sizes", "1,2", "--beam-widths", "1,2"]
+Recorded = tuple[Path, dict[str, bytes], dict[str, bytes]]  # the goldens folder, its files before, after
 
 
 def _harness(
-    *args: str, env: dict[str, str] | None = None, script: list[str] | None = None, **popen
-) -> subprocess.Popen:
+    *args: str, env: dict[str, str] | None = None, script: list[str] | None = None
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, *(script or ["-m", "harness"]), *args],
         env={**ENV, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        **popen,
     )
 
 
-def _kill_when(proc: subprocess.Popen, ready, timeout: float = 120) -> None:
+def _kill_when(proc: subprocess.Popen[str], ready: Callable[[], bool], timeout: float = 120) -> None:
     """SIGKILL ``proc`` as soon as ``ready()`` holds (fails if it ends first)."""
     end = time.monotonic() + timeout
     while not ready():
@@ -59,7 +62,7 @@ def _cache_files(cache: Path) -> list[Path]:
     return [p for p in cache.rglob("*.json") if not p.name.startswith(".")]
 
 
-def _comparable(report_dir: Path) -> dict:
+def _comparable(report_dir: Path) -> dict[str, Any]:
     """report.json without what differs between equal runs (times, paths, cache counts)."""
     [path] = report_dir.glob("*/report.json")
     report = json.loads(path.read_text(encoding="utf-8"))
@@ -71,8 +74,8 @@ def _comparable(report_dir: Path) -> dict:
 
 @pytest.mark.slow  # three runs of the emulator, 48 batches each
 def test_sigkill_during_generation_then_the_rerun_equals_an_uninterrupted_run(
-    tmp_path: Path, engine_factory, small_dataset: Path
-):
+    tmp_path: Path, engine_factory: EngineFactory, small_dataset: Path
+) -> None:
     engine = engine_factory(8, 4)
     args = [
         "run",
@@ -110,6 +113,21 @@ def test_sigkill_during_generation_then_the_rerun_equals_an_uninterrupted_run(
     assert not strays  # the killed run's half-written temporary file was removed
 
 
+def _update_goldens(dataset: Path, goldens: Path, reports: Path) -> list[str]:
+    """`run --update-goldens` of the Echo engine: its arguments."""
+    return [
+        "run",
+        *TOY,
+        "--dataset",
+        str(dataset),
+        "--update-goldens",
+        "--goldens-dir",
+        str(goldens),
+        "--report-dir",
+        str(reports),
+    ]
+
+
 def _record(goldens: Path, reports: Path, dataset: Path, variant: str = "") -> None:
     out = io.StringIO()
     env = {"FAULT_VARIANT": variant}
@@ -117,19 +135,7 @@ def _record(goldens: Path, reports: Path, dataset: Path, variant: str = "") -> N
         mp.syspath_prepend(str(HERE))
         for k, v in env.items():
             mp.setenv(k, v)
-        code = main(
-            [
-                "run",
-                *TOY,
-                "--dataset",
-                str(dataset),
-                "--update-goldens",
-                "--goldens-dir",
-                str(goldens),
-                "--report-dir",
-                str(reports),
-            ]
-        )
+        code = main(_update_goldens(dataset, goldens, reports))
     assert code == 0, out.getvalue()
 
 
@@ -142,7 +148,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def goldens_before_and_after(tmp_path_factory, small_dataset: Path):
+def goldens_before_and_after(tmp_path_factory: pytest.TempPathFactory, small_dataset: Path) -> Recorded:
     """Goldens recorded by Echo, and what an uninterrupted re-recording with FAULT_VARIANT=new
     writes (the outputs differ, so a half-done update shows)."""
     tmp = tmp_path_factory.mktemp("goldens")
@@ -153,26 +159,23 @@ def goldens_before_and_after(tmp_path_factory, small_dataset: Path):
     return tmp / "old", old, new
 
 
+def _put(folder: Path, files: dict[str, bytes]) -> None:
+    """The files (relative paths and contents) written under ``folder``."""
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+
+
 @pytest.mark.slow
 def test_sigkill_while_update_goldens_generates_keeps_the_goldens(
-    tmp_path: Path, small_dataset: Path, goldens_before_and_after
-):
+    tmp_path: Path, small_dataset: Path, goldens_before_and_after: Recorded
+) -> None:
     source, old, _ = goldens_before_and_after
     goldens = tmp_path / "goldens"
     goldens.mkdir()
-    for name, data in old.items():
-        (goldens / name).parent.mkdir(parents=True, exist_ok=True)
-        (goldens / name).write_bytes(data)
+    _put(goldens, old)
     proc = _harness(
-        "run",
-        *TOY,
-        "--dataset",
-        str(small_dataset),
-        "--update-goldens",
-        "--goldens-dir",
-        str(goldens),
-        "--report-dir",
-        str(tmp_path / "r"),
+        *_update_goldens(small_dataset, goldens, tmp_path / "r"),
         env={"FAULT_VARIANT": "new", "FAULT_SLEEP": "0.05"},
     )
     log = tmp_path / "r"
@@ -191,23 +194,13 @@ def test_sigkill_while_update_goldens_generates_keeps_the_goldens(
     ],
 )
 def test_sigkill_at_each_step_of_the_goldens_update(
-    tmp_path: Path, small_dataset: Path, goldens_before_and_after, step, expect
-):
+    tmp_path: Path, small_dataset: Path, goldens_before_and_after: Recorded, step: int, expect: str
+) -> None:
     _, old, new = goldens_before_and_after
     goldens = tmp_path / "goldens"
-    for name, data in old.items():
-        (goldens / name).parent.mkdir(parents=True, exist_ok=True)
-        (goldens / name).write_bytes(data)
+    _put(goldens, old)
     proc = _harness(
-        "run",
-        *TOY,
-        "--dataset",
-        str(small_dataset),
-        "--update-goldens",
-        "--goldens-dir",
-        str(goldens),
-        "--report-dir",
-        str(tmp_path / "r"),
+        *_update_goldens(small_dataset, goldens, tmp_path / "r"),
         env={"FAULT_VARIANT": "new", "CRASH_DIR": str(goldens), "CRASH_AT": str(step)},
         script=[str(HERE / "crash_at.py")],
     )
@@ -222,21 +215,13 @@ def test_sigkill_at_each_step_of_the_goldens_update(
 
 
 @pytest.mark.slow
-def test_a_goldens_writer_waits_for_the_lock_and_says_who_holds_it(tmp_path: Path, small_dataset: Path):
+def test_a_goldens_writer_waits_for_the_lock_and_says_who_holds_it(
+    tmp_path: Path, small_dataset: Path
+) -> None:
     goldens = tmp_path / "goldens"
     reports = tmp_path / "r"
     with file_lock(goldens / LOCK_FILE, purpose="test"):
-        proc = _harness(
-            "run",
-            *TOY,
-            "--dataset",
-            str(small_dataset),
-            "--update-goldens",
-            "--goldens-dir",
-            str(goldens),
-            "--report-dir",
-            str(reports),
-        )
+        proc = _harness(*_update_goldens(small_dataset, goldens, reports))
         end = time.monotonic() + 120
         while not list(reports.glob("*/generations.jsonl")) or proc.poll() is not None:
             assert proc.poll() is None, proc.communicate()
@@ -251,7 +236,7 @@ def test_a_goldens_writer_waits_for_the_lock_and_says_who_holds_it(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_two_runs_at_once_share_a_cache_and_goldens(tmp_path: Path, small_dataset: Path):
+def test_two_runs_at_once_share_a_cache_and_goldens(tmp_path: Path, small_dataset: Path) -> None:
     """Same cache (the engine has a directory, so batches are cached), same goldens folder,
     same report folder, started together: both succeed, each has its own report folder,
     every cache file and every goldens file is whole."""
@@ -264,12 +249,7 @@ def test_two_runs_at_once_share_a_cache_and_goldens(tmp_path: Path, small_datase
         "fault_engines:Echo",
         "--engine",
         str(engine_dir),
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1,2",
+        *grid_options(small_dataset, "1,2", "1,2"),
         "--update-goldens",
         "--goldens-dir",
         str(tmp_path / "goldens"),
@@ -292,7 +272,7 @@ def test_two_runs_at_once_share_a_cache_and_goldens(tmp_path: Path, small_datase
     assert len(goldens) == 2 and all(json.loads(p.read_text())["schema_version"] == 1 for p in goldens)
 
 
-def test_report_folders_of_runs_started_the_same_second_differ(tmp_path: Path):
+def test_report_folders_of_runs_started_the_same_second_differ(tmp_path: Path) -> None:
     import datetime as dt
 
     from harness.engines.base import EngineInfo

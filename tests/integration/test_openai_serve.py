@@ -14,11 +14,13 @@ import selectors
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, only_report
+from tests.conftest import REPO, SuitesRun, only_report
+from tests.integration.common import EngineFactory, Suites, grid_options
 
 FAST = ("--max-new-tokens", "32")
 ENV = {"PYTHONPATH": str(REPO)}  # this checkout's harness, in the server
@@ -34,7 +36,7 @@ class Servers:
 
     def __init__(self, cwd: Path) -> None:
         self.cwd = cwd
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen[str]] = []
 
     def start(self, engine_dir: Path) -> str:
         """The base URL, once the server has printed its ready line."""
@@ -58,6 +60,7 @@ class Servers:
             env={**os.environ, **ENV},
         )
         self.procs.append(proc)
+        assert proc.stdout is not None  # stdout=PIPE
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
             ready = sel.select(timeout=180)
@@ -68,7 +71,7 @@ class Servers:
 
     def stop(self) -> list[str]:
         """Ctrl-C every server; each must exit 0 without a traceback. Their stderr."""
-        errs = []
+        errs: list[str] = []
         while self.procs:
             proc = self.procs.pop()
             proc.send_signal(signal.SIGINT)
@@ -79,37 +82,31 @@ class Servers:
 
 
 @pytest.fixture(scope="module")
-def eight_prompts(small_dataset: Path, tmp_path_factory) -> Path:
+def eight_prompts(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("data") / "eight.jsonl"
     path.write_text("".join(small_dataset.read_text().splitlines(keepends=True)[:8]))
     return path
 
 
 @pytest.fixture
-def servers(tmp_path: Path):
+def servers(tmp_path: Path) -> Iterator[Servers]:
     running = Servers(tmp_path)
     yield running
     running.stop()
 
 
-def test_healthy_engine_passes_through_the_server(
-    tmp_path: Path, servers, engine_factory, eight_prompts, suites
-):
-    url = servers.start(engine_factory(8, 4))
-    proc = suites(
-        "--engine",
-        url,
-        "--dataset",
-        str(eight_prompts),
-        "--batch-sizes",
-        "1,4",
-        "--beam-widths",
-        "1,4",
-        "--report-dir",
-        str(tmp_path / "r"),
-        "-v",
-        *FAST,
+def _through(suites: Suites, url: str, dataset: Path, sizes: str, widths: str, report_dir: Path) -> SuitesRun:
+    """`pytest suites/` through the server at ``url``, verbose."""
+    return suites(
+        "--engine", url, *grid_options(dataset, sizes, widths), "--report-dir", str(report_dir), "-v", *FAST
     )
+
+
+def test_healthy_engine_passes_through_the_server(
+    tmp_path: Path, servers: Servers, engine_factory: EngineFactory, eight_prompts: Path, suites: Suites
+) -> None:
+    url = servers.start(engine_factory(8, 4))
+    proc = _through(suites, url, eight_prompts, "1,4", "1,4", tmp_path / "r")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "Traceback" not in proc.stdout + proc.stderr
     report = only_report(tmp_path / "r")
@@ -140,26 +137,13 @@ def test_healthy_engine_passes_through_the_server(
 
 
 def test_faulty_engine_is_caught_through_the_server(
-    tmp_path: Path, servers, engine_factory, eight_prompts, suites
-):
+    tmp_path: Path, servers: Servers, engine_factory: EngineFactory, eight_prompts: Path, suites: Suites
+) -> None:
     """Built with max beam width 1, run with 4 beams at batch size 8: positions 2-7, as the
     emulator gives them directly."""
     broken = engine_factory(8, 1)
     url = servers.start(broken)
-    proc = suites(
-        "--engine",
-        url,
-        "--dataset",
-        str(eight_prompts),
-        "--batch-sizes",
-        "8",
-        "--beam-widths",
-        "4",
-        "--report-dir",
-        str(tmp_path / "r"),
-        "-v",
-        *FAST,
-    )
+    proc = _through(suites, url, eight_prompts, "8", "4", tmp_path / "r")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "test_batch_positions[bs8-beam4] FAILED" in proc.stdout
     assert "bs8-beam4: positions 2–7 degraded (quality vs references" in proc.stdout

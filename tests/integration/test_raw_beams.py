@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 from harness.config import RunConfig
-from harness.pipeline import run
+from harness.stages.run import RunResult
+from tests.integration.common import EngineFactory, run_here
 
 
-def _rows(result):
+def _rows(result: RunResult) -> list[dict[str, Any]]:
+    assert result.report_dir is not None
     path = result.report_dir / "generations.jsonl"
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def test_all_beams_are_kept_and_survive_the_cache(tmp_path, small_dataset, engine_factory):
+def test_all_beams_are_kept_and_survive_the_cache(
+    tmp_path: Path, small_dataset: Path, engine_factory: EngineFactory
+) -> None:
     config = RunConfig.from_options(
         {
             "engine": str(engine_factory(2, 2)),
@@ -26,10 +32,11 @@ def test_all_beams_are_kept_and_survive_the_cache(tmp_path, small_dataset, engin
             "cache_dir": str(tmp_path / "cache"),
         }
     )
-    first = _rows(run(config))
+    first = _rows(run_here(config))
     beam_rows = [r for r in first if r["cell"].endswith("beam2")]
     assert beam_rows and all(len(r["beams"]) == 2 and r["beams"][0] == r["output"] for r in beam_rows)
     assert all("beams" not in r for r in first if r["cell"].endswith("beam1"))
-    second = run(config)
+    second = run_here(config)
+    assert second.cache is not None  # the cache is on
     assert second.cache.batches_generated == 0
     assert _rows(second) == first

@@ -10,13 +10,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.inputs.data import Document, content_hash, load_dataset, select_subset
 from tests.conftest import REPO, only_report
 from tests.hub_cache import cache_hub_dataset
+from tests.integration.common import EngineFactory, Suites, run_here
 
 SCHEMA = Path(__file__).resolve().parents[2] / "harness" / "report" / "report.schema.json"
 FAST = ("--batch-sizes", "1,2", "--beam-widths", "1", "--max-new-tokens", "8", "--no-cache")
@@ -29,12 +32,12 @@ def documents() -> tuple[Document, ...]:
     return load_dataset(None).documents[:N]
 
 
-def _rows(docs, text: str, summary: str, key: str = "id") -> list[dict]:
+def _rows(docs: Sequence[Document], text: str, summary: str, key: str = "id") -> list[dict[str, str | None]]:
     return [{key: d.id, text: d.text, summary: d.summary} for d in docs]
 
 
-def _check(report: dict, docs, **expected) -> None:
-    import jsonschema
+def _check(report: dict[str, Any], docs: Sequence[Document], **expected: object) -> None:
+    import jsonschema  # type: ignore[import-untyped]  # no types-jsonschema among the dev tools
 
     jsonschema.validate(report, json.loads(SCHEMA.read_text()))
     ds = report["dataset"]
@@ -46,22 +49,30 @@ def _check(report: dict, docs, **expected) -> None:
     assert all(p["agreement"] == 1.0 for c in report["cells"] for p in c["positions"])
 
 
-def test_jsonl_with_custom_fields(tmp_path: Path, engine_factory, documents, suites):
+def _options(engine: Path, dataset: Path, text: str, summary: str, report_dir: Path, *more: str) -> list[str]:
+    """A run of ``engine`` on ``dataset``, whose fields ``text`` and ``summary`` hold the texts."""
+    return [
+        "--engine",
+        str(engine),
+        "--dataset",
+        str(dataset),
+        "--text-field",
+        text,
+        "--summary-field",
+        summary,
+        *more,
+        "--report-dir",
+        str(report_dir),
+        *FAST,
+    ]
+
+
+def test_jsonl_with_custom_fields(
+    tmp_path: Path, engine_factory: EngineFactory, documents: tuple[Document, ...], suites: Suites
+) -> None:
     path = tmp_path / "news.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in _rows(documents, "body", "abstract")))
-    proc = suites(
-        "--engine",
-        str(engine_factory(2, 1)),
-        "--dataset",
-        str(path),
-        "--text-field",
-        "body",
-        "--summary-field",
-        "abstract",
-        "--report-dir",
-        str(tmp_path / "r"),
-        *FAST,
-    )
+    proc = suites(*_options(engine_factory(2, 1), path, "body", "abstract", tmp_path / "r"))
     assert proc.returncode == 0, proc.stdout[-3000:]
     _check(
         only_report(tmp_path / "r"),
@@ -75,24 +86,14 @@ def test_jsonl_with_custom_fields(tmp_path: Path, engine_factory, documents, sui
     )
 
 
-def test_csv_with_custom_fields(tmp_path: Path, engine_factory, documents, suites):
+def test_csv_with_custom_fields(
+    tmp_path: Path, engine_factory: EngineFactory, documents: tuple[Document, ...], suites: Suites
+) -> None:
     import datasets
 
     path = tmp_path / "news.csv"
     datasets.Dataset.from_list(_rows(documents, "article", "highlights")).to_csv(str(path), index=False)
-    proc = suites(
-        "--engine",
-        str(engine_factory(2, 1)),
-        "--dataset",
-        str(path),
-        "--text-field",
-        "article",
-        "--summary-field",
-        "highlights",
-        "--report-dir",
-        str(tmp_path / "r"),
-        *FAST,
-    )
+    proc = suites(*_options(engine_factory(2, 1), path, "article", "highlights", tmp_path / "r"))
     assert proc.returncode == 0, proc.stdout[-3000:]
     _check(
         only_report(tmp_path / "r"),
@@ -103,7 +104,9 @@ def test_csv_with_custom_fields(tmp_path: Path, engine_factory, documents, suite
     )
 
 
-def test_save_to_disk_with_custom_fields_split_and_subset(tmp_path: Path, engine_factory, documents, suites):
+def test_save_to_disk_with_custom_fields_split_and_subset(
+    tmp_path: Path, engine_factory: EngineFactory, documents: tuple[Document, ...], suites: Suites
+) -> None:
     import datasets
 
     folder = tmp_path / "saved"
@@ -114,23 +117,19 @@ def test_save_to_disk_with_custom_fields_split_and_subset(tmp_path: Path, engine
         }
     ).save_to_disk(str(folder))
     proc = suites(
-        "--engine",
-        str(engine_factory(2, 1)),
-        "--dataset",
-        str(folder),
-        "--split",
-        "eval",
-        "--text-field",
-        "dialogue",
-        "--summary-field",
-        "gist",
-        "--num-prompts",
-        "6",
-        "--seed",
-        "5",
-        "--report-dir",
-        str(tmp_path / "r"),
-        *FAST,
+        *_options(
+            engine_factory(2, 1),
+            folder,
+            "dialogue",
+            "gist",
+            tmp_path / "r",
+            "--split",
+            "eval",
+            "--num-prompts",
+            "6",
+            "--seed",
+            "5",
+        )
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = only_report(tmp_path / "r")
@@ -149,8 +148,8 @@ def test_save_to_disk_with_custom_fields_split_and_subset(tmp_path: Path, engine
 
 @pytest.mark.slow  # two `python -m harness run` processes
 def test_hub_dataset_from_the_local_cache_and_the_not_cached_message(
-    tmp_path: Path, engine_factory, documents
-):
+    tmp_path: Path, engine_factory: EngineFactory, documents: tuple[Document, ...]
+) -> None:
     """The CLI, offline, reads a hub dataset from HF_DATASETS_CACHE; an uncached one is one line."""
     cache = tmp_path / "hf"
     cache_hub_dataset(cache, "newsums", "v1", {"test": _rows(documents, "document", "summary")})
@@ -204,10 +203,11 @@ def test_hub_dataset_from_the_local_cache_and_the_not_cached_message(
     assert "datasets.load_dataset('abisee/cnn_dailymail', '3.0.0', split='test')" in line
 
 
-def test_chat_template_prompts_reach_the_engine(tmp_path: Path, engine_factory, small_dataset):
+def test_chat_template_prompts_reach_the_engine(
+    tmp_path: Path, engine_factory: EngineFactory, small_dataset: Path
+) -> None:
     from harness.config import RunConfig
     from harness.engines.emulator.engine import EmulatorEngine
-    from harness.pipeline import run
 
     engine = EmulatorEngine(engine_factory(2, 1))
     engine.tokenizer.chat_template = (
@@ -227,7 +227,8 @@ def test_chat_template_prompts_reach_the_engine(tmp_path: Path, engine_factory, 
             "goldens_dir": str(tmp_path / "g"),
         }
     )
-    result = run(config, engine=engine)
+    result = run_here(config, engine=engine)
+    assert result.report_dir is not None
     docs = result.dataset.documents
     assert result.prompts == tuple(f"[user] {d.text} TL;DR: \n[assistant] " for d in docs)
     assert result.verdict == "pass"

@@ -9,15 +9,16 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from harness.config import EngineOptions, RunConfig
+from harness.config import DecodingSettings, EngineOptions, RunConfig
 from harness.engines.base import EngineInfo, Generation
 from harness.engines.emulator.build import BUNDLED_MODEL
 from harness.errors import EngineError
-from harness.pipeline import run
+from tests.integration.common import run_here
 
 PACKAGE = Path(__file__).resolve().parents[2] / "harness"
 
@@ -33,7 +34,9 @@ def _model_copy(tmp_path: Path) -> Path:
     return folder
 
 
-def test_hf_model_with_only_pickle_weights_is_refused(tmp_path: Path, monkeypatch):
+def test_hf_model_with_only_pickle_weights_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import torch
 
     from harness.engines.hf import HFEngine
@@ -51,7 +54,9 @@ def test_hf_model_with_only_pickle_weights_is_refused(tmp_path: Path, monkeypatc
     assert not (tmp_path / "unpickled").exists()
 
 
-def test_hf_model_with_both_formats_loads_safetensors_only(tmp_path: Path, monkeypatch):
+def test_hf_model_with_both_formats_loads_safetensors_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import torch
 
     from harness.engines.hf import HFEngine
@@ -84,7 +89,7 @@ def _with_remote_code(folder: Path, marker: Path) -> Path:
 
 
 @pytest.mark.parametrize("loader", ["hf", "tokenizer"])
-def test_model_code_never_runs_without_trust_remote_code(tmp_path: Path, loader: str):
+def test_model_code_never_runs_without_trust_remote_code(tmp_path: Path, loader: str) -> None:
     """A folder whose tokenizer and model point at shipped code: the harness loads it with the
     built-in classes or refuses it, and the shipped code never runs."""
     from harness.engines.hf import HFEngine
@@ -103,7 +108,7 @@ def test_model_code_never_runs_without_trust_remote_code(tmp_path: Path, loader:
     assert RunConfig().trust_remote_code is False and EngineOptions().trust_remote_code is False
 
 
-def test_tokenizer_that_needs_its_code_is_refused_with_the_flag_named(tmp_path: Path):
+def test_tokenizer_that_needs_its_code_is_refused_with_the_flag_named(tmp_path: Path) -> None:
     """Only tokenizer files (no model type to fall back on): refused, naming the option."""
     from harness.engines.tokenizer import load_tokenizer
 
@@ -119,7 +124,7 @@ def test_tokenizer_that_needs_its_code_is_refused_with_the_flag_named(tmp_path: 
     assert not marker.exists()
 
 
-def test_package_source_loads_nothing_unsafely():
+def test_package_source_loads_nothing_unsafely() -> None:
     """No pickle, no torch.load, no eval/exec, remote code only from the option."""
     bad = re.compile(
         r"\bimport pickle\b|\bpickle\.|torch\.load\(|weights_only\s*=\s*False|"
@@ -164,11 +169,11 @@ class EchoWithHostileBackend:
             backend="../../../escape", path="/tmp/../../escape", identity="../../../../etc/passwd"
         )
 
-    def generate(self, prompts, settings):  # type: ignore[no-untyped-def]
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         return [Generation(text=" ".join(p.split()[:10])) for p in prompts]
 
 
-def test_ids_and_names_from_data_never_become_paths(tmp_path: Path):
+def test_ids_and_names_from_data_never_become_paths(tmp_path: Path) -> None:
     data = tmp_path / "data" / "..%2F..%2Fhostile.jsonl"
     data.parent.mkdir()
     data.write_text(
@@ -189,7 +194,8 @@ def test_ids_and_names_from_data_never_become_paths(tmp_path: Path):
         goldens_dir=roots["goldens"],
         cache_dir=roots["cache"],
     )
-    result = run(config, engine=EchoWithHostileBackend())
+    result = run_here(config, engine=EchoWithHostileBackend())
+    assert result.report_dir is not None
     assert result.verdict == "pass"
     created = {p for p in tmp_path.parent.rglob("*")} - before
     inside = tmp_path / "inside"

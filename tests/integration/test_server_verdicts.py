@@ -22,15 +22,27 @@ import pytest
 
 from harness.report.markdown import md as escape
 from tests.conftest import only_report
+from tests.integration.common import Behaving, Suites, first_rows, grid_options
 
 FAST = ("--max-new-tokens", "8", "-v")
 
 
 @pytest.fixture(scope="module")
-def eight(small_dataset: Path, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("data") / "eight.jsonl"
-    path.write_text("".join(small_dataset.read_text().splitlines(keepends=True)[:8]))
-    return path
+def eight(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return first_rows(small_dataset, tmp_path_factory.mktemp("data") / "eight.jsonl", 8)
+
+
+def _options(engine: str, dataset: Path, sizes: str, widths: str, report_dir: Path, *more: str) -> list[str]:
+    """A run of ``engine`` on ``dataset`` at batch sizes ``sizes`` and beam widths ``widths``."""
+    return [
+        "--engine",
+        engine,
+        *grid_options(dataset, sizes, widths),
+        *more,
+        "--report-dir",
+        str(report_dir),
+        *FAST,
+    ]
 
 
 def _folder(root: Path) -> Path:
@@ -38,22 +50,10 @@ def _folder(root: Path) -> Path:
 
 
 def test_a_server_answering_one_request_at_a_time_leaves_its_cells_untested(
-    tmp_path, behaving, eight, suites
-):
+    tmp_path: Path, behaving: Behaving, eight: Path, suites: Suites
+) -> None:
     server = behaving(serial=True, seconds=0.08)
-    proc = suites(
-        "--engine",
-        server.url,
-        "--dataset",
-        str(eight),
-        "--batch-sizes",
-        "1,2,4",
-        "--beam-widths",
-        "1",
-        "--report-dir",
-        str(tmp_path),
-        *FAST,
-    )
+    proc = suites(*_options(server.url, eight, "1,2,4", "1", tmp_path))
     out = proc.stdout
     assert proc.returncode == 1, out[-3000:]
     assert "test_batch_positions[bs1-beam1] PASSED" in out
@@ -79,21 +79,11 @@ def test_a_server_answering_one_request_at_a_time_leaves_its_cells_untested(
     )
 
 
-def test_a_server_running_requests_together_passes(tmp_path, behaving, eight, suites):
+def test_a_server_running_requests_together_passes(
+    tmp_path: Path, behaving: Behaving, eight: Path, suites: Suites
+) -> None:
     server = behaving(serial=False, seconds=0.08, model="bundled-summarizer-2026-12")
-    proc = suites(
-        "--engine",
-        server.url,
-        "--dataset",
-        str(eight),
-        "--batch-sizes",
-        "1,4",
-        "--beam-widths",
-        "1",
-        "--report-dir",
-        str(tmp_path),
-        *FAST,
-    )
+    proc = suites(*_options(server.url, eight, "1,4", "1", tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = only_report(tmp_path)
     assert [c["verdict"] for c in report["cells"]] == ["pass", "pass"]
@@ -109,7 +99,9 @@ def test_a_server_running_requests_together_passes(tmp_path, behaving, eight, su
     assert "KV-cache reuse across requests: unknown (a server decides" in proc.stdout
 
 
-def test_kv_cache_reuse_on_is_refused_for_a_backend_that_cannot_set_it(suites):
+def test_kv_cache_reuse_on_is_refused_for_a_backend_that_cannot_set_it(
+    suites: Suites,
+) -> None:
     proc = suites("--kv-cache-reuse", "on")
     assert proc.returncode == 4
     [line] = [x for x in proc.stderr.splitlines() if x.strip()]
@@ -117,21 +109,11 @@ def test_kv_cache_reuse_on_is_refused_for_a_backend_that_cannot_set_it(suites):
     assert "Traceback" not in proc.stderr + proc.stdout
 
 
-def test_beam_search_that_never_ran_fails_its_cells_with_the_reason(tmp_path, behaving, eight, suites):
+def test_beam_search_that_never_ran_fails_its_cells_with_the_reason(
+    tmp_path: Path, behaving: Behaving, eight: Path, suites: Suites
+) -> None:
     server = behaving(beams="copies", seconds=0.08)  # time enough to see bs2 served together
-    proc = suites(
-        "--engine",
-        server.url,
-        "--dataset",
-        str(eight),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1,2",
-        "--report-dir",
-        str(tmp_path),
-        *FAST,
-    )
+    proc = suites(*_options(server.url, eight, "1,2", "1,2", tmp_path))
     assert proc.returncode == 1, proc.stdout[-3000:]
     cells = {c["id"]: c for c in only_report(tmp_path)["cells"]}
     assert cells["bs1-beam1"]["verdict"] == cells["bs2-beam1"]["verdict"] == "pass"
@@ -148,23 +130,11 @@ def test_beam_search_that_never_ran_fails_its_cells_with_the_reason(tmp_path, be
     assert "test_batch_positions[bs2-beam2] FAILED" in proc.stdout
 
 
-def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(tmp_path, behaving, eight, suites):
+def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(
+    tmp_path: Path, behaving: Behaving, eight: Path, suites: Suites
+) -> None:
     server = behaving(crash_at=11)  # bs1-beam1: 8 batches; bs2-beam1: its 2nd batch
-    proc = suites(
-        "--engine",
-        server.url,
-        "--dataset",
-        str(eight),
-        "--batch-sizes",
-        "1,2,4",
-        "--beam-widths",
-        "1",
-        "--retries",
-        "1",
-        "--report-dir",
-        str(tmp_path),
-        *FAST,
-    )
+    proc = suites(*_options(server.url, eight, "1,2,4", "1", tmp_path, "--retries", "1"))
     assert proc.returncode == 1, proc.stdout[-3000:]
     cells = {c["id"]: c for c in only_report(tmp_path)["cells"]}
     assert cells["bs1-beam1"]["verdict"] == "pass"
@@ -181,26 +151,24 @@ def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(tmp_path, b
     assert escape("failed the same way as the run's first failure, bs2-beam1") in md
 
 
-def test_request_fields_reach_the_server_the_report_and_nothing_else(tmp_path, behaving, eight, suites):
+def test_request_fields_reach_the_server_the_report_and_nothing_else(
+    tmp_path: Path, behaving: Behaving, eight: Path, suites: Suites
+) -> None:
     server = behaving(seconds=0.08)  # time enough to see bs2 served together
     key = "sk-SECRET-0123456789"
     url = f"{server.url}?api_key={key}"
     proc = suites(
-        "--engine",
-        url,
-        "--dataset",
-        str(eight),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1",
-        "--request-field",
-        "repeat_penalty=1.0",
-        "--request-field",
-        '{"top_k": 1, "stop": ["END"]}',
-        "--report-dir",
-        str(tmp_path),
-        *FAST,
+        *_options(
+            url,
+            eight,
+            "1,2",
+            "1",
+            tmp_path,
+            "--request-field",
+            "repeat_penalty=1.0",
+            "--request-field",
+            '{"top_k": 1, "stop": ["END"]}',
+        )
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert (
@@ -222,7 +190,9 @@ def test_request_fields_reach_the_server_the_report_and_nothing_else(tmp_path, b
     assert json.dumps(report).count("REDACTED") >= 2  # engine path, options, sign-off
 
 
-def test_request_fields_are_refused_for_the_bundled_engine_in_one_line(suites):
+def test_request_fields_are_refused_for_the_bundled_engine_in_one_line(
+    suites: Suites,
+) -> None:
     proc = suites("--request-field", "repeat_penalty=1.0")
     assert proc.returncode == 4
     assert (

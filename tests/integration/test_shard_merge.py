@@ -10,6 +10,7 @@ import pytest
 
 from harness.__main__ import main
 from tests.conftest import SuitesRun, only_report
+from tests.integration.common import EngineFactory, Suites
 
 GRID = (
     "--batch-sizes",
@@ -34,8 +35,11 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> SuitesRun:
 
 @pytest.mark.slow  # three runs of the emulator
 def test_two_shard_jobs_merge_into_the_unsharded_report(
-    tmp_path: Path, engine_factory, small_dataset, capsys
-):
+    tmp_path: Path,
+    engine_factory: EngineFactory,
+    small_dataset: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     common = ("--engine", str(engine_factory(4, 2)), "--dataset", str(small_dataset), *GRID)
     whole = _cli(capsys, "run", *common, "--report-dir", str(tmp_path / "whole"))
     assert whole.returncode == 0, whole.stdout + whole.stderr
@@ -66,7 +70,7 @@ def test_two_shard_jobs_merge_into_the_unsharded_report(
     assert got["timing"]["engine_calls"] == sum(r["timing"]["engine_calls"] for r in reports)
 
 
-def test_shard_test_ids_are_its_cells_only(engine_factory, suites):
+def test_shard_test_ids_are_its_cells_only(engine_factory: EngineFactory, suites: Suites) -> None:
     proc = suites(
         "--engine",
         str(engine_factory(4, 2)),

@@ -11,13 +11,14 @@ from harness.config import RunConfig
 from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.faults import Fault, FaultKind
 from harness.errors import ConfigError
-from harness.pipeline import run
+from harness.model.vocab import FindingKind
 from harness.report.build import build_report
+from tests.integration.common import run_here
 
 
 def _sweep(
     tmp_path: Path, engine: Path, beams: str
-) -> tuple[dict[int, tuple[int | None, int | None, str]], dict[str, str | None]]:
+) -> tuple[dict[int, tuple[int | None, int | None, str]], dict[str, FindingKind | None]]:
     config = RunConfig.from_options(
         {
             "engine": str(engine),
@@ -30,7 +31,7 @@ def _sweep(
         }
     )
     assert config.rotation == "sparse"
-    result = run(config)
+    result = run_here(config)
     assert sorted({c.cell.batch_size for c in result.cells}) == list(range(1, 9))
     report = build_report(result)
     causes = {c.id: c.pattern for c in report.cells if c.verdict == "fail"}
@@ -38,7 +39,7 @@ def _sweep(
 
 
 @pytest.mark.slow  # 8 batch sizes over the 64 bundled prompts, once each
-def test_a_cuda_graph_ladder_is_found_between_the_powers_of_two(tmp_path: Path):
+def test_a_cuda_graph_ladder_is_found_between_the_powers_of_two(tmp_path: Path) -> None:
     """Captured sizes 1, 2, 4, 8 pass; 3 (padded to 4) and 5-7 (padded to 8) damage their last
     entries: the default grid 1, 2, 4, 8 never sees it."""
     engine = build_engine(
@@ -56,7 +57,7 @@ def test_a_cuda_graph_ladder_is_found_between_the_powers_of_two(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_a_buffer_without_the_beam_factor_fails_from_its_threshold(tmp_path: Path):
+def test_a_buffer_without_the_beam_factor_fails_from_its_threshold(tmp_path: Path) -> None:
     """8 slots for 8 x 2 beams: greedy passes everywhere, beam 2 fails from batch size 5."""
     engine = build_engine(
         tmp_path / "buffer",
@@ -69,6 +70,6 @@ def test_a_buffer_without_the_beam_factor_fails_from_its_threshold(tmp_path: Pat
     assert causes == {f"bs{b}-beam2": "beam-buffer" for b in (5, 6, 7, 8)}
 
 
-def test_a_sweep_needs_a_max_batch_size_or_a_bound(tmp_path: Path):
+def test_a_sweep_needs_a_max_batch_size_or_a_bound(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--sweep tests every batch size .* drop --batch-sizes"):
         RunConfig.from_options({"sweep": True, "batch_sizes": "1-4"})

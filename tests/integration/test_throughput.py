@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SUITES
+from tests.integration.common import Suites
 
 TINY = ("--batch-sizes", "1,2", "--beam-widths", "1", "--max-new-tokens", "8")
 
 
-def test_skipped_unless_asked_for(tmp_path: Path, suites):
+def test_skipped_unless_asked_for(tmp_path: Path, suites: Suites) -> None:
     proc = suites(*TINY, "--report-dir", str(tmp_path / "r"), "-rs", suite=SUITES / "test_throughput.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 skipped" in proc.stdout and "add --benchmark-enable (or --benchmark-only)" in proc.stdout
@@ -23,7 +24,7 @@ def test_skipped_unless_asked_for(tmp_path: Path, suites):
 
 
 @pytest.mark.slow  # the bundled engine: a run and its benchmark
-def test_whole_suite_with_benchmarks_runs_both(tmp_path: Path, small_dataset: Path, suites):
+def test_whole_suite_with_benchmarks_runs_both(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     out = tmp_path / "bench.json"
     proc = suites(
         *TINY,
@@ -53,7 +54,7 @@ def test_whole_suite_with_benchmarks_runs_both(tmp_path: Path, small_dataset: Pa
 
 
 @pytest.mark.slow  # the bundled engine
-def test_benchmark_only_skips_the_quality_run(tmp_path: Path, small_dataset: Path, suites):
+def test_benchmark_only_skips_the_quality_run(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     out = tmp_path / "bench.json"
     proc = suites(
         "--batch-sizes",

@@ -15,10 +15,13 @@ import pytest
 from tests.conftest import only_report
 from tests.doubles.lines import ENV, LINES
 from tests.doubles.trtllm_common import BUNDLED_MODEL
+from tests.integration.common import Suites, grid_options
 
 
 @pytest.mark.parametrize("name", list(LINES))
-def test_refused_cells_fail_with_the_runners_message(tmp_path: Path, small_dataset: Path, name: str, suites):
+def test_refused_cells_fail_with_the_runners_message(
+    tmp_path: Path, small_dataset: Path, name: str, suites: Suites
+) -> None:
     engine = LINES[name].make_engine_dir(tmp_path / "engine", max_beam_width=2, max_batch_size=8)
     proc = suites(
         "-p",
@@ -27,12 +30,7 @@ def test_refused_cells_fail_with_the_runners_message(tmp_path: Path, small_datas
         str(engine),
         "--tokenizer",
         str(BUNDLED_MODEL),
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,4",
-        "--beam-widths",
-        "1,2,4",
+        *grid_options(small_dataset, "1,4", "1,2,4"),
         "--max-new-tokens",
         "16",
         "--no-cache",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import only_report
+from tests.conftest import SuitesRun, only_report
+from tests.integration.common import Suites, grid_options, run_here
 
 HERE = Path(__file__).resolve().parent
 
@@ -13,21 +14,24 @@ def _env(broken_from: int) -> dict[str, str]:
     return {"TOY_BROKEN_FROM": str(broken_from)}
 
 
-def test_healthy_user_engine_passes(tmp_path: Path, small_dataset: Path, suites):
-    proc = suites(
+def _toy(
+    suites: Suites, dataset: Path, sizes: str, widths: str, report_dir: Path, broken_from: int, *more: str
+) -> SuitesRun:
+    """`pytest suites/` on the toy engine, broken from position ``broken_from`` (-1: healthy)."""
+    return suites(
         "--engine",
         "toy_engine:ToyEngine",
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,4",
-        "--beam-widths",
-        "1,2",
+        *grid_options(dataset, sizes, widths),
         "--report-dir",
-        str(tmp_path),
-        env=_env(-1),
+        str(report_dir),
+        *more,
+        env=_env(broken_from),
         path=[HERE],
     )
+
+
+def test_healthy_user_engine_passes(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
+    proc = _toy(suites, small_dataset, "1,4", "1,2", tmp_path, -1)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "test_batch_positions[bs4-beam2] PASSED" in proc.stdout or "passed" in proc.stdout
     # output that is not a terminal (a CI log) gets progress lines, not a bar
@@ -39,22 +43,8 @@ def test_healthy_user_engine_passes(tmp_path: Path, small_dataset: Path, suites)
     assert (tmp_path / Path(next(tmp_path.glob("*/report.md")))).exists()
 
 
-def test_broken_positions_fail_with_ranges(tmp_path: Path, small_dataset: Path, suites):
-    proc = suites(
-        "--engine",
-        "toy_engine:ToyEngine",
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,8",
-        "--beam-widths",
-        "1",
-        "--report-dir",
-        str(tmp_path),
-        "-v",
-        env=_env(5),
-        path=[HERE],
-    )
+def test_broken_positions_fail_with_ranges(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
+    proc = _toy(suites, small_dataset, "1,8", "1", tmp_path, 5, "-v")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "test_batch_positions[bs8-beam1] FAILED" in proc.stdout
     assert "bs8-beam1: positions 5–7 degraded (quality vs references" in proc.stdout
@@ -71,25 +61,11 @@ def test_broken_positions_fail_with_ranges(tmp_path: Path, small_dataset: Path, 
     assert "report:" in proc.stdout and str(tmp_path) in proc.stdout
 
 
-def test_cell_results_are_junit_properties(tmp_path: Path, small_dataset: Path, suites):
+def test_cell_results_are_junit_properties(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     import xml.etree.ElementTree as ET
 
     xml = tmp_path / "junit.xml"
-    proc = suites(
-        "--engine",
-        "toy_engine:ToyEngine",
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,4",
-        "--beam-widths",
-        "1",
-        "--report-dir",
-        str(tmp_path / "r"),
-        f"--junitxml={xml}",
-        env=_env(2),
-        path=[HERE],
-    )
+    proc = _toy(suites, small_dataset, "1,4", "1", tmp_path / "r", 2, f"--junitxml={xml}")
     assert proc.returncode == 1
     cases = {c.get("name"): c for c in ET.parse(xml).getroot().iter("testcase")}
     props = {p.get("name"): p.get("value") for p in cases["test_batch_positions[bs4-beam1]"].iter("property")}
@@ -98,7 +74,7 @@ def test_cell_results_are_junit_properties(tmp_path: Path, small_dataset: Path, 
     assert "report.html" in proc.stdout
 
 
-def test_backend_class_with_a_plain_directory(tmp_path: Path, small_dataset: Path, suites):
+def test_backend_class_with_a_plain_directory(tmp_path: Path, small_dataset: Path, suites: Suites) -> None:
     """--backend module:Class --engine DIR, DIR without config.json (the README's form)."""
     folder = tmp_path / "weights"
     folder.mkdir()
@@ -107,12 +83,7 @@ def test_backend_class_with_a_plain_directory(tmp_path: Path, small_dataset: Pat
         "toy_engine:ToyEngine",
         "--engine",
         str(folder),
-        "--dataset",
-        str(small_dataset),
-        "--batch-sizes",
-        "1,2",
-        "--beam-widths",
-        "1",
+        *grid_options(small_dataset, "1,2", "1"),
         "--report-dir",
         str(tmp_path / "r"),
         env=_env(-1),
@@ -122,7 +93,9 @@ def test_backend_class_with_a_plain_directory(tmp_path: Path, small_dataset: Pat
     assert only_report(tmp_path / "r")["engine"]["path"] == str(folder)
 
 
-def test_bad_golden_engine_stops_before_generating(tmp_path: Path, small_dataset: Path, suites):
+def test_bad_golden_engine_stops_before_generating(
+    tmp_path: Path, small_dataset: Path, suites: Suites
+) -> None:
     proc = suites(
         "--engine",
         "toy_engine:ToyEngine",
@@ -143,7 +116,7 @@ def test_bad_golden_engine_stops_before_generating(tmp_path: Path, small_dataset
 
 def test_a_dataset_the_engine_cannot_summarize_is_said_to_leave_quality_nearly_blind(
     tmp_path: Path, small_dataset: Path
-):
+) -> None:
     """Outputs that score about as well against other documents' references as against their
     own: the quality question can hardly see damage, and the run says so (it passed silently
     at 0.08 everywhere); with references that fit, it does not."""
@@ -151,8 +124,8 @@ def test_a_dataset_the_engine_cannot_summarize_is_said_to_leave_quality_nearly_b
 
     from harness.config import RunConfig
     from harness.model.vocab import Question
-    from harness.pipeline import run
     from harness.report.summary import header_lines
+    from harness.stages.run import RunResult
     from tests.integration.toy_engine import ToyEngine
 
     rows = [json.loads(line) for line in small_dataset.read_text().splitlines()]
@@ -164,12 +137,12 @@ def test_a_dataset_the_engine_cannot_summarize_is_said_to_leave_quality_nearly_b
             for i, r in enumerate(rows)
         )
     )
-    results = {}
+    results: dict[str, RunResult] = {}
     for name, data in (("fit", small_dataset), ("unfit", unfit)):
         config = RunConfig(
             dataset=str(data), batch_sizes=(1, 4), beam_widths=(1,), no_cache=True, report_dir=tmp_path / name
         )
-        results[name] = run(config, engine=ToyEngine(None))
+        results[name] = run_here(config, engine=ToyEngine(None))
     fit, unfit_run = (results[k].report for k in ("fit", "unfit"))
     assert fit is not None and unfit_run is not None
     assert fit.method.questions[Question.QUALITY] == "gate"
