@@ -10,10 +10,10 @@ from harness.verdict.failures import positions_failure
 
 if TYPE_CHECKING:
     from harness.model.report import CellResult
-    from harness.stages.run import RunResult
+    from harness.pipeline import RunOutcome
 
 
-def test_batch_positions(harness_cell_result: CellResult, harness_result: RunResult) -> None:
+def test_batch_positions(harness_cell_result: CellResult, harness_result: RunOutcome) -> None:
     message = positions_failure(harness_cell_result)
     if message:
         pytest.fail(message, pytrace=False)

@@ -77,7 +77,7 @@ def test_throughput(
             "backend": info.backend,
             "identity": info.identity,
             "engine_fingerprint": engine_fingerprint(info),
-            "dataset": prep.dataset.name,
-            "dataset_hash": prep.dataset.hash,
+            "dataset": prep.dataset.info.name,
+            "dataset_hash": prep.dataset.info.hash,
         }
     )

@@ -13,7 +13,7 @@ from tests.doubles.openai_server import BehavingServer
 
 if TYPE_CHECKING:
     from harness.config import RunConfig
-    from harness.pipeline import RunResult
+    from harness.pipeline import RunOutcome
 
 # engine_factory: build(max_batch_size, max_beam_width) -> an emulator engine directory
 EngineFactory: TypeAlias = Callable[[int, int], Path]
@@ -29,14 +29,14 @@ def first_rows(dataset: Path, path: Path, rows: int) -> Path:
     return path
 
 
-def run_here(config: RunConfig, engine: object = None) -> RunResult:
+def run_here(config: RunConfig, engine: object = None) -> RunOutcome:
     """``harness.pipeline.run`` in this process, rank 0 of a world of one: the whole result.
     ``engine``: the engine to use (else the config's), any object with ``generate``."""
-    from harness.pipeline import RunResult, run
+    from harness.pipeline import RunOutcome, run
 
     # run() adopts any object with generate() (registry.adopt), though its annotation says Engine
-    result = run(config, engine=engine)  # type: ignore[arg-type]
-    assert isinstance(result, RunResult)  # a FollowerRun comes only to ranks other than 0
+    result = run(config, engine=engine)
+    assert isinstance(result, RunOutcome)  # a FollowerRun comes only to ranks other than 0
     return result
 
 

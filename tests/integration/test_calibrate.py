@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 
 from harness.__main__ import main
-from harness.tools.calibrate import Outcome, Settings, Targets, run_calibration, table
+from harness.tools.calibrate.run import run_calibration
+from harness.tools.calibrate.settings import Settings
+from harness.tools.calibrate.table import Outcome, Targets, table
+from harness.verdict.decide import family_size
 from harness.verdict.statistics import min_detectable_drop
 
 
@@ -68,9 +71,10 @@ def test_cli_refuses_unknown_models_in_one_line(capsys: pytest.CaptureFixture[st
 
 def test_minimum_detectable_drop_matches_the_documented_table() -> None:
     """docs/method.md's table: the default grid's Holm family of 135 tests."""
-    from harness.tools.calibrate import default_family
+    from harness.config import DEFAULT_BEAM_WIDTHS
+    from harness.plan import grid
 
-    assert default_family() == 135
+    assert family_size(grid(None, DEFAULT_BEAM_WIDTHS, 8), references=True) == 135
     assert min_detectable_drop(64, 0.1, tolerance=0.02, alpha=0.01, tests=135) == pytest.approx(
         0.081, abs=5e-4
     )
@@ -83,11 +87,9 @@ def test_minimum_detectable_drop_matches_the_documented_table() -> None:
 def test_a_sweep_model_reports_its_boundary(tmp_path: Path) -> None:
     """The graph ladder swept to 8: trials at the sweep's cost (each prompt at one position
     per size) find the first failing size, 3, and the damaged positions per size."""
-    from harness.tools.calibrate import sweep_family
-
     settings = _settings(tmp_path, trials=10, prompts=40, pool=40, max_new_tokens=16, only=("graph-ladder",))
     [o] = run_calibration(settings, say=lambda line: None)
-    assert sweep_family(o.model) == 3 * 35 + 7  # sizes 2..8 at beam width 1
+    assert family_size(o.model.design(), references=True) == 3 * 35 + 7  # sizes 2..8 at beam width 1
     assert o.model.boundary(1) == 3
     assert o.boundary == o.flagged == 10 and o.named == 10
     lines, ok = table([o], settings, Targets())
@@ -107,7 +109,7 @@ def test_the_sweep_models_truth_is_what_the_emulator_damages(to: int) -> None:
     """calibrate writes the damaged positions of the threshold faults out on its own; the
     emulator's faults damage exactly those entries at every size and beam width."""
     from harness.engines.emulator.faults import Fault, FaultKind
-    from harness.tools.calibrate import buffer_damage, ladder_damage
+    from harness.tools.calibrate.models import buffer_damage, ladder_damage
 
     ladder, buffer = Fault(FaultKind.GRAPH_LADDER), Fault(FaultKind.BEAM_BUFFER)
     for size in range(1, to + 1):

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.config import RunConfig
+from harness.config import DatasetOptions, RunConfig
 from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.drift import Drift
 from tests.integration.common import run_here
@@ -38,7 +38,7 @@ def test_same_seed_same_numbers(tmp_path: Path, small_dataset: Path) -> None:
     def once(name: str, seed: int) -> dict[str, Any]:
         config = RunConfig(
             engine=str(engine),
-            dataset=str(small_dataset),
+            data=DatasetOptions(dataset=str(small_dataset)),
             batch_sizes=(1, 4),
             beam_widths=(1, 2),
             max_new_tokens=16,
@@ -47,8 +47,7 @@ def test_same_seed_same_numbers(tmp_path: Path, small_dataset: Path) -> None:
             report_dir=tmp_path / name,
         )
         result = run_here(config)
-        assert result.report_dir is not None
-        return _numbers(result.report_dir)
+        return _numbers(result.folder)
 
     first, second = once("a", 7), once("b", 7)
     assert first == second

@@ -57,13 +57,13 @@ def test_a_dry_run_on_a_tensorrt_llm_engine_prints_plan_limits_and_estimate(
 
 
 def test_the_estimate_can_come_from_a_previous_run(tmp_path: Path, small_dataset: Path) -> None:
-    from harness.config import RunConfig
+    from harness.config import DatasetOptions, RunConfig
     from harness.report.estimate import estimate_line
     from tests.integration.toy_engine import ToyEngine
 
     previous = run_here(
         RunConfig(
-            dataset=str(small_dataset),
+            data=DatasetOptions(dataset=str(small_dataset)),
             batch_sizes=(1, 4),
             beam_widths=(1,),
             no_cache=True,
@@ -71,8 +71,8 @@ def test_the_estimate_can_come_from_a_previous_run(tmp_path: Path, small_dataset
         ),
         engine=ToyEngine(None),
     )
-    folder = previous.report_dir
-    rate = previous.plan.sequences() / round(previous.timing.engine_generate_s, 4)
+    folder = previous.folder
+    rate = previous.report.method.sequences / round(previous.report.timing.engine_generate_s, 4)
     line = estimate_line(RunConfig(throughput=str(folder)), 1000)
     assert line.startswith("estimate: about ") and f"at {rate:.2f} sequences/s, the rate of {folder}" in line
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from harness.__main__ import main
-from harness.config import RunConfig
+from harness.config import DatasetOptions, RunConfig
 from harness.model.report import CellResult
-from harness.stages.run import RunResult
+from harness.pipeline import RunOutcome
 from tests.conftest import REPO, run_suites
 from tests.integration.common import Suites, grid_options, run_here
 from tests.integration.fault_engines import RAISES, Hangs, OddOutputs, WrongCount
@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 
 def _config(tmp_path: Path, dataset: Path, *, batch_timeout: float) -> RunConfig:
     return RunConfig(
-        dataset=str(dataset),
+        data=DatasetOptions(dataset=str(dataset)),
         batch_sizes=(1, 2, 4),
         beam_widths=(1,),
         report_dir=tmp_path / "reports",
@@ -38,8 +38,8 @@ def _config(tmp_path: Path, dataset: Path, *, batch_timeout: float) -> RunConfig
     )
 
 
-def _cells(result: RunResult) -> dict[str, CellResult]:
-    return {c.cell.id: c for c in result.cells}
+def _cells(result: RunOutcome) -> dict[str, CellResult]:
+    return {c.cell.id: c for c in result.report.cells}
 
 
 def _error(cell: CellResult) -> str:
@@ -54,7 +54,6 @@ def test_a_slow_batch_fails_its_cell_and_the_engine_recovers(tmp_path: Path, sma
     engine = Hangs(cell="2x1", seconds=1.5)
     t0 = time.perf_counter()
     result = run_here(_config(tmp_path, small_dataset, batch_timeout=1.0), engine=engine)
-    assert result.report_dir is not None
     cells = _cells(result)
     assert cells["bs2-beam1"].verdict == "error"
     assert (
@@ -64,7 +63,7 @@ def test_a_slow_batch_fails_its_cell_and_the_engine_recovers(tmp_path: Path, sma
     assert cells["bs1-beam1"].verdict == "pass" and cells["bs4-beam1"].verdict == "pass"
     assert engine.finished_hung_call.is_set()  # bs4 started only after the late call ended
     assert time.perf_counter() - t0 < 30
-    report = json.loads((result.report_dir / "report.json").read_text())
+    report = json.loads((result.folder / "report.json").read_text())
     assert {c["id"]: c["verdict"] for c in report["cells"]} == {
         "bs1-beam1": "pass",
         "bs2-beam1": "error",
@@ -90,8 +89,7 @@ def test_a_hung_engine_costs_two_timeouts_and_the_report_is_written(
         "not sent: the engine is still busy with the batch of 2 at beam width 1 that passed "
         "--batch-timeout 0.5s" in _error(cells["bs4-beam1"])
     )
-    assert result.report_dir is not None
-    assert result.verdict == "fail" and (result.report_dir / "report.json").is_file()
+    assert result.report.verdict == "fail" and (result.folder / "report.json").is_file()
 
 
 @pytest.mark.slow  # a pytest process, left with a call that sleeps 600 s
@@ -163,7 +161,7 @@ def test_a_raising_generate_fails_its_cell_through_both_entry_points(
 
 def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path) -> None:
     config = RunConfig(
-        dataset=str(small_dataset),
+        data=DatasetOptions(dataset=str(small_dataset)),
         batch_sizes=(1, 8),
         beam_widths=(1,),
         report_dir=tmp_path / "reports",
@@ -171,13 +169,13 @@ def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path)
     )
     result = run_here(config, engine=OddOutputs())
     cells = _cells(result)
-    assert all(c.error is None for c in result.cells), [c.error for c in result.cells]
+    assert all(c.error is None for c in result.report.cells), [c.error for c in result.report.cells]
     bs8 = cells["bs8-beam1"]
     # positions 0-2 hold "", None and text=None in every batch: all score 0
     assert [s.agreement for s in bs8.positions[:3]] == [0.0, 0.0, 0.0]
     assert bs8.positions[3].agreement > 0  # the plain string is scored as text
     assert cells["bs8-beam1"].verdict == "fail" and cells["bs1-beam1"].verdict == "pass"
-    folder = result.report_dir
+    folder = result.folder
     assert folder is not None
     rows = [
         json.loads(line) for line in (folder / "generations.jsonl").read_text(encoding="utf-8").splitlines()
@@ -193,7 +191,7 @@ def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path)
 
 def test_wrong_number_of_outputs_fails_the_cell_with_a_message(tmp_path: Path, small_dataset: Path) -> None:
     config = RunConfig(
-        dataset=str(small_dataset),
+        data=DatasetOptions(dataset=str(small_dataset)),
         batch_sizes=(1, 2),
         beam_widths=(1, 2),
         report_dir=tmp_path / "reports",

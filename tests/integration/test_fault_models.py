@@ -62,10 +62,10 @@ def test_each_fault_fails_exactly_where_it_damages(
         }
     )
     result = run_here(config)
-    found = {c.id: list(c.degraded_positions) for c in result.cells if c.verdict == "fail"}
+    found = {c.id: list(c.degraded_positions) for c in result.report.cells if c.verdict == "fail"}
     assert found == damaged
-    assert all(c.error is None for c in result.cells)
-    kinds = {c.pattern for c in result.cells if c.pattern}
+    assert all(c.error is None for c in result.report.cells)
+    kinds = {c.pattern for c in result.report.cells if c.pattern}
     assert kinds == ({signature} if signature else set())
 
 
@@ -88,8 +88,8 @@ def test_sparse_rotation_still_catches_the_incident_at_a_fraction_of_the_cost(
         }
     )
     result = run_here(config)
-    [cell] = result.cells
+    [cell] = result.report.cells
     assert cell.degraded_positions == (2, 3, 4, 5, 6, 7)
     assert [s.n for s in cell.positions] == [8] * 8
-    assert result.plan.sequences() == 64 + 64
+    assert result.report.method.sequences == 64 + 64
     assert cell.pattern == "overflow" and cell.cause is not None

@@ -41,8 +41,7 @@ def test_bfloat16_drifts_with_the_batch_shape_without_losing_quality(tmp_path: P
     said, not failed. Goldens of another dtype are never its baseline."""
     from harness.config import RunConfig
     from harness.engines.emulator.build import BUNDLED_MODEL
-    from harness.pipeline import run
-    from harness.stages.run import RunResult
+    from harness.pipeline import RunOutcome, run
 
     config = RunConfig.from_options(
         {
@@ -57,10 +56,12 @@ def test_bfloat16_drifts_with_the_batch_shape_without_losing_quality(tmp_path: P
         }
     )
     result = run(config)
-    assert isinstance(result, RunResult)
-    assert result.engine.details["dtype"] == "bfloat16" and result.engine.identity.startswith("bfloat16:")
-    [bs1, bs8] = result.cells
-    assert result.verdict == "pass" and bs8.verdict == "pass"
+    assert isinstance(result, RunOutcome)
+    assert result.report.engine.details["dtype"] == "bfloat16" and result.report.engine.identity.startswith(
+        "bfloat16:"
+    )
+    [bs1, bs8] = result.report.cells
+    assert result.report.verdict == "pass" and bs8.verdict == "pass"
     assert bs8.differing is not None and 0 < bs8.differing < 0.5  # drift, not damage
     assert bs8.quality is not None and bs8.quality_bs1 is not None
     assert abs(bs8.quality - bs8.quality_bs1) < config.tolerance
@@ -68,9 +69,10 @@ def test_bfloat16_drifts_with_the_batch_shape_without_losing_quality(tmp_path: P
 
 
 def test_dtype_is_the_hf_backends_alone() -> None:
-    from harness.config import Dtype, EngineOptions
+    from harness.config import EngineOptions
     from harness.engines.registry import load_engine
     from harness.errors import EngineError
+    from harness.model.vocab import Dtype
 
     with pytest.raises(
         EngineError, match="--dtype does not apply to the emulator backend .*read by the hf backend"

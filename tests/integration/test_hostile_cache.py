@@ -12,15 +12,13 @@ import importlib
 import json
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeAlias
 
 import pytest
 
 from harness.config import RunConfig
-from harness.model.report import CacheStats
-from harness.stages.run import RunResult
+from harness.pipeline import RunOutcome
 from tests.integration.common import run_here
 
 MODULE = "hostile_cache_engine"
@@ -94,24 +92,11 @@ def test_changed_code_in_a_module_the_plugin_imports_is_generated_again(
     helper.write_text("def words(p):\n    return 'three ' + p.split()[1]\n", encoding="utf-8")
     plug(code)
     second = _run(tmp_path, "r2", weights, small_dataset)
-    assert first.cache.batches_generated == 32 and second.cache.generations_from_cache == 0
+    assert first.report.cache.batches_generated == 32 and second.report.cache.generations_from_cache == 0
     assert all(o.startswith("three ") for o in _outputs(second))
 
 
-@dataclass(frozen=True)
-class Ran:
-    """What these tests read of a run's result (in this process: rank 0's, all of it)."""
-
-    cache: CacheStats
-    report_dir: Path
-
-
-def _ran(result: RunResult) -> Ran:
-    assert result.cache is not None and result.report_dir is not None
-    return Ran(result.cache, result.report_dir)
-
-
-def _run(tmp: Path, name: str, weights: Path, dataset: Path) -> Ran:
+def _run(tmp: Path, name: str, weights: Path, dataset: Path) -> RunOutcome:
     config = RunConfig.from_options(
         {
             "backend": f"{MODULE}:Engine",
@@ -125,11 +110,11 @@ def _run(tmp: Path, name: str, weights: Path, dataset: Path) -> Ran:
             "cache_dir": str(tmp / "cache"),
         }
     )
-    return _ran(run_here(config))
+    return run_here(config)
 
 
-def _outputs(result: Ran) -> list[str]:
-    lines = (result.report_dir / "generations.jsonl").read_text(encoding="utf-8").splitlines()
+def _outputs(result: RunOutcome) -> list[str]:
+    lines = (result.folder / "generations.jsonl").read_text(encoding="utf-8").splitlines()
     return [json.loads(line)["output"] for line in lines]
 
 
@@ -147,19 +132,19 @@ def test_changed_plugin_code_is_generated_again(
     code = _write_engine(tmp_path / "plugin", "alpha")
     plug(code)
     first = _run(tmp_path, "r1", weights, small_dataset)
-    assert first.cache.enabled and first.cache.batches_generated == 32
+    assert first.report.cache.enabled and first.report.cache.batches_generated == 32
     assert all(o.startswith("alpha ") for o in _outputs(first))
 
     _write_engine(code, "beta-version")  # the plug-in's code changes, nothing else does
     plug(code)
     second = _run(tmp_path, "r2", weights, small_dataset)
-    assert second.cache.generations_from_cache == 0, second.cache
-    assert second.cache.batches_generated == 32
+    assert second.report.cache.generations_from_cache == 0, second.report.cache
+    assert second.report.cache.batches_generated == 32
     assert all(o.startswith("beta-version ") for o in _outputs(second))
 
     plug(code)  # the same code again: now it is the cache's
     third = _run(tmp_path, "r3", weights, small_dataset)
-    assert third.cache.batches_generated == 0 and third.cache.generations_from_cache == 48
+    assert third.report.cache.batches_generated == 0 and third.report.cache.generations_from_cache == 48
     assert _outputs(third) == _outputs(second)
 
 
@@ -175,11 +160,11 @@ def test_two_plugins_of_one_label_sharing_a_cache_do_not_mix(
     b = _run(tmp_path, "b", weights, small_dataset)
     plug(ours)
     again = _run(tmp_path, "a2", weights, small_dataset)
-    assert b.cache.generations_from_cache == 0
+    assert b.report.cache.generations_from_cache == 0
     assert all(o.startswith("ours ") for o in _outputs(a) + _outputs(again))
     assert all(o.startswith("theirs-too ") for o in _outputs(b))
-    assert again.cache.generations_from_cache == 48  # its own entries, still there
-    assert a.cache.folder != b.cache.folder
+    assert again.report.cache.generations_from_cache == 48  # its own entries, still there
+    assert a.report.cache.folder != b.report.cache.folder
 
 
 def test_an_entry_edited_by_hand_is_not_used(
@@ -188,8 +173,8 @@ def test_an_entry_edited_by_hand_is_not_used(
     code = _write_engine(tmp_path / "plugin", "honest")
     plug(code)
     first = _run(tmp_path, "r1", weights, small_dataset)
-    assert first.cache.folder is not None  # the cache is on
-    entries = sorted(Path(first.cache.folder).rglob("*.json"))
+    assert first.report.cache.folder is not None  # the cache is on
+    entries = sorted(Path(first.report.cache.folder).rglob("*.json"))
     assert len(entries) == 32
     for entry in entries[:5]:  # valid JSON, the outputs changed
         data = json.loads(entry.read_text(encoding="utf-8"))
@@ -201,14 +186,14 @@ def test_an_entry_edited_by_hand_is_not_used(
     second = _run(tmp_path, "r2", weights, small_dataset)
     assert not any(o.startswith("forged") for o in _outputs(second))
     assert _outputs(second) == _outputs(first)
-    assert second.cache.batches_generated == 6 and second.cache.batches_rejected == 6
-    assert "6 entries rejected" in second.cache.reason
-    report = (second.report_dir / "report.md").read_text(encoding="utf-8")
+    assert second.report.cache.batches_generated == 6 and second.report.cache.batches_rejected == 6
+    assert "6 entries rejected" in second.report.cache.reason
+    report = (second.folder / "report.md").read_text(encoding="utf-8")
     assert "6 entries rejected" in report
     # rewritten on the way: a third run takes every batch from the cache
     plug(code)
     third = _run(tmp_path, "r3", weights, small_dataset)
-    assert third.cache.batches_generated == 0 and third.cache.batches_rejected == 0
+    assert third.report.cache.batches_generated == 0 and third.report.cache.batches_rejected == 0
 
 
 def test_an_engine_class_without_source_is_not_cached(
@@ -241,8 +226,8 @@ def test_an_engine_class_without_source_is_not_cached(
 
         engine = module.Engine(None)
         engine.info = EngineInfo(backend="in-memory", path=str(weights), identity="in-memory")
-        result = _ran(run_here(config, engine=engine))
+        result = run_here(config, engine=engine)
     finally:
         del sys.modules[module.__name__]
-    assert not result.cache.enabled and "no source file" in result.cache.reason
+    assert not result.report.cache.enabled and "no source file" in result.report.cache.reason
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.json"))

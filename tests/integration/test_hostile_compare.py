@@ -47,8 +47,7 @@ def _run(tmp: Path, name: str, dataset: Path, engine: object, **options: str) ->
         **options,
     }
     result = run_here(RunConfig.from_options(values), engine=engine)
-    assert result.report_dir is not None
-    return result.report_dir / "report.json"
+    return result.folder / "report.json"
 
 
 @pytest.fixture(scope="module")
@@ -260,26 +259,27 @@ def test_no_text_at_one_position_fails_that_cell(tmp_path: Path, small_dataset: 
 
 def test_token_counts_above_max_tokens_are_no_evidence_of_a_batch() -> None:
     from harness.engines.base import RequestTiming
-    from harness.engines.batching import ONE_AFTER_ANOTHER, UNTRUSTED, cell_notice, judge_batch
+    from harness.engines.batching import cell_notice, judge_batch
+    from harness.model.vocab import Served
 
     def t(written: float, finished: float, tokens: int) -> RequestTiming:
         return RequestTiming(sent=0.0, written=written, first_byte=finished, finished=finished, tokens=tokens)
 
     texts = ["a short answer"] * 4
     honest = [t(0.001, 0.20, 16), t(0.002, 0.40, 16), t(0.003, 0.60, 16), t(0.004, 0.80, 16)]
-    assert judge_batch(honest, texts, 16).verdict == ONE_AFTER_ANOTHER
+    assert judge_batch(honest, texts, 16).verdict == Served.ONE_AFTER_ANOTHER
     # the same server, claiming a million tokens for every answer that queued behind another
     forged = [
         t(0.001, 0.20, 16),
         *(t(w, f, 1_000_000) for w, f in ((0.002, 0.40), (0.003, 0.60), (0.004, 0.80))),
     ]
     judged = judge_batch(forged, texts, 16)
-    assert judged.verdict == UNTRUSTED and "above its max_tokens 16" in judged.why
+    assert judged.verdict == Served.UNTRUSTED and "above its max_tokens 16" in judged.why
     notice = cell_notice([judged] * 4)
     assert notice is not None and "not plausible" in notice
     # far fewer tokens than the words of the text: not a count either
     words = ["one two three four five six seven eight nine ten eleven twelve thirteen"] * 4
-    assert judge_batch([t(0.001, 0.2, 1), *honest[1:]], words, 16).verdict == UNTRUSTED
+    assert judge_batch([t(0.001, 0.2, 1), *honest[1:]], words, 16).verdict == Served.UNTRUSTED
 
 
 @pytest.fixture
@@ -319,7 +319,7 @@ def test_a_server_claiming_a_million_tokens_does_not_pass_as_batched(
         "goldens_dir": str(tmp_path / "goldens"),
     }
     result = run_here(RunConfig.from_options(values))
-    cells = {c.id: c for c in result.cells}
+    cells = {c.id: c for c in result.report.cells}
     assert cells["bs4-beam1"].verdict == "untested", cells["bs4-beam1"].message
     assert "usage.completion_tokens 1000000 for one answer, above its max_tokens 8" in (
         cells["bs4-beam1"].notice or ""

@@ -338,21 +338,22 @@ def test_goldens_keep_no_secret_and_still_match_their_run(tmp_path: Path) -> Non
     """Goldens are a file too: their texts and settings are stored redacted, and a run with the
     same settings still finds them (the settings are compared redacted the same way)."""
     from harness.config import DecodingSettings
-    from harness.inputs.data import Dataset, Document, content_hash
+    from harness.inputs.data import dataset_of
+    from harness.model.dataset import Document
     from harness.redact import remember
     from harness.storage.goldens import GoldenSet, GoldensStore
 
     remember(OTHER_KEY)
     docs = (Document("d0", "a", "s0"), Document("d1", "b", "s1"))
-    ds = Dataset(name="mine", path="mine.jsonl", documents=docs, hash=content_hash(docs))
+    ds = dataset_of(docs, name="mine", path="mine.jsonl")
     settings = DecodingSettings(1, 8, request_fields=(("x_api_key", '"plain-field-value"'),))
     ident = "server:m"
     store = GoldensStore(tmp_path)
     path = store.write(
         GoldenSet(
             identity=ident,
-            dataset_name=ds.name,
-            dataset_hash=ds.hash,
+            dataset_name=ds.info.name,
+            dataset_hash=ds.info.hash,
             settings=settings.as_dict(),
             outputs={"d0": f"the key is {OTHER_KEY}", "d1": "y"},
             source={},

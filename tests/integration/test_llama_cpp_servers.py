@@ -18,7 +18,7 @@ from typing import Any, TypeAlias
 
 import pytest
 
-from harness.stages.run import RunResult
+from harness.pipeline import RunOutcome
 from tests.integration.common import run_here
 from tests.servers import harness_runs, llama_cpp, recordings
 from tests.servers.replay import ReplayServer
@@ -166,9 +166,11 @@ def _stable(cells: Cells) -> Cells:
     return {cid: {**c, "notice": c["notice"] and c["notice"].split(" (")[0]} for cid, c in cells.items()}
 
 
-def _outputs(result: RunResult) -> dict[str, str | None]:
-    bs1 = next(o for o in result.outputs if o.cell.id == "bs1-beam1")
-    return {d.id: t for d, t in zip(result.dataset.documents, bs1.texts.row(0))}
+def _outputs(result: RunOutcome) -> dict[str, str | None]:
+    """Batch size 1's output per document, as the run wrote them to generations.jsonl."""
+    lines = (result.folder / "generations.jsonl").read_text(encoding="utf-8").splitlines()
+    rows = [json.loads(line) for line in lines]
+    return {row["id"]: row["output"] for row in rows if row["cell"] == "bs1-beam1"}
 
 
 KEY = "sk-test-0123456789abcdef"  # a key in the address: sent, never shown (issue 15, item 11)
@@ -176,7 +178,7 @@ KEY = "sk-test-0123456789abcdef"  # a key in the address: sent, never shown (iss
 
 def _run_keyed(
     spec: harness_runs.HarnessRun, url: str, folder: Path, server: llama_cpp.Server | None = None
-) -> tuple[Cells, RunResult]:
+) -> tuple[Cells, RunOutcome]:
     """The harness run against ``url`` with a key in its query string; its cells with the
     address as $SERVER, and the result. Nothing in the run folder or the cells has the key;
     report.md says there are no build limits to check (issue 14 A6). With a live ``server``,
@@ -185,11 +187,12 @@ def _run_keyed(
     engine: harness_runs.Killer | None = None
     if server is not None and spec.fault == "kill":
         engine = harness_runs.Killer(
-            config.engine, request_timeout=config.request_timeout, retries=config.retries
+            config.engine,
+            request_timeout=config.engine_options.request_timeout,
+            retries=config.engine_options.retries,
         )
         engine.arm(server.process, dict(bundled_prompts())[harness_runs.fault_id()])
     result = run_here(config, engine=engine)
-    assert result.report_dir is not None
     if engine is not None:
         assert engine.killed is not None and engine.killed["generate_call"] == 3
     shown = f"{url}?api_key=REDACTED"
@@ -198,9 +201,9 @@ def _run_keyed(
         for cid, c in harness_runs.cells(result).items()
     }
     assert KEY not in json.dumps(cells)
-    for path in result.report_dir.iterdir():
+    for path in result.folder.iterdir():
         assert KEY not in path.read_text(encoding="utf-8"), path.name
-    md = (result.report_dir / "report.md").read_text(encoding="utf-8")
+    md = (result.folder / "report.md").read_text(encoding="utf-8")
     assert "- Build limits: the engine records no build limits, so none were checked." in md
     return cells, result
 

@@ -7,13 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import RunConfig
-from harness.stages.run import RunResult
+from harness.pipeline import RunOutcome
 from tests.integration.common import EngineFactory, run_here
 
 
-def _rows(result: RunResult) -> list[dict[str, Any]]:
-    assert result.report_dir is not None
-    path = result.report_dir / "generations.jsonl"
+def _rows(result: RunOutcome) -> list[dict[str, Any]]:
+    path = result.folder / "generations.jsonl"
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
@@ -37,6 +36,6 @@ def test_all_beams_are_kept_and_survive_the_cache(
     assert beam_rows and all(len(r["beams"]) == 2 and r["beams"][0] == r["output"] for r in beam_rows)
     assert all("beams" not in r for r in first if r["cell"].endswith("beam1"))
     second = run_here(config)
-    assert second.cache is not None  # the cache is on
-    assert second.cache.batches_generated == 0
+    assert second.report.cache is not None  # the cache is on
+    assert second.report.cache.batches_generated == 0
     assert _rows(second) == first

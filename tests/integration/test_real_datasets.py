@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from harness.inputs.data import Document, content_hash, load_dataset, select_subset
+from harness.inputs.data import content_hash, load_dataset, select_subset
+from harness.model.dataset import Document
 from tests.conftest import REPO, only_report
 from tests.hub_cache import cache_hub_dataset
-from tests.integration.common import EngineFactory, Suites, run_here
+from tests.integration.common import EngineFactory, Suites
 
 SCHEMA = Path(__file__).resolve().parents[2] / "harness" / "report" / "report.schema.json"
 FAST = ("--batch-sizes", "1,2", "--beam-widths", "1", "--max-new-tokens", "8", "--no-cache")
@@ -37,7 +38,7 @@ def _rows(docs: Sequence[Document], text: str, summary: str, key: str = "id") ->
 
 
 def _check(report: dict[str, Any], docs: Sequence[Document], **expected: object) -> None:
-    import jsonschema  # type: ignore[import-untyped]  # no types-jsonschema among the dev tools
+    import jsonschema
 
     jsonschema.validate(report, json.loads(SCHEMA.read_text()))
     ds = report["dataset"]
@@ -138,7 +139,7 @@ def test_save_to_disk_with_custom_fields_split_and_subset(
     _check(report, chosen.documents, source="disk", split="eval", name="saved-eval-n6-seed5")
     subset = report["dataset"]["subset"]
     assert subset["ids"] == [d.id for d in chosen.documents] and len(subset["ids"]) == 6
-    assert subset["hash"] == report["dataset"]["hash"] and subset["source_hash"] == full.hash
+    assert subset["hash"] == report["dataset"]["hash"] and subset["source_hash"] == full.info.hash
     assert (subset["num_prompts"], subset["seed"], subset["of"]) == (6, 5, N)
     rows = [
         json.loads(x) for x in next((tmp_path / "r").glob("*/generations.jsonl")).read_text().splitlines()
@@ -227,10 +228,13 @@ def test_chat_template_prompts_reach_the_engine(
             "goldens_dir": str(tmp_path / "g"),
         }
     )
-    result = run_here(config, engine=engine)
-    assert result.report_dir is not None
-    docs = result.dataset.documents
-    assert result.prompts == tuple(f"[user] {d.text} TL;DR: \n[assistant] " for d in docs)
-    assert result.verdict == "pass"
-    report = json.loads((result.report_dir / "report.json").read_text())
+    from harness.pipeline import RunOutcome, execute, prepare
+
+    prep = prepare(config, engine=engine)
+    docs = prep.dataset.documents
+    assert prep.prompts == tuple(f"[user] {d.text} TL;DR: \n[assistant] " for d in docs)
+    result = execute(prep)
+    assert isinstance(result, RunOutcome)
+    assert result.report.verdict == "pass"
+    report = json.loads((result.folder / "report.json").read_text())
     assert report["options"]["chat"] is True and report["dataset"]["subset"]["num_prompts"] == 4

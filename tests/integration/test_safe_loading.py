@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import DecodingSettings, EngineOptions, RunConfig
+from harness.config import DatasetOptions, DecodingSettings, EngineOptions, RunConfig
 from harness.engines.base import EngineInfo, Generation
 from harness.engines.emulator.build import BUNDLED_MODEL
 from harness.errors import EngineError
@@ -105,7 +105,9 @@ def test_model_code_never_runs_without_trust_remote_code(tmp_path: Path, loader:
     except EngineError as exc:
         assert "custom code" in str(exc) or "--trust-remote-code" in str(exc)
     assert not marker.exists()
-    assert RunConfig().trust_remote_code is False and EngineOptions().trust_remote_code is False
+    assert (
+        RunConfig().engine_options.trust_remote_code is False and EngineOptions().trust_remote_code is False
+    )
 
 
 def test_tokenizer_that_needs_its_code_is_refused_with_the_flag_named(tmp_path: Path) -> None:
@@ -186,7 +188,7 @@ def test_ids_and_names_from_data_never_become_paths(tmp_path: Path) -> None:
     roots = {name: tmp_path / "inside" / name for name in ("reports", "goldens", "cache")}
     before = {p for p in tmp_path.parent.rglob("*")}
     config = RunConfig(
-        dataset=str(data),
+        data=DatasetOptions(dataset=str(data)),
         batch_sizes=(1, 2),
         beam_widths=(1,),
         update_goldens=True,
@@ -195,13 +197,12 @@ def test_ids_and_names_from_data_never_become_paths(tmp_path: Path) -> None:
         cache_dir=roots["cache"],
     )
     result = run_here(config, engine=EchoWithHostileBackend())
-    assert result.report_dir is not None
-    assert result.verdict == "pass"
+    assert result.report.verdict == "pass"
     created = {p for p in tmp_path.parent.rglob("*")} - before
     inside = tmp_path / "inside"
     assert created and all(p == inside or inside in p.parents for p in created), sorted(created)
-    assert result.report_dir.parent == roots["reports"]
+    assert result.folder.parent == roots["reports"]
     [golden] = roots["goldens"].glob("*/*.json")
     assert set(json.loads(golden.read_text())["outputs"]) == set(HOSTILE_IDS)  # ids kept as data
-    rows = [json.loads(line) for line in (result.report_dir / "generations.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (result.folder / "generations.jsonl").read_text().splitlines()]
     assert {r["id"] for r in rows} == set(HOSTILE_IDS)

@@ -12,7 +12,6 @@ from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.faults import Fault, FaultKind
 from harness.errors import ConfigError
 from harness.model.vocab import FindingKind
-from harness.report.build import build_report
 from tests.integration.common import run_here
 
 
@@ -32,8 +31,8 @@ def _sweep(
     )
     assert config.rotation == "sparse"
     result = run_here(config)
-    assert sorted({c.cell.batch_size for c in result.cells}) == list(range(1, 9))
-    report = build_report(result)
+    assert sorted({c.cell.batch_size for c in result.report.cells}) == list(range(1, 9))
+    report = result.report
     causes = {c.id: c.pattern for c in report.cells if c.verdict == "fail"}
     return {b.beam_width: (b.last_passing, b.first_failing, b.message) for b in report.boundaries}, causes
 

@@ -122,10 +122,10 @@ def test_a_dataset_the_engine_cannot_summarize_is_said_to_leave_quality_nearly_b
     at 0.08 everywhere); with references that fit, it does not."""
     import json
 
-    from harness.config import RunConfig
+    from harness.config import DatasetOptions, RunConfig
     from harness.model.vocab import Question
+    from harness.pipeline import RunOutcome
     from harness.report.summary import header_lines
-    from harness.stages.run import RunResult
     from tests.integration.toy_engine import ToyEngine
 
     rows = [json.loads(line) for line in small_dataset.read_text().splitlines()]
@@ -137,10 +137,14 @@ def test_a_dataset_the_engine_cannot_summarize_is_said_to_leave_quality_nearly_b
             for i, r in enumerate(rows)
         )
     )
-    results: dict[str, RunResult] = {}
+    results: dict[str, RunOutcome] = {}
     for name, data in (("fit", small_dataset), ("unfit", unfit)):
         config = RunConfig(
-            dataset=str(data), batch_sizes=(1, 4), beam_widths=(1,), no_cache=True, report_dir=tmp_path / name
+            data=DatasetOptions(dataset=str(data)),
+            batch_sizes=(1, 4),
+            beam_widths=(1,),
+            no_cache=True,
+            report_dir=tmp_path / name,
         )
         results[name] = run_here(config, engine=ToyEngine(None))
     fit, unfit_run = (results[k].report for k in ("fit", "unfit"))
