@@ -29,13 +29,6 @@ class EngineOptions:
         metavar="DIR",
         read_by=LOADERS,
     )
-    trust_remote_code: bool = option(
-        False,
-        "--trust-remote-code",
-        "let the tokenizer (and the LLM API) run code shipped with the model; off unless given",
-        Receiver.ENGINE,
-        read_by=LOADERS,
-    )
     end_id: int | None = option(
         None,
         "--end-id",
@@ -64,6 +57,13 @@ class EngineOptions:
         parse=choice(TrtllmRuntime),
         metavar="{cpp,python}",
         read_by=(Backend.TRTLLM,),
+    )
+    trust_remote_code: bool = option(
+        False,
+        "--trust-remote-code",
+        "let the tokenizer (and the LLM API) run code shipped with the model; off unless given",
+        Receiver.ENGINE,
+        read_by=LOADERS,
     )
     dtype: Dtype = option(
         Dtype.FLOAT32,

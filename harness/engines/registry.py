@@ -115,7 +115,7 @@ def resolve_backend(name: str, roots: Sequence[Path] = ()) -> Any:
         return _import(BACKENDS[Backend(name)], "--backend")
     if ":" in name:
         return _import(name, "--backend", roots)
-    close = difflib.get_close_matches(name, list(BACKENDS), n=1)
+    close = difflib.get_close_matches(name, [b.value for b in BACKENDS], n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise EngineError(
         f"--backend {name!r}: unknown backend{hint} (known: {', '.join(BACKENDS)}, or module:Class)"

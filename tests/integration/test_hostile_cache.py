@@ -207,7 +207,7 @@ def test_an_engine_class_without_source_is_not_cached(
     module = types.ModuleType("hostile_cache_no_source")  # made in memory, no file behind it
     exec(ENGINE.format(word="unread"), module.__dict__)
     module.Engine.__module__ = module.__name__
-    assert engine_code(module.Engine(None)) is None
+    assert engine_code(type(module.Engine(None))) is None
     config = RunConfig.from_options(
         {
             "engine": str(weights),
