@@ -19,7 +19,7 @@ import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from harness.config import DEFAULT_BATCH_SIZES
+from harness.config.basics import DEFAULT_BATCH_SIZES
 from harness.errors import ConfigError
 from harness.model.cell import Cell
 from harness.model.vocab import Rotation

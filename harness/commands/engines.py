@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from harness.bounds import BATCH_SIZE, BEAM_WIDTH, MAX_BATCH_SIZE, MAX_BEAM_WIDTH, PORT, SEQUENCE, Range
 from harness.commands.common import add_run_options
-from harness.config import BUNDLED, non_negative_int, non_negative_real, positive_int
+from harness.config import non_negative_int, non_negative_real, positive_int
+from harness.config.basics import BUNDLED
 from harness.engines.emulator import DEFAULT_COMPUTE_DTYPE
 
 if TYPE_CHECKING:

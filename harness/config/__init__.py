@@ -1,17 +1,8 @@
 """The run's options: each declared once, in ``run`` (``RunConfig``) or in a group it holds
 (``engine``, ``dataset``); read from text by ``parse``; tabled by ``option`` for the CLI, the
-pytest plugin and docs/options.md."""
+pytest plugin and docs/options.md. What the options share (the default grid, the cache folder)
+is in ``basics``."""
 
-from harness.config.basics import (
-    BUNDLED,
-    CACHE_FOLDER,
-    DEFAULT_BATCH_SIZES,
-    DEFAULT_BEAM_WIDTHS,
-    DEFAULT_PROMPT_TEMPLATE,
-    GENERATIONS_FOLDER,
-    harness_cache_dir,
-    is_url,
-)
 from harness.config.dataset import DatasetOptions
 from harness.config.decoding import DecodingSettings
 from harness.config.engine import OPENAI_KEY_VARIABLE, EngineOptions
@@ -30,12 +21,6 @@ from harness.config.parse import (
 from harness.config.run import OPTIONS, RunConfig, find_option, read_by
 
 __all__ = [
-    "BUNDLED",
-    "CACHE_FOLDER",
-    "DEFAULT_BATCH_SIZES",
-    "DEFAULT_BEAM_WIDTHS",
-    "DEFAULT_PROMPT_TEMPLATE",
-    "GENERATIONS_FOLDER",
     "OPENAI_KEY_VARIABLE",
     "OPTIONS",
     "RESERVED_FIELDS",
@@ -47,8 +32,6 @@ __all__ = [
     "RunConfig",
     "check_template",
     "find_option",
-    "harness_cache_dir",
-    "is_url",
     "merge_request_fields",
     "non_negative_int",
     "non_negative_real",

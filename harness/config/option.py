@@ -34,10 +34,14 @@ class Option:
     metavar: str | None = None
     repeat: bool = False  # given once per value (argparse's action "append")
     read_by: tuple[Backend, ...] = ()  # for options read at engine load: the backends that read it
-    server: bool = False  # applies only to an OpenAI-compatible server
     dest: str = ""
     default: object = None
     group: str | None = None  # the RunConfig field holding the group it is declared in
+
+    @property
+    def server(self) -> bool:
+        """Whether the option applies only to an OpenAI-compatible server."""
+        return self.receiver == Receiver.SERVER
 
     @property
     def is_flag(self) -> bool:
@@ -86,10 +90,9 @@ def option(
     metavar: str | None = None,
     repeat: bool = False,
     read_by: tuple[Backend, ...] = (),
-    server: bool = False,
 ) -> T:
     """A dataclass field that is a run option (its default, and the Option in its metadata)."""
-    declared = Option(flag, help, receiver, parse, bound, metavar, repeat, read_by, server)
+    declared = Option(flag, help, receiver, parse, bound, metavar, repeat, read_by)
     made: T = field(default=default, metadata={OPTION: declared})
     return made
 

@@ -253,7 +253,6 @@ class RunConfig:
         parse=request_field,
         repeat=True,
         metavar="KEY=VALUE",
-        server=True,
     )
     throughput: str | None = option(
         None,

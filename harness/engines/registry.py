@@ -11,7 +11,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from harness.config import BUNDLED, OPTIONS, EngineOptions, Option, is_url
+from harness.config import OPTIONS, EngineOptions, Option
+from harness.config.basics import BUNDLED, is_url
 from harness.engines.base import AdoptedEngine, EngineBase, as_engine, class_label
 from harness.errors import EngineError, describe
 from harness.limits.engine_config import load_config_json, read_limits

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config import DEFAULT_PROMPT_TEMPLATE, RunConfig
+from harness.config import RunConfig
+from harness.config.basics import DEFAULT_PROMPT_TEMPLATE
 from harness.errors import EngineError, first_line
 from harness.inputs.data import build_prompt, load_dataset
 from harness.limits.engine_config import read_engine_config

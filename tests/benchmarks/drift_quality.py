@@ -35,7 +35,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from harness.config import DEFAULT_PROMPT_TEMPLATE, DecodingSettings
+from harness.config import DecodingSettings
+from harness.config.basics import DEFAULT_PROMPT_TEMPLATE
 from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.drift import Drift
 from harness.engines.emulator.engine import EmulatorEngine

@@ -71,7 +71,7 @@ def test_cli_refuses_unknown_models_in_one_line(capsys: pytest.CaptureFixture[st
 
 def test_minimum_detectable_drop_matches_the_documented_table() -> None:
     """docs/method.md's table: the default grid's Holm family of 135 tests."""
-    from harness.config import DEFAULT_BEAM_WIDTHS
+    from harness.config.basics import DEFAULT_BEAM_WIDTHS
     from harness.plan import grid
 
     assert family_size(grid(None, DEFAULT_BEAM_WIDTHS, 8), references=True) == 135

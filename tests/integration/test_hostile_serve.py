@@ -100,7 +100,7 @@ def emulator(engine_factory: EngineFactory) -> Iterator[CompletionServer]:
 
 def _good_prompt() -> str:
     """A prompt as a run sends it: the first bundled document in the default template."""
-    from harness.config import DEFAULT_PROMPT_TEMPLATE
+    from harness.config.basics import DEFAULT_PROMPT_TEMPLATE
     from harness.inputs.data import load_dataset
 
     return DEFAULT_PROMPT_TEMPLATE.format(text=load_dataset(None).documents[0].text)

@@ -100,7 +100,7 @@ def test_one_cache_root_where_an_empty_xdg_cache_home_is_unset(
 ) -> None:
     """The run's generation cache, the bundled engine and calibrate's engines share one root;
     XDG_CACHE_HOME="" counts as unset (the bundled engine used to land in the working folder)."""
-    from harness.config import harness_cache_dir
+    from harness.config.basics import harness_cache_dir
     from harness.engines.emulator import build
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__, bounds
-from harness.config import CACHE_FOLDER, harness_cache_dir
+from harness.config.basics import CACHE_FOLDER, harness_cache_dir
 from harness.engines.emulator import DEFAULT_COMPUTE_DTYPE
 from harness.engines.emulator.drift import Drift
 from harness.engines.emulator.engine import TOKENIZER_DIR, WEIGHTS_FILE

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.config import DEFAULT_PROMPT_TEMPLATE, DecodingSettings, harness_cache_dir
+from harness.config import DecodingSettings
+from harness.config.basics import DEFAULT_PROMPT_TEMPLATE, harness_cache_dir
 from harness.engines.emulator.drift import Drift
 from harness.model.cell import Cell
 from harness.plan import Plan

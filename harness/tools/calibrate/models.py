@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from harness.config import DEFAULT_BEAM_WIDTHS
+from harness.config.basics import DEFAULT_BEAM_WIDTHS
 from harness.engines.emulator.build import build_limits
 from harness.engines.emulator.faults import Fault, FaultKind
 from harness.model.cell import Cell

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from harness.config import DEFAULT_PROMPT_TEMPLATE, RunConfig
+from harness.config import RunConfig
+from harness.config.basics import DEFAULT_PROMPT_TEMPLATE
 from harness.errors import ConfigError
 from harness.inputs.prompts import build_prompts, chat_tokenizer, render_chat
 from harness.model.dataset import Document
