@@ -102,7 +102,7 @@ def _header(report: Report) -> list[str]:
         lines.append(
             f"- Shard {md(shard.index)}/{md(shard.count)}: cells "
             f"{md(', '.join(shard.cells or ()))}; "
-            "verdict of this shard alone (Holm over its positions); "
+            "verdict of this shard alone (Holm over the run's tests, the other shards' counted clean); "
             "`python -m harness merge` of all shards gives the run's"
         )
     elif shard is not None and shard.merged_from:
