@@ -52,7 +52,7 @@ from harness.model.analysis import CellAnalysis, Finding
 from harness.model.cell import Cell, captured_below, is_captured
 from harness.model.limits import EngineLimits, overflow_positions
 from harness.model.vocab import FindingKind, Verdict
-from harness.verdict.statistics import ranges
+from harness.verdict.messages import ranges
 
 HIT = 0.2  # a prompt is hit at a position when its harm there exceeds this
 STRIDE_MIN_BATCH = 4  # a stride signature needs every later position of a batch this large
