@@ -40,7 +40,7 @@ class CellScores:
     differs: tuple[Scores, ...] = ()  # 1.0 where the text is not batch size 1's
     # 1.0 where the output has no text ROUGE-L can score: empty, blank, only punctuation or
     # symbols, or not text at all (an engine's bytes or numbers are stored as ""); a finding,
-    # never a pass (harness.verdict.statistics)
+    # never a pass (harness.verdict.analysis)
     empty: tuple[Scores, ...] = ()
 
 

@@ -3,7 +3,7 @@
 report.json records the figures each test was computed from (mean drop, p-value, n), the
 method (tolerance, alpha) and what was decided from them (adjusted p, flags, degraded
 positions, cell and run verdicts). ``audit`` decides again from the figures, exactly as the
-analysis does (``harness.verdict.statistics``, ``harness.stages.analyse.cell_result``,
+analysis does (``harness.verdict.analysis``, ``harness.stages.analyse.cell_result``,
 ``run_verdict``), and lists every recorded decision that does not follow: a verdict edited
 after the run, even with the sha256 recomputed, is found here. Recorded figures that two
 fields hold twice are held to each other too (a position's quality test against its quality
@@ -41,7 +41,7 @@ class _Test:
 
 
 def _tests(report: Report) -> Iterator[_Test]:
-    """Every test of the run: one Holm family (harness.verdict.statistics)."""
+    """Every test of the run: one Holm family (harness.verdict.analysis)."""
     for cell in report.cells:
         for s in cell.positions:
             for name, test in (

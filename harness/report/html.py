@@ -16,7 +16,7 @@ from harness.model.analysis import shown_p
 from harness.model.report import CellResult, Report
 from harness.report.compare import Comparison
 from harness.report.plots import heatmap_svg
-from harness.verdict.statistics import ranges
+from harness.verdict.messages import ranges
 
 
 def _env() -> Environment:

@@ -13,7 +13,7 @@ from harness.model.limits import failing
 from harness.model.report import CellResult, Report
 from harness.model.vocab import CheckStatus, Rotation, Verdict
 from harness.report.summary import boundary_lines
-from harness.verdict.statistics import ranges
+from harness.verdict.messages import ranges
 
 # Markdown's inline and block markup characters (CommonMark lets a backslash escape any ASCII
 # punctuation): code spans, emphasis, links and images, raw HTML and entities, headings,

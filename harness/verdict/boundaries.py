@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from harness.model.report import Boundary, CellResult
 from harness.model.vocab import Verdict
-from harness.verdict.statistics import ranges
+from harness.verdict.messages import ranges
 
 FAILING = (Verdict.FAIL, Verdict.ERROR)
 

@@ -19,9 +19,9 @@ from harness.model.limits import EngineLimits, LimitCheck, failing
 from harness.model.report import Boundary, CellResult, cell_verdict, run_verdict
 from harness.model.scores import CellScores, Levels, finite
 from harness.model.vocab import Verdict
+from harness.verdict.analysis import analyze
 from harness.verdict.boundaries import boundaries
 from harness.verdict.signatures import CellEvidence, Shortfall, match
-from harness.verdict.statistics import analyze
 
 
 def family_size(design: Sequence[Cell], references: bool) -> int:

@@ -12,7 +12,7 @@ gets at most one finding, the first that fits, in this order:
   beyond ``max_batch_size`` beam slots alone, every cell with positions there fails, and at
   least ``FOUND_MIN`` of those positions are found (a sparse sweep can miss a few, never add
   one): a buffer sized without the beam factor (TensorRT-LLM PR #17014); greedy cells never
-  overflow it;
+  overflow it (these two and their slot counting: ``harness.verdict.beam_slots``);
 - ``graph-ladder``: at one beam width, two or more batch sizes that are not powers of two fail,
   each only at positions from the power of two below it, while the powers of two pass (a
   batch padded up to the next CUDA-graph size, TensorRT-LLM #17964; ``--sweep`` finds it);
@@ -50,14 +50,14 @@ from scipy import stats
 
 from harness.model.analysis import CellAnalysis, Finding
 from harness.model.cell import Cell, captured_below, is_captured
-from harness.model.limits import EngineLimits, overflow_positions
+from harness.model.limits import EngineLimits
 from harness.model.vocab import FindingKind, Verdict
-from harness.verdict.statistics import ranges
+from harness.verdict.beam_slots import beam_buffer, overflow
+from harness.verdict.messages import ranges
 
 HIT = 0.2  # a prompt is hit at a position when its harm there exceeds this
 STRIDE_MIN_BATCH = 4  # a stride signature needs every later position of a batch this large
 PADDING_MIN_PROMPTS = 3  # prompts seen both as the longest of a batch and shorter, for padding
-FOUND_MIN = 0.75  # share of a threshold's damaged positions a run must find to name it
 
 
 Shortfall = tuple[tuple[int, ...], ...]  # [position][document]: tokens short of the batch's longest prompt
@@ -84,119 +84,6 @@ def _seen(row: Sequence[float]) -> list[float]:
 def _hit_share(row: Sequence[float]) -> float:
     seen = _seen(row)
     return sum(d > HIT for d in seen) / max(1, len(seen))
-
-
-def _beyond(slots: int, analyses: Sequence[CellAnalysis]) -> tuple[int, int] | None:
-    """How well ``slots`` beam slots explain the beam cells: (positions found, positions
-    beyond), or None where it cannot: a beam cell degrades a position that lies within the
-    slots, or has positions beyond them and degrades none of them (or none beyond and some
-    degraded), or no beam cell has positions beyond. A sparse sweep of a large batch has a
-    few prompts per position, so a damaged one can fall short of significance: found can be
-    below beyond, never a position extra."""
-    beyond = found = 0
-    for a in analyses:
-        if a.cell.beam_width == 1:
-            continue
-        expected = set(overflow_positions(a.cell.batch_size, a.cell.beam_width, slots))
-        degraded = set(a.degraded_positions)
-        if not degraded <= expected or bool(expected) != bool(degraded):
-            return None
-        beyond, found = beyond + len(expected), found + len(degraded)
-    return (found, beyond) if beyond else None
-
-
-def _explains(slots: int, analyses: Sequence[CellAnalysis]) -> bool:
-    """Every beam cell's degraded positions are exactly its overflow positions under ``slots``."""
-    counts = _beyond(slots, analyses)
-    return counts is not None and counts[0] == counts[1]
-
-
-def _inferred_slots(analyses: Sequence[CellAnalysis], failing: Sequence[CellAnalysis]) -> int | None:
-    """Without the engine's limits: a slot count that explains every beam cell, failing or
-    passing, when at least two beam widths fail and every failing cell is a beam cell."""
-    if any(a.cell.beam_width == 1 or not a.degraded_positions for a in failing):
-        return None
-    if len({a.cell.beam_width for a in failing}) < 2:
-        return None
-    top = max(a.cell.batch_size * a.cell.beam_width for a in failing)
-    fits = [s for s in range(1, top) if _explains(s, analyses)]
-    return fits[0] if fits else None  # the smallest count that explains them all
-
-
-def _overflow(
-    a: CellAnalysis,
-    analyses: Sequence[CellAnalysis],
-    failing: Sequence[CellAnalysis],
-    limits: EngineLimits | None,
-) -> Finding | None:
-    if a.cell.beam_width == 1:
-        return None
-    known = limits if limits is not None and limits.beam_slots is not None else None
-    slots = known.beam_slots if known is not None else _inferred_slots(analyses, failing)
-    if slots is None:
-        return None
-    expected = overflow_positions(a.cell.batch_size, a.cell.beam_width, slots)
-    if not expected or set(expected) != set(a.degraded_positions):
-        return None
-    beams = sorted({f.cell.beam_width for f in failing if f.cell.beam_width > 1}, reverse=True)
-    firsts = []
-    for w in beams:
-        starts = [
-            min(f.degraded_positions) for f in failing if f.cell.beam_width == w and f.degraded_positions
-        ]
-        if starts:
-            firsts.append(f"positions >= {min(starts)} degraded at beam width {w}")
-    source = (
-        f"max_batch_size {known.max_batch_size} x max_beam_width {known.max_beam_width} = {slots} slots"
-        if known is not None
-        else f"{slots} beam slots (inferred: the engine's limits are unknown, and one slot "
-        f"count explains the degraded positions at beam widths "
-        f"{', '.join(map(str, sorted(beams)))})"
-    )
-    fix = ""
-    if known is not None and known.max_beam_width is not None and known.max_batch_size is not None:
-        flags = []
-        widest = max(f.cell.beam_width for f in failing)
-        biggest = max(f.cell.batch_size for f in failing)
-        if widest > known.max_beam_width:
-            flags.append(f"--max_beam_width {widest}")
-        if biggest > known.max_batch_size:
-            flags.append(f"--max_batch_size {biggest}")
-        fix = "; rebuild with " + (" ".join(flags) if flags else "larger limits")
-    return Finding(
-        FindingKind.OVERFLOW,
-        f"{' and '.join(firsts)}: matches KV beam-slot overflow for {source}{fix}",
-        evidence="degraded positions = those whose beam slots "
-        f"(position x beam width + beam) lie beyond {slots}",
-    )
-
-
-def _beam_buffer(
-    a: CellAnalysis, analyses: Sequence[CellAnalysis], limits: EngineLimits | None
-) -> Finding | None:
-    """Beam slots counted against max_batch_size alone (the beam factor left out)."""
-    if a.cell.beam_width == 1 or limits is None or limits.max_batch_size is None:
-        return None
-    slots = limits.max_batch_size
-    counts = _beyond(slots, analyses)
-    if slots == limits.beam_slots or counts is None or not a.degraded_positions:
-        return None
-    found, total = counts
-    if found < FOUND_MIN * total:
-        return None
-    expected = overflow_positions(a.cell.batch_size, a.cell.beam_width, slots)
-    w = a.cell.beam_width
-    return Finding(
-        FindingKind.BEAM_BUFFER,
-        f"positions >= {min(expected)} degraded at beam width {w}: their beam slots "
-        f"(position x {w} + beam) lie beyond {slots}, the engine's max_batch_size, "
-        f"though it was built for {limits.beam_slots} (max_beam_width "
-        f"{limits.max_beam_width}): suspect a buffer sized without the beam factor "
-        "(as TensorRT-LLM PR #17014)",
-        evidence=f"every beam cell's degraded positions lie beyond {slots} beam slots, "
-        f"and every cell with positions there fails ({found} of their {total} "
-        "positions degraded)",
-    )
 
 
 def _graph_ladder(a: CellAnalysis, analyses: Sequence[CellAnalysis]) -> Finding | None:
@@ -417,8 +304,8 @@ def _candidates(
 ) -> Iterator[Finding | None]:
     """Each signature's finding for one failing cell, in order, computed as asked for."""
     a = e.analysis
-    yield _overflow(a, analyses, failing, limits)
-    yield _beam_buffer(a, analyses, limits)
+    yield overflow(a, analyses, failing, limits)
+    yield beam_buffer(a, analyses, limits)
     yield _graph_ladder(a, analyses)
     yield _full_batch(a, analyses, limits)
     yield _padding(e)

@@ -28,7 +28,7 @@ def test_the_model_imports_nothing_of_the_harness_but_itself() -> None:
 @pytest.mark.parametrize(
     "module",
     [
-        "harness.verdict.statistics",
+        "harness.verdict.analysis",
         "harness.report.compare",
         "harness.report.serialize",
         "harness.verdict.failures",

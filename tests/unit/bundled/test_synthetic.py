@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from harness.bundled.synthetic import TOPICS, generate, make_example, phrase
+from harness.bundled.synthetic import generate, make_example, phrase
+from harness.bundled.topics import TOPICS
 from harness.verdict.scoring import rouge_l
 
 GROUP = re.compile(r"\[([^\[\]]+)\]")

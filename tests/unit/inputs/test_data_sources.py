@@ -8,15 +8,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import DatasetError
-from harness.inputs.data import (
-    PRESETS,
-    content_hash,
-    dataset_of,
-    downloads_allowed,
-    fetch_command,
-    load_dataset,
-    select_subset,
-)
+from harness.inputs.data import content_hash, dataset_of, load_dataset, select_subset
+from harness.inputs.hub import PRESETS, downloads_allowed, fetch_command
 from harness.model.dataset import Dataset
 from tests.hub_cache import cache_hub_dataset
 

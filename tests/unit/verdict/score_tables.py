@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from harness.model.analysis import CellAnalysis, DropTest
 from harness.model.cell import Cell
 from harness.model.scores import CellScores, Levels
-from harness.verdict import statistics as statistics_module
+from harness.verdict import analysis as analysis_module
 
 N = 64
 
@@ -42,7 +42,7 @@ def analyze(
     family: int | None = None,
 ) -> list[CellAnalysis]:
     """The statistics over (cell, scores) pairs, in their order."""
-    return statistics_module.analyze(
+    return analysis_module.analyze(
         dict(scores), levels, tolerance=tolerance, alpha=alpha, deterministic=deterministic, family=family
     )
 

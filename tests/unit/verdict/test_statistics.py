@@ -11,11 +11,11 @@ import pytest
 from scipy import stats
 
 from harness.model.cell import Cell
+from harness.verdict.messages import ranges
 from harness.verdict.statistics import (
     holm,
     one_sided_paired_p,
     one_sided_welch_p,
-    ranges,
 )
 from tests.unit.verdict.score_tables import N, adjusted, analyze, drifting, levels_of, ran, scored
 

@@ -1,0 +1,240 @@
+"""The verdict's three questions, per cell and position, with one Holm family over the run.
+
+For a cell with batch size B > 1, position p and prompt i (the rotation puts every prompt at
+every position, so each comparison is paired by prompt and prompt difficulty cancels):
+
+1. Position dependence: is p worse than the other positions of the same cell? The paired
+   drop is ``mean_{q != p} a_i(q) - a_i(p)`` with ``a`` the agreement (ROUGE-L against the
+   baseline). Benign batch-shape drift that changes outputs alike at every position cancels;
+   a slot that breaks does not. (``--rotation sparse`` seats each prompt at one position, so
+   there the comparison is between the prompts at p and those elsewhere: Welch's test.)
+2. Batch-size quality: is the quality at p (ROUGE-L against the reference summary) lower than
+   at batch size 1 for the same prompts? Drift changes outputs, not their quality; damage that
+   hits every position alike (which question 1 cannot see) lowers it. A per-cell omnibus test
+   of the same form, on each prompt's mean over the positions, catches damage spread thinly.
+   Not answered when the dataset has no reference summaries.
+3. Determinism: the share of outputs that differ from batch size 1's and the agreement with
+   the baseline. Always reported; a gate only with ``--deterministic`` (batch-invariant
+   engines), where any differing output fails its position.
+4. Sparse damage: do more outputs change from batch size 1's at p than at the other positions
+   of the same prompts? A fault that hits some prompts hard at one slot barely moves a mean
+   drop (most prompts are untouched and the rest vary a lot), but it changes every output it
+   hits; drift changes outputs alike at every position. An exact test: under H0 the positions
+   a prompt's changed outputs sit at are a random pick (sparse: Fisher's exact test against
+   the other positions' prompts). It degrades p only where p's own figures show a loss too
+   (agreement below the other positions and, with references, quality below batch size 1,
+   each by more than the tolerance): changes without a loss are drift.
+
+A test flags when its mean drop exceeds ``tolerance`` and a one-sided t-test rejects
+H0: drop <= tolerance at ``alpha`` after Holm's correction over every test of the run. A
+position is degraded when question 1 or 2 flags it; a cell fails on a degraded position, on
+its omnibus test, (--deterministic) on a differing output, or on an output with no text:
+every test is relative to batch size 1, so an engine that returns nothing (or what is not
+text) at every batch size would pass them all. docs/method.md has the power tables and the
+calibration. The tests themselves are in ``harness.verdict.statistics``, what a cell says in
+``harness.verdict.messages``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from harness.model.analysis import CellAnalysis, DropTest, PositionStats, cell_fails
+from harness.model.cell import Cell
+from harness.model.scores import CellScores, Levels, finite, mean
+from harness.model.vocab import Verdict
+from harness.verdict.messages import cell_message, drift_note, empty_note
+from harness.verdict.statistics import (
+    change_test,
+    holm,
+    mean_ci,
+    min_detectable_drop,
+    paired_test,
+    position_test,
+)
+
+
+def quality_drops(quality: Sequence[float], bs1: Sequence[float]) -> list[float]:
+    """Per prompt seated here and with a reference: batch size 1's quality minus this one's."""
+    return [b - q for q, b in zip(quality, bs1) if not math.isnan(q) and not math.isnan(b)]
+
+
+def _omnibus_drops(reference: Sequence[Sequence[float]], bs1: Sequence[float]) -> list[float]:
+    """Per prompt: batch size 1's quality minus its mean quality over the positions it sat at."""
+    out = []
+    for i, b in enumerate(bs1):
+        seen = finite([row[i] for row in reference])
+        if seen and not math.isnan(b):
+            out.append(b - mean(seen))
+    return out
+
+
+def _spread(drops: Sequence[float]) -> float:
+    """The sample standard deviation (0 for fewer than two)."""
+    if len(drops) < 2:
+        return 0.0
+    centre = mean(drops)
+    return math.sqrt(math.fsum((d - centre) ** 2 for d in drops) / (len(drops) - 1))
+
+
+def _quality_drops_at(cs: CellScores, level: Levels, p: int) -> list[float]:
+    seen = [i for i, b in enumerate(cs.baseline[p]) if not math.isnan(b)]
+    return quality_drops([cs.reference[p][i] for i in seen], [level.quality[i] for i in seen])
+
+
+def _stats(cell: Cell, cs: CellScores, level: Levels, p: int, tolerance: float) -> PositionStats:
+    """One position's figures and (batch size > 1) its two tests, before Holm."""
+    base_row, ref_row = cs.baseline[p], cs.reference[p]
+    seen = [i for i, b in enumerate(base_row) if not math.isnan(b)]
+    agreement = [base_row[i] for i in seen]
+    quality = finite([ref_row[i] for i in seen])
+    bs1 = finite([level.quality[i] for i in seen if not math.isnan(ref_row[i])])
+    differs = finite([cs.differs[p][i] for i in seen]) if cs.differs else []
+    empty = finite([cs.empty[p][i] for i in seen]) if cs.empty else []
+    tested = cell.batch_size > 1
+    q_drops = quality_drops([ref_row[i] for i in seen], [level.quality[i] for i in seen])
+    low, high = mean_ci(agreement)
+    return PositionStats(
+        position=p,
+        n=len(seen),
+        agreement=mean(agreement),
+        ci_low=low,
+        ci_high=high,
+        agreement_drop=mean([level.agreement[i] - base_row[i] for i in seen]),
+        differing=mean(differs) if differs else 0.0,
+        empty=mean(empty) if empty else 0.0,
+        quality=mean(quality) if quality else None,
+        quality_bs1=mean(bs1) if bs1 else None,
+        position_test=position_test(cs.baseline, p, tolerance) if tested else None,
+        quality_test=paired_test(q_drops, tolerance) if tested and len(q_drops) >= 1 else None,
+        change_test=change_test(cs.differs, cs.baseline, p) if tested and cs.differs else None,
+    )
+
+
+@dataclass
+class _Family:
+    """Every test of the run, so that one Holm correction spans them all."""
+
+    tests: list[DropTest] = field(default_factory=list)
+
+    def add(self, test: DropTest | None) -> int | None:
+        if test is None:
+            return None
+        self.tests.append(test)
+        return len(self.tests) - 1
+
+    def settle(self, tolerance: float, alpha: float, family: int | None) -> list[DropTest]:
+        """Every test with its adjusted p and flag; ``family`` pads with clean tests (p = 1)."""
+        nulls = max(0, (family or 0) - len(self.tests))
+        adjusted = holm([t.p_value for t in self.tests] + [1.0] * nulls)
+        return [
+            replace(t, p_adjusted=adj, flagged=t.drop > tolerance and adj < alpha)
+            for t, adj in zip(self.tests, adjusted)
+        ]
+
+
+Slots = tuple[int | None, int | None, int | None]  # a position's tests in the family
+
+
+def _settled(
+    row: list[PositionStats], slots: list[Slots], done: list[DropTest], deterministic: bool, tolerance: float
+) -> list[PositionStats]:
+    """The positions with their tests after Holm: degraded where the tests say so."""
+    out = []
+    for s, (pi, qi, ci) in zip(row, slots):
+        settled = replace(
+            s,
+            position_test=done[pi] if pi is not None else None,
+            quality_test=done[qi] if qi is not None else None,
+            change_test=done[ci] if ci is not None else None,
+            nondeterministic=deterministic and s.differing > 0,
+        )
+        out.append(replace(settled, degraded=settled.degraded_by(lambda t: t.flagged, tolerance)))
+    return out
+
+
+def _cell(
+    cell: Cell, level: Levels, row: list[PositionStats], omnibus: DropTest | None, detectable: float | None
+) -> CellAnalysis:
+    flagged = omnibus is not None and omnibus.flagged
+    agreement = mean(level.agreement)
+    # the verdict and its message come from what the positions and the omnibus test show
+    shape = CellAnalysis(
+        cell=cell,
+        level=agreement,
+        positions=tuple(row),
+        verdict=Verdict.PASS,
+        message="",
+        omnibus=omnibus,
+        detectable=detectable,
+    )
+    bad, nondet = shape.degraded_positions, shape.nondeterministic_positions
+    empty = shape.empty_positions
+    failed = cell_fails(bool(bad), flagged, bool(nondet), bool(empty))
+    concentrated = [s.position for s in row if s.change_test is not None and s.change_test.flagged]
+    message = cell_message(cell.id, row, bad, omnibus if shape.spread else None, nondet, agreement)
+    if empty:  # the first thing to say; what else failed follows
+        other = message.removeprefix(f"{cell.id}: ")
+        message = empty_note(cell.id, row, empty) + (f"; also {other}" if bad or flagged or nondet else "")
+    return replace(
+        shape,
+        verdict=Verdict.FAIL if failed else Verdict.PASS,
+        message=message,
+        drift=None
+        if failed
+        else drift_note(cell.id, shape.differing, shape.quality, shape.quality_bs1, concentrated),
+    )
+
+
+def analyze(
+    scores: Mapping[Cell, CellScores],
+    levels: Mapping[int, Levels],
+    *,
+    tolerance: float,
+    alpha: float,
+    deterministic: bool = False,
+    family: int | None = None,
+) -> list[CellAnalysis]:
+    """Analyse every cell; ``levels[beam_width]`` holds batch size 1's per-prompt levels.
+
+    ``family`` is the size of the Holm family, the tests the run's design makes
+    (``harness.verdict.decide.family_size``): tests the design makes that these scores do not
+    (other shards' cells, an engine error, a position without two prompts) count as clean
+    (p = 1), so a part of a run is corrected as the whole run is."""
+    tests = _Family()
+    rows: list[list[PositionStats]] = []
+    slots: list[list[Slots]] = []
+    omnibus: list[int | None] = []
+    spreads: list[list[tuple[int, float]]] = []  # per cell: (n, sd) of each position's drops
+    for cell, cs in scores.items():
+        level = levels[cell.beam_width]
+        row = [_stats(cell, cs, level, p, tolerance) for p in range(len(cs.baseline))]
+        slots.append(
+            [(tests.add(s.position_test), tests.add(s.quality_test), tests.add(s.change_test)) for s in row]
+        )
+        drops = _omnibus_drops(cs.reference, level.quality) if cell.batch_size > 1 else []
+        omnibus.append(tests.add(paired_test(drops, tolerance)) if len(drops) >= 2 else None)
+        rows.append(row)
+        at = [_quality_drops_at(cs, level, p) for p in range(len(cs.baseline))]
+        spreads.append([(len(d), _spread(d)) for d in at if len(d) >= 2] if cell.batch_size > 1 else [])
+    done = tests.settle(tolerance, alpha, family)
+    m = max(len(done), family or 0, 1)
+    detectable = [
+        max(
+            (min_detectable_drop(n, sd, tolerance=tolerance, alpha=alpha, tests=m) for n, sd in spread),
+            default=None,
+        )
+        for spread in spreads
+    ]
+    return [
+        _cell(
+            cell,
+            levels[cell.beam_width],
+            _settled(row, slot, done, deterministic, tolerance),
+            done[oi] if oi is not None else None,
+            d,
+        )
+        for cell, row, slot, oi, d in zip(scores, rows, slots, omnibus, detectable)
+    ]
