@@ -95,36 +95,9 @@ def load_dataset(
     required = summary_field is not None  # named by --summary-field or a preset
     summary_field = summary_field or DEFAULT_SUMMARY_FIELD
     docs = documents_of(table, where, text_field, summary_field, required)
-    return dataset_of(
-        docs,
-        name=name,
-        path=shown,
-        source=source,
-        config=config,
-        split=split,
-        revision=revision,
-        text_field=text_field,
-        summary_field=summary_field,
-    )
-
-
-def dataset_of(
-    documents: Sequence[Document],
-    *,
-    name: str,
-    path: str,
-    source: DatasetSource = DatasetSource.FILE,
-    config: str | None = None,
-    split: str | None = None,
-    revision: str | None = None,
-    text_field: str = DEFAULT_TEXT_FIELD,
-    summary_field: str = DEFAULT_SUMMARY_FIELD,
-) -> Dataset:
-    """Documents with their record: where they came from, their count and content hash."""
-    docs = tuple(documents)
     info = DatasetInfo(
         name=name,
-        path=path,
+        path=shown,
         count=len(docs),
         hash=content_hash(docs),
         source=source,
@@ -135,6 +108,13 @@ def dataset_of(
         summary_field=summary_field,
     )
     return Dataset(info=info, documents=docs)
+
+
+def dataset_of(documents: Sequence[Document], *, name: str, path: str) -> Dataset:
+    """Documents from a file of one's own (a test's, a notebook's) with their record: their
+    count and content hash."""
+    docs = tuple(documents)
+    return Dataset(DatasetInfo(name=name, path=path, count=len(docs), hash=content_hash(docs)), docs)
 
 
 def _rank_key(seed: int, doc_id: str) -> str:

@@ -12,7 +12,7 @@ from harness.model.analysis import PositionStats
 from harness.model.limits import failing
 from harness.model.report import CellResult, Report
 from harness.model.vocab import CheckStatus, Rotation, Verdict
-from harness.report.summary import boundary_lines
+from harness.report.summary import boundary_lines, shard_note
 from harness.verdict.messages import ranges
 
 # Markdown's inline and block markup characters (CommonMark lets a backslash escape any ASCII
@@ -97,14 +97,9 @@ def _header(report: Report) -> list[str]:
             else "full rotation"
         ),
     ]
-    shard = report.shard
-    if shard is not None and shard.index:
-        lines.append(
-            f"- Shard {md(shard.index)}/{md(shard.count)}: cells "
-            f"{md(', '.join(shard.cells or ()))}; "
-            "verdict of this shard alone (Holm over the run's tests, the other shards' counted clean); "
-            "`python -m harness merge` of all shards gives the run's"
-        )
+    shard, note = report.shard, shard_note(report)
+    if note:
+        lines.append(f"- {md(note)}")
     elif shard is not None and shard.merged_from:
         lines.append(f"- Merged from {md(shard.count)} shard reports")
     return lines

@@ -76,16 +76,22 @@ def header_lines(report: Report) -> list[str]:
     ]
 
 
+def shard_note(report: Report) -> str | None:
+    """What a shard's report says of its verdict: provisional (None: not a shard's report)."""
+    shard = report.shard
+    if shard is None or not shard.index:
+        return None
+    return (
+        f"shard {shard.index}/{shard.count} (cells {', '.join(shard.cells or ())}): this shard's verdict only, "
+        "the other shards' tests counted clean; combine all "
+        f"{shard.count} reports with `python -m harness merge REPORT_DIR...` for the run's"
+    )
+
+
 def closing_lines(report: Report, folder: object) -> list[str]:
     """The shard note (a shard's verdict is provisional) and the verdict with the report."""
-    lines = []
-    shard = report.shard
-    if shard is not None and shard.index:
-        lines.append(
-            f"shard {shard.index}/{shard.count}: this shard's verdict only; combine all "
-            f"{shard.count} reports with `python -m harness merge REPORT_DIR...` for the "
-            "run's"
-        )
+    note = shard_note(report)
+    lines = [note] if note else []
     lines.append(f"verdict: {report.verdict}   report: {folder}/report.html (also report.md, report.json)")
     return lines
 
