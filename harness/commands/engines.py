@@ -10,13 +10,24 @@ from typing import TYPE_CHECKING
 
 from harness.bounds import BATCH_SIZE, BEAM_WIDTH, MAX_BATCH_SIZE, MAX_BEAM_WIDTH, PORT, SEQUENCE, Range
 from harness.commands.common import add_run_options
-from harness.config import non_negative_int, non_negative_real, positive_int
+from harness.config import RunConfig, non_negative_int, non_negative_real, positive_int
 from harness.config.basics import BUNDLED
 from harness.engines.emulator import DEFAULT_COMPUTE_DTYPE
 
 if TYPE_CHECKING:
     from harness.commands.common import Subcommands
 
+# the run options a cell's check depends on: the prompts' lengths, the tokens generated, the GPU
+LINT_OPTIONS = (
+    "max_new_tokens",
+    "gpu_memory",
+    "dataset",
+    "dataset_config",
+    "split",
+    "text_field",
+    "summary_field",
+    "prompt_template",
+)
 # build-engine writes these; the harness reads no larger ones back
 BUILT_BATCH = Range(None, MAX_BATCH_SIZE, "the largest max_batch_size the harness reads")
 BUILT_BEAM = Range(None, MAX_BEAM_WIDTH, "the largest max_beam_width the harness reads")
@@ -109,20 +120,7 @@ def add_lint(sub: Subcommands) -> None:
         metavar="DIR",
         help="tokenizer for prompt lengths (emulator engines carry their own)",
     )
-    add_run_options(
-        p_lint,
-        (
-            "max_new_tokens",
-            "gpu_memory",
-            "dataset",
-            "dataset_config",
-            "split",
-            "text_field",
-            "summary_field",
-            "prompt_template",
-        ),
-        defaults=True,
-    )
+    add_run_options(p_lint, LINT_OPTIONS)
     p_lint.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p_lint.set_defaults(func=cmd_lint)
 
@@ -133,19 +131,13 @@ def cmd_lint(args: argparse.Namespace) -> int:
     from harness.model.vocab import Verdict
     from harness.tools.lint import format_text, lint
 
+    config = RunConfig.from_options({dest: getattr(args, dest) for dest in LINT_OPTIONS}, root=Path.cwd())
     result = lint(
         args.engine_dir,
         batch_size=args.batch_size,
         num_beams=args.num_beams,
-        max_new_tokens=args.max_new_tokens,
-        gpu=args.gpu_memory,
         tokenizer=args.tokenizer,
-        dataset=args.dataset,
-        text_field=args.text_field,
-        summary_field=args.summary_field,
-        prompt_template=args.prompt_template,
-        dataset_config=args.dataset_config,
-        split=args.split,
+        config=config,
     )
     print(json.dumps(result.as_dict(), indent=2) if args.json else format_text(result))
     return 0 if result.verdict == Verdict.PASS else 1

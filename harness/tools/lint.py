@@ -7,15 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config import RunConfig
-from harness.config.basics import DEFAULT_PROMPT_TEMPLATE
 from harness.errors import EngineError, first_line
-from harness.inputs.data import build_prompt, load_dataset
+from harness.inputs.data import build_prompt
 from harness.limits.engine_config import read_engine_config
 from harness.limits.preflight import preflight
 from harness.model.cell import Cell
 from harness.model.json import JsonObject, as_json
 from harness.model.limits import EngineLimits, LimitCheck, MemoryBudget, failing
 from harness.model.vocab import Verdict
+from harness.stages.prepare import load_run_dataset
 
 LIMIT_FIELDS = (
     "max_batch_size",
@@ -70,14 +70,7 @@ class LintResult:
 
 
 def _prompt_lengths(
-    engine_dir: Path,
-    tokenizer: str | None,
-    dataset: str | None,
-    text_field: str | None,
-    summary_field: str | None,
-    template: str,
-    dataset_config: str | None = None,
-    split: str | None = None,
+    engine_dir: Path, tokenizer: str | None, config: RunConfig
 ) -> tuple[list[int] | None, str]:
     tok_dir = Path(tokenizer) if tokenizer else engine_dir / "tokenizer"
     if not tok_dir.is_dir():
@@ -90,10 +83,8 @@ def _prompt_lengths(
         raise EngineError(
             f"--tokenizer {tok_dir}: cannot load a tokenizer ({first_line(exc) or type(exc).__name__})"
         ) from None
-    ds = load_dataset(
-        dataset, text_field=text_field, summary_field=summary_field, config=dataset_config, split=split
-    )
-    prompts = [build_prompt(template, d) for d in ds.documents]
+    ds = load_run_dataset(config)
+    prompts = [build_prompt(config.prompt_template, d) for d in ds.documents]
     return [len(x) for x in tok(prompts)["input_ids"]], f"{ds.info.name} ({len(ds)} prompts) via {tok_dir}"
 
 
@@ -102,30 +93,24 @@ def lint(
     *,
     batch_size: int | None = None,
     num_beams: int = 1,
-    max_new_tokens: int = RunConfig.max_new_tokens,
-    gpu: str | None = None,
     tokenizer: str | None = None,
-    dataset: str | None = None,
-    text_field: str | None = None,
-    summary_field: str | None = None,
-    prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
-    dataset_config: str | None = None,
-    split: str | None = None,
+    config: RunConfig | None = None,
 ) -> LintResult:
-    """Check one cell (default: the engine's max_batch_size, greedy) against an engine."""
+    """Check one cell (default: the engine's max_batch_size, greedy) against an engine, with
+    the run's options that decide it (the dataset and template for prompt lengths,
+    --max-new-tokens, --gpu-memory)."""
+    config = config or RunConfig()
     path = Path(engine_dir)
     _, limits = read_engine_config(path)
     cell = Cell(batch_size or limits.max_batch_size or 1, num_beams)
-    lengths, source = _prompt_lengths(
-        path, tokenizer, dataset, text_field, summary_field, prompt_template, dataset_config, split
-    )
+    lengths, source = _prompt_lengths(path, tokenizer, config)
     found = preflight(
         [cell],
         limits,
         engine_dir=path,
         prompt_lengths=lengths,
-        max_new_tokens=max_new_tokens,
-        gpu_option=gpu,
+        max_new_tokens=config.max_new_tokens,
+        gpu_option=config.gpu_memory,
         check_ranks=False,
     )
     return LintResult(
