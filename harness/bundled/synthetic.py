@@ -13,8 +13,8 @@ against the references the way real summarizers do (ROUGE-L well below 1) while 
 output scores far lower. That is what lets benign batch-shape drift (which picks the
 runner-up of a near-tie) change outputs without changing their quality.
 
-The topics and their phrasings are ``harness.bundled.topics``, the words they draw from
-``harness.bundled.vocabulary``.
+The topics are ``harness.bundled.topics`` (their sentences and phrasings ``topics.json``),
+the words they draw from ``harness.bundled.vocabulary`` (``vocabulary.json``).
 """
 
 from __future__ import annotations
