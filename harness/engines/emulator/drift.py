@@ -43,8 +43,8 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
+from harness.config.parse import Json
 from harness.errors import ConfigError
 
 DEFAULT_RATE = 0.3
@@ -87,7 +87,7 @@ class Drift:
     seed: int = 0
     margin: float = DEFAULT_MARGIN
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Json]:
         return asdict(self)
 
     def describe(self) -> str:
@@ -144,7 +144,7 @@ def check_drift(drift: Drift, option: str) -> Drift:
     return drift
 
 
-def drift_from_config(section: Mapping[str, Any] | None, where: str) -> Drift | None:
+def drift_from_config(section: object, where: str) -> Drift | None:
     """The ``emulator.drift`` entry of config.json, or None for an engine without drift."""
     if section is None:
         return None
