@@ -25,8 +25,9 @@ from harness.engines.batching import (
     cell_notice,
     judge_batch,
 )
+from harness.engines.completions import ServerError
 from harness.engines.http_batch import send_batch
-from harness.engines.openai import OpenAIEngine, ServerError
+from harness.engines.openai import OpenAIEngine
 from harness.redact import redact_url
 
 GREEDY = DecodingSettings(beam_width=1, max_new_tokens=8)
