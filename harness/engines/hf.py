@@ -7,7 +7,7 @@ only, and never with remote code.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, cast, overload
 
@@ -56,7 +56,7 @@ class CausalLM(Protocol):
 
     def to(self, *, device: str, dtype: torch.dtype) -> CausalLM: ...
 
-    def eval(self) -> object: ...
+    eval: Callable[[], object]  # inference mode (dropout off)
 
     def generate(self, **kwargs: object) -> torch.Tensor: ...
 

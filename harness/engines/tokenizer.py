@@ -57,12 +57,12 @@ def tokenizer_folder(model_dir: Path, options: EngineOptions, *, backend: str) -
     )
 
 
-def auto_tokenizer(folder: Path, *, trust_remote_code: bool) -> Tokenizer:
-    """``AutoTokenizer.from_pretrained`` on a local folder, as the backends use it; its own
-    exceptions propagate (each caller names the fix)."""
+def auto_tokenizer(folder: Path, options: EngineOptions) -> Tokenizer:
+    """``AutoTokenizer.from_pretrained`` on a local folder, running the model's own code only
+    with --trust-remote-code; its own exceptions propagate (each caller names the fix)."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=options.trust_remote_code)
     # transformers annotates decode for a batch of id lists too (str | list[str]); the backends
     # decode one id list at a time, which is one str
     return cast(Tokenizer, tokenizer)
@@ -77,7 +77,7 @@ def open_tokenizer(folder: Path, options: EngineOptions) -> Tokenizer:
     """The transformers tokenizer in ``folder`` (local files only; its own code only with
     --trust-remote-code); EngineError naming the folder otherwise."""
     try:
-        return auto_tokenizer(folder, trust_remote_code=options.trust_remote_code)
+        return auto_tokenizer(folder, options)
     except Exception as exc:  # transformers raises OSError, ValueError, ImportError, ...
         hint = (
             "; if it ships its own code, add --trust-remote-code"

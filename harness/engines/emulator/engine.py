@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from harness.config import DecodingSettings
+from harness.config import DecodingSettings, EngineOptions
 from harness.engines.base import EngineBase, Generation
 from harness.engines.emulator.drift import Drift, Trace, drift_from_config, plan_flips
 from harness.engines.emulator.faults import Fault, fault_from_config
@@ -320,7 +320,7 @@ def _load_tokenizer(tok_dir: Path, vocab_size: int) -> tuple[Tokenizer, int]:
             f"{tok_dir}: tokenizer missing; rebuild the engine with `python -m harness build-engine`"
         )
     try:
-        tokenizer = auto_tokenizer(tok_dir, trust_remote_code=False)
+        tokenizer = auto_tokenizer(tok_dir, EngineOptions(trust_remote_code=False))
     except (OSError, ValueError) as exc:
         if "custom code" in str(exc) or "trust_remote_code" in str(exc):
             raise EngineError(

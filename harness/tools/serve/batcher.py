@@ -28,7 +28,7 @@ class Pending:
     result: Generation | None = None
     error: str | None = None
     status: int = 500
-    batch: dict[str, int] | None = None  # {"id", "size", "position"} once generated
+    batch: dict[str, int] | None = None  # {"id", "size", "position", "beam_width"} once generated
 
 
 class Batcher:
