@@ -12,9 +12,9 @@ every engine and never probe for them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from harness.config import DecodingSettings
 from harness.model.engine import EngineInfo
@@ -29,12 +29,14 @@ __all__ = [
     "EngineBase",
     "EngineInfo",
     "FailureKind",
+    "Generates",
     "Generation",
     "RequestTiming",
     "as_engine",
     "as_generation",
     "class_label",
     "code_class",
+    "generates",
 ]
 
 
@@ -86,13 +88,28 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
+class Generates(Protocol):
+    """A user's engine as the harness first meets it: an object with ``generate(prompts,
+    settings)``, whose signature and outputs are its own (``AdoptedEngine`` checks them)."""
+
+    @property
+    def generate(self) -> Callable[..., object]: ...
+
+
+def generates(engine: object) -> TypeGuard[Generates]:
+    """Whether ``engine`` has a ``generate`` to call."""
+    return callable(getattr(engine, "generate", None))
+
+
 class EngineBase(ABC):
     """What every backend shares: ``generate`` to implement, the optional methods with their
     defaults (a backend overrides what it can do). The harness calls only these methods."""
 
     info: EngineInfo
     limits: EngineLimits | None = None  # the build limits config.json records (None: none)
-    tokenizer: Any = None  # a transformers tokenizer, where the backend has one (--chat)
+    # a transformers tokenizer, where the backend has one: --chat takes its chat template, and
+    # checks that it has one (a backend narrows the type to what it calls itself)
+    tokenizer: object = None
 
     @abstractmethod
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
@@ -110,18 +127,23 @@ class AdoptedEngine(EngineBase):
     """Any object with ``generate`` (a user's class), seen through ``EngineBase``: its own
     ``count_tokens``, ``close`` and other attributes where it has them, the defaults where not."""
 
-    def __init__(self, engine: Any, info: EngineInfo) -> None:
+    def __init__(self, engine: Generates, info: EngineInfo) -> None:
         self.engine = engine
         self.info = info
 
-    def __getattr__(self, name: str) -> Any:  # the backend's own attributes
+    # Any: the attributes of a user's engine are whatever its author gave it
+    def __getattr__(self, name: str) -> Any:
         if name == "engine":  # not set yet (copy, pickle): never recurse
             raise AttributeError(name)
         return getattr(self.engine, name)
 
     @property  # EngineBase's class attribute would hide the engine's own from __getattr__
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> object:
         return getattr(self.engine, "tokenizer", None)
+
+    @tokenizer.setter
+    def tokenizer(self, value: object) -> None:
+        setattr(self.engine, "tokenizer", value)  # noqa: B010 (Generates does not name it)
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         outputs: object = self.engine.generate(prompts, settings)
@@ -149,7 +171,7 @@ def code_class(engine: object) -> type:
     return type(engine.engine) if isinstance(engine, AdoptedEngine) else type(engine)
 
 
-def as_generation(output: Any) -> Generation:
+def as_generation(output: object) -> Generation:
     """One output of a user's engine as a Generation: a Generation as it is, a string as its
     text, an object with ``text`` (and ``beams``, ``token_ids``) by those; a text that is not
     a string counts as ""."""
@@ -169,12 +191,14 @@ def as_generation(output: Any) -> Generation:
     )
 
 
-def class_label(engine: Any) -> str:
+def class_label(engine: object) -> str:
     """``module:Class`` of an engine object, its name where nothing else names it."""
     return f"{type(engine).__module__}:{type(engine).__qualname__}"
 
 
-def as_engine(engine: Any, label: str | None = None, path: str | None = None) -> EngineBase:
+def as_engine(
+    engine: EngineBase | Generates, label: str | None = None, path: str | None = None
+) -> EngineBase:
     """``engine`` itself when it is an ``EngineBase``, else an ``AdoptedEngine`` around it; one
     without an EngineInfo gets one named by ``label`` (default: its module:Class) and ``path``.
     Checks nothing: ``registry.adopt`` checks the interface of what a user hands in."""

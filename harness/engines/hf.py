@@ -7,16 +7,58 @@ only, and never with remote code.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Literal, Protocol, cast, overload
 
 from harness.config import DecodingSettings, EngineOptions, read_by
 from harness.engines.base import EngineBase, Generation
+from harness.engines.protocols import Tokenizer
+from harness.engines.tokenizer import count_tokens
 from harness.errors import EngineError, first_line
 from harness.model.engine import EngineInfo, KvCacheReuse
 from harness.model.vocab import Backend, CacheReuse, Dtype
 from harness.storage.fingerprint import weights_identity
+
+if TYPE_CHECKING:
+    import torch
+
+
+class TensorBatch(Protocol):
+    """A batch the tokenizer encoded as tensors (transformers' ``BatchEncoding``)."""
+
+    def to(self, device: str) -> TensorBatch: ...
+
+    def keys(self) -> Iterable[str]: ...
+
+    def __getitem__(self, key: str, /) -> torch.Tensor: ...
+
+
+class HfTokenizer(Tokenizer, Protocol):
+    """The tokenizer as this backend also uses it: left padding, and tensors for the model."""
+
+    padding_side: str
+    pad_token: str | None
+    eos_token: str | None
+    all_special_ids: list[int]
+
+    @overload
+    def __call__(self, text: list[str], /) -> Mapping[str, list[list[int]]]: ...
+
+    @overload
+    def __call__(
+        self, text: list[str], /, *, return_tensors: Literal["pt"], padding: bool
+    ) -> TensorBatch: ...
+
+
+class CausalLM(Protocol):
+    """A transformers causal LM: ``generate`` returns the token ids, prompt included."""
+
+    def to(self, *, device: str, dtype: torch.dtype) -> CausalLM: ...
+
+    eval: Callable[[], object]  # inference mode (dropout off)
+
+    def generate(self, **kwargs: object) -> torch.Tensor: ...
 
 
 class HFEngine(EngineBase):
@@ -24,6 +66,7 @@ class HFEngine(EngineBase):
     default: a GPU serves bfloat16 or float16, and its outputs drift with the batch shape)."""
 
     reads_options = read_by(Backend.HF)
+    tokenizer: HfTokenizer
 
     def __init__(
         self, path: str | Path, *, device: str | None = None, options: EngineOptions | None = None
@@ -41,11 +84,14 @@ class HFEngine(EngineBase):
             )
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(str(self.path), trust_remote_code=False)
-            model: Any = AutoModelForCausalLM.from_pretrained(
+            tokenizer = AutoTokenizer.from_pretrained(str(self.path), trust_remote_code=False)
+            model = AutoModelForCausalLM.from_pretrained(
                 str(self.path), trust_remote_code=False, use_safetensors=True
             )
-            self.model = model.to(device=self.device, dtype=getattr(torch, self.dtype.value))
+            # transformers annotates decode for batches too (str | list[str]) and generate's
+            # answer as a union with its dict form; this backend asks for neither
+            self.tokenizer = cast(HfTokenizer, tokenizer)
+            self.model = cast(CausalLM, model).to(device=self.device, dtype=getattr(torch, self.dtype.value))
         except (OSError, ValueError) as exc:
             raise EngineError(
                 f"{self.path}: cannot load as a transformers model ({first_line(exc) or type(exc).__name__})"
@@ -68,7 +114,7 @@ class HFEngine(EngineBase):
         )
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:
-        return [len(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]
+        return count_tokens(self.tokenizer, prompts)
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         import torch

@@ -22,10 +22,10 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from harness.config.parse import Json
 from harness.engines.base import RequestTiming
 
 Connect = Callable[[float], http.client.HTTPConnection]
@@ -57,7 +57,7 @@ class Answer:
         )
 
 
-def _encode(body: dict[str, Any]) -> bytes:
+def _encode(body: Mapping[str, Json]) -> bytes:
     return json.dumps(body, ensure_ascii=False).encode("utf-8")
 
 
@@ -92,7 +92,7 @@ def _earlier_failed(readers: Sequence[threading.Thread], answers: Sequence[Answe
 
 
 def send_batch(
-    connect: Connect, path: str, bodies: Sequence[dict[str, Any]], headers: dict[str, str], timeout: float
+    connect: Connect, path: str, bodies: Sequence[Mapping[str, Json]], headers: dict[str, str], timeout: float
 ) -> list[Answer]:
     """POST every body to ``path``, in order, all in flight at once; every answer within
     ``timeout`` seconds of its request's send. A failure to connect or write raises (the

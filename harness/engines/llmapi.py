@@ -39,14 +39,15 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 from harness.config import DecodingSettings, EngineOptions, read_by
 from harness.engines import trtllm_compat as compat
 from harness.engines.base import EngineBase, Generation
-from harness.engines.tokenizer import load_tokenizer
+from harness.engines.protocols import Llm, LlmClass, Tokenizer
+from harness.engines.tokenizer import count_tokens, load_tokenizer
 from harness.engines.trtllm import engine_files, require_tensorrt_llm
 from harness.errors import EngineError
 from harness.limits.engine_config import load_config_json, read_engine_config
@@ -69,16 +70,18 @@ def _checkpoint_files(path: Path) -> list[Path]:
     )
 
 
-def _engine_llm_class(trt: Any) -> Any:
+def _engine_llm_class(trt: ModuleType) -> LlmClass:
     """1.x keeps the TensorRT-engine LLM in ``_tensorrt_engine`` (plain LLM is PyTorch);
     before 1.0, ``tensorrt_llm.LLM`` itself runs engines."""
+    llm_class: LlmClass
     try:
-        return importlib.import_module("tensorrt_llm._tensorrt_engine").LLM
+        llm_class = importlib.import_module("tensorrt_llm._tensorrt_engine").LLM
     except (ImportError, AttributeError):
-        return trt.LLM
+        llm_class = trt.LLM
+    return llm_class
 
 
-def _hf_style_beams(sampling_params: Any) -> bool:
+def _hf_style_beams(sampling_params: Callable[..., object]) -> bool:
     """Whether SamplingParams also takes Hugging Face style ``beam_width``/``num_return_sequences``
     (the 0.15/0.16-era class, whose ``LLM._check_arguments`` compares ``beam_width``)."""
     params = inspect.signature(sampling_params).parameters
@@ -90,6 +93,7 @@ class LlmApiEngine(EngineBase):
 
     # what it reads of the load options: no --trtllm-runtime (the LLM API picks its own)
     reads_options = read_by(Backend.LLMAPI)
+    tokenizer: Tokenizer
 
     def __init__(self, path: str | Path, *, options: EngineOptions | None = None) -> None:
         options = options or EngineOptions()
@@ -103,25 +107,23 @@ class LlmApiEngine(EngineBase):
             files, self.limits, engine_version = _checkpoint_files(self.path), None, None
         trt = require_tensorrt_llm("llmapi")
         version = str(getattr(trt, "__version__", "unknown"))
-        self.sampling_params: Any = getattr(trt, "SamplingParams", None)
-        if (
-            self.sampling_params is None
-            or "use_beam_search" not in inspect.signature(self.sampling_params).parameters
-        ):
+        sampling_params: Callable[..., object] | None = getattr(trt, "SamplingParams", None)
+        if sampling_params is None or "use_beam_search" not in inspect.signature(sampling_params).parameters:
             raise EngineError(
                 f"the llmapi backend needs TensorRT-LLM 0.15 or later (SamplingParams "
                 f"with use_beam_search, n, best_of); this is {version}: upgrade, or "
                 "run the engine with --backend trtllm"
             )
+        self.sampling_params = sampling_params
         self.trt = trt
         self.hf_style = _hf_style_beams(self.sampling_params)
-        self.llm_class = _engine_llm_class(trt) if self.is_engine else trt.LLM
+        self.llm_class: LlmClass = _engine_llm_class(trt) if self.is_engine else trt.LLM
         self.tokens = load_tokenizer(self.path, options, backend=Backend.LLMAPI)
         self.tokenizer = self.tokens.tokenizer
         self.trust_remote_code = options.trust_remote_code
         self.reuse = compat.llm_reuse(version, options.kv_cache_reuse)
         self._tqdm = "use_tqdm" in inspect.signature(self.llm_class.generate).parameters
-        self.llm: Any = None
+        self.llm: Llm | None = None
         self.llm_beam_width: int | None = None
         self.closed = False
         self.failures = compat.LoadFailures()
@@ -145,54 +147,54 @@ class LlmApiEngine(EngineBase):
             kv_cache_reuse=self.reuse.status,
         )
 
-    def _load(self, beam_width: int | None) -> None:
+    def _load(self, beam_width: int | None) -> Llm:
         """(Re)build the LLM; for a checkpoint with a maximum beam width of ``beam_width``."""
         self._release()
-        base: dict[str, Any] = {
+        base: dict[str, object] = {
             "model": str(self.path),
             "tokenizer": str(self.tokens.folder),
             "trust_remote_code": self.trust_remote_code,
             **self.reuse.kwargs,
         }
-        self.llm = self.llm_class(**base) if beam_width is None else self._construct(base, beam_width)
+        self.llm = llm = self.llm_class(**base) if beam_width is None else self._construct(base, beam_width)
         self.llm_beam_width = beam_width
+        return llm
 
-    def _construct(self, base: dict[str, Any], width: int) -> Any:
+    def _construct(self, base: dict[str, object], width: int) -> Llm:
         """An LLM with ``max_beam_width=width`` (and the beam-search settings), dropping a
         setting the release names as unknown, or ``build_config`` where it has no such field."""
-        extra: dict[str, Any] = {"max_beam_width": width, **(BEAM_SEARCH_ARGS if width > 1 else {})}
+        extra: dict[str, object] = {"max_beam_width": width, **(BEAM_SEARCH_ARGS if width > 1 else {})}
         for _ in range(len(extra) + 1):
             try:
                 return self.llm_class(**base, **extra)
             except Exception as exc:
                 key = compat.rejected_keyword(exc, extra)
-                build_config: Any = getattr(self.trt, "BuildConfig", None)
-                if key is None or (key == "max_beam_width" and build_config is None):
-                    raise
-                if key == "max_beam_width":  # 0.15/0.16: the limit is the engine build's
+                build_config: Callable[..., object] | None = getattr(self.trt, "BuildConfig", None)
+                if key == "max_beam_width" and build_config is not None:
+                    # 0.15/0.16: the limit is the engine build's
                     extra = {"build_config": build_config(max_beam_width=width)}
+                elif key is None or key == "max_beam_width":
+                    raise
                 else:
                     extra.pop(key)
         raise RuntimeError(f"the LLM refused every way of setting max_beam_width {width}")
 
-    def _llm_for(self, beam_width: int) -> Any:
+    def _llm_for(self, beam_width: int) -> Llm:
         if self.closed or (self.is_engine and self.llm is None):
             raise RuntimeError(f"{self.path}: the engine was closed")
-        if self.is_engine:
+        if self.llm is not None and (self.is_engine or self.llm_beam_width == beam_width):
             return self.llm
-        if self.llm is None or self.llm_beam_width != beam_width:
-            self.failures.check(beam_width)
-            try:
-                self._load(beam_width)
-            except Exception as exc:
-                what = f"loading {self.path} with max_beam_width {beam_width}"
-                raise self.failures.record(beam_width, what, exc) from None
-        return self.llm
+        self.failures.check(beam_width)
+        try:
+            return self._load(beam_width)
+        except Exception as exc:
+            what = f"loading {self.path} with max_beam_width {beam_width}"
+            raise self.failures.record(beam_width, what, exc) from None
 
-    def sampling(self, settings: DecodingSettings) -> Any:
+    def sampling(self, settings: DecodingSettings) -> object:
         """The SamplingParams of one cell."""
         w = settings.beam_width
-        kwargs: dict[str, Any] = {
+        kwargs: dict[str, object] = {
             "max_tokens": settings.max_new_tokens,
             "end_id": self.tokens.end_id,
             "pad_id": self.tokens.pad_id,
@@ -209,13 +211,14 @@ class LlmApiEngine(EngineBase):
         return self.sampling_params(**kwargs)
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:
-        return [len(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]
+        return count_tokens(self.tokenizer, prompts)
 
     def _release(self) -> None:
         """Shut the LLM down (``shutdown()``, or ``_shutdown()`` on 0.15/0.16) and drop it before
         another loads: one engine fills the GPU."""
         if self.llm is not None:
-            slot, self.llm = [self.llm], None
+            slot: list[object] = [self.llm]
+            self.llm = None
             compat.release(slot)
 
     def close(self) -> None:

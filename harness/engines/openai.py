@@ -18,22 +18,15 @@ read (a server trickling its answer a byte at a time is cut off there). A failed
 (connection error, HTTP 5xx) is sent again whole, so that every prompt keeps its slot; the
 error names the first symptom and the last. An HTTP 4xx or a timeout is not retried.
 
-Decoding: ``temperature`` 0; a beam width W > 1 as ``use_beam_search: true, n: W, best_of: W,
-length_penalty, early_stopping``; then the --request-field fields. trtllm-serve takes the beam
-width from ``best_of`` (else ``n``) and rejects fields it does not know, so nothing else is
-sent; vLLM takes it from ``n`` (its beam-search path ignores ``best_of``). Both answer with W
-choices, the best first. Every answer is checked for the beam search it was asked for
-(``harness.engines.beams``): fewer than W choices, or W identical ones with no evidence of
-beam search, fail the cell with the reason (llama-cpp-python and llama-server do not run
-beam search). SGLang has no beam search: beam widths above 1 fail there.
+Decoding: greedy, or beam search through the fields trtllm-serve and vLLM take
+(``harness.engines.completions`` builds the request and reads the answer). Every answer is
+checked for the beam search it was asked for (``harness.engines.beams``): fewer than W
+choices, or W identical ones with no evidence of beam search, fail the cell with the reason
+(llama-cpp-python and llama-server do not run beam search). SGLang has no beam search: beam
+widths above 1 fail there.
 
-The key a server wants is read from the environment when the engine loads: the variable named
-by --api-key-env, else ``OPENAI_API_KEY`` when set (as OpenAI's clients do); it is sent as
-``Authorization: Bearer KEY`` with every request. Only the variable's name is in the run's
-options (report.json); the value is remembered as a secret (``harness.redact``), so it is
-redacted wherever a string leaves the process, a server's error body that echoes it included
-(``harness.outside``). A gateway that wants its key in the query string (``?api_key=...``)
-gets it there: every query value is redacted the same way. ``user:password@`` is refused.
+The key a server wants comes from the environment, and the address may not hold credentials
+(``harness.engines.server_address``).
 
 Identity: the served model id from ``GET /v1/models`` (with its ``root`` where the server gives
 one). It is only as good as the server's naming: two checkpoints served under one name share
@@ -44,21 +37,23 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from harness import __version__
-from harness.config import OPENAI_KEY_VARIABLE, DecodingSettings, EngineOptions
-from harness.engines.base import BatchError, EngineBase, FailureKind, Generation
+from harness.config import DecodingSettings, EngineOptions
+from harness.config.parse import Json
+from harness.engines import completions
+from harness.engines.base import EngineBase, FailureKind, Generation
 from harness.engines.beams import BeamCheck
+from harness.engines.completions import BEAM_SEARCH_FIELDS, ServerError, server_message
 from harness.engines.http_batch import Answer, send_batch
+from harness.engines.server_address import address, api_key
 from harness.errors import EngineError
 from harness.model.engine import EngineInfo, KvCacheReuse
 from harness.model.vocab import Backend, CacheReuse
-from harness.redact import redact, redact_url, remember, remember_url
+from harness.redact import redact_url, remember_url
 
 POSITION_SEMANTICS = (
     "arrival slot: requests are sent concurrently in position order; the "
@@ -70,16 +65,10 @@ SERVER_REUSE = KvCacheReuse(
     "caching and llama-server's cache_prompt are on by default): a prompt sent again may have "
     "its prefill served from an earlier request's cached blocks, which hides a fault in prefill",
 )
-BEAM_SEARCH_FIELDS = ("use_beam_search", "n", "best_of", "length_penalty", "early_stopping")
 LOAD_TIMEOUT_S = 10.0  # GET /v1/models answers at once on a live server
 BACKOFF_S = 0.5  # before retry k: BACKOFF_S * 2**k
-MESSAGE_CHARS = 300
 
 T = TypeVar("T")
-
-
-class ServerError(BatchError):
-    """The server did not answer a batch usefully: that cell fails, the run goes on."""
 
 
 class _Retryable(Exception):
@@ -90,85 +79,8 @@ class _Retryable(Exception):
         self.kind = kind
 
 
-def api_key(variable: str | None, environ: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
-    """(the key, the variable it came from): ``variable`` (--api-key-env), which must be set,
-    else OPENAI_API_KEY when set, else no key. The key is remembered as a secret (redacted
-    from every string from now on). EngineError naming the variable, never its value, when it
-    is unset, empty or not a single header token."""
-    env = os.environ if environ is None else environ
-    name = variable or OPENAI_KEY_VARIABLE
-    value = (env.get(name) or "").strip()
-    if not value:
-        if variable is None:
-            return None, None
-        state = "empty" if name in env else "not set"
-        raise EngineError(
-            f"--api-key-env {name}: the environment variable {name} is {state}; "
-            f"export {name}=KEY before the run, or drop --api-key-env"
-        )
-    remember(value)
-    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
-        raise EngineError(
-            f"${name}: the key holds a space or a control character, which cannot "
-            "be sent in an Authorization header; set the variable to the key alone"
-        )
-    return value, name
-
-
-def _server_message(body: bytes) -> str:
-    """The error text of an answer: OpenAI's {"error": {"message"}}, vLLM's and trtllm-serve's
-    {"message"}, FastAPI's {"detail"}, else the start of the body. Secrets are redacted before
-    it is cut to MESSAGE_CHARS, so that no cut leaves a piece of a key that no longer matches
-    (everything else about outside text is done where it leaves the process:
-    ``harness.outside``)."""
-    text = body.decode("utf-8", "replace").strip()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if isinstance(data, dict):
-        inner = data.get("error")
-        for candidate in (
-            inner.get("message") if isinstance(inner, dict) else inner,
-            data.get("message"),
-            data.get("detail"),
-        ):
-            if candidate:
-                text = str(candidate)
-                break
-    text = redact(" ".join(text.split()))
-    return text[:MESSAGE_CHARS] + ("…" if len(text) > MESSAGE_CHARS else "") or "(empty body)"
-
-
 def _reason(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-
-
-def _address(url: str) -> tuple[str, str, int, str, str]:
-    """(scheme, host, port, base path, query) of a server address; EngineError if it is not
-    one. Credentials in it are refused (the message shows the address redacted)."""
-    shown = redact_url(url)
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise EngineError(f"--engine {shown}: not a server address; use http://HOST:PORT/v1")
-    if parts.username or parts.password:
-        raise EngineError(
-            f"--engine {shown}: credentials in the address end up in shell "
-            f"history and CI logs; remove them and export the key in "
-            f"{OPENAI_KEY_VARIABLE} (or another variable named by --api-key-env), "
-            "which is sent as Authorization: Bearer"
-        )
-    try:
-        port = parts.port
-    except ValueError:
-        raise EngineError(f"--engine {shown}: bad port; use http://HOST:PORT/v1") from None
-    return (
-        parts.scheme,
-        parts.hostname,
-        port or (443 if parts.scheme == "https" else 80),
-        parts.path.rstrip("/") or "/v1",
-        parts.query,
-    )
 
 
 class OpenAIEngine(EngineBase):
@@ -188,7 +100,7 @@ class OpenAIEngine(EngineBase):
         remember_url(url)  # its credentials are redacted from every string from now on
         self.url = url.rstrip("/")  # what requests go to; never shown (see ``shown``)
         self.shown = redact_url(self.url)
-        self.scheme, self.host, self.port, self.base_path, self.query = _address(self.url)
+        self.scheme, self.host, self.port, self.base_path, self.query = address(self.url)
         self._key, key_from = api_key(api_key_env)  # never stored anywhere else
         self.request_timeout = float(request_timeout)
         self.retries = int(retries)
@@ -263,10 +175,10 @@ class OpenAIEngine(EngineBase):
         finally:
             conn.close()
         if status >= 500:
-            raise _Retryable(f"HTTP {status}: {_server_message(body)}")
+            raise _Retryable(f"HTTP {status}: {server_message(body)}")
         return status, body
 
-    def _choose_model(self, wanted: str | None) -> tuple[str, dict[str, Any], list[str]]:
+    def _choose_model(self, wanted: str | None) -> tuple[str, dict[str, Json], list[str]]:
         where = f"{self.host}:{self.port}"
 
         def fail(last: _Retryable, attempts: int, first: str) -> Exception:
@@ -283,7 +195,7 @@ class OpenAIEngine(EngineBase):
         if status != 200:
             raise EngineError(
                 f"--engine {self.shown}: {listing} answered HTTP {status} "
-                f"({_server_message(body)}); give the server's OpenAI base URL, "
+                f"({server_message(body)}); give the server's OpenAI base URL, "
                 "e.g. http://HOST:PORT/v1"
             )
         try:
@@ -308,28 +220,11 @@ class OpenAIEngine(EngineBase):
 
     # --- generation ---------------------------------------------------------------------------
 
-    def body(self, prompt: str, settings: DecodingSettings) -> dict[str, Any]:
-        """The /v1/completions request for one prompt: the harness's fields (only those
-        trtllm-serve and vLLM know), then the --request-field ones."""
-        body: dict[str, Any] = {
-            "model": self.model,
-            "prompt": prompt,
-            "max_tokens": settings.max_new_tokens,
-            "temperature": 0.0,
-            "n": 1,
-        }
-        if settings.beam_width > 1:
-            body.update(
-                use_beam_search=True,
-                n=settings.beam_width,
-                best_of=settings.beam_width,
-                length_penalty=settings.length_penalty,
-                early_stopping=settings.early_stopping,
-            )
-        body.update(settings.extra_fields())
-        return body
+    def body(self, prompt: str, settings: DecodingSettings) -> dict[str, Json]:
+        """The /v1/completions request for one prompt (``completions.request_body``)."""
+        return completions.request_body(self.model, prompt, settings)
 
-    def _attempt(self, bodies: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], Answer]]:
+    def _attempt(self, bodies: Sequence[dict[str, Json]]) -> list[tuple[dict[str, Json], Answer]]:
         """One try at a batch: every request on the wire in position order, every answer read
         as it comes, each within --request-timeout of its send (see ``http_batch``)."""
         try:
@@ -346,12 +241,12 @@ class OpenAIEngine(EngineBase):
         for position, a in enumerate(answers):
             if a.status is not None and a.status >= 500:
                 raise _Retryable(
-                    f"HTTP {a.status} at position {position}: {_server_message(a.body)}",
+                    f"HTTP {a.status} at position {position}: {server_message(a.body)}",
                     FailureKind.SERVER_ERROR,
                 )
-        return [(self._payload(a, position), a) for position, a in enumerate(answers)]
+        return [(completions.payload(a, position, self.shown), a) for position, a in enumerate(answers)]
 
-    def _exchange(self, bodies: Sequence[dict[str, Any]]) -> list[Answer]:
+    def _exchange(self, bodies: Sequence[dict[str, Json]]) -> list[Answer]:
         """The HTTP exchange of one try (a subclass that records answers wraps this)."""
         return send_batch(
             self._connection, self._path("/completions"), bodies, self._headers(True), self.request_timeout
@@ -365,24 +260,6 @@ class OpenAIEngine(EngineBase):
             "check the server",
             FailureKind.TIMEOUT,
         )
-
-    def _payload(self, answer: Answer, position: int) -> dict[str, Any]:
-        if answer.status != 200:
-            raise ServerError(
-                f"{self.shown}: HTTP {answer.status} at position {position}: {_server_message(answer.body)}",
-                FailureKind.REFUSED,
-            )
-        try:
-            payload = json.loads(answer.body)
-        except (ValueError, RecursionError):
-            payload = None
-        if not isinstance(payload, dict):
-            raise ServerError(
-                f"{self.shown}: position {position}: the answer is not a JSON object "
-                f"({_server_message(answer.body)})",
-                FailureKind.BAD_ANSWER,
-            )
-        return payload
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         bodies = [self.body(p, settings) for p in prompts]
@@ -398,77 +275,19 @@ class OpenAIEngine(EngineBase):
 
         answered = self._with_retries(lambda: self._attempt(bodies), fail)
         payloads = [payload for payload, _ in answered]
-        results = [self._generation(p, a, position) for position, (p, a) in enumerate(answered)]
-        self._check_slots(payloads)
+        results = [
+            completions.generation(p, a, position, self.shown) for position, (p, a) in enumerate(answered)
+        ]
+        completions.check_slots(payloads, self.shown)
         self._check_beams(settings, payloads, results)
         return results
 
-    def _generation(self, payload: dict[str, Any], answer: Answer, position: int) -> Generation:
-        choices = payload.get("choices")
-        if (
-            not isinstance(choices, list)
-            or not choices
-            or not all(isinstance(c, dict) and isinstance(c.get("text"), str) for c in choices)
-        ):
-            raise ServerError(
-                f"{self.shown}: position {position}: the answer has no choices with "
-                "text; is this a /v1/completions endpoint?",
-                FailureKind.BAD_ANSWER,
-            )
-        ordered = sorted(enumerate(choices), key=lambda ic: (_index(ic[1], ic[0]), ic[0]))
-        texts = tuple(c["text"].strip() for _, c in ordered)
-        ids = ordered[0][1].get("token_ids")
-        token_ids = tuple(ids) if isinstance(ids, list) and all(isinstance(t, int) for t in ids) else ()
-        return Generation(
-            text=texts[0],
-            token_ids=token_ids,
-            beams=texts,
-            timing=answer.timing(_completion_tokens(payload, len(choices))),
-        )
-
     def _check_beams(
-        self, settings: DecodingSettings, payloads: Sequence[dict[str, Any]], results: Sequence[Generation]
+        self, settings: DecodingSettings, payloads: Sequence[dict[str, Json]], results: Sequence[Generation]
     ) -> None:
         """Fewer than W choices, or W identical ones with no other evidence: no beam search
         ran, and the cell fails with the reason (``harness.engines.beams``)."""
-        reported = [_reported_width(p) for p in payloads]
+        reported = [completions.reported_width(p) for p in payloads]
         reason = self.beams.check(settings, [g.beams for g in results], reported)
         if reason is not None:
             raise ServerError(f"{self.shown}: {reason}", FailureKind.NO_BEAM_SEARCH)
-
-    def _check_slots(self, payloads: Sequence[dict[str, Any]]) -> None:
-        """Where a server says how it batched (``python -m harness serve`` does), the batch
-        must be exactly the planned one: one engine batch, slot i at position i."""
-        marks = [m for p in payloads if isinstance(m := p.get("harness_batch"), dict)]
-        if not marks or len(marks) != len(payloads):
-            return
-        ids = [m.get("id") for m in marks]
-        positions = [m.get("position") for m in marks]
-        if len(set(ids)) != 1 or positions != list(range(len(payloads))):
-            raise ServerError(
-                f"{self.shown}: the server did not keep the planned batch (engine "
-                f"batches {ids}, positions {positions} for slots 0..{len(payloads) - 1});"
-                " give `python -m harness serve` a longer --batch-window-ms",
-                FailureKind.SPLIT_BATCH,
-            )
-
-
-def _index(choice: dict[str, Any], default: int) -> int:
-    index = choice.get("index", default)
-    return index if isinstance(index, int) and not isinstance(index, bool) else default
-
-
-def _completion_tokens(payload: dict[str, Any], choices: int) -> int | None:
-    """Generated tokens per choice, from the answer's ``usage`` (None where it has none)."""
-    usage = payload.get("usage")
-    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-        return None
-    return tokens // max(choices, 1)
-
-
-def _reported_width(payload: dict[str, Any]) -> int | None:
-    """The beam width a server says it ran the request at (``python -m harness serve``)."""
-    mark = payload.get("harness_batch")
-    width = mark.get("beam_width") if isinstance(mark, dict) else None
-    return width if isinstance(width, int) and not isinstance(width, bool) else None

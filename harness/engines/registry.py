@@ -9,13 +9,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from harness.config import OPTIONS, EngineOptions, Option
 from harness.config.basics import BUNDLED, is_url
-from harness.engines.base import AdoptedEngine, EngineBase, as_engine, class_label
+from harness.engines.base import AdoptedEngine, EngineBase, as_engine, class_label, generates
 from harness.errors import EngineError, describe
 from harness.limits.engine_config import load_config_json, read_limits
+from harness.model.json import Json
 from harness.model.limits import EngineLimits
 from harness.model.vocab import Backend
 from harness.redact import redact_url, remember_url
@@ -56,7 +56,7 @@ def _import_module(name: str, roots: Sequence[Path]) -> ModuleType:
         raise
 
 
-def _import(target: str, option: str, roots: Sequence[Path] = ()) -> Any:
+def _import(target: str, option: str, roots: Sequence[Path] = ()) -> object:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise EngineError(f"{option} {target!r}: expected module:Class")
@@ -109,7 +109,7 @@ def detect_backend(path: Path) -> str:
     )
 
 
-def resolve_backend(name: str, roots: Sequence[Path] = ()) -> Any:
+def resolve_backend(name: str, roots: Sequence[Path] = ()) -> object:
     """The class behind a backend name or a module:Class string (looked for in ``roots`` too
     when it is not on sys.path)."""
     if name in BACKENDS:
@@ -140,7 +140,7 @@ def engine_folder(spec: str, backend: str | None = None) -> Path | None:
     return Path(spec).expanduser()
 
 
-def peek_config(spec: str, backend: str | None = None) -> dict[str, Any] | None:
+def peek_config(spec: str, backend: str | None = None) -> dict[str, Json] | None:
     """The engine config.json (build limits) without loading the engine; None for engines
     that have none (hf model directories, module:Class engines without a directory)."""
     spec, backend = _bundled(spec, backend)
@@ -158,7 +158,9 @@ def peek_config(spec: str, backend: str | None = None) -> dict[str, Any] | None:
     return config if ("build_config" in config or "builder_config" in config) else None
 
 
-def _parameters(cls: Any) -> set[str]:
+def _parameters(cls: object) -> set[str]:
+    if not callable(cls):
+        return set()
     try:
         return set(inspect.signature(cls).parameters)
     except (TypeError, ValueError):
@@ -166,11 +168,13 @@ def _parameters(cls: Any) -> set[str]:
 
 
 def _construct(
-    cls: Any, label: str, target: str | None, kwargs: dict[str, Any], signature_hint: str | None = None
-) -> Any:
+    cls: object, label: str, target: str | None, kwargs: dict[str, object], signature_hint: str | None = None
+) -> object:
     """``cls(target, **kwargs)``; a failing constructor is one EngineError line (a TypeError,
     where ``signature_hint`` is given, names the constructor the harness expects)."""
     try:
+        if not callable(cls):  # what calling it would raise
+            raise TypeError(f"{type(cls).__name__!r} object is not callable")
         return cls(target, **kwargs)
     except EngineError:
         raise
@@ -180,7 +184,7 @@ def _construct(
         raise EngineError(f"{label}: loading the engine failed: {describe(exc)}") from None
 
 
-def options_read(cls: Any) -> frozenset[str]:
+def options_read(cls: object) -> frozenset[str]:
     """The load options a backend class reads: those it declares (``reads_options``), else
     all of them when its constructor takes ``options``, else none."""
     declared = getattr(cls, "reads_options", None)
@@ -189,7 +193,7 @@ def options_read(cls: Any) -> frozenset[str]:
     return frozenset(o.dest for o in LOAD_OPTIONS) if "options" in _parameters(cls) else frozenset()
 
 
-def refuse_unread(cls: Any, label: str, options: EngineOptions) -> None:
+def refuse_unread(cls: object, label: str, options: EngineOptions) -> None:
     """An EngineError naming every load option given that the backend would ignore."""
     default, reads = EngineOptions(), options_read(cls)
     ignored = [
@@ -236,7 +240,7 @@ def load_engine(
     where = str(path) if path is not None else None
     if strict:
         refuse_unread(cls, label, options)
-    extra = {"options": options} if "options" in _parameters(cls) else {}
+    extra: dict[str, object] = {"options": options} if "options" in _parameters(cls) else {}
     engine = _construct(
         cls,
         label,
@@ -247,12 +251,13 @@ def load_engine(
     return adopt(engine, label, where)
 
 
-def _server_kwargs(cls: Any, options: EngineOptions) -> dict[str, Any]:
+def _server_kwargs(cls: object, options: EngineOptions) -> dict[str, object]:
     """--model, --request-timeout, --retries (those given) for the openai backend and its
     subclasses; for another class, those its constructor has parameters for."""
+    from harness.engines.openai import OpenAIEngine  # URL_BACKEND's class
+
     given = {k: v for k, v in options.server_kwargs().items() if v is not None}
-    openai = resolve_backend(URL_BACKEND)
-    if isinstance(cls, type) and issubclass(cls, openai):
+    if isinstance(cls, type) and issubclass(cls, OpenAIEngine):
         return given
     accepted = _parameters(cls)
     return {k: v for k, v in given.items() if k in accepted}
@@ -271,11 +276,11 @@ def _load_url(
     return adopt(engine, name, redact_url(spec))  # a class without an EngineInfo: named redacted
 
 
-def adopt(engine: Any, label: str | None = None, path: str | None = None) -> EngineBase:
+def adopt(engine: object, label: str | None = None, path: str | None = None) -> EngineBase:
     """Check a backend object's interface: an ``EngineBase`` comes back itself, any other
     object with ``generate`` in an ``AdoptedEngine``; either way with an EngineInfo."""
     label = label or class_label(engine)
-    if not callable(getattr(engine, "generate", None)):
+    if not generates(engine):
         raise EngineError(f"{label}: {type(engine).__name__} has no generate(prompts, settings)")
     adopted = as_engine(engine, label, path)
     if isinstance(adopted, AdoptedEngine):  # the class's own limits, else its folder's config.json

@@ -7,11 +7,13 @@ never the model hub, and model code runs only with ``--trust-remote-code``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from harness.config import EngineOptions
+from harness.engines.protocols import Tokenizer
 from harness.errors import EngineError, describe
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
@@ -21,7 +23,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 class LoadedTokenizer:
     """A tokenizer with the ids the runner needs to end and pad sequences."""
 
-    tokenizer: Any
+    tokenizer: Tokenizer
     folder: Path
     end_id: int
     pad_id: int
@@ -55,13 +57,27 @@ def tokenizer_folder(model_dir: Path, options: EngineOptions, *, backend: str) -
     )
 
 
-def open_tokenizer(folder: Path, options: EngineOptions) -> Any:
-    """The transformers tokenizer in ``folder`` (local files only; its own code only with
-    --trust-remote-code); EngineError naming the folder otherwise."""
+def auto_tokenizer(folder: Path, options: EngineOptions) -> Tokenizer:
+    """``AutoTokenizer.from_pretrained`` on a local folder, running the model's own code only
+    with --trust-remote-code; its own exceptions propagate (each caller names the fix)."""
     from transformers import AutoTokenizer
 
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=options.trust_remote_code)
+    # transformers annotates decode for a batch of id lists too (str | list[str]); the backends
+    # decode one id list at a time, which is one str
+    return cast(Tokenizer, tokenizer)
+
+
+def count_tokens(tokenizer: Tokenizer, prompts: Sequence[str]) -> list[int]:
+    """Each prompt's length in tokens, as the engine encodes it."""
+    return [len(ids) for ids in tokenizer(list(prompts))["input_ids"]]
+
+
+def open_tokenizer(folder: Path, options: EngineOptions) -> Tokenizer:
+    """The transformers tokenizer in ``folder`` (local files only; its own code only with
+    --trust-remote-code); EngineError naming the folder otherwise."""
     try:
-        return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=options.trust_remote_code)
+        return auto_tokenizer(folder, options)
     except Exception as exc:  # transformers raises OSError, ValueError, ImportError, ...
         hint = (
             "; if it ships its own code, add --trust-remote-code"

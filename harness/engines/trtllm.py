@@ -36,13 +36,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Protocol, TypeVar, runtime_checkable
 
 from harness.config import DecodingSettings, EngineOptions, read_by
 from harness.engines import trtllm_compat as compat
 from harness.engines.base import EngineBase, Generation
 from harness.engines.lazy import require
-from harness.engines.tokenizer import load_tokenizer
+from harness.engines.protocols import Runner, RunnerClass, Tokenizer
+from harness.engines.tokenizer import count_tokens, load_tokenizer
 from harness.errors import EngineError, describe
 from harness.limits.engine_config import read_engine_config
 from harness.model.engine import EngineInfo
@@ -50,9 +52,17 @@ from harness.model.vocab import Backend, Layout, TrtllmRuntime
 from harness.storage.fingerprint import weights_identity
 
 RUNNERS = {TrtllmRuntime.CPP: "ModelRunnerCpp", TrtllmRuntime.PYTHON: "ModelRunner"}
+T_co = TypeVar("T_co", covariant=True)
 
 
-def require_tensorrt_llm(backend: str) -> Any:
+@runtime_checkable
+class ToList(Protocol[T_co]):
+    """A tensor of the runner's output (or anything with ``tolist``): its values as lists."""
+
+    def tolist(self) -> T_co: ...
+
+
+def require_tensorrt_llm(backend: str) -> ModuleType:
     """The tensorrt_llm package, or one line naming the pip extra."""
     return require("tensorrt_llm", backend=backend, package="TensorRT-LLM", extra="trtllm")
 
@@ -69,12 +79,16 @@ def engine_files(path: Path) -> list[Path]:
 
 
 def cut_generations(
-    output_ids: Any, sequence_lengths: Any, input_lengths: Sequence[int], beams: int, end_id: int
+    output_ids: ToList[Sequence[Sequence[Sequence[int]]]] | Sequence[Sequence[Sequence[int]]],
+    sequence_lengths: ToList[Sequence[Sequence[int]]] | Sequence[Sequence[int]],
+    input_lengths: Sequence[int],
+    beams: int,
+    end_id: int,
 ) -> list[list[list[int]]]:
     """Generated ids per request and beam: ``output_ids[i, k, input_len_i:sequence_lengths[i, k]]``,
     up to the first end_id; RuntimeError when the shapes are not ``[batch, beams, ...]``."""
-    ids = output_ids.tolist() if hasattr(output_ids, "tolist") else output_ids
-    lengths = sequence_lengths.tolist() if hasattr(sequence_lengths, "tolist") else sequence_lengths
+    ids = output_ids.tolist() if isinstance(output_ids, ToList) else output_ids
+    lengths = sequence_lengths.tolist() if isinstance(sequence_lengths, ToList) else sequence_lengths
     n = len(input_lengths)
     if (
         len(ids) != n
@@ -103,6 +117,7 @@ class TrtllmEngine(EngineBase):
 
     # an engine's dtype is fixed when it is built: --dtype is the hf backend's
     reads_options = read_by(Backend.TRTLLM)
+    tokenizer: Tokenizer
 
     def __init__(self, path: str | Path, *, options: EngineOptions | None = None) -> None:
         options = options or EngineOptions()
@@ -122,13 +137,14 @@ class TrtllmEngine(EngineBase):
         if limits.layout == Layout.LEGACY:
             raise EngineError(compat.legacy_refusal(self.path, self.version))
         self.runner_name = RUNNERS[runtime_word]
-        self.runner_cls: Any = getattr(runtime, self.runner_name, None)
-        if self.runner_cls is None:
+        runner_cls: RunnerClass | None = getattr(runtime, self.runner_name, None)
+        if runner_cls is None:
             other = TrtllmRuntime.PYTHON if runtime_word == TrtllmRuntime.CPP else TrtllmRuntime.CPP
             raise EngineError(
                 f"TensorRT-LLM {self.version}: tensorrt_llm.runtime has no "
                 f"{self.runner_name}; use --trtllm-runtime {other}"
             )
+        self.runner_cls = runner_cls
         self.tokens = load_tokenizer(self.path, options, backend=Backend.TRTLLM)
         self.tokenizer = self.tokens.tokenizer
         mpi_rank = getattr(trt, "mpi_rank", None)
@@ -138,7 +154,7 @@ class TrtllmEngine(EngineBase):
         self.reuse = compat.runner_reuse(
             self.runner_cls, self.runner_name, self.version, options.kv_cache_reuse
         )
-        self.runner: Any = None
+        self.runner: Runner | None = None
         self.runner_width: int | None = None  # the beam width the runner serves (None: any)
         self.closed = False
         self.failures = compat.LoadFailures()
@@ -163,8 +179,8 @@ class TrtllmEngine(EngineBase):
             kv_cache_reuse=self.reuse.status,
         )
 
-    def _from_dir(self, width: int | None) -> Any:
-        kwargs: dict[str, Any] = {"engine_dir": str(self.path), "rank": self.rank, **self.reuse.kwargs}
+    def _from_dir(self, width: int | None) -> Runner:
+        kwargs: dict[str, object] = {"engine_dir": str(self.path), "rank": self.rank, **self.reuse.kwargs}
         if width is not None and self.sizes_width:
             kwargs["max_beam_width"] = width
         return self.runner_cls.from_dir(**kwargs)
@@ -189,39 +205,41 @@ class TrtllmEngine(EngineBase):
             return None
         return beams
 
-    def _runner_for(self, beams: int) -> Any:
+    def _runner_for(self, beams: int) -> Runner:
         """One runner serves one beam width: the decoder's mode and width are fixed when a
         runner is loaded (C++) or by its first call (Python), see trtllm_compat."""
         if self.closed:
             raise RuntimeError(f"{self.path}: the engine was closed")
         target = self._target_width(beams)
         if self.runner is None or target != self.runner_width:
-            self._reload(target)
+            return self._reload(target)
         return self.runner
 
     def _release(self) -> None:
         """Free the runner before another loads: one engine's weights and KV cache (sized from
         the free memory at load) fill the GPU."""
         if self.runner is not None:
-            slot, self.runner = [self.runner], None
+            slot: list[object] = [self.runner]
+            self.runner = None
             compat.release(slot)
 
-    def _reload(self, width: int | None) -> None:
+    def _reload(self, width: int | None) -> Runner:
         self.failures.check(width)
         self._release()
         self.runner_width = None
         try:
-            self.runner = self._from_dir(width)
+            self.runner = runner = self._from_dir(width)
         except Exception as exc:
             what = f"loading {self.path} with max_beam_width {width or self.engine_max}"
             raise self.failures.record(width, what, exc) from None
         self.runner_width = width
+        return runner
 
     def _encode(self, prompts: Sequence[str]) -> list[list[int]]:
         return [list(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:
-        return [len(ids) for ids in self._encode(prompts)]
+        return count_tokens(self.tokenizer, prompts)
 
     def close(self) -> None:
         self.closed = True
@@ -254,12 +272,12 @@ class TrtllmEngine(EngineBase):
         )
         return [self._generation(entry) for entry in cut]
 
-    def _call(self, runner: Any, ids: list[list[int]], settings: DecodingSettings) -> Any:
+    def _call(self, runner: Runner, ids: list[list[int]], settings: DecodingSettings) -> object:
         """One ``generate`` call: the prompts in position order, sampling as keywords."""
         import torch
 
         beams = settings.beam_width
-        sampling: dict[str, Any] = {
+        sampling: dict[str, object] = {
             "num_beams": beams,
             "length_penalty": settings.length_penalty,
             "early_stopping": 1 if settings.early_stopping else 0,

@@ -31,8 +31,8 @@ import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from harness.engines.protocols import RunnerClass
 from harness.errors import EngineError, describe
 from harness.model.engine import KvCacheReuse
 from harness.model.vocab import CacheReuse, TrtllmRuntime
@@ -56,7 +56,7 @@ def legacy_refusal(path: Path, version: str) -> str:
     )
 
 
-def takes_keyword(func: Callable[..., Any], name: str) -> bool:
+def takes_keyword(func: Callable[..., object], name: str) -> bool:
     """Whether ``func`` has a parameter ``name`` (positional-or-keyword or keyword-only)."""
     try:
         params = inspect.signature(func).parameters
@@ -66,7 +66,7 @@ def takes_keyword(func: Callable[..., Any], name: str) -> bool:
     return param is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
 
 
-def shutdown(obj: Any) -> None:
+def shutdown(obj: object) -> None:
     """Free what a runner or LLM holds: ``shutdown()``, else 0.15/0.16's ``_shutdown()``, else a
     ModelRunnerCpp's Executor (``.session`` to 0.16, ``.executor`` in 1.x); nothing for objects
     that have none (0.9's GptSession, the Python session: freed when released)."""
@@ -78,7 +78,7 @@ def shutdown(obj: Any) -> None:
                 return
 
 
-def release(slot: list[Any]) -> None:
+def release(slot: list[object]) -> None:
     """Shut down the one object in ``slot`` where it can be, then drop it. It is handed over in
     a list, which this empties, so that no caller's frame still holds it: what has no shutdown
     (0.9's GptSession) is freed here, cycles included, and the CUDA allocator's cache is
@@ -101,10 +101,10 @@ class Reuse:
     """The load keywords that set KV-cache block reuse, and what the report says of it."""
 
     status: KvCacheReuse
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, object] = field(default_factory=dict)
 
 
-def runner_reuse(runner_cls: Any, name: str, version: str, setting: CacheReuse) -> Reuse:
+def runner_reuse(runner_cls: RunnerClass, name: str, version: str, setting: CacheReuse) -> Reuse:
     """Block reuse for a ``tensorrt_llm.runtime`` runner: the from_dir keyword where the
     release has one; without it, the release reuses nothing and ``on`` is refused."""
     on = setting == CacheReuse.ON

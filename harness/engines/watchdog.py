@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
 
 from harness.config import DecodingSettings
-from harness.engines.base import AdoptedEngine, Generation, as_engine
+from harness.engines.base import AdoptedEngine, EngineBase, Generates, Generation, as_engine
 
 
 class BatchTimeout(RuntimeError):
@@ -35,9 +34,10 @@ class BatchTimeoutEngine(AdoptedEngine):
     """Wraps an engine so that every ``generate`` waits at most ``seconds``; its other
     methods and attributes are the engine's."""
 
-    def __init__(self, engine: Any, seconds: float) -> None:
+    def __init__(self, engine: EngineBase | Generates, seconds: float) -> None:
         inner = as_engine(engine)
         super().__init__(inner, inner.info)
+        self._inner = inner  # ``self.engine``, typed as the EngineBase it is
         self.seconds = seconds
         self._hung: threading.Thread | None = None
         self._hung_batch = ""
@@ -64,7 +64,7 @@ class BatchTimeoutEngine(AdoptedEngine):
 
         def call() -> None:
             try:
-                results.append(self.engine.generate(prompts, settings))
+                results.append(self._inner.generate(prompts, settings))
             except BaseException as exc:  # handed to the waiting thread
                 errors.append(exc)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from harness.config import RunConfig
 from harness.engines.registry import engine_folder
 from harness.engines.tokenizer import has_tokenizer, open_tokenizer
-from harness.errors import ConfigError, EngineError
-from harness.inputs.prompts import render_chat
+from harness.errors import EngineError
+from harness.inputs.prompts import chat_tokenizer, render_chat
 from harness.limits.preflight import preflight
 from harness.limits.ranks import current
 from harness.model.cell import Cell
@@ -93,12 +93,8 @@ def _prompt_lengths(
     except EngineError as exc:
         return None, f"unknown ({exc})"
     if config.chat:
-        if not getattr(tokenizer, "chat_template", None):
-            raise ConfigError(
-                f"--chat: the tokenizer in {folder} has no chat template; drop "
-                "--chat and write the prompt format into --prompt-template"
-            )
-        prompts = [render_chat(tokenizer, p) for p in prompts]
+        chat = chat_tokenizer(tokenizer, f"engine at {folder}")
+        prompts = [render_chat(chat, p) for p in prompts]
     return [len(ids) for ids in tokenizer(prompts)["input_ids"]], f"tokenizer {folder}"
 
 

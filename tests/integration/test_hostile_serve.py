@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from harness.config import DecodingSettings
-from harness.engines.base import EngineInfo, Generation
+from harness.engines.base import EngineInfo, Generates, Generation
 from harness.tools.serve import CompletionServer, make_server
 from tests.integration.common import EngineFactory
 
@@ -28,7 +28,7 @@ WINDOW_MS = 400  # long enough for two clients sent together to meet in one batc
 Answer = tuple[int, dict[str, Any]]  # a response's status and its JSON body
 
 
-def _start(engine: object, max_batch_size: int = 8) -> CompletionServer:
+def _start(engine: Generates, max_batch_size: int = 8) -> CompletionServer:
     srv = make_server(engine, model_name="m", max_batch_size=max_batch_size, window_ms=WINDOW_MS)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
@@ -78,7 +78,7 @@ def _answered(answers: list[Answer | BaseException]) -> list[Answer]:
     return [a for a in answers if not isinstance(a, BaseException)]
 
 
-def _served(engine: object, bodies: Sequence[dict[str, object]]) -> list[Answer | BaseException]:
+def _served(engine: Generates, bodies: Sequence[dict[str, object]]) -> list[Answer | BaseException]:
     """The requests sent at once to a server of ``engine`` of their own, stopped after."""
     srv = _start(engine)
     try:

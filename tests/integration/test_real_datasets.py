@@ -207,11 +207,15 @@ def test_hub_dataset_from_the_local_cache_and_the_not_cached_message(
 def test_chat_template_prompts_reach_the_engine(
     tmp_path: Path, engine_factory: EngineFactory, small_dataset: Path
 ) -> None:
+    from transformers import PreTrainedTokenizerBase
+
     from harness.config import RunConfig
     from harness.engines.emulator.engine import EmulatorEngine
 
     engine = EmulatorEngine(engine_factory(2, 1))
-    engine.tokenizer.chat_template = (
+    tokenizer = engine.tokenizer
+    assert isinstance(tokenizer, PreTrainedTokenizerBase)
+    tokenizer.chat_template = (
         "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n"
         "{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}"
     )

@@ -2,8 +2,8 @@
 
 The directory mirrors what ``trtllm-build --output_dir`` writes: a ``config.json`` in
 TensorRT-LLM's unified layout (``version``, ``pretrained_config``, ``build_config``) plus
-the weights, and, as the issue asks, the tokenizer. An extra ``emulator`` section marks it
-as an emulator engine.
+the weights; it also holds the tokenizer, so that the engine directory alone can run. An
+extra ``emulator`` section marks it as an emulator engine.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from harness import __version__, bounds
 from harness.config.basics import CACHE_FOLDER, harness_cache_dir
@@ -22,6 +22,7 @@ from harness.engines.emulator.drift import Drift
 from harness.engines.emulator.engine import TOKENIZER_DIR, WEIGHTS_FILE
 from harness.engines.emulator.faults import Fault, split_fault
 from harness.errors import EngineError
+from harness.model.json import Json
 from harness.model.limits import EngineLimits
 from harness.model.vocab import Layout
 from harness.storage import confine
@@ -53,19 +54,33 @@ def _built(limits: EngineLimits) -> tuple[int, int, int, int]:
     return b, w, n, s
 
 
+def _head_size(model_config: Mapping[str, Json], heads: Json) -> Json:
+    """``head_dim``, else hidden_size // num_attention_heads (as transformers computes it)."""
+    head_dim = model_config.get("head_dim")
+    if head_dim:
+        return head_dim
+    hidden = model_config["hidden_size"]
+    if not isinstance(hidden, int) or not isinstance(heads, int):
+        raise EngineError(
+            f"config.json: hidden_size {hidden!r} and num_attention_heads {heads!r} must be "
+            "integers (or head_dim given)"
+        )
+    return hidden // heads
+
+
 def engine_config(
-    model_config: dict[str, Any],
+    model_config: Mapping[str, Json],
     limits: EngineLimits,
     compute_dtype: str,
     fault: Fault | None = None,
     drift: Drift | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Json]:
     """config.json for an emulator engine, in TensorRT-LLM's unified layout; a fault under
     ``emulator.fault``, drift under ``emulator.drift`` (``--fault drift`` is drift alone)."""
     fault, drift = split_fault(fault, drift)
     max_batch_size, max_beam_width, max_input_len, max_seq_len = _built(limits)
     heads = model_config["num_attention_heads"]
-    head_size = model_config.get("head_dim") or model_config["hidden_size"] // heads
+    head_size = _head_size(model_config, heads)
     return {
         "version": MIMICS_VERSION,
         "pretrained_config": {

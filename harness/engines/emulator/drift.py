@@ -43,7 +43,6 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -90,7 +89,7 @@ class Drift:
     seed: int = 0
     margin: float = DEFAULT_MARGIN
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Json]:
         return asdict(self)
 
     def describe(self) -> str:

@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from harness.config import DecodingSettings
+from harness.config import DecodingSettings, EngineOptions
 from harness.engines.base import EngineBase, Generation
-from harness.engines.emulator.drift import Drift, Trace, drift_from_config, near_tie, plan_flips
+from harness.engines.emulator.drift import Drift, Trace, drift_from_config, plan_flips
 from harness.engines.emulator.faults import Fault, fault_from_config
 from harness.engines.emulator.model import MistralEmulator, ModelShape, PrefillCache, SlotKVCache
+from harness.engines.emulator.search import Beams, greedy_ties
+from harness.engines.protocols import Tokenizer
+from harness.engines.tokenizer import auto_tokenizer, count_tokens
 from harness.errors import EngineError, first_line
 from harness.limits.engine_config import ConfigSection, parse_config_text, read_limits
 from harness.model.engine import EngineInfo, KvCacheReuse
@@ -62,6 +63,8 @@ class _Pass:
 
 class EmulatorEngine(EngineBase):
     """An engine directory written by ``python -m harness build-engine``."""
+
+    tokenizer: Tokenizer
 
     def __init__(self, path: str | Path) -> None:
         from safetensors.torch import load_file
@@ -106,7 +109,7 @@ class EmulatorEngine(EngineBase):
                 f"{weights_file}: engine weights missing; rebuild the engine with "
                 "`python -m harness build-engine`"
             )
-        self.tokenizer = _load_tokenizer(self.path / TOKENIZER_DIR, self.shape.vocab_size)
+        self.tokenizer, self.eos_id = _load_tokenizer(self.path / TOKENIZER_DIR, self.shape.vocab_size)
         try:
             weights = load_file(str(weights_file))
         except Exception as exc:  # safetensors raises its own error types
@@ -143,7 +146,7 @@ class EmulatorEngine(EngineBase):
         )
 
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:
-        return [len(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]
+        return count_tokens(self.tokenizer, prompts)
 
     @torch.inference_mode()
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
@@ -251,7 +254,7 @@ class EmulatorEngine(EngineBase):
         return logits.repeat_interleave(beams, 0), lengths.repeat_interleave(beams, 0)
 
     def _greedy(self, ids: list[list[int]], run: _Pass) -> tuple[list[list[int]], list[list[int]]]:
-        eos = self.tokenizer.eos_token_id
+        eos = self.eos_id
         logits, lengths = self._context(ids, 1, run.padding)
         out: list[list[int]] = [[] for _ in ids]
         ties: list[list[int]] = [[] for _ in ids]
@@ -260,7 +263,7 @@ class EmulatorEngine(EngineBase):
         for step in range(run.limit):
             tokens = logits.argmax(-1)
             if run.margin is not None:
-                _greedy_ties(logits, tokens, step, done, pending, ties, eos, run.margin)
+                greedy_ties(logits, tokens, step, done, pending, ties, eos, run.margin)
             for r, t in enumerate(tokens.tolist()):
                 if not done[r]:
                     if t == eos:
@@ -278,7 +281,7 @@ class EmulatorEngine(EngineBase):
         """Beam search with early stopping: an entry ends once it holds W finished beams."""
         width, entries = settings.beam_width, len(ids)
         logits, lengths = self._context(ids, width, run.padding)
-        beams = _Beams(entries, width, self.tokenizer.eos_token_id, settings.length_penalty)
+        beams = Beams(entries, width, self.eos_id, settings.length_penalty)
         pending = dict(run.flips)
         ties: list[list[tuple[int, tuple[int, ...]]]] = [[] for _ in range(entries)]
         for step in range(run.limit):
@@ -309,16 +312,15 @@ class EmulatorEngine(EngineBase):
         ]
 
 
-def _load_tokenizer(tok_dir: Path, vocab_size: int) -> Any:
-    """The engine's own tokenizer; never runs code it ships, and must cover the vocabulary."""
+def _load_tokenizer(tok_dir: Path, vocab_size: int) -> tuple[Tokenizer, int]:
+    """The engine's own tokenizer and its eos id; never runs code it ships, and must cover the
+    vocabulary."""
     if not (tok_dir / "tokenizer.json").is_file() and not (tok_dir / "tokenizer_config.json").is_file():
         raise EngineError(
             f"{tok_dir}: tokenizer missing; rebuild the engine with `python -m harness build-engine`"
         )
-    from transformers import AutoTokenizer
-
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(tok_dir), trust_remote_code=False)
+        tokenizer = auto_tokenizer(tok_dir, EngineOptions(trust_remote_code=False))
     except (OSError, ValueError) as exc:
         if "custom code" in str(exc) or "trust_remote_code" in str(exc):
             raise EngineError(
@@ -330,164 +332,15 @@ def _load_tokenizer(tok_dir: Path, vocab_size: int) -> Any:
             f"{tok_dir}: cannot load the tokenizer "
             f"({first_line(exc) or type(exc).__name__}); rebuild the engine"
         ) from None
-    if tokenizer.eos_token_id is None:
+    eos = tokenizer.eos_token_id
+    if eos is None:
         raise EngineError(f"{tok_dir}: the tokenizer has no eos token")
     if len(tokenizer) < vocab_size:
         raise EngineError(
             f"{tok_dir}: the tokenizer knows {len(tokenizer)} tokens but the "
             f"engine's vocab_size is {vocab_size}; use the model's own tokenizer"
         )
-    return tokenizer
-
-
-def _greedy_ties(
-    logits: torch.Tensor,
-    tokens: torch.Tensor,
-    step: int,
-    done: list[bool],
-    pending: dict[int, int],
-    ties: list[list[int]],
-    eos: int,
-    margin: float,
-) -> None:
-    """Record each running row's near-tie at this step; a row due to flip takes the runner-up
-    (``tokens`` is changed in place)."""
-    top_v, top_i = logits.topk(2, dim=-1)
-    for r, ((best, second), pair) in enumerate(zip(top_v.tolist(), top_i.tolist())):
-        if done[r] or not near_tie(best, second, (pair[0], pair[1]), eos, margin):
-            continue
-        ties[r].append(step)
-        if r in pending and step >= pending[r]:
-            tokens[r] = pair[1]
-            del pending[r]
-
-
-class _Beams:
-    """Beam-search state of a batch: W running beams and the finished hypotheses per entry."""
-
-    def __init__(self, entries: int, width: int, eos: int, length_penalty: float) -> None:
-        self.entries, self.width, self.eos, self.length_penalty = entries, width, eos, length_penalty
-        self.scores = torch.full((entries, width), float("-inf"), dtype=torch.float64)
-        self.scores[:, 0] = 0.0  # all beams start equal: expand from beam 0 only
-        self.history: list[list[int]] = [[] for _ in range(entries * width)]
-        self.finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(entries)]
-        self.done = [False] * entries
-
-    def norm(self, score: float, length: int) -> float:
-        return score / float(max(length, 1) ** self.length_penalty)
-
-    def step(
-        self,
-        step: int,
-        top_scores: list[list[float]],
-        top_idx: list[list[int]],
-        vocab: int,
-        margin: float | None,
-        pending: dict[int, int],
-        ties: list[list[tuple[int, tuple[int, ...]]]],
-        unflipped: Mapping[int, tuple[int, ...]],
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keep the W best non-final candidates per entry; returns (source row, token) per row."""
-        width = self.width
-        source = torch.arange(self.entries * width)
-        tokens = torch.full((self.entries * width,), self.eos, dtype=torch.long)
-        new_scores = torch.full((self.entries, width), float("-inf"), dtype=torch.float64)
-        new_history: list[list[int]] = [[] for _ in range(self.entries * width)]
-        for s in range(self.entries):
-            if self.done[s]:
-                continue
-            idx = top_idx[s]
-            if margin is not None:
-                idx = self._tie(s, step, top_scores[s], idx, vocab, margin, pending, ties, unflipped.get(s))
-            slot = 0
-            for rank, (sc, ix) in enumerate(zip(top_scores[s], idx)):
-                parent, token = divmod(ix, vocab)
-                row = s * width + parent
-                if token == self.eos:
-                    if rank < width:
-                        self.finished[s].append((self.norm(sc, step + 1), self.history[row]))
-                    continue
-                dst = s * width + slot
-                source[dst], tokens[dst] = row, token
-                new_scores[s, slot] = sc
-                new_history[dst] = self.history[row] + [token]
-                slot += 1
-                if slot == width:
-                    break
-            if len(self.finished[s]) >= width:
-                self.done[s] = True
-        self.scores, self.history = new_scores, new_history
-        return source, tokens
-
-    def _tie(
-        self,
-        s: int,
-        step: int,
-        scores: list[float],
-        idx: list[int],
-        vocab: int,
-        margin: float,
-        pending: dict[int, int],
-        ties: list[list[tuple[int, tuple[int, ...]]]],
-        output: tuple[int, ...] | None,
-    ) -> list[int]:
-        """A near-tie between the best candidate and its runner-up from the same beam (same
-        prefix, another token) is recorded with the best candidate's line; an entry due to
-        flip swaps their scores, at every such near-tie while its leading line is still its
-        batch-size-1 ``output`` (a swap the old line wins back is not a flip yet)."""
-        parent, token = divmod(idx[0], vocab)
-        for j in range(1, len(idx)):
-            other_parent, other = divmod(idx[j], vocab)
-            if other_parent == parent:
-                break
-        else:
-            return idx
-        if not near_tie(scores[0], scores[j], (token, other), self.eos, margin):
-            return idx
-        line = (*self.history[s * self.width + parent], token)
-        ties[s].append((step, line))
-        if s not in pending or step < pending[s]:
-            return idx
-        if output is not None and output[: len(line)] != line:
-            del pending[s]  # the leading line has left the batch-size-1 output: flipped
-            return idx
-        swapped = list(idx)
-        swapped[0], swapped[j] = idx[j], idx[0]
-        return swapped
-
-    def results(
-        self, unflipped: Mapping[int, tuple[int, ...]] | None = None, margin: float | None = None
-    ) -> list[list[list[int]]]:
-        """Each entry's W best hypotheses (length-normalized score), best first; an entry in
-        ``unflipped`` still ending on that output takes its runner-up if the two are near-tied."""
-        results = []
-        for s in range(self.entries):
-            hyps = list(self.finished[s])
-            if not self.done[s]:
-                for b in range(self.width):
-                    sc = float(self.scores[s, b])
-                    row = self.history[s * self.width + b]
-                    if not math.isinf(sc):
-                        hyps.append((self.norm(sc, len(row)), row))
-            hyps.sort(key=lambda h: -h[0])  # stable: ties keep discovery order
-            if (
-                margin is not None
-                and unflipped
-                and s in unflipped
-                and len(hyps) > 1
-                and tuple(hyps[0][1]) == unflipped[s]
-                and self._final_tie(hyps[0], hyps[1], margin)
-            ):
-                hyps[0], hyps[1] = hyps[1], hyps[0]
-            results.append([h[1] for h in hyps[: self.width]] or [[]])
-        return results
-
-    def _final_tie(
-        self, best: tuple[float, list[int]], second: tuple[float, list[int]], margin: float
-    ) -> bool:
-        """Two final hypotheses whose scores, in nats over the best one's length, are within
-        ``margin``."""
-        return bool((best[0] - second[0]) * max(len(best[1]), 1) ** self.length_penalty < margin)
+    return tokenizer, eos
 
 
 def _allocate_cache(

@@ -93,6 +93,9 @@ PARAMETERS: dict[FaultKind, frozenset[str]] = {
     FaultKind.BEAM_BUFFER: frozenset(),
 }
 FLOATS = frozenset({"rate", "margin", "fraction", "keep"})
+# Any: a parameter's type follows its key (those in FLOATS are floats, the others ints), which a
+# type checker cannot follow through Fault(**...) and Drift(**...)
+Parameters = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,7 @@ class Fault:
     def __post_init__(self) -> None:  # Fault("padding"), as config.json stores it
         object.__setattr__(self, "kind", FaultKind(self.kind))
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Json]:
         return {**asdict(self), "kind": self.kind.value}
 
     def drift(self) -> Drift | None:
@@ -179,10 +182,10 @@ def hit(prompt: str, seed: int, fraction: float) -> bool:
     return int.from_bytes(digest[:8], "little") / 2**64 < fraction
 
 
-def _parameters(text: str, items: str, kind: FaultKind, option: str) -> dict[str, Any]:
+def _parameters(text: str, items: str, kind: FaultKind, option: str) -> Parameters:
     """``k=v,...`` for ``kind``, each key checked against its parameters and typed."""
     allowed = PARAMETERS[kind]
-    values: dict[str, Any] = {}
+    values: Parameters = {}
     for item in filter(None, (p.strip() for p in items.split(","))):
         key, sep, raw = item.partition("=")
         key = key.strip()

@@ -43,7 +43,7 @@ def trt(monkeypatch: pytest.MonkeyPatch) -> Recorder:
 
 
 def _expected(engine: LlmApiEngine, prompt: str, beams: int, new: int) -> tuple[str, ...]:
-    ids = engine.tokenizer(prompt)["input_ids"]
+    ids = engine.tokenizer([prompt])["input_ids"][0]
     return tuple(
         engine.tokenizer.decode(continuation(ids, k, new, 2), skip_special_tokens=True).strip()
         for k in range(beams)

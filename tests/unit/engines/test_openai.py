@@ -23,7 +23,8 @@ import pytest
 
 from harness.config import DecodingSettings, EngineOptions, RunConfig
 from harness.engines.base import AdoptedEngine, EngineInfo, Generation
-from harness.engines.openai import POSITION_SEMANTICS, OpenAIEngine, ServerError
+from harness.engines.completions import ServerError
+from harness.engines.openai import POSITION_SEMANTICS, OpenAIEngine
 from harness.engines.registry import load_engine, peek_config
 from harness.errors import ConfigError, EngineError
 from harness.tools.serve import BadRequest, Batcher, CompletionServer, Pending, make_server, parse_completion

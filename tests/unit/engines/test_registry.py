@@ -17,8 +17,8 @@ def test_detects_emulator_and_hf(engine_factory: Callable[[int, int], Path]) -> 
     assert detect_backend(engine_factory(8, 4)) == "emulator"
     assert detect_backend(BUNDLED_MODEL) == "hf"
     config = peek_config(str(engine_factory(8, 4)))
-    assert config is not None
-    assert config["build_config"]["max_beam_width"] == 4
+    assert isinstance(config, dict) and isinstance(build := config["build_config"], dict)
+    assert build["max_beam_width"] == 4
 
 
 def test_tensorrt_llm_engine_dir_is_the_trtllm_backend(tmp_path: Path) -> None:
@@ -26,8 +26,11 @@ def test_tensorrt_llm_engine_dir_is_the_trtllm_backend(tmp_path: Path) -> None:
         json.dumps({"version": "0.13.0", "pretrained_config": {}, "build_config": {}})
     )
     assert detect_backend(tmp_path) == "trtllm"
-    assert resolve_backend("trtllm").__name__ == "TrtllmEngine"
-    assert resolve_backend("llmapi").__name__ == "LlmApiEngine"
+    from harness.engines.llmapi import LlmApiEngine
+    from harness.engines.trtllm import TrtllmEngine
+
+    assert resolve_backend("trtllm") is TrtllmEngine
+    assert resolve_backend("llmapi") is LlmApiEngine
 
 
 def test_unknown_backend_suggests() -> None:

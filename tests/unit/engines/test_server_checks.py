@@ -20,8 +20,9 @@ import pytest
 from harness.config import DecodingSettings, RunConfig
 from harness.engines.base import AdoptedEngine, RequestTiming
 from harness.engines.batching import BatchJudgement, cell_notice, judge_batch
+from harness.engines.completions import ServerError
 from harness.engines.http_batch import send_batch
-from harness.engines.openai import OpenAIEngine, ServerError
+from harness.engines.openai import OpenAIEngine
 from harness.model.vocab import Served
 from harness.redact import redact_url
 from tests.doubles.openai_server import BehavingServer

@@ -67,7 +67,7 @@ def test_release_leaves_no_reference_behind() -> None:
         def __init__(self) -> None:
             self.me = self  # a cycle: freed only by the collector
 
-    slot = [Session()]
+    slot: list[object] = [Session()]
     ref = weakref.ref(slot[0])
     compat.release(slot)
     assert slot == [] and ref() is None

@@ -353,8 +353,8 @@ def test_llmapi_sampling_params_pass_the_line_s_own_checks(
     monkeypatch.delenv("TLLM_ALLOW_N_GREEDY_DECODING", raising=False)
     engine = _llmapi(llmapi_line, tmp_path)
     for beams in (1, 3):
-        sp = engine.sampling(DecodingSettings(beam_width=beams, max_new_tokens=4))
-        assert (sp.n, sp.best_of, sp.use_beam_search) == (beams, beams, beams > 1)
+        sp = vars(engine.sampling(DecodingSettings(beam_width=beams, max_new_tokens=4)))
+        assert (sp["n"], sp["best_of"], sp["use_beam_search"]) == (beams, beams, beams > 1)
 
 
 def test_llmapi_pipeline_refusal_reaches_the_cell(
