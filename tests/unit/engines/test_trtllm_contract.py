@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import pytest
 
@@ -37,6 +37,15 @@ LLMAPI_REFUSAL = {
     "1.x": "ValueError: sampling_params.n (4) cannot exceed max_beam_width (2) when use_beam_search is True",
 }
 RUNTIMES = ["cpp", "python"]
+
+
+@runtime_checkable
+class BeamFields(Protocol):
+    """What the beam-search checks read of a SamplingParams."""
+
+    n: int
+    best_of: int | None
+    use_beam_search: bool
 
 
 def _engine(trt: ModuleType, tmp_path: Path, runtime: str = "cpp", max_beam_width: int = 4) -> TrtllmEngine:
@@ -353,8 +362,9 @@ def test_llmapi_sampling_params_pass_the_line_s_own_checks(
     monkeypatch.delenv("TLLM_ALLOW_N_GREEDY_DECODING", raising=False)
     engine = _llmapi(llmapi_line, tmp_path)
     for beams in (1, 3):
-        sp = vars(engine.sampling(DecodingSettings(beam_width=beams, max_new_tokens=4)))
-        assert (sp["n"], sp["best_of"], sp["use_beam_search"]) == (beams, beams, beams > 1)
+        sp = engine.sampling(DecodingSettings(beam_width=beams, max_new_tokens=4))
+        assert isinstance(sp, BeamFields)
+        assert (sp.n, sp.best_of, sp.use_beam_search) == (beams, beams, beams > 1)
 
 
 def test_llmapi_pipeline_refusal_reaches_the_cell(
