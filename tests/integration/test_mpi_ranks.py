@@ -117,6 +117,7 @@ def test_every_rank_drives_the_engine_only_rank_0_scores(
     assert "8 passed" in root.stdout
     report = only_report(tmp_path / "r")
     assert report["verdict"] == "pass" and report["ranks"] == {
+        "rank": 0,
         "world_size": 2,
         "source": "OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE",
     }

@@ -34,12 +34,15 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.config import RunConfig
 from harness.engines.http_batch import Answer
 from harness.engines.openai import OpenAIEngine
 from harness.inputs.data import load_dataset
+
+if TYPE_CHECKING:
+    from harness.pipeline import RunOutcome
 
 PROMPTS = 8
 MAX_NEW_TOKENS = 64
@@ -107,10 +110,11 @@ def config(run: HarnessRun, url: str, folder: Path) -> RunConfig:
     return RunConfig.from_options(values)
 
 
-def cells(result: Any) -> dict[str, dict[str, Any]]:
+def cells(result: RunOutcome) -> dict[str, dict[str, Any]]:
     """Per cell: verdict, error and notice (what the recordings keep and the tests compare)."""
     return {
-        c.cell.id: {"verdict": str(c.verdict), "error": c.error, "notice": c.notice} for c in result.cells
+        c.cell.id: {"verdict": str(c.verdict), "error": c.error, "notice": c.notice}
+        for c in result.report.cells
     }
 
 

@@ -281,6 +281,7 @@ def record_harness_run(
     notice) is kept too: the replay test must reproduce it."""
     import tempfile
 
+    from harness.pipeline import RunOutcome
     from harness.pipeline import run as run_pipeline
 
     run = harness_runs.RUNS[name]
@@ -296,6 +297,7 @@ def record_harness_run(
             engine.arm(server.process, dict(bundled_prompts())[harness_runs.fault_id()])
         t0 = time.monotonic()
         result = run_pipeline(config, engine=engine)
+        assert isinstance(result, RunOutcome)  # one process: rank 0
         seconds = round(time.monotonic() - t0, 1)
         alive = server.alive()
     cells = {
