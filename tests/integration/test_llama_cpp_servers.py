@@ -18,6 +18,7 @@ from typing import Any, TypeAlias
 
 import pytest
 
+from harness.outside import clean
 from harness.pipeline import RunOutcome
 from tests.integration.common import run_here
 from tests.servers import harness_runs, llama_cpp, recordings
@@ -166,6 +167,19 @@ def _stable(cells: Cells) -> Cells:
     return {cid: {**c, "notice": c["notice"] and c["notice"].split(" (")[0]} for cid, c in cells.items()}
 
 
+def _as_reported(cells: Cells, shown: str) -> Cells:
+    """Recorded cells as a report holds them: the recording kept each cell's text as the run
+    held it, with the server's address as $SERVER; the report holds it cleaned (secrets
+    redacted, control characters escaped) with the address in place, as every reader sees it."""
+    return {
+        cid: {
+            k: clean(v.replace("$SERVER", shown)).replace(shown, "$SERVER") if isinstance(v, str) else v
+            for k, v in c.items()
+        }
+        for cid, c in cells.items()
+    }
+
+
 def _outputs(result: RunOutcome) -> dict[str, str | None]:
     """Batch size 1's output per document, as the run wrote them to generations.jsonl."""
     lines = (result.folder / "generations.jsonl").read_text(encoding="utf-8").splitlines()
@@ -215,7 +229,7 @@ def test_replayed_server_answers_give_the_recorded_verdicts(kind: str, name: str
     with ReplayServer.start(kind, name) as replay:
         cells, _ = _run_keyed(harness_runs.RUNS[name], replay.url, tmp_path)
     _check(kind, name, cells)
-    assert _stable(cells) == _stable(recorded["cells"])
+    assert _stable(cells) == _stable(_as_reported(recorded["cells"], f"{replay.url}?api_key=REDACTED"))
     if harness_runs.RUNS[name].request_fields:  # strict lookup: every body carried the field
         assert replay.received and all(b.get("repeat_penalty") == 1.0 for b in replay.received)
 
