@@ -76,6 +76,15 @@ def paired_test(drops: Sequence[float], tolerance: float) -> DropTest:
     return DropTest(drop=mean(drops), p_value=one_sided_paired_p(drops, tolerance), n=len(drops))
 
 
+def paired_design(paired: int, seated: int) -> bool:
+    """Whether a position's prompts also sat at the other positions of the cell (a full
+    rotation: the comparison is paired by prompt), rather than a few of them (the sparse
+    rotation, whose last batch wraps around when the batch size does not divide the prompts
+    and seats a few prompts twice: a paired test over those few would be a test of two or
+    three prompts, and the position is compared with the others' prompts instead)."""
+    return paired >= 2 and 2 * paired >= seated
+
+
 def position_test(agreement: Sequence[Sequence[float]], p: int, tolerance: float) -> DropTest:
     """Question 1 at position p: the agreement of p's prompts below their other positions'."""
     row = agreement[p]
@@ -87,10 +96,10 @@ def position_test(agreement: Sequence[Sequence[float]], p: int, tolerance: float
         rest = finite([agreement[q][i] for q in others])
         if rest:
             drops.append(mean(rest) - here)
-    if len(drops) >= 2:
+    here_values = finite(row)
+    if paired_design(len(drops), len(here_values)):
         return paired_test(drops, tolerance)
     # --rotation sparse: each prompt at one position, so compare prompts here with the others
-    here_values = finite(row)
     elsewhere = [x for q in others for x in finite(agreement[q])]
     return DropTest(
         drop=mean(elsewhere) - mean(here_values),
@@ -133,10 +142,10 @@ def change_test(differs: Sequence[Sequence[float]], agreement: Sequence[Sequence
             excess.append(d - mean(rest))
             shares.append((d + math.fsum(rest)) / (1 + len(rest)))
             here.append(d > 0)
-    if len(excess) >= 2:
+    at_p = finite(here_row)
+    if paired_design(len(excess), len(at_p)):
         return DropTest(drop=mean(excess), n=len(excess), p_value=exchangeable_tail(here, shares))
     # --rotation sparse: each prompt at one position, so compare prompts here with the others
-    at_p = finite(here_row)
     elsewhere = [x for q in others for x in finite(rows[q])]
     drop = mean(at_p) - mean(elsewhere) if at_p and elsewhere else 0.0
     if len(at_p) < 2 or len(elsewhere) < 2:

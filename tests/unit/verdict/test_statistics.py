@@ -296,3 +296,32 @@ def test_sparse_cells_count_changes_with_fishers_exact_test() -> None:
     expected = stats.fisher_exact(np.array([[3, 1], [2, 6]]), alternative="greater").pvalue
     assert t.p_value == pytest.approx(expected, rel=1e-12)
     assert t.drop == pytest.approx(3 / 4 - 2 / 8) and t.n == 4
+
+
+def test_a_sparse_cell_whose_last_batch_wraps_is_compared_with_the_other_prompts() -> None:
+    """--rotation sparse with a batch size that does not divide the prompts: the last batch
+    wraps around and seats a few prompts twice. The position is still compared with the other
+    positions' prompts (Welch, Fisher) over every prompt seated there, never by a paired test
+    over the two or three prompts seated twice."""
+    import math
+
+    from harness.model.cell import Cell
+    from harness.model.vocab import Rotation
+    from harness.plan import Plan
+    from harness.verdict.statistics import change_test, position_test
+
+    cell, prompts = Cell(3, 1), 64
+    plan = Plan(
+        cells=(cell,), reference_cells=(), order=tuple(range(prompts)), seed=0, rotation=Rotation.SPARSE
+    )
+    agreement = [[math.nan] * prompts for _ in range(cell.batch_size)]
+    differs = [[math.nan] * prompts for _ in range(cell.batch_size)]
+    seen: set[int] = set()
+    for position, doc in plan.seats(cell):
+        twice = doc in seen  # the wrapped batch's second visit: lower agreement, changed
+        agreement[position][doc], differs[position][doc] = (0.5, 1.0) if twice else (1.0, 0.0)
+        seen.add(doc)
+    for p in range(cell.batch_size):
+        seated = sum(not math.isnan(a) for a in agreement[p])
+        assert position_test(agreement, p, 0.02).n == seated
+        assert change_test(differs, agreement, p).n == seated
