@@ -18,6 +18,7 @@ listening, so later connections are refused, as they were.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
@@ -73,8 +74,13 @@ class ReplayServer(ThreadingHTTPServer):
 
     def crash(self) -> None:
         """Stop listening at once (later connections are refused), then end serve_forever
-        from a thread of its own (shutdown waits for it)."""
+        from a thread of its own (shutdown waits for it). Closing alone is not enough:
+        serve_forever's poll holds the listening socket open until it wakes (up to half a
+        second), and a retry connecting meanwhile would be queued, then reset; shutting the
+        socket down ends the listening at once."""
         self.crashed = True
+        with contextlib.suppress(OSError):
+            self.socket.shutdown(socket.SHUT_RDWR)
         self.socket.close()
         threading.Thread(target=self.shutdown, daemon=True).start()
 

@@ -4,10 +4,13 @@ servers really do (see tests/servers/README.md)."""
 from __future__ import annotations
 
 import json
+import socket
+import time
 
 import pytest
 
 from tests.servers import recordings
+from tests.servers.replay import ReplayServer
 from tests.servers.verify_tokenizer import bundled_prompts
 
 KINDS = ("llama-server", "llama-cpp-python")
@@ -118,3 +121,16 @@ def test_a_prompt_longer_than_the_context_is_refused_with_400_and_the_server_sta
     others = [r for b in data["batches"] for r in b["requests"] if not isinstance(r["body"]["prompt"], str)]
     assert others and {r["status"] for r in others} == {200}
     assert data["server_alive_after"] and data["killed"] is None
+
+
+def test_a_replayed_crash_refuses_the_next_connection_at_once() -> None:
+    """After the replayed server dies, a retry sent straight away is refused, as the killed
+    server's was, rather than queued on a listening socket that another thread still polls and
+    reset later (the replay of harness-crash once saw a second reset instead of the refusal)."""
+    with ReplayServer.start("llama-cpp-python", "harness-crash") as replay:
+        port = replay.server_address[1]
+        time.sleep(0.1)  # serve_forever waits in its poll, which holds the listening socket open
+        replay.crash()
+        with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), 5) as sock:
+            sock.sendall(b"GET /v1/models HTTP/1.0\r\n\r\n")
+            sock.recv(1)
