@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from harness import __version__, bounds
@@ -36,13 +37,13 @@ def build_limits(
 ) -> EngineLimits:
     """The ``trtllm-build`` limits an emulator engine is built with (the defaults: the bundled
     engine's)."""
-    return EngineLimits(
-        layout=Layout.EMULATOR,
+    emulator = EngineLimits(layout=Layout.EMULATOR, emulator=True)
+    return replace(
+        emulator,
         max_batch_size=max_batch_size,
         max_beam_width=max_beam_width,
         max_input_len=max_input_len,
         max_seq_len=max_seq_len,
-        emulator=True,
     )
 
 
