@@ -178,11 +178,9 @@ class ModelRunnerCpp(_Runner):
     """Double of tensorrt_llm.runtime.ModelRunnerCpp 0.9 (GptSession)."""
 
     @classmethod
-    @takes(
-        "engine_dir, lora_dir=None, rank=0, max_batch_size=None, max_input_len=None, max_output_len=None,"
-        " max_beam_width=None, max_attention_window_size=None, sink_token_length=None,"
-        " free_gpu_memory_fraction=None, debug_mode=False, lora_ckpt_source='hf'"
-    )
+    @takes("""engine_dir, lora_dir=None, rank=0, max_batch_size=None, max_input_len=None, max_output_len=None,
+        max_beam_width=None, max_attention_window_size=None, sink_token_length=None,
+        free_gpu_memory_fraction=None, debug_mode=False, lora_ckpt_source='hf'""")
     def from_dir(cls, a: Args) -> ModelRunnerCpp:
         engine_dir, max_beam_width = a["engine_dir"], a["max_beam_width"]
         limits, engine_file = _cpp_limits(common.engine_config(engine_dir))
@@ -197,10 +195,8 @@ class ModelRunnerCpp(_Runner):
         )
         return runner
 
-    @takes(
-        "batch_input_ids, sampling_config=None, prompt_table_path=None, prompt_tasks=None, lora_uids=None,"
-        " streaming=False, stopping_criteria=None, logits_processor=None, **kwargs"
-    )
+    @takes("""batch_input_ids, sampling_config=None, prompt_table_path=None, prompt_tasks=None,
+        lora_uids=None, streaming=False, stopping_criteria=None, logits_processor=None, **kwargs""")
     def generate(self, a: Args) -> Any:
         return self._generate(
             a["batch_input_ids"], a["sampling_config"], a["kwargs"], self.limits.max_seq_len
@@ -211,19 +207,16 @@ class ModelRunner(_Runner):
     """Double of tensorrt_llm.runtime.ModelRunner 0.9 (the Python GenerationSession)."""
 
     @classmethod
-    @takes(
-        "engine_dir, lora_dir=None, rank=0, debug_mode=False, lora_ckpt_source='hf', medusa_choices=None,"
-        " stream=None"
-    )
+    @takes("""engine_dir, lora_dir=None, rank=0, debug_mode=False, lora_ckpt_source='hf', medusa_choices=None,
+        stream=None""")
     def from_dir(cls, a: Args) -> ModelRunner:
         runner = cls("ModelRunner", _python_limits(common.engine_config(a["engine_dir"])))
         common.record_load("ModelRunner", engine_dir=a["engine_dir"], rank=a["rank"])
         return runner
 
-    @takes(
-        "batch_input_ids, sampling_config=None, prompt_table_path=None, prompt_tasks=None, lora_uids=None,"
-        " streaming=False, stopping_criteria=None, logits_processor=None, medusa_choices=None, **kwargs"
-    )
+    @takes("""batch_input_ids, sampling_config=None, prompt_table_path=None, prompt_tasks=None,
+        lora_uids=None, streaming=False, stopping_criteria=None, logits_processor=None, medusa_choices=None,
+        **kwargs""")
     def generate(self, a: Args) -> Any:
         return self._generate(a["batch_input_ids"], a["sampling_config"], a["kwargs"], None)
 
@@ -231,10 +224,8 @@ class ModelRunner(_Runner):
 class LLM:
     """Double of the 0.9 hlapi ``LLM`` signature only (``config`` is a required ModelConfig)."""
 
-    @takes(
-        "config, *, tokenizer=None, kv_cache_config=None, streaming_llm=False, async_engine_tmp_dir=None,"
-        " **_additional_options"
-    )
+    @takes("""config, *, tokenizer=None, kv_cache_config=None, streaming_llm=False, async_engine_tmp_dir=None,
+        **_additional_options""")
     def __init__(self, a: Args) -> None:
         raise NotImplementedError("TEST DOUBLE: the 0.9 hlapi LLM is not modelled beyond its signature")
 
