@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Generic, Protocol, TypeVar
 
 from tests.doubles import trtllm_common as common
+from tests.doubles.signatures import Args
 from tests.doubles.trtllm_runners import Executor
 
 
@@ -131,6 +132,11 @@ def named_args(
         "tokenizer_mode": tokenizer_mode,
         "dtype": dtype,
     }
+
+
+def named_args_of(a: Args) -> dict[str, Any]:
+    """``named_args`` from ``LLM.__init__``'s bound arguments (``signatures.takes``)."""
+    return named_args(a["model"], a["tokenizer"], a["trust_remote_code"], a["tokenizer_mode"], a["dtype"])
 
 
 class LlmApi(Generic[_P]):
