@@ -238,22 +238,13 @@ class LLM(llm_api.LlmApi[SamplingParams]):
 
 def install(monkeypatch: pytest.MonkeyPatch) -> common.Recorder:
     """Put this double into sys.modules as ``tensorrt_llm`` 0.16.0."""
-    llmapi = {"__path__": [], "LLM": LLM, "SamplingParams": SamplingParams, "KvCacheConfig": KvCacheConfig}
+    package = {"LLM": LLM, "LlmArgs": LlmArgs, "SamplingParams": SamplingParams, "BuildConfig": BuildConfig}
+    modules = llm_api.line_modules(ModelRunner, ModelRunnerCpp, LLM, SamplingParams, KvCacheConfig)
     return common.install_line(
         monkeypatch,
         VERSION,
         "tests/doubles/trtllm_0_15.py",
-        {
-            "tensorrt_llm": {
-                "LLM": LLM,
-                "LlmArgs": LlmArgs,
-                "SamplingParams": SamplingParams,
-                "BuildConfig": BuildConfig,
-            },
-            "tensorrt_llm.runtime": {"ModelRunner": ModelRunner, "ModelRunnerCpp": ModelRunnerCpp},
-            "tensorrt_llm.llmapi": llmapi,
-            "tensorrt_llm._tensorrt_engine": None,
-        },
+        {"tensorrt_llm": package, **modules, "tensorrt_llm._tensorrt_engine": None},
     )
 
 

@@ -242,23 +242,16 @@ LLM.__module__ = _TrtLLM.__module__ = "tensorrt_llm.llmapi.llm"  # where 1.x def
 
 def install(monkeypatch: pytest.MonkeyPatch) -> common.Recorder:
     """Put this double into sys.modules as ``tensorrt_llm`` 1.0.0."""
-    llmapi = {"__path__": [], "LLM": LLM, "SamplingParams": SamplingParams, "KvCacheConfig": KvCacheConfig}
+    package = {"LLM": LLM, "SamplingParams": SamplingParams, "BuildConfig": llm_api.BuildConfig}
+    modules = llm_api.line_modules(ModelRunner, ModelRunnerCpp, LLM, SamplingParams, KvCacheConfig)
+    # 1.x runs TensorRT engines through _tensorrt_engine.LLM; a refused request raises RequestError
+    engines: dict[str, dict[str, Any] | None] = {
+        "tensorrt_llm._tensorrt_engine": {"LLM": _TrtLLM},
+        "tensorrt_llm.executor": {"__path__": []},
+        "tensorrt_llm.executor.utils": {"RequestError": RequestError},
+    }
     return common.install_line(
-        monkeypatch,
-        VERSION,
-        "tests/doubles/trtllm_1_x.py",
-        {
-            "tensorrt_llm": {
-                "LLM": LLM,
-                "SamplingParams": SamplingParams,
-                "BuildConfig": llm_api.BuildConfig,
-            },
-            "tensorrt_llm.runtime": {"ModelRunner": ModelRunner, "ModelRunnerCpp": ModelRunnerCpp},
-            "tensorrt_llm._tensorrt_engine": {"LLM": _TrtLLM},
-            "tensorrt_llm.llmapi": llmapi,
-            "tensorrt_llm.executor": {"__path__": []},
-            "tensorrt_llm.executor.utils": {"RequestError": RequestError},
-        },
+        monkeypatch, VERSION, "tests/doubles/trtllm_1_x.py", {"tensorrt_llm": package, **modules, **engines}
     )
 
 
