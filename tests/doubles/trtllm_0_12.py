@@ -67,6 +67,7 @@ import pytest
 
 from tests.doubles import trtllm_common as common
 from tests.doubles import trtllm_runners as runners
+from tests.doubles.signatures import Args, takes
 
 VERSION = "0.13.0.dev2024082000"
 LINE = "0.12-0.13"
@@ -81,32 +82,14 @@ class ModelRunnerCpp(runners.ExecutorRunner):
     ACCEPTED = CPP_ACCEPTED
 
     @classmethod
-    def from_dir(
-        cls,
-        engine_dir: str,
-        *,
-        lora_dir: str | None = None,
-        rank: int = 0,
-        max_batch_size: int | None = None,
-        max_input_len: int | None = None,
-        max_output_len: int | None = None,
-        max_beam_width: int | None = None,
-        max_attention_window_size: list[int] | None = None,
-        sink_token_length: int | None = None,
-        kv_cache_free_gpu_memory_fraction: float | None = None,
-        medusa_choices: list[list[int]] | None = None,
-        lookahead_config: list[int] | None = None,
-        debug_mode: bool = False,
-        lora_ckpt_source: str = "hf",
-        gpu_weights_percent: float = 1,
-        max_tokens_in_paged_kv_cache: int | None = None,
-        kv_cache_enable_block_reuse: bool = False,
-        enable_chunked_context: bool = False,
-        is_enc_dec: bool = False,
-        multi_block_mode: bool | None = None,
-        enable_context_fmha_fp32_acc: bool | None = None,
-    ) -> ModelRunnerCpp:
-        return cls.load(engine_dir, rank, max_batch_size, max_beam_width, kv_cache_enable_block_reuse)
+    @takes("""engine_dir, *, lora_dir=None, rank=0, max_batch_size=None, max_input_len=None,
+        max_output_len=None, max_beam_width=None, max_attention_window_size=None, sink_token_length=None,
+        kv_cache_free_gpu_memory_fraction=None, medusa_choices=None, lookahead_config=None, debug_mode=False,
+        lora_ckpt_source='hf', gpu_weights_percent=1, max_tokens_in_paged_kv_cache=None,
+        kv_cache_enable_block_reuse=False, enable_chunked_context=False, is_enc_dec=False,
+        multi_block_mode=None, enable_context_fmha_fp32_acc=None""")
+    def from_dir(cls, a: Args) -> ModelRunnerCpp:
+        return cls.load_bound(a)
 
     def width(self, beams: int) -> int:
         return self.max_beam_width
@@ -119,68 +102,28 @@ class ModelRunnerCpp(runners.ExecutorRunner):
             f"Request with beam width {beams} differs from the max beam width {self.max_beam_width}"
         )
 
-    def generate(
-        self,
-        batch_input_ids: list[Any],
-        *,
-        encoder_input_ids: Any = None,
-        sampling_config: Any = None,
-        lora_uids: list[str] | None = None,
-        streaming: bool = False,
-        stopping_criteria: Any = None,
-        logits_processor: Any = None,
-        max_new_tokens: int = 1,
-        end_id: int | None = None,
-        pad_id: int | None = None,
-        bad_words_list: Any = None,
-        stop_words_list: Any = None,
-        return_dict: bool = False,
-        output_sequence_lengths: bool = False,
-        output_log_probs: bool = False,
-        output_cum_log_probs: bool = False,
-        prompt_table: Any = None,
-        prompt_tasks: str | None = None,
-        return_all_generated_tokens: bool = False,
-        **kwargs: Any,
-    ) -> Any:
-        return self.run(
-            batch_input_ids, max_new_tokens, end_id, pad_id, return_dict, output_sequence_lengths, kwargs
-        )
+    @takes("""batch_input_ids, *, encoder_input_ids=None, sampling_config=None, lora_uids=None,
+        streaming=False, stopping_criteria=None, logits_processor=None, max_new_tokens=1, end_id=None,
+        pad_id=None, bad_words_list=None, stop_words_list=None, return_dict=False,
+        output_sequence_lengths=False, output_log_probs=False, output_cum_log_probs=False, prompt_table=None,
+        prompt_tasks=None, return_all_generated_tokens=False, **kwargs""")
+    def generate(self, a: Args) -> Any:
+        return self.run_bound(a)
 
 
 class ModelRunner(runners.SessionRunner):
     """Double of tensorrt_llm.runtime.ModelRunner 0.13.0.dev2024082000 (positional from_dir)."""
 
     @classmethod
-    def from_dir(
-        cls,
-        engine_dir: str,
-        max_output_len: int | None = None,
-        lora_dir: list[str] | None = None,
-        rank: int = 0,
-        debug_mode: bool = False,
-        lora_ckpt_source: str = "hf",
-        medusa_choices: Any = None,
-        stream: Any = None,
-        gpu_weights_percent: float = 1,
-        enable_context_fmha_fp32_acc: bool | None = None,
-    ) -> ModelRunner:
-        return cls.load(engine_dir, rank)
+    @takes("""engine_dir, max_output_len=None, lora_dir=None, rank=0, debug_mode=False, lora_ckpt_source='hf',
+        medusa_choices=None, stream=None, gpu_weights_percent=1, enable_context_fmha_fp32_acc=None""")
+    def from_dir(cls, a: Args) -> ModelRunner:
+        return cls.load_bound(a)
 
-    def generate(
-        self,
-        batch_input_ids: list[Any],
-        sampling_config: Any = None,
-        prompt_table: Any = None,
-        prompt_tasks: str | None = None,
-        lora_uids: list[str] | None = None,
-        streaming: bool = False,
-        stopping_criteria: Any = None,
-        logits_processor: Any = None,
-        medusa_choices: Any = None,
-        **kwargs: Any,
-    ) -> Any:
-        return self.run(batch_input_ids, kwargs)
+    @takes("""batch_input_ids, sampling_config=None, prompt_table=None, prompt_tasks=None, lora_uids=None,
+        streaming=False, stopping_criteria=None, logits_processor=None, medusa_choices=None, **kwargs""")
+    def generate(self, a: Args) -> Any:
+        return self.run_bound(a)
 
 
 @dataclass(slots=True)

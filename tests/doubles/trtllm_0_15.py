@@ -57,6 +57,7 @@ import pytest
 from tests.doubles import trtllm_common as common
 from tests.doubles import trtllm_llmapi as llm_api
 from tests.doubles import trtllm_runners as runners
+from tests.doubles.signatures import Args, takes
 from tests.doubles.trtllm_llmapi import BuildConfig
 
 VERSION = "0.16.0"
@@ -72,112 +73,43 @@ class ModelRunnerCpp(runners.ExecutorRunner):
     ACCEPTED = CPP_ACCEPTED
 
     @classmethod
-    def from_dir(
-        cls,
-        engine_dir: str,
-        *,
-        lora_dir: str | None = None,
-        rank: int = 0,
-        max_batch_size: int | None = None,
-        max_input_len: int | None = None,
-        max_output_len: int | None = None,
-        max_beam_width: int | None = None,
-        max_attention_window_size: list[int] | None = None,
-        sink_token_length: int | None = None,
-        kv_cache_free_gpu_memory_fraction: float | None = None,
-        cross_kv_cache_fraction: float | None = None,
-        medusa_choices: Any = None,
-        eagle_choices: Any = None,
-        eagle_posterior_threshold: float | None = None,
-        lookahead_config: list[int] | None = None,
-        debug_mode: bool = False,
-        lora_ckpt_source: str = "hf",
-        gpu_weights_percent: float = 1,
-        max_tokens_in_paged_kv_cache: int | None = None,
-        kv_cache_enable_block_reuse: bool = False,
-        enable_chunked_context: bool = False,
-        is_enc_dec: bool = False,
-        multi_block_mode: bool = True,
-        enable_context_fmha_fp32_acc: bool | None = None,
-        cuda_graph_mode: bool | None = None,
-        logits_processor_map: Any = None,
-        device_ids: list[int] | None = None,
-        is_orchestrator_mode: bool = False,
-        use_runtime_defaults: bool = True,
-    ) -> ModelRunnerCpp:
-        return cls.load(engine_dir, rank, max_batch_size, max_beam_width, kv_cache_enable_block_reuse)
+    @takes("""engine_dir, *, lora_dir=None, rank=0, max_batch_size=None, max_input_len=None,
+        max_output_len=None, max_beam_width=None, max_attention_window_size=None, sink_token_length=None,
+        kv_cache_free_gpu_memory_fraction=None, cross_kv_cache_fraction=None, medusa_choices=None,
+        eagle_choices=None, eagle_posterior_threshold=None, lookahead_config=None, debug_mode=False,
+        lora_ckpt_source='hf', gpu_weights_percent=1, max_tokens_in_paged_kv_cache=None,
+        kv_cache_enable_block_reuse=False, enable_chunked_context=False, is_enc_dec=False,
+        multi_block_mode=True, enable_context_fmha_fp32_acc=None, cuda_graph_mode=None,
+        logits_processor_map=None, device_ids=None, is_orchestrator_mode=False, use_runtime_defaults=True""")
+    def from_dir(cls, a: Args) -> ModelRunnerCpp:
+        return cls.load_bound(a)
 
-    def generate(
-        self,
-        batch_input_ids: list[Any],
-        *,
-        position_ids: Any = None,
-        encoder_input_ids: Any = None,
-        encoder_input_features: Any = None,
-        encoder_output_lengths: Any = None,
-        cross_attention_masks: Any = None,
-        sampling_config: Any = None,
-        lora_uids: list[str] | None = None,
-        lookahead_config: list[int] | None = None,
-        streaming: bool = False,
-        stopping_criteria: Any = None,
-        logits_processor_names: list[str] | None = None,
-        max_new_tokens: int = 1,
-        end_id: int | None = None,
-        pad_id: int | None = None,
-        bad_words_list: Any = None,
-        stop_words_list: Any = None,
-        return_dict: bool = False,
-        output_sequence_lengths: bool = False,
-        output_log_probs: bool = False,
-        output_cum_log_probs: bool = False,
-        prompt_table: Any = None,
-        prompt_tasks: str | None = None,
-        input_token_extra_ids: Any = None,
-        return_all_generated_tokens: bool = False,
-        **kwargs: Any,
-    ) -> Any:
-        return self.run(
-            batch_input_ids, max_new_tokens, end_id, pad_id, return_dict, output_sequence_lengths, kwargs
-        )
+    @takes("""batch_input_ids, *, position_ids=None, encoder_input_ids=None, encoder_input_features=None,
+        encoder_output_lengths=None, cross_attention_masks=None, sampling_config=None, lora_uids=None,
+        lookahead_config=None, streaming=False, stopping_criteria=None, logits_processor_names=None,
+        max_new_tokens=1, end_id=None, pad_id=None, bad_words_list=None, stop_words_list=None,
+        return_dict=False, output_sequence_lengths=False, output_log_probs=False, output_cum_log_probs=False,
+        prompt_table=None, prompt_tasks=None, input_token_extra_ids=None, return_all_generated_tokens=False,
+        **kwargs""")
+    def generate(self, a: Args) -> Any:
+        return self.run_bound(a)
 
 
 class ModelRunner(runners.SessionRunner):
     """Double of tensorrt_llm.runtime.ModelRunner 0.15/0.16 (keyword-only from_dir)."""
 
     @classmethod
-    def from_dir(
-        cls,
-        engine_dir: str,
-        *,
-        max_output_len: int | None = None,
-        lora_dir: list[str] | None = None,
-        rank: int = 0,
-        debug_mode: bool = False,
-        lora_ckpt_source: str = "hf",
-        medusa_choices: Any = None,
-        stream: Any = None,
-        gpu_weights_percent: float = 1,
-        enable_context_fmha_fp32_acc: bool | None = None,
-        multi_block_mode: bool | None = None,
-    ) -> ModelRunner:
-        return cls.load(engine_dir, rank)
+    @takes("""engine_dir, *, max_output_len=None, lora_dir=None, rank=0, debug_mode=False,
+        lora_ckpt_source='hf', medusa_choices=None, stream=None, gpu_weights_percent=1,
+        enable_context_fmha_fp32_acc=None, multi_block_mode=None""")
+    def from_dir(cls, a: Args) -> ModelRunner:
+        return cls.load_bound(a)
 
-    def generate(
-        self,
-        batch_input_ids: list[Any],
-        position_ids: Any = None,
-        sampling_config: Any = None,
-        prompt_table: Any = None,
-        prompt_tasks: Any = None,
-        lora_uids: list[str] | None = None,
-        streaming: bool = False,
-        stopping_criteria: Any = None,
-        logits_processor: Any = None,
-        medusa_choices: Any = None,
-        **kwargs: Any,
-    ) -> Any:
-        return self.run(batch_input_ids, kwargs)
+    @takes("""batch_input_ids, position_ids=None, sampling_config=None, prompt_table=None, prompt_tasks=None,
+        lora_uids=None, streaming=False, stopping_criteria=None, logits_processor=None, medusa_choices=None,
+        **kwargs""")
+    def generate(self, a: Args) -> Any:
+        return self.run_bound(a)
 
 
 @dataclass(kw_only=True)
@@ -260,36 +192,19 @@ class LLM(llm_api.LlmApi[SamplingParams]):
     SAMPLING_PARAMS = SamplingParams
     KV_CACHE_CONFIG = KvCacheConfig
 
-    def __init__(
-        self,
-        model: str,
-        tokenizer: Any = None,
-        tokenizer_mode: str = "auto",
-        skip_tokenizer_init: bool = False,
-        trust_remote_code: bool = False,
-        tensor_parallel_size: int = 1,
-        dtype: str = "auto",
-        revision: str | None = None,
-        tokenizer_revision: str | None = None,
-        speculative_model: str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        named = llm_api.named_args(model, tokenizer, trust_remote_code, tokenizer_mode, dtype)
-        self.args = LlmArgs.from_kwargs(**named, **kwargs)
-        self.args.build_config = _engine_build_config(model) or self.args.build_config or BuildConfig()
+    @takes("""model, tokenizer=None, tokenizer_mode='auto', skip_tokenizer_init=False, trust_remote_code=False,
+        tensor_parallel_size=1, dtype='auto', revision=None, tokenizer_revision=None, speculative_model=None,
+        **kwargs""")
+    def __init__(self, a: Args) -> None:
+        self.args = LlmArgs.from_kwargs(**llm_api.named_args_of(a), **a["kwargs"])
+        self.args.build_config = _engine_build_config(a["model"]) or self.args.build_config or BuildConfig()
         if self.args.build_config.max_seq_len is None:
             self.args.build_config.max_seq_len = 2048  # a checkpoint's build (default inferred)
-        self._start("tensorrt_llm.LLM", self.args, kwargs, self.args.build_config.max_beam_width)
+        self._start("tensorrt_llm.LLM", self.args, a["kwargs"], self.args.build_config.max_beam_width)
 
-    def generate(
-        self,
-        inputs: Any,
-        sampling_params: Any = None,
-        use_tqdm: bool = True,
-        lora_request: Any = None,
-        prompt_adapter_request: Any = None,
-    ) -> Any:
-        return self._generate(inputs, sampling_params, use_tqdm)
+    @takes("inputs, sampling_params=None, use_tqdm=True, lora_request=None, prompt_adapter_request=None")
+    def generate(self, a: Args) -> Any:
+        return self._generate(a["inputs"], a["sampling_params"], a["use_tqdm"])
 
     def _running(self) -> runners.Executor:
         if self._executor is None or not self._executor.alive:
@@ -323,22 +238,13 @@ class LLM(llm_api.LlmApi[SamplingParams]):
 
 def install(monkeypatch: pytest.MonkeyPatch) -> common.Recorder:
     """Put this double into sys.modules as ``tensorrt_llm`` 0.16.0."""
-    llmapi = {"__path__": [], "LLM": LLM, "SamplingParams": SamplingParams, "KvCacheConfig": KvCacheConfig}
+    package = {"LLM": LLM, "LlmArgs": LlmArgs, "SamplingParams": SamplingParams, "BuildConfig": BuildConfig}
+    modules = llm_api.line_modules(ModelRunner, ModelRunnerCpp, LLM, SamplingParams, KvCacheConfig)
     return common.install_line(
         monkeypatch,
         VERSION,
         "tests/doubles/trtllm_0_15.py",
-        {
-            "tensorrt_llm": {
-                "LLM": LLM,
-                "LlmArgs": LlmArgs,
-                "SamplingParams": SamplingParams,
-                "BuildConfig": BuildConfig,
-            },
-            "tensorrt_llm.runtime": {"ModelRunner": ModelRunner, "ModelRunnerCpp": ModelRunnerCpp},
-            "tensorrt_llm.llmapi": llmapi,
-            "tensorrt_llm._tensorrt_engine": None,
-        },
+        {"tensorrt_llm": package, **modules, "tensorrt_llm._tensorrt_engine": None},
     )
 
 

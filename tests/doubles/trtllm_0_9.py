@@ -59,6 +59,7 @@ import pytest
 
 from tests.doubles import trtllm_common as common
 from tests.doubles import trtllm_runners as runners
+from tests.doubles.signatures import Args, takes
 from tests.doubles.trtllm_common import Limits
 
 VERSION = "0.9.0"
@@ -177,93 +178,55 @@ class ModelRunnerCpp(_Runner):
     """Double of tensorrt_llm.runtime.ModelRunnerCpp 0.9 (GptSession)."""
 
     @classmethod
-    def from_dir(
-        cls,
-        engine_dir: str,
-        lora_dir: str | None = None,
-        rank: int = 0,
-        max_batch_size: int | None = None,
-        max_input_len: int | None = None,
-        max_output_len: int | None = None,
-        max_beam_width: int | None = None,
-        max_attention_window_size: int | None = None,
-        sink_token_length: int | None = None,
-        free_gpu_memory_fraction: float | None = None,
-        debug_mode: bool = False,
-        lora_ckpt_source: str = "hf",
-    ) -> ModelRunnerCpp:
+    @takes("""engine_dir, lora_dir=None, rank=0, max_batch_size=None, max_input_len=None, max_output_len=None,
+        max_beam_width=None, max_attention_window_size=None, sink_token_length=None,
+        free_gpu_memory_fraction=None, debug_mode=False, lora_ckpt_source='hf'""")
+    def from_dir(cls, a: Args) -> ModelRunnerCpp:
+        engine_dir, max_beam_width = a["engine_dir"], a["max_beam_width"]
         limits, engine_file = _cpp_limits(common.engine_config(engine_dir))
         if not (Path(engine_dir) / engine_file).is_file():
             raise RuntimeError(f"Failed to open engine file {Path(engine_dir) / engine_file}")
         limits.lower("max_beam_width", max_beam_width)
-        limits.lower("max_batch_size", max_batch_size)
+        limits.lower("max_batch_size", a["max_batch_size"])
         runner = cls("ModelRunnerCpp", limits)
         runner.decoder_width = limits.max_beam_width  # fixed at load: gptSession.cpp l.297-301
-        common.record_load("ModelRunnerCpp", engine_dir=engine_dir, rank=rank, max_beam_width=max_beam_width)
+        common.record_load(
+            "ModelRunnerCpp", engine_dir=engine_dir, rank=a["rank"], max_beam_width=max_beam_width
+        )
         return runner
 
-    def generate(
-        self,
-        batch_input_ids: list[Any],
-        sampling_config: Any = None,
-        prompt_table_path: str | None = None,
-        prompt_tasks: str | None = None,
-        lora_uids: list[str] | None = None,
-        streaming: bool = False,
-        stopping_criteria: Any = None,
-        logits_processor: Any = None,
-        **kwargs: Any,
-    ) -> Any:
-        return self._generate(batch_input_ids, sampling_config, kwargs, self.limits.max_seq_len)
+    @takes("""batch_input_ids, sampling_config=None, prompt_table_path=None, prompt_tasks=None,
+        lora_uids=None, streaming=False, stopping_criteria=None, logits_processor=None, **kwargs""")
+    def generate(self, a: Args) -> Any:
+        return self._generate(
+            a["batch_input_ids"], a["sampling_config"], a["kwargs"], self.limits.max_seq_len
+        )
 
 
 class ModelRunner(_Runner):
     """Double of tensorrt_llm.runtime.ModelRunner 0.9 (the Python GenerationSession)."""
 
     @classmethod
-    def from_dir(
-        cls,
-        engine_dir: str,
-        lora_dir: list[str] | None = None,
-        rank: int = 0,
-        debug_mode: bool = False,
-        lora_ckpt_source: str = "hf",
-        medusa_choices: Any = None,
-        stream: Any = None,
-    ) -> ModelRunner:
-        runner = cls("ModelRunner", _python_limits(common.engine_config(engine_dir)))
-        common.record_load("ModelRunner", engine_dir=engine_dir, rank=rank)
+    @takes("""engine_dir, lora_dir=None, rank=0, debug_mode=False, lora_ckpt_source='hf', medusa_choices=None,
+        stream=None""")
+    def from_dir(cls, a: Args) -> ModelRunner:
+        runner = cls("ModelRunner", _python_limits(common.engine_config(a["engine_dir"])))
+        common.record_load("ModelRunner", engine_dir=a["engine_dir"], rank=a["rank"])
         return runner
 
-    def generate(
-        self,
-        batch_input_ids: list[Any],
-        sampling_config: Any = None,
-        prompt_table_path: str | None = None,
-        prompt_tasks: str | None = None,
-        lora_uids: list[str] | None = None,
-        streaming: bool = False,
-        stopping_criteria: Any = None,
-        logits_processor: Any = None,
-        medusa_choices: Any = None,
-        **kwargs: Any,
-    ) -> Any:
-        return self._generate(batch_input_ids, sampling_config, kwargs, None)
+    @takes("""batch_input_ids, sampling_config=None, prompt_table_path=None, prompt_tasks=None,
+        lora_uids=None, streaming=False, stopping_criteria=None, logits_processor=None, medusa_choices=None,
+        **kwargs""")
+    def generate(self, a: Args) -> Any:
+        return self._generate(a["batch_input_ids"], a["sampling_config"], a["kwargs"], None)
 
 
 class LLM:
     """Double of the 0.9 hlapi ``LLM`` signature only (``config`` is a required ModelConfig)."""
 
-    def __init__(
-        self,
-        config: Any,
-        *,
-        tokenizer: Any = None,
-        kv_cache_config: Any = None,
-        streaming_llm: Any = False,
-        async_engine_tmp_dir: str | None = None,
-        **_additional_options: Any,
-    ) -> None:
+    @takes("""config, *, tokenizer=None, kv_cache_config=None, streaming_llm=False, async_engine_tmp_dir=None,
+        **_additional_options""")
+    def __init__(self, a: Args) -> None:
         raise NotImplementedError("TEST DOUBLE: the 0.9 hlapi LLM is not modelled beyond its signature")
 
 

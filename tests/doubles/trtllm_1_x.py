@@ -50,6 +50,7 @@ from tests.doubles import trtllm_0_15 as line_0_15
 from tests.doubles import trtllm_common as common
 from tests.doubles import trtllm_llmapi as llm_api
 from tests.doubles import trtllm_runners as runners
+from tests.doubles.signatures import Args, takes
 
 VERSION = "1.0.0"
 LINE = "1.x"
@@ -142,27 +143,16 @@ class _BaseLLM(llm_api.LlmApi[SamplingParams], Generic[_A]):
     SAMPLING_PARAMS = SamplingParams
     KV_CACHE_CONFIG = KvCacheConfig
 
-    def __init__(
-        self,
-        model: str,
-        tokenizer: Any = None,
-        tokenizer_mode: str = "auto",
-        skip_tokenizer_init: bool = False,
-        trust_remote_code: bool = False,
-        tensor_parallel_size: int = 1,
-        dtype: str = "auto",
-        revision: str | None = None,
-        tokenizer_revision: str | None = None,
-        **kwargs: Any,
-    ) -> None:
+    @takes("""model, tokenizer=None, tokenizer_mode='auto', skip_tokenizer_init=False, trust_remote_code=False,
+        tensor_parallel_size=1, dtype='auto', revision=None, tokenizer_revision=None, **kwargs""")
+    def __init__(self, a: Args) -> None:
+        kwargs: dict[str, Any] = a["kwargs"]
         valid = {f.name for f in fields(self.ARGS)} | {"backend"}
         for key in kwargs:
             if key not in valid:
                 raise ValueError(f"{self.__class__.__name__} got invalid argument: {key}")
         kwargs.pop("backend", None)
-        self.args = self.ARGS(
-            **llm_api.named_args(model, tokenizer, trust_remote_code, tokenizer_mode, dtype), **kwargs
-        )
+        self.args = self.ARGS(**llm_api.named_args_of(a), **kwargs)
         self._setup()
         assert self.args.max_beam_width is not None  # set by _setup
         self._start(
@@ -173,19 +163,10 @@ class _BaseLLM(llm_api.LlmApi[SamplingParams], Generic[_A]):
         if self.args.max_beam_width is None:
             self.args.max_beam_width = 1
 
-    def generate(
-        self,
-        inputs: Any,
-        sampling_params: Any = None,
-        use_tqdm: bool = True,
-        lora_request: Any = None,
-        prompt_adapter_request: Any = None,
-        kv_cache_retention_config: Any = None,
-        disaggregated_params: Any = None,
-        scheduling_params: Any = None,
-        cache_salt: Any = None,
-    ) -> Any:
-        return self._generate(inputs, sampling_params, use_tqdm)
+    @takes("""inputs, sampling_params=None, use_tqdm=True, lora_request=None, prompt_adapter_request=None,
+        kv_cache_retention_config=None, disaggregated_params=None, scheduling_params=None, cache_salt=None""")
+    def generate(self, a: Args) -> Any:
+        return self._generate(a["inputs"], a["sampling_params"], a["use_tqdm"])
 
     def _running(self) -> runners.Executor:
         if self._executor is None:
@@ -261,23 +242,16 @@ LLM.__module__ = _TrtLLM.__module__ = "tensorrt_llm.llmapi.llm"  # where 1.x def
 
 def install(monkeypatch: pytest.MonkeyPatch) -> common.Recorder:
     """Put this double into sys.modules as ``tensorrt_llm`` 1.0.0."""
-    llmapi = {"__path__": [], "LLM": LLM, "SamplingParams": SamplingParams, "KvCacheConfig": KvCacheConfig}
+    package = {"LLM": LLM, "SamplingParams": SamplingParams, "BuildConfig": llm_api.BuildConfig}
+    modules = llm_api.line_modules(ModelRunner, ModelRunnerCpp, LLM, SamplingParams, KvCacheConfig)
+    # 1.x runs TensorRT engines through _tensorrt_engine.LLM; a refused request raises RequestError
+    engines: dict[str, dict[str, Any] | None] = {
+        "tensorrt_llm._tensorrt_engine": {"LLM": _TrtLLM},
+        "tensorrt_llm.executor": {"__path__": []},
+        "tensorrt_llm.executor.utils": {"RequestError": RequestError},
+    }
     return common.install_line(
-        monkeypatch,
-        VERSION,
-        "tests/doubles/trtllm_1_x.py",
-        {
-            "tensorrt_llm": {
-                "LLM": LLM,
-                "SamplingParams": SamplingParams,
-                "BuildConfig": llm_api.BuildConfig,
-            },
-            "tensorrt_llm.runtime": {"ModelRunner": ModelRunner, "ModelRunnerCpp": ModelRunnerCpp},
-            "tensorrt_llm._tensorrt_engine": {"LLM": _TrtLLM},
-            "tensorrt_llm.llmapi": llmapi,
-            "tensorrt_llm.executor": {"__path__": []},
-            "tensorrt_llm.executor.utils": {"RequestError": RequestError},
-        },
+        monkeypatch, VERSION, "tests/doubles/trtllm_1_x.py", {"tensorrt_llm": package, **modules, **engines}
     )
 
 

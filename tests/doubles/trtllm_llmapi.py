@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Generic, Protocol, TypeVar
 
 from tests.doubles import trtllm_common as common
+from tests.doubles.signatures import Args
 from tests.doubles.trtllm_runners import Executor
 
 
@@ -131,6 +132,27 @@ def named_args(
         "tokenizer_mode": tokenizer_mode,
         "dtype": dtype,
     }
+
+
+def line_modules(
+    model_runner: type, model_runner_cpp: type, llm: type, sampling_params: type, kv_cache_config: type
+) -> dict[str, dict[str, Any] | None]:
+    """The modules both lines install alike: ``tensorrt_llm.runtime``'s runners and the
+    ``tensorrt_llm.llmapi`` package (for ``common.install_line``)."""
+    return {
+        "tensorrt_llm.runtime": {"ModelRunner": model_runner, "ModelRunnerCpp": model_runner_cpp},
+        "tensorrt_llm.llmapi": {
+            "__path__": [],
+            "LLM": llm,
+            "SamplingParams": sampling_params,
+            "KvCacheConfig": kv_cache_config,
+        },
+    }
+
+
+def named_args_of(a: Args) -> dict[str, Any]:
+    """``named_args`` from ``LLM.__init__``'s bound arguments (``signatures.takes``)."""
+    return named_args(a["model"], a["tokenizer"], a["trust_remote_code"], a["tokenizer_mode"], a["dtype"])
 
 
 class LlmApi(Generic[_P]):

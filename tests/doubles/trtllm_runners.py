@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from tests.doubles import trtllm_common as common
+from tests.doubles.signatures import Args
 from tests.doubles.trtllm_common import Limits
 
 _R = TypeVar("_R", bound="ExecutorRunner")
@@ -103,6 +104,29 @@ class ExecutorRunner:
             kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
         )
         return runner
+
+    @classmethod
+    def load_bound(cls: type[_R], a: Args) -> _R:
+        """``load`` from ``from_dir``'s bound arguments (``signatures.takes``)."""
+        return cls.load(
+            a["engine_dir"],
+            a["rank"],
+            a["max_batch_size"],
+            a["max_beam_width"],
+            a["kv_cache_enable_block_reuse"],
+        )
+
+    def run_bound(self, a: Args) -> Any:
+        """``run`` from ``generate``'s bound arguments (``signatures.takes``)."""
+        return self.run(
+            a["batch_input_ids"],
+            a["max_new_tokens"],
+            a["end_id"],
+            a["pad_id"],
+            a["return_dict"],
+            a["output_sequence_lengths"],
+            a["kwargs"],
+        )
 
     def width(self, beams: int) -> int:
         return beams
@@ -212,6 +236,15 @@ class SessionRunner:
         runner = cls(Limits.unified(engine_dir))
         common.record_load("ModelRunner", engine_dir=engine_dir, rank=rank)
         return runner
+
+    @classmethod
+    def load_bound(cls: type[_S], a: Args) -> _S:
+        """``load`` from ``from_dir``'s bound arguments (``signatures.takes``)."""
+        return cls.load(a["engine_dir"], a["rank"])
+
+    def run_bound(self, a: Args) -> Any:
+        """``run`` from ``generate``'s bound arguments (``signatures.takes``)."""
+        return self.run(a["batch_input_ids"], a["kwargs"])
 
     def run(self, batch_input_ids: Any, kwargs: dict[str, Any]) -> Any:
         common.record_ignored(kwargs, self.FIELDS)

@@ -9,14 +9,13 @@ the PyTorch backend's rule that a request's beam width equals the LLM's max_beam
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
 
-from harness.config import DecodingSettings, EngineOptions, RunConfig
+from harness.config import DecodingSettings, EngineOptions
 from harness.engines.llmapi import LlmApiEngine
 from harness.engines.registry import load_engine
 from harness.errors import EngineError
@@ -28,6 +27,7 @@ from tests.doubles import trtllm_0_15
 from tests.doubles import trtllm_1_x as double
 from tests.doubles.trtllm_1_x import make_engine_dir
 from tests.doubles.trtllm_common import BUNDLED_MODEL, Recorder, continuation
+from tests.unit.engines.pipeline_runs import run_config, run_pipeline, written_report
 
 TOKENIZER = EngineOptions(tokenizer=str(BUNDLED_MODEL))
 PROMPTS = [
@@ -140,25 +140,11 @@ def test_trust_remote_code_is_passed_through(tmp_path: Path, trt: Recorder) -> N
 
 
 def test_pipeline_with_llmapi(tmp_path: Path, small_dataset: Path, trt: Recorder) -> None:
-    from harness.pipeline import RunOutcome, run
-
     engine = make_engine_dir(tmp_path / "e", max_beam_width=1)
-    config = RunConfig.from_options(
-        {
-            "engine": str(engine),
-            "backend": "llmapi",
-            "dataset": str(small_dataset),
-            "tokenizer": str(BUNDLED_MODEL),
-            "batch_sizes": "1,4",
-            "beam_widths": "1,2",
-            "report_dir": str(tmp_path / "reports"),
-            "goldens_dir": str(tmp_path / "goldens"),
-            "no_cache": True,
-            "max_new_tokens": 16,
-        }
+    config = run_config(
+        tmp_path, small_dataset, engine, backend="llmapi", batch_sizes="1,4", beam_widths="1,2"
     )
-    result = run(config)
-    assert isinstance(result, RunOutcome)  # one process: rank 0
+    result = run_pipeline(config)
     assert result.report.engine.backend == "llmapi"
     cells = {c.cell.id: c for c in result.report.cells}
     assert cells["bs1-beam1"].verdict == cells["bs4-beam1"].verdict == "pass"
@@ -174,5 +160,4 @@ def test_pipeline_with_llmapi(tmp_path: Path, small_dataset: Path, trt: Recorder
         for batch in batches[:1] if cell.beam_width == 2 else batches:
             expected.append([prompts[d] for d in batch.documents])
     assert [c["prompts"] for c in trt.calls] == expected
-    report = json.loads(next((tmp_path / "reports").glob("*/report.json")).read_text())
-    assert "submission order" in report["engine"]["details"]["batch_position"]
+    assert "submission order" in written_report(tmp_path)["engine"]["details"]["batch_position"]

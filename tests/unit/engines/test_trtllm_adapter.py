@@ -30,6 +30,7 @@ from harness.stages.prepare import load_run_dataset
 from tests.doubles import trtllm_1_x as double
 from tests.doubles.trtllm_1_x import make_engine_dir
 from tests.doubles.trtllm_common import BUNDLED_MODEL, Recorder, continuation
+from tests.unit.engines.pipeline_runs import run_config, run_pipeline, written_report
 
 REPO = Path(__file__).resolve().parents[3]
 MISSING = 'the trtllm backend needs TensorRT-LLM: pip install "batch-position-harness[trtllm]"'
@@ -259,28 +260,11 @@ def test_engine_directory_problems(tmp_path: Path, trt: Recorder) -> None:
         RunConfig.from_options({"trtllm_runtime": "gpu"})
 
 
-def _run_config(tmp_path: Path, dataset: Path, engine: Path, **extra: object) -> RunConfig:
-    values = {
-        "engine": str(engine),
-        "dataset": str(dataset),
-        "tokenizer": str(BUNDLED_MODEL),
-        "report_dir": str(tmp_path / "reports"),
-        "goldens_dir": str(tmp_path / "goldens"),
-        "no_cache": True,
-        "max_new_tokens": 16,
-        **extra,
-    }
-    return RunConfig.from_options(values)
-
-
 def test_pipeline_refused_cells_fail_with_the_message_others_pass(
     tmp_path: Path, small_dataset: Path, trt: Recorder
 ) -> None:
-    from harness.pipeline import RunOutcome, run
-
     engine = make_engine_dir(tmp_path / "e", max_beam_width=1)
-    result = run(_run_config(tmp_path, small_dataset, engine, batch_sizes="1,2,4", beam_widths="1,2"))
-    assert isinstance(result, RunOutcome)  # one process: rank 0
+    result = run_pipeline(run_config(tmp_path, small_dataset, engine, batch_sizes="1,2,4", beam_widths="1,2"))
     assert result.report.engine.backend == "trtllm"
     cells = {c.cell.id: c for c in result.report.cells}
     for size in (1, 2, 4):
@@ -294,7 +278,7 @@ def test_pipeline_refused_cells_fail_with_the_message_others_pass(
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(BUNDLED_MODEL))
-    config = _run_config(tmp_path, small_dataset, engine, batch_sizes="1,2,4", beam_widths="1,2")
+    config = run_config(tmp_path, small_dataset, engine, batch_sizes="1,2,4", beam_widths="1,2")
     plan = plan_only(config).plan  # the run's plan, made again without loading the engine
     prompts = [build_prompt(config.prompt_template, d) for d in load_run_dataset(config).documents]
     expected = []
@@ -303,7 +287,7 @@ def test_pipeline_refused_cells_fail_with_the_message_others_pass(
         for batch in batches[:1] if cell.beam_width == 2 else batches:
             expected.append(tokenizer([prompts[d] for d in batch.documents])["input_ids"])
     assert [c["ids"] for c in trt.calls] == expected
-    report = json.loads(next((tmp_path / "reports").glob("*/report.json")).read_text())
+    report = written_report(tmp_path)
     assert report["engine"]["backend"] == "trtllm"
     assert {c["id"]: c["verdict"] for c in report["cells"]}["bs4-beam2"] == "error"
 
@@ -311,12 +295,9 @@ def test_pipeline_refused_cells_fail_with_the_message_others_pass(
 def test_pipeline_finds_corrupt_positions_through_the_adapter(
     tmp_path: Path, small_dataset: Path, trt: Recorder
 ) -> None:
-    from harness.pipeline import RunOutcome, run
-
     trt.corrupt_from = 2  # positions 2.. return -1 then garbage, as in TensorRT-LLM #2072
     engine = make_engine_dir(tmp_path / "e", max_beam_width=1)
-    result = run(_run_config(tmp_path, small_dataset, engine, batch_sizes="1,4", beam_widths="1"))
-    assert isinstance(result, RunOutcome)  # one process: rank 0
+    result = run_pipeline(run_config(tmp_path, small_dataset, engine, batch_sizes="1,4", beam_widths="1"))
     cells = {c.cell.id: c for c in result.report.cells}
     assert cells["bs1-beam1"].verdict == "pass"
     bad = cells["bs4-beam1"]

@@ -9,20 +9,20 @@ The doubles are not TensorRT-LLM: each says which release source it was read fro
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
 import pytest
 
-from harness.config import DecodingSettings, EngineOptions, RunConfig
+from harness.config import DecodingSettings, EngineOptions
 from harness.engines.llmapi import LlmApiEngine
 from harness.engines.trtllm import TrtllmEngine
 from harness.errors import EngineError
 from harness.model.vocab import TrtllmRuntime
 from tests.doubles import trtllm_common as common
 from tests.doubles.trtllm_common import BUNDLED_MODEL, continuation
+from tests.unit.engines.pipeline_runs import run_config, run_pipeline, written_report
 
 PROMPTS = [
     "A short one. TL;DR: ",
@@ -137,23 +137,8 @@ def test_the_default_grid_on_a_beam_4_engine_runs_and_passes_on_every_line(
     beam widths 1, 2, 4): every cell runs and passes on every line and runner, though 0.9's
     decoder is fixed at load (C++) or by the first call (Python) and 0.12-0.13's executor
     refuses other widths; one runner per beam width, each loaded once, one engine on the GPU."""
-    from harness.pipeline import RunOutcome, run
-
     engine = trt_line.make_engine_dir(tmp_path / "e", max_beam_width=4, max_batch_size=8)
-    config = RunConfig.from_options(
-        {
-            "engine": str(engine),
-            "dataset": str(small_dataset),
-            "tokenizer": str(BUNDLED_MODEL),
-            "trtllm_runtime": runtime,
-            "report_dir": str(tmp_path / "reports"),
-            "goldens_dir": str(tmp_path / "goldens"),
-            "no_cache": True,
-            "max_new_tokens": 16,
-        }
-    )
-    result = run(config)
-    assert isinstance(result, RunOutcome)  # one process: rank 0
+    result = run_pipeline(run_config(tmp_path, small_dataset, engine, trtllm_runtime=runtime))
     assert [(c.cell.batch_size, c.cell.beam_width) for c in result.report.cells] == [
         (b, w) for w in (1, 2, 4) for b in (1, 2, 4, 8)
     ]
@@ -239,24 +224,8 @@ def test_legacy_engines_are_refused_in_one_line_on_every_line(
 def test_pipeline_every_line_refuses_only_the_too_wide_cells(
     tmp_path: Path, small_dataset: Path, trt_line: ModuleType
 ) -> None:
-    from harness.pipeline import RunOutcome, run
-
     engine = trt_line.make_engine_dir(tmp_path / "e", max_beam_width=2, max_batch_size=8)
-    config = RunConfig.from_options(
-        {
-            "engine": str(engine),
-            "dataset": str(small_dataset),
-            "tokenizer": str(BUNDLED_MODEL),
-            "batch_sizes": "1,4",
-            "beam_widths": "1,2,4",
-            "report_dir": str(tmp_path / "reports"),
-            "goldens_dir": str(tmp_path / "goldens"),
-            "no_cache": True,
-            "max_new_tokens": 16,
-        }
-    )
-    result = run(config)
-    assert isinstance(result, RunOutcome)  # one process: rank 0
+    result = run_pipeline(run_config(tmp_path, small_dataset, engine, batch_sizes="1,4", beam_widths="1,2,4"))
     cells = {c.cell.id: c for c in result.report.cells}
     for size in (1, 4):
         for beams in (1, 2):
@@ -370,27 +339,12 @@ def test_llmapi_sampling_params_pass_the_line_s_own_checks(
 def test_llmapi_pipeline_refusal_reaches_the_cell(
     tmp_path: Path, small_dataset: Path, llmapi_line: ModuleType
 ) -> None:
-    from harness.pipeline import RunOutcome, run
-
     engine = llmapi_line.make_engine_dir(tmp_path / "e", max_beam_width=2, max_batch_size=8)
-    config = RunConfig.from_options(
-        {
-            "engine": str(engine),
-            "backend": "llmapi",
-            "dataset": str(small_dataset),
-            "tokenizer": str(BUNDLED_MODEL),
-            "batch_sizes": "1,4",
-            "beam_widths": "1,2,4",
-            "report_dir": str(tmp_path / "reports"),
-            "goldens_dir": str(tmp_path / "goldens"),
-            "no_cache": True,
-            "max_new_tokens": 16,
-        }
+    config = run_config(
+        tmp_path, small_dataset, engine, backend="llmapi", batch_sizes="1,4", beam_widths="1,2,4"
     )
-    result = run(config)
-    assert isinstance(result, RunOutcome)  # one process: rank 0
+    result = run_pipeline(config)
     cells = {c.cell.id: c for c in result.report.cells}
     assert cells["bs4-beam1"].verdict == cells["bs4-beam2"].verdict == "pass"
     assert cells["bs4-beam4"].error == LLMAPI_REFUSAL[llmapi_line.LINE]
-    report = json.loads(next((tmp_path / "reports").glob("*/report.json")).read_text())
-    assert report["engine"]["details"]["tensorrt_llm"] == llmapi_line.VERSION
+    assert written_report(tmp_path)["engine"]["details"]["tensorrt_llm"] == llmapi_line.VERSION
