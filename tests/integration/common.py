@@ -58,18 +58,19 @@ def cli_options(engine: Path | str, dataset: Path | str, report_dir: Path) -> li
 def run_options(
     tmp: Path,
     dataset: Path | None,
-    batch_sizes: str,
-    beam_widths: str = "1",
+    batch_sizes: str | None,
+    beam_widths: str | None = "1",
     *,
     report: str = "r",
     goldens: str = "goldens",
-    cache: bool = True,
+    cache: bool | None = True,
     **more: object,
 ) -> dict[str, object]:
     """A run as RunConfig.from_options takes it: ``dataset`` (None: the bundled one) over
-    ``batch_sizes`` x ``beam_widths``, its report under ``tmp / report``, its goldens in
-    ``tmp / goldens`` and its generation cache in ``tmp / "cache"`` (``cache=False``: none);
-    ``more``: any other option."""
+    ``batch_sizes`` x ``beam_widths`` (None: the default grid's), its report under
+    ``tmp / report``, its goldens in ``tmp / goldens`` and its generation cache in
+    ``tmp / "cache"`` (``cache=False``: none; None: the default folder); ``more``: any other
+    option."""
     values: dict[str, object] = {
         "dataset": None if dataset is None else str(dataset),
         "batch_sizes": batch_sizes,
@@ -77,7 +78,8 @@ def run_options(
         "report_dir": str(tmp / report),
         "goldens_dir": str(tmp / goldens),
     }
-    values.update({"cache_dir": str(tmp / "cache")} if cache else {"no_cache": True})
+    if cache is not None:
+        values.update({"cache_dir": str(tmp / "cache")} if cache else {"no_cache": True})
     return {**values, **more}
 
 

@@ -300,7 +300,7 @@ def test_a_server_claiming_a_million_tokens_does_not_pass_as_batched(
     tmp_path: Path, small_dataset: Path, forging: BehavingServer
 ) -> None:
     eight = first_rows(small_dataset, tmp_path / "eight.jsonl", 8)
-    values = run_options(tmp_path, eight, "1,4", cache=False, engine=forging.url, max_new_tokens="8")
+    values = run_options(tmp_path, eight, "1,4", cache=None, engine=forging.url, max_new_tokens="8")
     result = run_here(RunConfig.from_options(values))
     cells = {c.id: c for c in result.report.cells}
     assert cells["bs4-beam1"].verdict == "untested", cells["bs4-beam1"].message

@@ -16,6 +16,7 @@ from harness.model.cell import Cell
 from harness.pipeline import RunOutcome, run
 from harness.report.compare import compare
 from harness.report.serialize import load_report, verify
+from tests.integration.common import run_options
 from tests.integration.toy_engine import ToyEngine
 from tests.unit.cell_results import clean_cell
 
@@ -40,16 +41,8 @@ def hostile_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(tmp: Path, dataset: Path, broken_from: int, name: str, **options: str) -> Path:
-    config = RunConfig.from_options(
-        {
-            "dataset": str(dataset),
-            "batch_sizes": "1,4,8",
-            "beam_widths": "1,2",
-            "report_dir": str(tmp / name),
-            "goldens_dir": str(tmp / "g"),
-            **options,
-        }
-    )
+    values = run_options(tmp, dataset, "1,4,8", "1,2", report=name, goldens="g", cache=None)
+    config = RunConfig.from_options({**values, **options})
     # run() adopts any object with generate(); harness annotates the parameter Engine (the full protocol)
     result = run(config, engine=ToyEngine(None, broken_from=broken_from))
     assert isinstance(result, RunOutcome)

@@ -28,7 +28,7 @@ from harness.stages.prepare import load_run_dataset
 from tests.doubles import trtllm_1_x as double
 from tests.doubles.trtllm_1_x import make_engine_dir
 from tests.doubles.trtllm_common import BUNDLED_MODEL, Recorder, continuation
-from tests.integration.common import cli_options
+from tests.integration.common import cli_options, run_options
 from tests.processes import REPO, checkout_env, finish
 
 MISSING = 'the trtllm backend needs TensorRT-LLM: pip install "batch-position-harness[trtllm]"'
@@ -241,16 +241,8 @@ def test_engine_directory_problems(tmp_path: Path, trt: Recorder) -> None:
 
 
 def _run_config(tmp_path: Path, dataset: Path, engine: Path, **extra: object) -> RunConfig:
-    values = {
-        "engine": str(engine),
-        "dataset": str(dataset),
-        "tokenizer": str(BUNDLED_MODEL),
-        "report_dir": str(tmp_path / "reports"),
-        "goldens_dir": str(tmp_path / "goldens"),
-        "no_cache": True,
-        "max_new_tokens": 16,
-        **extra,
-    }
+    values = run_options(tmp_path, dataset, None, None, report="reports", cache=False, max_new_tokens=16)
+    values.update(engine=str(engine), tokenizer=str(BUNDLED_MODEL), **extra)
     return RunConfig.from_options(values)
 
 
