@@ -6,7 +6,6 @@ import importlib
 import json
 import os
 import pkgutil
-import subprocess
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -16,15 +15,12 @@ from typing import Any
 import pytest
 
 from tests.doubles.openai_server import behaving  # noqa: E402,F401 (a fixture: a test double of a server)
+from tests.processes import SUITES, XDIST_WORKER_ENV
 
 pytest_plugins = ["pytester"]  # `pytest suites/` in this process: the `suites` fixture
 
-REPO = Path(__file__).resolve().parents[1]
-SUITES = REPO / "suites"
 # the user's cache as this process found it (pytester points HOME at a temporary folder)
 USER_CACHE = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-# what pytest-xdist sets in a worker (pytest-benchmark, for one, turns itself off under it)
-XDIST_WORKER_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -71,28 +67,6 @@ def engine_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int, i
         return built[(batch, beam)]
 
     return build
-
-
-def user_env() -> dict[str, str]:
-    """This process's environment less what makes a pytest-xdist worker, for a `pytest`
-    process that is a user's run of its own (pytest-benchmark turns itself off and warns
-    under a worker's variables)."""
-    return {k: v for k, v in os.environ.items() if k not in XDIST_WORKER_ENV}
-
-
-def run_suites(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`pytest suites/ ARGS` in a subprocess, as a user runs it."""
-    full_env = {**user_env(), **(env or {})}
-    # the checkout under test, not whichever copy of the harness is installed
-    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), full_env.get("PYTHONPATH")) if p)
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", str(SUITES), "-p", "no:cacheprovider", *args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
 
 
 def only_report(report_dir: Path) -> dict[str, Any]:

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from tests.serving import started
+
 
 class BehavingServer(ThreadingHTTPServer):
     """Test double (see the module docstring). ``beams``: "one" | "copies" | "distinct";
@@ -123,15 +125,5 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def behaving() -> Iterator[Callable[..., BehavingServer]]:
-    servers: list[BehavingServer] = []
-
-    def start(**kwargs: Any) -> BehavingServer:
-        server = BehavingServer(**kwargs)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for s in servers:
-        s.shutdown()
-        s.server_close()
+    """start(**behaviour) -> a BehavingServer serving from a thread (stopped after the test)."""
+    yield from started(BehavingServer)

@@ -1,6 +1,7 @@
-"""What several integration test modules share: the types of the fixtures of tests/conftest.py
-(for annotations), a small dataset cut from the first rows of another, and a run of the
-pipeline in this process."""
+"""What several test modules share: the types of the fixtures of tests/conftest.py (for
+annotations), a small dataset cut from the first rows of another, a run's options (on the
+command line, or as RunConfig.from_options takes them) and a run of the pipeline in this
+process."""
 
 from __future__ import annotations
 
@@ -47,6 +48,39 @@ def echo_engine(tmp: Path, name: str = "echo-engine") -> Path:
     folder.mkdir(exist_ok=True)
     (folder / "weights.bin").write_text("echo")
     return folder
+
+
+def cli_options(engine: Path | str, dataset: Path | str, report_dir: Path) -> list[str]:
+    """``--engine ENGINE --dataset DATASET --report-dir DIR``: what a run is, on the command line."""
+    return ["--engine", str(engine), "--dataset", str(dataset), "--report-dir", str(report_dir)]
+
+
+def run_options(
+    tmp: Path,
+    dataset: Path | None,
+    batch_sizes: str | None,
+    beam_widths: str | None = "1",
+    *,
+    report: str = "r",
+    goldens: str = "goldens",
+    cache: bool | None = True,
+    **more: object,
+) -> dict[str, object]:
+    """A run as RunConfig.from_options takes it: ``dataset`` (None: the bundled one) over
+    ``batch_sizes`` x ``beam_widths`` (None: the default grid's), its report under
+    ``tmp / report``, its goldens in ``tmp / goldens`` and its generation cache in
+    ``tmp / "cache"`` (``cache=False``: none; None: the default folder); ``more``: any other
+    option."""
+    values: dict[str, object] = {
+        "dataset": None if dataset is None else str(dataset),
+        "batch_sizes": batch_sizes,
+        "beam_widths": beam_widths,
+        "report_dir": str(tmp / report),
+        "goldens_dir": str(tmp / goldens),
+    }
+    if cache is not None:
+        values.update({"cache_dir": str(tmp / "cache")} if cache else {"no_cache": True})
+    return {**values, **more}
 
 
 def grid_options(dataset: Path | str, batch_sizes: str, beam_widths: str) -> list[str]:

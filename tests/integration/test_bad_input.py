@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_suites
 from tests.integration.common import Suites, grid_options
+from tests.processes import run_suites
 
 HERE = Path(__file__).resolve().parent
-TOY = {"PYTHONPATH": f"{HERE}:{REPO}"}
+TOY = {"PYTHONPATH": str(HERE)}  # the test engines (run_suites puts this checkout first)
 
 
 def _bad_engine(tmp_path: Path, content: str | None) -> Path:

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from harness.__main__ import main
-from tests.conftest import SUITES
 from tests.integration.common import EngineFactory, Suites
 from tests.integration.conftest import Case, Setup, edit_json, refused
+from tests.processes import SUITES
 
 
 def _tokenizer_ships_code(marker: Path) -> Callable[[Path], None]:
@@ -53,6 +53,12 @@ def _pretrained(key: str, value: object) -> Callable[[dict[str, Any]], None]:
 
 def _bigger_vocab(c: dict[str, Any]) -> None:
     c["pretrained_config"]["vocab_size"] += 1000
+
+
+def _plugin(id: str, spec: str, *words: str, dataset: bool = False) -> Case:
+    """A case whose engine is the module:Class ``spec`` (the test engines of tests/integration),
+    run on the case's dataset when ``dataset``."""
+    return Case(id, lambda s: ["--engine", spec, *(["--dataset", str(s.dataset)] if dataset else [])], words)
 
 
 CASES = [
@@ -142,31 +148,28 @@ CASES = [
         lambda s: ["--backend", "emulater", "--engine", str(s.engine)],
         ("--backend 'emulater': unknown backend; did you mean 'emulator'?",),
     ),
-    Case(
+    _plugin(
         "backend-class-not-importable",
-        lambda s: ["--engine", "nosuch_module:Engine"],
-        ("--engine 'nosuch_module:Engine': cannot import 'nosuch_module'",),
+        "nosuch_module:Engine",
+        "--engine 'nosuch_module:Engine': cannot import 'nosuch_module'",
     ),
     # issue 15, the hostile round: each class its fix refuses in one line
-    Case(
+    _plugin(  # 4: backend calls guarded
         "count-tokens-raises",
-        lambda s: [
-            "--engine",
-            "fault_engines:CountRaises",
-            "--dataset",
-            str(s.dataset),
-        ],  # 4: backend calls guarded
-        ("count_tokens raised ValueError: tokenizer.json: unknown normalizer",),
+        "fault_engines:CountRaises",
+        "count_tokens raised ValueError: tokenizer.json: unknown normalizer",
+        dataset=True,
     ),
-    Case(
+    _plugin(
         "count-tokens-wrong-shape",
-        lambda s: ["--engine", "fault_engines:CountsWrong", "--dataset", str(s.dataset)],
-        ("count_tokens returned int for 16 prompts",),
+        "fault_engines:CountsWrong",
+        "count_tokens returned int for 16 prompts",
+        dataset=True,
     ),
-    Case(
+    _plugin(
         "engine-module-raises-on-import",
-        lambda s: ["--engine", "raises_on_import:Engine"],
-        ("importing 'raises_on_import' raised RuntimeError: CUDA driver",),
+        "raises_on_import:Engine",
+        "importing 'raises_on_import' raised RuntimeError: CUDA driver",
     ),
     Case(
         "config-nested-too-deep",

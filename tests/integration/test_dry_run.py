@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import harness.__main__ as cli
-from tests.conftest import SUITES
 from tests.doubles.trtllm_common import BUNDLED_MODEL, make_engine_dir
 from tests.integration.common import Suites, grid_options, run_here
+from tests.processes import SUITES
 
 
 def _no_tensorrt_llm() -> None:

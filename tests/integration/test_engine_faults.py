@@ -8,8 +8,6 @@ with its message; the other cells run and the report is written.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,9 +17,9 @@ from harness.__main__ import main
 from harness.config import DatasetOptions, RunConfig
 from harness.model.report import CellResult
 from harness.pipeline import RunOutcome
-from tests.conftest import REPO, run_suites
 from tests.integration.common import Suites, grid_options, run_here
 from tests.integration.fault_engines import RAISES, Hangs, OddOutputs, WrongCount
+from tests.processes import run_harness, run_suites
 
 HERE = Path(__file__).resolve().parent
 
@@ -36,6 +34,19 @@ def _config(tmp_path: Path, dataset: Path, *, batch_timeout: float) -> RunConfig
         cache_dir=tmp_path / "cache",
         batch_timeout=batch_timeout,
     )
+
+
+def _hung_options(tmp_path: Path, dataset: Path, batch_timeout: str) -> list[str]:
+    """A run of the engine whose call hangs (Hangs, in a process of its own) over 1,2 x 1."""
+    return [
+        "--engine",
+        "fault_engines:Hangs",
+        *grid_options(dataset, "1,2", "1"),
+        "--batch-timeout",
+        batch_timeout,
+        "--report-dir",
+        str(tmp_path / "r"),
+    ]
 
 
 def _cells(result: RunOutcome) -> dict[str, CellResult]:
@@ -96,18 +107,8 @@ def test_a_hung_engine_costs_two_timeouts_and_the_report_is_written(
 def test_batch_timeout_through_pytest_and_the_process_exits(tmp_path: Path, small_dataset: Path) -> None:
     """The hung call sleeps 600 s; the pytest run still ends in seconds and fails that cell."""
     t0 = time.perf_counter()
-    proc = run_suites(
-        "--engine",
-        "fault_engines:Hangs",
-        *grid_options(small_dataset, "1,2", "1"),
-        "--batch-timeout",
-        "1",
-        "--report-dir",
-        str(tmp_path / "r"),
-        "-v",
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(HERE), "FAULT_HANG_CELL": "2x1"},
-    )
+    env = {"PYTHONPATH": str(HERE), "FAULT_HANG_CELL": "2x1"}
+    proc = run_suites(*_hung_options(tmp_path, small_dataset, "1"), "-v", cwd=tmp_path, env=env)
     out = proc.stdout + proc.stderr
     assert time.perf_counter() - t0 < 120
     assert proc.returncode == 1, out
@@ -236,26 +237,8 @@ def test_trtllm_outputs_of_padding_or_outside_the_vocabulary(
 def test_hung_call_does_not_keep_the_cli_alive(tmp_path: Path, small_dataset: Path) -> None:
     """`python -m harness run` returns once the report is written, abandoned call or not."""
     t0 = time.perf_counter()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "run",
-            "--engine",
-            "fault_engines:Hangs",
-            *grid_options(small_dataset, "1,2", "1"),
-            "--batch-timeout",
-            "0.5",
-            "--report-dir",
-            str(tmp_path / "r"),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**__import__("os").environ, "PYTHONPATH": f"{HERE}:{REPO}"},
-    )
+    options = _hung_options(tmp_path, small_dataset, "0.5")
+    proc = run_harness("run", *options, cwd=tmp_path, env={"PYTHONPATH": str(HERE)}, timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert (
         "bs2-beam1  ERROR  BatchTimeout: generate did not return within --batch-timeout 0.5s" in proc.stdout

@@ -14,7 +14,7 @@ import pytest
 from harness.config import RunConfig
 from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.faults import parse_fault
-from tests.integration.common import EngineFactory, run_here
+from tests.integration.common import EngineFactory, run_here, run_options
 
 CASES = [
     # fault, build limits (batch, beam), batch sizes, beam widths, {cell: degraded}, signature
@@ -48,19 +48,12 @@ def test_each_fault_fails_exactly_where_it_damages(
     engine = build_engine(
         tmp_path / "engine", build_limits(max_batch_size=limits[0], max_beam_width=limits[1]), fault=spec
     )
-    config = RunConfig.from_options(
-        {
-            "engine": str(engine),
-            "dataset": None if fault == "stride" else str(small_dataset),
-            "batch_sizes": sizes,
-            "beam_widths": widths,
-            "report_dir": str(tmp_path / "r"),
-            "goldens_dir": str(tmp_path / "g"),
-            # stride needs requests that finish before max_new_tokens, unevenly
-            "max_new_tokens": "48" if fault == "stride" else "24",
-            "no_cache": True,
-        }
+    # stride: the bundled prompts, and requests that finish before max_new_tokens, unevenly
+    dataset, max_new_tokens = (None, "48") if fault == "stride" else (small_dataset, "24")
+    options = run_options(
+        tmp_path, dataset, sizes, widths, goldens="g", cache=False, max_new_tokens=max_new_tokens
     )
+    config = RunConfig.from_options({**options, "engine": str(engine)})
     result = run_here(config)
     found = {c.id: list(c.degraded_positions) for c in result.report.cells if c.verdict == "fail"}
     assert found == damaged
@@ -75,18 +68,10 @@ def test_sparse_rotation_still_catches_the_incident_at_a_fraction_of_the_cost(
 ) -> None:
     """--rotation sparse on the bundled 64 prompts: 8 prompts per position, 64 sequences for
     bs8-beam4 instead of 512, and the overflow positions are still found exactly."""
-    config = RunConfig.from_options(
-        {
-            "engine": str(engine_factory(8, 1)),
-            "batch_sizes": "8",
-            "beam_widths": "4",
-            "max_new_tokens": "24",
-            "rotation": "sparse",
-            "report_dir": str(tmp_path / "r"),
-            "goldens_dir": str(tmp_path / "g"),
-            "no_cache": True,
-        }
+    options = run_options(
+        tmp_path, None, "8", "4", goldens="g", cache=False, max_new_tokens="24", rotation="sparse"
     )
+    config = RunConfig.from_options({**options, "engine": str(engine_factory(8, 1))})
     result = run_here(config)
     [cell] = result.report.cells
     assert cell.degraded_positions == (2, 3, 4, 5, 6, 7)

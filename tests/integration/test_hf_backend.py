@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import only_report
-from tests.integration.common import Suites, grid_options
+from tests.integration.common import Suites, grid_options, run_options
 
 pytestmark = pytest.mark.slow  # the hf backend generates over a 2 x 2 grid
 
@@ -43,18 +43,8 @@ def test_bfloat16_drifts_with_the_batch_shape_without_losing_quality(tmp_path: P
     from harness.engines.emulator.build import BUNDLED_MODEL
     from harness.pipeline import RunOutcome, run
 
-    config = RunConfig.from_options(
-        {
-            "engine": str(BUNDLED_MODEL),
-            "backend": "hf",
-            "dtype": "bfloat16",
-            "batch_sizes": "1,8",
-            "beam_widths": "1",
-            "no_cache": True,
-            "report_dir": str(tmp_path / "r"),
-            "goldens_dir": str(tmp_path / "g"),
-        }
-    )
+    options = run_options(tmp_path, None, "1,8", goldens="g", cache=False, backend="hf", dtype="bfloat16")
+    config = RunConfig.from_options({**options, "engine": str(BUNDLED_MODEL)})
     result = run(config)
     assert isinstance(result, RunOutcome)
     assert result.report.engine.details["dtype"] == "bfloat16" and result.report.engine.identity.startswith(

@@ -12,6 +12,7 @@ import importlib
 import json
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeAlias
 
@@ -19,7 +20,7 @@ import pytest
 
 from harness.config import RunConfig
 from harness.pipeline import RunOutcome
-from tests.integration.common import run_here
+from tests.integration.common import run_here, run_options
 
 MODULE = "hostile_cache_engine"
 Plug: TypeAlias = Callable[[Path], None]  # the plug fixture: use(folder)
@@ -77,9 +78,34 @@ class Engine:
 """
 
 
-def test_changed_code_in_a_module_the_plugin_imports_is_generated_again(
-    tmp_path: Path, small_dataset: Path, weights: Path, plug: Plug
-) -> None:
+def _options(tmp: Path, name: str, weights: Path, dataset: Path) -> dict[str, object]:
+    """A run of the engine in ``weights`` over the grid 1,2 x 1, its report in tmp / ``name``,
+    the goldens and the cache shared by every run under ``tmp``."""
+    return run_options(tmp, dataset, "1,2", report=name, engine=str(weights), max_new_tokens="16")
+
+
+@dataclass(frozen=True)
+class Runs:
+    """The runs fixture: ``run(folder, name)`` runs the engine module written in ``folder``
+    (imported afresh by ``plug``), on the same weights folder and dataset every time."""
+
+    tmp: Path
+    weights: Path
+    dataset: Path
+    plug: Plug
+
+    def run(self, code: Path, name: str) -> RunOutcome:
+        self.plug(code)
+        options = _options(self.tmp, name, self.weights, self.dataset)
+        return run_here(RunConfig.from_options({**options, "backend": f"{MODULE}:Engine"}))
+
+
+@pytest.fixture
+def runs(tmp_path: Path, small_dataset: Path, weights: Path, plug: Plug) -> Runs:
+    return Runs(tmp_path, weights, small_dataset, plug)
+
+
+def test_changed_code_in_a_module_the_plugin_imports_is_generated_again(tmp_path: Path, runs: Runs) -> None:
     """The plug-in's own file is unchanged; the helper module beside it, which decides the
     outputs, changes."""
     code = tmp_path / "plugin"
@@ -87,30 +113,11 @@ def test_changed_code_in_a_module_the_plugin_imports_is_generated_again(
     (code / f"{MODULE}.py").write_text(WITH_HELPER, encoding="utf-8")
     helper = code / f"{HELPER}.py"
     helper.write_text("def words(p):\n    return 'one ' + p.split()[0]\n", encoding="utf-8")
-    plug(code)
-    first = _run(tmp_path, "r1", weights, small_dataset)
+    first = runs.run(code, "r1")
     helper.write_text("def words(p):\n    return 'three ' + p.split()[1]\n", encoding="utf-8")
-    plug(code)
-    second = _run(tmp_path, "r2", weights, small_dataset)
+    second = runs.run(code, "r2")
     assert first.report.cache.batches_generated == 32 and second.report.cache.generations_from_cache == 0
     assert all(o.startswith("three ") for o in _outputs(second))
-
-
-def _run(tmp: Path, name: str, weights: Path, dataset: Path) -> RunOutcome:
-    config = RunConfig.from_options(
-        {
-            "backend": f"{MODULE}:Engine",
-            "engine": str(weights),
-            "dataset": str(dataset),
-            "batch_sizes": "1,2",
-            "beam_widths": "1",
-            "max_new_tokens": "16",
-            "report_dir": str(tmp / name),
-            "goldens_dir": str(tmp / "goldens"),
-            "cache_dir": str(tmp / "cache"),
-        }
-    )
-    return run_here(config)
 
 
 def _outputs(result: RunOutcome) -> list[str]:
@@ -126,40 +133,30 @@ def weights(tmp_path: Path) -> Path:
     return folder
 
 
-def test_changed_plugin_code_is_generated_again(
-    tmp_path: Path, small_dataset: Path, weights: Path, plug: Plug
-) -> None:
+def test_changed_plugin_code_is_generated_again(tmp_path: Path, runs: Runs) -> None:
     code = _write_engine(tmp_path / "plugin", "alpha")
-    plug(code)
-    first = _run(tmp_path, "r1", weights, small_dataset)
+    first = runs.run(code, "r1")
     assert first.report.cache.enabled and first.report.cache.batches_generated == 32
     assert all(o.startswith("alpha ") for o in _outputs(first))
 
     _write_engine(code, "beta-version")  # the plug-in's code changes, nothing else does
-    plug(code)
-    second = _run(tmp_path, "r2", weights, small_dataset)
+    second = runs.run(code, "r2")
     assert second.report.cache.generations_from_cache == 0, second.report.cache
     assert second.report.cache.batches_generated == 32
     assert all(o.startswith("beta-version ") for o in _outputs(second))
 
-    plug(code)  # the same code again: now it is the cache's
-    third = _run(tmp_path, "r3", weights, small_dataset)
+    third = runs.run(code, "r3")  # the same code again: now it is the cache's
     assert third.report.cache.batches_generated == 0 and third.report.cache.generations_from_cache == 48
     assert _outputs(third) == _outputs(second)
 
 
-def test_two_plugins_of_one_label_sharing_a_cache_do_not_mix(
-    tmp_path: Path, small_dataset: Path, weights: Path, plug: Plug
-) -> None:
+def test_two_plugins_of_one_label_sharing_a_cache_do_not_mix(tmp_path: Path, runs: Runs) -> None:
     """Two checkouts of the same module:Class (a team's build and a colleague's), one cache."""
     ours = _write_engine(tmp_path / "ours", "ours")
     theirs = _write_engine(tmp_path / "theirs", "theirs-too")
-    plug(ours)
-    a = _run(tmp_path, "a", weights, small_dataset)
-    plug(theirs)
-    b = _run(tmp_path, "b", weights, small_dataset)
-    plug(ours)
-    again = _run(tmp_path, "a2", weights, small_dataset)
+    a = runs.run(ours, "a")
+    b = runs.run(theirs, "b")
+    again = runs.run(ours, "a2")
     assert b.report.cache.generations_from_cache == 0
     assert all(o.startswith("ours ") for o in _outputs(a) + _outputs(again))
     assert all(o.startswith("theirs-too ") for o in _outputs(b))
@@ -167,12 +164,9 @@ def test_two_plugins_of_one_label_sharing_a_cache_do_not_mix(
     assert a.report.cache.folder != b.report.cache.folder
 
 
-def test_an_entry_edited_by_hand_is_not_used(
-    tmp_path: Path, small_dataset: Path, weights: Path, plug: Plug
-) -> None:
+def test_an_entry_edited_by_hand_is_not_used(tmp_path: Path, runs: Runs) -> None:
     code = _write_engine(tmp_path / "plugin", "honest")
-    plug(code)
-    first = _run(tmp_path, "r1", weights, small_dataset)
+    first = runs.run(code, "r1")
     assert first.report.cache.folder is not None  # the cache is on
     entries = sorted(Path(first.report.cache.folder).rglob("*.json"))
     assert len(entries) == 32
@@ -182,8 +176,7 @@ def test_an_entry_edited_by_hand_is_not_used(
         entry.write_text(json.dumps(data), encoding="utf-8")
     # an intact entry of another batch, copied over a third one: not this batch's
     entries[5].write_text(entries[6].read_text(encoding="utf-8"), encoding="utf-8")
-    plug(code)
-    second = _run(tmp_path, "r2", weights, small_dataset)
+    second = runs.run(code, "r2")
     assert not any(o.startswith("forged") for o in _outputs(second))
     assert _outputs(second) == _outputs(first)
     assert second.report.cache.batches_generated == 6 and second.report.cache.batches_rejected == 6
@@ -191,8 +184,7 @@ def test_an_entry_edited_by_hand_is_not_used(
     report = (second.folder / "report.md").read_text(encoding="utf-8")
     assert "6 entries rejected" in report
     # rewritten on the way: a third run takes every batch from the cache
-    plug(code)
-    third = _run(tmp_path, "r3", weights, small_dataset)
+    third = runs.run(code, "r3")
     assert third.report.cache.batches_generated == 0 and third.report.cache.batches_rejected == 0
 
 
@@ -208,18 +200,7 @@ def test_an_engine_class_without_source_is_not_cached(
     exec(ENGINE.format(word="unread"), module.__dict__)
     module.Engine.__module__ = module.__name__
     assert engine_code(type(module.Engine(None))) is None
-    config = RunConfig.from_options(
-        {
-            "engine": str(weights),
-            "dataset": str(small_dataset),
-            "batch_sizes": "1,2",
-            "beam_widths": "1",
-            "max_new_tokens": "16",
-            "report_dir": str(tmp_path / "r"),
-            "goldens_dir": str(tmp_path / "goldens"),
-            "cache_dir": str(tmp_path / "cache"),
-        }
-    )
+    config = RunConfig.from_options(_options(tmp_path, "r", weights, small_dataset))
     sys.modules[module.__name__] = module
     try:
         from harness.engines.base import EngineInfo

@@ -25,7 +25,7 @@ from harness.config import DecodingSettings, RunConfig
 from harness.engines.base import Generation
 from harness.report.serialize import canonical_hash
 from tests.doubles.openai_server import BehavingServer
-from tests.integration.common import Behaving, first_rows, run_here
+from tests.integration.common import Behaving, first_rows, run_here, run_options
 from tests.integration.toy_engine import ToyEngine
 
 KEY = "HARNESS_SIGNING_KEY"
@@ -36,17 +36,8 @@ class OtherBuild(ToyEngine):
 
 
 def _run(tmp: Path, name: str, dataset: Path, engine: object, **options: str) -> Path:
-    values = {
-        "dataset": str(dataset),
-        "batch_sizes": "1,4",
-        "beam_widths": "1",
-        "max_new_tokens": "16",
-        "report_dir": str(tmp / name),
-        "no_cache": True,
-        "goldens_dir": str(tmp / "goldens"),
-        **options,
-    }
-    result = run_here(RunConfig.from_options(values), engine=engine)
+    values = run_options(tmp, dataset, "1,4", report=name, cache=False, max_new_tokens="16")
+    result = run_here(RunConfig.from_options({**values, **options}), engine=engine)
     return result.folder / "report.json"
 
 
@@ -309,15 +300,7 @@ def test_a_server_claiming_a_million_tokens_does_not_pass_as_batched(
     tmp_path: Path, small_dataset: Path, forging: BehavingServer
 ) -> None:
     eight = first_rows(small_dataset, tmp_path / "eight.jsonl", 8)
-    values = {
-        "engine": forging.url,
-        "dataset": str(eight),
-        "batch_sizes": "1,4",
-        "beam_widths": "1",
-        "max_new_tokens": "8",
-        "report_dir": str(tmp_path / "r"),
-        "goldens_dir": str(tmp_path / "goldens"),
-    }
+    values = run_options(tmp_path, eight, "1,4", cache=None, engine=forging.url, max_new_tokens="8")
     result = run_here(RunConfig.from_options(values))
     cells = {c.id: c for c in result.report.cells}
     assert cells["bs4-beam1"].verdict == "untested", cells["bs4-beam1"].message

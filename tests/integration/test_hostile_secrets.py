@@ -19,12 +19,13 @@ import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import pytest
 
 import harness.__main__ as cli
 from tests.integration.common import Suites, first_rows
+from tests.serving import started
 
 ENV_KEY = "sk-envkey-4f7a1c9e2b6d8a3f0c5e"  # given in OPENAI_API_KEY
 OTHER_KEY = "gw-7c1e9a4b2d6f8e0a3c5b-key"  # given in a variable named by --api-key-env
@@ -97,18 +98,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def hostile() -> Iterator[StartHostile]:
-    servers: list[Hostile] = []
-
-    def start(**kwargs: Any) -> Hostile:  # Hostile's keywords
-        server = Hostile(**kwargs)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for s in servers:
-        s.shutdown()
-        s.server_close()
+    """start(**Hostile's keywords) -> a Hostile serving from a thread (stopped after the test)."""
+    yield from started(Hostile)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ served as if it had never come.
 
 from __future__ import annotations
 
-import http.client
 import json
 import threading
 from collections.abc import Iterator, Sequence
@@ -23,33 +22,19 @@ from harness.config import DecodingSettings
 from harness.engines.base import EngineInfo, Generates, Generation
 from harness.tools.serve import CompletionServer, make_server
 from tests.integration.common import EngineFactory
+from tests.serving import post, serving
 
 WINDOW_MS = 400  # long enough for two clients sent together to meet in one batch
 Answer = tuple[int, dict[str, Any]]  # a response's status and its JSON body
 
 
-def _start(engine: Generates, max_batch_size: int = 8) -> CompletionServer:
-    srv = make_server(engine, model_name="m", max_batch_size=max_batch_size, window_ms=WINDOW_MS)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv
+def _server(engine: Generates) -> CompletionServer:
+    return make_server(engine, model_name="m", max_batch_size=8, window_ms=WINDOW_MS)
 
 
 def _post(srv: CompletionServer, body: dict[str, object]) -> Answer:
     """One request (json.dumps writes a lone surrogate as its \\ud800 escape, as a client does)."""
-    data = json.dumps(body).encode("ascii")
-    host, port = srv.server_address[:2]
-    conn = http.client.HTTPConnection(str(host), port, timeout=120)
-    try:
-        conn.request(
-            "POST",
-            "/v1/completions",
-            body=data,
-            headers={"Content-Length": str(len(data)), "Content-Type": "application/json"},
-        )
-        response = conn.getresponse()
-        return response.status, json.loads(response.read())
-    finally:
-        conn.close()
+    return post(srv, json.dumps(body).encode("ascii"), timeout=120)
 
 
 def _together(srv: CompletionServer, bodies: Sequence[dict[str, object]]) -> list[Answer | BaseException]:
@@ -80,22 +65,16 @@ def _answered(answers: list[Answer | BaseException]) -> list[Answer]:
 
 def _served(engine: Generates, bodies: Sequence[dict[str, object]]) -> list[Answer | BaseException]:
     """The requests sent at once to a server of ``engine`` of their own, stopped after."""
-    srv = _start(engine)
-    try:
+    with serving(_server(engine)) as srv:
         return _together(srv, bodies)
-    finally:
-        srv.shutdown()
-        srv.close()
 
 
 @pytest.fixture
 def emulator(engine_factory: EngineFactory) -> Iterator[CompletionServer]:
     from harness.engines.registry import load_engine
 
-    srv = _start(load_engine(str(engine_factory(8, 1))))
-    yield srv
-    srv.shutdown()
-    srv.close()
+    with serving(_server(load_engine(str(engine_factory(8, 1))))) as srv:
+        yield srv
 
 
 def _good_prompt() -> str:

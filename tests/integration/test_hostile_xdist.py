@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from harness.model.vocab import CheckStatus, Verdict
-from tests.conftest import only_report, run_suites
+from tests.conftest import only_report
 from tests.integration.common import Suites, grid_options
+from tests.processes import run_suites
 
 HERE = Path(__file__).resolve().parent
 ECHO = ("--engine", "fault_engines:Echo")  # a healthy engine with no model: nothing to load

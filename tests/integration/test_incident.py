@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from harness.__main__ import main
-from tests.conftest import SUITES, only_report, run_suites
-from tests.integration.common import EngineFactory, Suites, grid_options
+from tests.conftest import only_report
+from tests.integration.common import EngineFactory, Suites, cli_options, grid_options
+from tests.processes import SUITES, run_suites
 
 FAST = ("--max-new-tokens", "32")
 
@@ -26,17 +27,7 @@ def incident_grid(
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     """The broken engine (8 x 1 beam slots) over the default grid."""
     out = tmp_path_factory.mktemp("grid")
-    proc = run_suites(
-        "--engine",
-        str(engine_factory(8, 1)),
-        "--dataset",
-        str(small_dataset),
-        "--report-dir",
-        str(out),
-        "-v",
-        *FAST,
-        cwd=out,
-    )
+    proc = run_suites(*cli_options(engine_factory(8, 1), small_dataset, out), "-v", *FAST, cwd=out)
     return proc, only_report(out)
 
 
@@ -98,21 +89,8 @@ def test_rebuilt_engine_passes(
     small_dataset: Path,
     suites: Suites,
 ) -> None:
-    proc = suites(
-        "--engine",
-        str(engine_factory(8, 4)),
-        "--dataset",
-        str(small_dataset),
-        "--num-prompts",
-        "8",
-        "--batch-sizes",
-        "8",
-        "--beam-widths",
-        "4",
-        "--report-dir",
-        str(tmp_path),
-        *FAST,
-    )
+    grid = ("--num-prompts", "8", "--batch-sizes", "8", "--beam-widths", "4")
+    proc = suites(*cli_options(engine_factory(8, 4), small_dataset, tmp_path), *grid, *FAST)
     assert proc.returncode == 0, proc.stdout[-3000:]
     report = only_report(tmp_path)
     assert report["verdict"] == "pass"

@@ -5,17 +5,15 @@ for ``python -m harness run`` and ``pytest suites/``; the rerun resumes from the
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SUITES, user_env
 from tests.integration.common import echo_options
+from tests.processes import checkout_env, finish, harness_command, start, suites_command
 
 HERE = Path(__file__).resolve().parent
 
@@ -25,17 +23,13 @@ pytestmark = pytest.mark.slow  # two processes per case, the first slowed to be 
 def _command(kind: str, tmp: Path, dataset: Path) -> list[str]:
     options = echo_options(tmp, dataset, "1,2")
     if kind == "run":
-        return [sys.executable, "-m", "harness", "run", *options]
-    return [sys.executable, "-m", "pytest", str(SUITES), "-p", "no:cacheprovider", "-q", *options]
+        return harness_command("run", *options)
+    return suites_command("-q", *options)
 
 
 def _slowed_env() -> dict[str, str]:
     """The child's environment: this checkout and the fault engines, every engine call 0.5 s."""
-    return {
-        **user_env(),
-        "FAULT_SLEEP": "0.5",
-        "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")]),
-    }
+    return checkout_env(HERE, FAULT_SLEEP="0.5")
 
 
 def _stop(
@@ -48,15 +42,7 @@ def _stop(
         for each in defaults:
             signal.signal(each, signal.SIG_DFL)
 
-    proc = subprocess.Popen(
-        cmd,
-        cwd=tmp,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_actions,
-    )
+    proc = start(cmd, cwd=tmp, env=env, preexec_fn=default_actions)
     deadline = time.monotonic() + 600
     while len(list((tmp / "cache").rglob("*.json"))) < 3 and proc.poll() is None:
         assert time.monotonic() < deadline, "no batch reached the cache"
@@ -69,14 +55,7 @@ def _stop(
 def _resumes(kind: str, tmp: Path, dataset: Path, env: dict[str, str]) -> None:
     """The same command again, unslowed, succeeds and takes the stopped run's batches from the cache."""
     env["FAULT_SLEEP"] = "0"  # the rerun asks the engine only for what is missing
-    again = subprocess.run(
-        _command(kind, tmp, dataset),
-        cwd=tmp,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    again = finish(_command(kind, tmp, dataset), cwd=tmp, env=env)
     assert again.returncode == 0, again.stdout + again.stderr
     [report] = (tmp / "reports").glob("*/report.json")
     assert json.loads(report.read_text())["cache"]["batches_from_cache"] >= 3

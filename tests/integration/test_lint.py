@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import cast
 
 import pytest
 
 from tests.integration.common import EngineFactory
+from tests.processes import finish, harness_command
 from tests.unit.limits.test_preflight import MISTRAL
 
 
 def lint(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "harness", "lint", *args], capture_output=True, text=True, timeout=300
-    )
+    return finish(harness_command("lint", *args), timeout=300)
 
 
 def _engine(tmp_path: Path, beam: int) -> Path:

@@ -11,29 +11,18 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, only_report, user_env
-from tests.integration.common import EngineFactory
+from tests.conftest import only_report
+from tests.integration.common import EngineFactory, cli_options
+from tests.processes import LAUNCHER_ENV, checkout_env, finish, suites_command
 
 HERE = Path(__file__).resolve().parent
 FAST = ("--batch-sizes", "1,2", "--beam-widths", "1,2", "--max-new-tokens", "6", "--num-prompts", "4")
-LAUNCHER = (
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "PMI_RANK",
-    "PMI_SIZE",
-    "PMIX_RANK",
-    "PMIX_SIZE",
-    "SLURM_STEP_ID",
-    "RANK",
-    "WORLD_SIZE",
-)
 
 
 @pytest.fixture(scope="module")
@@ -49,20 +38,12 @@ def tp2_engine(tmp_path_factory: pytest.TempPathFactory, engine_factory: EngineF
 
 def _options(tmp_path: Path, engine: Path, small_dataset: Path) -> list[str]:
     """What `pytest suites/` and `run` are given alike: the engine, dataset and report folder."""
-    return [
-        "--engine",
-        str(engine),
-        "--dataset",
-        str(small_dataset),
-        "--report-dir",
-        str(tmp_path / "r"),
-        *FAST,
-    ]
+    return [*cli_options(engine, small_dataset, tmp_path / "r"), *FAST]
 
 
 def _env(tmp_path: Path, rank: int | None, world: int | None) -> dict[str, str]:
-    env = {k: v for k, v in user_env().items() if k not in LAUNCHER}
-    env.update(PYTHONPATH=f"{HERE}:{REPO}", RANK_ENGINE_LOG=str(tmp_path / "calls"))
+    env = checkout_env(HERE, RANK_ENGINE_LOG=str(tmp_path / "calls"))
+    env = {k: v for k, v in env.items() if k not in LAUNCHER_ENV}
     if rank is not None:
         env.update(OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_SIZE=str(world))
     return env
@@ -71,27 +52,10 @@ def _env(tmp_path: Path, rank: int | None, world: int | None) -> dict[str, str]:
 def _suites(
     tmp_path: Path, engine: Path, small_dataset: Path, rank: int | None, world: int | None, *extra: str
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(REPO / "suites"),
-            "-p",
-            "no:cacheprovider",
-            "-rs",
-            "-v",
-            "--backend",
-            "rank_engine:RecordingEngine",
-            *_options(tmp_path, engine, small_dataset),
-            *extra,
-        ],
-        cwd=tmp_path,
-        env=_env(tmp_path, rank, world),
-        capture_output=True,
-        text=True,
-        timeout=600,
+    cmd = suites_command(
+        "-rs", "-v", "--backend", "rank_engine:RecordingEngine", *_options(tmp_path, engine, small_dataset)
     )
+    return finish([*cmd, *extra], cwd=tmp_path, env=_env(tmp_path, rank, world))
 
 
 def _calls(tmp_path: Path, rank: int) -> list[dict[str, Any]]:
@@ -149,43 +113,39 @@ def test_single_process_on_a_tp2_engine_stops_before_generating(
     assert _calls(tmp_path, 0) == [] and not list((tmp_path / "r").glob("*/report.json"))
 
 
-Launcher: TypeAlias = Callable[[int, int], None]  # the launcher fixture: set(rank, world)
+@dataclass(frozen=True)
+class Launcher:
+    """The launcher fixture: this process as one rank of an mpirun job (``rank``), running
+    `python -m harness run` in it (``cli``) on the dataset, its report in tmp / "r"."""
+
+    tmp: Path
+    dataset: Path
+    monkeypatch: pytest.MonkeyPatch
+
+    def rank(self, rank: int, world: int) -> None:
+        self.monkeypatch.setenv("OMPI_COMM_WORLD_RANK", str(rank))
+        self.monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", str(world))
+
+    def cli(self, engine: Path, *extra: str) -> int:
+        from harness.__main__ import main
+
+        return main(["run", *_options(self.tmp, engine, self.dataset), *extra])
 
 
 @pytest.fixture
-def launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Launcher:
-    """set(rank, world): this process looks like one rank of an mpirun job."""
-    for var in LAUNCHER:
+def launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, small_dataset: Path) -> Launcher:
+    """No launcher's variables yet (``Launcher.rank`` sets them), the engine's calls logged."""
+    for var in LAUNCHER_ENV:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("RANK_ENGINE_LOG", str(tmp_path / "calls"))
-
-    def set_rank(rank: int, world: int) -> None:
-        monkeypatch.setenv("OMPI_COMM_WORLD_RANK", str(rank))
-        monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", str(world))
-
-    return set_rank
-
-
-def _cli(tmp_path: Path, engine: Path, small_dataset: Path, *extra: str) -> int:
-    from harness.__main__ import main
-
-    return main(["run", *_options(tmp_path, engine, small_dataset), *extra])
+    return Launcher(tmp_path, small_dataset, monkeypatch)
 
 
 def test_cli_follower_exits_0_without_a_report(
-    tmp_path: Path,
-    tp2_engine: Path,
-    small_dataset: Path,
-    launcher: Launcher,
-    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path, tp2_engine: Path, launcher: Launcher, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    launcher(1, 2)
-    assert (
-        _cli(
-            tmp_path, tp2_engine, small_dataset, "--backend", "tests.integration.rank_engine:RecordingEngine"
-        )
-        == 0
-    )
+    launcher.rank(1, 2)
+    assert launcher.cli(tp2_engine, "--backend", "tests.integration.rank_engine:RecordingEngine") == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[-1].startswith("rank 1 of 2: drove the engine through 16 batches (24 sequences)")
     assert len(_calls(tmp_path, 1)) == 16
@@ -193,28 +153,20 @@ def test_cli_follower_exits_0_without_a_report(
 
 
 def test_cli_wrong_world_size_exits_2(
-    tmp_path: Path,
-    tp2_engine: Path,
-    small_dataset: Path,
-    launcher: Launcher,
-    capsys: pytest.CaptureFixture[str],
+    tp2_engine: Path, launcher: Launcher, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    launcher(0, 4)
-    assert _cli(tmp_path, tp2_engine, small_dataset) == 2
+    launcher.rank(0, 4)
+    assert launcher.cli(tp2_engine) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "= 2 rank(s) but this run has 4 processes (OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE)" in line
     assert "mpirun -n 2 python -m harness run" in line
 
 
 def test_single_gpu_engine_under_mpirun_is_an_error(
-    tmp_path: Path,
-    engine_factory: EngineFactory,
-    small_dataset: Path,
-    launcher: Launcher,
-    capsys: pytest.CaptureFixture[str],
+    engine_factory: EngineFactory, launcher: Launcher, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    launcher(0, 2)
-    assert _cli(tmp_path, engine_factory(2, 2), small_dataset) == 2
+    launcher.rank(0, 2)
+    assert launcher.cli(engine_factory(2, 2)) == 2
     err = capsys.readouterr().err
     assert "mapped to tp 1 x pp 1 = 1 rank(s) but this run has 2 processes" in err
     assert "without mpirun" in err

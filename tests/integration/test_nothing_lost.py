@@ -25,11 +25,10 @@ from harness.__main__ import main
 from harness.storage.atomic import TEMP_NAME
 from harness.storage.goldens import JOURNAL_FILE, LOCK_FILE, GoldensStore
 from harness.storage.locks import file_lock
-from tests.conftest import REPO
 from tests.integration.common import EngineFactory, grid_options
+from tests.processes import checkout_env, harness_command, start
 
 HERE = Path(__file__).resolve().parent
-ENV = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{REPO}"}
 TOY = ["--engine", "fault_engines:Echo", "--batch-sizes", "1,2", "--beam-widths", "1,2"]
 Recorded = tuple[Path, dict[str, bytes], dict[str, bytes]]  # the goldens folder, its files before, after
 
@@ -37,13 +36,10 @@ Recorded = tuple[Path, dict[str, bytes], dict[str, bytes]]  # the goldens folder
 def _harness(
     *args: str, env: dict[str, str] | None = None, script: list[str] | None = None
 ) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, *(script or ["-m", "harness"]), *args],
-        env={**ENV, **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    """`python -m harness ARGS` (``script``: the script, in its place) in a process of its
+    own, with the fault engines importable and ``env`` set."""
+    cmd = [sys.executable, *script, *args] if script else harness_command(*args)
+    return start(cmd, env=checkout_env(HERE, **(env or {})))
 
 
 def _kill_when(proc: subprocess.Popen[str], ready: Callable[[], bool], timeout: float = 120) -> None:

@@ -8,22 +8,20 @@ prompts and 32 new tokens keep each run short.
 from __future__ import annotations
 
 import json
-import os
 import re
 import selectors
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SuitesRun, only_report
+from tests.conftest import SuitesRun, only_report
 from tests.integration.common import EngineFactory, Suites, grid_options
+from tests.processes import checkout_env, harness_command, start
 
 FAST = ("--max-new-tokens", "32")
-ENV = {"PYTHONPATH": str(REPO)}  # this checkout's harness, in the server
 # a batch closes as soon as it is full, so the window only delays batches of one; 200 ms let
 # a loaded CI machine (two xdist workers beside the server) split a batch of 8 into 6 + 2
 WINDOW_MS = "1000"
@@ -40,25 +38,8 @@ class Servers:
 
     def start(self, engine_dir: Path) -> str:
         """The base URL, once the server has printed its ready line."""
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "harness",
-                "serve",
-                "--engine",
-                str(engine_dir),
-                "--port",
-                "0",
-                "--batch-window-ms",
-                WINDOW_MS,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=self.cwd,
-            env={**os.environ, **ENV},
-        )
+        serve = ("serve", "--engine", str(engine_dir), "--port", "0", "--batch-window-ms", WINDOW_MS)
+        proc = start(harness_command(*serve), cwd=self.cwd, env=checkout_env())
         self.procs.append(proc)
         assert proc.stdout is not None  # stdout=PIPE
         with selectors.DefaultSelector() as sel:

@@ -8,7 +8,7 @@ from typing import Any
 
 from harness.config import RunConfig
 from harness.pipeline import RunOutcome
-from tests.integration.common import EngineFactory, run_here
+from tests.integration.common import EngineFactory, run_here, run_options
 
 
 def _rows(result: RunOutcome) -> list[dict[str, Any]]:
@@ -19,18 +19,8 @@ def _rows(result: RunOutcome) -> list[dict[str, Any]]:
 def test_all_beams_are_kept_and_survive_the_cache(
     tmp_path: Path, small_dataset: Path, engine_factory: EngineFactory
 ) -> None:
-    config = RunConfig.from_options(
-        {
-            "engine": str(engine_factory(2, 2)),
-            "dataset": str(small_dataset),
-            "batch_sizes": "2",
-            "beam_widths": "1,2",
-            "max_new_tokens": "8",
-            "report_dir": str(tmp_path / "r"),
-            "goldens_dir": str(tmp_path / "g"),
-            "cache_dir": str(tmp_path / "cache"),
-        }
-    )
+    options = run_options(tmp_path, small_dataset, "2", "1,2", goldens="g", max_new_tokens="8")
+    config = RunConfig.from_options({**options, "engine": str(engine_factory(2, 2))})
     first = _rows(run_here(config))
     beam_rows = [r for r in first if r["cell"].endswith("beam2")]
     assert beam_rows and all(len(r["beams"]) == 2 and r["beams"][0] == r["output"] for r in beam_rows)

@@ -8,8 +8,6 @@ HF_DATASETS_OFFLINE when it is imported."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,14 +16,14 @@ import pytest
 
 from harness.inputs.data import content_hash, load_dataset, select_subset
 from harness.model.dataset import Document
-from tests.conftest import REPO, only_report
+from tests.conftest import only_report
 from tests.hub_cache import cache_hub_dataset
-from tests.integration.common import EngineFactory, Suites
+from tests.integration.common import EngineFactory, Suites, cli_options, run_options
+from tests.processes import run_harness
 
 SCHEMA = Path(__file__).resolve().parents[2] / "harness" / "report" / "report.schema.json"
 FAST = ("--batch-sizes", "1,2", "--beam-widths", "1", "--max-new-tokens", "8", "--no-cache")
 N = 8
-HERE = {"PYTHONPATH": str(REPO)}  # the subprocess imports this checkout's harness
 
 
 @pytest.fixture(scope="module")
@@ -50,22 +48,16 @@ def _check(report: dict[str, Any], docs: Sequence[Document], **expected: object)
     assert all(p["agreement"] == 1.0 for c in report["cells"] for p in c["positions"])
 
 
-def _options(engine: Path, dataset: Path, text: str, summary: str, report_dir: Path, *more: str) -> list[str]:
-    """A run of ``engine`` on ``dataset``, whose fields ``text`` and ``summary`` hold the texts."""
-    return [
-        "--engine",
-        str(engine),
-        "--dataset",
-        str(dataset),
-        "--text-field",
-        text,
-        "--summary-field",
-        summary,
-        *more,
-        "--report-dir",
-        str(report_dir),
-        *FAST,
-    ]
+def _suites_report(
+    suites: Suites, engine: Path, dataset: Path, fields: tuple[str, str], report_dir: Path, *more: str
+) -> dict[str, Any]:
+    """The report of a passing `pytest suites/` run of ``engine`` on ``dataset``, whose
+    ``fields`` (text, summary) hold the texts."""
+    text, summary = fields
+    fields_given = ("--text-field", text, "--summary-field", summary)
+    proc = suites(*cli_options(engine, dataset, report_dir), *fields_given, *more, *FAST)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return only_report(report_dir)
 
 
 def test_jsonl_with_custom_fields(
@@ -73,18 +65,9 @@ def test_jsonl_with_custom_fields(
 ) -> None:
     path = tmp_path / "news.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in _rows(documents, "body", "abstract")))
-    proc = suites(*_options(engine_factory(2, 1), path, "body", "abstract", tmp_path / "r"))
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    _check(
-        only_report(tmp_path / "r"),
-        documents,
-        source="file",
-        name="news",
-        text_field="body",
-        summary_field="abstract",
-        split=None,
-        subset=None,
-    )
+    report = _suites_report(suites, engine_factory(2, 1), path, ("body", "abstract"), tmp_path / "r")
+    fields = {"text_field": "body", "summary_field": "abstract"}  # the names the run was given
+    _check(report, documents, source="file", name="news", split=None, subset=None, **fields)
 
 
 def test_csv_with_custom_fields(
@@ -94,15 +77,8 @@ def test_csv_with_custom_fields(
 
     path = tmp_path / "news.csv"
     datasets.Dataset.from_list(_rows(documents, "article", "highlights")).to_csv(str(path), index=False)
-    proc = suites(*_options(engine_factory(2, 1), path, "article", "highlights", tmp_path / "r"))
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    _check(
-        only_report(tmp_path / "r"),
-        documents,
-        source="file",
-        text_field="article",
-        summary_field="highlights",
-    )
+    report = _suites_report(suites, engine_factory(2, 1), path, ("article", "highlights"), tmp_path / "r")
+    _check(report, documents, source="file", text_field="article", summary_field="highlights")
 
 
 def test_save_to_disk_with_custom_fields_split_and_subset(
@@ -117,23 +93,10 @@ def test_save_to_disk_with_custom_fields_split_and_subset(
             "eval": datasets.Dataset.from_list(_rows(documents, "dialogue", "gist")),
         }
     ).save_to_disk(str(folder))
-    proc = suites(
-        *_options(
-            engine_factory(2, 1),
-            folder,
-            "dialogue",
-            "gist",
-            tmp_path / "r",
-            "--split",
-            "eval",
-            "--num-prompts",
-            "6",
-            "--seed",
-            "5",
-        )
+    chosen_by = ("--split", "eval", "--num-prompts", "6", "--seed", "5")
+    report = _suites_report(
+        suites, engine_factory(2, 1), folder, ("dialogue", "gist"), tmp_path / "r", *chosen_by
     )
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    report = only_report(tmp_path / "r")
     full = load_dataset(str(folder), split="eval", text_field="dialogue", summary_field="gist")
     chosen = select_subset(full, 6, 5)
     _check(report, chosen.documents, source="disk", split="eval", name="saved-eval-n6-seed5")
@@ -154,47 +117,15 @@ def test_hub_dataset_from_the_local_cache_and_the_not_cached_message(
     """The CLI, offline, reads a hub dataset from HF_DATASETS_CACHE; an uncached one is one line."""
     cache = tmp_path / "hf"
     cache_hub_dataset(cache, "newsums", "v1", {"test": _rows(documents, "document", "summary")})
-    env = {"HF_DATASETS_CACHE": str(cache), "HF_DATASETS_OFFLINE": "1", **HERE}
-    args = [
-        sys.executable,
-        "-m",
-        "harness",
-        "run",
-        "--engine",
-        str(engine_factory(2, 1)),
-        "--report-dir",
-        str(tmp_path / "r"),
-        *FAST,
-    ]
-    import os
-
-    full_env = {**os.environ, **env}
-    proc = subprocess.run(
-        [*args, "--dataset", "newsums", "--dataset-config", "v1", "--text-field", "document"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=full_env,
-        timeout=600,
-    )
+    env = {"HF_DATASETS_CACHE": str(cache), "HF_DATASETS_OFFLINE": "1"}
+    args = ["run", "--engine", str(engine_factory(2, 1)), "--report-dir", str(tmp_path / "r"), *FAST]
+    hub = ("--dataset", "newsums", "--dataset-config", "v1", "--text-field", "document")
+    proc = run_harness(*args, *hub, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    _check(
-        only_report(tmp_path / "r"),
-        documents,
-        source="hub",
-        config="v1",
-        split="test",
-        name="newsums-v1-test",
-    )
+    report = only_report(tmp_path / "r")
+    _check(report, documents, source="hub", config="v1", split="test", name="newsums-v1-test")
 
-    proc = subprocess.run(
-        [*args, "--dataset", "cnn_dailymail"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=full_env,
-        timeout=600,
-    )
+    proc = run_harness(*args, "--dataset", "cnn_dailymail", cwd=tmp_path, env=env)
     assert proc.returncode == 2
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith(
@@ -219,19 +150,8 @@ def test_chat_template_prompts_reach_the_engine(
         "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n"
         "{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}"
     )
-    config = RunConfig.from_options(
-        {
-            "dataset": str(small_dataset),
-            "num_prompts": "4",
-            "chat": True,
-            "batch_sizes": "1,2",
-            "beam_widths": "1",
-            "max_new_tokens": "4",
-            "no_cache": True,
-            "report_dir": str(tmp_path / "r"),
-            "goldens_dir": str(tmp_path / "g"),
-        }
-    )
+    options = run_options(tmp_path, small_dataset, "1,2", goldens="g", cache=False, max_new_tokens="4")
+    config = RunConfig.from_options({**options, "num_prompts": "4", "chat": True})
     from harness.pipeline import RunOutcome, execute, prepare
 
     prep = prepare(config, engine=engine)

@@ -12,23 +12,16 @@ from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.faults import Fault, FaultKind
 from harness.errors import ConfigError
 from harness.model.vocab import FindingKind
-from tests.integration.common import run_here
+from tests.integration.common import run_here, run_options
 
 
 def _sweep(
     tmp_path: Path, engine: Path, beams: str
 ) -> tuple[dict[int, tuple[int | None, int | None, str]], dict[str, FindingKind | None]]:
-    config = RunConfig.from_options(
-        {
-            "engine": str(engine),
-            "sweep": True,
-            "beam_widths": beams,
-            "max_new_tokens": 24,
-            "report_dir": str(tmp_path / "r"),
-            "goldens_dir": str(tmp_path / "g"),
-            "no_cache": True,
-        }
+    options = run_options(
+        tmp_path, None, None, beams, goldens="g", cache=False, engine=str(engine), max_new_tokens=24
     )
+    config = RunConfig.from_options({**options, "sweep": True})
     assert config.rotation == "sparse"
     result = run_here(config)
     assert sorted({c.cell.batch_size for c in result.report.cells}) == list(range(1, 9))

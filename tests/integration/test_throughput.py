@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SUITES
 from tests.integration.common import Suites
+from tests.processes import SUITES
 
 TINY = ("--batch-sizes", "1,2", "--beam-widths", "1", "--max-new-tokens", "8")
 

@@ -183,15 +183,12 @@ def server_command(
     threads: int,
     n_predict: int | None,
 ) -> list[str]:
+    # both servers take the model and the address by the same names
+    listen = ["--model", str(gguf), "--host", "127.0.0.1", "--port", str(port)]
     if kind == "llama-server":
         cmd = [
             str(lay.server_bin),
-            "--model",
-            str(gguf),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
+            *listen,
             "--parallel",
             str(parallel),
             "--ctx-size",
@@ -213,12 +210,7 @@ def server_command(
             str(lay.venv_python),
             "-m",
             "llama_cpp.server",
-            "--model",
-            str(gguf),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
+            *listen,
             "--model_alias",
             alias,
             "--n_ctx",

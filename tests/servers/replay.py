@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.servers import recordings
+from tests.serving import in_thread
 
 
 class ReplayServer(ThreadingHTTPServer):
@@ -52,9 +53,7 @@ class ReplayServer(ThreadingHTTPServer):
 
     @classmethod
     def start(cls, kind: str, run: str, root: Path = recordings.DATA) -> ReplayServer:
-        server = cls(kind, run, root)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        return server
+        return in_thread(cls(kind, run, root))
 
     @property
     def url(self) -> str:

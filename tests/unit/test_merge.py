@@ -16,6 +16,7 @@ from harness.config import RunConfig
 from harness.errors import ConfigError
 from harness.pipeline import RunOutcome, run
 from harness.report.merge import merge
+from tests.integration.common import run_options
 from tests.unit.noisy_engine import NoisyEngine, write_dataset
 
 SCHEMA = Path(__file__).resolve().parents[2] / "harness" / "report" / "report.schema.json"
@@ -29,14 +30,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _run(
     tmp: Path, dataset: Path, *, shard: str | None = None, engine: NoisyEngine | None = None, **options: str
 ) -> Path:
-    values = {
-        "dataset": str(dataset),
-        "batch_sizes": "1,2,4,8",
-        "beam_widths": "1,2",
-        "report_dir": str(tmp / "reports"),
-        "goldens_dir": str(tmp / "goldens"),
-        **options,
-    }
+    values = {**run_options(tmp, dataset, "1,2,4,8", "1,2", report="reports", cache=None), **options}
     if shard:
         values["shard"] = shard
     # run() adopts any object with generate(); harness annotates the parameter Engine (the full protocol)

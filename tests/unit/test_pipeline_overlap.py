@@ -19,6 +19,7 @@ from harness.pipeline import RunOutcome, execute, prepare
 from harness.report.build import rounded
 from harness.stages.run import CellOutputs, Prepared
 from harness.storage.generations import Row
+from tests.integration.common import run_options
 from tests.unit.noisy_engine import NoisyEngine, write_dataset
 
 
@@ -28,16 +29,8 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _config(tmp: Path, dataset: Path, **options: str | bool) -> RunConfig:
-    return RunConfig.from_options(
-        {
-            "dataset": str(dataset),
-            "batch_sizes": "1,2,4,8",
-            "beam_widths": "1,2",
-            "report_dir": str(tmp / "reports"),
-            "goldens_dir": str(tmp / "goldens"),
-            **options,
-        }
-    )
+    values = run_options(tmp, dataset, "1,2,4,8", "1,2", report="reports", cache=None)
+    return RunConfig.from_options({**values, **options})
 
 
 class EngineArgs(TypedDict, total=False):

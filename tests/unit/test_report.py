@@ -12,10 +12,13 @@ from pathlib import Path
 import pytest
 
 from harness.config import RunConfig
+from harness.model.cell import Cell
 from harness.pipeline import RunOutcome, run
 from harness.report.compare import compare
 from harness.report.serialize import load_report, verify
+from tests.integration.common import run_options
 from tests.integration.toy_engine import ToyEngine
+from tests.unit.cell_results import clean_cell
 
 SCHEMA = Path(__file__).resolve().parents[2] / "harness" / "report" / "report.schema.json"
 MARKUP = "<script>alert(1)</script> <img src=x onerror=alert(2)> <b>bold</b> &amp;"
@@ -38,16 +41,8 @@ def hostile_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(tmp: Path, dataset: Path, broken_from: int, name: str, **options: str) -> Path:
-    config = RunConfig.from_options(
-        {
-            "dataset": str(dataset),
-            "batch_sizes": "1,4,8",
-            "beam_widths": "1,2",
-            "report_dir": str(tmp / name),
-            "goldens_dir": str(tmp / "g"),
-            **options,
-        }
-    )
+    values = run_options(tmp, dataset, "1,4,8", "1,2", report=name, goldens="g", cache=None)
+    config = RunConfig.from_options({**values, **options})
     # run() adopts any object with generate(); harness annotates the parameter Engine (the full protocol)
     result = run(config, engine=ToyEngine(None, broken_from=broken_from))
     assert isinstance(result, RunOutcome)
@@ -273,47 +268,9 @@ def test_the_heatmap_title_fits_its_figure(positions: int) -> None:
     """A narrow grid (few positions) used to clip the two-line title at both ends."""
     import matplotlib.pyplot as plt
 
-    from harness.model.analysis import PositionStats
-    from harness.model.report import CellResult
-    from harness.model.vocab import Verdict
     from harness.report.plots import heatmap_figure
 
-    stats = tuple(
-        PositionStats(
-            position=p,
-            n=8,
-            agreement=1.0,
-            ci_low=None,
-            ci_high=None,
-            agreement_drop=0.0,
-            differing=0.0,
-            quality=0.6,
-            quality_bs1=0.6,
-        )
-        for p in range(positions)
-    )
-    cell = CellResult(
-        id=f"bs{positions}-beam1",
-        batch_size=positions,
-        beam_width=1,
-        verdict=Verdict.PASS,
-        limits_verdict=Verdict.PASS,
-        error=None,
-        message="",
-        cause=None,
-        pattern=None,
-        evidence=None,
-        baseline_level=1.0,
-        quality=0.6,
-        quality_bs1=0.6,
-        differing=0.0,
-        drift=None,
-        degraded_positions=(),
-        nondeterministic_positions=(),
-        omnibus=None,
-        positions=stats,
-        limit_checks=(),
-    )
+    cell = clean_cell(Cell(positions, 1))
     fig = heatmap_figure(1, [cell], 0.02)
     fig.canvas.draw()
     title = fig.axes[0].title.get_window_extent()

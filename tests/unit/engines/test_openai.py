@@ -1,172 +1,64 @@
 """The openai backend and `python -m harness serve`, over real HTTP on loopback.
 
 The servers here are real ``http.server`` servers in this process. Two stand-ins are test
-doubles, labelled where they are defined: ``ScriptedServer`` (answers from a script, to
-make 503s, 400s and slow answers) and ``RecordingEngine`` (records each generate call).
+doubles, defined in openai_doubles.py: ``ScriptedServer`` (answers from a script, to make
+503s, 400s and slow answers) and ``RecordingEngine`` (records each generate call).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from harness.config import DecodingSettings, EngineOptions, RunConfig
-from harness.engines.base import AdoptedEngine, EngineInfo, Generation
+from harness.engines.base import AdoptedEngine
 from harness.engines.completions import ServerError
 from harness.engines.openai import POSITION_SEMANTICS, OpenAIEngine
 from harness.engines.registry import load_engine, peek_config
 from harness.errors import ConfigError, EngineError
-from harness.tools.serve import BadRequest, Batcher, CompletionServer, Pending, make_server, parse_completion
+from harness.tools.serve import (
+    BadRequest,
+    Batcher,
+    CompletionServer,
+    Pending,
+    base_url,
+    make_server,
+    parse_completion,
+)
+from tests.processes import run_harness
+from tests.serving import post, started
+from tests.unit.engines.openai_doubles import RecordingEngine, ScriptedServer
 
-REPO = Path(__file__).resolve().parents[3]
 GREEDY = DecodingSettings(beam_width=1, max_new_tokens=8)
 BEAM2 = DecodingSettings(beam_width=2, max_new_tokens=8, length_penalty=0.5)
-
-
-class ScriptedServer(ThreadingHTTPServer):
-    """Test double of an OpenAI-compatible server: GET /v1/models lists "m"; the k-th
-    POST connection accepted takes the k-th (status, delay) of the script (the last one
-    repeats) and answers a POST to /v1/completions with the prompt reversed, or an error body in vLLM's
-    format. ``posts`` holds the request bodies in accept order."""
-
-    daemon_threads = True
-    request_queue_size = 64
-
-    def __init__(self, script: Sequence[tuple[int, float]]) -> None:
-        super().__init__(("127.0.0.1", 0), _ScriptedHandler)
-        self.script = list(script)
-        self.received: dict[int, dict[str, Any]] = {}
-        self.accepted: dict[socket.socket | tuple[bytes, socket.socket], int] = {}
-        self.gets = 0
-        self.lock = threading.Lock()
-
-    def process_request(
-        self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any
-    ) -> None:
-        with self.lock:  # the accept loop: numbers follow accept order
-            self.accepted[request] = len(self.accepted)
-        super().process_request(request, client_address)
-
-    @property
-    def posts(self) -> list[dict[str, Any]]:
-        with self.lock:
-            return [self.received[k] for k in sorted(self.received)]
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-
-class _ScriptedHandler(BaseHTTPRequestHandler):
-    server: ScriptedServer
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        with self.server.lock:
-            self.server.gets += 1
-        self._send(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        with self.server.lock:
-            n = self.server.accepted[self.request] - self.server.gets  # GETs come first, at load
-            self.server.received[n] = body
-            status, delay = self.server.script[min(n, len(self.server.script) - 1)]
-        time.sleep(delay)
-        if status != 200:
-            self._send(status, {"object": "error", "message": f"scripted {status}", "code": status})
-        else:
-            self._send(200, {"choices": [{"index": 0, "text": " " + body["prompt"][::-1]}]})
+Served = Callable[[RecordingEngine], CompletionServer]  # the served fixture: start(engine)
 
 
 @pytest.fixture
 def scripted() -> Iterator[Callable[..., ScriptedServer]]:
-    servers: list[ScriptedServer] = []
-
-    def start(*script: tuple[int, float]) -> ScriptedServer:
-        server = ScriptedServer(script)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for s in servers:
-        s.shutdown()
-        s.server_close()
+    """start(*script) -> a ScriptedServer serving from a thread (stopped after the test)."""
+    yield from started(ScriptedServer)
 
 
-class RecordingEngine:
-    """Test double of an engine (the Engine protocol: generate(prompts, settings) -> one
-    Generation per prompt, in order): records every call, answers each prompt upper-cased,
-    raises for a prompt that says "boom"."""
-
-    def __init__(self) -> None:
-        self.info = EngineInfo(backend="recording-double", path="double", identity="double:1")
-        self.calls: list[tuple[list[str], DecodingSettings]] = []
-
-    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
-        assert isinstance(settings, DecodingSettings)
-        self.calls.append((list(prompts), settings))
-        if any("boom" in p for p in prompts):
-            raise RuntimeError("the engine broke on purpose\nsecond line")
-        return [
-            Generation(
-                text=p.upper(),
-                token_ids=(1, 2),
-                beams=tuple(f"{p.upper()}#{b}" for b in range(settings.beam_width)),
-            )
-            for p in prompts
-        ]
+def _serve(engine: RecordingEngine) -> CompletionServer:
+    return make_server(engine, model_name="double", window_ms=300, max_batch_size=8)
 
 
 @pytest.fixture
-def served() -> Iterator[Callable[..., tuple[CompletionServer, str]]]:
-    servers: list[CompletionServer] = []
-
-    def start(engine: Any, **kwargs: Any) -> tuple[CompletionServer, str]:
-        kwargs.setdefault("window_ms", 300)
-        kwargs.setdefault("max_batch_size", 8)
-        server = make_server(engine, model_name="double", **kwargs)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        host, port = server.server_address[:2]
-        assert isinstance(host, str)  # an IPv4 address
-        return server, f"http://{host}:{port}/v1"
-
-    yield start
-    for s in servers:
-        s.shutdown()
-        s.close()
+def served() -> Iterator[Served]:
+    """start(engine) -> `python -m harness serve`'s server around ``engine``, serving from a
+    thread (stopped, the engine closed, after the test)."""
+    yield from started(_serve)
 
 
 # --- the server ---------------------------------------------------------------------------
 
 
-def test_server_batches_concurrent_requests_into_one_call_in_arrival_order(
-    served: Callable[..., tuple[CompletionServer, str]],
-) -> None:
+def test_server_batches_concurrent_requests_into_one_call_in_arrival_order(served: Served) -> None:
     engine = RecordingEngine()
-    _, url = served(engine)
+    url = base_url(served(engine))
     client = OpenAIEngine(url, retries=0)
     prompts = ["p0", "p1", "p2", "p3"]
     out = client.generate(prompts, GREEDY)
@@ -177,8 +69,8 @@ def test_server_batches_concurrent_requests_into_one_call_in_arrival_order(
     assert [g.beams for g in out] == [(p.upper(), f"{p.upper()}#1") for p in prompts[::-1]]
 
 
-def test_client_identity_and_position_note(served: Callable[..., tuple[CompletionServer, str]]) -> None:
-    _, url = served(RecordingEngine())
+def test_client_identity_and_position_note(served: Served) -> None:
+    url = base_url(served(RecordingEngine()))
     client = OpenAIEngine(url)
     assert client.info.backend == "openai" and client.info.path == url
     assert client.info.identity == "server:double@double:1"  # model id @ the root it reports
@@ -216,10 +108,8 @@ def test_server_caps_batches_at_max_batch_size() -> None:
     assert [p.prompt for p in second] == ["p3", "p4"]
 
 
-def test_engine_exception_is_a_500_with_its_message(
-    served: Callable[..., tuple[CompletionServer, str]],
-) -> None:
-    _, url = served(RecordingEngine())
+def test_engine_exception_is_a_500_with_its_message(served: Served) -> None:
+    url = base_url(served(RecordingEngine()))
     client = OpenAIEngine(url, retries=0)
     with pytest.raises(
         ServerError,
@@ -259,19 +149,10 @@ def test_beam_fields_as_trtllm_serve_and_vllm_send_them() -> None:
     assert (s.beam_width, s.length_penalty, s.early_stopping, n) == (3, 0.6, False, 3)
 
 
-def test_bad_request_over_http_is_a_400_and_not_retried(
-    served: Callable[..., tuple[CompletionServer, str]],
-) -> None:
-    server, url = served(RecordingEngine())
-    import http.client
-
-    host, port = server.server_address[:2]
-    assert isinstance(host, str)  # an IPv4 address
-    conn = http.client.HTTPConnection(host, port, timeout=10)
-    conn.request("POST", "/v1/completions", body=b"{not json", headers={"Content-Length": "9"})
-    response = conn.getresponse()
-    assert response.status == 400
-    assert "not JSON" in json.loads(response.read())["error"]["message"]
+def test_bad_request_over_http_is_a_400_and_not_retried(served: Served) -> None:
+    status, body = post(served(RecordingEngine()), b"{not json")
+    assert status == 400
+    assert "not JSON" in body["error"]["message"]
 
 
 def test_serve_refuses_a_non_loopback_host() -> None:
@@ -353,22 +234,8 @@ def test_unreachable_server_fails_at_load_with_the_address() -> None:
 
 
 def test_unreachable_server_cli_one_line_no_traceback(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "run",
-            "--engine",
-            "http://127.0.0.1:1/v1",
-            "--report-dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+    proc = run_harness(
+        "run", "--engine", "http://127.0.0.1:1/v1", "--report-dir", str(tmp_path), cwd=tmp_path, timeout=120
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()

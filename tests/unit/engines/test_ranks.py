@@ -7,6 +7,7 @@ import pytest
 from harness.errors import ConfigError
 from harness.limits.ranks import current, engine_ranks, require_world, world_size
 from harness.model.ranks import Ranks
+from tests.processes import LAUNCHER_ENV
 
 
 @pytest.mark.parametrize(
@@ -72,17 +73,7 @@ def test_bad_environment_is_a_clear_error(env: dict[str, str], words: str) -> No
 
 
 def test_environment_is_read_when_not_given(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in (
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_SIZE",
-        "PMI_RANK",
-        "PMI_SIZE",
-        "PMIX_RANK",
-        "PMIX_SIZE",
-        "SLURM_STEP_ID",
-        "RANK",
-        "WORLD_SIZE",
-    ):
+    for var in LAUNCHER_ENV:
         monkeypatch.delenv(var, raising=False)
     assert current() == Ranks()
     monkeypatch.setenv("PMI_RANK", "1")

@@ -4,13 +4,10 @@
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
-import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import pytest
 
@@ -19,6 +16,7 @@ from harness.engines.base import EngineInfo, Generation
 from harness.model.limits import EngineLimits
 from harness.model.vocab import Layout
 from harness.tools.serve import BadRequest, Bounds, CompletionServer, make_server, parse_completion
+from tests.serving import post, serving
 
 LIMITS = EngineLimits(
     layout=Layout.EMULATOR, max_batch_size=8, max_beam_width=2, max_input_len=6, max_seq_len=20
@@ -90,28 +88,10 @@ def test_bounds_come_from_the_build_limits_with_defaults_where_none_are_recorded
 @pytest.fixture
 def server() -> Iterator[tuple[CompletionServer, CountingEngine]]:
     engine = CountingEngine()
-    srv = make_server(engine, model_name="double", max_batch_size=8, window_ms=20, bounds=BOUNDS)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv, engine
-    srv.shutdown()
-    srv.close()
-
-
-def _post(srv: CompletionServer, data: bytes, timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
-    host, port = srv.server_address[:2]
-    assert isinstance(host, str)  # an IPv4 address
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request(
-            "POST",
-            "/v1/completions",
-            body=data,
-            headers={"Content-Length": str(len(data)), "Content-Type": "application/json"},
-        )
-        response = conn.getresponse()
-        return response.status, json.loads(response.read())
-    finally:
-        conn.close()
+    with serving(
+        make_server(engine, model_name="double", max_batch_size=8, window_ms=20, bounds=BOUNDS)
+    ) as srv:
+        yield srv, engine
 
 
 def test_hostile_requests_are_400s_and_the_server_keeps_serving(
@@ -129,12 +109,12 @@ def test_hostile_requests_are_400s_and_the_server_keeps_serving(
     reasons: list[str] = []
     for data in hostile:
         start = time.monotonic()
-        status, body = _post(srv, data)
+        status, body = post(srv, data)
         assert status == 400 and time.monotonic() - start < 5, body
         reasons.append(body["error"]["message"])
     assert reasons[0] == "the body nests too deeply to be a completions request"
     assert reasons[4] == "the prompt has 7 tokens; the engine's max_input_len is 6"
     assert reasons[5] == "the prompt's 2 tokens + max_tokens 19 exceed the engine's max_seq_len 20"
     assert engine.calls == []  # none reached the engine
-    status, body = _post(srv, json.dumps({"prompt": "a b", "max_tokens": 4}).encode())
+    status, body = post(srv, json.dumps({"prompt": "a b", "max_tokens": 4}).encode())
     assert status == 200 and body["choices"][0]["text"] == "A B"

@@ -9,8 +9,6 @@ the cell. ``test_trtllm_contract.py`` runs the same contract against every relea
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,9 +28,10 @@ from harness.stages.prepare import load_run_dataset
 from tests.doubles import trtllm_1_x as double
 from tests.doubles.trtllm_1_x import make_engine_dir
 from tests.doubles.trtllm_common import BUNDLED_MODEL, Recorder, continuation
+from tests.integration.common import cli_options
+from tests.processes import REPO, checkout_env, finish
 from tests.unit.engines.pipeline_runs import run_config, run_pipeline, written_report
 
-REPO = Path(__file__).resolve().parents[3]
 MISSING = 'the trtllm backend needs TensorRT-LLM: pip install "batch-position-harness[trtllm]"'
 TOKENIZER = EngineOptions(tokenizer=str(BUNDLED_MODEL))
 PROMPTS = [
@@ -57,7 +56,7 @@ def test_importing_the_backends_does_not_import_tensorrt_llm() -> None:
         "import sys, harness.engines.trtllm, harness.engines.llmapi, harness.engines.registry, "
         "harness.pipeline; print('tensorrt_llm' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    out = finish([sys.executable, "-c", code], cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
 
@@ -80,26 +79,8 @@ def test_missing_tensorrt_llm_through_the_cli(tmp_path: Path, small_dataset: Pat
         "import runpy, sys; sys.modules['tensorrt_llm'] = None; sys.argv[0] = 'harness'; "
         "runpy.run_module('harness', run_name='__main__', alter_sys=True)"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            code,
-            "run",
-            "--engine",
-            str(engine),
-            "--dataset",
-            str(small_dataset),
-            "--report-dir",
-            str(tmp_path / "r"),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    cmd = [sys.executable, "-c", code, "run", *cli_options(engine, small_dataset, tmp_path / "r")]
+    proc = finish(cmd, cwd=tmp_path, env=checkout_env(), timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines() == [f"error: {MISSING}"]
     assert "Traceback" not in proc.stdout + proc.stderr

@@ -10,23 +10,15 @@ import pytest
 
 from harness.config import RunConfig
 from harness.pipeline import RunOutcome, run
+from tests.integration.common import run_options
 from tests.integration.toy_engine import ToyEngine
 
 
 def _run(engine: str | None, dataset: Path, tmp: Path, name: str, **options: str | bool) -> RunConfig:
-    values = {
-        "dataset": str(dataset),
-        "batch_sizes": "1,2",
-        "beam_widths": "1",
-        "max_new_tokens": "16",
-        "report_dir": str(tmp / name),
-        "goldens_dir": str(tmp / "g"),
-        "cache_dir": str(tmp / "cache"),
-        **options,
-    }
-    if engine:
-        values["engine"] = engine
-    return RunConfig.from_options(values)
+    """A run over the grid 1,2 x 1 (``engine`` None: one given to run()), its report in tmp /
+    ``name``, the goldens and the cache shared by every run under ``tmp``."""
+    values = run_options(tmp, dataset, "1,2", report=name, goldens="g", max_new_tokens="16")
+    return RunConfig.from_options({**values, **options, "engine": engine})
 
 
 def _numbers(result: RunOutcome) -> list[list[float]]:

@@ -13,6 +13,7 @@ import pytest
 
 from harness.config import RunConfig
 from harness.pipeline import RunOutcome, run
+from tests.integration.common import run_options
 
 HERE = Path(__file__).resolve().parents[2] / "integration"
 
@@ -21,17 +22,10 @@ def _run(tmp: Path, dataset: Path, **options: str) -> dict[str, Any]:
     engine = tmp / "engine"
     engine.mkdir(exist_ok=True)
     (engine / "weights.bin").write_text("the same engine files every time")
-    values = {
-        "engine": str(engine),
-        "backend": "fault_engines:OptionsEcho",
-        "dataset": str(dataset),
-        "batch_sizes": "1,2",
-        "beam_widths": "1",
-        "report_dir": str(tmp / "reports"),
-        "goldens_dir": str(tmp / "goldens"),
-        "cache_dir": str(tmp / "cache"),
-        **options,
-    }
+    values = run_options(
+        tmp, dataset, "1,2", report="reports", engine=str(engine), backend="fault_engines:OptionsEcho"
+    )
+    values.update(options)
     result = run(RunConfig.from_options(values))
     assert isinstance(result, RunOutcome)
     report: dict[str, Any] = json.loads((result.folder / "report.json").read_text())

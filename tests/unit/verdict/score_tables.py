@@ -5,7 +5,8 @@ them."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Concatenate, ParamSpec
 
 from harness.model.analysis import CellAnalysis, DropTest
 from harness.model.cell import Cell
@@ -13,6 +14,7 @@ from harness.model.scores import CellScores, Levels
 from harness.verdict import analysis as analysis_module
 
 N = 64
+P = ParamSpec("P")
 
 Rows = Sequence[Sequence[float]]  # [position][prompt]
 
@@ -32,19 +34,22 @@ def scored(
     )
 
 
-def analyze(
-    scores: Iterable[tuple[Cell, CellScores]],
-    levels: Mapping[int, Levels],
-    *,
-    tolerance: float,
-    alpha: float,
-    deterministic: bool = False,
-    family: int | None = None,
-) -> list[CellAnalysis]:
-    """The statistics over (cell, scores) pairs, in their order."""
-    return analysis_module.analyze(
-        dict(scores), levels, tolerance=tolerance, alpha=alpha, deterministic=deterministic, family=family
-    )
+def _over_pairs(
+    analyze: Callable[Concatenate[Mapping[Cell, CellScores], P], list[CellAnalysis]],
+) -> Callable[Concatenate[Iterable[tuple[Cell, CellScores]], P], list[CellAnalysis]]:
+    """``analyze`` taking its scores as (cell, scores) pairs, in their order; its other
+    parameters as they are."""
+
+    def over_pairs(
+        scores: Iterable[tuple[Cell, CellScores]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> list[CellAnalysis]:
+        return analyze(dict(scores), *args, **kwargs)
+
+    return over_pairs
+
+
+# the statistics over (cell, scores) pairs (harness.verdict.analysis.analyze's other parameters)
+analyze = _over_pairs(analysis_module.analyze)
 
 
 def drifting(

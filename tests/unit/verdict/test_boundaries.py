@@ -2,36 +2,22 @@
 
 from __future__ import annotations
 
+from harness.model.cell import Cell
 from harness.model.report import CellResult
 from harness.model.vocab import Verdict
 from harness.verdict.boundaries import boundaries, boundary
+from tests.unit.cell_results import clean_cell
 
 
 def _cell(
     size: int, beams: int, verdict: Verdict, degraded: tuple[int, ...] = (), error: str | None = None
 ) -> CellResult:
-    return CellResult(
-        id=f"bs{size}-beam{beams}",
-        batch_size=size,
-        beam_width=beams,
-        verdict=verdict,
-        limits_verdict=Verdict.PASS,
-        error=error,
-        message="",
-        cause=None,
-        pattern=None,
-        evidence=None,
-        baseline_level=1.0,
-        quality=0.5,
-        quality_bs1=0.5,
-        differing=0.0,
-        drift=None,
-        degraded_positions=degraded,
-        nondeterministic_positions=(),
-        omnibus=None,
-        positions=(),
-        limit_checks=(),
-    )
+    """The cell ``size`` x ``beams`` with ``verdict``: failing on its ``degraded`` positions,
+    an engine ``error``, or untested (answered one request at a time)."""
+    notice = "answered one request at a time" if verdict == Verdict.UNTESTED else None
+    cell = clean_cell(Cell(size, beams), quality=0.5, degraded=degraded, error=error, notice=notice)
+    assert cell.verdict == verdict, cell
+    return cell
 
 
 P, F = Verdict.PASS, Verdict.FAIL

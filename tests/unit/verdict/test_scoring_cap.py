@@ -13,6 +13,7 @@ import pytest
 
 from harness.config import RunConfig
 from harness.pipeline import RunOutcome, run
+from tests.integration.common import run_options
 
 HERE = Path(__file__).resolve().parents[2] / "integration"
 
@@ -36,15 +37,15 @@ def test_runaway_outputs_are_scored_capped_and_reported(
     tmp_path: Path, small_dataset: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(HERE))
-    values = {
-        "engine": "fault_engines:Runaway",
-        "dataset": str(small_dataset),
-        "batch_sizes": "1,2",
-        "beam_widths": "1",
-        "max_new_tokens": "8",
-        "report_dir": str(tmp_path / "reports"),
-        "goldens_dir": str(tmp_path / "goldens"),
-    }
+    values = run_options(
+        tmp_path,
+        small_dataset,
+        "1,2",
+        report="reports",
+        cache=None,
+        engine="fault_engines:Runaway",
+        max_new_tokens="8",
+    )
     started = time.perf_counter()
     result = run(RunConfig.from_options(values))
     assert time.perf_counter() - started < 120
