@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.config import RunConfig
 from tests.doubles.trtllm_common import BUNDLED_MODEL
+from tests.integration.common import run_options
 
 if TYPE_CHECKING:
     from harness.pipeline import RunOutcome
@@ -16,16 +17,8 @@ if TYPE_CHECKING:
 
 def run_config(tmp_path: Path, dataset: Path, engine: Path, **extra: object) -> RunConfig:
     """The run of ``engine`` on ``dataset``; ``extra`` adds options (batch sizes, backend, ...)."""
-    values = {
-        "engine": str(engine),
-        "dataset": str(dataset),
-        "tokenizer": str(BUNDLED_MODEL),
-        "report_dir": str(tmp_path / "reports"),
-        "goldens_dir": str(tmp_path / "goldens"),
-        "no_cache": True,
-        "max_new_tokens": 16,
-        **extra,
-    }
+    values = run_options(tmp_path, dataset, None, None, report="reports", cache=False, max_new_tokens=16)
+    values.update(engine=str(engine), tokenizer=str(BUNDLED_MODEL), **extra)
     return RunConfig.from_options(values)
 
 
