@@ -135,28 +135,29 @@ def real(flag: str, bound: Range | None = None) -> Callable[[str], float]:
     return parse
 
 
-def positive_real(flag: str, bound: Range | None = None) -> Callable[[str], float]:
-    """A finite float > 0 (seconds)."""
+def _real_from(
+    flag: str, bound: Range | None, low: float, open_low: bool, why: str
+) -> Callable[[str], float]:
+    """A finite float within ``bound`` from ``low`` up (``open_low``: ``low`` itself refused)."""
+    finite = real(flag, bound)
 
     def parse(value: str) -> float:
-        x = real(flag, bound)(value)
-        if x <= 0:
-            raise argparse.ArgumentTypeError(f"{flag} {value!r}: must be more than 0")
+        x = finite(value)
+        if x < low or (open_low and x == low):
+            raise argparse.ArgumentTypeError(f"{flag} {value!r}: {why}")
         return x
 
     return parse
+
+
+def positive_real(flag: str, bound: Range | None = None) -> Callable[[str], float]:
+    """A finite float > 0 (seconds)."""
+    return _real_from(flag, bound, 0.0, True, "must be more than 0")
 
 
 def non_negative_real(flag: str, bound: Range | None = None) -> Callable[[str], float]:
     """A finite float >= 0 (milliseconds to wait)."""
-
-    def parse(value: str) -> float:
-        x = real(flag, bound)(value)
-        if x < 0:
-            raise argparse.ArgumentTypeError(f"{flag} {value!r}: must be >= 0")
-        return x
-
-    return parse
+    return _real_from(flag, bound, 0.0, False, "must be >= 0")
 
 
 def shard(flag: str, bound: Range | None = None) -> Callable[[str], tuple[int, int]]:
