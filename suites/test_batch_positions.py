@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from harness.verdict.failures import positions_failure
+from harness.verdict.failures import engine_failure, positions_failure
 
 if TYPE_CHECKING:
     from harness.model.report import CellResult
@@ -15,5 +15,14 @@ if TYPE_CHECKING:
 
 def test_batch_positions(harness_cell_result: CellResult, harness_result: RunOutcome) -> None:
     message = positions_failure(harness_cell_result)
+    if message:
+        pytest.fail(message, pytrace=False)
+
+
+def test_engine_wide(harness_result: RunOutcome) -> None:
+    engine = harness_result.report.engine_wide
+    if engine is None:
+        pytest.skip("no engine-wide test: fewer than two batched cells, or no reference summaries")
+    message = engine_failure(engine)
     if message:
         pytest.fail(message, pytrace=False)

@@ -152,6 +152,30 @@ class CellAnalysis:
         return self.omnibus is not None and self.omnibus.flagged and not self.degraded_positions
 
 
+@dataclass(frozen=True)
+class EngineWide:
+    """Question 2 over the whole engine: every batched output (each cell with batch size > 1,
+    each position) against batch size 1 at its beam width, pooled per prompt. Damage too mild
+    for any one cell's tests, spread over every cell, shows here (docs/method.md)."""
+
+    test: DropTest  # per prompt: batch size 1's quality minus its batched outputs' mean
+    cells: tuple[str, ...]  # the cells pooled
+    message: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.test.flagged
+
+
+@dataclass(frozen=True)
+class RunAnalysis:
+    """Every cell's analysis and the engine-wide test (None: fewer than two batched cells or
+    no reference summaries), all under one Holm family."""
+
+    cells: tuple[CellAnalysis, ...]
+    engine_wide: EngineWide | None = None
+
+
 def cell_fails(degraded: bool, omnibus: bool, nondeterministic: bool, empty: bool) -> bool:
     """A cell fails on a degraded position, on its omnibus test (damage spread thinly), under
     --deterministic on an output that differs from batch size 1's, or on an output with no

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.model.analysis import DropTest, PositionStats
+from harness.model.analysis import DropTest, EngineWide, PositionStats
 from harness.model.cell import Cell
 from harness.model.dataset import DatasetInfo
 from harness.model.engine import EngineInfo
@@ -120,10 +120,11 @@ def cell_verdict(*, error: bool, failed: bool, notice: bool) -> Verdict:
     return Verdict.UNTESTED if notice else Verdict.PASS
 
 
-def run_verdict(cells: Sequence[CellResult]) -> Verdict:
-    """A run passes when every cell passes and no build limit is exceeded."""
+def run_verdict(cells: Sequence[CellResult], engine_wide: EngineWide | None = None) -> Verdict:
+    """A run passes when every cell passes, no build limit is exceeded and the engine-wide
+    test does not fail."""
     bad = any(c.verdict != Verdict.PASS or c.limits_verdict == Verdict.FAIL for c in cells)
-    return Verdict.FAIL if bad else Verdict.PASS
+    return Verdict.FAIL if bad or (engine_wide is not None and engine_wide.failed) else Verdict.PASS
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,7 @@ class Report:
     timing: Timing
     cells: tuple[CellResult, ...]
     boundaries: tuple[Boundary, ...] = ()  # per beam width: where batch sizes start failing
+    engine_wide: EngineWide | None = None  # question 2 pooled over every batched cell
     shard: ShardInfo | None = None
     scores: ShardScores | None = None
     integrity: Integrity | None = None

@@ -23,11 +23,12 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from harness.model.analysis import DropTest, PositionStats, cell_fails
+from harness.model.analysis import DropTest, EngineWide, PositionStats, cell_fails
 from harness.model.limits import failing
 from harness.model.report import CellResult, Report, cell_verdict, run_verdict
 from harness.model.scores import mean
 from harness.model.vocab import Rotation, Verdict
+from harness.verdict.analysis import pools
 from harness.verdict.statistics import holm
 
 FIGURE = 1e-5  # two figures rounded to 6 decimals, and their difference
@@ -53,6 +54,8 @@ def _tests(report: Report) -> Iterator[_Test]:
                     yield _Test(f"{cell.id} position {s.position} {name}", test)
         if cell.omnibus is not None:
             yield _Test(f"{cell.id} omnibus test", cell.omnibus)
+    if report.engine_wide is not None:
+        yield _Test("engine-wide test", report.engine_wide.test)
 
 
 def _near(a: float | None, b: float | None, allowance: float = FIGURE) -> bool:
@@ -231,6 +234,24 @@ def _method(report: Report, out: list[str]) -> None:
             out.append(f"method.{name} {value}, but the run was given {name} {given[name]}")
 
 
+def _engine_wide(report: Report, flags: dict[int, bool], out: list[str]) -> EngineWide | None:
+    """The engine-wide test with its flag as its figures decide it; a report whose batched
+    cells with references make one but records none, or that pools other cells, is listed."""
+    e = report.engine_wide
+    scored = [c for c in report.cells if c.positions]
+    batched = sorted(c.id for c in scored if c.batch_size > 1)
+    references = any(s.quality is not None for c in scored for s in c.positions)
+    if e is None:
+        if references and pools([c.cell for c in scored]):
+            out.append(f"engine_wide: missing, but the cells {', '.join(batched)} with references make one")
+        return None
+    if sorted(e.cells) != batched:
+        out.append(
+            f"engine_wide: pools {', '.join(e.cells)}, not the report's batched cells {', '.join(batched)}"
+        )
+    return replace(e, test=replace(e.test, flagged=flags.get(id(e.test), e.test.flagged)))
+
+
 def audit(report: Report) -> list[str]:
     """Every recorded decision of the report that does not follow from its own figures and
     method (empty: every verdict follows)."""
@@ -238,9 +259,10 @@ def audit(report: Report) -> list[str]:
     _method(report, out)
     flags = _flags(report, out)
     decided = [_cell(report, cell, flags, out) for cell in report.cells]
-    expected = run_verdict([replace(c, verdict=v) for c, v in zip(report.cells, decided)])
+    engine = _engine_wide(report, flags, out)
+    expected = run_verdict([replace(c, verdict=v) for c, v in zip(report.cells, decided)], engine)
     if report.cells and report.verdict != expected:
-        out.append(f"verdict {report.verdict}, but its cells make it {expected}")
+        out.append(f"verdict {report.verdict}, but its cells and the engine-wide test make it {expected}")
     if report.signoff.verdict != report.verdict:
         out.append(f"signoff.verdict {report.signoff.verdict}, but the report's verdict is {report.verdict}")
     return out

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import __version__
-from harness.model.analysis import DropTest, PositionStats
+from harness.model.analysis import DropTest, EngineWide, PositionStats
 from harness.model.cell import Cell
 from harness.model.report import (
     SCHEMA_VERSION,
@@ -120,6 +120,12 @@ def _position(s: PositionStats) -> PositionStats:
         quality_test=_test(s.quality_test),
         change_test=_test(s.change_test),
     )
+
+
+def reported_engine(e: EngineWide | None) -> EngineWide | None:
+    """The engine-wide test as the report holds it, figures rounded (shared with ``merge``)."""
+    test = _test(e.test) if e is not None else None
+    return dataclasses.replace(e, test=test) if e is not None and test is not None else None
 
 
 def reported(c: CellResult, examples: Sequence[Example]) -> CellResult:
@@ -296,6 +302,7 @@ def build_report(
         timing=rounded(timing),
         cells=cells,
         boundaries=decision.boundaries,
+        engine_wide=reported_engine(decision.engine_wide),
         shard=shard,
         scores=scores,
     )

@@ -12,7 +12,7 @@ from harness.model.analysis import PositionStats
 from harness.model.limits import failing
 from harness.model.report import CellResult, Report
 from harness.model.vocab import CheckStatus, Rotation, Verdict
-from harness.report.summary import boundary_lines, shard_note
+from harness.report.summary import boundary_lines, engine_lines, shard_note
 from harness.verdict.messages import ranges
 
 # Markdown's inline and block markup characters (CommonMark lets a backslash escape any ASCII
@@ -121,8 +121,10 @@ def _findings(report: Report) -> list[str]:
             for ch in c.limit_checks
             if ch.status == CheckStatus.WARN
         ]
-    lines += [f"- {md(line)}" for line in boundary_lines(report)]
+    lines += [f"- {md(line)}" for line in engine_lines(report) + boundary_lines(report)]
     lines = lines or ["No degraded position and no exceeded build limit."]
+    if report.engine_wide is not None and not report.engine_wide.failed:
+        lines += ["", f"{md(report.engine_wide.message)}."]
     drift = [c.drift for c in report.cells if c.drift]
     if drift:
         lines += [

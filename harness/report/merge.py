@@ -32,7 +32,7 @@ from harness.model.report import (
 )
 from harness.model.scores import CellScores, Levels
 from harness.plan import Plan
-from harness.report.build import blindness, questions, reported, worst_position
+from harness.report.build import blindness, questions, reported, reported_engine, worst_position
 from harness.report.serialize import check_sealed, load_report, seal
 from harness.verdict.decide import decide
 
@@ -318,6 +318,7 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
         timing=_timing([r.timing for r in reports]),
         cells=tuple(cells),
         boundaries=decision.boundaries,
+        engine_wide=reported_engine(decision.engine_wide),
         scores=None,
         shard=ShardInfo(count=len(shards), merged_from=tuple(str(s.folder) for s in shards)),
     )

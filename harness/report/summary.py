@@ -42,7 +42,13 @@ def finding_lines(report: Report) -> list[str]:
             lines.append(c.headline)
             if c.cause:
                 lines.append(f"  {c.cause}")
-    return lines + boundary_lines(report) + drift_lines(report)
+    return lines + engine_lines(report) + boundary_lines(report) + drift_lines(report)
+
+
+def engine_lines(report: Report) -> list[str]:
+    """The engine-wide test's line where it failed (report.json ``engine_wide``)."""
+    e = report.engine_wide
+    return [e.message] if e is not None and e.failed else []
 
 
 def boundary_lines(report: Report) -> list[str]:

@@ -12,7 +12,9 @@ every position, so each comparison is paired by prompt and prompt difficulty can
    at batch size 1 for the same prompts? Drift changes outputs, not their quality; damage that
    hits every position alike (which question 1 cannot see) lowers it. A per-cell omnibus test
    of the same form, on each prompt's mean over the positions, catches damage spread thinly.
-   Not answered when the dataset has no reference summaries.
+   Over the whole engine, the same question pooled per prompt over every batched output
+   (every cell with batch size > 1, every position) catches damage too mild for any one
+   cell, spread over all of them. Not answered when the dataset has no reference summaries.
 3. Determinism: the share of outputs that differ from batch size 1's and the agreement with
    the baseline. Always reported; a gate only with ``--deterministic`` (batch-invariant
    engines), where any differing output fails its position.
@@ -27,7 +29,7 @@ every position, so each comparison is paired by prompt and prompt difficulty can
 
 A test flags when its mean drop exceeds ``tolerance`` and a one-sided t-test rejects
 H0: drop <= tolerance at ``alpha`` after Holm's correction over every test of the run. A
-position is degraded when question 1 or 2 flags it; a cell fails on a degraded position, on
+position is degraded when question 1 or 2 flags it; the run fails on the engine-wide test; a cell fails on a degraded position, on
 its omnibus test, (--deterministic) on a differing output, or on an output with no text:
 every test is relative to batch size 1, so an engine that returns nothing (or what is not
 text) at every batch size would pass them all. docs/method.md has the power tables and the
@@ -41,11 +43,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from harness.model.analysis import CellAnalysis, DropTest, PositionStats, cell_fails
+from harness.model.analysis import CellAnalysis, DropTest, EngineWide, PositionStats, RunAnalysis, cell_fails
 from harness.model.cell import Cell
 from harness.model.scores import CellScores, Levels, finite, mean
 from harness.model.vocab import Verdict
-from harness.verdict.messages import cell_message, drift_note, empty_note
+from harness.verdict.messages import cell_message, drift_note, empty_note, engine_message
 from harness.verdict.statistics import (
     change_test,
     holm,
@@ -69,6 +71,28 @@ def _omnibus_drops(reference: Sequence[Sequence[float]], bs1: Sequence[float]) -
         if seen and not math.isnan(b):
             out.append(b - mean(seen))
     return out
+
+
+def engine_drops(scores: Mapping[Cell, CellScores], levels: Mapping[int, Levels]) -> list[float]:
+    """Per prompt with a reference: the mean, over its batched outputs (every cell with batch
+    size > 1, every position it sat at), of batch size 1's quality at the same beam width minus
+    the output's. Each output weighs alike; the prompt is the unit the test samples."""
+    per_prompt: dict[int, list[float]] = {}
+    for cell, cs in scores.items():
+        if cell.batch_size == 1:
+            continue
+        bs1 = levels[cell.beam_width].quality
+        for row in cs.reference:
+            for i, (q, b) in enumerate(zip(row, bs1)):
+                if not (math.isnan(q) or math.isnan(b)):
+                    per_prompt.setdefault(i, []).append(b - q)
+    return [mean(d) for d in per_prompt.values()]
+
+
+def pools(cells: Sequence[Cell]) -> bool:
+    """Whether a run over ``cells`` makes the engine-wide test: with two batched cells or more
+    (over one it would repeat that cell's omnibus test)."""
+    return sum(c.batch_size > 1 for c in cells) >= 2
 
 
 def _spread(drops: Sequence[float]) -> float:
@@ -196,8 +220,9 @@ def analyze(
     alpha: float,
     deterministic: bool = False,
     family: int | None = None,
-) -> list[CellAnalysis]:
-    """Analyse every cell; ``levels[beam_width]`` holds batch size 1's per-prompt levels.
+) -> RunAnalysis:
+    """Analyse every cell and the engine as a whole; ``levels[beam_width]`` holds batch size
+    1's per-prompt levels.
 
     ``family`` is the size of the Holm family, the tests the run's design makes
     (``harness.verdict.decide.family_size``): tests the design makes that these scores do not
@@ -219,6 +244,8 @@ def analyze(
         rows.append(row)
         at = [_quality_drops_at(cs, level, p) for p in range(len(cs.baseline))]
         spreads.append([(len(d), _spread(d)) for d in at if len(d) >= 2] if cell.batch_size > 1 else [])
+    pooled = engine_drops(scores, levels) if pools(list(scores)) else []
+    engine = tests.add(paired_test(pooled, tolerance)) if len(pooled) >= 2 else None
     done = tests.settle(tolerance, alpha, family)
     m = max(len(done), family or 0, 1)
     detectable = [
@@ -228,7 +255,7 @@ def analyze(
         )
         for spread in spreads
     ]
-    return [
+    cells = tuple(
         _cell(
             cell,
             levels[cell.beam_width],
@@ -237,4 +264,9 @@ def analyze(
             d,
         )
         for cell, row, slot, oi, d in zip(scores, rows, slots, omnibus, detectable)
-    ]
+    )
+    if engine is None:
+        return RunAnalysis(cells)
+    test, batched = done[engine], tuple(c.id for c in scores if c.batch_size > 1)
+    failed = any(a.verdict == Verdict.FAIL for a in cells)
+    return RunAnalysis(cells, EngineWide(test, batched, engine_message(test, batched, failed, tolerance)))

@@ -13,13 +13,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from harness.model.analysis import CellAnalysis, Finding
+from harness.model.analysis import CellAnalysis, EngineWide, Finding
 from harness.model.cell import Cell
 from harness.model.limits import EngineLimits, LimitCheck, failing
 from harness.model.report import Boundary, CellResult, cell_verdict, run_verdict
 from harness.model.scores import CellScores, Levels, finite
 from harness.model.vocab import Verdict
-from harness.verdict.analysis import analyze
+from harness.verdict.analysis import analyze, pools
 from harness.verdict.boundaries import boundaries
 from harness.verdict.signatures import CellEvidence, Shortfall, match
 
@@ -27,9 +27,11 @@ from harness.verdict.signatures import CellEvidence, Shortfall, match
 def family_size(design: Sequence[Cell], references: bool) -> int:
     """The tests a run of ``design`` makes: for every position of every cell with batch size
     > 1 the position test and the changed-outputs test, and with reference summaries the
-    quality test, plus one omnibus test per such cell."""
+    quality test, plus one omnibus test per such cell and, over two such cells or more, the
+    engine-wide test."""
     per_position = 3 if references else 2
-    return sum(c.batch_size * per_position + references for c in design if c.batch_size > 1)
+    cells = sum(c.batch_size * per_position + references for c in design if c.batch_size > 1)
+    return cells + (references and pools(design))
 
 
 def harm(scores: CellScores, level: Levels) -> tuple[tuple[float, ...], ...]:
@@ -89,16 +91,18 @@ def cell_result(
 
 @dataclass(frozen=True)
 class Decision:
-    """What a run decided: one result per cell under test, in plan order, where each beam
-    width starts failing, and the size of the Holm family its tests were corrected over."""
+    """What a run decided: one result per cell under test, in plan order, the engine-wide
+    test, where each beam width starts failing, and the size of the Holm family its tests were
+    corrected over."""
 
     cells: tuple[CellResult, ...]
     boundaries: tuple[Boundary, ...]
     family: int
+    engine_wide: EngineWide | None = None
 
     @property
     def verdict(self) -> Verdict:
-        return run_verdict(self.cells)
+        return run_verdict(self.cells, self.engine_wide)
 
 
 def decide(
@@ -126,12 +130,10 @@ def decide(
         raise ValueError(f"cells {', '.join(outside)} are not in the design the Holm family is sized by")
     references = any(finite(level.quality) for level in levels.values())
     family = family_size(design, references)
-    analyses = {
-        a.cell: a
-        for a in analyze(
-            scores, levels, tolerance=tolerance, alpha=alpha, deterministic=deterministic, family=family
-        )
-    }
+    run = analyze(
+        scores, levels, tolerance=tolerance, alpha=alpha, deterministic=deterministic, family=family
+    )
+    analyses = {a.cell: a for a in run.cells}
     findings: dict[Cell, Finding] = {}
     if any(a.verdict == Verdict.FAIL for a in analyses.values()):
         evidence = [
@@ -149,4 +151,4 @@ def decide(
         cell_result(c, checks.get(c, ()), analyses.get(c), errors.get(c), findings.get(c), notices.get(c))
         for c in cells
     )
-    return Decision(cells=results, boundaries=boundaries(results), family=family)
+    return Decision(cells=results, boundaries=boundaries(results), family=family, engine_wide=run.engine_wide)

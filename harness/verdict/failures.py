@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harness.model.analysis import DropTest, PositionStats, shown_p
+from harness.model.analysis import DropTest, EngineWide, PositionStats, shown_p
 from harness.model.limits import LimitCheck, failing
 from harness.model.report import CellResult
 from harness.model.vocab import CheckStatus, Verdict
@@ -57,6 +57,11 @@ def positions_failure(result: CellResult) -> str | None:
             f"{shown_p(omnibus.p_adjusted)})"
         )
     return "\n".join(lines)
+
+
+def engine_failure(engine: EngineWide) -> str | None:
+    """The engine-wide test's failure message, or None when it passes."""
+    return engine.message if engine.failed else None
 
 
 def limits_failure(checks: Sequence[LimitCheck]) -> str | None:

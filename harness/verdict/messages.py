@@ -113,3 +113,21 @@ def drift_note(
             f"{ranges(concentrated)} than at the others, without a loss there"
         )
     return said + "; not position-dependent"
+
+
+def engine_message(test: DropTest, cells: Sequence[str], cells_failed: bool, tolerance: float) -> str:
+    """What the engine-wide test says: pooled over every batched output, quality below batch
+    size 1's by more than the tolerance (or not); ``cells_failed``: some cell fails on its own."""
+    pooled = (
+        f"engine-wide: mean quality against the references {test.drop:.3f} below batch size 1 "
+        f"over every batched output of {len(cells)} cells ({test.n} prompts, adjusted p "
+        f"{shown_p(test.p_adjusted)})"
+    )
+    if not test.flagged:
+        return f"{pooled}: within the tolerance {tolerance} or not significant"
+    if cells_failed:
+        return f"{pooled}: the batched outputs lose quality beyond the tolerance {tolerance}"
+    return (
+        f"{pooled}: damage spread over the engine, beyond the tolerance {tolerance}, though no "
+        "cell shows it alone"
+    )

@@ -90,6 +90,10 @@ def _forged(good: Path, bad: Path, *, p_values: bool = False) -> dict[str, Any]:
                         position[test].update(p_value=1.0, p_adjusted=1.0)
         if cell["omnibus"] is not None:
             cell["omnibus"]["flagged"] = False
+    if data["engine_wide"] is not None:
+        data["engine_wide"]["test"]["flagged"] = False
+        if p_values:
+            data["engine_wide"]["test"].update(p_value=1.0, p_adjusted=1.0)
     return data
 
 

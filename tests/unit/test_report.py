@@ -276,3 +276,25 @@ def test_the_heatmap_title_fits_its_figure(positions: int) -> None:
     title = fig.axes[0].title.get_window_extent()
     plt.close(fig)
     assert 0 <= title.x0 and title.x1 <= fig.bbox.width
+
+
+def test_the_audit_holds_the_engine_wide_test_to_its_figures(reports: dict[str, Path]) -> None:
+    """The engine-wide test is read back, corrected in the run's family and decides the run
+    verdict: a flag edited, or the test left out, is listed."""
+    from dataclasses import replace
+
+    from harness.model.analysis import EngineWide
+    from harness.model.vocab import Verdict
+    from harness.report.audit import audit
+
+    report = load_report(reports["fixed"]).report
+    e = report.engine_wide
+    assert isinstance(e, EngineWide) and not e.failed and report.verdict == Verdict.PASS
+    assert e.cells == ("bs4-beam1", "bs8-beam1", "bs4-beam2", "bs8-beam2") and audit(report) == []
+    flagged = replace(
+        report, engine_wide=replace(e, test=replace(e.test, flagged=True)), verdict=Verdict.FAIL
+    )
+    assert any(line.startswith("engine-wide test: flagged true") for line in audit(flagged))
+    assert any(line.startswith("engine_wide: missing") for line in audit(replace(report, engine_wide=None)))
+    narrowed = replace(report, engine_wide=replace(e, cells=e.cells[:2]))
+    assert any(line.startswith("engine_wide: pools bs4-beam1, bs8-beam1,") for line in audit(narrowed))

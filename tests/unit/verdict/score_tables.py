@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Concatenate, ParamSpec
 
-from harness.model.analysis import CellAnalysis, DropTest
+from harness.model.analysis import DropTest, RunAnalysis
 from harness.model.cell import Cell
 from harness.model.scores import CellScores, Levels
 from harness.verdict import analysis as analysis_module
@@ -35,14 +35,14 @@ def scored(
 
 
 def _over_pairs(
-    analyze: Callable[Concatenate[Mapping[Cell, CellScores], P], list[CellAnalysis]],
-) -> Callable[Concatenate[Iterable[tuple[Cell, CellScores]], P], list[CellAnalysis]]:
+    analyze: Callable[Concatenate[Mapping[Cell, CellScores], P], RunAnalysis],
+) -> Callable[Concatenate[Iterable[tuple[Cell, CellScores]], P], RunAnalysis]:
     """``analyze`` taking its scores as (cell, scores) pairs, in their order; its other
     parameters as they are."""
 
     def over_pairs(
         scores: Iterable[tuple[Cell, CellScores]], /, *args: P.args, **kwargs: P.kwargs
-    ) -> list[CellAnalysis]:
+    ) -> RunAnalysis:
         return analyze(dict(scores), *args, **kwargs)
 
     return over_pairs

@@ -38,7 +38,7 @@ def test_sparse_large_damage_is_found_by_the_changed_outputs_it_leaves() -> None
         tolerance=0.02,
         alpha=0.01,
         family=135,
-    )
+    ).cells
     s = a.positions[3]
     assert not ran(s.position_test).flagged and not ran(s.quality_test).flagged
     assert ran(s.change_test).flagged and ran(s.change_test).drop == pytest.approx(15 / N)
@@ -62,7 +62,7 @@ def test_outputs_that_change_at_one_position_without_a_loss_are_not_damage() -> 
         tolerance=0.02,
         alpha=0.01,
         family=135,
-    )
+    ).cells
     assert ran(a.positions[5].change_test).flagged
     assert a.degraded_positions == () and a.verdict == "pass"
     assert a.drift is not None and a.drift.endswith(
@@ -82,7 +82,7 @@ def test_drift_that_changes_every_position_alike_never_trips_the_change_test(rat
         agreement, quality = drifting(rng, q1, rate, 8)
         [a] = analyze(
             [scored(Cell(8, 1), agreement, quality)], {1: levels_of(q1)}, tolerance=0.02, alpha=0.01
-        )
+        ).cells
         tested += len(a.positions)
         rejected += sum(ran(s.change_test).p_value < 0.01 for s in a.positions)
         assert a.verdict == "pass"

@@ -62,7 +62,7 @@ def test_a_heavily_drifting_healthy_engine_passes(rate: float) -> None:
     q1 = [rng.uniform(0.45, 0.8) for _ in range(N)]
     cells = [Cell(b, w) for w in (1, 2) for b in (2, 4, 8)]
     scores = [scored(c, *drifting(rng, q1, rate, c.batch_size)) for c in cells]
-    out = analyze(scores, {1: levels_of(q1), 2: levels_of(q1)}, tolerance=0.02, alpha=0.01)
+    out = analyze(scores, {1: levels_of(q1), 2: levels_of(q1)}, tolerance=0.02, alpha=0.01).cells
     assert all(a.verdict == "pass" and not a.degraded_positions for a in out)
     bs8 = out[2]
     assert bs8.differing == pytest.approx(rate, abs=0.08)
@@ -81,7 +81,9 @@ def test_position_dependence_flags_the_broken_slots_exactly() -> None:
     bad_a = [rng.uniform(0.05, 0.3) for _ in range(N)]
     agreement = [[1.0] * N] * 2 + [bad_a] * 6
     quality = [q1] * 2 + [[0.1] * N] * 6
-    [a] = analyze([scored(Cell(8, 4), agreement, quality)], {4: levels_of(q1)}, tolerance=0.02, alpha=0.01)
+    [a] = analyze(
+        [scored(Cell(8, 4), agreement, quality)], {4: levels_of(q1)}, tolerance=0.02, alpha=0.01
+    ).cells
     assert a.degraded_positions == (2, 3, 4, 5, 6, 7) and a.verdict == "fail"
     assert all(ran(a.positions[p].position_test).flagged for p in range(2, 8))
     assert not ran(a.positions[0].position_test).flagged and not a.positions[1].degraded
@@ -96,7 +98,9 @@ def test_a_slot_that_only_changes_outputs_is_position_dependent() -> None:
     q1 = [rng.uniform(0.5, 0.8) for _ in range(N)]
     agreement = [[1.0] * N for _ in range(4)]
     agreement[3] = [rng.uniform(0.3, 0.6) for _ in range(N)]
-    [a] = analyze([scored(Cell(4, 1), agreement, [q1] * 4)], {1: levels_of(q1)}, tolerance=0.02, alpha=0.01)
+    [a] = analyze(
+        [scored(Cell(4, 1), agreement, [q1] * 4)], {1: levels_of(q1)}, tolerance=0.02, alpha=0.01
+    ).cells
     assert a.degraded_positions == (3,)
     assert ran(a.positions[3].position_test).flagged and not ran(a.positions[3].quality_test).flagged
 
@@ -108,7 +112,9 @@ def test_uniform_damage_is_caught_by_batch_size_quality() -> None:
     q1 = [rng.uniform(0.5, 0.8) for _ in range(N)]
     cut = [q * rng.uniform(0.3, 0.6) for q in q1]
     agreement = [[rng.uniform(0.3, 0.5) for _ in range(N)]] * 8
-    [a] = analyze([scored(Cell(8, 1), agreement, [cut] * 8)], {1: levels_of(q1)}, tolerance=0.02, alpha=0.01)
+    [a] = analyze(
+        [scored(Cell(8, 1), agreement, [cut] * 8)], {1: levels_of(q1)}, tolerance=0.02, alpha=0.01
+    ).cells
     assert a.degraded_positions == tuple(range(8))
     assert all(ran(s.quality_test).flagged and not ran(s.position_test).flagged for s in a.positions)
 
@@ -118,11 +124,15 @@ def test_without_references_quality_is_not_answered_and_position_dependence_stil
     q1 = [nan] * N
     agreement = [[1.0] * N for _ in range(4)]
     agreement[2] = [0.2] * N
-    [a] = analyze([scored(Cell(4, 1), agreement, [q1] * 4)], {1: levels_of(q1)}, tolerance=0.02, alpha=0.01)
+    [a] = analyze(
+        [scored(Cell(4, 1), agreement, [q1] * 4)], {1: levels_of(q1)}, tolerance=0.02, alpha=0.01
+    ).cells
     assert all(s.quality_test is None and s.quality is None for s in a.positions)
     assert a.omnibus is None and a.degraded_positions == (2,)
     uniform = [[0.3] * N] * 4
-    [b] = analyze([scored(Cell(4, 1), uniform, [q1] * 4)], {1: levels_of(q1)}, tolerance=0.02, alpha=0.01)
+    [b] = analyze(
+        [scored(Cell(4, 1), uniform, [q1] * 4)], {1: levels_of(q1)}, tolerance=0.02, alpha=0.01
+    ).cells
     assert b.verdict == "pass"  # damage alike everywhere: nothing can see it without references
 
 
@@ -130,14 +140,16 @@ def test_deterministic_gate_fails_any_position_that_differs() -> None:
     rng = random.Random(6)
     q1 = [rng.uniform(0.5, 0.8) for _ in range(N)]
     agreement, quality = drifting(rng, q1, 0.1, 4)
-    [off] = analyze([scored(Cell(4, 1), agreement, quality)], {1: levels_of(q1)}, tolerance=0.02, alpha=0.01)
+    [off] = analyze(
+        [scored(Cell(4, 1), agreement, quality)], {1: levels_of(q1)}, tolerance=0.02, alpha=0.01
+    ).cells
     [on] = analyze(
         [scored(Cell(4, 1), agreement, quality)],
         {1: levels_of(q1)},
         tolerance=0.02,
         alpha=0.01,
         deterministic=True,
-    )
+    ).cells
     assert off.verdict == "pass" and on.verdict == "fail"
     assert on.nondeterministic_positions == (0, 1, 2, 3)
     assert "--deterministic expects every output to equal batch size 1's" in on.message
@@ -148,7 +160,7 @@ def test_deterministic_gate_fails_any_position_that_differs() -> None:
         tolerance=0.02,
         alpha=0.01,
         deterministic=True,
-    )
+    ).cells
     assert clean.verdict == "pass" and clean.drift is None
 
 
@@ -158,7 +170,7 @@ def test_batch_size_one_is_not_tested() -> None:
         {1: levels_of([0.5] * 10)},
         tolerance=0.02,
         alpha=0.01,
-    )
+    ).cells
     assert a.positions[0].position_test is None and a.positions[0].quality_test is None
     assert a.verdict == "pass" and a.omnibus is None
 
@@ -174,7 +186,9 @@ def test_damage_spread_thinly_fails_the_cell_through_the_omnibus_test() -> None:
             for i in range(4):
                 row[(p * 7 + i * 16) % N] = 0.4
         rows.append(row)
-    [a] = analyze([scored(Cell(8, 1), [[1.0] * N] * 8, rows)], {1: levels_of(q1)}, tolerance=0.0, alpha=0.05)
+    [a] = analyze(
+        [scored(Cell(8, 1), [[1.0] * N] * 8, rows)], {1: levels_of(q1)}, tolerance=0.0, alpha=0.05
+    ).cells
     assert a.degraded_positions == ()
     assert a.spread and a.verdict == "fail"
     assert ran(a.omnibus).drop == pytest.approx(6 * 4 * 0.6 / (8 * N))
@@ -188,7 +202,9 @@ def test_every_test_joins_one_holm_family() -> None:
     cell = Cell(4, 2)
     q1 = [1.0] * 30
     quality = [[1.0] * 30 for _ in range(3)] + [[rng.uniform(0.93, 1.0) for _ in range(30)]]
-    [b] = analyze([scored(cell, [[1.0] * 30] * 4, quality)], {2: levels_of(q1)}, tolerance=0.02, alpha=0.01)
+    [b] = analyze(
+        [scored(cell, [[1.0] * 30] * 4, quality)], {2: levels_of(q1)}, tolerance=0.02, alpha=0.01
+    ).cells
     raw = ran(b.positions[3].quality_test).p_value
     assert 1e-6 < raw < 1e-3  # large enough for the comparisons below to mean something
     tests = [ran(t) for s in b.positions for t in (s.position_test, s.quality_test, s.change_test)]
@@ -198,7 +214,7 @@ def test_every_test_joins_one_holm_family() -> None:
     assert min(adjusted(t) for t in tests) == pytest.approx(13 * smallest, rel=1e-9, abs=0)
     [c] = analyze(
         [scored(cell, [[1.0] * 30] * 4, quality)], {2: levels_of(q1)}, tolerance=0.02, alpha=0.01, family=135
-    )
+    ).cells
     assert ran(c.positions[3].quality_test).p_value == raw
     padded = [ran(t) for s in c.positions for t in (s.position_test, s.quality_test, s.change_test)]
     padded.append(ran(c.omnibus))
@@ -230,7 +246,7 @@ def test_sparse_cells_test_each_position_on_its_own_prompts() -> None:
         {1: levels_of(q1)},
         tolerance=0.02,
         alpha=0.01,
-    )
+    ).cells
     assert [s.n for s in a.positions] == [20, 20]
     assert a.degraded_positions == (1,)
     assert ran(a.positions[1].quality_test).drop == pytest.approx(0.6)
@@ -251,7 +267,7 @@ def test_each_cell_says_the_smallest_quality_drop_it_detects() -> None:
         {1: levels_of(q1)},
         tolerance=0.02,
         alpha=0.01,
-    )
+    ).cells
     assert one.detectable is None  # batch size 1 is the level, not tested
     tests = 3 * 4 + 1  # three tests per position (position, quality, changes) and the omnibus
     sds = [stats.tstd([b - q for q, b in zip(row, q1)]) for row in quality]
@@ -260,7 +276,7 @@ def test_each_cell_says_the_smallest_quality_drop_it_detects() -> None:
     )
     [same] = analyze(
         [scored(Cell(4, 1), [[1.0] * 32] * 4, [q1] * 4)], {1: levels_of(q1)}, tolerance=0.02, alpha=0.01
-    )
+    ).cells
     assert same.detectable == pytest.approx(0.02)  # no spread: the tolerance itself
 
 
