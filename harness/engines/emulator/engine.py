@@ -170,11 +170,26 @@ class EmulatorEngine(EngineBase):
             self.cache.dead = self.cache.read_map = None
         if self.drift is not None and len(prompts) == 1:  # batch size 1 is never drifted
             self._traces[(prompts[0], settings)] = Trace(tuple(beams[0][0]), tuple(ties[0]))
+        if self.fault is not None:
+            beams = self._diverge(prompts, beams, settings.beam_width)
         results = []
         for entry in beams:
             texts = tuple(self.tokenizer.decode(b, skip_special_tokens=True).strip() for b in entry)
             results.append(Generation(text=texts[0], token_ids=tuple(entry[0]), beams=texts))
         return results
+
+    def _diverge(
+        self, prompts: Sequence[str], beams: list[list[list[int]]], width: int
+    ) -> list[list[list[int]]]:
+        """late-loss: each hit output's last steps are its batch-mate's (the next entry's best
+        beam) at the same steps."""
+        assert self.fault is not None
+        out = []
+        for e, (prompt, entry) in enumerate(zip(prompts, beams)):
+            mate = beams[(e + 1) % len(beams)][0]
+            steps = [self.fault.diverges(prompt, len(prompts), width, e, len(b)) for b in entry]
+            out.append([b if k is None else b[:k] + mate[k : len(b)] for b, k in zip(entry, steps)])
+        return out
 
     def _pass(self, prompts: Sequence[str], settings: DecodingSettings, flips: Mapping[int, int]) -> _Pass:
         """The fault's effects on this batch (none at batch size 1), with drift's ``flips``."""

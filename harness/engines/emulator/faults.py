@@ -48,6 +48,13 @@ truncate        uniform damage: at batch size > 1 every entry stops after ``keep
                 batched path takes its output budget from the wrong field (a per-batch
                 limit, a sequence length counted with the padding). Outputs are cut short
                 everywhere, which no comparison between positions can see.
+late-loss       mild damage spread over the engine: at batch size > 1 a seeded
+                ``fraction`` of the outputs (by a hash of prompt, batch size, beam width
+                and position) diverge late: their last ``loss`` (default a third) is the
+                batch-mate's output at the same steps, as when an entry reads the next
+                entry's state late in decoding. Every position and batch size alike: each
+                cell loses a little, none enough for its own tests; only the engine as a
+                whole shows it.
 ==============  ==========================================================================
 """
 
@@ -79,6 +86,7 @@ class FaultKind(Word):
     TRUNCATE = "truncate"
     GRAPH_LADDER = "graph-ladder"
     BEAM_BUFFER = "beam-buffer"
+    LATE_LOSS = "late-loss"
 
 
 KINDS = ", ".join(k.value for k in FaultKind)
@@ -91,8 +99,9 @@ PARAMETERS: dict[FaultKind, frozenset[str]] = {
     FaultKind.TRUNCATE: frozenset({"keep"}),
     FaultKind.GRAPH_LADDER: frozenset(),
     FaultKind.BEAM_BUFFER: frozenset(),
+    FaultKind.LATE_LOSS: frozenset({"fraction", "loss", "seed"}),
 }
-FLOATS = frozenset({"rate", "margin", "fraction", "keep"})
+FLOATS = frozenset({"rate", "margin", "fraction", "keep", "loss"})
 # Any: a parameter's type follows its key (those in FLOATS are floats, the others ints), which a
 # type checker cannot follow through Fault(**...) and Drift(**...)
 Parameters = dict[str, Any]
@@ -108,8 +117,9 @@ class Fault:
     margin: float = DEFAULT_MARGIN  # drift: near-tie gap in nats
     slot: int | None = None  # full-batch: the entry that breaks (None: the last slot)
     position: int = 3  # partial: the position that loses quality
-    fraction: float = 0.3  # partial: share of prompts hit
+    fraction: float = 0.3  # partial: share of prompts hit; late-loss: share of batched outputs hit
     keep: float = 0.3  # truncate: share of max_new_tokens generated at batch size > 1
+    loss: float = 1 / 3  # late-loss: share of a hit output's tokens taken from its batch-mate
 
     def __post_init__(self) -> None:  # Fault("padding"), as config.json stores it
         object.__setattr__(self, "kind", FaultKind(self.kind))
@@ -137,6 +147,11 @@ class Fault:
             )
         if self.kind == FaultKind.TRUNCATE:
             return f"truncation at batch size > 1 ({self.keep:.0%} of max_new_tokens)"
+        if self.kind == FaultKind.LATE_LOSS:
+            return (
+                f"late loss at batch size > 1 ({self.fraction:.0%} of outputs continue a "
+                f"batch-mate's for their last {self.loss:.0%}, seed {self.seed})"
+            )
         return {
             FaultKind.PADDING: "padding bug",
             FaultKind.STRIDE: "uneven-finish stride",
@@ -166,6 +181,15 @@ class Fault:
         if self.kind == FaultKind.TRUNCATE and entries > 1:
             return max(1, math.ceil(self.keep * max_new_tokens))
         return max_new_tokens
+
+    def diverges(self, prompt: str, entries: int, width: int, position: int, length: int) -> int | None:
+        """late-loss: the step from which an output of ``length`` tokens continues its
+        batch-mate's (None: it does not, as at batch size 1 and on the outputs not hit)."""
+        if self.kind != FaultKind.LATE_LOSS or entries == 1:
+            return None
+        if not hit(f"{entries}x{width}/{position}/{prompt}", self.seed, self.fraction):
+            return None
+        return max(1, math.ceil((1.0 - self.loss) * length))
 
     @property
     def pads_unmasked(self) -> bool:
@@ -249,8 +273,12 @@ def check_fault(fault: Fault, *, max_batch_size: int, option: str) -> Fault:
             f"{option}: position {fault.position} must be between 1 and "
             f"{max_batch_size - 1} (position 0 is batch size 1's own position)"
         )
-    if fault.kind == FaultKind.PARTIAL and not 0.0 < fault.fraction <= 1.0:
+    if fault.kind in (FaultKind.PARTIAL, FaultKind.LATE_LOSS) and not 0.0 < fault.fraction <= 1.0:
         raise ConfigError(f"{option}: fraction {fault.fraction} must be in (0, 1]")
+    if fault.kind == FaultKind.LATE_LOSS and not 0.0 < fault.loss < 1.0:
+        raise ConfigError(
+            f"{option}: loss {fault.loss} must be in (0, 1) (the share of a hit output's tokens lost)"
+        )
     if fault.kind == FaultKind.TRUNCATE and not 0.0 < fault.keep < 1.0:
         raise ConfigError(
             f"{option}: keep {fault.keep} must be in (0, 1) (the share of "

@@ -6,7 +6,7 @@ the sweep models) an emulator engine is built and run over a pool of generated p
 pool prompt sits at every position in ``rounds`` different batches (``generation``). A trial
 then draws ``prompts`` documents from the pool and, for every position and prompt, one of the
 rounds, and hands the scores to the run's own decision (``harness.verdict.decide``) with the
-design of the run the model stands for: the default grid (a Holm family of 135 tests, of which
+design of the run the model stands for: the default grid (a Holm family of 136 tests, of which
 the tests of the cells the model does not run count as clean, p = 1: exact for the healthy
 engine, conservative for detection), or, for a sweep model, every batch size up to its engine's
 max_batch_size (``trials``). ``table`` holds each model's rates against its targets.

@@ -23,6 +23,7 @@ from harness.tools.calibrate.settings import SWEEP_TO
 POOL_SEED = 20261130  # the prompt pool is fixed; --seed drives rounds and trials
 DRIFT_UNDER = 0.3  # the drift every fault model is also calibrated on top of
 DRIFT_RATES = (0.1, 0.3, 0.6)
+LATE_SHARE = 0.2  # late-loss: the share of batched outputs that lose their last third
 
 
 class Target(Word):
@@ -32,6 +33,7 @@ class Target(Word):
     PASS = "pass"  # never fail (healthy, benign drift)
     PARTIAL = "partial"  # fail the position a share of prompts is damaged at
     UNIFORM = "uniform"  # fail: damage at every position alike
+    SPREAD = "spread"  # fail the engine: mild damage in every batched cell, none alone enough
 
 
 @dataclass(frozen=True)
@@ -241,6 +243,17 @@ def models(rounds: int, fraction: float, position: int, sweep_to: int = SWEEP_TO
         FindingKind.ALL_POSITIONS,
         target=Target.UNIFORM,
     )
+    # the default grid's batched cells: the engine-wide test pools them all, as a run does
+    batched = tuple(c for c in grid(None, DEFAULT_BEAM_WIDTHS, 8) if c.batch_size > 1)
+    spread = Model(
+        "late-loss",
+        f"late loss ({LATE_SHARE:.0%} of outputs lose 1/3)",
+        Fault(FaultKind.LATE_LOSS, fraction=LATE_SHARE),
+        batched,
+        {c: _all(c.batch_size) for c in batched},
+        FindingKind.SPREAD,
+        target=Target.SPREAD,
+    )
     healthy = Model(
         "healthy", "healthy", None, (c81, c82), {c81: frozenset(), c82: frozenset()}, None, target=Target.PASS
     )
@@ -253,5 +266,6 @@ def models(rounds: int, fraction: float, position: int, sweep_to: int = SWEEP_TO
         partial,
         on_drift(partial, under),
         uniform,
+        spread,
         *sweep_models(sweep_to),
     )

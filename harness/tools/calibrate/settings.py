@@ -68,7 +68,7 @@ class Settings:
         (),
         "--only",
         "comma-separated models: healthy, drift-0.1, drift-0.3, drift-0.6, overflow, full-batch, padding, stride "
-        "(each also +drift), partial, partial+drift, truncate; swept to max_batch_size 8: graph-ladder, "
+        "(each also +drift), partial, partial+drift, truncate, late-loss; swept to max_batch_size 8: graph-ladder, "
         "beam-buffer (each also +drift), sweep-drift-0.3 (default: every model)",
         Receiver.CALIBRATE,
         parse=names,

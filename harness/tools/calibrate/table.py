@@ -53,6 +53,7 @@ class Targets:
     exact: float = 0.95
     partial_detection: float = 0.95
     boundary: float = 0.95  # sweeps: the first failing batch size found exactly
+    spread: float = 0.95  # mild damage spread over every batched cell: the engine fails
 
     def check(self, o: Outcome) -> tuple[bool, str]:
         ok, said = self._check(o)
@@ -76,6 +77,8 @@ class Targets:
             return (o.flagged_rate >= self.partial_detection, f"detected >= {self.partial_detection:.0%}")
         if target == Target.UNIFORM:
             return o.flagged_rate >= self.detection, f"detected >= {self.detection:.0%}"
+        if target == Target.SPREAD:
+            return o.flagged_rate >= self.spread, f"detected >= {self.spread:.0%}"
         ok = o.flagged_rate >= self.detection and o.exact_rate >= self.exact
         said = f"detected >= {self.detection:.0%}, exact >= {self.exact:.0%}"
         if o.model.sweep:

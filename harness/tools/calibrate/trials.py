@@ -131,7 +131,11 @@ def trial(
         and (c.verdict == Verdict.FAIL) == bool(model.damaged.get(c.cell))
         for c in cells
     )
-    named = model.pattern is not None and any(c.pattern == model.pattern for c in cells)
+    engine = decision.engine_wide
+    spread = engine is not None and engine.failed  # the engine-wide test names damage spread
+    named = model.pattern is not None and (
+        any(c.pattern == model.pattern for c in cells) or (spread and model.pattern == FindingKind.SPREAD)
+    )
     # spread names no cause: it says what was seen (damage over many positions, none alone)
     wrong = any(c.pattern is not None and c.pattern not in (model.pattern, FindingKind.SPREAD) for c in cells)
     widths = {c.beam_width for c in model.cells}

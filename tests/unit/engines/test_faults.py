@@ -10,6 +10,7 @@ references unchanged; and it composes with every fault.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Protocol
 
@@ -72,7 +73,14 @@ def texts(engine: EmulatorEngine, prompts: list[str], settings: DecodingSettings
     return [g.text for g in engine.generate(prompts, settings)]
 
 
-DAMAGE = ["full-batch", "padding", "stride", "partial:fraction=1.0,position=1", "truncate"]
+DAMAGE = [
+    "full-batch",
+    "padding",
+    "stride",
+    "partial:fraction=1.0,position=1",
+    "truncate",
+    "late-loss:fraction=1.0",
+]
 
 
 @pytest.mark.parametrize(
@@ -142,6 +150,8 @@ def test_drift_is_seeded_and_spares_nothing_in_particular(engines: Engines, prom
         ("drift:rate=1.5", "rate 1.5 must be in (0, 1]"),
         ("truncate:keep=1.2", "keep 1.2 must be in (0, 1)"),
         ("truncate:slot=1", "'slot=1' is not a parameter of truncate"),
+        ("late-loss:loss=1", "loss 1.0 must be in (0, 1)"),
+        ("late-loss:fraction=0", "fraction 0.0 must be in (0, 1]"),
     ],
 )
 def test_bad_fault_specs_are_refused_with_the_fix(text: str, needle: str) -> None:
@@ -274,6 +284,24 @@ def test_truncate_cuts_every_output_short_at_batch_size_above_1_only(
     assert all(len(g.token_ids) == 6 for g in short)  # ceil(0.25 x 24); summaries are longer
     assert all(g.token_ids == w.token_ids[:6] for g, w in zip(short, whole))
     assert [g.text for g in cut.generate(prompts[:1], DRIFT)] == [whole[0].text]
+
+
+def test_late_loss_diverges_late_on_its_share_of_batched_outputs_only(
+    engines: Engines, prompts: list[str]
+) -> None:
+    healthy, lossy = engines("healthy"), engines("late-loss:fraction=0.5,loss=0.5")
+    whole = healthy.generate(prompts, DRIFT)
+    out = lossy.generate(prompts, DRIFT)
+    hit = [g.token_ids != w.token_ids for g, w in zip(out, whole)]
+    assert 0 < sum(hit) < len(hit)  # a seeded share of the outputs, not all, not none
+    for e, (g, w) in enumerate(zip(out, whole)):  # a hit output's second half is its batch-mate's
+        k, mate = math.ceil(len(w.token_ids) / 2), whole[(e + 1) % len(whole)].token_ids
+        assert g.token_ids == (w.token_ids[:k] + mate[k : len(w.token_ids)] if hit[e] else w.token_ids)
+    assert lossy.generate(prompts, DRIFT) == out  # the same outputs hit in the same batch shape
+    late = Fault(FaultKind.LATE_LOSS, fraction=0.2)
+    hits = [late.diverges(f"p{i}", 8, 1, i % 8, 30) is not None for i in range(2000)]
+    assert 0.17 < sum(hits) / len(hits) < 0.23  # the seeded share of outputs hit
+    assert late.diverges("p", 8, 1, 0, 30) in (None, 20)  # the last third
 
 
 def test_drift_is_quality_neutral_on_a_small_case(engines: Engines) -> None:
