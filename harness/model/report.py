@@ -178,6 +178,8 @@ class Method:
     # tests in the Holm family: every test the run's grid makes (None: a report from before
     # it was recorded, whose family is the tests it records)
     family: int | None = None
+    # the share of alpha the engine-wide test holds in the family (None: the design makes none)
+    engine_share: float | None = None
 
 
 @dataclass(frozen=True)

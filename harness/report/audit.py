@@ -29,10 +29,11 @@ from harness.model.report import CellResult, Report, cell_verdict, run_verdict
 from harness.model.scores import mean
 from harness.model.vocab import Rotation, Verdict
 from harness.verdict.analysis import pools
-from harness.verdict.statistics import holm
+from harness.verdict.statistics import ENGINE_SHARE, family_weights, holm
 
 FIGURE = 1e-5  # two figures rounded to 6 decimals, and their difference
 P_ROUNDING = 1e-12  # p-values are kept to 12 decimals
+ENGINE_TEST = "engine-wide test"
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def _tests(report: Report) -> Iterator[_Test]:
         if cell.omnibus is not None:
             yield _Test(f"{cell.id} omnibus test", cell.omnibus)
     if report.engine_wide is not None:
-        yield _Test("engine-wide test", report.engine_wide.test)
+        yield _Test(ENGINE_TEST, report.engine_wide.test)
 
 
 def _near(a: float | None, b: float | None, allowance: float = FIGURE) -> bool:
@@ -71,7 +72,14 @@ def _flags(report: Report, out: list[str]) -> dict[int, bool]:
     # the tests the run's design makes but these cells do not (another shard's, an engine
     # error) count as clean, as the analysis counts them
     clean = max(0, (report.method.family or len(tests)) - len(tests))
-    adjusted = holm([t.test.p_value for t in tests] + [1.0] * clean)
+    engine = next((i for i, t in enumerate(tests) if t.where == ENGINE_TEST), None)
+    share = report.method.engine_share
+    if share is not None and share != ENGINE_SHARE:
+        out.append(f"method.engine_share {share}, but the method weighs the engine-wide test {ENGINE_SHARE}")
+    if engine is None and share is not None and clean:  # the design's engine-wide test is a clean one here
+        engine = len(tests)
+    p_values = [t.test.p_value for t in tests] + [1.0] * clean
+    adjusted = holm(p_values, family_weights(len(p_values), engine))
     slack = (len(tests) + 1) * P_ROUNDING
     tol, alpha = report.method.tolerance, report.method.alpha
     decided: dict[int, bool] = {}
@@ -79,7 +87,7 @@ def _flags(report: Report, out: list[str]) -> dict[int, bool]:
         recorded = t.test.p_adjusted
         if recorded is None or not _near(recorded, adj, slack):
             out.append(
-                f"{t.where}: adjusted p {recorded} is not Holm's over the run's "
+                f"{t.where}: adjusted p {recorded} is not (weighted) Holm's over the run's "
                 f"{len(tests) + clean} tests ({adj:.3g})"
             )
         flag = t.test.drop > tol and adj < alpha

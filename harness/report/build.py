@@ -296,6 +296,7 @@ def build_report(
             questions=questions(config.deterministic, prep.dataset.has_references, blind),
             blind=blind,
             family=decision.family,
+            engine_share=decision.engine_share,
         ),
         options=config.as_dict(),
         environment=environment(),

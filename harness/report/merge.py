@@ -313,6 +313,7 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
             ),
             blind=blind,
             family=decision.family,
+            engine_share=decision.engine_share,
         ),
         options={**base.options, "shard": None},
         timing=_timing([r.timing for r in reports]),

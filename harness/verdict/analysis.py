@@ -50,10 +50,12 @@ from harness.model.vocab import Verdict
 from harness.verdict.messages import cell_message, drift_note, empty_note, engine_message
 from harness.verdict.statistics import (
     change_test,
+    family_weights,
     holm,
     mean_ci,
     min_detectable_drop,
     paired_test,
+    per_test_share,
     position_test,
 )
 
@@ -149,10 +151,16 @@ class _Family:
         self.tests.append(test)
         return len(self.tests) - 1
 
-    def settle(self, tolerance: float, alpha: float, family: int | None) -> list[DropTest]:
-        """Every test with its adjusted p and flag; ``family`` pads with clean tests (p = 1)."""
+    def settle(
+        self, tolerance: float, alpha: float, family: int | None, engine: int | None, pooled: bool
+    ) -> list[DropTest]:
+        """Every test with its adjusted p and flag; ``family`` pads with clean tests (p = 1);
+        ``engine``: the engine-wide test's index, weighted by ``family_weights``; ``pooled``:
+        the design makes one, so where these scores do not, a clean test takes its weight."""
         nulls = max(0, (family or 0) - len(self.tests))
-        adjusted = holm([t.p_value for t in self.tests] + [1.0] * nulls)
+        p_values = [t.p_value for t in self.tests] + [1.0] * nulls
+        slot = engine if engine is not None else len(self.tests) if pooled and nulls else None
+        adjusted = holm(p_values, family_weights(len(p_values), slot))
         return [
             replace(t, p_adjusted=adj, flagged=t.drop > tolerance and adj < alpha)
             for t, adj in zip(self.tests, adjusted)
@@ -220,6 +228,7 @@ def analyze(
     alpha: float,
     deterministic: bool = False,
     family: int | None = None,
+    pools_design: bool = False,
 ) -> RunAnalysis:
     """Analyse every cell and the engine as a whole; ``levels[beam_width]`` holds batch size
     1's per-prompt levels.
@@ -227,7 +236,8 @@ def analyze(
     ``family`` is the size of the Holm family, the tests the run's design makes
     (``harness.verdict.decide.family_size``): tests the design makes that these scores do not
     (other shards' cells, an engine error, a position without two prompts) count as clean
-    (p = 1), so a part of a run is corrected as the whole run is."""
+    (p = 1), so a part of a run is corrected as the whole run is; ``pools_design``: the design
+    makes the engine-wide test (its weight stays its own where these scores do not make it)."""
     tests = _Family()
     rows: list[list[PositionStats]] = []
     slots: list[list[Slots]] = []
@@ -244,13 +254,14 @@ def analyze(
         rows.append(row)
         at = [_quality_drops_at(cs, level, p) for p in range(len(cs.baseline))]
         spreads.append([(len(d), _spread(d)) for d in at if len(d) >= 2] if cell.batch_size > 1 else [])
-    pooled = engine_drops(scores, levels) if pools(list(scores)) else []
-    engine = tests.add(paired_test(pooled, tolerance)) if len(pooled) >= 2 else None
-    done = tests.settle(tolerance, alpha, family)
-    m = max(len(done), family or 0, 1)
+    everywhere = engine_drops(scores, levels) if pools(list(scores)) else []
+    engine = tests.add(paired_test(everywhere, tolerance)) if len(everywhere) >= 2 else None
+    pooled = engine is not None or (family is not None and pools_design)
+    done = tests.settle(tolerance, alpha, family, engine, pooled)
+    share = per_test_share(max(len(done), family or 0, 1), pooled)
     detectable = [
         max(
-            (min_detectable_drop(n, sd, tolerance=tolerance, alpha=alpha, tests=m) for n, sd in spread),
+            (min_detectable_drop(n, sd, tolerance=tolerance, alpha=alpha, share=share) for n, sd in spread),
             default=None,
         )
         for spread in spreads

@@ -22,13 +22,14 @@ from harness.model.vocab import Verdict
 from harness.verdict.analysis import analyze, pools
 from harness.verdict.boundaries import boundaries
 from harness.verdict.signatures import CellEvidence, Shortfall, match
+from harness.verdict.statistics import ENGINE_SHARE
 
 
 def family_size(design: Sequence[Cell], references: bool) -> int:
     """The tests a run of ``design`` makes: for every position of every cell with batch size
     > 1 the position test and the changed-outputs test, and with reference summaries the
     quality test, plus one omnibus test per such cell and, over two such cells or more, the
-    engine-wide test."""
+    engine-wide test (weighted with ``ENGINE_SHARE`` of alpha: ``family_weights``)."""
     per_position = 3 if references else 2
     cells = sum(c.batch_size * per_position + references for c in design if c.batch_size > 1)
     return cells + (references and pools(design))
@@ -99,6 +100,7 @@ class Decision:
     boundaries: tuple[Boundary, ...]
     family: int
     engine_wide: EngineWide | None = None
+    engine_share: float | None = None  # the engine-wide test's share of alpha (None: the design makes none)
 
     @property
     def verdict(self) -> Verdict:
@@ -131,7 +133,13 @@ def decide(
     references = any(finite(level.quality) for level in levels.values())
     family = family_size(design, references)
     run = analyze(
-        scores, levels, tolerance=tolerance, alpha=alpha, deterministic=deterministic, family=family
+        scores,
+        levels,
+        tolerance=tolerance,
+        alpha=alpha,
+        deterministic=deterministic,
+        family=family,
+        pools_design=references and pools(design),
     )
     analyses = {a.cell: a for a in run.cells}
     findings: dict[Cell, Finding] = {}
@@ -151,4 +159,10 @@ def decide(
         cell_result(c, checks.get(c, ()), analyses.get(c), errors.get(c), findings.get(c), notices.get(c))
         for c in cells
     )
-    return Decision(cells=results, boundaries=boundaries(results), family=family, engine_wide=run.engine_wide)
+    return Decision(
+        cells=results,
+        boundaries=boundaries(results),
+        family=family,
+        engine_wide=run.engine_wide,
+        engine_share=ENGINE_SHARE if references and pools(design) else None,
+    )

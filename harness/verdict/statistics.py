@@ -48,16 +48,39 @@ def one_sided_welch_p(here: Sequence[float], elsewhere: Sequence[float], toleran
     return float(stats.t.sf((my - mx - tolerance) / math.sqrt(vx + vy), df))
 
 
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values (step-down, monotone, capped at 1)."""
-    m = len(p_values)
-    order = sorted(range(m), key=lambda i: p_values[i])
-    adjusted = [1.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p_values[i]))
+ENGINE_SHARE = 0.1  # the share of alpha the engine-wide test is weighted with (docs/method.md)
+
+
+def holm(p_values: Sequence[float], weights: Sequence[float] | None = None) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (step-down, monotone, capped at 1); with ``weights``,
+    the weighted Holm procedure: tests taken in order of p / w, each adjusted by the weight
+    still in play over its own (equal weights: Holm's)."""
+    w = list(weights) if weights is not None else [1.0] * len(p_values)
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i] / w[i])
+    adjusted = [1.0] * len(p_values)
+    remaining, running = math.fsum(w), 0.0
+    for i in order:
+        running = max(running, min(1.0, p_values[i] * remaining / w[i]))
         adjusted[i] = running
+        remaining -= w[i]
     return adjusted
+
+
+def family_weights(family: int, engine: int | None) -> list[float]:
+    """Each test's weight in a family of ``family`` tests whose test ``engine`` (None: none)
+    is the engine-wide one: it holds ENGINE_SHARE of alpha, the others share the rest alike."""
+    if engine is None or family < 2:
+        return [1.0] * family
+    others = (1.0 - ENGINE_SHARE) * family / (family - 1)
+    return [ENGINE_SHARE * family if i == engine else others for i in range(family)]
+
+
+def per_test_share(family: int, engine: bool) -> float:
+    """The share of alpha one test other than the engine-wide one holds at Holm's first step
+    (the Bonferroni bound of its power)."""
+    if not engine or family < 2:
+        return 1.0 / max(family, 1)
+    return (1.0 - ENGINE_SHARE) / (family - 1)
 
 
 def mean_ci(xs: Sequence[float], level: float = 0.95) -> tuple[float, float]:
@@ -156,13 +179,14 @@ def change_test(differs: Sequence[Sequence[float]], agreement: Sequence[Sequence
 
 
 def min_detectable_drop(
-    n: int, sd: float, *, tolerance: float, alpha: float, tests: int, power: float = 0.8
+    n: int, sd: float, *, tolerance: float, alpha: float, share: float, power: float = 0.8
 ) -> float:
     """Smallest true mean drop a position test detects with the given power, Bonferroni-bound
-    (Holm is at least as powerful), for a paired-difference standard deviation ``sd``."""
-    return tolerance + _t_sum(n, alpha, tests, power) * sd / math.sqrt(n)
+    (Holm is at least as powerful), for a paired-difference standard deviation ``sd``, when
+    the test holds ``share`` of alpha (``per_test_share``)."""
+    return tolerance + _t_sum(n, alpha * share, power) * sd / math.sqrt(n)
 
 
 @lru_cache(maxsize=1024)
-def _t_sum(n: int, alpha: float, tests: int, power: float) -> float:
-    return float(stats.t.ppf(1 - alpha / tests, n - 1)) + float(stats.t.ppf(power, n - 1))
+def _t_sum(n: int, level: float, power: float) -> float:
+    return float(stats.t.ppf(1 - level, n - 1)) + float(stats.t.ppf(power, n - 1))

@@ -11,7 +11,7 @@ from harness.tools.calibrate.run import run_calibration
 from harness.tools.calibrate.settings import Settings
 from harness.tools.calibrate.table import Outcome, Targets, table
 from harness.verdict.decide import family_size
-from harness.verdict.statistics import min_detectable_drop
+from harness.verdict.statistics import min_detectable_drop, per_test_share
 
 
 def _settings(
@@ -75,12 +75,12 @@ def test_minimum_detectable_drop_matches_the_documented_table() -> None:
     from harness.plan import grid
 
     assert family_size(grid(None, DEFAULT_BEAM_WIDTHS, 8), references=True) == 136
-    assert min_detectable_drop(64, 0.1, tolerance=0.02, alpha=0.01, tests=136) == pytest.approx(
-        0.081, abs=5e-4
-    )
-    assert min_detectable_drop(512, 0.3, tolerance=0.02, alpha=0.01, tests=136) == pytest.approx(
-        0.082, abs=5e-4
-    )
+    assert min_detectable_drop(
+        64, 0.1, tolerance=0.02, alpha=0.01, share=per_test_share(136, engine=True)
+    ) == pytest.approx(0.081, abs=5e-4)
+    assert min_detectable_drop(
+        512, 0.3, tolerance=0.02, alpha=0.01, share=per_test_share(136, engine=True)
+    ) == pytest.approx(0.082, abs=5e-4)
 
 
 @pytest.mark.slow  # a sweep's every batch size over 40 prompts

@@ -78,3 +78,19 @@ def test_sparse_rotation_still_catches_the_incident_at_a_fraction_of_the_cost(
     assert [s.n for s in cell.positions] == [8] * 8
     assert result.report.method.sequences == 64 + 64
     assert cell.pattern == "overflow" and cell.cause is not None
+
+
+@pytest.mark.slow  # the bundled prompts over four batched cells
+def test_late_loss_spread_over_every_batched_cell_fails_the_engine(tmp_path: Path) -> None:
+    """A share of the batched outputs diverge late: mild damage in every cell, which the
+    engine-wide test finds and every report shows."""
+    engine = build_engine(
+        tmp_path / "engine", build_limits(), fault=parse_fault("late-loss:fraction=0.3", max_batch_size=8)
+    )
+    options = run_options(tmp_path, None, "1,2,4", "1,2", goldens="g", cache=False, max_new_tokens="24")
+    result = run_here(RunConfig.from_options({**options, "engine": str(engine)}))
+    report, e = result.report, result.report.engine_wide
+    assert e is not None and e.failed and report.verdict == "fail", e
+    assert e.cells == ("bs2-beam1", "bs4-beam1", "bs2-beam2", "bs4-beam2")
+    assert e.message in (result.folder / "report.md").read_text()
+    assert e.message.split(":")[0] in (result.folder / "report.html").read_text()

@@ -37,21 +37,24 @@ def test_hf_model_directory_runs_and_skips_limits(
 def test_bfloat16_drifts_with_the_batch_shape_without_losing_quality(tmp_path: Path) -> None:
     """Real batch-shape drift from real kernels: the bundled model through transformers in
     bfloat16 (as GPUs serve it) gives some different greedy outputs at batch size 8 than at
-    batch size 1, at every position alike and with the same quality, and passes; the drift is
-    said, not failed. Goldens of another dtype are never its baseline."""
+    batch size 1, at every position alike and with the same quality, and passes, the
+    engine-wide test over batch sizes 4 and 8 too; the drift is said, not failed. Goldens of
+    another dtype are never its baseline."""
     from harness.config import RunConfig
     from harness.engines.emulator.build import BUNDLED_MODEL
     from harness.pipeline import RunOutcome, run
 
-    options = run_options(tmp_path, None, "1,8", goldens="g", cache=False, backend="hf", dtype="bfloat16")
+    options = run_options(tmp_path, None, "1,4,8", goldens="g", cache=False, backend="hf", dtype="bfloat16")
     config = RunConfig.from_options({**options, "engine": str(BUNDLED_MODEL)})
     result = run(config)
     assert isinstance(result, RunOutcome)
     assert result.report.engine.details["dtype"] == "bfloat16" and result.report.engine.identity.startswith(
         "bfloat16:"
     )
-    [bs1, bs8] = result.report.cells
+    [bs1, bs4, bs8] = result.report.cells
     assert result.report.verdict == "pass" and bs8.verdict == "pass"
+    engine = result.report.engine_wide
+    assert engine is not None and engine.cells == ("bs4-beam1", "bs8-beam1") and not engine.failed
     assert bs8.differing is not None and 0 < bs8.differing < 0.5  # drift, not damage
     assert bs8.quality is not None and bs8.quality_bs1 is not None
     assert abs(bs8.quality - bs8.quality_bs1) < config.tolerance

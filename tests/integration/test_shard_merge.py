@@ -85,10 +85,14 @@ def test_shard_test_ids_are_its_cells_only(engine_factory: EngineFactory, suites
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ids = sorted(line.split("::")[1] for line in proc.stdout.splitlines() if "::" in line)
+    # its cells, and the engine-wide test over them (the shard's verdict, as its cells', is provisional)
     assert ids == sorted(
-        f"{t}[{c}]"
-        for t in ("test_batch_positions", "test_engine_limits", "test_throughput")
-        for c in ("bs2-beam1", "bs1-beam2")
+        [
+            f"{t}[{c}]"
+            for t in ("test_batch_positions", "test_engine_limits", "test_throughput")
+            for c in ("bs2-beam1", "bs1-beam2")
+        ]
+        + ["test_engine_wide"]
     )
     bad = suites("--shard", "3/2", "--collect-only", "-q")
     assert bad.returncode == 4 and "--shard '3/2': K must be between 1 and N (2)" in bad.stderr

@@ -296,5 +296,8 @@ def test_the_audit_holds_the_engine_wide_test_to_its_figures(reports: dict[str, 
     )
     assert any(line.startswith("engine-wide test: flagged true") for line in audit(flagged))
     assert any(line.startswith("engine_wide: missing") for line in audit(replace(report, engine_wide=None)))
+    assert report.method.engine_share == 0.1
+    reweighted = replace(report, method=replace(report.method, engine_share=0.5))
+    assert any(line.startswith("method.engine_share 0.5") for line in audit(reweighted))
     narrowed = replace(report, engine_wide=replace(e, cells=e.cells[:2]))
     assert any(line.startswith("engine_wide: pools bs4-beam1, bs8-beam1,") for line in audit(narrowed))

@@ -247,7 +247,7 @@ def models(rounds: int, fraction: float, position: int, sweep_to: int = SWEEP_TO
     batched = tuple(c for c in grid(None, DEFAULT_BEAM_WIDTHS, 8) if c.batch_size > 1)
     spread = Model(
         "late-loss",
-        f"late loss ({LATE_SHARE:.0%} of outputs lose 1/3)",
+        f"late loss ({LATE_SHARE:.0%} of outputs, last 1/3)",
         Fault(FaultKind.LATE_LOSS, fraction=LATE_SHARE),
         batched,
         {c: _all(c.batch_size) for c in batched},

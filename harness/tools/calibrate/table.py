@@ -11,6 +11,7 @@ from harness.model.vocab import Rotation
 from harness.tools.calibrate.models import Model, Target
 from harness.tools.calibrate.settings import Settings
 from harness.verdict.decide import family_size
+from harness.verdict.statistics import ENGINE_SHARE
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,11 @@ class Targets:
 
     def check(self, o: Outcome) -> tuple[bool, str]:
         ok, said = self._check(o)
+        if o.model.target == Target.SPREAD:
+            # damage alike at every position: a position's own finding is a false rejection
+            # of a true null there, which Holm bounds by alpha, as on a healthy engine
+            allowed = o.wrong / o.trials <= self.false_alarm
+            return ok and allowed, f"{said}, a cause named <= {self.false_alarm:.0%}"
         if o.wrong:
             return False, f"{said}, no cause named wrong ({o.wrong} trials named one)"
         return ok, said
@@ -92,6 +98,8 @@ def _cells_text(m: Model) -> str:
         return ",".join(
             f"bs2-{m.limits.max_batch_size}-beam{w}" for w in sorted({c.beam_width for c in m.cells})
         )
+    if len(m.cells) > 4:
+        return f"{len(m.cells)} batched cells"
     return ",".join(c.id for c in m.cells)
 
 
@@ -148,7 +156,8 @@ def _note(s: Settings, family: int | None) -> str:
         f"each trial: {s.prompts} prompts drawn from a pool of {s.pool} generated ones; "
         f"{rounds}; for partial, which prompts are hit at position {s.position} (each with "
         f"probability {s.fraction:.0%}). Holm family of {family or '-'} tests "
-        f"(the default grid's; tests outside the model's cells count as clean). tolerance "
+        f"(the default grid's, the engine-wide test weighted {ENGINE_SHARE:g} of alpha; tests "
+        f"outside the model's cells count as clean). tolerance "
         f"{s.tolerance}, alpha {s.alpha}, max_new_tokens {s.max_new_tokens}, seed {s.seed}, "
         f"{s.rotation} rotation"
         + (" (each prompt at one position per cell)" if s.rotation == Rotation.SPARSE else "")

@@ -272,7 +272,7 @@ def test_each_cell_says_the_smallest_quality_drop_it_detects() -> None:
     tests = 3 * 4 + 1  # three tests per position (position, quality, changes) and the omnibus
     sds = [stats.tstd([b - q for q, b in zip(row, q1)]) for row in quality]
     assert four.detectable == pytest.approx(
-        max(min_detectable_drop(32, sd, tolerance=0.02, alpha=0.01, tests=tests) for sd in sds)
+        max(min_detectable_drop(32, sd, tolerance=0.02, alpha=0.01, share=1 / tests) for sd in sds)
     )
     [same] = analyze(
         [scored(Cell(4, 1), [[1.0] * 32] * 4, [q1] * 4)], {1: levels_of(q1)}, tolerance=0.02, alpha=0.01
@@ -341,3 +341,23 @@ def test_a_sparse_cell_whose_last_batch_wraps_is_compared_with_the_other_prompts
         seated = sum(not math.isnan(a) for a in agreement[p])
         assert position_test(agreement, p, 0.02).n == seated
         assert change_test(differs, agreement, p).n == seated
+
+
+def test_weighted_holm_gives_the_engine_wide_test_its_share_and_keeps_the_error_rate() -> None:
+    from harness.verdict.statistics import ENGINE_SHARE, family_weights
+
+    rng = random.Random(4)
+    ps = [rng.random() ** 3 for _ in range(20)]
+    assert holm(ps, [1.0] * 20) == holm(ps)  # equal weights: Holm's method
+    w = family_weights(5, 0)  # test 0 is the engine-wide one
+    assert w[0] == pytest.approx(ENGINE_SHARE * 5) and math.fsum(w) == pytest.approx(5.0)
+    others = (1 - ENGINE_SHARE) * 5 / 4
+    adjusted = holm([0.004, 0.001, 0.5, 0.6, 0.9], w)
+    # in order of p / w: test 1 first, over every weight; then test 0, over what is left
+    assert adjusted[1] == pytest.approx(0.001 * 5 / others, rel=1e-12)
+    assert adjusted[0] == pytest.approx(0.004 * (5 - others) / w[0], rel=1e-12)
+    # every null true: any rejection at alpha happens in at most alpha of the families
+    draws = np.random.default_rng(0).random((4000, 136))
+    weights = family_weights(136, 135)
+    wrong = sum(min(holm(list(row), weights)) < 0.1 for row in draws)
+    assert wrong / len(draws) <= 0.1 + 3 * math.sqrt(0.1 * 0.9 / len(draws))
