@@ -3,6 +3,7 @@ plugin's summary and ``merge`` (as syrupy's report yields its terminal lines).""
 
 from __future__ import annotations
 
+from harness.model.analysis import shown_p
 from harness.model.limits import failing
 from harness.model.report import Report
 from harness.model.vocab import CacheReuse, Verdict
@@ -20,6 +21,13 @@ def cell_lines(report: Report) -> list[str]:
         differ = f"   differ {c.differing:.0%}" if c.differing else ""
         sees = f"   detects >= {c.detectable_drop:.2f}" if c.detectable_drop is not None else ""
         lines.append(f"{c.id:>12}  {str(c.verdict).upper():5}  {marks}{differ}{sees}")
+    e = report.engine_wide
+    if e is not None:  # the batch-size quality question over every batched output
+        verdict = Verdict.FAIL if e.failed else Verdict.PASS
+        lines.append(
+            f"{'engine-wide':>12}  {str(verdict).upper():5} mean drop {e.test.drop:.3f} below batch size 1 "
+            f"over {len(e.cells)} batched cells (adjusted p {shown_p(e.test.p_adjusted)})"
+        )
     return lines
 
 

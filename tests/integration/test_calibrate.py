@@ -89,7 +89,9 @@ def test_a_sweep_model_reports_its_boundary(tmp_path: Path) -> None:
     per size) find the first failing size, 3, and the damaged positions per size."""
     settings = _settings(tmp_path, trials=10, prompts=40, pool=40, max_new_tokens=16, only=("graph-ladder",))
     [o] = run_calibration(settings, say=lambda line: None)
-    assert family_size(o.model.design(), references=True) == 3 * 35 + 7  # sizes 2..8 at beam width 1
+    assert (
+        family_size(o.model.design(), references=True) == 3 * 35 + 7 + 1
+    )  # sizes 2..8 at beam width 1, and the engine-wide test
     assert o.model.boundary(1) == 3
     assert o.boundary == o.flagged == 10 and o.named == 10
     lines, ok = table([o], settings, Targets())

@@ -14,6 +14,7 @@ import pytest
 from harness.config import RunConfig
 from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.faults import parse_fault
+from harness.report.summary import cell_lines
 from tests.integration.common import EngineFactory, run_here, run_options
 
 CASES = [
@@ -94,3 +95,5 @@ def test_late_loss_spread_over_every_batched_cell_fails_the_engine(tmp_path: Pat
     assert e.cells == ("bs2-beam1", "bs4-beam1", "bs2-beam2", "bs4-beam2")
     assert e.message in (result.folder / "report.md").read_text()
     assert e.message.split(":")[0] in (result.folder / "report.html").read_text()
+    [line] = [x for x in cell_lines(report) if x.strip().startswith("engine-wide")]
+    assert "FAIL  mean drop" in line and "over 4 batched cells" in line

@@ -72,13 +72,13 @@ def test_every_rank_drives_the_engine_only_rank_0_scores(
     assert follower.returncode == 0, out[-3000:]
     assert "rank 1 of 2: this rank drives the engine; rank 0 scores, asserts and writes the report" in out
     assert "passed" not in out.splitlines()[-1] and "failed" not in out.splitlines()[-1]
-    assert "12 skipped" in out.splitlines()[-1]  # 4 cells x (limits, positions, throughput)
+    assert "13 skipped" in out.splitlines()[-1]  # 4 cells x (limits, positions, throughput), engine-wide
     assert "rank 1 of 2: drove the engine through" in out
     assert not (tmp_path / "r").exists() or not list((tmp_path / "r").glob("*/report.json"))
 
     root = _suites(tmp_path, tp2_engine, small_dataset, 0, 2)
     assert root.returncode == 0, (root.stdout + root.stderr)[-3000:]
-    assert "8 passed" in root.stdout
+    assert "9 passed" in root.stdout  # 4 cells x (limits, positions), the engine-wide test
     report = only_report(tmp_path / "r")
     assert report["verdict"] == "pass" and report["ranks"] == {
         "rank": 0,

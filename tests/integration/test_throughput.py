@@ -71,6 +71,6 @@ def test_benchmark_only_skips_the_quality_run(tmp_path: Path, small_dataset: Pat
         f"--benchmark-json={out}",
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "1 passed, 2 skipped" in proc.stdout
+    assert "1 passed, 3 skipped" in proc.stdout  # positions, limits, engine-wide
     assert not list((tmp_path / "r").glob("*/report.json"))  # nothing generated for the quality tests
     assert [b["extra_info"]["cell"] for b in json.loads(out.read_text())["benchmarks"]] == ["bs2-beam1"]

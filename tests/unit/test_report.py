@@ -297,6 +297,9 @@ def test_the_audit_holds_the_engine_wide_test_to_its_figures(reports: dict[str, 
     assert any(line.startswith("engine-wide test: flagged true") for line in audit(flagged))
     assert any(line.startswith("engine_wide: missing") for line in audit(replace(report, engine_wide=None)))
     assert report.method.engine_share == 0.1
+    from harness.report.summary import cell_lines
+
+    assert cell_lines(report)[-1].strip().startswith("engine-wide  PASS  mean drop")  # the terminal's row
     reweighted = replace(report, method=replace(report.method, engine_share=0.5))
     assert any(line.startswith("method.engine_share 0.5") for line in audit(reweighted))
     narrowed = replace(report, engine_wide=replace(e, cells=e.cells[:2]))
