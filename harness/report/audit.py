@@ -249,8 +249,8 @@ def _engine_wide(report: Report, flags: dict[int, bool], out: list[str]) -> Engi
     scored = [c for c in report.cells if c.positions]
     batched = sorted(c.id for c in scored if c.batch_size > 1)
     references = any(s.quality is not None for c in scored for s in c.positions)
-    if e is None:
-        if references and pools([c.cell for c in scored]):
+    if e is None:  # reports from before the test was made record no share and no test
+        if report.method.engine_share is not None and references and pools([c.cell for c in scored]):
             out.append(f"engine_wide: missing, but the cells {', '.join(batched)} with references make one")
         return None
     if sorted(e.cells) != batched:

@@ -302,5 +302,7 @@ def test_the_audit_holds_the_engine_wide_test_to_its_figures(reports: dict[str, 
     assert cell_lines(report)[-1].strip().startswith("engine-wide  PASS  mean drop")  # the terminal's row
     reweighted = replace(report, method=replace(report.method, engine_share=0.5))
     assert any(line.startswith("method.engine_share 0.5") for line in audit(reweighted))
+    older = replace(report, engine_wide=None, method=replace(report.method, engine_share=None))
+    assert not any(line.startswith("engine_wide") for line in audit(older))  # written before the test
     narrowed = replace(report, engine_wide=replace(e, cells=e.cells[:2]))
     assert any(line.startswith("engine_wide: pools bs4-beam1, bs8-beam1,") for line in audit(narrowed))
