@@ -76,10 +76,8 @@ def _flags(report: Report, out: list[str]) -> dict[int, bool]:
     share = report.method.engine_share
     if share is not None and share != ENGINE_SHARE:
         out.append(f"method.engine_share {share}, but the method weighs the engine-wide test {ENGINE_SHARE}")
-    if engine is None and share is not None and clean:  # the design's engine-wide test is a clean one here
-        engine = len(tests)
     p_values = [t.test.p_value for t in tests] + [1.0] * clean
-    adjusted = holm(p_values, family_weights(len(p_values), engine))
+    adjusted = holm(p_values, family_weights(len(tests), len(p_values), engine, share is not None))
     slack = (len(tests) + 1) * P_ROUNDING
     tol, alpha = report.method.tolerance, report.method.alpha
     decided: dict[int, bool] = {}

@@ -159,8 +159,7 @@ class _Family:
         the design makes one, so where these scores do not, a clean test takes its weight."""
         nulls = max(0, (family or 0) - len(self.tests))
         p_values = [t.p_value for t in self.tests] + [1.0] * nulls
-        slot = engine if engine is not None else len(self.tests) if pooled and nulls else None
-        adjusted = holm(p_values, family_weights(len(p_values), slot))
+        adjusted = holm(p_values, family_weights(len(self.tests), len(p_values), engine, pooled))
         return [
             replace(t, p_adjusted=adj, flagged=t.drop > tolerance and adj < alpha)
             for t, adj in zip(self.tests, adjusted)
@@ -256,7 +255,7 @@ def analyze(
         spreads.append([(len(d), _spread(d)) for d in at if len(d) >= 2] if cell.batch_size > 1 else [])
     everywhere = engine_drops(scores, levels) if pools(list(scores)) else []
     engine = tests.add(paired_test(everywhere, tolerance)) if len(everywhere) >= 2 else None
-    pooled = engine is not None or (family is not None and pools_design)
+    pooled = engine is not None or pools_design
     done = tests.settle(tolerance, alpha, family, engine, pooled)
     share = per_test_share(max(len(done), family or 0, 1), pooled)
     detectable = [

@@ -132,6 +132,7 @@ def decide(
         raise ValueError(f"cells {', '.join(outside)} are not in the design the Holm family is sized by")
     references = any(finite(level.quality) for level in levels.values())
     family = family_size(design, references)
+    pooled = references and pools(design)  # the design makes the engine-wide test
     run = analyze(
         scores,
         levels,
@@ -139,7 +140,7 @@ def decide(
         alpha=alpha,
         deterministic=deterministic,
         family=family,
-        pools_design=references and pools(design),
+        pools_design=pooled,
     )
     analyses = {a.cell: a for a in run.cells}
     findings: dict[Cell, Finding] = {}
@@ -164,5 +165,5 @@ def decide(
         boundaries=boundaries(results),
         family=family,
         engine_wide=run.engine_wide,
-        engine_share=ENGINE_SHARE if references and pools(design) else None,
+        engine_share=ENGINE_SHARE if pooled else None,
     )

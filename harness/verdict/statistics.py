@@ -66,21 +66,26 @@ def holm(p_values: Sequence[float], weights: Sequence[float] | None = None) -> l
     return adjusted
 
 
-def family_weights(family: int, engine: int | None) -> list[float]:
-    """Each test's weight in a family of ``family`` tests whose test ``engine`` (None: none)
-    is the engine-wide one: it holds ENGINE_SHARE of alpha, the others share the rest alike."""
-    if engine is None or family < 2:
-        return [1.0] * family
-    others = (1.0 - ENGINE_SHARE) * family / (family - 1)
-    return [ENGINE_SHARE * family if i == engine else others for i in range(family)]
-
-
-def per_test_share(family: int, engine: bool) -> float:
+def per_test_share(family: int, pooled: bool) -> float:
     """The share of alpha one test other than the engine-wide one holds at Holm's first step
-    (the Bonferroni bound of its power)."""
-    if not engine or family < 2:
+    (the Bonferroni bound of its power), in a family of ``family`` tests; ``pooled``: the
+    design makes the engine-wide test, which holds ENGINE_SHARE."""
+    if not pooled or family < 2:
         return 1.0 / max(family, 1)
     return (1.0 - ENGINE_SHARE) / (family - 1)
+
+
+def family_weights(made: int, family: int, engine: int | None, pooled: bool) -> list[float]:
+    """Each test's weight in a family of ``family`` tests: the ``made`` ones, then clean ones
+    (p = 1) for the tests the design makes that these scores do not. ``engine``: the index of
+    the engine-wide test among the made ones; ``pooled``: the design makes one, so where these
+    scores do not (a shard, an engine error), a clean test keeps its weight and a part of the
+    run is never corrected more liberally than the whole."""
+    slot = engine if engine is not None else made if pooled and family > made else None
+    if slot is None or family < 2:
+        return [1.0] * family
+    others = per_test_share(family, True) * family
+    return [ENGINE_SHARE * family if i == slot else others for i in range(family)]
 
 
 def mean_ci(xs: Sequence[float], level: float = 0.95) -> tuple[float, float]:

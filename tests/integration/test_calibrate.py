@@ -76,10 +76,10 @@ def test_minimum_detectable_drop_matches_the_documented_table() -> None:
 
     assert family_size(grid(None, DEFAULT_BEAM_WIDTHS, 8), references=True) == 136
     assert min_detectable_drop(
-        64, 0.1, tolerance=0.02, alpha=0.01, share=per_test_share(136, engine=True)
+        64, 0.1, tolerance=0.02, alpha=0.01, share=per_test_share(136, pooled=True)
     ) == pytest.approx(0.081, abs=5e-4)
     assert min_detectable_drop(
-        512, 0.3, tolerance=0.02, alpha=0.01, share=per_test_share(136, engine=True)
+        512, 0.3, tolerance=0.02, alpha=0.01, share=per_test_share(136, pooled=True)
     ) == pytest.approx(0.082, abs=5e-4)
 
 

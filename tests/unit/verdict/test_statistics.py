@@ -349,7 +349,7 @@ def test_weighted_holm_gives_the_engine_wide_test_its_share_and_keeps_the_error_
     rng = random.Random(4)
     ps = [rng.random() ** 3 for _ in range(20)]
     assert holm(ps, [1.0] * 20) == holm(ps)  # equal weights: Holm's method
-    w = family_weights(5, 0)  # test 0 is the engine-wide one
+    w = family_weights(5, 5, 0, pooled=True)  # test 0 is the engine-wide one
     assert w[0] == pytest.approx(ENGINE_SHARE * 5) and math.fsum(w) == pytest.approx(5.0)
     others = (1 - ENGINE_SHARE) * 5 / 4
     adjusted = holm([0.004, 0.001, 0.5, 0.6, 0.9], w)
@@ -358,6 +358,6 @@ def test_weighted_holm_gives_the_engine_wide_test_its_share_and_keeps_the_error_
     assert adjusted[0] == pytest.approx(0.004 * (5 - others) / w[0], rel=1e-12)
     # every null true: any rejection at alpha happens in at most alpha of the families
     draws = np.random.default_rng(0).random((4000, 136))
-    weights = family_weights(136, 135)
+    weights = family_weights(135, 136, None, pooled=True)  # the engine-wide test's weight on a clean one
     wrong = sum(min(holm(list(row), weights)) < 0.1 for row in draws)
     assert wrong / len(draws) <= 0.1 + 3 * math.sqrt(0.1 * 0.9 / len(draws))
