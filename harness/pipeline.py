@@ -15,15 +15,17 @@ from pathlib import Path
 from harness.config import RunConfig
 from harness.engines import guard
 from harness.errors import Interrupted, StorageError
+from harness.model.analysis import FollowUp
 from harness.model.report import Report, Timing
 from harness.progress import ProgressFactory
 from harness.report.build import build_report
 from harness.report.files import write_report
 from harness.stages.analyse import analyse
+from harness.stages.follow_up import follow_up
 from harness.stages.generate import follow, generate_all, interrupted
 from harness.stages.prepare import prepare
 from harness.stages.record import record_goldens
-from harness.stages.run import FollowerRun, Generated, Prepared
+from harness.stages.run import Baseline, FollowerRun, Generated, Prepared, Scored
 from harness.stages.score import EarlyScorer, baselines, score_all
 from harness.storage.folders import new_report_dir
 from harness.storage.generations import GenerationsLog
@@ -60,8 +62,9 @@ def _generate(
     early: EarlyScorer | None,
     log: GenerationsLog,
 ) -> tuple[Generated, dict[int, GoldenSet], tuple[str, ...], StorageError | None]:
-    """Generate every cell (and record goldens when asked); engines closed whatever happens.
-    Goldens that cannot be written come back as the error, raised once the report is kept."""
+    """Generate every cell (and record goldens when asked); on an error the engines are closed
+    here, else by the caller once the follow-up is done. Goldens that cannot be written come
+    back as the error, raised once the report is kept."""
     unsaved = None
     try:
         t_gen = time.perf_counter()
@@ -76,13 +79,36 @@ def _generate(
     except BaseException as exc:
         if early:
             early.close()
+        log.close()
+        _close(prep)
         if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, Interrupted):
             raise interrupted(prep, log, exc) from None
         raise
+    return generated, goldens, tuple(written), unsaved
+
+
+def _follow_up(
+    prep: Prepared,
+    generated: Generated,
+    bases: dict[int, Baseline],
+    scored: Scored,
+    progress: ProgressFactory | None,
+    timing: Timing,
+    log: GenerationsLog,
+) -> tuple[Generated, Scored, FollowUp | None]:
+    """The sparse screen's follow-up; then the engines and generations.jsonl are closed."""
+    try:
+        t_gen = time.perf_counter()
+        done = follow_up(prep, generated, bases, scored, progress, timing, log)
+        timing.generate_stage_s += time.perf_counter() - t_gen
+        return done
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Interrupted):
+            raise
+        raise interrupted(prep, log, exc) from None
     finally:
         log.close()
         _close(prep)
-    return generated, goldens, tuple(written), unsaved
 
 
 def execute(
@@ -107,15 +133,24 @@ def execute(
     )
     generated, goldens, written, unsaved = _generate(prep, progress, timing, early, log)
     t_after = time.perf_counter()
-    bases = baselines(prep, goldens, generated)
-    scored = score_all(prep, bases, generated, early, timing)
-    decision = analyse(prep, generated, scored)
+    try:
+        bases = baselines(prep, goldens, generated)
+        scored = score_all(prep, bases, generated, early, timing)
+    except BaseException:
+        log.close()
+        _close(prep)
+        raise
+    generated, scored, followed = _follow_up(prep, generated, bases, scored, progress, timing, log)
+    decision = analyse(prep, generated, scored, followed)
     now = time.perf_counter()
     timing.after_generation_s = now - t_after
     timing.harness_total_s = now - prep.t0
     timing.scoring_overlapped = early is not None
     report = write_report(
-        build_report(prep, generated, bases, scored, decision, timing=timing, written=written), folder
+        build_report(
+            prep, generated, bases, scored, decision, timing=timing, written=written, followed=followed
+        ),
+        folder,
     )
     if unsaved is not None:  # the run is complete and its report kept; the goldens are not
         raise StorageError(f"{unsaved}; the run's report was kept in {folder}")

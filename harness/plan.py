@@ -15,6 +15,7 @@ and false-alarm rates are in docs/method.md.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -49,6 +50,28 @@ class Plan:
         n, b = len(self.order), cell.batch_size
         step = b if self.rotation == Rotation.SPARSE else 1
         return [Batch(cell, k, tuple(self.order[(k + j) % n] for j in range(b))) for k in range(0, n, step)]
+
+    def follow_up(self, cell: Cell, rounds: int) -> list[Batch]:
+        """The batches a sparse cell's follow-up spends (harness.verdict.follow_up): ``rounds``
+        more rounds of its rotation, each the batches starting at one more ring offset, spread
+        between the sparse ones. Each round seats at every position about N / B prompts that
+        never sat there, so the follow-up's outputs are new evidence at every position."""
+        n, b = len(self.order), cell.batch_size
+        taken = min(rounds, b - 1)
+        offsets = {round((r + 1) * b / (taken + 1)) for r in range(taken)}
+        return [
+            Batch(cell, k, tuple(self.order[(k + j) % n] for j in range(b)))
+            for k in range(n)
+            if k % b in offsets
+        ]
+
+    def follow_up_cost(self, cell: Cell, rounds: int) -> int:
+        """Sequences a cell's follow-up of ``rounds`` rounds sends."""
+        return len(self.follow_up(cell, rounds)) * cell.batch_size
+
+    def follow_up_budget(self, share: float) -> int:
+        """The sequences a follow-up may spend: ``share`` of the screen's (this plan's)."""
+        return math.floor(share * self.sequences())
 
     @property
     def all_cells(self) -> tuple[Cell, ...]:

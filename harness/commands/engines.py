@@ -59,7 +59,8 @@ def add_build_engine(sub: Subcommands) -> None:
         default=None,
         metavar="KIND[:k=v,...]",
         help="build a faulty engine: full-batch[:slot=], padding, stride, "
-        "partial[:position=,fraction=,seed=], truncate[:keep=], or "
+        "partial[:position=,fraction=,seed=], truncate[:keep=], graph-ladder, beam-buffer, "
+        "late-loss[:fraction=,loss=,seed=], slot-cut[:batch=,position=,keep=], or "
         "drift[:rate=,seed=] for drift alone (see docs/method.md)",
     )
     p_build.add_argument(

@@ -44,6 +44,7 @@ from harness.config.parse import (
     fraction,
     merge_request_fields,
     non_negative_int,
+    non_negative_real,
     positive_int,
     positive_int_list,
     positive_real,
@@ -234,6 +235,17 @@ class RunConfig:
         parse=choice(Rotation),
         metavar="{full,sparse}",
     )
+    follow_up: float = option(
+        0.5,
+        "--follow-up",
+        "sparse rotation (and --sweep): the share of the screen's sequences the run may spend again on more "
+        "rotation of the cells whose screen saw something, tested apart (default {default}; 0: a fixed sparse "
+        "design; see docs/method.md)",
+        Receiver.PLAN,
+        parse=non_negative_real,
+        bound=Range(0.0, 8.0, "more than 8 times the screen is more than a full rotation of most grids"),
+        metavar="SHARE",
+    )
     golden_engine: str | None = option(
         None,
         "--golden-engine",
@@ -328,6 +340,11 @@ class RunConfig:
         """Where a module:Class engine not on sys.path is looked for (besides the current
         folder)."""
         return (self.root,) if self.root is not None else ()
+
+    @property
+    def follows_up(self) -> bool:
+        """Whether the design follows its sparse screen up (harness.verdict.follow_up)."""
+        return self.rotation == Rotation.SPARSE and self.follow_up > 0
 
     def decoding(self, beam_width: int) -> DecodingSettings:
         """The decoding settings of one beam width."""

@@ -4,7 +4,7 @@ three questions, and the fault signature a failing cell matches (docs/method.md)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.model.cell import Cell
 from harness.model.scores import finite, mean
@@ -68,6 +68,10 @@ class PositionStats:
     # every test is relative to batch size 1 and an engine that returns nothing at every
     # batch size would otherwise pass
     empty: float = 0.0
+    # the sparse rotation's follow-up of a suspicious position (harness.verdict.follow_up): its
+    # figures and tests over the follow-up's prompts alone, flagged in the follow-up's own
+    # Holm family; it degrades the position as the screen's tests do (None: not followed up)
+    follow_up: PositionStats | None = None
 
     def shows_loss(self, tolerance: float) -> bool:
         """The position's own figures show a loss beyond the tolerance: agreement below the
@@ -196,3 +200,17 @@ class Finding:
     def cause(self) -> str:
         """How the report and the failure name it."""
         return f"likely cause ({self.kind}): {self.text}"
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """What a sparse screen's follow-up spent (harness.verdict.follow_up): the ``--follow-up``
+    share, the sequences it could spend and did, the rounds of each followed cell (by id), the
+    suspicious cells the budget left without one, and the share of alpha its family held."""
+
+    share: float
+    budget: int
+    spent: int = 0
+    rounds: dict[str, int] = field(default_factory=dict)
+    left: tuple[str, ...] = ()
+    confirm_share: float = 0.0

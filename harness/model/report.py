@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.model.analysis import DropTest, EngineWide, PositionStats
+from harness.model.analysis import DropTest, EngineWide, FollowUp, PositionStats
 from harness.model.cell import Cell
 from harness.model.dataset import DatasetInfo
 from harness.model.engine import EngineInfo
@@ -180,6 +180,9 @@ class Method:
     family: int | None = None
     # the share of alpha the engine-wide test holds in the family (None: the design makes none)
     engine_share: float | None = None
+    # what the sparse screen's follow-up spent (None: the design has none); ``sequences``
+    # counts the screen's and the follow-up's
+    follow_up: FollowUp | None = None
 
 
 @dataclass(frozen=True)

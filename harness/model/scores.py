@@ -42,6 +42,9 @@ class CellScores:
     # symbols, or not text at all (an engine's bytes or numbers are stored as ""); a finding,
     # never a pass (harness.verdict.analysis)
     empty: tuple[Scores, ...] = ()
+    # the sparse rotation's follow-up (harness.verdict.follow_up): the cell's outputs from the
+    # batches the run spent where its screen saw something, scored apart (None: not followed up)
+    follow_up: CellScores | None = None
 
 
 @dataclass(frozen=True)

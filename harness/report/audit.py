@@ -29,6 +29,7 @@ from harness.model.report import CellResult, Report, cell_verdict, run_verdict
 from harness.model.scores import mean
 from harness.model.vocab import Rotation, Verdict
 from harness.verdict.analysis import pools
+from harness.verdict.follow_up import CONFIRM_SHARE, screen_alpha
 from harness.verdict.statistics import ENGINE_SHARE, family_weights, holm
 
 FIGURE = 1e-5  # two figures rounded to 6 decimals, and their difference
@@ -65,6 +66,22 @@ def _near(a: float | None, b: float | None, allowance: float = FIGURE) -> bool:
     return abs(a - b) <= allowance
 
 
+def _follow_ups(report: Report) -> Iterator[_Test]:
+    """The follow-up's tests: a Holm family of their own (harness.verdict.follow_up)."""
+    for cell in report.cells:
+        for s in cell.positions:
+            f = s.follow_up
+            if f is None:
+                continue
+            for name, test in (
+                ("position test", f.position_test),
+                ("quality test", f.quality_test),
+                ("change test", f.change_test),
+            ):
+                if test is not None:
+                    yield _Test(f"{cell.id} position {s.position} follow-up {name}", test)
+
+
 def _flags(report: Report, out: list[str]) -> dict[int, bool]:
     """Each test's flag as the method decides it from the recorded drop and p-value (by
     ``id`` of the test); a recorded adjusted p or flag that differs is listed."""
@@ -76,17 +93,42 @@ def _flags(report: Report, out: list[str]) -> dict[int, bool]:
     share = report.method.engine_share
     if share is not None and share != ENGINE_SHARE:
         out.append(f"method.engine_share {share}, but the method weighs the engine-wide test {ENGINE_SHARE}")
+    follow = report.method.follow_up
+    if follow is not None and follow.confirm_share != CONFIRM_SHARE:
+        out.append(
+            f"method.follow_up.confirm_share {follow.confirm_share}, but the method gives the follow-up "
+            f"{CONFIRM_SHARE} of alpha"
+        )
+    again = list(_follow_ups(report))
+    if again and follow is None:
+        out.append("positions carry follow-up tests, but the method records no follow-up")
     p_values = [t.test.p_value for t in tests] + [1.0] * clean
-    adjusted = holm(p_values, family_weights(len(tests), len(p_values), engine, share is not None))
+    decided = _decided(
+        tests,
+        holm(p_values, family_weights(len(tests), len(p_values), engine, share is not None)),
+        screen_alpha(report.method.alpha, follow is not None),
+        report.method.tolerance,
+        out,
+    )
+    alpha = report.method.alpha * CONFIRM_SHARE
+    return decided | _decided(
+        again, holm([t.test.p_value for t in again]), alpha, report.method.tolerance, out
+    )
+
+
+def _decided(
+    tests: Sequence[_Test], adjusted: Sequence[float], alpha: float, tol: float, out: list[str]
+) -> dict[int, bool]:
+    """The flags of one family's tests from their Holm-adjusted p-values; a recorded adjusted p
+    or flag that differs is listed."""
     slack = (len(tests) + 1) * P_ROUNDING
-    tol, alpha = report.method.tolerance, report.method.alpha
     decided: dict[int, bool] = {}
     for t, adj in zip(tests, adjusted):
         recorded = t.test.p_adjusted
         if recorded is None or not _near(recorded, adj, slack):
             out.append(
-                f"{t.where}: adjusted p {recorded} is not (weighted) Holm's over the run's "
-                f"{len(tests) + clean} tests ({adj:.3g})"
+                f"{t.where}: adjusted p {recorded} is not (weighted) Holm's over its family's "
+                f"{len(adjusted)} tests ({adj:.3g})"
             )
         flag = t.test.drop > tol and adj < alpha
         at_edge = abs(t.test.drop - tol) <= FIGURE or abs(adj - alpha) <= slack
@@ -112,7 +154,12 @@ def _position(
     """One position's recorded decisions and twice-held figures; returns whether it is
     degraded as its tests decide."""
     where = f"{cell.id} position {s.position}"
-    degraded = s.degraded_by(lambda t: flags.get(id(t), False), report.method.tolerance)
+
+    def flag(t: DropTest) -> bool:
+        return flags.get(id(t), False)
+
+    tol = report.method.tolerance
+    degraded = s.degraded_by(flag, tol) or (s.follow_up is not None and s.follow_up.degraded_by(flag, tol))
     if s.degraded != degraded:
         out.append(f"{where}: degraded {str(s.degraded).lower()}, but its tests say {str(degraded).lower()}")
     nondeterministic = report.method.deterministic and s.differing > 0

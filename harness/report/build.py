@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import __version__
-from harness.model.analysis import DropTest, EngineWide, PositionStats
+from harness.model.analysis import DropTest, EngineWide, FollowUp, PositionStats
 from harness.model.cell import Cell
 from harness.model.report import (
     SCHEMA_VERSION,
@@ -254,8 +254,10 @@ def build_report(
     *,
     timing: Timing,
     written: tuple[str, ...] = (),
+    followed: FollowUp | None = None,
 ) -> Report:
-    """The sealed report of one run, from what its stages produced."""
+    """The sealed report of one run, from what its stages produced (``followed``: what the
+    sparse screen's follow-up spent)."""
     outputs = _Outputs(prep, generated, bases)
     cells = tuple(
         reported(c, () if (w := worst_position(c)) is None else outputs.examples(c.cell, w))
@@ -288,7 +290,7 @@ def build_report(
             tolerance=config.tolerance,
             alpha=config.alpha,
             seed=plan.seed,
-            sequences=plan.sequences(),
+            sequences=plan.sequences() + (followed.spent if followed else 0),
             test=TEST,
             plan=PLANS[plan.rotation],
             rotation=plan.rotation,
@@ -297,6 +299,7 @@ def build_report(
             blind=blind,
             family=decision.family,
             engine_share=decision.engine_share,
+            follow_up=followed,
         ),
         options=config.as_dict(),
         environment=environment(),

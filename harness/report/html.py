@@ -16,6 +16,7 @@ from harness.model.analysis import shown_p
 from harness.model.report import CellResult, Report
 from harness.report.compare import Comparison
 from harness.report.plots import heatmap_svg
+from harness.report.summary import follow_up_line
 from harness.verdict.messages import ranges
 
 
@@ -43,7 +44,11 @@ def render_report(report: Report) -> str:
         if any(c.positions for c in cells)
     ]
     limits = dataclasses.asdict(report.limits) if report.limits else None
-    return _env().get_template("report.html.j2").render(r=report, heatmaps=heatmaps, limits=limits)
+    return (
+        _env()
+        .get_template("report.html.j2")
+        .render(r=report, heatmaps=heatmaps, limits=limits, follow_up=follow_up_line(report))
+    )
 
 
 def render_compare(comparison: Comparison) -> str:

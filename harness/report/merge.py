@@ -21,6 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from harness import bounds
 from harness.errors import ConfigError
+from harness.model.analysis import FollowUp
 from harness.model.cell import Cell
 from harness.model.report import (
     CacheStats,
@@ -248,6 +249,22 @@ def _cache(reports: Sequence[Report]) -> CacheStats:
     )
 
 
+def _follow_ups(parts: Sequence[FollowUp | None]) -> FollowUp | None:
+    """The shards' follow-ups as one: each shard followed its own screen up within its own
+    budget; the merged report adds them up (None: the design has none)."""
+    got = [f for f in parts if f is not None]
+    if not got:
+        return None
+    return FollowUp(
+        share=got[0].share,
+        budget=sum(f.budget for f in got),
+        spent=sum(f.spent for f in got),
+        rounds={k: v for f in got for k, v in f.rounds.items()},
+        left=tuple(c for f in got for c in f.left),
+        confirm_share=got[0].confirm_share,
+    )
+
+
 def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
     """The sealed report of the whole run, and its generations.jsonl lines."""
     if not paths:
@@ -283,7 +300,9 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
         checks={c: e.limit_checks for c, e in entries.items()},
         errors={c: e.error for c, e in entries.items() if e.error is not None},
         notices={c: e.notice for c, e in entries.items()},
+        follows_up=method.follow_up is not None,
     )
+    followed = _follow_ups([s.report.method.follow_up for s in shards])
     results = decision.cells
     cells = []
     for result in results:
@@ -307,7 +326,8 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
         goldens_written=(),
         method=dataclasses.replace(
             method,
-            sequences=plan.sequences(),
+            sequences=plan.sequences() + (followed.spent if followed else 0),
+            follow_up=followed,
             questions=questions(
                 method.deterministic, any(p.quality is not None for c in results for p in c.positions), blind
             ),

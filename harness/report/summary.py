@@ -70,6 +70,24 @@ def drift_lines(report: Report) -> list[str]:
     return [f"note: {c.drift}" for c in report.cells if c.drift and c.verdict == Verdict.PASS]
 
 
+def follow_up_line(report: Report) -> str | None:
+    """What the sparse screen's follow-up spent, and where (None: the design has none)."""
+    f = report.method.follow_up
+    if f is None:
+        return None
+    screen = report.method.sequences - f.spent
+    where = ", ".join(f"{cid} ({n} round{'s' if n != 1 else ''})" for cid, n in f.rounds.items())
+    said = (
+        f"looked again at {where}: {f.spent:,} more sequences, {f.spent / max(screen, 1):.0%} of the "
+        f"screen's {screen:,} (budget {f.budget:,}, --follow-up {f.share:g}); their tests over the new "
+        f"prompts alone, at {f.confirm_share:g} of alpha"
+        if f.rounds
+        else f"the screen saw nothing to look at again; 0 of {f.budget:,} sequences spent"
+    )
+    left = f"; suspicious but over the budget: {', '.join(f.left)} (raise --follow-up)" if f.left else ""
+    return f"follow-up of the sparse screen: {said}{left}"
+
+
 def header_lines(report: Report) -> list[str]:
     """Engine, dataset, baselines, and a warning when the quality question is nearly blind."""
     ds = report.dataset
@@ -82,6 +100,7 @@ def header_lines(report: Report) -> list[str]:
             if (reuse := report.engine.kv_cache_reuse) is not None and reuse.setting != CacheReuse.OFF
             else []
         ),
+        *([line] if (line := follow_up_line(report)) else []),
         *(
             [f"warning: the batch-size quality question is {report.method.blind}"]
             if report.method.blind

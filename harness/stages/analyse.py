@@ -5,13 +5,17 @@ checks and outputs cut to the scoring cap, engine errors, cells not run as asked
 
 from __future__ import annotations
 
+from harness.model.analysis import FollowUp
 from harness.stages.generate import output_checks
 from harness.stages.run import Generated, Prepared, Scored
 from harness.verdict.decide import Decision, decide
 
 
-def analyse(prep: Prepared, generated: Generated, scored: Scored) -> Decision:
-    """The decision of one run (rank 0's)."""
+def analyse(
+    prep: Prepared, generated: Generated, scored: Scored, followed: FollowUp | None = None
+) -> Decision:
+    """The decision of one run (rank 0's); ``followed``: what its sparse screen's follow-up
+    spent (None: the design has none)."""
     config, plan, lengths = prep.config, prep.plan, prep.lengths()
     return decide(
         plan.cells,
@@ -26,4 +30,5 @@ def analyse(prep: Prepared, generated: Generated, scored: Scored) -> Decision:
         checks=output_checks(prep.checks, generated.capped, config.max_new_tokens),
         errors={**generated.errors, **scored.unscored},
         notices={c: out.notice for c, out in generated.outputs.items()},
+        follows_up=followed is not None,
     )

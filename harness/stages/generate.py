@@ -26,7 +26,7 @@ from harness.model.cell import Cell
 from harness.model.limits import LimitCheck
 from harness.model.report import Timing
 from harness.model.vocab import CheckStatus
-from harness.plan import Plan
+from harness.plan import Batch, Plan
 from harness.progress import Progress, ProgressFactory
 from harness.stages.run import CellOutputs, FollowerRun, Generated, Prepared
 from harness.storage.cache import GenerationCache
@@ -117,14 +117,16 @@ def generate_cell(
     cache: GenerationCache | None = None,
     timing: Timing | None = None,
     ids: Sequence[str] = (),
+    batches: Sequence[Batch] | None = None,
 ) -> CellOutputs:
-    """Every rotation batch of one cell; texts by [position][document]. A batch that raises
-    raises ``BatchFailed`` (naming it by number and by its prompts' ``ids``, else indices)."""
+    """Every rotation batch of one cell (or the ``batches`` given: a follow-up's); texts by
+    [position][document]. A batch that raises raises ``BatchFailed`` (naming it by number
+    and by its prompts' ``ids``, else indices)."""
     n = len(plan.order)
     texts: list[list[str | None]] = [[None] * n for _ in range(cell.batch_size)]
     beams: list[list[tuple[str, ...] | None]] = [[None] * n for _ in range(cell.batch_size)]
     judgements: list[BatchJudgement] = []
-    batches = plan.batches(cell)
+    batches = plan.batches(cell) if batches is None else batches
     for number, batch in enumerate(batches, 1):
         try:
             outs, all_beams = generate_batch(

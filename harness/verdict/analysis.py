@@ -47,6 +47,7 @@ from harness.model.analysis import CellAnalysis, DropTest, EngineWide, PositionS
 from harness.model.cell import Cell
 from harness.model.scores import CellScores, Levels, finite, mean
 from harness.model.vocab import Verdict
+from harness.verdict.follow_up import CONFIRM_SHARE, screen_alpha, suspicious
 from harness.verdict.messages import cell_message, drift_note, empty_note, engine_message
 from harness.verdict.statistics import (
     change_test,
@@ -139,6 +140,18 @@ def _stats(cell: Cell, cs: CellScores, level: Levels, p: int, tolerance: float) 
     )
 
 
+def screened(
+    scores: Mapping[Cell, CellScores], levels: Mapping[int, Levels], tolerance: float
+) -> dict[Cell, list[PositionStats]]:
+    """Every cell's positions with their tests before any correction: what the follow-up of a
+    sparse screen chooses by (``harness.verdict.follow_up.choose``)."""
+    return {
+        cell: [_stats(cell, cs, levels[cell.beam_width], p, tolerance) for p in range(len(cs.baseline))]
+        for cell, cs in scores.items()
+        if cell.beam_width in levels
+    }
+
+
 @dataclass
 class _Family:
     """Every test of the run, so that one Holm correction spans them all."""
@@ -152,7 +165,12 @@ class _Family:
         return len(self.tests) - 1
 
     def settle(
-        self, tolerance: float, alpha: float, family: int | None, engine: int | None, pooled: bool
+        self,
+        tolerance: float,
+        alpha: float,
+        family: int | None = None,
+        engine: int | None = None,
+        pooled: bool = False,
     ) -> list[DropTest]:
         """Every test with its adjusted p and flag; ``family`` pads with clean tests (p = 1);
         ``engine``: the engine-wide test's index, weighted by ``family_weights``; ``pooled``:
@@ -169,20 +187,53 @@ class _Family:
 Slots = tuple[int | None, int | None, int | None]  # a position's tests in the family
 
 
+def _follow(
+    cell: Cell, cs: CellScores, level: Levels, row: list[PositionStats], tolerance: float, again: _Family
+) -> dict[int, tuple[PositionStats, Slots]]:
+    """A followed cell's suspicious positions (by the screen's tests, before Holm) with their
+    figures and tests over the follow-up's outputs alone, added to the follow-up's family."""
+    if cs.follow_up is None:
+        return {}
+    out = {}
+    for p in suspicious(row, tolerance):
+        s = _stats(cell, cs.follow_up, level, p, tolerance)
+        out[p] = (s, (again.add(s.position_test), again.add(s.quality_test), again.add(s.change_test)))
+    return out
+
+
+def _with_tests(s: PositionStats, slots: Slots, done: list[DropTest], tolerance: float) -> PositionStats:
+    """A position with its tests after Holm, degraded where they say so."""
+    pi, qi, ci = slots
+    settled = replace(
+        s,
+        position_test=done[pi] if pi is not None else None,
+        quality_test=done[qi] if qi is not None else None,
+        change_test=done[ci] if ci is not None else None,
+    )
+    return replace(settled, degraded=settled.degraded_by(lambda t: t.flagged, tolerance))
+
+
 def _settled(
-    row: list[PositionStats], slots: list[Slots], done: list[DropTest], deterministic: bool, tolerance: float
+    row: list[PositionStats],
+    slots: list[Slots],
+    done: list[DropTest],
+    deterministic: bool,
+    tolerance: float,
+    follow: Mapping[int, tuple[PositionStats, Slots]],
+    confirmed: list[DropTest],
 ) -> list[PositionStats]:
-    """The positions with their tests after Holm: degraded where the tests say so."""
+    """The positions with their tests after Holm: degraded where the screen's tests say so,
+    or the follow-up's (``follow``: a suspicious position's follow-up figures and their slots
+    in the follow-up's family, ``confirmed`` once settled)."""
     out = []
-    for s, (pi, qi, ci) in zip(row, slots):
+    for s, slot in zip(row, slots):
         settled = replace(
-            s,
-            position_test=done[pi] if pi is not None else None,
-            quality_test=done[qi] if qi is not None else None,
-            change_test=done[ci] if ci is not None else None,
-            nondeterministic=deterministic and s.differing > 0,
+            _with_tests(s, slot, done, tolerance), nondeterministic=deterministic and s.differing > 0
         )
-        out.append(replace(settled, degraded=settled.degraded_by(lambda t: t.flagged, tolerance)))
+        if s.position in follow:
+            again = _with_tests(*follow[s.position], confirmed, tolerance)
+            settled = replace(settled, follow_up=again, degraded=settled.degraded or again.degraded)
+        out.append(settled)
     return out
 
 
@@ -228,6 +279,7 @@ def analyze(
     deterministic: bool = False,
     family: int | None = None,
     pools_design: bool = False,
+    follows_up: bool = False,
 ) -> RunAnalysis:
     """Analyse every cell and the engine as a whole; ``levels[beam_width]`` holds batch size
     1's per-prompt levels.
@@ -236,8 +288,12 @@ def analyze(
     (``harness.verdict.decide.family_size``): tests the design makes that these scores do not
     (other shards' cells, an engine error, a position without two prompts) count as clean
     (p = 1), so a part of a run is corrected as the whole run is; ``pools_design``: the design
-    makes the engine-wide test (its weight stays its own where these scores do not make it)."""
-    tests = _Family()
+    makes the engine-wide test (its weight stays its own where these scores do not make it);
+    ``follows_up``: the design follows up a sparse screen (``harness.verdict.follow_up``), so
+    the screen's family is corrected at its share of alpha and the suspicious positions of the
+    cells with follow-up scores are tested again over those, in a family of their own."""
+    tests, again = _Family(), _Family()
+    follow: list[dict[int, tuple[PositionStats, Slots]]] = []
     rows: list[list[PositionStats]] = []
     slots: list[list[Slots]] = []
     omnibus: list[int | None] = []
@@ -251,16 +307,19 @@ def analyze(
         drops = _omnibus_drops(cs.reference, level.quality) if cell.batch_size > 1 else []
         omnibus.append(tests.add(paired_test(drops, tolerance)) if len(drops) >= 2 else None)
         rows.append(row)
+        follow.append(_follow(cell, cs, level, row, tolerance, again))
         at = [_quality_drops_at(cs, level, p) for p in range(len(cs.baseline))]
         spreads.append([(len(d), _spread(d)) for d in at if len(d) >= 2] if cell.batch_size > 1 else [])
     everywhere = engine_drops(scores, levels) if pools(list(scores)) else []
     engine = tests.add(paired_test(everywhere, tolerance)) if len(everywhere) >= 2 else None
     pooled = engine is not None or pools_design
-    done = tests.settle(tolerance, alpha, family, engine, pooled)
+    screen = screen_alpha(alpha, follows_up)
+    done = tests.settle(tolerance, screen, family, engine, pooled)
+    confirmed = again.settle(tolerance, alpha * CONFIRM_SHARE)
     share = per_test_share(max(len(done), family or 0, 1), pooled)
     detectable = [
         max(
-            (min_detectable_drop(n, sd, tolerance=tolerance, alpha=alpha, share=share) for n, sd in spread),
+            (min_detectable_drop(n, sd, tolerance=tolerance, alpha=screen, share=share) for n, sd in spread),
             default=None,
         )
         for spread in spreads
@@ -269,11 +328,11 @@ def analyze(
         _cell(
             cell,
             levels[cell.beam_width],
-            _settled(row, slot, done, deterministic, tolerance),
+            _settled(row, slot, done, deterministic, tolerance, fu, confirmed),
             done[oi] if oi is not None else None,
             d,
         )
-        for cell, row, slot, oi, d in zip(scores, rows, slots, omnibus, detectable)
+        for cell, row, slot, oi, d, fu in zip(scores, rows, slots, omnibus, detectable, follow)
     )
     if engine is None:
         return RunAnalysis(cells)

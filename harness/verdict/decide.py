@@ -121,12 +121,15 @@ def decide(
     checks: Mapping[Cell, tuple[LimitCheck, ...]] | None = None,
     errors: Mapping[Cell, str] | None = None,
     notices: Mapping[Cell, str | None] | None = None,
+    follows_up: bool = False,
 ) -> Decision:
     """The decision of a run over ``cells`` (the cells under test, in plan order) from their
     scores, batch size 1's levels per beam width and each cell's padding shortfall; ``design``
     is every cell of the run's grid (the Holm family's size); ``checks``, ``errors`` and
     ``notices`` are what the run knows of each cell besides its scores (build limits, engine
-    errors, an engine that did not run the cell as asked)."""
+    errors, an engine that did not run the cell as asked); ``follows_up``: the design follows
+    its sparse screen up (``harness.verdict.follow_up``: the follow-up's scores ride on each
+    followed cell's ``CellScores.follow_up``)."""
     outside = [c.id for c in scores if c not in design]
     if outside:
         raise ValueError(f"cells {', '.join(outside)} are not in the design the Holm family is sized by")
@@ -141,6 +144,7 @@ def decide(
         deterministic=deterministic,
         family=family,
         pools_design=pooled,
+        follows_up=follows_up,
     )
     analyses = {a.cell: a for a in run.cells}
     findings: dict[Cell, Finding] = {}

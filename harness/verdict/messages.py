@@ -63,6 +63,22 @@ def cell_message(
                 f"batch size 1, up to {max(t.drop for _, t in by_change):.2f} more than "
                 "at the other positions, with a loss there"
             )
+        again = [row[p].follow_up for p in bad]
+        confirmed = [f for f in again if f is not None and f.degraded]
+        if confirmed:  # the sparse screen's follow-up: new prompts at these positions
+            tests = [
+                t
+                for f in confirmed
+                for t in (f.position_test, f.quality_test, f.change_test)
+                if t and t.flagged
+            ]
+            lo, hi = min(f.n for f in confirmed), max(f.n for f in confirmed)
+            parts.append(
+                f"the follow-up confirmed position{'s' if len(confirmed) > 1 else ''} "
+                f"{ranges([f.position for f in confirmed])} over {lo if lo == hi else f'{lo}–{hi}'} more prompts: "
+                f"agreement {_span([f.agreement for f in confirmed])}, adjusted p "
+                f"{shown_p(min(t.p_adjusted if t.p_adjusted is not None else 1.0 for t in tests))}"
+            )
         return f"{cell_id}: {noun} {ranges(bad)} degraded ({'; '.join(parts)})"
     if spread is not None:
         return (

@@ -3,6 +3,7 @@ the engine's max_batch_size, each prompt once per size, and the boundary per bea
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.faults import Fault, FaultKind
 from harness.errors import ConfigError
 from harness.model.vocab import FindingKind
+from harness.report.audit import audit
 from tests.integration.common import run_here, run_options
 
 
@@ -65,3 +67,55 @@ def test_a_buffer_without_the_beam_factor_fails_from_its_threshold(tmp_path: Pat
 def test_a_sweep_needs_a_max_batch_size_or_a_bound(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--sweep tests every batch size .* drop --batch-sizes"):
         RunConfig.from_options({"sweep": True, "batch_sizes": "1-4"})
+
+
+@pytest.mark.slow  # 12 batch sizes over the 64 bundled prompts, and a follow-up
+def test_one_cut_slot_too_thin_for_the_screen_is_found_by_the_follow_up(tmp_path: Path) -> None:
+    """Every output at position 9 of batch size 11 loses its second half, on an engine that
+    drifts: the sweep seats 5-6 prompts there, which its screen does not flag; the follow-up
+    looks again at that cell, over new prompts, and names exactly that position, at well under
+    half the screen's cost; the reports say what it spent."""
+    from harness.engines.emulator.drift import Drift
+
+    engine = build_engine(
+        tmp_path / "cut",
+        build_limits(max_batch_size=12, max_beam_width=1),
+        fault=Fault(FaultKind.SLOT_CUT, batch=11, position=9, keep=0.5),
+        drift=Drift(rate=0.3),
+    )
+    options = run_options(
+        tmp_path, None, None, "1", goldens="g", cache=False, engine=str(engine), max_new_tokens=24
+    )
+    report = run_here(RunConfig.from_options({**options, "sweep": True})).report
+    failed = {c.id: c.degraded_positions for c in report.cells if c.verdict == "fail"}
+    assert failed == {"bs11-beam1": (9,)}
+    [cell] = [c for c in report.cells if c.id == "bs11-beam1"]
+    screen, again = cell.positions[9], cell.positions[9].follow_up
+    assert not any(
+        t is not None and t.flagged for t in (screen.position_test, screen.quality_test, screen.change_test)
+    )
+    assert again is not None and again.degraded and again.n >= 10
+    follow = report.method.follow_up
+    assert follow is not None and "bs11-beam1" in follow.rounds
+    assert 0 < follow.spent <= follow.budget and report.method.sequences == 803 + follow.spent
+    assert "the follow-up confirmed position 9" in cell.message
+    folder = next((tmp_path / "r").glob("run-*"))
+    for page in ("report.md", "report.html"):
+        assert "looked again at bs11-beam1" in (folder / page).read_text(encoding="utf-8")
+    # the audit corrects the follow-up's tests in their own family: edit a flag, it is listed
+    assert audit(report) == []
+    cleared = dataclasses.replace(
+        again, degraded=False, position_test=None, quality_test=None, change_test=None
+    )
+    edited = dataclasses.replace(
+        cell,
+        positions=tuple(
+            dataclasses.replace(p, follow_up=cleared) if p.position == 9 else p for p in cell.positions
+        ),
+    )
+    found = audit(
+        dataclasses.replace(report, cells=tuple(edited if c.id == cell.id else c for c in report.cells))
+    )
+    assert any("bs11-beam1 position 9: degraded true, but its tests say false" in line for line in found), (
+        found
+    )

@@ -182,13 +182,15 @@ class EmulatorEngine(EngineBase):
         self, prompts: Sequence[str], beams: list[list[list[int]]], width: int
     ) -> list[list[list[int]]]:
         """late-loss: each hit output's last steps are its batch-mate's (the next entry's best
-        beam) at the same steps."""
+        beam) at the same steps; slot-cut: the cut entry's beams end early."""
         assert self.fault is not None
         out = []
         for e, (prompt, entry) in enumerate(zip(prompts, beams)):
             mate = beams[(e + 1) % len(beams)][0]
             steps = [self.fault.diverges(prompt, len(prompts), width, e, len(b)) for b in entry]
-            out.append([b if k is None else b[:k] + mate[k : len(b)] for b, k in zip(entry, steps)])
+            entry = [b if k is None else b[:k] + mate[k : len(b)] for b, k in zip(entry, steps)]
+            kept = [self.fault.cut(len(prompts), e, len(b)) for b in entry]
+            out.append([b if k is None else b[:k] for b, k in zip(entry, kept)])
         return out
 
     def _pass(self, prompts: Sequence[str], settings: DecodingSettings, flips: Mapping[int, int]) -> _Pass:

@@ -55,6 +55,13 @@ late-loss       mild damage spread over the engine: at batch size > 1 a seeded
                 entry's state late in decoding. Every position and batch size alike: each
                 cell loses a little, none enough for its own tests; only the engine as a
                 whole shows it.
+slot-cut        one slot of one batch size: in batches of exactly ``batch`` entries, the entry
+                at ``position`` stops after ``keep`` (default 0.3, as for truncate) of the tokens it would
+                have generated, on every prompt, as when a slot past a kernel's tile (an odd
+                batch size split over tiles of two or four) is retired early. Every other
+                batch size and position is untouched, so only a sweep reaches it, and a
+                sparse sweep seats few prompts there. Parameters: ``batch`` (default 6),
+                ``position`` (default 4), ``keep``.
 ==============  ==========================================================================
 """
 
@@ -87,6 +94,7 @@ class FaultKind(Word):
     GRAPH_LADDER = "graph-ladder"
     BEAM_BUFFER = "beam-buffer"
     LATE_LOSS = "late-loss"
+    SLOT_CUT = "slot-cut"
 
 
 KINDS = ", ".join(k.value for k in FaultKind)
@@ -100,6 +108,7 @@ PARAMETERS: dict[FaultKind, frozenset[str]] = {
     FaultKind.GRAPH_LADDER: frozenset(),
     FaultKind.BEAM_BUFFER: frozenset(),
     FaultKind.LATE_LOSS: frozenset({"fraction", "loss", "seed"}),
+    FaultKind.SLOT_CUT: frozenset({"batch", "position", "keep"}),
 }
 FLOATS = frozenset({"rate", "margin", "fraction", "keep", "loss"})
 # Any: a parameter's type follows its key (those in FLOATS are floats, the others ints), which a
@@ -116,9 +125,10 @@ class Fault:
     seed: int = 0  # drift: which sequences flip; partial: which prompts are hit
     margin: float = DEFAULT_MARGIN  # drift: near-tie gap in nats
     slot: int | None = None  # full-batch: the entry that breaks (None: the last slot)
-    position: int = 3  # partial: the position that loses quality
+    position: int = 3  # partial: the position that loses quality; slot-cut: the entry cut short
     fraction: float = 0.3  # partial: share of prompts hit; late-loss: share of batched outputs hit
-    keep: float = 0.3  # truncate: share of max_new_tokens generated at batch size > 1
+    keep: float = 0.3  # truncate: share of max_new_tokens generated at batch size > 1; slot-cut: share kept
+    batch: int = 6  # slot-cut: the one batch size whose entry at ``position`` is cut short
     loss: float = 1 / 3  # late-loss: share of a hit output's tokens taken from its batch-mate
 
     def __post_init__(self) -> None:  # Fault("padding"), as config.json stores it
@@ -151,6 +161,11 @@ class Fault:
             return (
                 f"late loss at batch size > 1 ({self.fraction:.0%} of outputs continue a "
                 f"batch-mate's for their last {self.loss:.0%}, seed {self.seed})"
+            )
+        if self.kind == FaultKind.SLOT_CUT:
+            return (
+                f"slot cut (batch size {self.batch}, position {self.position}: every output keeps "
+                f"{self.keep:.0%} of its tokens)"
             )
         return {
             FaultKind.PADDING: "padding bug",
@@ -190,6 +205,12 @@ class Fault:
         if not hit(f"{entries}x{width}/{position}/{prompt}", self.seed, self.fraction):
             return None
         return max(1, math.ceil((1.0 - self.loss) * length))
+
+    def cut(self, entries: int, position: int, length: int) -> int | None:
+        """slot-cut: how many of an output's ``length`` tokens are kept (None: all)."""
+        if self.kind != FaultKind.SLOT_CUT or entries != self.batch or position != self.position:
+            return None
+        return max(1, math.ceil(self.keep * length))
 
     @property
     def pads_unmasked(self) -> bool:
@@ -279,7 +300,14 @@ def check_fault(fault: Fault, *, max_batch_size: int, option: str) -> Fault:
         raise ConfigError(
             f"{option}: loss {fault.loss} must be in (0, 1) (the share of a hit output's tokens lost)"
         )
-    if fault.kind == FaultKind.TRUNCATE and not 0.0 < fault.keep < 1.0:
+    if fault.kind == FaultKind.SLOT_CUT and not (
+        1 < fault.batch <= max_batch_size and 0 <= fault.position < fault.batch
+    ):
+        raise ConfigError(
+            f"{option}: slot-cut batch {fault.batch} must be between 2 and the engine's max_batch_size "
+            f"{max_batch_size}, and position {fault.position} inside it (0..{fault.batch - 1})"
+        )
+    if fault.kind in (FaultKind.TRUNCATE, FaultKind.SLOT_CUT) and not 0.0 < fault.keep < 1.0:
         raise ConfigError(
             f"{option}: keep {fault.keep} must be in (0, 1) (the share of "
             "max_new_tokens generated at batch size > 1)"

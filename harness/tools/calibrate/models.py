@@ -24,6 +24,10 @@ POOL_SEED = 20261130  # the prompt pool is fixed; --seed drives rounds and trial
 DRIFT_UNDER = 0.3  # the drift every fault model is also calibrated on top of
 DRIFT_RATES = (0.1, 0.3, 0.6)
 LATE_SHARE = 0.2  # late-loss: the share of batched outputs that lose their last third
+# slot-cut sweeps this far at least: with the 64 prompts of a trial a sparse sweep to 12 seats
+# 5-6 prompts per position, the fewest a sparse plan allows (harness.plan.SPARSE_MIN)
+CUT_TO = 12
+CUT_KEEP = 0.75  # slot-cut: every output at its position loses its last quarter
 
 
 class Target(Word):
@@ -134,10 +138,29 @@ def buffer_damage(size: int, width: int, slots: int) -> frozenset[int]:
     return frozenset(p for p in range(size) if (p + 1) * width > slots)
 
 
+def odd_size(to: int) -> int:
+    """The largest batch size up to ``to`` that is not a power of two (the slot-cut model's:
+    its positions see about the fewest prompts in a sparse sweep)."""
+    return max((b for b in range(3, to + 1) if b & (b - 1)), default=to)
+
+
 def sweep_models(to: int = SWEEP_TO) -> tuple[Model, ...]:
-    """The threshold faults under --sweep to ``to``, each alone and on 30% drift, and a
+    """The threshold faults under --sweep to ``to``, each alone and on 30% drift, a slot cut
+    at one position of one batch size off the powers of two (alone and on drift), and a
     drifting healthy engine swept."""
     sizes = range(2, to + 1)
+    wide = max(to, CUT_TO)
+    odd = odd_size(wide - 1)  # not the full batch, whose damage reads as full-batch corruption
+    slot = odd - 2  # a middle-to-late entry, neither the first nor the last
+    cut = _sweep(
+        "slot-cut",
+        f"slot cut, batch {odd} position {slot} (sweep 1-{wide})",
+        Fault(FaultKind.SLOT_CUT, batch=odd, position=slot, keep=CUT_KEEP),
+        1,
+        {odd: frozenset({slot})},
+        FindingKind.SINGLE,
+        wide,
+    )
     ladder = _sweep(
         "graph-ladder",
         f"graph ladder (sweep 1-{to})",
@@ -167,7 +190,15 @@ def sweep_models(to: int = SWEEP_TO) -> tuple[Model, ...]:
         drift=DRIFT_UNDER,
     )
     under = f"drift-{DRIFT_UNDER:g}"
-    return ladder, buffer, on_drift(ladder, under), on_drift(buffer, under), drifting
+    return (
+        ladder,
+        buffer,
+        cut,
+        on_drift(ladder, under),
+        on_drift(buffer, under),
+        on_drift(cut, under),
+        drifting,
+    )
 
 
 def models(rounds: int, fraction: float, position: int, sweep_to: int = SWEEP_TO) -> tuple[Model, ...]:

@@ -69,7 +69,7 @@ class Settings:
         "--only",
         "comma-separated models: healthy, drift-0.1, drift-0.3, drift-0.6, overflow, full-batch, padding, stride "
         "(each also +drift), partial, partial+drift, truncate, late-loss; swept to max_batch_size 8: graph-ladder, "
-        "beam-buffer (each also +drift), sweep-drift-0.3 (default: every model)",
+        "beam-buffer, slot-cut (each also +drift), sweep-drift-0.3 (default: every model)",
         Receiver.CALIBRATE,
         parse=names,
         metavar="NAMES",
@@ -88,6 +88,7 @@ class Settings:
     tolerance: float = RunConfig.tolerance
     alpha: float = RunConfig.alpha
     rotation: Rotation = RunConfig.rotation
+    follow_up: float = RunConfig.follow_up
     cache_dir: Path | None = None  # None: generate without the cache
     # the partial model: the share of prompts hit at its position
     fraction: float = 0.3
@@ -95,4 +96,4 @@ class Settings:
     work_dir: Path | None = None  # where the engines are built (default: the harness's cache)
 
 
-SHARED = ("seed", "max_new_tokens", "tolerance", "alpha", "cache_dir", "no_cache", "rotation")
+SHARED = ("seed", "max_new_tokens", "tolerance", "alpha", "cache_dir", "no_cache", "rotation", "follow_up")

@@ -3,6 +3,7 @@ what each engine did to its outputs, and a one-line summary."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -27,6 +28,15 @@ class Outcome:
     boundary: int = 0  # trials in which every beam width's first failing size was the true one
     differing: dict[Cell, float] = field(default_factory=dict)  # share unlike batch size 1
     quality_delta: dict[Cell, float] = field(default_factory=dict)  # vs batch size 1, pool mean
+    # per trial: the sequences sent (screen and follow-up) over the fixed design's (empty: not sparse)
+    cost: tuple[float, ...] = ()
+
+    @property
+    def cost_text(self) -> str:
+        """The median cost against the fixed design, and the largest (- where not sparse)."""
+        if not self.cost:
+            return "-"
+        return f"{statistics.median(self.cost):.2f}x/{max(self.cost):.2f}x"
 
     @property
     def flagged_rate(self) -> float:
@@ -55,9 +65,12 @@ class Targets:
     partial_detection: float = 0.95
     boundary: float = 0.95  # sweeps: the first failing batch size found exactly
     spread: float = 0.95  # mild damage spread over every batched cell: the engine fails
+    cost: float = 1.5  # sweeps: sequences at most this many times the fixed sparse design's
 
     def check(self, o: Outcome) -> tuple[bool, str]:
         ok, said = self._check(o)
+        if o.model.sweep and o.cost:
+            ok, said = ok and max(o.cost) <= self.cost, f"{said}, sequences <= {self.cost:g}x"
         if o.model.target == Target.SPREAD:
             # damage alike at every position: a position's own finding is a false rejection
             # of a true null there, which Holm bounds by alpha, as on a healthy engine
@@ -108,7 +121,7 @@ def table(outcomes: Sequence[Outcome], s: Settings, targets: Targets) -> tuple[l
     one-line summary; and whether every target holds."""
     lines = [
         f"{'model':40} {'cells':16} {'expect':6} {'flagged':>8} {'exact':>7} {'named':>7} "
-        f"{'wrong':>6} {'bound.':>7}  target"
+        f"{'wrong':>6} {'bound.':>7} {'seqs':>11}  target"
     ]
     ok_all = True
     for o in outcomes:
@@ -121,7 +134,7 @@ def table(outcomes: Sequence[Outcome], s: Settings, targets: Targets) -> tuple[l
         lines.append(
             f"{m.label:40} {_cells_text(m):16} "
             f"{'fail' if m.should_fail else 'pass':6} {o.flagged_rate:8.1%} {exact} "
-            f"{named} {o.wrong / o.trials:6.1%} {bound}  {target}: "
+            f"{named} {o.wrong / o.trials:6.1%} {bound} {o.cost_text:>11}  {target}: "
             f"{'ok' if ok else 'MISSED'}"
         )
     lines += [
@@ -167,7 +180,8 @@ def _note(s: Settings, family: int | None) -> str:
         "fails; exact = every cell's degraded positions are exactly the damaged ones; named "
         "= the failure names the right signature; wrong = a finding names another (a target "
         "on every model: none); bound. = every beam width's first failing batch size is the "
-        "true one (none for a healthy engine)."
+        "true one (none for a healthy engine); seqs = sequences sent, screen and follow-up, over "
+        f"the fixed sparse design's (median/largest; --follow-up {s.follow_up:g})."
     )
 
 

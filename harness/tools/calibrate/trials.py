@@ -6,14 +6,17 @@ per cell by the run's own plan), then the run's decision over them
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from harness.model.analysis import FollowUp
 from harness.model.cell import Cell
 from harness.model.scores import CellScores, Levels
 from harness.model.vocab import FindingKind, Rotation, Verdict
 from harness.plan import Plan
+from harness.stages.follow_up import chosen
 from harness.tools.calibrate.generation import BatchSizeOne, Observations
 from harness.tools.calibrate.models import Model, Target
 from harness.tools.calibrate.settings import Settings
@@ -31,7 +34,7 @@ def _pick(arr: np.ndarray, rounds: np.ndarray, rows: np.ndarray, cols: np.ndarra
     return picked
 
 
-def _trial_cell(
+def _draw(
     cell: Cell,
     own: Observations,
     twin: Observations,
@@ -39,14 +42,12 @@ def _trial_cell(
     subset: np.ndarray,
     hits: np.ndarray | None,
     position: int,
-    sparse: bool,
-) -> tuple[CellScores, Shortfall]:
-    """One cell's scores and padding shortfall in one trial: a round per position and prompt,
-    partial hits mixed in from the undamaged twin, and (sparse) each prompt kept where the
-    run's sparse plan seats it."""
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """One cell's agreement, quality and changed flags for every position and prompt of the
+    trial, each from a random round (partial hits mixed in from the undamaged twin), and the
+    rounds drawn."""
     arr = own.agreement[cell]
-    prompts = len(subset)
-    rounds = rng.integers(arr.shape[0], size=(cell.batch_size, prompts))
+    rounds = rng.integers(arr.shape[0], size=(cell.batch_size, len(subset)))
     cols = np.broadcast_to(subset, rounds.shape)
     rows = np.arange(cell.batch_size)[:, None]
     picked = [_pick(getattr(own, k)[cell], rounds, rows, cols) for k in ("agreement", "quality", "differs")]
@@ -58,17 +59,88 @@ def _trial_cell(
             np.where(keep, p, _pick(getattr(twin, k)[cell], twin_rounds, rows, cols))
             for p, k in zip(picked, ("agreement", "quality", "differs"))
         ]
+    return picked, rounds
+
+
+def _scores(picked: list[np.ndarray], seated: Iterable[tuple[int, int]] | None) -> CellScores:
+    """CellScores of the drawn arrays, kept only where ``seated`` seats (None: everywhere)."""
+    if seated is not None:
+        mask = np.zeros(picked[0].shape, dtype=bool)
+        for position, doc in seated:
+            mask[position, doc] = True
+        picked = [np.where(mask, p, np.nan) for p in picked]
+    rows = [tuple(tuple(map(float, r)) for r in p) for p in picked]
+    return CellScores(baseline=rows[0], reference=rows[1], differs=rows[2])
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    """One cell of one trial: how its outputs are drawn, its ring and its screen's scores."""
+
+    cell: Cell
+    own: Observations
+    hits: np.ndarray | None
+    plan: Plan | None  # the run's sparse plan over the trial's prompts (None: full rotation)
+    scores: CellScores
+    shorter: Shortfall
+
+
+def _trial_cell(
+    cell: Cell,
+    own: Observations,
+    twin: Observations,
+    rng: np.random.Generator,
+    subset: np.ndarray,
+    hits: np.ndarray | None,
+    position: int,
+    sparse: bool,
+) -> _Drawn:
+    """One cell in one trial: a round per position and prompt and (sparse) each prompt kept
+    where the run's sparse plan seats it."""
+    picked, rounds = _draw(cell, own, twin, rng, subset, hits, position)
+    plan = None
     if sparse and cell.batch_size > 1:  # the run's sparse plan over the trial's prompts
-        ring = tuple(int(i) for i in rng.permutation(prompts))
+        ring = tuple(int(i) for i in rng.permutation(len(subset)))
         plan = Plan(cells=(cell,), reference_cells=(), order=ring, seed=0, rotation=Rotation.SPARSE)
-        seated = np.zeros(rounds.shape, dtype=bool)
-        for position, doc in plan.seats(cell):
-            seated[position, doc] = True
-        picked = [np.where(seated, p, np.nan) for p in picked]
-    as_rows = [tuple(tuple(map(float, r)) for r in p) for p in picked]
-    scores = CellScores(baseline=as_rows[0], reference=as_rows[1], differs=as_rows[2])
-    shorter = own.shorter[cell][rounds, rows, cols]
-    return scores, tuple(tuple(int(x) for x in row) for row in shorter)
+    scores = _scores(picked, plan.seats(cell) if plan else None)
+    shorter = own.shorter[cell][
+        rounds, np.arange(cell.batch_size)[:, None], np.broadcast_to(subset, rounds.shape)
+    ]
+    return _Drawn(cell, own, hits, plan, scores, tuple(tuple(int(x) for x in row) for row in shorter))
+
+
+def _followed(
+    drawn: dict[Cell, _Drawn],
+    twin: Observations,
+    levels: dict[int, Levels],
+    rng: np.random.Generator,
+    subset: np.ndarray,
+    s: Settings,
+) -> tuple[dict[Cell, CellScores], FollowUp]:
+    """The run's follow-up of a sparse trial (``harness.stages.follow_up.chosen``): each
+    followed cell's follow-up batches drawn afresh, its scores riding on the screen's."""
+    widths = sorted({c.beam_width for c in drawn})
+    design = Plan(
+        cells=tuple(drawn),
+        reference_cells=tuple(Cell(1, w) for w in widths),
+        order=tuple(range(len(subset))),
+        seed=0,
+        rotation=Rotation.SPARSE,
+    )
+    screen = {c: d.scores for c, d in drawn.items()}
+    spent = chosen(screen, levels, design, s.follow_up, s.tolerance)
+    out = dict(screen)
+    for cell in (c for c in drawn if c.id in spent.rounds):
+        d = drawn[cell]
+        assert d.plan is not None
+        picked, _ = _draw(cell, d.own, twin, rng, subset, d.hits, s.position)
+        seats = (
+            (p, doc)
+            for batch in d.plan.follow_up(cell, spent.rounds[cell.id])
+            for p, doc in enumerate(batch.documents)
+        )
+        out[cell] = replace(d.scores, follow_up=_scores(picked, seats))
+    return out, spent
 
 
 @dataclass(frozen=True)
@@ -80,6 +152,8 @@ class TrialResult:
     named: bool  # a finding names the model's signature
     wrong: bool  # a finding names another cause
     boundary: bool  # every beam width's first failing batch size is the true one
+    follow_up: int = 0  # sequences the follow-up spent
+    screen: int = 0  # sequences of the screen (the fixed design)
 
 
 def trial(
@@ -93,20 +167,21 @@ def trial(
     """One trial of a model: its cells' scores through the run's decision."""
     subset = np.sort(rng.choice(s.pool, size=s.prompts, replace=False))
     hits = rng.random(s.prompts) < s.fraction if model.target == Target.PARTIAL else None
-    scores: dict[Cell, CellScores] = {}
-    shorter: dict[Cell, Shortfall] = {}
-    for cell in model.cells + model.extra:
-        own = obs if cell in model.cells else twin
-        scores[cell], shorter[cell] = _trial_cell(
+    sparse = s.rotation == Rotation.SPARSE or model.sweep
+    drawn = {
+        cell: _trial_cell(
             cell,
-            own,
+            obs if cell in model.cells else twin,
             twin,
             rng,
             subset,
             hits if cell in model.cells else None,
             s.position,
-            s.rotation == Rotation.SPARSE or model.sweep,
+            sparse,
         )
+        for cell in model.cells + model.extra
+    }
+    shorter = {c: d.shorter for c, d in drawn.items()}
     level = {
         w: Levels(
             agreement=tuple(float(x) for x in lv.agreement[subset]),
@@ -114,6 +189,12 @@ def trial(
         )
         for w, lv in levels.items()
     }
+    follows = sparse and s.follow_up > 0
+    scores = {c: d.scores for c, d in drawn.items()}
+    spent = 0
+    if follows:
+        scores, plan = _followed(drawn, twin, level, rng, subset, s)
+        spent = plan.spent
     decision = decide(
         model.cells + model.extra,
         scores,
@@ -123,6 +204,7 @@ def trial(
         design=model.design(),
         tolerance=s.tolerance,
         alpha=s.alpha,
+        follows_up=follows,
     )
     cells = decision.cells
     flagged = decision.verdict == Verdict.FAIL
@@ -142,4 +224,8 @@ def trial(
     boundary = all(
         b.first_failing == model.boundary(b.beam_width) for b in decision.boundaries if b.beam_width in widths
     )
-    return TrialResult(flagged, exact, named, wrong, boundary)
+    fixed = sum(
+        len(d.plan.batches(c)) * c.batch_size if d.plan else len(subset) * c.batch_size
+        for c, d in drawn.items()
+    )
+    return TrialResult(flagged, exact, named, wrong, boundary, spent, fixed + len(subset) * len(level))
