@@ -30,7 +30,7 @@ from harness.model.cell import Cell
 
 SCREEN_P = 0.05  # a test below this (uncorrected) makes its position suspicious
 CONFIRM_SHARE = 0.2  # the share of alpha the follow-up's family holds; the screen keeps the rest
-ROUNDS = 2  # rotation rounds a followed cell gets (at most B - 1)
+ROUNDS = 3  # rotation rounds a followed cell gets (at most B - 1); calibrate: 2 found 84.5% of slot-cut+drift, 3 100%
 
 
 def screen_alpha(alpha: float, follows_up: bool) -> float:

@@ -154,7 +154,7 @@ def sweep_models(to: int = SWEEP_TO) -> tuple[Model, ...]:
     slot = odd - 2  # a middle-to-late entry, neither the first nor the last
     cut = _sweep(
         "slot-cut",
-        f"slot cut, batch {odd} position {slot} (sweep 1-{wide})",
+        f"slot cut {1 - CUT_KEEP:.0%}, bs{odd} pos {slot} (1-{wide})",
         Fault(FaultKind.SLOT_CUT, batch=odd, position=slot, keep=CUT_KEEP),
         1,
         {odd: frozenset({slot})},

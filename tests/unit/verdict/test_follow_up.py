@@ -16,7 +16,7 @@ from harness.model.vocab import Rotation, Verdict
 from harness.plan import Plan, make_plan
 from harness.stages.follow_up import chosen
 from harness.verdict.decide import Decision, decide
-from harness.verdict.follow_up import CONFIRM_SHARE, SCREEN_P, screen_alpha
+from harness.verdict.follow_up import CONFIRM_SHARE, ROUNDS, SCREEN_P, screen_alpha
 from tests.unit.verdict.score_tables import N, drifting, levels_of
 
 TOP = 12
@@ -131,10 +131,10 @@ def test_the_follow_up_keeps_to_its_budget_most_suspicious_first() -> None:
         Cell(9, 1): row(Cell(9, 1), 0.2),
     }
     plan = _plan()
-    one = plan.follow_up_cost(Cell(7, 1), 2)
+    one = plan.follow_up_cost(Cell(7, 1), ROUNDS)
     got = choose(rows, plan.follow_up_cost, 0.1, one, 0.02)
     assert (
-        got.rounds == {Cell(7, 1).id: 2} and got.left == (Cell(5, 1).id,) and got.spent == one
+        got.rounds == {Cell(7, 1).id: ROUNDS} and got.left == (Cell(5, 1).id,) and got.spent == one
     )  # 9x1: clean
     assert choose(rows, plan.follow_up_cost, 0.1, 0, 0.02).rounds == {}
     assert SCREEN_P == 0.05 and got.confirm_share == CONFIRM_SHARE
