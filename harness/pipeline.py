@@ -27,9 +27,11 @@ from harness.stages.prepare import prepare
 from harness.stages.record import record_goldens
 from harness.stages.run import Baseline, FollowerRun, Generated, Prepared, Scored
 from harness.stages.score import EarlyScorer, baselines, score_all
+from harness.stages.sequential import looks, run_looks
 from harness.storage.folders import new_report_dir
 from harness.storage.generations import GenerationsLog
 from harness.storage.goldens import GoldenSet
+from harness.verdict.sequential import look_alpha
 
 __all__ = ["FollowerRun", "RunOutcome", "execute", "prepare", "run"]
 
@@ -111,6 +113,33 @@ def _follow_up(
         _close(prep)
 
 
+def _sequential(
+    prep: Prepared, progress: ProgressFactory | None, timing: Timing, log: GenerationsLog, folder: Path
+) -> RunOutcome:
+    """A full rotation generated look by look (``--looks``), decided over what it generated at
+    the last look's share of alpha; the engines and generations.jsonl closed whatever happens."""
+    try:
+        t_gen = time.perf_counter()
+        generated, bases, scored, record = run_looks(prep, progress, timing, log)
+        timing.generate_stage_s = time.perf_counter() - t_gen
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Interrupted):
+            raise
+        raise interrupted(prep, log, exc) from None
+    finally:
+        log.close()
+        _close(prep)
+    t_after = time.perf_counter()
+    decision = analyse(
+        prep, generated, scored, alpha=look_alpha(prep.config.alpha, record.looks, record.looks)
+    )
+    now = time.perf_counter()
+    timing.after_generation_s = now - t_after
+    timing.harness_total_s = now - prep.t0
+    report = build_report(prep, generated, bases, scored, decision, timing=timing, sequential=record)
+    return RunOutcome(write_report(report, folder), folder)
+
+
 def execute(
     prep: Prepared, *, progress: ProgressFactory | None = None, overlap: bool = True
 ) -> RunOutcome | FollowerRun:
@@ -127,10 +156,12 @@ def execute(
         return follow(prep, progress)
     timing = dataclasses.replace(prep.timing)
     folder = new_report_dir(prep.config.report_dir, prep.engine.info.backend, prep.started)
-    early = EarlyScorer(prep) if overlap and not prep.config.update_goldens else None
     log = GenerationsLog(
         folder / "generations.jsonl", [d.id for d in prep.dataset.documents], root=prep.config.report_dir
     )
+    if looks(prep) > 1:
+        return _sequential(prep, progress, timing, log, folder)
+    early = EarlyScorer(prep) if overlap and not prep.config.update_goldens else None
     generated, goldens, written, unsaved = _generate(prep, progress, timing, early, log)
     t_after = time.perf_counter()
     try:

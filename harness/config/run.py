@@ -246,6 +246,16 @@ class RunConfig:
         bound=Range(0.0, 8.0, "more than 8 times the screen is more than a full rotation of most grids"),
         metavar="SHARE",
     )
+    looks: int = option(
+        4,
+        "--looks",
+        "full rotation: generate in this many equal stages, look at the scores after each and stop a cell "
+        "once each of its tests is settled (default {default}; 1: the fixed design; see docs/method.md)",
+        Receiver.PLAN,
+        parse=positive_int,
+        bound=Range(None, 16, "more looks spend alpha on looks that cannot stop anything"),
+        metavar="K",
+    )
     golden_engine: str | None = option(
         None,
         "--golden-engine",

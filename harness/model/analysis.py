@@ -30,6 +30,9 @@ class DropTest:
     n: int
     p_adjusted: float | None = None  # Holm over every test of the run
     flagged: bool = False  # drop > tolerance and p_adjusted < alpha
+    # the standard error of the mean paired drop (None: not a paired test of a mean): what the
+    # sequential design's futility bound reads (harness.verdict.sequential)
+    se: float | None = None
 
 
 @dataclass(frozen=True)
@@ -214,3 +217,18 @@ class FollowUp:
     rounds: dict[str, int] = field(default_factory=dict)
     left: tuple[str, ...] = ()
     confirm_share: float = 0.0
+
+
+@dataclass(frozen=True)
+class Looks:
+    """What the sequential design of a full-rotation run spent (harness.verdict.sequential):
+    its looks, the share of alpha the interim looks spent and the futility level over them, the
+    sequences generated against the fixed design's, and the look each cell was settled at (the
+    last look: it ran to the end)."""
+
+    looks: int
+    interim_share: float
+    beta: float
+    spent: int
+    fixed: int
+    decided: dict[str, int] = field(default_factory=dict)

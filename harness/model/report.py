@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.model.analysis import DropTest, EngineWide, FollowUp, PositionStats
+from harness.model.analysis import DropTest, EngineWide, FollowUp, Looks, PositionStats
 from harness.model.cell import Cell
 from harness.model.dataset import DatasetInfo
 from harness.model.engine import EngineInfo
@@ -183,6 +183,8 @@ class Method:
     # what the sparse screen's follow-up spent (None: the design has none); ``sequences``
     # counts the screen's and the follow-up's
     follow_up: FollowUp | None = None
+    # what the sequential design spent and where it stopped (None: the fixed design)
+    sequential: Looks | None = None
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,23 @@ class CellScores:
     # batches the run spent where its screen saw something, scored apart (None: not followed up)
     follow_up: CellScores | None = None
 
+    def joined(self, more: CellScores) -> CellScores:
+        """These scores with ``more``'s where they exist (a later stage of the same cell, whose
+        seats are new), the follow-up kept."""
+
+        def join(a: tuple[Scores, ...], b: tuple[Scores, ...]) -> tuple[Scores, ...]:
+            if not a or not b:
+                return a or b
+            return tuple(tuple(y if not math.isnan(y) else x for x, y in zip(ra, rb)) for ra, rb in zip(a, b))
+
+        return CellScores(
+            baseline=join(self.baseline, more.baseline),
+            reference=join(self.reference, more.reference),
+            differs=join(self.differs, more.differs),
+            empty=join(self.empty, more.empty),
+            follow_up=self.follow_up,
+        )
+
 
 @dataclass(frozen=True)
 class Levels:

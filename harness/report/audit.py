@@ -30,6 +30,7 @@ from harness.model.scores import mean
 from harness.model.vocab import Rotation, Verdict
 from harness.verdict.analysis import pools
 from harness.verdict.follow_up import CONFIRM_SHARE, screen_alpha
+from harness.verdict.sequential import final_alpha
 from harness.verdict.statistics import ENGINE_SHARE, family_weights, holm
 
 FIGURE = 1e-5  # two figures rounded to 6 decimals, and their difference
@@ -106,7 +107,7 @@ def _flags(report: Report, out: list[str]) -> dict[int, bool]:
     decided = _decided(
         tests,
         holm(p_values, family_weights(len(tests), len(p_values), engine, share is not None)),
-        screen_alpha(report.method.alpha, follow is not None),
+        screen_alpha(final_alpha(report.method), follow is not None),
         report.method.tolerance,
         out,
     )
@@ -148,6 +149,14 @@ def _weighted(positions: Sequence[PositionStats], name: str) -> float:
     return math.fsum(getattr(s, name) * s.n for s in positions) / n if n else math.nan
 
 
+def _stopped_early(report: Report, cell: CellResult) -> bool:
+    """Whether a sequential run stopped the cell before its last look: it holds part of its
+    rotation (a prompt sat at some positions only), so its paired drops are not differences of
+    the positions' means."""
+    looked = report.method.sequential
+    return looked is not None and looked.decided.get(cell.id, looked.looks) < looked.looks
+
+
 def _position(
     report: Report, cell: CellResult, s: PositionStats, flags: dict[int, bool], out: list[str]
 ) -> bool:
@@ -182,13 +191,14 @@ def _position(
         )
     others = [o for o in cell.positions if o.position != s.position]
     p = s.position_test
-    if p is not None and others and not _near(p.drop, _weighted(others, "agreement") - s.agreement):
+    whole = not _stopped_early(report, cell)
+    if p is not None and others and whole and not _near(p.drop, _weighted(others, "agreement") - s.agreement):
         out.append(
             f"{where}: position test drop {p.drop}, but its agreement {s.agreement} is "
             f"{_weighted(others, 'agreement') - s.agreement:.6f} below the other positions'"
         )
     c = s.change_test
-    if c is not None and others and not _near(c.drop, s.differing - _weighted(others, "differing")):
+    if c is not None and others and whole and not _near(c.drop, s.differing - _weighted(others, "differing")):
         out.append(
             f"{where}: change test share {c.drop}, but its differing outputs "
             f"{s.differing} are {s.differing - _weighted(others, 'differing'):.6f} above "
@@ -264,6 +274,7 @@ def _cell_figures(report: Report, cell: CellResult, out: list[str]) -> None:
     if (
         o is not None
         and report.method.rotation == Rotation.FULL
+        and not _stopped_early(report, cell)
         and cell.quality is not None
         and cell.quality_bs1 is not None
         and not _near(o.drop, cell.quality_bs1 - cell.quality)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import __version__
-from harness.model.analysis import DropTest, EngineWide, FollowUp, PositionStats
+from harness.model.analysis import DropTest, EngineWide, FollowUp, Looks, PositionStats
 from harness.model.cell import Cell
 from harness.model.report import (
     SCHEMA_VERSION,
@@ -103,6 +103,7 @@ def _test(test: DropTest | None) -> DropTest | None:
         drop=round(test.drop, 6),
         p_value=round(test.p_value, 12),
         p_adjusted=_round(test.p_adjusted, 12),
+        se=_round(test.se, 9),
     )
 
 
@@ -119,6 +120,7 @@ def _position(s: PositionStats) -> PositionStats:
         position_test=_test(s.position_test),
         quality_test=_test(s.quality_test),
         change_test=_test(s.change_test),
+        follow_up=_position(s.follow_up) if s.follow_up is not None else None,
     )
 
 
@@ -255,6 +257,7 @@ def build_report(
     timing: Timing,
     written: tuple[str, ...] = (),
     followed: FollowUp | None = None,
+    sequential: Looks | None = None,
 ) -> Report:
     """The sealed report of one run, from what its stages produced (``followed``: what the
     sparse screen's follow-up spent)."""
@@ -290,7 +293,9 @@ def build_report(
             tolerance=config.tolerance,
             alpha=config.alpha,
             seed=plan.seed,
-            sequences=plan.sequences() + (followed.spent if followed else 0),
+            sequences=sequential.spent
+            if sequential
+            else plan.sequences() + (followed.spent if followed else 0),
             test=TEST,
             plan=PLANS[plan.rotation],
             rotation=plan.rotation,
@@ -300,6 +305,7 @@ def build_report(
             family=decision.family,
             engine_share=decision.engine_share,
             follow_up=followed,
+            sequential=sequential,
         ),
         options=config.as_dict(),
         environment=environment(),

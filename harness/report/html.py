@@ -16,7 +16,7 @@ from harness.model.analysis import shown_p
 from harness.model.report import CellResult, Report
 from harness.report.compare import Comparison
 from harness.report.plots import heatmap_svg
-from harness.report.summary import follow_up_line
+from harness.report.summary import design_lines
 from harness.verdict.messages import ranges
 
 
@@ -47,7 +47,7 @@ def render_report(report: Report) -> str:
     return (
         _env()
         .get_template("report.html.j2")
-        .render(r=report, heatmaps=heatmaps, limits=limits, follow_up=follow_up_line(report))
+        .render(r=report, heatmaps=heatmaps, limits=limits, design=design_lines(report))
     )
 
 

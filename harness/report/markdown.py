@@ -12,7 +12,7 @@ from harness.model.analysis import PositionStats
 from harness.model.limits import failing
 from harness.model.report import CellResult, Report
 from harness.model.vocab import CheckStatus, Rotation, Verdict
-from harness.report.summary import boundary_lines, engine_lines, follow_up_line, shard_note
+from harness.report.summary import boundary_lines, design_lines, engine_lines, shard_note
 from harness.verdict.messages import ranges
 
 # Markdown's inline and block markup characters (CommonMark lets a backslash escape any ASCII
@@ -97,9 +97,7 @@ def _header(report: Report) -> list[str]:
             else "full rotation"
         ),
     ]
-    follow = follow_up_line(report)
-    if follow:
-        lines.append(f"- {md(follow[0].upper() + follow[1:])}")
+    lines += [f"- {md(line[0].upper() + line[1:])}" for line in design_lines(report)]
     shard, note = report.shard, shard_note(report)
     if note:
         lines.append(f"- {md(note)}")

@@ -21,7 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from harness import bounds
 from harness.errors import ConfigError
-from harness.model.analysis import FollowUp
+from harness.model.analysis import FollowUp, Looks
 from harness.model.cell import Cell
 from harness.model.report import (
     CacheStats,
@@ -36,6 +36,7 @@ from harness.plan import Plan
 from harness.report.build import blindness, questions, reported, reported_engine, worst_position
 from harness.report.serialize import check_sealed, load_report, seal
 from harness.verdict.decide import decide
+from harness.verdict.sequential import final_alpha
 
 # Options that do not change what a run measures (paths differ between CI jobs; the engine's
 # and the dataset's contents are compared by hash instead): shards may differ in them.
@@ -265,6 +266,20 @@ def _follow_ups(parts: Sequence[FollowUp | None]) -> FollowUp | None:
     )
 
 
+def _looks(parts: Sequence[Looks | None]) -> Looks | None:
+    """The shards' sequential designs as one: each shard stopped its own cells; the merged
+    report adds what they spent up (None: the fixed design)."""
+    got = [f for f in parts if f is not None]
+    if not got:
+        return None
+    return dataclasses.replace(
+        got[0],
+        spent=sum(f.spent for f in got),
+        fixed=sum(f.fixed for f in got),
+        decided={k: v for f in got for k, v in f.decided.items()},
+    )
+
+
 def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
     """The sealed report of the whole run, and its generations.jsonl lines."""
     if not paths:
@@ -295,7 +310,7 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
         base.limits,
         design=grid,
         tolerance=method.tolerance,
-        alpha=method.alpha,
+        alpha=final_alpha(method),
         deterministic=method.deterministic,
         checks={c: e.limit_checks for c, e in entries.items()},
         errors={c: e.error for c, e in entries.items() if e.error is not None},
@@ -303,6 +318,7 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
         follows_up=method.follow_up is not None,
     )
     followed = _follow_ups([s.report.method.follow_up for s in shards])
+    looked = _looks([s.report.method.sequential for s in shards])
     results = decision.cells
     cells = []
     for result in results:
@@ -326,8 +342,9 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
         goldens_written=(),
         method=dataclasses.replace(
             method,
-            sequences=plan.sequences() + (followed.spent if followed else 0),
+            sequences=looked.spent if looked else plan.sequences() + (followed.spent if followed else 0),
             follow_up=followed,
+            sequential=looked,
             questions=questions(
                 method.deterministic, any(p.quality is not None for c in results for p in c.positions), blind
             ),

@@ -88,6 +88,30 @@ def follow_up_line(report: Report) -> str | None:
     return f"follow-up of the sparse screen: {said}{left}"
 
 
+def sequential_line(report: Report) -> str | None:
+    """What the sequential design spent and where each cell stopped (None: the fixed design)."""
+    q = report.method.sequential
+    if q is None:
+        return None
+    by_look: dict[int, list[str]] = {}
+    for cid, look in q.decided.items():
+        by_look.setdefault(look, []).append(cid)
+    where = "; ".join(
+        f"{'ran to the last look' if k == q.looks else f'settled at look {k}'}: {', '.join(ids)}"
+        for k, ids in sorted(by_look.items())
+    )
+    return (
+        f"sequential design ({q.looks} looks): {q.spent:,} of the fixed design's {q.fixed:,} sequences "
+        f"({q.spent / max(q.fixed, 1):.0%}); {where}"
+    )
+
+
+def design_lines(report: Report) -> list[str]:
+    """What the run's adaptive design spent: the sparse screen's follow-up, the sequential
+    design's looks (none for a fixed design)."""
+    return [line for line in (follow_up_line(report), sequential_line(report)) if line]
+
+
 def header_lines(report: Report) -> list[str]:
     """Engine, dataset, baselines, and a warning when the quality question is nearly blind."""
     ds = report.dataset
@@ -100,7 +124,7 @@ def header_lines(report: Report) -> list[str]:
             if (reuse := report.engine.kv_cache_reuse) is not None and reuse.setting != CacheReuse.OFF
             else []
         ),
-        *([line] if (line := follow_up_line(report)) else []),
+        *design_lines(report),
         *(
             [f"warning: the batch-size quality question is {report.method.blind}"]
             if report.method.blind

@@ -12,10 +12,16 @@ from harness.verdict.decide import Decision, decide
 
 
 def analyse(
-    prep: Prepared, generated: Generated, scored: Scored, followed: FollowUp | None = None
+    prep: Prepared,
+    generated: Generated,
+    scored: Scored,
+    followed: FollowUp | None = None,
+    *,
+    alpha: float | None = None,
 ) -> Decision:
     """The decision of one run (rank 0's); ``followed``: what its sparse screen's follow-up
-    spent (None: the design has none)."""
+    spent (None: the design has none); ``alpha``: the share of --alpha this look's family is
+    corrected at (a sequential design's looks; None: all of it)."""
     config, plan, lengths = prep.config, prep.plan, prep.lengths()
     return decide(
         plan.cells,
@@ -25,7 +31,7 @@ def analyse(
         prep.limits,
         design=prep.grid or plan.cells,
         tolerance=config.tolerance,
-        alpha=config.alpha,
+        alpha=config.alpha if alpha is None else alpha,
         deterministic=config.deterministic,
         checks=output_checks(prep.checks, generated.capped, config.max_new_tokens),
         errors={**generated.errors, **scored.unscored},

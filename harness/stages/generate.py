@@ -118,14 +118,18 @@ def generate_cell(
     timing: Timing | None = None,
     ids: Sequence[str] = (),
     batches: Sequence[Batch] | None = None,
+    judgements: list[BatchJudgement] | None = None,
+    numbering: tuple[int, int] | None = None,
 ) -> CellOutputs:
-    """Every rotation batch of one cell (or the ``batches`` given: a follow-up's); texts by
-    [position][document]. A batch that raises raises ``BatchFailed`` (naming it by number
-    and by its prompts' ``ids``, else indices)."""
+    """Every rotation batch of one cell (or the ``batches`` given: a stage's, a follow-up's);
+    texts by [position][document]. A batch that raises raises ``BatchFailed`` (naming it by
+    number and by its prompts' ``ids``, else indices; ``numbering``: where ``batches`` start
+    among the cell's and how many it has). The notice (a server that did not run the batch
+    together) is judged over ``judgements``, which a sequential run keeps over its looks."""
     n = len(plan.order)
     texts: list[list[str | None]] = [[None] * n for _ in range(cell.batch_size)]
     beams: list[list[tuple[str, ...] | None]] = [[None] * n for _ in range(cell.batch_size)]
-    judgements: list[BatchJudgement] = []
+    judgements = [] if judgements is None else judgements  # a sequential run's: over its looks
     batches = plan.batches(cell) if batches is None else batches
     for number, batch in enumerate(batches, 1):
         try:
@@ -136,7 +140,8 @@ def generate_cell(
             raise
         except Exception as exc:
             named = [ids[d] if d < len(ids) else f"#{d}" for d in batch.documents]
-            raise BatchFailed(number, len(batches), named, exc) from exc
+            start, total = numbering or (0, len(batches))
+            raise BatchFailed(start + number, total, named, exc) from exc
         for position, (doc, text) in enumerate(zip(batch.documents, outs)):
             texts[position][doc] = text
             if all_beams is not None:
@@ -205,6 +210,11 @@ def output_checks(
     return out
 
 
+def over_cap(out: CellOutputs) -> int:
+    """How many of a cell's outputs run past the scoring cap."""
+    return sum(t is not None and out.cap.cut(t) != t for row in out.texts.rows() for t in row)
+
+
 def generate_all(
     prep: Prepared,
     progress: ProgressFactory | None = None,
@@ -238,7 +248,7 @@ def generate_all(
         except BatchFailed as failed:
             errors[cell], first = failure_text(cell, failed, first)
             continue
-        over = sum(t is not None and out.cap.cut(t) != t for row in out.texts.rows() for t in row)
+        over = over_cap(out)
         if over:
             capped[cell] = over
         if log is not None:  # from now on read back from generations.jsonl, which keeps them whole

@@ -99,9 +99,20 @@ def mean_ci(xs: Sequence[float], level: float = 0.95) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def standard_error(xs: Sequence[float]) -> float | None:
+    """The standard error of the mean (None for fewer than two)."""
+    n = len(xs)
+    if n < 2:
+        return None
+    centre = math.fsum(xs) / n
+    return math.sqrt(math.fsum((x - centre) ** 2 for x in xs) / (n - 1) / n)
+
+
 def paired_test(drops: Sequence[float], tolerance: float) -> DropTest:
     """The one-sided paired test of H0: mean(drops) <= tolerance, before Holm."""
-    return DropTest(drop=mean(drops), p_value=one_sided_paired_p(drops, tolerance), n=len(drops))
+    return DropTest(
+        drop=mean(drops), p_value=one_sided_paired_p(drops, tolerance), n=len(drops), se=standard_error(drops)
+    )
 
 
 def paired_design(paired: int, seated: int) -> bool:

@@ -29,6 +29,7 @@ def _settings(
         cache_dir=root / "cache",
         work_dir=root / "engines",
         only=only,
+        looks=1,  # the fixed design (the sequential one stops too early to show anything on 12 prompts)
     )
 
 

@@ -74,7 +74,8 @@ def test_full_disk_while_generations_stream(
 ) -> None:
     monkeypatch.syspath_prepend(str(HERE))
     fill_generations(monkeypatch, len((small_dataset).read_bytes()) // 4)  # room for about one cell's rows
-    code, out, err = _cli(capsys, *_run_args(tmp_path, small_dataset))
+    # the fixed design streams each cell as it completes (a sequential run writes a cell once it stops)
+    code, out, err = _cli(capsys, *_run_args(tmp_path, small_dataset, "--looks", "1"))
     line = _one_line(err)
     assert code == 2
     assert "generations.jsonl: cannot write (No space left on device)" in line

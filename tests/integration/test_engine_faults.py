@@ -167,6 +167,7 @@ def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path)
         beam_widths=(1,),
         report_dir=tmp_path / "reports",
         no_cache=True,
+        looks=1,  # every position of every prompt, which the assertions read
     )
     result = run_here(config, engine=OddOutputs())
     cells = _cells(result)

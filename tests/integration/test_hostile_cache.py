@@ -81,7 +81,7 @@ class Engine:
 def _options(tmp: Path, name: str, weights: Path, dataset: Path) -> dict[str, object]:
     """A run of the engine in ``weights`` over the grid 1,2 x 1, its report in tmp / ``name``,
     the goldens and the cache shared by every run under ``tmp``."""
-    return run_options(tmp, dataset, "1,2", report=name, engine=str(weights), max_new_tokens="16")
+    return run_options(tmp, dataset, "1,2", report=name, engine=str(weights), max_new_tokens="16", looks=1)
 
 
 @dataclass(frozen=True)

@@ -168,6 +168,8 @@ def test_request_fields_reach_the_server_the_report_and_nothing_else(
             "repeat_penalty=1.0",
             "--request-field",
             '{"top_k": 1, "stop": ["END"]}',
+            "--looks",
+            "1",  # every planned request, which the server counts
         )
     )
     assert proc.returncode == 0, proc.stdout[-3000:]

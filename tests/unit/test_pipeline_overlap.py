@@ -29,7 +29,8 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _config(tmp: Path, dataset: Path, **options: str | bool) -> RunConfig:
-    values = run_options(tmp, dataset, "1,2,4,8", "1,2", report="reports", cache=None)
+    # overlapped scoring is the fixed design's (a sequential run scores look by look)
+    values = run_options(tmp, dataset, "1,2,4,8", "1,2", report="reports", cache=None, looks=1)
     return RunConfig.from_options({**values, **options})
 
 

@@ -10,7 +10,6 @@ import numpy as np
 
 from harness.errors import ConfigError
 from harness.model.cell import Cell
-from harness.model.vocab import Rotation
 from harness.plan import SPARSE_MIN
 from harness.tools.calibrate.generation import BatchSizeOne, Observations, generate, jobs, make_pool, observe
 from harness.tools.calibrate.models import Model, models
@@ -105,9 +104,7 @@ def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Out
                 boundary=sum(g.boundary for g in got),
                 differing=differing,
                 quality_delta=delta,
-                cost=tuple((g.screen + g.follow_up) / g.screen for g in got)
-                if m.sweep or s.rotation == Rotation.SPARSE
-                else (),
+                cost=tuple(g.spent / g.fixed for g in got),
             )
         )
     return outcomes

@@ -89,6 +89,7 @@ class Settings:
     alpha: float = RunConfig.alpha
     rotation: Rotation = RunConfig.rotation
     follow_up: float = RunConfig.follow_up
+    looks: int = RunConfig.looks
     cache_dir: Path | None = None  # None: generate without the cache
     # the partial model: the share of prompts hit at its position
     fraction: float = 0.3
@@ -96,4 +97,14 @@ class Settings:
     work_dir: Path | None = None  # where the engines are built (default: the harness's cache)
 
 
-SHARED = ("seed", "max_new_tokens", "tolerance", "alpha", "cache_dir", "no_cache", "rotation", "follow_up")
+SHARED = (
+    "seed",
+    "max_new_tokens",
+    "tolerance",
+    "alpha",
+    "cache_dir",
+    "no_cache",
+    "rotation",
+    "follow_up",
+    "looks",
+)

@@ -66,11 +66,17 @@ class Targets:
     boundary: float = 0.95  # sweeps: the first failing batch size found exactly
     spread: float = 0.95  # mild damage spread over every batched cell: the engine fails
     cost: float = 1.5  # sweeps: sequences at most this many times the fixed sparse design's
+    # the sequential design, median sequences over the fixed design's: faulty engines, healthy
+    # ones without drift (with drift: never more than the fixed design)
+    faulty_cost: float = 0.4
+    healthy_cost: float = 0.7
 
-    def check(self, o: Outcome) -> tuple[bool, str]:
+    def check(self, o: Outcome, sequential: bool = False) -> tuple[bool, str]:
         ok, said = self._check(o)
         if o.model.sweep and o.cost:
             ok, said = ok and max(o.cost) <= self.cost, f"{said}, sequences <= {self.cost:g}x"
+        elif sequential and o.cost:
+            ok, said = self._cost(o, ok, said)
         if o.model.target == Target.SPREAD:
             # damage alike at every position: a position's own finding is a false rejection
             # of a true null there, which Holm bounds by alpha, as on a healthy engine
@@ -79,6 +85,15 @@ class Targets:
         if o.wrong:
             return False, f"{said}, no cause named wrong ({o.wrong} trials named one)"
         return ok, said
+
+    def _cost(self, o: Outcome, ok: bool, said: str) -> tuple[bool, str]:
+        """The sequential design's cost targets."""
+        median = statistics.median(o.cost)
+        if o.model.should_fail:
+            return ok and median <= self.faulty_cost, f"{said}, median sequences <= {self.faulty_cost:g}x"
+        if not o.model.drift:
+            return ok and median <= self.healthy_cost, f"{said}, median sequences <= {self.healthy_cost:g}x"
+        return ok and max(o.cost) <= 1.0, f"{said}, sequences <= 1x"
 
     def _check(self, o: Outcome) -> tuple[bool, str]:
         target = o.model.target
@@ -125,7 +140,9 @@ def table(outcomes: Sequence[Outcome], s: Settings, targets: Targets) -> tuple[l
     ]
     ok_all = True
     for o in outcomes:
-        ok, target = targets.check(o)
+        ok, target = targets.check(
+            o, sequential=s.looks > 1 and s.rotation == Rotation.FULL and not o.model.sweep
+        )
         ok_all &= ok
         m = o.model
         exact = f"{o.exact_rate:7.1%}" if m.target == Target.DETECT else f"{'-':>7}"
@@ -180,8 +197,9 @@ def _note(s: Settings, family: int | None) -> str:
         "fails; exact = every cell's degraded positions are exactly the damaged ones; named "
         "= the failure names the right signature; wrong = a finding names another (a target "
         "on every model: none); bound. = every beam width's first failing batch size is the "
-        "true one (none for a healthy engine); seqs = sequences sent, screen and follow-up, over "
-        f"the fixed sparse design's (median/largest; --follow-up {s.follow_up:g})."
+        "true one (none for a healthy engine); seqs = sequences sent over the fixed design's, median/largest "
+        f"(sparse: screen and follow-up, --follow-up {s.follow_up:g}; full rotation: the looks that ran, "
+        f"--looks {s.looks})."
     )
 
 

@@ -21,7 +21,9 @@ from harness.tools.calibrate.generation import BatchSizeOne, Observations
 from harness.tools.calibrate.models import Model, Target
 from harness.tools.calibrate.settings import Settings
 from harness.verdict.decide import decide
+from harness.verdict.sequential import look_alpha, look_beta, running, stage
 from harness.verdict.signatures import Shortfall
+from harness.verdict.statistics import per_test_share
 
 
 def model_key(name: str) -> int:
@@ -83,6 +85,7 @@ class _Drawn:
     plan: Plan | None  # the run's sparse plan over the trial's prompts (None: full rotation)
     scores: CellScores
     shorter: Shortfall
+    picked: list[np.ndarray]  # agreement, quality, changed for every position and prompt
 
 
 def _trial_cell(
@@ -106,7 +109,62 @@ def _trial_cell(
     shorter = own.shorter[cell][
         rounds, np.arange(cell.batch_size)[:, None], np.broadcast_to(subset, rounds.shape)
     ]
-    return _Drawn(cell, own, hits, plan, scores, tuple(tuple(int(x) for x in row) for row in shorter))
+    return _Drawn(cell, own, hits, plan, scores, tuple(tuple(int(x) for x in row) for row in shorter), picked)
+
+
+def _looked(
+    model: Model,
+    drawn: dict[Cell, _Drawn],
+    levels: dict[int, Levels],
+    shorter: dict[Cell, Shortfall],
+    rng: np.random.Generator,
+    subset: np.ndarray,
+    s: Settings,
+) -> tuple[dict[Cell, CellScores], int]:
+    """The run's sequential design over a full-rotation trial (``harness.stages.sequential``):
+    each cell's rotation batches over its own ring of the trial's prompts, in ``s.looks``
+    stages, decided at each look at its share of alpha, a cell stopping once settled; the
+    scores at each cell's last look, and the sequences sent (batch size 1 whole)."""
+    k_all, n = s.looks, len(subset)
+    batches = {}
+    for cell in drawn:
+        ring = tuple(int(i) for i in rng.permutation(n))
+        batches[cell] = Plan(cells=(cell,), reference_cells=(), order=ring, seed=0).batches(cell)
+    seats: dict[Cell, list[tuple[int, int]]] = {c: [] for c in drawn}
+    scores: dict[Cell, CellScores] = {}
+    going = set(drawn)
+    spent = n * len(levels)
+    for k in range(1, k_all + 1):
+        for cell in going:
+            part = [batches[cell][i] for i in stage(len(batches[cell]), k, k_all)]
+            seats[cell] += [(p, d) for b in part for p, d in enumerate(b.documents)]
+            spent += len(part) * cell.batch_size
+            scores[cell] = _scores(drawn[cell].picked, seats[cell])
+        if k == k_all:
+            break
+        decision = decide(
+            tuple(drawn),
+            scores,
+            levels,
+            shorter,
+            model.limits,
+            design=model.design(),
+            tolerance=s.tolerance,
+            alpha=look_alpha(s.alpha, k, k_all),
+        )
+        still = running(
+            decision.cells,
+            decision.engine_wide,
+            n,
+            tolerance=s.tolerance,
+            alpha=s.alpha,
+            share=per_test_share(decision.family, decision.engine_share is not None),
+            beta=look_beta(k_all),
+        )
+        going = {c for c in going if c.id in still}
+        if not going:
+            break
+    return scores, spent
 
 
 def _followed(
@@ -152,8 +210,8 @@ class TrialResult:
     named: bool  # a finding names the model's signature
     wrong: bool  # a finding names another cause
     boundary: bool  # every beam width's first failing batch size is the true one
-    follow_up: int = 0  # sequences the follow-up spent
-    screen: int = 0  # sequences of the screen (the fixed design)
+    spent: int = 0  # sequences the design sent (screen and follow-up; the looks that ran)
+    fixed: int = 0  # sequences the fixed design sends
 
 
 def trial(
@@ -191,10 +249,17 @@ def trial(
     }
     follows = sparse and s.follow_up > 0
     scores = {c: d.scores for c, d in drawn.items()}
-    spent = 0
+    fixed = sum(
+        len(d.plan.batches(c)) * c.batch_size if d.plan else len(subset) * c.batch_size
+        for c, d in drawn.items()
+    ) + len(subset) * len(level)
+    spent, alpha = fixed, s.alpha
     if follows:
         scores, plan = _followed(drawn, twin, level, rng, subset, s)
-        spent = plan.spent
+        spent += plan.spent
+    elif not sparse and s.looks > 1:
+        scores, spent = _looked(model, drawn, level, shorter, rng, subset, s)
+        alpha = look_alpha(s.alpha, s.looks, s.looks)
     decision = decide(
         model.cells + model.extra,
         scores,
@@ -203,7 +268,7 @@ def trial(
         model.limits,
         design=model.design(),
         tolerance=s.tolerance,
-        alpha=s.alpha,
+        alpha=alpha,
         follows_up=follows,
     )
     cells = decision.cells
@@ -224,8 +289,4 @@ def trial(
     boundary = all(
         b.first_failing == model.boundary(b.beam_width) for b in decision.boundaries if b.beam_width in widths
     )
-    fixed = sum(
-        len(d.plan.batches(c)) * c.batch_size if d.plan else len(subset) * c.batch_size
-        for c, d in drawn.items()
-    )
-    return TrialResult(flagged, exact, named, wrong, boundary, spent, fixed + len(subset) * len(level))
+    return TrialResult(flagged, exact, named, wrong, boundary, spent, fixed)

@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 
 def run_config(tmp_path: Path, dataset: Path, engine: Path, **extra: object) -> RunConfig:
     """The run of ``engine`` on ``dataset``; ``extra`` adds options (batch sizes, backend, ...)."""
-    values = run_options(tmp_path, dataset, None, None, report="reports", cache=False, max_new_tokens=16)
+    values = run_options(
+        tmp_path, dataset, None, None, report="reports", cache=False, max_new_tokens=16, looks=1
+    )
     values.update(engine=str(engine), tokenizer=str(BUNDLED_MODEL), **extra)
     return RunConfig.from_options(values)
 

@@ -17,7 +17,7 @@ from tests.integration.toy_engine import ToyEngine
 def _run(engine: str | None, dataset: Path, tmp: Path, name: str, **options: str | bool) -> RunConfig:
     """A run over the grid 1,2 x 1 (``engine`` None: one given to run()), its report in tmp /
     ``name``, the goldens and the cache shared by every run under ``tmp``."""
-    values = run_options(tmp, dataset, "1,2", report=name, goldens="g", max_new_tokens="16")
+    values = run_options(tmp, dataset, "1,2", report=name, goldens="g", max_new_tokens="16", looks=1)
     return RunConfig.from_options({**values, **options, "engine": engine})
 
 

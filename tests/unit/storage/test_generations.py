@@ -75,6 +75,7 @@ def test_generations_file_holds_every_output_and_beam_where_it_sat(
         rotation=Rotation(rotation),
         no_cache=True,
         report_dir=tmp_path / "streamed",
+        looks=1,  # every planned batch (a sequential run stops where its answer is known)
     )
     # prepare() adopts any object with generate(); harness annotates it Engine (the full protocol)
     prep = prepare(config, engine=BeamEcho())

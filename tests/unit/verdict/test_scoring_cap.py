@@ -45,6 +45,7 @@ def test_runaway_outputs_are_scored_capped_and_reported(
         cache=None,
         engine="fault_engines:Runaway",
         max_new_tokens="8",
+        looks=1,
     )
     started = time.perf_counter()
     result = run(RunConfig.from_options(values))

@@ -1,0 +1,209 @@
+"""Stages 2-3 of a sequential full-rotation run (``--looks K``, harness.verdict.sequential):
+generate each cell in K equal stages (batch size 1 whole in the first), score each stage's new
+outputs, decide over everything so far at the look's share of alpha and stop the cells whose
+answer is known; each cell's outputs go to generations.jsonl once it stops. What comes out is
+what the fixed design's generate and score stages give, over the batches that ran."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from harness.engines.batching import MIN_JUDGED, BatchJudgement
+from harness.model.analysis import Looks
+from harness.model.cell import Cell
+from harness.model.report import Timing
+from harness.model.scores import CellScores, Levels
+from harness.model.vocab import Rotation, Served
+from harness.plan import Batch, Plan
+from harness.progress import ProgressFactory
+from harness.stages.analyse import analyse
+from harness.stages.generate import BatchFailed, _First, failure_text, generate_cell, over_cap
+from harness.stages.run import Baseline, CellOutputs, Generated, Prepared, Scored
+from harness.stages.score import baselines, level, score_cell
+from harness.storage.generations import CellTexts, GenerationsLog
+from harness.verdict.sequential import BETA, INTERIM_SHARE, look_alpha, look_beta, running, stage
+from harness.verdict.statistics import per_test_share
+
+
+def looks(prep: Prepared) -> int:
+    """The looks this run's design takes: ``--looks`` for a full rotation in one process that
+    records no goldens, else 1 (the fixed design: a sparse run follows its screen up instead;
+    MPI ranks could not agree on where to stop without exchanging scores; goldens need every
+    output)."""
+    c = prep.config
+    if c.rotation != Rotation.FULL or prep.ranks.world_size != 1 or c.update_goldens:
+        return 1
+    return c.looks
+
+
+@dataclasses.dataclass
+class _Cell:
+    """One cell's outputs so far, by position and document."""
+
+    texts: list[list[str | None]]
+    beams: list[list[tuple[str, ...] | None]]
+    judgements: list[BatchJudgement] = dataclasses.field(default_factory=list)  # a server's, over the looks
+    notice: str | None = None
+
+    def add(self, out: CellOutputs) -> None:
+        for p, row in enumerate(out.texts.rows()):
+            for d, text in enumerate(row):
+                if text is not None:
+                    self.texts[p][d] = text
+                    if out.texts.beams:
+                        self.beams[p][d] = out.texts.beams[p][d]
+        self.notice = out.notice  # judged over every batch so far
+
+    @property
+    def judged(self) -> bool:
+        """Whether a server's timing has had enough batches to say if it ran them together
+        (an engine that does not time its requests: nothing to judge)."""
+        if not self.judgements:
+            return True
+        return (
+            sum(j.verdict not in (Served.UNJUDGED, Served.UNTRUSTED) for j in self.judgements) >= MIN_JUDGED
+        )
+
+    def outputs(self, cell: Cell, cap: CellOutputs) -> CellOutputs:
+        rows = tuple(tuple(r) for r in self.texts)
+        kept = tuple(tuple(b) for b in self.beams) if cell.beam_width > 1 else ()
+        return dataclasses.replace(cap, texts=CellTexts(held=rows, beams=kept), notice=self.notice)
+
+
+def run_looks(
+    prep: Prepared,
+    progress: ProgressFactory | None = None,
+    timing: Timing | None = None,
+    log: GenerationsLog | None = None,
+) -> tuple[Generated, dict[int, Baseline], Scored, Looks]:
+    """Generate and score look by look until every cell is settled or the last look."""
+    config, plan, k_all = prep.config, prep.plan, looks(prep)
+    n = len(plan.order)
+    ids = [d.id for d in prep.dataset.documents]
+    references = tuple(d.summary for d in prep.dataset.documents)
+    held = {
+        c: _Cell([[None] * n for _ in range(c.batch_size)], [[None] * n for _ in range(c.batch_size)])
+        for c in plan.all_cells
+    }
+    last: dict[Cell, CellOutputs] = {}
+    errors: dict[Cell, str] = {}
+    scores: dict[Cell, CellScores] = {}
+    levels: dict[int, Levels] = {}
+    bases: dict[int, Baseline] = {}
+    going = set(plan.cells)
+    decided: dict[str, int] = {}
+    spent = 0
+    first_failure: _First | None = None
+    for k in range(1, k_all + 1):
+        fresh: dict[Cell, CellOutputs] = {}
+        todo = [
+            (cell, plan.batches(cell), _part(plan, cell, k, k_all, going, errors)) for cell in plan.all_cells
+        ]
+        size = sum(len(part) * cell.batch_size for cell, _, part in todo)
+        tick = progress(size) if progress and size else (lambda k: None)
+        for cell, every, batches in todo:
+            if not batches:
+                continue
+            try:
+                out = generate_cell(
+                    prep.engine,
+                    cell,
+                    plan,
+                    prep.prompts,
+                    config.decoding(cell.beam_width),
+                    tick,
+                    prep.cache,
+                    timing,
+                    ids,
+                    batches=batches,
+                    judgements=held[cell].judgements,
+                    numbering=(every.index(batches[0]), len(every)),
+                )
+            except BatchFailed as failed:
+                errors[cell], first_failure = failure_text(cell, failed, first_failure)
+                continue
+            spent += len(batches) * cell.batch_size
+            held[cell].add(out)
+            fresh[cell], last[cell] = out, out
+        if k == 1:
+            so_far = Generated(outputs={c: held[c].outputs(c, last[c]) for c in last}, errors=dict(errors))
+            bases = baselines(prep, prep.goldens, so_far)
+            for w, base in bases.items():
+                if Cell(1, w) in last:
+                    levels[w] = level(base.texts, references, last[Cell(1, w)].scored(0))[0]
+        for cell, out in fresh.items():
+            w = cell.beam_width
+            if cell not in plan.cells or w not in levels:
+                continue
+            got = score_cell(out, bases[w].texts, references, last[Cell(1, w)].scored(0))[0]
+            scores[cell] = scores[cell].joined(got) if cell in scores else got
+        generated = Generated(outputs={c: held[c].outputs(c, last[c]) for c in last}, errors=dict(errors))
+        scored = Scored(
+            cells=dict(scores), levels=dict(levels), unscored=_unscored(plan.cells, levels, errors)
+        )
+        if k == k_all:
+            break
+        decision = analyse(prep, generated, scored, alpha=look_alpha(config.alpha, k, k_all))
+        still = set(
+            running(
+                decision.cells,
+                decision.engine_wide,
+                n,
+                tolerance=config.tolerance,
+                alpha=config.alpha,
+                share=per_test_share(decision.family, decision.engine_share is not None),
+                beta=look_beta(k_all),
+            )
+        )
+        for cell in going:
+            if cell.id not in still and held[cell].judged:
+                decided[cell.id] = k
+        going = {c for c in going if c.id in still or not held[c].judged}
+        if not going:
+            break
+    for cell in going:
+        decided.setdefault(cell.id, k_all)
+    outputs = {}
+    for cell in plan.all_cells:
+        if cell not in last:
+            continue
+        out = held[cell].outputs(cell, last[cell])
+        if log is not None:
+            out = dataclasses.replace(out, texts=log.add(cell.id, out.texts))
+        outputs[cell] = out
+    record = Looks(
+        looks=k_all,
+        interim_share=INTERIM_SHARE,
+        beta=BETA,
+        spent=spent,
+        fixed=plan.sequences(),
+        decided={c.id: decided.get(c.id, k_all) for c in plan.cells if c not in errors},
+    )
+    final = Scored(cells=scores, levels=levels, unscored=_unscored(plan.cells, levels, errors))
+    capped = {c: n for c, out in outputs.items() if (n := over_cap(out))}
+    return Generated(outputs=outputs, errors=errors, capped=capped), bases, final, record
+
+
+def _part(
+    plan: Plan, cell: Cell, look: int, looks: int, going: set[Cell], errors: Mapping[Cell, str]
+) -> list[Batch]:
+    """The batches of ``cell`` stage ``look`` generates: batch size 1 whole in the first (every
+    baseline), a running cell's share, nothing for a stopped or failed one."""
+    every = plan.batches(cell)
+    if cell in plan.reference_cells:
+        return every if look == 1 else []
+    if cell not in going or cell in errors:
+        return []
+    return [every[i] for i in stage(len(every), look, looks)]
+
+
+def _unscored(
+    cells: tuple[Cell, ...], levels: Mapping[int, Levels], errors: Mapping[Cell, str]
+) -> dict[Cell, str]:
+    return {
+        c: f"no batch-size-1 baseline for beam width {c.beam_width}: "
+        f"{errors.get(Cell(1, c.beam_width), 'batch size 1 produced nothing')}"
+        for c in cells
+        if c not in errors and c.beam_width not in levels
+    }

@@ -1,0 +1,129 @@
+"""The sequential design of a full-rotation run: stop a cell once its answer is known.
+
+A full rotation of N prompts is N batches per cell. ``--looks K`` (default 4) generates them in
+K equal stages; after each stage every cell still running is analysed over what it has so far
+(``harness.verdict.decide``, the run's one decision), and a cell stops once each of its tests is
+*settled*:
+
+- **damage shown**: the position is degraded (or the cell's omnibus test flags) with the Holm
+  family corrected at this look's share of alpha; or
+- **no damage the fixed design would see**: the test's upper confidence bound (one-sided, level
+  ``BETA / (K - 1)`` per interim look) lies below the drop the fixed design detects with 80%
+  power at that test's spread (``statistics.min_detectable_drop`` over the N prompts of the full
+  rotation). A changed-outputs test degrades a position only where its position and quality
+  tests show a loss, so it is settled with them.
+
+The engine-wide test pools every batched cell: while it is unsettled every batched cell runs.
+
+**Error rates over the looks.** The interim looks share ``INTERIM_SHARE`` of alpha equally, the
+last look has the rest: a test rejected at any look was rejected by that look's Holm family at
+that look's share, so the chance of any false alarm over all looks is at most alpha (a union
+bound). Stopping for no damage never rejects anything (a non-binding futility bound): a cell
+stopped so cannot be rejected later either (its bound lies below the detectable drop by more
+than a rejection's margin), and a position whose true drop is what the fixed design detects is
+stopped as clean with probability at most ``BETA`` over the looks. The decision reported is
+the run's decision over everything generated, at the last look's share of alpha.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from scipy import stats
+
+from harness.model.analysis import DropTest, EngineWide, PositionStats
+from harness.model.report import CellResult, Method
+from harness.verdict.statistics import min_detectable_drop
+
+INTERIM_SHARE = 0.05  # the share of alpha the interim looks spend between them
+BETA = 0.01  # the chance, over the looks, of stopping a damaged test as clean
+LOOKS = 4  # --looks' default
+
+
+def look_alpha(alpha: float, look: int, looks: int) -> float:
+    """The alpha look ``look`` (1-based) of ``looks`` corrects its family at."""
+    if looks <= 1:
+        return alpha
+    return alpha * INTERIM_SHARE / (looks - 1) if look < looks else alpha * (1.0 - INTERIM_SHARE)
+
+
+def final_alpha(method: Method) -> float:
+    """The alpha a report's decision was corrected at: its last look's share (the fixed
+    design's: all of it)."""
+    looks = method.sequential.looks if method.sequential is not None else 1
+    return look_alpha(method.alpha, looks, looks)
+
+
+def look_beta(looks: int) -> float:
+    """The level of each interim look's futility bound."""
+    return BETA / max(looks - 1, 1)
+
+
+def stage(count: int, look: int, looks: int) -> range:
+    """Which of a cell's ``count`` batches stage ``look`` (1-based) of ``looks`` generates."""
+    return range(math.ceil((look - 1) * count / looks), math.ceil(look * count / looks))
+
+
+def clean(
+    test: DropTest | None, full: int, tolerance: float, alpha: float, share: float, beta: float
+) -> bool:
+    """Whether a test shows, at level ``beta``, that its drop is below what the fixed design
+    (``full`` prompts, ``share`` of ``alpha``) detects with 80% power."""
+    if test is None:
+        return True
+    if test.se is None or test.n < 2:
+        return False
+    sd = test.se * math.sqrt(test.n)
+    detectable = min_detectable_drop(full, sd, tolerance=tolerance, alpha=alpha, share=share)
+    bound = test.drop + float(stats.t.ppf(1.0 - beta, test.n - 1)) * test.se
+    return bound < detectable
+
+
+def _position_settled(
+    s: PositionStats, full: int, tolerance: float, alpha: float, share: float, beta: float
+) -> bool:
+    if s.degraded:
+        return True
+    return all(clean(t, full, tolerance, alpha, share, beta) for t in (s.position_test, s.quality_test))
+
+
+def cell_settled(
+    cell: CellResult, full: int, *, tolerance: float, alpha: float, share: float, beta: float
+) -> bool:
+    """Whether a cell's answer is known: every position degraded or clean, and its omnibus
+    test flagged or clean (a cell the engine could not run is settled: it is an error)."""
+    if cell.batch_size == 1 or cell.error is not None:
+        return True
+    positions = all(_position_settled(s, full, tolerance, alpha, share, beta) for s in cell.positions)
+    omnibus = (
+        cell.omnibus is None
+        or cell.omnibus.flagged
+        or clean(cell.omnibus, full, tolerance, alpha, share, beta)
+    )
+    return positions and omnibus
+
+
+def engine_settled(
+    engine: EngineWide | None, full: int, *, tolerance: float, alpha: float, share: float, beta: float
+) -> bool:
+    """Whether the engine-wide test is flagged or clean (None: the run makes none)."""
+    return engine is None or engine.test.flagged or clean(engine.test, full, tolerance, alpha, share, beta)
+
+
+def running(
+    cells: Sequence[CellResult],
+    engine: EngineWide | None,
+    full: int,
+    *,
+    tolerance: float,
+    alpha: float,
+    share: float,
+    beta: float,
+) -> tuple[str, ...]:
+    """The ids of the cells that must go on: those not settled, or, while the engine-wide test
+    is not settled, every batched cell."""
+    settle = dict(tolerance=tolerance, alpha=alpha, share=share, beta=beta)
+    if not engine_settled(engine, full, **settle):
+        return tuple(c.id for c in cells if c.batch_size > 1 and c.error is None)
+    return tuple(c.id for c in cells if not cell_settled(c, full, **settle))

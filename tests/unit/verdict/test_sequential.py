@@ -1,0 +1,109 @@
+"""The sequential design's rules: the looks spend alpha and nothing more, the stages cover every
+batch once, a cell whose answer is known stops (identical outputs, gross damage), and a position
+whose true drop is what the fixed design detects is almost never stopped as clean."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from harness.model.analysis import DropTest
+from harness.model.cell import Cell
+from harness.plan import Plan
+from harness.verdict.decide import Decision, decide
+from harness.verdict.sequential import BETA, clean, look_alpha, look_beta, running, stage
+from harness.verdict.statistics import min_detectable_drop, per_test_share
+from tests.unit.verdict.score_tables import N, levels_of, scored
+
+CELL = Cell(8, 1)
+DESIGN = (Cell(1, 1), CELL)
+
+
+@pytest.mark.parametrize("looks", [1, 2, 4, 7])
+def test_the_looks_spend_alpha_and_the_stages_cover_every_batch_once(looks: int) -> None:
+    assert math.isclose(sum(look_alpha(0.01, k, looks) for k in range(1, looks + 1)), 0.01)
+    for count in (7, 64, 65):
+        covered = [i for k in range(1, looks + 1) for i in stage(count, k, looks)]
+        assert covered == list(range(count))
+
+
+def _look(rows: tuple[list[list[float]], list[list[float]]], look: int, looks: int = 4) -> Decision:
+    """The decision at ``look`` over the batches the stages up to it ran (a full rotation)."""
+    plan = Plan(cells=(CELL,), reference_cells=(), order=tuple(range(N)), seed=0)
+    every = plan.batches(CELL)
+    seats = {
+        (p, d)
+        for k in range(1, look + 1)
+        for i in stage(len(every), k, looks)
+        for p, d in enumerate(every[i].documents)
+    }
+    agreement, quality = rows
+    keep = [[v if (p, i) in seats else math.nan for i, v in enumerate(r)] for p, r in enumerate(agreement)]
+    keep_q = [[v if (p, i) in seats else math.nan for i, v in enumerate(r)] for p, r in enumerate(quality)]
+    _, cs = scored(CELL, keep, keep_q)
+    return decide(
+        (CELL,),
+        {CELL: cs},
+        {1: levels_of(Q1)},
+        {},
+        None,
+        design=DESIGN,
+        tolerance=0.02,
+        alpha=look_alpha(0.01, look, looks),
+    )
+
+
+def _going(decision: Decision) -> tuple[str, ...]:
+    return running(
+        decision.cells,
+        decision.engine_wide,
+        N,
+        tolerance=0.02,
+        alpha=0.01,
+        share=per_test_share(decision.family, decision.engine_share is not None),
+        beta=look_beta(4),
+    )
+
+
+Q1 = [random.Random(5).uniform(0.45, 0.85) for _ in range(N)]
+
+
+def test_outputs_identical_to_batch_size_one_settle_at_the_first_look() -> None:
+    rows = ([[1.0] * N for _ in range(8)], [list(Q1) for _ in range(8)])
+    assert _going(_look(rows, 1)) == ()
+
+
+def test_gross_damage_settles_at_the_first_look_with_its_positions_found() -> None:
+    rng = random.Random(2)
+    agreement = [[1.0] * N if p < 4 else [rng.uniform(0.05, 0.2) for _ in Q1] for p in range(8)]
+    quality = [list(Q1) if p < 4 else [rng.uniform(0.0, 0.1) for _ in Q1] for p in range(8)]
+    decision = _look((agreement, quality), 1)
+    assert decision.cells[0].degraded_positions == (4, 5, 6, 7)
+    assert _going(decision) == ()
+
+
+def test_damage_as_large_as_the_fixed_design_detects_is_rarely_stopped_as_clean() -> None:
+    """A test whose true mean drop is the fixed design's detectable drop: over the interim looks
+    the futility bound stops it as clean in at most BETA of the runs (here: none of 400)."""
+    rng = random.Random(7)
+    sd, share = 0.1, per_test_share(100, False)
+    detectable = min_detectable_drop(N, sd, tolerance=0.02, alpha=0.01, share=share)
+    stopped = 0
+    for _ in range(400):
+        drops = [rng.gauss(detectable, sd) for _ in range(N)]
+        for k in (1, 2, 3):
+            seen = drops[: math.ceil(k * N / 4)]
+            m = sum(seen) / len(seen)
+            se = math.sqrt(sum((x - m) ** 2 for x in seen) / (len(seen) - 1) / len(seen))
+            test = DropTest(drop=m, p_value=1.0, n=len(seen), se=se)
+            if clean(test, N, 0.02, 0.01, share, look_beta(4)):
+                stopped += 1
+                break
+    assert stopped <= BETA * 400
+    assert clean(DropTest(drop=0.0, p_value=1.0, n=16, se=0.0), N, 0.02, 0.01, share, look_beta(4))
+    assert not clean(
+        DropTest(drop=0.0, p_value=1.0, n=16), N, 0.02, 0.01, share, look_beta(4)
+    )  # no se: no bound
+    assert not clean(DropTest(drop=0.1, p_value=1.0, n=16, se=0.01), N, 0.02, 0.01, share, look_beta(4))
