@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +91,21 @@ def _generate(
     return generated, goldens, tuple(written), unsaved
 
 
+@contextmanager
+def _closing(prep: Prepared, log: GenerationsLog) -> Iterator[None]:
+    """The engines and generations.jsonl closed whatever happens; Ctrl-C (or SIGTERM) said as
+    what is kept and how to resume."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Interrupted):
+            raise
+        raise interrupted(prep, log, exc) from None
+    finally:
+        log.close()
+        _close(prep)
+
+
 def _follow_up(
     prep: Prepared,
     generated: Generated,
@@ -99,18 +116,11 @@ def _follow_up(
     log: GenerationsLog,
 ) -> tuple[Generated, Scored, FollowUp | None]:
     """The sparse screen's follow-up; then the engines and generations.jsonl are closed."""
-    try:
+    with _closing(prep, log):
         t_gen = time.perf_counter()
         done = follow_up(prep, generated, bases, scored, progress, timing, log)
         timing.generate_stage_s += time.perf_counter() - t_gen
         return done
-    except KeyboardInterrupt as exc:
-        if isinstance(exc, Interrupted):
-            raise
-        raise interrupted(prep, log, exc) from None
-    finally:
-        log.close()
-        _close(prep)
 
 
 def _sequential(
@@ -118,17 +128,10 @@ def _sequential(
 ) -> RunOutcome:
     """A full rotation generated look by look (``--looks``), decided over what it generated at
     the last look's share of alpha; the engines and generations.jsonl closed whatever happens."""
-    try:
+    with _closing(prep, log):
         t_gen = time.perf_counter()
         generated, bases, scored, record = run_looks(prep, progress, timing, log)
         timing.generate_stage_s = time.perf_counter() - t_gen
-    except KeyboardInterrupt as exc:
-        if isinstance(exc, Interrupted):
-            raise
-        raise interrupted(prep, log, exc) from None
-    finally:
-        log.close()
-        _close(prep)
     t_after = time.perf_counter()
     decision = analyse(
         prep, generated, scored, alpha=look_alpha(prep.config.alpha, record.looks, record.looks)

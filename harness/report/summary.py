@@ -102,7 +102,7 @@ def sequential_line(report: Report) -> str | None:
     )
     return (
         f"sequential design ({q.looks} looks): {q.spent:,} of the fixed design's {q.fixed:,} sequences "
-        f"({q.spent / max(q.fixed, 1):.0%}); {where}"
+        f"({q.spent / max(q.fixed, 1):.0%}, {q.fixed - q.spent:,} saved); {where}"
     )
 
 

@@ -16,7 +16,7 @@ from harness.model.report import Timing
 from harness.model.scores import CellScores, Levels
 from harness.plan import Plan
 from harness.progress import ProgressFactory
-from harness.stages.generate import BatchFailed, failure_text, generate_cell
+from harness.stages.generate import BatchFailed, failure_text, run_cell
 from harness.stages.run import Baseline, Generated, Prepared, Scored
 from harness.stages.score import score_cell
 from harness.storage.generations import GenerationsLog
@@ -60,24 +60,12 @@ def follow_up(
     plan = chosen(scored.cells, scored.levels, prep.plan, config.follow_up, config.tolerance)
     tick = progress(plan.spent) if progress and plan.spent else (lambda k: None)
     references = tuple(d.summary for d in prep.dataset.documents)
-    ids = [d.id for d in prep.dataset.documents]
     cells, errors = dict(scored.cells), dict(generated.errors)
     by_id = {c.id: c for c in cells}
     for cid, rounds in plan.rounds.items():
         cell = by_id[cid]
         try:
-            out = generate_cell(
-                prep.engine,
-                cell,
-                prep.plan,
-                prep.prompts,
-                config.decoding(cell.beam_width),
-                tick,
-                prep.cache,
-                timing,
-                ids,
-                batches=prep.plan.follow_up(cell, rounds),
-            )
+            out = run_cell(prep, cell, tick, timing, batches=prep.plan.follow_up(cell, rounds))
         except BatchFailed as failed:
             errors[cell], _ = failure_text(cell, failed, None)
             del cells[cell]

@@ -210,6 +210,32 @@ def output_checks(
     return out
 
 
+def run_cell(
+    prep: Prepared,
+    cell: Cell,
+    tick: Progress,
+    timing: Timing | None,
+    batches: Sequence[Batch] | None = None,
+    judgements: list[BatchJudgement] | None = None,
+    numbering: tuple[int, int] | None = None,
+) -> CellOutputs:
+    """``generate_cell`` with the run's engine, plan, prompts, decoding, cache and ids."""
+    return generate_cell(
+        prep.engine,
+        cell,
+        prep.plan,
+        prep.prompts,
+        prep.config.decoding(cell.beam_width),
+        tick,
+        prep.cache,
+        timing,
+        [d.id for d in prep.dataset.documents],
+        batches=batches,
+        judgements=judgements,
+        numbering=numbering,
+    )
+
+
 def over_cap(out: CellOutputs) -> int:
     """How many of a cell's outputs run past the scoring cap."""
     return sum(t is not None and out.cap.cut(t) != t for row in out.texts.rows() for t in row)
@@ -230,21 +256,10 @@ def generate_all(
     outputs: dict[Cell, CellOutputs] = {}
     errors: dict[Cell, str] = {}
     capped: dict[Cell, int] = {}
-    ids = [d.id for d in prep.dataset.documents]
     first: _First | None = None
     for cell in prep.plan.all_cells:
         try:
-            out = generate_cell(
-                prep.engine,
-                cell,
-                prep.plan,
-                prep.prompts,
-                prep.config.decoding(cell.beam_width),
-                tick,
-                prep.cache,
-                timing,
-                ids,
-            )
+            out = run_cell(prep, cell, tick, timing)
         except BatchFailed as failed:
             errors[cell], first = failure_text(cell, failed, first)
             continue

@@ -18,12 +18,11 @@ from harness.model.vocab import Rotation, Served
 from harness.plan import Batch, Plan
 from harness.progress import ProgressFactory
 from harness.stages.analyse import analyse
-from harness.stages.generate import BatchFailed, _First, failure_text, generate_cell, over_cap
+from harness.stages.generate import BatchFailed, _First, failure_text, over_cap, run_cell
 from harness.stages.run import Baseline, CellOutputs, Generated, Prepared, Scored
 from harness.stages.score import baselines, level, score_cell
 from harness.storage.generations import CellTexts, GenerationsLog
-from harness.verdict.sequential import BETA, INTERIM_SHARE, look_alpha, look_beta, running, stage
-from harness.verdict.statistics import per_test_share
+from harness.verdict.sequential import BETA, INTERIM_SHARE, look_alpha, stage, undecided
 
 
 def looks(prep: Prepared) -> int:
@@ -80,7 +79,6 @@ def run_looks(
     """Generate and score look by look until every cell is settled or the last look."""
     config, plan, k_all = prep.config, prep.plan, looks(prep)
     n = len(plan.order)
-    ids = [d.id for d in prep.dataset.documents]
     references = tuple(d.summary for d in prep.dataset.documents)
     held = {
         c: _Cell([[None] * n for _ in range(c.batch_size)], [[None] * n for _ in range(c.batch_size)])
@@ -106,16 +104,11 @@ def run_looks(
             if not batches:
                 continue
             try:
-                out = generate_cell(
-                    prep.engine,
+                out = run_cell(
+                    prep,
                     cell,
-                    plan,
-                    prep.prompts,
-                    config.decoding(cell.beam_width),
                     tick,
-                    prep.cache,
                     timing,
-                    ids,
                     batches=batches,
                     judgements=held[cell].judgements,
                     numbering=(every.index(batches[0]), len(every)),
@@ -145,17 +138,7 @@ def run_looks(
         if k == k_all:
             break
         decision = analyse(prep, generated, scored, alpha=look_alpha(config.alpha, k, k_all))
-        still = set(
-            running(
-                decision.cells,
-                decision.engine_wide,
-                n,
-                tolerance=config.tolerance,
-                alpha=config.alpha,
-                share=per_test_share(decision.family, decision.engine_share is not None),
-                beta=look_beta(k_all),
-            )
-        )
+        still = set(undecided(decision, n, tolerance=config.tolerance, alpha=config.alpha, looks=k_all))
         for cell in going:
             if cell.id not in still and held[cell].judged:
                 decided[cell.id] = k

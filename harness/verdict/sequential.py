@@ -34,7 +34,8 @@ from scipy import stats
 
 from harness.model.analysis import DropTest, EngineWide, PositionStats
 from harness.model.report import CellResult, Method
-from harness.verdict.statistics import min_detectable_drop
+from harness.verdict.decide import Decision
+from harness.verdict.statistics import min_detectable_drop, per_test_share
 
 INTERIM_SHARE = 0.05  # the share of alpha the interim looks spend between them
 BETA = 0.01  # the chance, over the looks, of stopping a damaged test as clean
@@ -127,3 +128,19 @@ def running(
     if not engine_settled(engine, full, **settle):
         return tuple(c.id for c in cells if c.batch_size > 1 and c.error is None)
     return tuple(c.id for c in cells if not cell_settled(c, full, **settle))
+
+
+def undecided(
+    decision: Decision, full: int, *, tolerance: float, alpha: float, looks: int
+) -> tuple[str, ...]:
+    """``running`` over a look's decision: its family's per-test share of ``alpha``, the
+    futility level of ``looks`` looks (the run's stage and calibrate both call it)."""
+    return running(
+        decision.cells,
+        decision.engine_wide,
+        full,
+        tolerance=tolerance,
+        alpha=alpha,
+        share=per_test_share(decision.family, decision.engine_share is not None),
+        beta=look_beta(looks),
+    )

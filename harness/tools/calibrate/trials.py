@@ -21,9 +21,8 @@ from harness.tools.calibrate.generation import BatchSizeOne, Observations
 from harness.tools.calibrate.models import Model, Target
 from harness.tools.calibrate.settings import Settings
 from harness.verdict.decide import decide
-from harness.verdict.sequential import look_alpha, look_beta, running, stage
+from harness.verdict.sequential import look_alpha, stage, undecided
 from harness.verdict.signatures import Shortfall
-from harness.verdict.statistics import per_test_share
 
 
 def model_key(name: str) -> int:
@@ -152,15 +151,7 @@ def _looked(
             tolerance=s.tolerance,
             alpha=look_alpha(s.alpha, k, k_all),
         )
-        still = running(
-            decision.cells,
-            decision.engine_wide,
-            n,
-            tolerance=s.tolerance,
-            alpha=s.alpha,
-            share=per_test_share(decision.family, decision.engine_share is not None),
-            beta=look_beta(k_all),
-        )
+        still = undecided(decision, n, tolerance=s.tolerance, alpha=s.alpha, looks=k_all)
         going = {c for c in going if c.id in still}
         if not going:
             break
