@@ -13,7 +13,8 @@ K equal stages; after each stage every cell still running is analysed over what 
   rotation). A changed-outputs test degrades a position only where its position and quality
   tests show a loss, so it is settled with them.
 
-The engine-wide test pools every batched cell: while it is unsettled every batched cell runs.
+The engine-wide test pools every batched cell: while it is unsettled, and no cell fails (which
+fails the run whatever the engine-wide test says), every batched cell runs.
 
 **Error rates over the looks.** The interim looks share ``INTERIM_SHARE`` of alpha equally, the
 last look has the rest: a test rejected at any look was rejected by that look's Holm family at
@@ -34,6 +35,7 @@ from scipy import stats
 
 from harness.model.analysis import DropTest, EngineWide, PositionStats
 from harness.model.report import CellResult, Method
+from harness.model.vocab import Verdict
 from harness.verdict.decide import Decision
 from harness.verdict.statistics import min_detectable_drop, per_test_share
 
@@ -123,9 +125,11 @@ def running(
     beta: float,
 ) -> tuple[str, ...]:
     """The ids of the cells that must go on: those not settled, or, while the engine-wide test
-    is not settled, every batched cell."""
+    is not settled and no cell fails (a failing cell fails the run whatever it says), every
+    batched cell."""
     settle = dict(tolerance=tolerance, alpha=alpha, share=share, beta=beta)
-    if not engine_settled(engine, full, **settle):
+    failing = any(c.verdict == Verdict.FAIL for c in cells)
+    if not failing and not engine_settled(engine, full, **settle):
         return tuple(c.id for c in cells if c.batch_size > 1 and c.error is None)
     return tuple(c.id for c in cells if not cell_settled(c, full, **settle))
 
