@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from harness.config import RunConfig
 from harness.errors import ConfigError
+from harness.model.vocab import Rotation
 from harness.progress import duration
 from harness.report.serialize import load_report
 
@@ -44,4 +45,9 @@ def estimate_line(config: RunConfig, sequences: int) -> str:
     if not config.throughput:
         return "estimate: none (add --throughput SEQUENCES_PER_S, or a previous run's report folder, for one)"
     rate, source = throughput(config.throughput, sequences)
-    return f"estimate: about {duration(sequences / rate)} of generation at {source}"
+    early = (
+        " (at most: --looks stops each cell once its answer is known)"
+        if config.looks > 1 and config.rotation == Rotation.FULL
+        else ""
+    )
+    return f"estimate: about {duration(sequences / rate)} of generation at {source}{early}"

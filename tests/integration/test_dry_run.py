@@ -52,7 +52,10 @@ def test_a_dry_run_on_a_tensorrt_llm_engine_prints_plan_limits_and_estimate(
     )
     assert "build limits (unified config.json, TensorRT-LLM 0.13.0; prompt lengths: tokenizer " in out
     assert "2 exceeded" in out and "  bs4-beam2: num_beams 2 exceeds the engine's max_beam_width 1" in out
-    assert lines[-1] == "estimate: about 1 min 04 s of generation at --throughput 2.5 sequences/s"
+    assert lines[-1] == (
+        "estimate: about 1 min 04 s of generation at --throughput 2.5 sequences/s "
+        "(at most: --looks stops each cell once its answer is known)"
+    )
     assert not (tmp_path / "r").exists()  # nothing written
 
 
