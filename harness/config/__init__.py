@@ -1,10 +1,11 @@
 """The run's options: each declared once, in ``run`` (``RunConfig``) or in a group it holds
-(``engine``, ``dataset``); read from text by ``parse``; tabled by ``option`` for the CLI, the
+(``engine``, ``dataset``, ``design``); read from text by ``parse``; tabled by ``option`` for the CLI, the
 pytest plugin and docs/options.md. What the options share (the default grid, the cache folder)
 is in ``basics``."""
 
 from harness.config.dataset import DatasetOptions
 from harness.config.decoding import DecodingSettings
+from harness.config.design import DesignOptions
 from harness.config.engine import OPENAI_KEY_VARIABLE, EngineOptions
 from harness.config.option import Option
 from harness.config.parse import (
@@ -26,6 +27,7 @@ __all__ = [
     "RESERVED_FIELDS",
     "DatasetOptions",
     "DecodingSettings",
+    "DesignOptions",
     "EngineOptions",
     "Option",
     "RequestFields",

@@ -33,6 +33,7 @@ from harness.config.basics import (
 )
 from harness.config.dataset import DatasetOptions
 from harness.config.decoding import DecodingSettings
+from harness.config.design import DesignOptions
 from harness.config.engine import EngineOptions
 from harness.config.option import Option, declared, group, groups, option, path_option
 from harness.config.parse import (
@@ -44,7 +45,6 @@ from harness.config.parse import (
     fraction,
     merge_request_fields,
     non_negative_int,
-    non_negative_real,
     positive_int,
     positive_int_list,
     positive_real,
@@ -235,27 +235,6 @@ class RunConfig:
         parse=choice(Rotation),
         metavar="{full,sparse}",
     )
-    follow_up: float = option(
-        0.5,
-        "--follow-up",
-        "sparse rotation (and --sweep): the share of the screen's sequences the run may spend again on more "
-        "rotation of the cells whose screen saw something, tested apart (default {default}; 0: a fixed sparse "
-        "design; see docs/method.md)",
-        Receiver.PLAN,
-        parse=non_negative_real,
-        bound=Range(0.0, 8.0, "more than 8 times the screen is more than a full rotation of most grids"),
-        metavar="SHARE",
-    )
-    looks: int = option(
-        4,
-        "--looks",
-        "full rotation: generate in this many equal stages, look at the scores after each and stop a cell "
-        "once each of its tests is settled (default {default}; 1: the fixed design; see docs/method.md)",
-        Receiver.PLAN,
-        parse=positive_int,
-        bound=Range(None, 16, "more looks spend alpha on looks that cannot stop anything"),
-        metavar="K",
-    )
     golden_engine: str | None = option(
         None,
         "--golden-engine",
@@ -265,6 +244,7 @@ class RunConfig:
     )
     engine_options: EngineOptions = group(EngineOptions)
     data: DatasetOptions = group(DatasetOptions)
+    design: DesignOptions = group(DesignOptions)
     request_fields: RequestFields = option(
         (),
         "--request-field",
@@ -350,11 +330,6 @@ class RunConfig:
         """Where a module:Class engine not on sys.path is looked for (besides the current
         folder)."""
         return (self.root,) if self.root is not None else ()
-
-    @property
-    def follows_up(self) -> bool:
-        """Whether the design follows its sparse screen up (harness.verdict.follow_up)."""
-        return self.rotation == Rotation.SPARSE and self.follow_up > 0
 
     def decoding(self, beam_width: int) -> DecodingSettings:
         """The decoding settings of one beam width."""

@@ -47,7 +47,7 @@ def estimate_line(config: RunConfig, sequences: int) -> str:
     rate, source = throughput(config.throughput, sequences)
     early = (
         " (at most: --looks stops each cell once its answer is known)"
-        if config.looks > 1 and config.rotation == Rotation.FULL
+        if config.design.looks > 1 and config.rotation == Rotation.FULL
         else ""
     )
     return f"estimate: about {duration(sequences / rate)} of generation at {source}{early}"

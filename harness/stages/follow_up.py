@@ -14,6 +14,7 @@ from harness.model.analysis import FollowUp
 from harness.model.cell import Cell
 from harness.model.report import Timing
 from harness.model.scores import CellScores, Levels
+from harness.model.vocab import Rotation
 from harness.plan import Plan
 from harness.progress import ProgressFactory
 from harness.stages.generate import BatchFailed, failure_text, run_cell
@@ -26,7 +27,8 @@ from harness.verdict.follow_up import choose
 
 def follows_up(prep: Prepared) -> bool:
     """Whether this run's design follows its sparse screen up (one process only)."""
-    return prep.config.follows_up and prep.ranks.world_size == 1
+    c = prep.config
+    return c.rotation == Rotation.SPARSE and c.design.follow_up > 0 and prep.ranks.world_size == 1
 
 
 def chosen(
@@ -57,7 +59,7 @@ def follow_up(
     if not follows_up(prep):
         return generated, scored, None
     config = prep.config
-    plan = chosen(scored.cells, scored.levels, prep.plan, config.follow_up, config.tolerance)
+    plan = chosen(scored.cells, scored.levels, prep.plan, config.design.follow_up, config.tolerance)
     tick = progress(plan.spent) if progress and plan.spent else (lambda k: None)
     references = tuple(d.summary for d in prep.dataset.documents)
     cells, errors = dict(scored.cells), dict(generated.errors)

@@ -33,7 +33,7 @@ def looks(prep: Prepared) -> int:
     c = prep.config
     if c.rotation != Rotation.FULL or prep.ranks.world_size != 1 or c.update_goldens:
         return 1
-    return c.looks
+    return c.design.looks
 
 
 @dataclasses.dataclass
@@ -56,13 +56,14 @@ class _Cell:
 
     @property
     def judged(self) -> bool:
-        """Whether a server's timing has had enough batches to say if it ran them together
-        (an engine that does not time its requests: nothing to judge)."""
+        """Whether a server's timing has shown that it ran the batches together, over enough of
+        them (an engine that does not time its requests: nothing to judge). A cell whose
+        batches look served one after another so far runs on: over all its batches, as the
+        fixed design judges them, a few early ones served apart are outvoted."""
         if not self.judgements:
             return True
-        return (
-            sum(j.verdict not in (Served.UNJUDGED, Served.UNTRUSTED) for j in self.judgements) >= MIN_JUDGED
-        )
+        seen = sum(j.verdict not in (Served.UNJUDGED, Served.UNTRUSTED) for j in self.judgements)
+        return seen >= MIN_JUDGED and self.notice is None
 
     def outputs(self, cell: Cell, cap: CellOutputs) -> CellOutputs:
         rows = tuple(tuple(r) for r in self.texts)

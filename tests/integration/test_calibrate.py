@@ -96,8 +96,11 @@ def test_a_sweep_model_reports_its_boundary(tmp_path: Path) -> None:
     assert o.model.boundary(1) == 3
     assert o.boundary == o.flagged == 10 and o.named == 10
     lines, ok = table([o], settings, Targets())
-    assert "bs2-8-beam1" in lines[1] and lines[1].endswith("boundary >= 95%: ok")
-    assert lines[1].split()[-14:-10] == ["100.0%", "100.0%", "0.0%", "100.0%"]  # exact .. bound.
+    assert "bs2-8-beam1" in lines[1] and lines[1].endswith("boundary >= 95%, sequences <= 1.5x: ok")
+    cols = lines[1].split()
+    at = cols.index("bs2-8-beam1")
+    assert cols[at + 3 : at + 7] == ["100.0%", "100.0%", "0.0%", "100.0%"]  # exact .. bound.
+    assert cols[at + 7].endswith("x")  # the sequences the follow-up spent over the fixed sweep's
     assert "worst sweep boundary 100.0% (graph-ladder)" in lines[-1]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.__main__ import main
-from harness.config import DatasetOptions, RunConfig
+from harness.config import DatasetOptions, DesignOptions, RunConfig
 from harness.model.report import CellResult
 from harness.pipeline import RunOutcome
 from tests.integration.common import Suites, grid_options, run_here
@@ -167,7 +167,7 @@ def test_odd_outputs_are_scored_not_a_crash(tmp_path: Path, small_dataset: Path)
         beam_widths=(1,),
         report_dir=tmp_path / "reports",
         no_cache=True,
-        looks=1,  # every position of every prompt, which the assertions read
+        design=DesignOptions(looks=1),  # every position of every prompt, which the assertions read
     )
     result = run_here(config, engine=OddOutputs())
     cells = _cells(result)

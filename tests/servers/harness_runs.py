@@ -104,6 +104,7 @@ def config(run: HarnessRun, url: str, folder: Path) -> RunConfig:
         "report_dir": str(folder / "reports"),
         "no_cache": True,
         "retries": 1,
+        "looks": 1,  # the fixed design: the recordings answer its requests, in its order
     }
     if run.request_fields:
         values["request_fields"] = list(run.request_fields)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.bounds import Range
-from harness.config import RunConfig
+from harness.config import DesignOptions, RunConfig
 from harness.config.option import option
 from harness.config.parse import positive_int
 from harness.model.vocab import Receiver, Rotation
@@ -88,8 +88,8 @@ class Settings:
     tolerance: float = RunConfig.tolerance
     alpha: float = RunConfig.alpha
     rotation: Rotation = RunConfig.rotation
-    follow_up: float = RunConfig.follow_up
-    looks: int = RunConfig.looks
+    follow_up: float = DesignOptions.follow_up
+    looks: int = DesignOptions.looks
     cache_dir: Path | None = None  # None: generate without the cache
     # the partial model: the share of prompts hit at its position
     fraction: float = 0.3

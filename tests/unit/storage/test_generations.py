@@ -62,7 +62,7 @@ def test_generations_file_holds_every_output_and_beam_where_it_sat(
     """generations.jsonl, written cell by cell, holds every output the engine gave, at the
     position it sat at, with every beam (sparse positions left out); the run keeps only
     where each position's rows start and reads the same texts back from there."""
-    from harness.config import DatasetOptions, RunConfig
+    from harness.config import DatasetOptions, DesignOptions, RunConfig
     from harness.model.vocab import Rotation
     from harness.pipeline import RunOutcome, execute, prepare
     from harness.stages.generate import generate_all
@@ -75,7 +75,9 @@ def test_generations_file_holds_every_output_and_beam_where_it_sat(
         rotation=Rotation(rotation),
         no_cache=True,
         report_dir=tmp_path / "streamed",
-        looks=1,  # every planned batch (a sequential run stops where its answer is known)
+        design=DesignOptions(
+            looks=1
+        ),  # every planned batch (a sequential run stops where its answer is known)
     )
     # prepare() adopts any object with generate(); harness annotates it Engine (the full protocol)
     prep = prepare(config, engine=BeamEcho())
