@@ -134,7 +134,11 @@ def _sequential(
         timing.generate_stage_s = time.perf_counter() - t_gen
     t_after = time.perf_counter()
     decision = analyse(
-        prep, generated, scored, alpha=look_alpha(prep.config.alpha, record.looks, record.looks)
+        prep,
+        generated,
+        scored,
+        alpha=look_alpha(prep.config.alpha, record.looks, record.looks),
+        looked=record,
     )
     now = time.perf_counter()
     timing.after_generation_s = now - t_after

@@ -5,7 +5,7 @@ checks and outputs cut to the scoring cap, engine errors, cells not run as asked
 
 from __future__ import annotations
 
-from harness.model.analysis import FollowUp
+from harness.model.analysis import FollowUp, Looks
 from harness.stages.generate import output_checks
 from harness.stages.run import Generated, Prepared, Scored
 from harness.verdict.decide import Decision, decide
@@ -18,10 +18,12 @@ def analyse(
     followed: FollowUp | None = None,
     *,
     alpha: float | None = None,
+    looked: Looks | None = None,
 ) -> Decision:
     """The decision of one run (rank 0's); ``followed``: what its sparse screen's follow-up
     spent (None: the design has none); ``alpha``: the share of --alpha this look's family is
-    corrected at (a sequential design's looks; None: all of it)."""
+    corrected at (a sequential design's looks; None: all of it); ``looked``: where a sequential
+    run stopped each cell (a cell stopped before the last look holds part of its rotation)."""
     config, plan, lengths = prep.config, prep.plan, prep.lengths()
     return decide(
         plan.cells,
@@ -37,4 +39,9 @@ def analyse(
         errors={**generated.errors, **scored.unscored},
         notices={c: out.notice for c, out in generated.outputs.items()},
         follows_up=followed is not None,
+        partial=frozenset(
+            c
+            for c in plan.cells
+            if looked is not None and looked.decided.get(c.id, looked.looks) < looked.looks
+        ),
     )

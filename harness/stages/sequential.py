@@ -93,12 +93,16 @@ def run_looks(
     going = set(plan.cells)
     decided: dict[str, int] = {}
     spent = 0
+    done: dict[Cell, set[int]] = {}  # the batches generated per cell (batch size 1: by ring index)
     first_failure: _First | None = None
     for k in range(1, k_all + 1):
         fresh: dict[Cell, CellOutputs] = {}
-        todo = [
-            (cell, plan.batches(cell), _part(plan, cell, k, k_all, going, errors)) for cell in plan.all_cells
-        ]
+        parts = {c: _part(plan, c, k, k_all, going, errors) for c in plan.cells if c.batch_size > 1}
+        for ref in plan.reference_cells:  # batch size 1 for the prompts this look seats first
+            parts[ref] = _baseline_part(
+                plan, ref, parts, done.setdefault(ref, set()), k == 1 and ref in going
+            )
+        todo = [(cell, plan.batches(cell), parts.get(cell, [])) for cell in plan.all_cells]
         size = sum(len(part) * cell.batch_size for cell, _, part in todo)
         tick = progress(size) if progress and size else (lambda k: None)
         for cell, every, batches in todo:
@@ -119,20 +123,23 @@ def run_looks(
                 continue
             spent += len(batches) * cell.batch_size
             held[cell].add(out)
+            done.setdefault(cell, set()).update(b.index for b in batches)
             fresh[cell], last[cell] = out, out
-        if k == 1:
-            so_far = Generated(outputs={c: held[c].outputs(c, last[c]) for c in last}, errors=dict(errors))
-            bases = baselines(prep, prep.goldens, so_far)
-            for w, base in bases.items():
-                if Cell(1, w) in last:
-                    levels[w] = level(base.texts, references, last[Cell(1, w)].scored(0))[0]
+        so_far = {c: held[c].outputs(c, last[c]) for c in last}
+        if any(c in plan.reference_cells for c in fresh):  # the baselines of the prompts seated so far
+            bases = baselines(prep, prep.goldens, Generated(outputs=so_far, errors=dict(errors)))
+            levels = {
+                w: level(base.texts, references, so_far[Cell(1, w)].scored(0))[0]
+                for w, base in bases.items()
+                if Cell(1, w) in so_far
+            }
         for cell, out in fresh.items():
             w = cell.beam_width
             if cell not in plan.cells or w not in levels:
                 continue
-            got = score_cell(out, bases[w].texts, references, last[Cell(1, w)].scored(0))[0]
+            got = score_cell(out, bases[w].texts, references, so_far[Cell(1, w)].scored(0))[0]
             scores[cell] = scores[cell].joined(got) if cell in scores else got
-        generated = Generated(outputs={c: held[c].outputs(c, last[c]) for c in last}, errors=dict(errors))
+        generated = Generated(outputs=so_far, errors=dict(errors))
         scored = Scored(
             cells=dict(scores), levels=dict(levels), unscored=_unscored(plan.cells, levels, errors)
         )
@@ -172,14 +179,32 @@ def run_looks(
 def _part(
     plan: Plan, cell: Cell, look: int, looks: int, going: set[Cell], errors: Mapping[Cell, str]
 ) -> list[Batch]:
-    """The batches of ``cell`` stage ``look`` generates: batch size 1 whole in the first (every
-    baseline), a running cell's share, nothing for a stopped or failed one."""
-    every = plan.batches(cell)
-    if cell in plan.reference_cells:
-        return every if look == 1 else []
+    """The batches of a batched ``cell`` stage ``look`` generates: a running cell's share,
+    nothing for a stopped or failed one."""
     if cell not in going or cell in errors:
         return []
+    every = plan.batches(cell)
     return [every[i] for i in stage(len(every), look, looks)]
+
+
+def _baseline_part(
+    plan: Plan, ref: Cell, parts: Mapping[Cell, list[Batch]], done: set[int], tested: bool
+) -> list[Batch]:
+    """Batch size 1's batches a look needs first: one per prompt the look's batches of the same
+    beam width seat that batch size 1 has not answered yet (its batch k holds ring prompt k);
+    all of them at the first look when batch size 1 is itself under test."""
+    n = len(plan.order)
+    every = plan.batches(ref)
+    if tested:
+        return [b for b in every if b.index not in done]
+    seated = {
+        (b.index + j) % n
+        for c, part in parts.items()
+        if c.beam_width == ref.beam_width
+        for b in part
+        for j in range(c.batch_size)
+    }
+    return [every[i] for i in sorted(seated - done)]
 
 
 def _unscored(

@@ -122,6 +122,7 @@ def decide(
     errors: Mapping[Cell, str] | None = None,
     notices: Mapping[Cell, str | None] | None = None,
     follows_up: bool = False,
+    partial: frozenset[Cell] = frozenset(),
 ) -> Decision:
     """The decision of a run over ``cells`` (the cells under test, in plan order) from their
     scores, batch size 1's levels per beam width and each cell's padding shortfall; ``design``
@@ -129,7 +130,8 @@ def decide(
     ``notices`` are what the run knows of each cell besides its scores (build limits, engine
     errors, an engine that did not run the cell as asked); ``follows_up``: the design follows
     its sparse screen up (``harness.verdict.follow_up``: the follow-up's scores ride on each
-    followed cell's ``CellScores.follow_up``)."""
+    followed cell's ``CellScores.follow_up``); ``partial``: cells that hold part of their
+    rotation (a sequential run stopped them early), for which no engine-wide cause is named."""
     outside = [c.id for c in scores if c not in design]
     if outside:
         raise ValueError(f"cells {', '.join(outside)} are not in the design the Holm family is sized by")
@@ -155,6 +157,7 @@ def decide(
                 harm=harm(scores[cell], levels[cell.beam_width]),
                 shorter=shortfall.get(cell),
                 changed=scores[cell].differs,
+                partial=cell in partial,
             )
             for cell, a in analyses.items()
         ]

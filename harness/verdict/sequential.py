@@ -95,13 +95,15 @@ def cell_settled(
     cell: CellResult, full: int, *, tolerance: float, alpha: float, share: float, beta: float
 ) -> bool:
     """Whether a cell's answer is known: every position degraded or clean, and its omnibus
-    test flagged or clean (a cell the engine could not run is settled: it is an error)."""
+    test flagged or clean or moot (a degraded position fails the cell whatever it says); a
+    cell the engine could not run is settled: it is an error."""
     if cell.batch_size == 1 or cell.error is not None:
         return True
     positions = all(_position_settled(s, full, tolerance, alpha, share, beta) for s in cell.positions)
     omnibus = (
         cell.omnibus is None
         or cell.omnibus.flagged
+        or bool(cell.degraded_positions)
         or clean(cell.omnibus, full, tolerance, alpha, share, beta)
     )
     return positions and omnibus

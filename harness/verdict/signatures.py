@@ -74,6 +74,9 @@ class CellEvidence:
     # the longest prompt of the batch it sat in
     changed: tuple[tuple[float, ...], ...] = ()  # [position][document]: 1.0 where the output is
     # not batch size 1's (NaN: not there); empty when unknown
+    # part of the cell's rotation only (a sequential run stopped it once its damage was shown):
+    # too little to tell the engine-wide causes apart, so none of them is named for it
+    partial: bool = False
 
 
 def _seen(row: Sequence[float]) -> list[float]:
@@ -308,10 +311,10 @@ def _candidates(
     yield beam_buffer(a, analyses, limits)
     yield _graph_ladder(a, analyses)
     yield _full_batch(a, analyses, limits)
-    yield _padding(e)
-    yield _stride(e, analyses)
+    yield None if e.partial else _padding(e)
+    yield None if e.partial else _stride(e, analyses)
     yield _single(e)
-    yield _all_positions(e)
+    yield None if e.partial else _all_positions(e)
 
 
 # causes that belong to the engine, not to one cell, and the failing cells that could show them

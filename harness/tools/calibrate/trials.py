@@ -119,24 +119,25 @@ def _looked(
     rng: np.random.Generator,
     subset: np.ndarray,
     s: Settings,
-) -> tuple[dict[Cell, CellScores], int]:
+) -> tuple[dict[Cell, CellScores], int, frozenset[Cell]]:
     """The run's sequential design over a full-rotation trial (``harness.stages.sequential``):
-    each cell's rotation batches over its own ring of the trial's prompts, in ``s.looks``
-    stages, decided at each look at its share of alpha, a cell stopping once settled; the
-    scores at each cell's last look, and the sequences sent (batch size 1 whole)."""
+    every cell's rotation batches over one ring of the trial's prompts, in ``s.looks`` stages,
+    decided at each look at its share of alpha, a cell stopping once settled, batch size 1 run
+    for the prompts each look seats; the scores at each cell's last look, the sequences sent and
+    the cells stopped before the last look."""
     k_all, n = s.looks, len(subset)
-    batches = {}
-    for cell in drawn:
-        ring = tuple(int(i) for i in rng.permutation(n))
-        batches[cell] = Plan(cells=(cell,), reference_cells=(), order=ring, seed=0).batches(cell)
+    ring = tuple(int(i) for i in rng.permutation(n))
+    batches = {c: Plan(cells=(c,), reference_cells=(), order=ring, seed=0).batches(c) for c in drawn}
     seats: dict[Cell, list[tuple[int, int]]] = {c: [] for c in drawn}
+    answered: dict[int, set[int]] = {}  # batch size 1's prompts so far, per beam width
     scores: dict[Cell, CellScores] = {}
-    going = set(drawn)
-    spent = n * len(levels)
+    going, early = set(drawn), set()
+    spent = 0
     for k in range(1, k_all + 1):
         for cell in going:
             part = [batches[cell][i] for i in stage(len(batches[cell]), k, k_all)]
             seats[cell] += [(p, d) for b in part for p, d in enumerate(b.documents)]
+            answered.setdefault(cell.beam_width, set()).update(d for b in part for d in b.documents)
             spent += len(part) * cell.batch_size
             scores[cell] = _scores(drawn[cell].picked, seats[cell])
         if k == k_all:
@@ -152,10 +153,11 @@ def _looked(
             alpha=look_alpha(s.alpha, k, k_all),
         )
         still = undecided(decision, n, tolerance=s.tolerance, alpha=s.alpha, looks=k_all)
+        early |= {c for c in going if c.id not in still}
         going = {c for c in going if c.id in still}
         if not going:
             break
-    return scores, spent
+    return scores, spent + sum(len(d) for d in answered.values()), frozenset(early)
 
 
 def _followed(
@@ -240,16 +242,17 @@ def trial(
     }
     follows = sparse and s.follow_up > 0
     scores = {c: d.scores for c, d in drawn.items()}
+    widths = {c.beam_width for c in drawn}  # batch size 1 of each: every prompt in the fixed design
     fixed = sum(
         len(d.plan.batches(c)) * c.batch_size if d.plan else len(subset) * c.batch_size
         for c, d in drawn.items()
-    ) + len(subset) * len(level)
-    spent, alpha = fixed, s.alpha
+    ) + len(subset) * len(widths)
+    spent, alpha, early = fixed, s.alpha, frozenset[Cell]()
     if follows:
         scores, plan = _followed(drawn, twin, level, rng, subset, s)
         spent += plan.spent
     elif not sparse and s.looks > 1:
-        scores, spent = _looked(model, drawn, level, shorter, rng, subset, s)
+        scores, spent, early = _looked(model, drawn, level, shorter, rng, subset, s)
         alpha = look_alpha(s.alpha, s.looks, s.looks)
     decision = decide(
         model.cells + model.extra,
@@ -261,6 +264,7 @@ def trial(
         tolerance=s.tolerance,
         alpha=alpha,
         follows_up=follows,
+        partial=early,
     )
     cells = decision.cells
     flagged = decision.verdict == Verdict.FAIL
