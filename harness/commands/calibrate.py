@@ -43,14 +43,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from harness.tools.calibrate.table import Targets, table
 
     own = {spec.dest: getattr(args, spec.dest) for spec in declared(Settings)}
+    # every run option calibrate shares (SHARED), as given; the cache as a folder or none
+    shared = {name: getattr(args, name) for name in SHARED if name not in ("cache_dir", "no_cache")}
     settings = replace(
         Settings(**own),
-        seed=args.seed,
-        max_new_tokens=args.max_new_tokens,
-        tolerance=args.tolerance,
-        alpha=args.alpha,
+        **shared,
         cache_dir=None if args.no_cache else Path(args.cache_dir).expanduser(),
-        rotation=args.rotation,
     )
     outcomes = run_calibration(settings, say=lambda line: print(line, flush=True))
     lines, ok = table(outcomes, settings, Targets())

@@ -148,6 +148,34 @@ def test_calibrate_takes_the_run_options_parsers_and_defaults(monkeypatch: pytes
     assert (seen[1].alpha, seen[1].tolerance) == (0.5, 0.05)
 
 
+def test_every_run_option_calibrate_shares_reaches_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--follow-up and --looks were parsed and then dropped: calibrate ran the default design."""
+    import harness.__main__ as cli
+    import harness.tools.calibrate.run as calibration
+    from harness.tools.calibrate.settings import SHARED, Settings
+
+    got: list[Settings] = []
+
+    def run_calibration(settings: Settings, say: object = None) -> list[object]:
+        got.append(settings)
+        return []
+
+    monkeypatch.setattr(calibration, "run_calibration", run_calibration)
+    monkeypatch.setattr("harness.tools.calibrate.table.table", lambda *a: ([], True))
+    given = ["--follow-up", "0", "--looks", "1", "--rotation", "sparse", "--seed", "7", "--alpha", "0.02"]
+    assert cli.main(["calibrate", *given, "--no-cache"]) == 0
+    [s] = got
+    assert (s.follow_up, s.looks, s.rotation, s.seed, s.alpha, s.cache_dir) == (
+        0.0,
+        1,
+        "sparse",
+        7,
+        0.02,
+        None,
+    )
+    assert {"follow_up", "looks"} <= set(SHARED)
+
+
 def test_the_options_page_lists_every_option_as_the_code_defines_it() -> None:
     """docs/options.md holds the table made from OPTIONS, as `python -m harness options`
     prints it: no option missing (as --length-penalty, --deterministic and --golden-engine
