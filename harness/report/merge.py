@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,42 +173,56 @@ def _check_complete(shards: Sequence[Shard]) -> None:
 def _agreeing(
     shards: Sequence[Shard], beam_widths: Sequence[int]
 ) -> tuple[dict[int, Levels], dict[str, list[str]]]:
-    """Batch size 1's levels and generation lines by cell, checked equal across shards."""
+    """Batch size 1's levels and generation lines by cell, checked equal across shards where
+    they overlap (a sequential run's shard generates batch size 1 only for the prompts its
+    cells seated: the shards' rows are joined)."""
     levels: dict[int, Levels] = {}
-    rows: dict[str, list[GenerationRow]] = {}
+    rows: dict[str, dict[tuple[int, str], str]] = {}
     lines: dict[str, list[str]] = {}
     seen: dict[str, Path] = {}
     for shard in shards:
         # different outputs first: they say why the scores below would differ
-        mine: dict[str, list[tuple[GenerationRow, str]]] = {}
         for row, line in shard.rows:
-            mine.setdefault(row.cell, []).append((row, line))
-        for cid, cell_rows in mine.items():
-            parsed = [row for row, _ in cell_rows]
-            if cid in rows and rows[cid] != parsed:
+            held = rows.setdefault(row.cell, {})
+            key = (row.position, row.id)
+            if key in held and held[key] != row.output:
                 raise ConfigError(
-                    f"{shard.folder} and {seen[cid]} hold different outputs for {cid}: the engine "
+                    f"{shard.folder} and {seen[row.cell]} hold different outputs for {row.cell}: the engine "
                     "did not repeat its batch-size-1 outputs across the shard runs, so their "
                     "baselines differ; rerun the shards with one shared --cache-dir or with goldens"
                 )
-            rows.setdefault(cid, parsed)
-            lines.setdefault(cid, [line for _, line in cell_rows])
-            seen.setdefault(cid, shard.folder)
+            if key not in held:
+                held[key] = row.output
+                lines.setdefault(row.cell, []).append(line)
+            seen.setdefault(row.cell, shard.folder)
         for w, values in shard.scores.levels.items():
-            if not _same_levels(levels.setdefault(w, values), values):
+            joined = _joined_levels(levels.get(w, values), values)
+            if joined is None:
                 raise ConfigError(
                     f"{shard.folder}: batch size 1 scores against the baseline of "
                     f"beam width {w} differ from another shard's; the shards' "
                     "baselines differ, rerun them with one shared --cache-dir or "
                     "with goldens"
                 )
+            levels[w] = joined
     order = sorted(levels, key=lambda w: beam_widths.index(w) if w in beam_widths else w)
     return {w: levels[w] for w in order}, lines
 
 
-def _same_levels(a: Levels, b: Levels) -> bool:
-    """Equal scores, NaN (nothing scored) equal to NaN."""
-    return _LEVELS.dump_json(a) == _LEVELS.dump_json(b)
+def _joined_levels(a: Levels, b: Levels) -> Levels | None:
+    """Two shards' batch-size-1 levels as one: equal where both scored a prompt (NaN: nothing
+    scored there), each one's where only it did; None where they differ."""
+    out = []
+    for x, y in zip(_LEVELS.dump_python(a).values(), _LEVELS.dump_python(b).values()):
+        if len(x) != len(y):
+            return None
+        joined = []
+        for u, v in zip(x, y):
+            if not (math.isnan(u) or math.isnan(v)) and u != v:
+                return None
+            joined.append(v if math.isnan(u) else u)
+        out.append(tuple(joined))
+    return Levels(*out)
 
 
 _LEVELS = TypeAdapter(Levels)
