@@ -35,29 +35,34 @@ def _pick(arr: np.ndarray, rounds: np.ndarray, rows: np.ndarray, cols: np.ndarra
     return picked
 
 
-def _draw(
-    cell: Cell,
-    own: Observations,
-    twin: Observations,
-    rng: np.random.Generator,
-    subset: np.ndarray,
-    hits: np.ndarray | None,
-    position: int,
-) -> tuple[list[np.ndarray], np.ndarray]:
+@dataclass(frozen=True)
+class _Source:
+    """Where one cell's outputs are drawn from in one trial: the model's observations (or its
+    twin's), the trial's prompts and, for partial damage, which are hit at which position."""
+
+    cell: Cell
+    own: Observations
+    twin: Observations
+    subset: np.ndarray
+    hits: np.ndarray | None
+    position: int
+
+
+def _draw(src: _Source, rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray]:
     """One cell's agreement, quality and changed flags for every position and prompt of the
     trial, each from a random round (partial hits mixed in from the undamaged twin), and the
     rounds drawn."""
-    arr = own.agreement[cell]
-    rounds = rng.integers(arr.shape[0], size=(cell.batch_size, len(subset)))
-    cols = np.broadcast_to(subset, rounds.shape)
+    cell, own = src.cell, src.own
+    rounds = rng.integers(own.agreement[cell].shape[0], size=(cell.batch_size, len(src.subset)))
+    cols = np.broadcast_to(src.subset, rounds.shape)
     rows = np.arange(cell.batch_size)[:, None]
     picked = [_pick(getattr(own, k)[cell], rounds, rows, cols) for k in ("agreement", "quality", "differs")]
-    if hits is not None:
+    if src.hits is not None:
         keep = np.zeros(rounds.shape, dtype=bool)
-        keep[position] = hits
-        twin_rounds = rng.integers(twin.agreement[cell].shape[0], size=rounds.shape)
+        keep[src.position] = src.hits
+        twin_rounds = rng.integers(src.twin.agreement[cell].shape[0], size=rounds.shape)
         picked = [
-            np.where(keep, p, _pick(getattr(twin, k)[cell], twin_rounds, rows, cols))
+            np.where(keep, p, _pick(getattr(src.twin, k)[cell], twin_rounds, rows, cols))
             for p, k in zip(picked, ("agreement", "quality", "differs"))
         ]
     return picked, rounds
@@ -76,39 +81,29 @@ def _scores(picked: list[np.ndarray], seated: Iterable[tuple[int, int]] | None) 
 
 @dataclass(frozen=True)
 class _Drawn:
-    """One cell of one trial: how its outputs are drawn, its ring and its screen's scores."""
+    """One cell of one trial: where its outputs are drawn from, its ring and its screen's scores."""
 
-    cell: Cell
-    own: Observations
-    hits: np.ndarray | None
+    source: _Source
     plan: Plan | None  # the run's sparse plan over the trial's prompts (None: full rotation)
     scores: CellScores
     shorter: Shortfall
     picked: list[np.ndarray]  # agreement, quality, changed for every position and prompt
 
 
-def _trial_cell(
-    cell: Cell,
-    own: Observations,
-    twin: Observations,
-    rng: np.random.Generator,
-    subset: np.ndarray,
-    hits: np.ndarray | None,
-    position: int,
-    sparse: bool,
-) -> _Drawn:
+def _trial_cell(src: _Source, rng: np.random.Generator, sparse: bool) -> _Drawn:
     """One cell in one trial: a round per position and prompt and (sparse) each prompt kept
     where the run's sparse plan seats it."""
-    picked, rounds = _draw(cell, own, twin, rng, subset, hits, position)
+    cell = src.cell
+    picked, rounds = _draw(src, rng)
     plan = None
     if sparse and cell.batch_size > 1:  # the run's sparse plan over the trial's prompts
-        ring = tuple(int(i) for i in rng.permutation(len(subset)))
+        ring = tuple(int(i) for i in rng.permutation(len(src.subset)))
         plan = Plan(cells=(cell,), reference_cells=(), order=ring, seed=0, rotation=Rotation.SPARSE)
     scores = _scores(picked, plan.seats(cell) if plan else None)
-    shorter = own.shorter[cell][
-        rounds, np.arange(cell.batch_size)[:, None], np.broadcast_to(subset, rounds.shape)
+    shorter = src.own.shorter[cell][
+        rounds, np.arange(cell.batch_size)[:, None], np.broadcast_to(src.subset, rounds.shape)
     ]
-    return _Drawn(cell, own, hits, plan, scores, tuple(tuple(int(x) for x in row) for row in shorter), picked)
+    return _Drawn(src, plan, scores, tuple(tuple(int(x) for x in row) for row in shorter), picked)
 
 
 def _looked(
@@ -184,7 +179,7 @@ def _followed(
     for cell in (c for c in drawn if c.id in spent.rounds):
         d = drawn[cell]
         assert d.plan is not None
-        picked, _ = _draw(cell, d.own, twin, rng, subset, d.hits, s.position)
+        picked, _ = _draw(d.source, rng)
         seats = (
             (p, doc)
             for batch in d.plan.follow_up(cell, spent.rounds[cell.id])
@@ -221,13 +216,15 @@ def trial(
     sparse = s.rotation == Rotation.SPARSE or model.sweep
     drawn = {
         cell: _trial_cell(
-            cell,
-            obs if cell in model.cells else twin,
-            twin,
+            _Source(
+                cell,
+                obs if cell in model.cells else twin,
+                twin,
+                subset,
+                hits if cell in model.cells else None,
+                s.position,
+            ),
             rng,
-            subset,
-            hits if cell in model.cells else None,
-            s.position,
             sparse,
         )
         for cell in model.cells + model.extra
