@@ -99,8 +99,10 @@ def run_looks(
         fresh: dict[Cell, CellOutputs] = {}
         parts = {c: _part(plan, c, k, k_all, going, errors) for c in plan.cells if c.batch_size > 1}
         for ref in plan.reference_cells:  # batch size 1 for the prompts this look seats first
-            parts[ref] = _baseline_part(
-                plan, ref, parts, done.setdefault(ref, set()), k == 1 and ref in going
+            parts[ref] = (
+                []  # batch size 1 failed: its cells cannot be scored, and stop as errors
+                if ref in errors
+                else _baseline_part(plan, ref, parts, done.setdefault(ref, set()), k == 1 and ref in going)
             )
         todo = [(cell, plan.batches(cell), parts.get(cell, [])) for cell in plan.all_cells]
         size = sum(len(part) * cell.batch_size for cell, _, part in todo)

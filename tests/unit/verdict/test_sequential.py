@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +108,42 @@ def test_damage_as_large_as_the_fixed_design_detects_is_rarely_stopped_as_clean(
         DropTest(drop=0.0, p_value=1.0, n=16), N, 0.02, 0.01, share, look_beta(4)
     )  # no se: no bound
     assert not clean(DropTest(drop=0.1, p_value=1.0, n=16, se=0.01), N, 0.02, 0.01, share, look_beta(4))
+
+
+class _FailsAloneLater:
+    """An engine whose batch-size-1 calls fail once it has answered four of them."""
+
+    def __init__(self) -> None:
+        self.alone = 0
+
+    def generate(self, prompts: list[str], settings: object) -> list[object]:
+        from harness.engines.base import Generation
+
+        if len(prompts) == 1:
+            self.alone += 1
+            if self.alone > 4:
+                raise RuntimeError("the single-request path broke")
+        return [Generation(text=" ".join(p.split()[:8])) for p in prompts]
+
+
+def test_a_sequential_run_whose_batch_size_one_fails_reports_it_and_stops(
+    tmp_path: Path, small_dataset: Path
+) -> None:
+    """Batch size 1 is answered look by look; when it fails, the cells of its beam width cannot
+    be scored, are reported as such and stop: no later look asks batch size 1 again."""
+    from harness.config import DatasetOptions, RunConfig
+    from tests.integration.common import run_here
+
+    engine = _FailsAloneLater()
+    config = RunConfig(
+        data=DatasetOptions(dataset=str(small_dataset)),
+        batch_sizes=(2, 4),
+        beam_widths=(1,),
+        report_dir=tmp_path / "r",
+        no_cache=True,
+    )
+    report = run_here(config, engine=engine).report
+    assert engine.alone == 5  # the failing call, and none after it
+    assert all(c.error is not None for c in report.cells), [c.error for c in report.cells]
+    assert "the single-request path broke" in " ".join(c.error or "" for c in report.cells)
+    assert report.verdict == "error" or report.verdict == "fail"
