@@ -24,7 +24,9 @@ class DesignOptions:
         "design; see docs/method.md)",
         Receiver.PLAN,
         parse=non_negative_real,
-        bound=Range(0.0, 8.0, "more than 8 times the screen is more than a full rotation of most grids"),
+        bound=Range(
+            0.0, 8.0, "a share of the screen's sequences, 0 (none) to 8 (a full rotation of most grids)"
+        ),
         metavar="SHARE",
     )
     looks: int = option(

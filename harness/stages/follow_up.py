@@ -59,12 +59,12 @@ def follow_up(
     if not follows_up(prep):
         return generated, scored, None
     config = prep.config
-    plan = chosen(scored.cells, scored.levels, prep.plan, config.design.follow_up, config.tolerance)
-    tick = progress(plan.spent) if progress and plan.spent else (lambda k: None)
+    followed = chosen(scored.cells, scored.levels, prep.plan, config.design.follow_up, config.tolerance)
+    tick = progress(followed.spent) if progress and followed.spent else (lambda k: None)
     references = tuple(d.summary for d in prep.dataset.documents)
     cells, errors = dict(scored.cells), dict(generated.errors)
     by_id = {c.id: c for c in cells}
-    for cid, rounds in plan.rounds.items():
+    for cid, rounds in followed.rounds.items():
         cell = by_id[cid]
         try:
             out = run_cell(prep, cell, tick, timing, batches=prep.plan.follow_up(cell, rounds))
@@ -82,5 +82,5 @@ def follow_up(
     return (
         dataclasses.replace(generated, errors=errors),
         dataclasses.replace(scored, cells=cells),
-        plan,
+        followed,
     )

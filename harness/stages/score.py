@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from harness.model.cell import Cell
@@ -150,6 +150,14 @@ class EarlyScorer:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
+def no_baseline(cell: Cell, errors: Mapping[Cell, str]) -> str:
+    """Why a cell could not be scored: its beam width has no batch-size-1 level."""
+    return (
+        f"no batch-size-1 baseline for beam width {cell.beam_width}: "
+        f"{errors.get(Cell(1, cell.beam_width), 'batch size 1 produced nothing')}"
+    )
+
+
 def score_all(
     prep: Prepared,
     bases: dict[int, Baseline],
@@ -176,10 +184,7 @@ def score_all(
             if cell in errors:
                 continue
             if cell.beam_width not in levels:
-                unscored[cell] = (
-                    f"no batch-size-1 baseline for beam width {cell.beam_width}: "
-                    f"{errors.get(Cell(1, cell.beam_width), 'batch size 1 produced nothing')}"
-                )
+                unscored[cell] = no_baseline(cell, errors)
                 continue
             against = bases[cell.beam_width].texts
             got_cell = (early.cell(cell, against) if early else None) or score_cell(

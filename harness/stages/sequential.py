@@ -1,6 +1,6 @@
 """Stages 2-3 of a sequential full-rotation run (``--looks K``, harness.verdict.sequential):
-generate each cell in K equal stages (batch size 1 whole in the first), score each stage's new
-outputs, decide over everything so far at the look's share of alpha and stop the cells whose
+generate each cell in K equal stages (batch size 1 first, for the prompts each stage seats), score
+each stage's new outputs, decide over everything so far at the look's share of alpha and stop the cells whose
 answer is known; each cell's outputs go to generations.jsonl once it stops. What comes out is
 what the fixed design's generate and score stages give, over the batches that ran."""
 
@@ -20,7 +20,7 @@ from harness.progress import ProgressFactory
 from harness.stages.analyse import analyse
 from harness.stages.generate import BatchFailed, _First, failure_text, over_cap, run_cell
 from harness.stages.run import Baseline, CellOutputs, Generated, Prepared, Scored
-from harness.stages.score import baselines, level, score_cell
+from harness.stages.score import baselines, level, no_baseline, score_cell
 from harness.storage.generations import CellTexts, GenerationsLog
 from harness.verdict.sequential import BETA, INTERIM_SHARE, look_alpha, stage, undecided
 
@@ -93,7 +93,7 @@ def run_looks(
     going = set(plan.cells)
     decided: dict[str, int] = {}
     spent = 0
-    done: dict[Cell, set[int]] = {}  # the batches generated per cell (batch size 1: by ring index)
+    done: dict[Cell, set[int]] = {}  # batch size 1's batches generated so far (by ring index)
     first_failure: _First | None = None
     for k in range(1, k_all + 1):
         fresh: dict[Cell, CellOutputs] = {}
@@ -125,7 +125,8 @@ def run_looks(
                 continue
             spent += len(batches) * cell.batch_size
             held[cell].add(out)
-            done.setdefault(cell, set()).update(b.index for b in batches)
+            if cell in plan.reference_cells:
+                done.setdefault(cell, set()).update(b.index for b in batches)
             fresh[cell], last[cell] = out, out
         so_far = {c: held[c].outputs(c, last[c]) for c in last}
         if any(c in plan.reference_cells for c in fresh):  # the baselines of the prompts seated so far
@@ -212,9 +213,4 @@ def _baseline_part(
 def _unscored(
     cells: tuple[Cell, ...], levels: Mapping[int, Levels], errors: Mapping[Cell, str]
 ) -> dict[Cell, str]:
-    return {
-        c: f"no batch-size-1 baseline for beam width {c.beam_width}: "
-        f"{errors.get(Cell(1, c.beam_width), 'batch size 1 produced nothing')}"
-        for c in cells
-        if c not in errors and c.beam_width not in levels
-    }
+    return {c: no_baseline(c, errors) for c in cells if c not in errors and c.beam_width not in levels}

@@ -20,7 +20,7 @@ from harness.stages.follow_up import chosen
 from harness.tools.calibrate.generation import BatchSizeOne, Observations
 from harness.tools.calibrate.models import Model, Target
 from harness.tools.calibrate.settings import Settings
-from harness.verdict.decide import decide
+from harness.verdict.decide import Decision, decide
 from harness.verdict.sequential import look_alpha, stage, undecided
 from harness.verdict.signatures import Shortfall
 
@@ -106,6 +106,33 @@ def _trial_cell(src: _Source, rng: np.random.Generator, sparse: bool) -> _Drawn:
     return _Drawn(src, plan, scores, tuple(tuple(int(x) for x in row) for row in shorter), picked)
 
 
+def _decide(
+    model: Model,
+    scores: dict[Cell, CellScores],
+    levels: dict[int, Levels],
+    shorter: dict[Cell, Shortfall],
+    s: Settings,
+    alpha: float,
+    *,
+    follows_up: bool = False,
+    partial: frozenset[Cell] = frozenset(),
+) -> Decision:
+    """The run's decision over a trial's cells (the model's and its extras, in that order), with
+    the design of the run the model stands for, at ``alpha``."""
+    return decide(
+        model.cells + model.extra,
+        scores,
+        levels,
+        shorter,
+        model.limits,
+        design=model.design(),
+        tolerance=s.tolerance,
+        alpha=alpha,
+        follows_up=follows_up,
+        partial=partial,
+    )
+
+
 def _looked(
     model: Model,
     drawn: dict[Cell, _Drawn],
@@ -137,16 +164,7 @@ def _looked(
             scores[cell] = _scores(drawn[cell].picked, seats[cell])
         if k == k_all:
             break
-        decision = decide(
-            tuple(drawn),
-            scores,
-            levels,
-            shorter,
-            model.limits,
-            design=model.design(),
-            tolerance=s.tolerance,
-            alpha=look_alpha(s.alpha, k, k_all),
-        )
+        decision = _decide(model, scores, levels, shorter, s, look_alpha(s.alpha, k, k_all))
         still = undecided(decision, n, tolerance=s.tolerance, alpha=s.alpha, looks=k_all)
         early |= {c for c in going if c.id not in still}
         going = {c for c in going if c.id in still}
@@ -251,18 +269,7 @@ def trial(
     elif not sparse and s.looks > 1:
         scores, spent, early = _looked(model, drawn, level, shorter, rng, subset, s)
         alpha = look_alpha(s.alpha, s.looks, s.looks)
-    decision = decide(
-        model.cells + model.extra,
-        scores,
-        level,
-        shorter,
-        model.limits,
-        design=model.design(),
-        tolerance=s.tolerance,
-        alpha=alpha,
-        follows_up=follows,
-        partial=early,
-    )
+    decision = _decide(model, scores, level, shorter, s, alpha, follows_up=follows, partial=early)
     cells = decision.cells
     flagged = decision.verdict == Verdict.FAIL
     exact = all(
