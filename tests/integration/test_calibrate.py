@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,31 @@ def test_same_seed_same_results_and_a_missed_target_is_reported(tiny: tuple[Sett
     assert [(o.flagged, o.exact, o.named) for o in again] == [(o.flagged, o.exact, o.named) for o in outcomes]
     lines, ok = table(outcomes, settings, Targets(exact=1.01))
     assert not ok and lines[-1].endswith("TARGETS MISSED") and "MISSED" in lines[2]
+
+
+def test_a_horizon_decides_over_the_first_share_of_each_rotation(
+    tiny: tuple[Settings, list[Outcome]],
+) -> None:
+    """--horizon 0.25: every cell's first 3 of 12 rotation batches (bs8: 24 sequences, bs4: 12)
+    and batch size 1 for the 10 prompts they seat, against the fixed design's 12 x 12 + 12; on 3
+    prompts per position the full-batch corruption the whole rotation finds in 20 of 20 trials
+    is found less often, at the whole alpha."""
+    settings, _ = tiny
+    outcomes = run_calibration(replace(settings, horizon=0.25), say=lambda line: None)
+    by = {o.model.name: o for o in outcomes}
+    assert set(by["full-batch"].cost) == {(3 * 8 + 3 * 4 + 10) / (12 * 12 + 12)}
+    assert 0 < by["full-batch"].flagged < 20 and by["healthy"].flagged == 0
+    lines, _ = table(outcomes, replace(settings, horizon=0.25), Targets())
+    assert "--horizon 0.25: each full-rotation model decided over only the first 25.0%" in "\n".join(lines)
+
+
+@pytest.mark.parametrize("extra", [["--looks", "4"], ["--looks", "1", "--rotation", "sparse"]])
+def test_a_horizon_outside_the_fixed_full_rotation_is_refused_in_one_line(
+    extra: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["calibrate", "--horizon", "0.4", *extra]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "give --looks 1" in err and "Traceback" not in err
 
 
 def test_cli_refuses_unknown_models_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:

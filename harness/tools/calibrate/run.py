@@ -10,6 +10,7 @@ import numpy as np
 
 from harness.errors import ConfigError
 from harness.model.cell import Cell
+from harness.model.vocab import Rotation
 from harness.plan import SPARSE_MIN
 from harness.tools.calibrate.generation import BatchSizeOne, Observations, generate, jobs, make_pool, observe
 from harness.tools.calibrate.models import Model, models
@@ -22,6 +23,11 @@ def _chosen(s: Settings) -> tuple[tuple[Model, ...], tuple[Model, ...]]:
     if s.prompts > s.pool:
         raise ConfigError(
             f"--prompts {s.prompts} exceeds --pool {s.pool}; a trial draws its prompts from the pool"
+        )
+    if s.horizon < 1.0 and (s.looks > 1 or s.rotation != Rotation.FULL):
+        raise ConfigError(
+            f"--horizon {s.horizon:g} bounds what one look at that share of a full rotation could find, "
+            "so it takes the fixed full-rotation design: give --looks 1 (and no --rotation sparse)"
         )
     everything = models(s.rounds, s.fraction, s.position, s.sweep_to)
     unknown = set(s.only) - {m.name for m in everything}

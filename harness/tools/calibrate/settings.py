@@ -12,7 +12,7 @@ from pathlib import Path
 from harness.bounds import Range
 from harness.config import DesignOptions, RunConfig
 from harness.config.option import option
-from harness.config.parse import positive_int
+from harness.config.parse import fraction, positive_int
 from harness.model.vocab import Receiver, Rotation
 
 SWEEP_TO = 8  # the sweep models' max_batch_size (--sweep-to)
@@ -81,6 +81,17 @@ class Settings:
         Receiver.CALIBRATE,
         parse=positive_int,
         metavar="N",
+    )
+    horizon: float = option(
+        1.0,
+        "--horizon",
+        "with --looks 1: decide each full-rotation model over only the first F of every cell's rotation "
+        "batches, at the whole alpha: the most any look at F could find, whatever its stopping rule "
+        "(default {default}: the whole rotation; see docs/method.md)",
+        Receiver.CALIBRATE,
+        parse=fraction,
+        bound=Range(0.0, 1.0, "a share of the rotation", open_low=True),
+        metavar="F",
     )
     # the run's options calibrate shares, with the run's defaults (declared on RunConfig)
     seed: int = RunConfig.seed

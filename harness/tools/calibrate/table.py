@@ -200,6 +200,12 @@ def _note(s: Settings, family: int | None) -> str:
         "true one (none for a healthy engine); seqs = sequences sent over the fixed design's, median/largest "
         f"(sparse: screen and follow-up, --follow-up {s.follow_up:g}; full rotation: the looks that ran, "
         f"--looks {s.looks})."
+        + (
+            f" --horizon {s.horizon:g}: each full-rotation model decided over only the first {s.horizon:.1%} of "
+            "every cell's rotation batches, at the whole alpha: the most any look at that point could find"
+            if s.horizon < 1.0
+            else ""
+        )
     )
 
 

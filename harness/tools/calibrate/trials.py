@@ -6,6 +6,7 @@ per cell by the run's own plan), then the run's decision over them
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -133,6 +134,34 @@ def _decide(
     )
 
 
+class _Ring:
+    """A full-rotation trial generated stage by stage: each cell's rotation batches over one
+    ring of the trial's prompts, the seats so far, batch size 1 for the prompts seated, and the
+    sequences sent."""
+
+    def __init__(self, drawn: dict[Cell, _Drawn], rng: np.random.Generator, n: int) -> None:
+        ring = tuple(int(i) for i in rng.permutation(n))
+        self.drawn = drawn
+        self.batches = {c: Plan(cells=(c,), reference_cells=(), order=ring, seed=0).batches(c) for c in drawn}
+        self.seats: dict[Cell, list[tuple[int, int]]] = {c: [] for c in drawn}
+        self.answered: dict[int, set[int]] = {}  # batch size 1's prompts so far, per beam width
+        self.scores: dict[Cell, CellScores] = {}
+        self.sent = 0
+
+    def seat(self, cell: Cell, which: range) -> None:
+        """Generate ``cell``'s rotation batches ``which``."""
+        part = [self.batches[cell][i] for i in which]
+        self.seats[cell] += [(p, d) for b in part for p, d in enumerate(b.documents)]
+        self.answered.setdefault(cell.beam_width, set()).update(d for b in part for d in b.documents)
+        self.sent += len(part) * cell.batch_size
+        self.scores[cell] = _scores(self.drawn[cell].picked, self.seats[cell])
+
+    @property
+    def spent(self) -> int:
+        """Sequences sent: the batched cells' and batch size 1's."""
+        return self.sent + sum(len(d) for d in self.answered.values())
+
+
 def _looked(
     model: Model,
     drawn: dict[Cell, _Drawn],
@@ -148,29 +177,32 @@ def _looked(
     for the prompts each look seats; the scores at each cell's last look, the sequences sent and
     the cells stopped before the last look."""
     k_all, n = s.looks, len(subset)
-    ring = tuple(int(i) for i in rng.permutation(n))
-    batches = {c: Plan(cells=(c,), reference_cells=(), order=ring, seed=0).batches(c) for c in drawn}
-    seats: dict[Cell, list[tuple[int, int]]] = {c: [] for c in drawn}
-    answered: dict[int, set[int]] = {}  # batch size 1's prompts so far, per beam width
-    scores: dict[Cell, CellScores] = {}
+    ring = _Ring(drawn, rng, n)
     going, early = set(drawn), set()
-    spent = 0
     for k in range(1, k_all + 1):
         for cell in going:
-            part = [batches[cell][i] for i in stage(len(batches[cell]), k, k_all)]
-            seats[cell] += [(p, d) for b in part for p, d in enumerate(b.documents)]
-            answered.setdefault(cell.beam_width, set()).update(d for b in part for d in b.documents)
-            spent += len(part) * cell.batch_size
-            scores[cell] = _scores(drawn[cell].picked, seats[cell])
+            ring.seat(cell, stage(len(ring.batches[cell]), k, k_all))
         if k == k_all:
             break
-        decision = _decide(model, scores, levels, shorter, s, look_alpha(s.alpha, k, k_all))
+        decision = _decide(model, ring.scores, levels, shorter, s, look_alpha(s.alpha, k, k_all))
         still = undecided(decision, n, tolerance=s.tolerance, alpha=s.alpha, looks=k_all)
         early |= {c for c in going if c.id not in still}
         going = {c for c in going if c.id in still}
         if not going:
             break
-    return scores, spent + sum(len(d) for d in answered.values()), frozenset(early)
+    return ring.scores, ring.spent, frozenset(early)
+
+
+def _horizon(
+    drawn: dict[Cell, _Drawn], rng: np.random.Generator, n: int, horizon: float
+) -> tuple[dict[Cell, CellScores], int]:
+    """Every cell's scores over the first ``horizon`` of its rotation batches (the stretch the
+    sequential design's first looks generate, ``harness.verdict.sequential.stage``), and the
+    sequences that costs: what a look at ``horizon`` has to decide on."""
+    ring = _Ring(drawn, rng, n)
+    for cell, batches in ring.batches.items():
+        ring.seat(cell, range(math.ceil(horizon * len(batches))))
+    return ring.scores, ring.spent
 
 
 def _followed(
@@ -269,6 +301,9 @@ def trial(
     elif not sparse and s.looks > 1:
         scores, spent, early = _looked(model, drawn, level, shorter, rng, subset, s)
         alpha = look_alpha(s.alpha, s.looks, s.looks)
+    elif not sparse and s.horizon < 1.0:
+        scores, spent = _horizon(drawn, rng, len(subset), s.horizon)
+        early = frozenset(drawn)  # each cell holds a part of its rotation, as one stopped early
     decision = _decide(model, scores, level, shorter, s, alpha, follows_up=follows, partial=early)
     cells = decision.cells
     flagged = decision.verdict == Verdict.FAIL
