@@ -131,7 +131,8 @@ def decide(
     errors, an engine that did not run the cell as asked); ``follows_up``: the design follows
     its sparse screen up (``harness.verdict.follow_up``: the follow-up's scores ride on each
     followed cell's ``CellScores.follow_up``); ``partial``: cells that hold part of their
-    rotation (a sequential run stopped them early), for which no engine-wide cause is named."""
+    rotation (a sequential run stopped them early), named uniform only where the padding the
+    part may be too small to test for is ruled out (``harness.verdict.signatures``)."""
     outside = [c.id for c in scores if c not in design]
     if outside:
         raise ValueError(f"cells {', '.join(outside)} are not in the design the Holm family is sized by")

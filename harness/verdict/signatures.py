@@ -29,7 +29,10 @@ gets at most one finding, the first that fits, in this order:
   batch size 1 is fine: a code path used only for batch size > 1 (as TensorRT-LLM #1539);
 - ``spread``: the cell's omnibus test failed with no single position significant.
 
-A cause that is a property of the engine, not of one cell (padding, all-positions, stride),
+A cell a sequential run stopped early holds part of its rotation, maybe too little for the
+padding test to fire on a padding fault; there ``all-positions`` needs the padding ruled out:
+the longest prompt of each batch, which padding leaves as it is, changed about as often as the
+others. A cause that is a property of the engine, not of one cell (padding, all-positions, stride),
 is named only where it is consistent: when some failing cell that could show it fits another
 signature or none, it is named nowhere, and those cells are matched again without it.
 
@@ -74,8 +77,9 @@ class CellEvidence:
     # the longest prompt of the batch it sat in
     changed: tuple[tuple[float, ...], ...] = ()  # [position][document]: 1.0 where the output is
     # not batch size 1's (NaN: not there); empty when unknown
-    # part of the cell's rotation only (a sequential run stopped it once its damage was shown):
-    # too little to tell the engine-wide causes apart, so none of them is named for it
+    # part of the cell's rotation only (a sequential run stopped it once its answer was known):
+    # maybe too little for the padding test, so damage at every position is named uniform only
+    # where the longest prompts' outputs changed too (``_longest_changed_too``)
     partial: bool = False
 
 
@@ -145,6 +149,33 @@ def _hit_shares(pairs: Sequence[tuple[float, int]]) -> tuple[list[bool], list[bo
     return ([d > HIT for d, s in pairs if s == 0], [d > HIT for d, s in pairs if s > 0])
 
 
+def _visits(e: CellEvidence, shorter: Shortfall) -> list[list[tuple[float, int]]]:
+    """Per prompt, its visits: (harm, tokens short of its batch's longest prompt) at each
+    position it sat at."""
+    return [
+        [(drow[i], srow[i]) for drow, srow in zip(e.harm, shorter) if not math.isnan(drow[i])]
+        for i in range(len(e.harm[0]) if e.harm else 0)
+    ]
+
+
+def _longest_changed_too(e: CellEvidence) -> bool:
+    """Whether the outputs of the longest prompt of each batch, the one padding leaves as it
+    is, changed about as often as the shorter prompts' (at least 0.8 of their share and half of
+    the visits), over at least 5 visits as the longest; False where the cell lacks the lengths
+    or the changed-output record."""
+    if e.shorter is None or not e.changed:
+        return False
+    seats = [
+        (c, s) for crow, srow in zip(e.changed, e.shorter) for c, s in zip(crow, srow) if not math.isnan(c)
+    ]
+    longest = [c for c, s in seats if s == 0]
+    shorter = [c for c, s in seats if s > 0]
+    if len(longest) < 5 or not shorter:
+        return False
+    share = sum(longest) / len(longest)
+    return share >= 0.5 and share >= 0.8 * sum(shorter) / len(shorter)
+
+
 def _padding(e: CellEvidence) -> Finding | None:
     """The longest prompt of each batch needs no padding: a padding fault spares it. Over all
     visits (a Fisher test), and within the prompts that were the longest of some batches and
@@ -153,10 +184,7 @@ def _padding(e: CellEvidence) -> Finding | None:
     padding, and without such prompts (the sparse rotation) no padding is named."""
     if e.shorter is None:
         return None
-    visits = [
-        [(drow[i], srow[i]) for drow, srow in zip(e.harm, e.shorter) if not math.isnan(drow[i])]
-        for i in range(len(e.harm[0]) if e.harm else 0)
-    ]
+    visits = _visits(e, e.shorter)
     pairs = [pair for v in visits for pair in v]
     harm, short = [d for d, _ in pairs], [s for _, s in pairs]
     longest, shorter = _hit_shares(pairs)
@@ -311,10 +339,12 @@ def _candidates(
     yield beam_buffer(a, analyses, limits)
     yield _graph_ladder(a, analyses)
     yield _full_batch(a, analyses, limits)
-    yield None if e.partial else _padding(e)
-    yield None if e.partial else _stride(e, analyses)
+    yield _padding(e)
+    yield _stride(e, analyses)
     yield _single(e)
-    yield None if e.partial else _all_positions(e)
+    # a part of a rotation may be too little for the padding test to fire on a padding fault:
+    # there, damage at every position is named uniform only where the longest prompts changed too
+    yield None if e.partial and not _longest_changed_too(e) else _all_positions(e)
 
 
 # causes that belong to the engine, not to one cell, and the failing cells that could show them

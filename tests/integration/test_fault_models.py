@@ -52,7 +52,7 @@ def test_each_fault_fails_exactly_where_it_damages(
     # stride: the bundled prompts, and requests that finish before max_new_tokens, unevenly
     dataset, max_new_tokens = (None, "48") if fault == "stride" else (small_dataset, "24")
     # the fixed design: every signature read over the whole rotation (a cell a sequential run
-    # stops early names no engine-wide cause, as stride is; tests/integration/test_sequential.py)
+    # stops early holds a part of it; tests/unit/verdict/test_signatures.py)
     options = run_options(
         tmp_path, dataset, sizes, widths, goldens="g", cache=False, max_new_tokens=max_new_tokens, looks=1
     )

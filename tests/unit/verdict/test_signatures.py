@@ -243,3 +243,28 @@ def test_a_beam_buffer_is_not_named_for_damage_before_its_threshold() -> None:
     """One degraded position below the 16 slots, or a size beyond them that passes: not it."""
     for cells in (_buffer_sweep(extra=(12, 3)), _buffer_sweep(missed=(9, 8))):
         assert "beam-buffer" not in {f.kind for f in match(cells, LIMITS_16x2).values()}
+
+
+def test_a_cell_stopped_early_names_what_its_part_of_the_rotation_shows() -> None:
+    """A sequential run's cell holds part of its rotation. Stride reads as on a whole one;
+    damage alike at every position is named uniform only where the longest prompt of each
+    batch, which padding leaves as it is, changed as often as the others; where it did not,
+    the part may be too small for the padding test, and no cause is named."""
+    beam = evidence(Cell(4, 2), {1, 2, 3}, share=0.7)
+    early = CellEvidence(analysis=beam.analysis, harm=beam.harm, partial=True)
+    assert match([early, evidence(Cell(4, 1), set())], LIMITS_8x4)[Cell(4, 2)].kind == "stride"
+    plan = make_plan((4,), (1,), N, seed=0)
+    short = plan.shortfall(Cell(4, 1), [50 + (7 * i) % 40 for i in range(N)])
+    flat = evidence(Cell(4, 1), {0, 1, 2, 3}, shorter=short, positional=False)
+
+    def stopped(changed_longest: float) -> CellEvidence:
+        changed = tuple(tuple(1.0 if s > 0 else changed_longest for s in row) for row in short)
+        return CellEvidence(
+            analysis=flat.analysis, harm=flat.harm, shorter=short, changed=changed, partial=True
+        )
+
+    assert match([stopped(1.0)], LIMITS_8x4)[Cell(4, 1)].kind == "all-positions"
+    assert match([stopped(0.0)], LIMITS_8x4) == {}
+    # without the changed-output record nothing tells them apart
+    bare = CellEvidence(analysis=flat.analysis, harm=flat.harm, shorter=short, partial=True)
+    assert match([bare], LIMITS_8x4) == {}
