@@ -17,7 +17,8 @@ gets at most one finding, the first that fits, in this order:
   each only at positions from the power of two below it, while the powers of two pass (a
   batch padded up to the next CUDA-graph size, TensorRT-LLM #17964; ``--sweep`` finds it);
 - ``full-batch``: only the cells whose batch size is the engine's ``max_batch_size`` fail while
-  a smaller batch of the same beam width passes (TensorRT-LLM #2072); needs the limits;
+  a smaller batch of the same beam width passes, on (nearly) every prompt at their degraded
+  positions (TensorRT-LLM #2072); needs the limits;
 - ``padding``: the damage follows how much shorter a prompt is than the longest prompt of
   its batch, not the position (TensorRT-LLM #1881), by a Fisher test;
 - ``stride``: beam search only, position 0 intact and every later position of a batch of at
@@ -59,6 +60,7 @@ from harness.verdict.beam_slots import beam_buffer, overflow
 from harness.verdict.messages import ranges
 
 HIT = 0.2  # a prompt is hit at a position when its harm there exceeds this
+WHOLE = 0.9  # damage on at least this share of a position's prompts is on (nearly) all of them
 STRIDE_MIN_BATCH = 4  # a stride signature needs every later position of a batch this large
 PADDING_MIN_PROMPTS = 3  # prompts seen both as the longest of a batch and shorter, for padding
 
@@ -123,10 +125,16 @@ def _graph_ladder(a: CellAnalysis, analyses: Sequence[CellAnalysis]) -> Finding 
 
 
 def _full_batch(
-    a: CellAnalysis, analyses: Sequence[CellAnalysis], limits: EngineLimits | None
+    e: CellEvidence, analyses: Sequence[CellAnalysis], limits: EngineLimits | None
 ) -> Finding | None:
+    """Only the full batch fails, and every prompt at its degraded positions: damage on a share
+    of them only (a slot that corrupts some requests) is not a full-batch path, even where the
+    largest batch is the only one with that position."""
+    a = e.analysis
     full = limits.max_batch_size if limits is not None else None
     if full is None or a.cell.batch_size != full:
+        return None
+    if any(_share(e, p) < WHOLE for p in a.degraded_positions):
         return None
     smaller = [b for b in analyses if b.cell.beam_width == a.cell.beam_width and 1 < b.cell.batch_size < full]
     if not smaller or any(b.verdict != Verdict.PASS for b in smaller):
@@ -254,6 +262,16 @@ def _net(share: float, background: float) -> float:
     return max(0.0, min(1.0, (share - background) / (1.0 - background))) if background < 1 else 0.0
 
 
+def _share(e: CellEvidence, p: int) -> float:
+    """The share of prompts the damage reaches at position ``p``: its outputs that changed, net
+    of the share that changes at the positions not degraded (benign drift); without that
+    record, the prompts whose harm exceeds ``HIT``."""
+    if not e.changed:
+        return _hit_share(e.harm[p])
+    rest = [_seen_mean(row) for q, row in enumerate(e.changed) if q not in e.analysis.degraded_positions]
+    return _net(_seen_mean(e.changed[p]), float(np.median(rest)) if rest else 0.0)
+
+
 def _single_share(e: CellEvidence, p: int) -> tuple[float, str] | None:
     """The share of prompts a fault at position ``p`` alone hits, and what it rests on; None
     when the damage is not singled out at ``p``. From the outputs that changed there, net of
@@ -292,7 +310,7 @@ def _single(e: CellEvidence) -> Finding | None:
     if found is None:
         return None
     share, evidence = found
-    if share >= 0.9:
+    if share >= WHOLE:
         return Finding(
             FindingKind.SINGLE,
             f"only position {p} degraded, on {share:.0%} of prompts: a fault tied to that batch slot",
@@ -338,7 +356,7 @@ def _candidates(
     yield overflow(a, analyses, failing, limits)
     yield beam_buffer(a, analyses, limits)
     yield _graph_ladder(a, analyses)
-    yield _full_batch(a, analyses, limits)
+    yield _full_batch(e, analyses, limits)
     yield _padding(e)
     yield _stride(e, analyses)
     yield _single(e)

@@ -268,3 +268,14 @@ def test_a_cell_stopped_early_names_what_its_part_of_the_rotation_shows() -> Non
     # without the changed-output record nothing tells them apart
     bare = CellEvidence(analysis=flat.analysis, harm=flat.harm, shorter=short, partial=True)
     assert match([bare], LIMITS_8x4) == {}
+
+
+def test_damage_on_part_of_the_prompts_of_the_full_batch_is_partial_not_full_batch() -> None:
+    """Position 5 hit on half of the prompts: only the full batch (8) has a position 5, so only
+    it fails, but a full-batch path damages every request there; this is a slot that corrupts
+    some of them (it was named full-batch)."""
+    cells = [evidence(Cell(8, 1), {5}, share=0.5), evidence(Cell(4, 1), set())]
+    found = match(cells, LIMITS_8x4)[Cell(8, 1)]
+    assert found.kind == "partial" and "on about 50% of prompts" in found.text
+    whole = [evidence(Cell(8, 1), {5}), evidence(Cell(4, 1), set())]
+    assert match(whole, LIMITS_8x4)[Cell(8, 1)].kind == "full-batch"
