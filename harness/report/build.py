@@ -158,7 +158,7 @@ def blindness(levels: Mapping[int, Levels], cells: Sequence[CellResult], toleran
             continue
         room = mean(own) - mean(other)
         seen = [c.detectable_drop for c in cells if c.beam_width == w and c.detectable_drop]
-        smallest = max([tolerance, *seen])
+        smallest = max(tolerance, min(seen, default=tolerance))
         if room < 2 * smallest and (worst is None or room < worst[0]):
             worst = (
                 room,

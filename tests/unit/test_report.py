@@ -306,3 +306,22 @@ def test_the_audit_holds_the_engine_wide_test_to_its_figures(reports: dict[str, 
     assert not any(line.startswith("engine_wide") for line in audit(older))  # written before the test
     narrowed = replace(report, engine_wide=replace(e, cells=e.cells[:2]))
     assert any(line.startswith("engine_wide: pools bs4-beam1, bs8-beam1,") for line in audit(narrowed))
+
+
+def test_the_quality_question_is_blind_only_under_the_smallest_drop_the_run_detects() -> None:
+    """A damaged output can lose 0.15 here. The run detects 0.03 at one cell and 0.40 at a
+    thin one (a sweep's largest batch, a cell whose damage inflates its own spread): it sees
+    damage, and is blind only where even its best cell's figure is beyond half the room. It
+    was judged by its worst cell, so nearly every sweep and fault-finding run said 'nearly blind'."""
+    from dataclasses import replace
+
+    from harness.model.cell import Cell
+    from harness.model.scores import Levels
+    from harness.report.build import blindness
+    from tests.unit.cell_results import clean_cell
+
+    level = {1: Levels(agreement=(1.0,) * 4, quality=(0.5,) * 4, unrelated=(0.35,) * 4)}
+    sharp, thin = (replace(clean_cell(Cell(b, 1)), detectable_drop=d) for b, d in ((2, 0.03), (8, 0.40)))
+    assert blindness(level, [sharp, thin], tolerance=0.02) is None
+    said = blindness(level, [replace(sharp, detectable_drop=0.09), thin], tolerance=0.02)
+    assert said is not None and "under twice the smallest drop this run detects (0.090)" in said
