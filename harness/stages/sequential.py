@@ -187,7 +187,7 @@ def _part(
     if cell not in going or cell in errors:
         return []
     every = plan.batches(cell)
-    return [every[i] for i in stage(len(every), look, looks)]
+    return [every[i] for i in stage(cell, len(every), look, looks)]
 
 
 def _baseline_part(

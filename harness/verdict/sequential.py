@@ -28,12 +28,14 @@ the run's decision over everything generated, at the last look's share of alpha.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 
 from scipy import stats
 
 from harness.model.analysis import DropTest, EngineWide, PositionStats
+from harness.model.cell import Cell
 from harness.model.report import CellResult, Method
 from harness.model.vocab import Verdict
 from harness.verdict.decide import Decision
@@ -63,9 +65,25 @@ def look_beta(looks: int) -> float:
     return BETA / max(looks - 1, 1)
 
 
-def stage(count: int, look: int, looks: int) -> range:
-    """Which of a cell's ``count`` batches stage ``look`` (1-based) of ``looks`` generates."""
-    return range(math.ceil((look - 1) * count / looks), math.ceil(look * count / looks))
+def start(cell: Cell, count: int) -> int:
+    """Where ``cell``'s stages start in its ring of ``count`` rotation batches: a place of its
+    own, fixed by its id. With one start for all, position p of every cell would see the same
+    prompts at the first look, and damage on a few prompts that none of them holds would hide
+    from all of them at once; from starts of their own, the cells that share a damaged
+    position look at other prompts each."""
+    return int.from_bytes(hashlib.sha256(cell.id.encode()).digest()[:4], "little") % max(count, 1)
+
+
+def rotated(which: range, count: int, first: int) -> tuple[int, ...]:
+    """The batches ``which`` of a ring of ``count``, counted from batch ``first``."""
+    return tuple((first + i) % count for i in which)
+
+
+def stage(cell: Cell, count: int, look: int, looks: int) -> tuple[int, ...]:
+    """Which of ``cell``'s ``count`` rotation batches stage ``look`` (1-based) of ``looks``
+    generates: its share of them, in ring order from the cell's ``start``."""
+    share = range(math.ceil((look - 1) * count / looks), math.ceil(look * count / looks))
+    return rotated(share, count, start(cell, count))
 
 
 def clean(

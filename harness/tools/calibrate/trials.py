@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -22,7 +22,7 @@ from harness.tools.calibrate.generation import BatchSizeOne, Observations
 from harness.tools.calibrate.models import Model, Target
 from harness.tools.calibrate.settings import Settings
 from harness.verdict.decide import Decision, decide
-from harness.verdict.sequential import look_alpha, stage, undecided
+from harness.verdict.sequential import look_alpha, rotated, stage, start, undecided
 from harness.verdict.signatures import Shortfall
 
 
@@ -148,7 +148,7 @@ class _Ring:
         self.scores: dict[Cell, CellScores] = {}
         self.sent = 0
 
-    def seat(self, cell: Cell, which: range) -> None:
+    def seat(self, cell: Cell, which: Sequence[int]) -> None:
         """Generate ``cell``'s rotation batches ``which``."""
         part = [self.batches[cell][i] for i in which]
         self.seats[cell] += [(p, d) for b in part for p, d in enumerate(b.documents)]
@@ -181,7 +181,7 @@ def _looked(
     going, early = set(drawn), set()
     for k in range(1, k_all + 1):
         for cell in going:
-            ring.seat(cell, stage(len(ring.batches[cell]), k, k_all))
+            ring.seat(cell, stage(cell, len(ring.batches[cell]), k, k_all))
         if k == k_all:
             break
         decision = _decide(model, ring.scores, levels, shorter, s, look_alpha(s.alpha, k, k_all))
@@ -201,7 +201,8 @@ def _horizon(
     sequences that costs: what a look at ``horizon`` has to decide on."""
     ring = _Ring(drawn, rng, n)
     for cell, batches in ring.batches.items():
-        ring.seat(cell, range(math.ceil(horizon * len(batches))))
+        count = len(batches)
+        ring.seat(cell, rotated(range(math.ceil(horizon * count)), count, start(cell, count)))
     return ring.scores, ring.spent
 
 

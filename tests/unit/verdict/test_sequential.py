@@ -26,8 +26,28 @@ DESIGN = (Cell(1, 1), CELL)
 def test_the_looks_spend_alpha_and_the_stages_cover_every_batch_once(looks: int) -> None:
     assert math.isclose(sum(look_alpha(0.01, k, looks) for k in range(1, looks + 1)), 0.01)
     for count in (7, 64, 65):
-        covered = [i for k in range(1, looks + 1) for i in stage(count, k, looks)]
-        assert covered == list(range(count))
+        covered = [i for k in range(1, looks + 1) for i in stage(CELL, count, k, looks)]
+        assert sorted(covered) == list(range(count)) and len(covered) == count
+        # in ring order from the cell's own start: each stage goes on where the last one ended
+        assert all((b - a) % count == 1 for a, b in zip(covered, covered[1:]))
+
+
+def test_cells_sharing_a_position_see_other_prompts_at_the_first_look() -> None:
+    """Damage on a fifth of the prompts at position 3 hid from every cell when all of them
+    started their stages at the same batch: position 3 saw the same 16 prompts in each, and
+    when none of those was hit every cell stopped as clean after the first look (a run passed
+    that the fixed design fails). From starts of their own, the six cells with a position 3
+    look at most of the prompts between them."""
+    plan = Plan(cells=(), reference_cells=(), order=tuple(range(N)), seed=0)
+    cells = [Cell(b, w) for b in (4, 8) for w in (1, 2, 4)]
+    seen: set[int] = set()
+    for cell in cells:
+        every = plan.batches(cell)
+        first = [every[i] for i in stage(cell, len(every), 1, 4)]
+        mine = {b.documents[3] for b in first}
+        assert len(mine) == len(first) == N // 4
+        seen |= mine
+    assert len(seen) >= N * 3 // 4
 
 
 def _look(rows: tuple[list[list[float]], list[list[float]]], look: int, looks: int = 4) -> Decision:
@@ -37,7 +57,7 @@ def _look(rows: tuple[list[list[float]], list[list[float]]], look: int, looks: i
     seats = {
         (p, d)
         for k in range(1, look + 1)
-        for i in stage(len(every), k, looks)
+        for i in stage(CELL, len(every), k, looks)
         for p, d in enumerate(every[i].documents)
     }
     agreement, quality = rows
