@@ -10,8 +10,11 @@ K equal stages; after each stage every cell still running is analysed over what 
 - **no damage the fixed design would see**: the test's upper confidence bound (one-sided, level
   ``BETA / (K - 1)`` per interim look) lies below the drop the fixed design detects with 80%
   power at that test's spread (``statistics.min_detectable_drop`` over the N prompts of the full
-  rotation). A changed-outputs test degrades a position only where its position and quality
-  tests show a loss, so it is settled with them.
+  rotation), and the position has seen enough prompts to have held some of the damage any
+  other cell shows at the same position (``seen_enough``: outputs identical to batch size 1's
+  have no spread, and a t-bound over them rules out any drop, also one on a few prompts the
+  look did not hold). A changed-outputs test degrades a position only where its position and
+  quality tests show a loss, so it is settled with them.
 
 The engine-wide test pools every batched cell: while it is unsettled, and no cell fails (which
 fails the run whatever the engine-wide test says), every batched cell runs.
@@ -30,8 +33,9 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+import numpy as np
 from scipy import stats
 
 from harness.model.analysis import DropTest, EngineWide, PositionStats
@@ -39,6 +43,8 @@ from harness.model.cell import Cell
 from harness.model.report import CellResult, Method
 from harness.model.vocab import Verdict
 from harness.verdict.decide import Decision
+from harness.verdict.follow_up import SCREEN_P, suspicion
+from harness.verdict.signatures import net_share
 from harness.verdict.statistics import min_detectable_drop, per_test_share
 
 INTERIM_SHARE = 0.05  # the share of alpha the interim looks spend between them
@@ -101,23 +107,70 @@ def clean(
     return bound < detectable
 
 
+def damage_shares(cells: Sequence[CellResult], tolerance: float) -> dict[int, float]:
+    """Per batch position that some cell shows damage at (degraded, or suspicious: a test below
+    ``follow_up.SCREEN_P`` uncorrected with a drop beyond the tolerance), the smallest share of
+    prompts the damage reached there: the outputs that changed, net of the share that changes
+    at that cell's other positions (benign drift); positions with no more changed outputs than
+    those show nothing to count."""
+    out: dict[int, float] = {}
+    for c in cells:
+        seen = {s.position for s in c.positions if s.degraded or suspicion(s, tolerance) < SCREEN_P}
+        rest = [s.differing for s in c.positions if s.position not in seen]
+        background = float(np.median(rest)) if rest else 0.0
+        for s in c.positions:
+            share = net_share(s.differing, background)
+            if s.position in seen and share > 0:
+                out[s.position] = min(out.get(s.position, 1.0), share)
+    return out
+
+
+def seen_enough(n: int, damage: float | None, beta: float) -> bool:
+    """Whether ``n`` prompts with no damage among them rule out, at level ``beta``, damage
+    that reaches a share ``damage`` of the prompts (None: none shown anywhere): a sample of
+    ``n`` misses all of it with chance ``(1 - damage) ** n``. Identical outputs have no spread,
+    so the t-bound alone rules out any drop; damage on a few prompts, none of which a look
+    held, is what it cannot see."""
+    return damage is None or (1.0 - damage) ** n <= beta
+
+
 def _position_settled(
-    s: PositionStats, full: int, tolerance: float, alpha: float, share: float, beta: float
+    s: PositionStats,
+    full: int,
+    tolerance: float,
+    alpha: float,
+    share: float,
+    beta: float,
+    damage: float | None,
 ) -> bool:
     if s.degraded:
         return True
-    return all(clean(t, full, tolerance, alpha, share, beta) for t in (s.position_test, s.quality_test))
+    tests = all(clean(t, full, tolerance, alpha, share, beta) for t in (s.position_test, s.quality_test))
+    return tests and seen_enough(s.n, damage, beta)
 
 
 def cell_settled(
-    cell: CellResult, full: int, *, tolerance: float, alpha: float, share: float, beta: float
+    cell: CellResult,
+    full: int,
+    *,
+    tolerance: float,
+    alpha: float,
+    share: float,
+    beta: float,
+    damage: Mapping[int, float] | None = None,
 ) -> bool:
     """Whether a cell's answer is known: every position degraded or clean, and its omnibus
     test flagged or clean or moot (a degraded position fails the cell whatever it says); a
-    cell the engine could not run is settled: it is an error."""
+    cell the engine could not run is settled: it is an error. A position damaged elsewhere on
+    a share of the prompts (``damage``, by position: ``damage_shares``) is clean here only once
+    enough prompts were seen to have held some of it (``seen_enough``)."""
     if cell.batch_size == 1 or cell.error is not None:
         return True
-    positions = all(_position_settled(s, full, tolerance, alpha, share, beta) for s in cell.positions)
+    shares = damage or {}
+    positions = all(
+        _position_settled(s, full, tolerance, alpha, share, beta, shares.get(s.position))
+        for s in cell.positions
+    )
     omnibus = (
         cell.omnibus is None
         or cell.omnibus.flagged
@@ -151,7 +204,8 @@ def running(
     failing = any(c.verdict == Verdict.FAIL for c in cells)
     if not failing and not engine_settled(engine, full, **settle):
         return tuple(c.id for c in cells if c.batch_size > 1 and c.error is None)
-    return tuple(c.id for c in cells if not cell_settled(c, full, **settle))
+    damage = damage_shares(cells, tolerance)
+    return tuple(c.id for c in cells if not cell_settled(c, full, **settle, damage=damage))
 
 
 def undecided(

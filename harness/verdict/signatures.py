@@ -257,7 +257,7 @@ def _seen_mean(row: Sequence[float]) -> float:
     return math.fsum(seen) / len(seen) if seen else 0.0
 
 
-def _net(share: float, background: float) -> float:
+def net_share(share: float, background: float) -> float:
     """The share of prompts a fault changed, net of those benign drift changes anyway."""
     return max(0.0, min(1.0, (share - background) / (1.0 - background))) if background < 1 else 0.0
 
@@ -269,7 +269,7 @@ def _share(e: CellEvidence, p: int) -> float:
     if not e.changed:
         return _hit_share(e.harm[p])
     rest = [_seen_mean(row) for q, row in enumerate(e.changed) if q not in e.analysis.degraded_positions]
-    return _net(_seen_mean(e.changed[p]), float(np.median(rest)) if rest else 0.0)
+    return net_share(_seen_mean(e.changed[p]), float(np.median(rest)) if rest else 0.0)
 
 
 def _single_share(e: CellEvidence, p: int) -> tuple[float, str] | None:
@@ -284,8 +284,8 @@ def _single_share(e: CellEvidence, p: int) -> tuple[float, str] | None:
         here = _seen_mean(e.changed[p])
         elsewhere = [_seen_mean(row) for q, row in enumerate(e.changed) if q != p]
         background = float(np.median(elsewhere)) if elsewhere else 0.0
-        share = _net(here, background)
-        if share == 0 or (elsewhere and _net(max(elsewhere), background) > share / 2):
+        share = net_share(here, background)
+        if share == 0 or (elsewhere and net_share(max(elsewhere), background) > share / 2):
             return None
         return share, (
             f"{here:.0%} of outputs at position {p} differ from batch size 1, "

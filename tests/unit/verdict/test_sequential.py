@@ -167,3 +167,61 @@ def test_a_sequential_run_whose_batch_size_one_fails_reports_it_and_stops(
     assert all(c.error is not None for c in report.cells), [c.error for c in report.cells]
     assert "the single-request path broke" in " ".join(c.error or "" for c in report.cells)
     assert report.verdict == "error" or report.verdict == "fail"
+
+
+def test_a_position_damaged_on_a_share_of_prompts_elsewhere_is_clean_only_once_enough_were_seen() -> None:
+    """bs4-beam2 lost position 3 on a fifth of its prompts (degraded, or only suspicious at
+    an interim look). bs4-beam1's first look saw 16 prompts there, all identical to batch size
+    1's: no spread, so the t-bound rules out any drop, yet 16 prompts miss a fifth of them with
+    chance 0.8^16 = 2.8%, above the futility level. It stopped as clean and passed where the
+    fixed design fails it; it now runs on until 32 prompts (0.8^32 = 0.08%) rule the damage
+    out."""
+    from dataclasses import replace
+
+    from tests.unit.cell_results import clean_cell
+
+    hit = clean_cell(Cell(4, 2), degraded=(3,))
+    hit = replace(
+        hit, positions=tuple(replace(s, differing=0.2) if s.position == 3 else s for s in hit.positions)
+    )
+    for seen, going in ((16, True), (32, False)):
+        quiet = clean_cell(Cell(4, 1))
+        quiet = replace(quiet, positions=tuple(replace(s, n=seen) for s in quiet.positions))
+        still = running([hit, quiet], None, N, tolerance=0.02, alpha=0.01, share=1e-4, beta=look_beta(4))
+        assert (quiet.id in still) is going and hit.id not in still
+    # damage on every prompt there leaves nothing to miss: a clean look of 16 settles
+    whole = replace(
+        hit, positions=tuple(replace(s, differing=1.0) if s.position == 3 else s for s in hit.positions)
+    )
+    quiet = clean_cell(Cell(4, 1))
+    assert running([whole, quiet], None, N, tolerance=0.02, alpha=0.01, share=1e-4, beta=look_beta(4)) == ()
+
+
+def test_a_suspicious_position_holds_the_same_position_of_other_cells_only_by_its_excess_changes() -> None:
+    """At an interim look the damage is often only suspicious (uncorrected p 0.01, a loss of
+    0.09): a fifth of the outputs changed there against none elsewhere holds position 3 of
+    the other cells open; the same suspicion where no more outputs changed than at the other
+    positions (benign drift) holds nothing."""
+    from dataclasses import replace
+
+    from harness.model.analysis import DropTest
+    from tests.unit.cell_results import clean_cell
+
+    def seen(differing: float, background: float) -> list[str]:
+        hit = clean_cell(Cell(4, 2))
+        lossy = DropTest(drop=0.09, p_value=0.01, n=16)
+        hit = replace(
+            hit,
+            positions=tuple(
+                replace(s, differing=differing, quality_test=lossy)
+                if s.position == 3
+                else replace(s, differing=background)
+                for s in hit.positions
+            ),
+        )
+        quiet = clean_cell(Cell(4, 1))
+        quiet = replace(quiet, positions=tuple(replace(s, n=16) for s in quiet.positions))
+        return list(running([hit, quiet], None, N, tolerance=0.02, alpha=0.01, share=1e-4, beta=look_beta(4)))
+
+    assert "bs4-beam1" in seen(0.2, 0.0)
+    assert "bs4-beam1" not in seen(0.3, 0.3)
