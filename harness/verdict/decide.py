@@ -21,7 +21,8 @@ from harness.model.scores import CellScores, Levels, finite
 from harness.model.vocab import Verdict
 from harness.verdict.analysis import analyze, pools
 from harness.verdict.boundaries import boundaries
-from harness.verdict.signatures import CellEvidence, Shortfall, match
+from harness.verdict.evidence import CellEvidence, Shortfall
+from harness.verdict.signatures import match
 from harness.verdict.statistics import ENGINE_SHARE
 
 

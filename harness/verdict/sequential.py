@@ -43,8 +43,8 @@ from harness.model.cell import Cell
 from harness.model.report import CellResult, Method
 from harness.model.vocab import Verdict
 from harness.verdict.decide import Decision
+from harness.verdict.evidence import net_share
 from harness.verdict.follow_up import SCREEN_P, suspicion
-from harness.verdict.signatures import net_share
 from harness.verdict.statistics import min_detectable_drop, per_test_share
 
 INTERIM_SHARE = 0.05  # the share of alpha the interim looks spend between them

@@ -45,9 +45,7 @@ outputs without costing quality, so it hits nothing.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
@@ -57,42 +55,22 @@ from harness.model.cell import Cell, captured_below, is_captured
 from harness.model.limits import EngineLimits
 from harness.model.vocab import FindingKind, Verdict
 from harness.verdict.beam_slots import beam_buffer, overflow
+from harness.verdict.evidence import (
+    HIT,
+    WHOLE,
+    CellEvidence,
+    hit_share,
+    hit_shares,
+    longest_changed_too,
+    net_share,
+    seen_mean,
+    share_at,
+    visits,
+)
 from harness.verdict.messages import ranges
 
-HIT = 0.2  # a prompt is hit at a position when its harm there exceeds this
-WHOLE = 0.9  # damage on at least this share of a position's prompts is on (nearly) all of them
 STRIDE_MIN_BATCH = 4  # a stride signature needs every later position of a batch this large
 PADDING_MIN_PROMPTS = 3  # prompts seen both as the longest of a batch and shorter, for padding
-
-
-Shortfall = tuple[tuple[int, ...], ...]  # [position][document]: tokens short of the batch's longest prompt
-
-
-@dataclass(frozen=True)
-class CellEvidence:
-    """One analysed cell plus the per-prompt numbers the signatures need."""
-
-    analysis: CellAnalysis
-    harm: tuple[tuple[float, ...], ...]  # [position][document]: quality (else agreement) lost
-    # against batch size 1 (NaN where the document never sat at that position, sparse)
-    shorter: Shortfall | None = None  # [position][document]: tokens short of
-    # the longest prompt of the batch it sat in
-    changed: tuple[tuple[float, ...], ...] = ()  # [position][document]: 1.0 where the output is
-    # not batch size 1's (NaN: not there); empty when unknown
-    # part of the cell's rotation only (a sequential run stopped it once its answer was known):
-    # maybe too little for the padding test, so damage at every position is named uniform only
-    # where the longest prompts' outputs changed too (``_longest_changed_too``)
-    partial: bool = False
-
-
-def _seen(row: Sequence[float]) -> list[float]:
-    """Harm of the prompts that sat at this position (NaN: not there, --rotation sparse)."""
-    return [d for d in row if not math.isnan(d)]
-
-
-def _hit_share(row: Sequence[float]) -> float:
-    seen = _seen(row)
-    return sum(d > HIT for d in seen) / max(1, len(seen))
 
 
 def _graph_ladder(a: CellAnalysis, analyses: Sequence[CellAnalysis]) -> Finding | None:
@@ -134,7 +112,7 @@ def _full_batch(
     full = limits.max_batch_size if limits is not None else None
     if full is None or a.cell.batch_size != full:
         return None
-    if any(_share(e, p) < WHOLE for p in a.degraded_positions):
+    if any(share_at(e, p) < WHOLE for p in a.degraded_positions):
         return None
     smaller = [b for b in analyses if b.cell.beam_width == a.cell.beam_width and 1 < b.cell.batch_size < full]
     if not smaller or any(b.verdict != Verdict.PASS for b in smaller):
@@ -152,38 +130,6 @@ def _full_batch(
     )
 
 
-def _hit_shares(pairs: Sequence[tuple[float, int]]) -> tuple[list[bool], list[bool]]:
-    """Hits of the visits as the longest prompt of a batch, and as a shorter one."""
-    return ([d > HIT for d, s in pairs if s == 0], [d > HIT for d, s in pairs if s > 0])
-
-
-def _visits(e: CellEvidence, shorter: Shortfall) -> list[list[tuple[float, int]]]:
-    """Per prompt, its visits: (harm, tokens short of its batch's longest prompt) at each
-    position it sat at."""
-    return [
-        [(drow[i], srow[i]) for drow, srow in zip(e.harm, shorter) if not math.isnan(drow[i])]
-        for i in range(len(e.harm[0]) if e.harm else 0)
-    ]
-
-
-def _longest_changed_too(e: CellEvidence) -> bool:
-    """Whether the outputs of the longest prompt of each batch, the one padding leaves as it
-    is, changed about as often as the shorter prompts' (at least 0.8 of their share and half of
-    the visits), over at least 5 visits as the longest; False where the cell lacks the lengths
-    or the changed-output record."""
-    if e.shorter is None or not e.changed:
-        return False
-    seats = [
-        (c, s) for crow, srow in zip(e.changed, e.shorter) for c, s in zip(crow, srow) if not math.isnan(c)
-    ]
-    longest = [c for c, s in seats if s == 0]
-    shorter = [c for c, s in seats if s > 0]
-    if len(longest) < 5 or not shorter:
-        return False
-    share = sum(longest) / len(longest)
-    return share >= 0.5 and share >= 0.8 * sum(shorter) / len(shorter)
-
-
 def _padding(e: CellEvidence) -> Finding | None:
     """The longest prompt of each batch needs no padding: a padding fault spares it. Over all
     visits (a Fisher test), and within the prompts that were the longest of some batches and
@@ -192,10 +138,10 @@ def _padding(e: CellEvidence) -> Finding | None:
     padding, and without such prompts (the sparse rotation) no padding is named."""
     if e.shorter is None:
         return None
-    visits = _visits(e, e.shorter)
-    pairs = [pair for v in visits for pair in v]
+    by_prompt = visits(e, e.shorter)
+    pairs = [pair for v in by_prompt for pair in v]
     harm, short = [d for d, _ in pairs], [s for _, s in pairs]
-    longest, shorter = _hit_shares(pairs)
+    longest, shorter = hit_shares(pairs)
     if len(longest) < 5 or not shorter:
         return None
     longest_hit, shorter_hit = sum(longest) / len(longest), sum(shorter) / len(shorter)
@@ -205,8 +151,8 @@ def _padding(e: CellEvidence) -> Finding | None:
     _, p = stats.fisher_exact(table, alternative="less")
     if not (p < 1e-3 and shorter_hit >= 2 * longest_hit + 0.2):
         return None
-    both = [v for v in visits if any(s == 0 for _, s in v) and any(s > 0 for _, s in v)]
-    own_longest, own_shorter = _hit_shares([pair for v in both for pair in v])
+    both = [v for v in by_prompt if any(s == 0 for _, s in v) and any(s > 0 for _, s in v)]
+    own_longest, own_shorter = hit_shares([pair for v in both for pair in v])
     if len(both) < PADDING_MIN_PROMPTS or not (
         sum(own_shorter) / len(own_shorter) >= sum(own_longest) / len(own_longest) + 0.3
     ):
@@ -236,9 +182,9 @@ def _stride(e: CellEvidence, analyses: Sequence[CellAnalysis]) -> Finding | None
     greedy = [b for b in analyses if b.cell.beam_width == 1 and b.cell.batch_size == a.cell.batch_size]
     if any(b.verdict != Verdict.PASS for b in greedy):
         return None
-    if _hit_share(e.harm[0]) > 0.02:
+    if hit_share(e.harm[0]) > 0.02:
         return None
-    means = [_seen_mean(row) for row in e.harm]
+    means = [seen_mean(row) for row in e.harm]
     return Finding(
         FindingKind.STRIDE,
         f"beam search only: position 0 intact, positions "
@@ -251,38 +197,17 @@ def _stride(e: CellEvidence, analyses: Sequence[CellAnalysis]) -> Finding | None
     )
 
 
-def _seen_mean(row: Sequence[float]) -> float:
-    """The mean over the prompts that sat at this position (0 for none)."""
-    seen = _seen(row)
-    return math.fsum(seen) / len(seen) if seen else 0.0
-
-
-def net_share(share: float, background: float) -> float:
-    """The share of prompts a fault changed, net of those benign drift changes anyway."""
-    return max(0.0, min(1.0, (share - background) / (1.0 - background))) if background < 1 else 0.0
-
-
-def _share(e: CellEvidence, p: int) -> float:
-    """The share of prompts the damage reaches at position ``p``: its outputs that changed, net
-    of the share that changes at the positions not degraded (benign drift); without that
-    record, the prompts whose harm exceeds ``HIT``."""
-    if not e.changed:
-        return _hit_share(e.harm[p])
-    rest = [_seen_mean(row) for q, row in enumerate(e.changed) if q not in e.analysis.degraded_positions]
-    return net_share(_seen_mean(e.changed[p]), float(np.median(rest)) if rest else 0.0)
-
-
-def _single_share(e: CellEvidence, p: int) -> tuple[float, str] | None:
+def _singleshare_at(e: CellEvidence, p: int) -> tuple[float, str] | None:
     """The share of prompts a fault at position ``p`` alone hits, and what it rests on; None
     when the damage is not singled out at ``p``. From the outputs that changed there, net of
     the share that changes at the other positions (benign drift changes outputs at every
     position alike); without that record, from the prompts whose harm exceeds ``HIT``."""
     if e.changed:
-        harm = [_seen_mean(row) for row in e.harm]
+        harm = [seen_mean(row) for row in e.harm]
         if harm[p] <= 0 or max((h for q, h in enumerate(harm) if q != p), default=0.0) > harm[p] / 2:
             return None  # the quality lost is not singled out at p
-        here = _seen_mean(e.changed[p])
-        elsewhere = [_seen_mean(row) for q, row in enumerate(e.changed) if q != p]
+        here = seen_mean(e.changed[p])
+        elsewhere = [seen_mean(row) for q, row in enumerate(e.changed) if q != p]
         background = float(np.median(elsewhere)) if elsewhere else 0.0
         share = net_share(here, background)
         if share == 0 or (elsewhere and net_share(max(elsewhere), background) > share / 2):
@@ -291,8 +216,8 @@ def _single_share(e: CellEvidence, p: int) -> tuple[float, str] | None:
             f"{here:.0%} of outputs at position {p} differ from batch size 1, "
             f"{background:.0%} at the other positions (median)"
         )
-    hit = _hit_share(e.harm[p])
-    others = [_hit_share(row) for q, row in enumerate(e.harm) if q != p]
+    hit = hit_share(e.harm[p])
+    others = [hit_share(row) for q, row in enumerate(e.harm) if q != p]
     if hit == 0 or (others and max(others) > hit / 2):
         return None
     return hit, (
@@ -306,7 +231,7 @@ def _single(e: CellEvidence) -> Finding | None:
     if len(a.degraded_positions) != 1:
         return None
     p = a.degraded_positions[0]
-    found = _single_share(e, p)
+    found = _singleshare_at(e, p)
     if found is None:
         return None
     share, evidence = found
@@ -362,7 +287,7 @@ def _candidates(
     yield _single(e)
     # a part of a rotation may be too little for the padding test to fire on a padding fault:
     # there, damage at every position is named uniform only where the longest prompts changed too
-    yield None if e.partial and not _longest_changed_too(e) else _all_positions(e)
+    yield None if e.partial and not longest_changed_too(e) else _all_positions(e)
 
 
 # causes that belong to the engine, not to one cell, and the failing cells that could show them

@@ -22,8 +22,8 @@ from harness.tools.calibrate.generation import BatchSizeOne, Observations
 from harness.tools.calibrate.models import Model, Target
 from harness.tools.calibrate.settings import Settings
 from harness.verdict.decide import Decision, decide
+from harness.verdict.evidence import Shortfall
 from harness.verdict.sequential import look_alpha, rotated, stage, start, undecided
-from harness.verdict.signatures import Shortfall
 
 
 def model_key(name: str) -> int:

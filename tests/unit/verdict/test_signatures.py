@@ -9,7 +9,8 @@ from harness.model.cell import Cell
 from harness.model.limits import EngineLimits
 from harness.model.vocab import Layout, Verdict
 from harness.plan import make_plan
-from harness.verdict.signatures import CellEvidence, match
+from harness.verdict.evidence import CellEvidence
+from harness.verdict.signatures import match
 
 LIMITS_8x1 = EngineLimits(layout=Layout.UNIFIED, max_batch_size=8, max_beam_width=1)
 LIMITS_8x4 = EngineLimits(layout=Layout.UNIFIED, max_batch_size=8, max_beam_width=4)
