@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.model.cell import Cell
 from harness.report.markdown import md as escape
+from harness.verdict.sequential import stage
 from tests.conftest import only_report
 from tests.integration.common import Behaving, Suites, first_rows, grid_options
 
@@ -135,18 +137,21 @@ def test_a_server_that_crashes_mid_run_is_named_at_its_first_failure(
 ) -> None:
     server = behaving(crash_at=11)  # bs1-beam1: 8 batches; bs2-beam1: its 2nd batch
     proc = suites(*_options(server.url, eight, "1,2,4", "1", tmp_path, "--retries", "1"))
+    # the batches as the run sends them: each cell's first stage from its own start in the ring
+    crashed = stage(Cell(2, 1), 8, 1, 4)[1] + 1
+    stopped = stage(Cell(4, 1), 8, 1, 4)[0] + 1
     assert proc.returncode == 1, proc.stdout[-3000:]
     cells = {c["id"]: c for c in only_report(tmp_path)["cells"]}
     assert cells["bs1-beam1"]["verdict"] == "pass"
     first = cells["bs2-beam1"]["error"]
     assert "failed 2 time(s) (--retries 1); first: RemoteDisconnected at position " in first
     assert "last: ConnectionRefusedError" in first
-    assert "(the run's first failure: bs2-beam1, batch 2 of 8, prompts " in first
+    assert f"(the run's first failure: bs2-beam1, batch {crashed} of 8, prompts " in first
     later = cells["bs4-beam1"]["error"]
     assert later.startswith(
-        "failed the same way as the run's first failure, bs2-beam1 (batch 2 of 8, prompts "
+        f"failed the same way as the run's first failure, bs2-beam1 (batch {crashed} of 8, prompts "
     )
-    assert "; this cell stopped at batch 1 of 8" in later
+    assert f"; this cell stopped at batch {stopped} of 8" in later
     md = (_folder(tmp_path) / "report.md").read_text()
     assert escape("failed the same way as the run's first failure, bs2-beam1") in md
 
