@@ -223,8 +223,9 @@ class FollowUp:
 class Looks:
     """What the sequential design of a full-rotation run spent (harness.verdict.sequential):
     its looks, the share of alpha the interim looks spent and the futility level over them, the
-    sequences generated against the fixed design's, and the look each cell was settled at (the
-    last look: it ran to the end)."""
+    sequences generated against the fixed design's, the look each cell was settled at (the
+    last look: it ran to the end), and whether the run stopped with the engine-wide test neither
+    shown failing nor clean (a cell failed first, which fails the run whatever that test says)."""
 
     looks: int
     interim_share: float
@@ -232,3 +233,4 @@ class Looks:
     spent: int
     fixed: int
     decided: dict[str, int] = field(default_factory=dict)
+    engine_open: bool = False

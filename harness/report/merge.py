@@ -37,7 +37,7 @@ from harness.plan import Plan
 from harness.report.build import blindness, questions, reported, reported_engine, worst_position
 from harness.report.serialize import check_sealed, load_report, seal
 from harness.verdict.decide import decide
-from harness.verdict.sequential import final_alpha
+from harness.verdict.sequential import final_alpha, with_open_engine
 
 # Options that do not change what a run measures (paths differ between CI jobs; the engine's
 # and the dataset's contents are compared by hash instead): shards may differ in them.
@@ -292,6 +292,7 @@ def _looks(parts: Sequence[Looks | None]) -> Looks | None:
         spent=sum(f.spent for f in got),
         fixed=sum(f.fixed for f in got),
         decided={k: v for f in got for k, v in f.decided.items()},
+        engine_open=any(f.engine_open for f in got),
     )
 
 
@@ -334,6 +335,7 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
     )
     followed = _follow_ups([s.report.method.follow_up for s in shards])
     looked = _looks([s.report.method.sequential for s in shards])
+    decision = with_open_engine(decision, looked)
     results = decision.cells
     cells = []
     for result in results:

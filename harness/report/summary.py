@@ -23,7 +23,8 @@ def cell_lines(report: Report) -> list[str]:
         lines.append(f"{c.id:>12}  {str(c.verdict).upper():5}  {marks}{differ}{sees}")
     e = report.engine_wide
     if e is not None:  # the batch-size quality question over every batched output
-        verdict = Verdict.FAIL if e.failed else Verdict.PASS
+        left_open = report.method.sequential is not None and report.method.sequential.engine_open
+        verdict = Verdict.FAIL if e.failed else (Verdict.UNTESTED if left_open else Verdict.PASS)
         lines.append(
             f"{'engine-wide':>12}  {str(verdict).upper():5} mean drop {e.test.drop:.3f} below batch size 1 "
             f"over {len(e.cells)} batched cells (adjusted p {shown_p(e.test.p_adjusted)})"

@@ -9,6 +9,7 @@ from harness.model.analysis import FollowUp, Looks
 from harness.stages.generate import output_checks
 from harness.stages.run import Generated, Prepared, Scored
 from harness.verdict.decide import Decision, decide
+from harness.verdict.sequential import with_open_engine
 
 
 def analyse(
@@ -25,7 +26,7 @@ def analyse(
     corrected at (a sequential design's looks; None: all of it); ``looked``: where a sequential
     run stopped each cell (a cell stopped before the last look holds part of its rotation)."""
     config, plan, lengths = prep.config, prep.plan, prep.lengths()
-    return decide(
+    decision = decide(
         plan.cells,
         scored.cells,
         scored.levels,
@@ -45,3 +46,4 @@ def analyse(
             if looked is not None and looked.decided.get(c.id, looked.looks) < looked.looks
         ),
     )
+    return with_open_engine(decision, looked)

@@ -22,7 +22,7 @@ from harness.stages.generate import BatchFailed, _First, failure_text, over_cap,
 from harness.stages.run import Baseline, CellOutputs, Generated, Prepared, Scored
 from harness.stages.score import baselines, level, no_baseline, score_cell
 from harness.storage.generations import CellTexts, GenerationsLog
-from harness.verdict.sequential import BETA, INTERIM_SHARE, look_alpha, stage, undecided
+from harness.verdict.sequential import BETA, INTERIM_SHARE, engine_open, look_alpha, stage, undecided
 
 
 def looks(prep: Prepared) -> int:
@@ -95,6 +95,7 @@ def run_looks(
     spent = 0
     done: dict[Cell, set[int]] = {}  # batch size 1's batches generated so far (by ring index)
     first_failure: _First | None = None
+    left_open = False  # stopped before the last look with the engine-wide test open
     for k in range(1, k_all + 1):
         fresh: dict[Cell, CellOutputs] = {}
         parts = {c: _part(plan, c, k, k_all, going, errors) for c in plan.cells if c.batch_size > 1}
@@ -155,6 +156,7 @@ def run_looks(
                 decided[cell.id] = k
         going = {c for c in going if c.id in still or not held[c].judged}
         if not going:
+            left_open = engine_open(decision, n, tolerance=config.tolerance, alpha=config.alpha, looks=k_all)
             break
     for cell in going:
         decided.setdefault(cell.id, k_all)
@@ -173,6 +175,7 @@ def run_looks(
         spent=spent,
         fixed=plan.sequences(),
         decided={c.id: decided.get(c.id, k_all) for c in plan.cells if c not in errors},
+        engine_open=left_open,
     )
     final = Scored(cells=scores, levels=levels, unscored=_unscored(plan.cells, levels, errors))
     capped = {c: n for c, out in outputs.items() if (n := over_cap(out))}

@@ -31,6 +31,7 @@ the run's decision over everything generated, at the last look's share of alpha.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
@@ -38,7 +39,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from harness.model.analysis import DropTest, EngineWide, PositionStats
+from harness.model.analysis import DropTest, EngineWide, Looks, PositionStats
 from harness.model.cell import Cell
 from harness.model.report import CellResult, Method
 from harness.model.vocab import Verdict
@@ -93,15 +94,23 @@ def stage(cell: Cell, count: int, look: int, looks: int) -> tuple[int, ...]:
 
 
 def clean(
-    test: DropTest | None, full: int, tolerance: float, alpha: float, share: float, beta: float
+    test: DropTest | None,
+    full: int,
+    tolerance: float,
+    alpha: float,
+    share: float,
+    beta: float,
+    scale: float = 1.0,
 ) -> bool:
     """Whether a test shows, at level ``beta``, that its drop is below what the fixed design
-    (``full`` prompts, ``share`` of ``alpha``) detects with 80% power."""
+    (``full`` prompts, ``share`` of ``alpha``) detects with 80% power; ``scale``: the fixed
+    design's spread per prompt against this look's (below 1 for a test of per-prompt means
+    over outputs that the later looks add to)."""
     if test is None:
         return True
     if test.se is None or test.n < 2:
         return False
-    sd = test.se * math.sqrt(test.n)
+    sd = test.se * math.sqrt(test.n) * scale
     detectable = min_detectable_drop(full, sd, tolerance=tolerance, alpha=alpha, share=share)
     bound = test.drop + float(stats.t.ppf(1.0 - beta, test.n - 1)) * test.se
     return bound < detectable
@@ -180,11 +189,32 @@ def cell_settled(
     return positions and omnibus
 
 
+def pooled_share(cells: Sequence[CellResult], full: int) -> float:
+    """The share of the fixed design's batched outputs a look has: the engine-wide test's
+    per-prompt means are over that many of the outputs they will be over."""
+    batched = [c for c in cells if c.batch_size > 1 and c.error is None]
+    planned = sum(full * c.batch_size for c in batched)
+    return sum(s.n for c in batched for s in c.positions) / planned if planned else 1.0
+
+
 def engine_settled(
-    engine: EngineWide | None, full: int, *, tolerance: float, alpha: float, share: float, beta: float
+    engine: EngineWide | None,
+    full: int,
+    *,
+    tolerance: float,
+    alpha: float,
+    share: float,
+    beta: float,
+    generated: float = 1.0,
 ) -> bool:
-    """Whether the engine-wide test is flagged or clean (None: the run makes none)."""
-    return engine is None or engine.test.flagged or clean(engine.test, full, tolerance, alpha, share, beta)
+    """Whether the engine-wide test is flagged or clean (None: the run makes none). Its spread
+    is judged as the fixed design's could be: a per-prompt mean over all of the outputs a
+    prompt gets, where ``generated`` (``pooled_share``) of them are in, spreads at least
+    ``sqrt(generated)`` as widely (all of the spread within prompts: the smallest the fixed
+    design's could be, so a drop it detects is never taken for clean)."""
+    if engine is None or engine.test.flagged:
+        return True
+    return clean(engine.test, full, tolerance, alpha, share, beta, scale=math.sqrt(min(generated, 1.0)))
 
 
 def running(
@@ -202,10 +232,38 @@ def running(
     batched cell."""
     settle = dict(tolerance=tolerance, alpha=alpha, share=share, beta=beta)
     failing = any(c.verdict == Verdict.FAIL for c in cells)
-    if not failing and not engine_settled(engine, full, **settle):
+    if not failing and not engine_settled(engine, full, **settle, generated=pooled_share(cells, full)):
         return tuple(c.id for c in cells if c.batch_size > 1 and c.error is None)
     damage = damage_shares(cells, tolerance)
     return tuple(c.id for c in cells if not cell_settled(c, full, **settle, damage=damage))
+
+
+def engine_open(decision: Decision, full: int, *, tolerance: float, alpha: float, looks: int) -> bool:
+    """Whether a look's engine-wide test is neither flagged nor clean (``engine_settled`` at the
+    look's share and futility level, as ``undecided`` reads it)."""
+    return not engine_settled(
+        decision.engine_wide,
+        full,
+        tolerance=tolerance,
+        alpha=alpha,
+        share=per_test_share(decision.family, decision.engine_share is not None),
+        beta=look_beta(looks),
+        generated=pooled_share(decision.cells, full),
+    )
+
+
+def with_open_engine(decision: Decision, looked: Looks | None) -> Decision:
+    """The decision as a run that stopped with its engine-wide test open reports it: not a
+    pass, but a test the run did not finish (the figures are what it had)."""
+    e = decision.engine_wide
+    if looked is None or not looked.engine_open or e is None or e.failed:
+        return decision
+    said = (
+        f"engine-wide test not settled: the run stopped once a cell failed, which fails it whatever "
+        f"this test says; so far a mean drop of {e.test.drop:.3f} below batch size 1 over {e.test.n} "
+        "prompts (--looks 1 runs it to its answer)"
+    )
+    return dataclasses.replace(decision, engine_wide=dataclasses.replace(e, message=said))
 
 
 def undecided(

@@ -225,3 +225,42 @@ def test_a_suspicious_position_holds_the_same_position_of_other_cells_only_by_it
 
     assert "bs4-beam1" in seen(0.2, 0.0)
     assert "bs4-beam1" not in seen(0.3, 0.3)
+
+
+def test_the_engine_wide_test_is_clean_only_against_what_the_whole_rotation_would_spread() -> None:
+    """A full-batch slot: after the first look the engine-wide test held a mean drop of 0.024
+    (se 0.004) over 59 prompts, each a mean over a quarter of the outputs it gets in the end.
+    Judged as if the fixed design spread as widely, its bound lay under the drop that design
+    detects and the test was taken for clean; the fixed design flags it (drop 0.034, p < 1e-12).
+    With a quarter of the outputs in, the whole rotation's spread may be half this look's, and
+    then the bound is not under it."""
+    from harness.model.analysis import DropTest, EngineWide
+    from harness.verdict.sequential import engine_settled
+
+    engine = EngineWide(test=DropTest(drop=0.024, p_value=0.3, n=59, se=0.004), cells=("bs8-beam1",))
+    settle = dict(tolerance=0.02, alpha=0.01, share=per_test_share(136, True), beta=look_beta(4))
+    assert engine_settled(engine, N, **settle, generated=1.0)
+    assert not engine_settled(engine, N, **settle, generated=0.25)
+
+
+def test_a_run_that_stops_with_the_engine_wide_test_open_does_not_call_it_a_pass() -> None:
+    """A cell failed at the first look and every cell stopped; the engine-wide test was neither
+    flagged nor clean. The report says it was not settled, with what it had, instead of its
+    'within the tolerance or not significant' of a finished test."""
+    from dataclasses import replace
+
+    from harness.model.analysis import DropTest, EngineWide, Looks
+    from harness.verdict.decide import Decision
+    from harness.verdict.sequential import with_open_engine
+
+    engine = EngineWide(
+        test=DropTest(drop=0.024, p_value=0.3, n=59, se=0.004), cells=("bs8-beam1",), message="x"
+    )
+    decision = Decision(cells=(), boundaries=(), family=136, engine_wide=engine)
+    looked = Looks(looks=4, interim_share=0.05, beta=0.01, spent=864, fixed=2880, engine_open=True)
+    said = with_open_engine(decision, looked).engine_wide
+    assert said is not None and said.message.startswith(
+        "engine-wide test not settled: the run stopped once a cell"
+    )
+    assert "a mean drop of 0.024 below batch size 1 over 59 prompts" in said.message
+    assert with_open_engine(decision, replace(looked, engine_open=False)) == decision
