@@ -139,8 +139,10 @@ def engine_message(test: DropTest, cells: Sequence[str], cells_failed: bool, tol
         f"over every batched output of {len(cells)} cells ({test.n} prompts, adjusted p "
         f"{shown_p(test.p_adjusted)})"
     )
+    if not test.flagged and test.drop <= tolerance:
+        return f"{pooled}: within the tolerance {tolerance}"
     if not test.flagged:
-        return f"{pooled}: within the tolerance {tolerance} or not significant"
+        return f"{pooled}: beyond the tolerance {tolerance}, but not significantly"
     if cells_failed:
         return f"{pooled}: the batched outputs lose quality beyond the tolerance {tolerance}"
     return (

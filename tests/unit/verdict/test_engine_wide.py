@@ -79,3 +79,21 @@ def test_the_engine_wide_test_is_one_test_of_the_family_and_needs_two_batched_ce
         alpha=0.01,
     )
     assert alone.engine_wide is None
+
+
+def test_an_engine_wide_drop_beyond_the_tolerance_but_not_significant_says_so() -> None:
+    """0.028 below batch size 1 with the tolerance at 0.02 is not 'within the tolerance': the
+    message said 'within the tolerance 0.02 or not significant' for both."""
+    from harness.model.analysis import DropTest
+    from harness.verdict.messages import engine_message
+
+    beyond = engine_message(
+        DropTest(drop=0.028, p_value=0.2, n=64, p_adjusted=1.0), ("bs2-beam1",), False, 0.02
+    )
+    assert beyond.endswith(
+        "0.028 below batch size 1 over every batched output of 1 cells (64 prompts, adjusted p 1): beyond the tolerance 0.02, but not significantly"
+    )
+    within = engine_message(
+        DropTest(drop=0.004, p_value=0.9, n=64, p_adjusted=1.0), ("bs2-beam1",), False, 0.02
+    )
+    assert within.endswith(": within the tolerance 0.02")

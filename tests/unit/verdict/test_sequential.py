@@ -246,7 +246,7 @@ def test_the_engine_wide_test_is_clean_only_against_what_the_whole_rotation_woul
 def test_a_run_that_stops_with_the_engine_wide_test_open_does_not_call_it_a_pass() -> None:
     """A cell failed at the first look and every cell stopped; the engine-wide test was neither
     flagged nor clean. The report says it was not settled, with what it had, instead of its
-    'within the tolerance or not significant' of a finished test."""
+    'within the tolerance' or 'not significantly' of a finished test."""
     from dataclasses import replace
 
     from harness.model.analysis import DropTest, EngineWide, Looks
