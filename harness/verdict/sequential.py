@@ -232,24 +232,30 @@ def running(
     batched cell."""
     settle = dict(tolerance=tolerance, alpha=alpha, share=share, beta=beta)
     failing = any(c.verdict == Verdict.FAIL for c in cells)
-    if not failing and not engine_settled(engine, full, **settle, generated=pooled_share(cells, full)):
+    if not failing and not _engine_done(cells, engine, full, settle):
         return tuple(c.id for c in cells if c.batch_size > 1 and c.error is None)
     damage = damage_shares(cells, tolerance)
     return tuple(c.id for c in cells if not cell_settled(c, full, **settle, damage=damage))
 
 
+def _engine_done(
+    cells: Sequence[CellResult], engine: EngineWide | None, full: int, settle: dict[str, float]
+) -> bool:
+    """``engine_settled`` over the batched outputs ``cells`` hold so far."""
+    return engine_settled(engine, full, **settle, generated=pooled_share(cells, full))
+
+
+def _look(decision: Decision, tolerance: float, alpha: float, looks: int) -> dict[str, float]:
+    """What settles a test at a look: the tolerance, ``alpha``, its family's per-test share of
+    it, and the futility level of ``looks`` looks."""
+    share = per_test_share(decision.family, decision.engine_share is not None)
+    return dict(tolerance=tolerance, alpha=alpha, share=share, beta=look_beta(looks))
+
+
 def engine_open(decision: Decision, full: int, *, tolerance: float, alpha: float, looks: int) -> bool:
-    """Whether a look's engine-wide test is neither flagged nor clean (``engine_settled`` at the
-    look's share and futility level, as ``undecided`` reads it)."""
-    return not engine_settled(
-        decision.engine_wide,
-        full,
-        tolerance=tolerance,
-        alpha=alpha,
-        share=per_test_share(decision.family, decision.engine_share is not None),
-        beta=look_beta(looks),
-        generated=pooled_share(decision.cells, full),
-    )
+    """Whether a look's engine-wide test is neither flagged nor clean (as ``undecided`` reads it)."""
+    settle = _look(decision, tolerance, alpha, looks)
+    return not _engine_done(decision.cells, decision.engine_wide, full, settle)
 
 
 def with_open_engine(decision: Decision, looked: Looks | None) -> Decision:
@@ -271,12 +277,4 @@ def undecided(
 ) -> tuple[str, ...]:
     """``running`` over a look's decision: its family's per-test share of ``alpha``, the
     futility level of ``looks`` looks (the run's stage and calibrate both call it)."""
-    return running(
-        decision.cells,
-        decision.engine_wide,
-        full,
-        tolerance=tolerance,
-        alpha=alpha,
-        share=per_test_share(decision.family, decision.engine_share is not None),
-        beta=look_beta(looks),
-    )
+    return running(decision.cells, decision.engine_wide, full, **_look(decision, tolerance, alpha, looks))
