@@ -31,6 +31,9 @@ __all__ = [
     "FailureKind",
     "Generates",
     "Generation",
+    "InFlight",
+    "NoInFlight",
+    "Pending",
     "RequestTiming",
     "as_engine",
     "as_generation",
@@ -72,6 +75,10 @@ class Generation:
     token_ids: tuple[int, ...] = ()
     beams: tuple[str, ...] = ()
     timing: RequestTiming | None = None
+    # an in-flight request (harness.engines.inflight): the slot the engine says it ran in, and
+    # the prompt tokens it says it served from a cache (None: the engine does not say)
+    slot: int | None = None
+    cached_tokens: int | None = None
 
 
 @runtime_checkable
@@ -101,6 +108,37 @@ def generates(engine: object) -> TypeGuard[Generates]:
     return callable(getattr(engine, "generate", None))
 
 
+class Pending(Protocol):
+    """One in-flight request on its way: ``result()`` blocks until its answer is back."""
+
+    def result(self) -> object: ...
+
+
+@dataclass(frozen=True)
+class NoInFlight:
+    """An engine (or a beam width, a release line) without an in-flight path: the scheduled
+    cells are reported not applicable for ``reason``, never passed."""
+
+    reason: str
+
+
+class InFlight(ABC):
+    """An engine's in-flight path, open for one decoding setting: requests sent one by one join
+    whatever the engine is already decoding. ``slots``: the most requests it decodes at once,
+    where it says (None: not said); ``cache``: what a second request for the same prompt is
+    served from, said in the report of a warm schedule."""
+
+    slots: int | None = None
+    cache: str = "the engine does not say whether it reuses cached prompt tokens"
+
+    @abstractmethod
+    def submit(self, prompt: str) -> Pending:
+        """Send one request now; its answer comes from the ``Pending``'s ``result()``."""
+
+    def close(self) -> None:  # noqa: B027 (a default, not an abstract method)
+        """Stop the in-flight path (a background loop, a manager); nothing by default."""
+
+
 class EngineBase(ABC):
     """What every backend shares: ``generate`` to implement, the optional methods with their
     defaults (a backend overrides what it can do). The harness calls only these methods."""
@@ -121,6 +159,36 @@ class EngineBase(ABC):
 
     def close(self) -> None:  # noqa: B027 (a default, not an abstract method)
         """Free the engine's resources (GPU memory, server connections); nothing by default."""
+
+    def in_flight(self, settings: DecodingSettings) -> InFlight | NoInFlight:
+        """The engine's in-flight path for ``settings``, or why it has none (the default)."""
+        return NoInFlight(f"the {self.info.backend} backend has no in-flight path")
+
+
+class _PluginPending:
+    """A plug-in's pending answer, read as a Generation."""
+
+    def __init__(self, pending: object) -> None:
+        self.pending = pending
+
+    def result(self) -> Generation:
+        result = getattr(self.pending, "result", None)
+        if not callable(result):
+            raise RuntimeError(
+                f"generate_async returned a {type(self.pending).__name__} without result(); it returns "
+                "an object whose result() gives the answer"
+            )
+        return as_generation(result())
+
+
+class PluginInFlight(InFlight):
+    """A plug-in's ``generate_async(prompt, settings)``, one call per request."""
+
+    def __init__(self, submit: Callable[..., object], settings: DecodingSettings) -> None:
+        self._submit, self.settings = submit, settings
+
+    def submit(self, prompt: str) -> Pending:
+        return _PluginPending(self._submit(prompt, self.settings))
 
 
 class AdoptedEngine(EngineBase):
@@ -164,6 +232,15 @@ class AdoptedEngine(EngineBase):
         if callable(close):
             close()
 
+    def in_flight(self, settings: DecodingSettings) -> InFlight | NoInFlight:
+        submit = getattr(self.engine, "generate_async", None)
+        if not callable(submit):
+            return NoInFlight(
+                f"{code_class(self).__qualname__} defines no generate_async(prompt, settings), the in-flight "
+                "entry point (docs/engines.md)"
+            )
+        return PluginInFlight(submit, settings)
+
 
 def code_class(engine: object) -> type:
     """The class whose code decides an engine's outputs: a user's class, not the
@@ -188,7 +265,14 @@ def as_generation(output: object) -> Generation:
         if isinstance(beams, (list, tuple))
         else (),
         token_ids=tuple(ids) if isinstance(ids, (list, tuple)) else (),
+        slot=_count(getattr(output, "slot", None)),
+        cached_tokens=_count(getattr(output, "cached_tokens", None)),
     )
+
+
+def _count(value: object) -> int | None:
+    """A slot number or token count an engine gave: a non-negative int, else not said."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def class_label(engine: object) -> str:

@@ -192,3 +192,27 @@ class Direction(Word):
     WORSE = "worse"
     BETTER = "better"
     SAME = "same"
+
+
+class Schedule(Word):
+    """How a cell's requests reach the engine (``--schedules``; docs/method.md "Schedules").
+    Bulk cells send one batch at a time to an idle engine; the others send requests one by one
+    into a running engine's in-flight batch, at a concurrency C."""
+
+    BULK = "bulk"  # B prompts start together and finish before the next B (the grid's cells)
+    STAGGERED = "staggered"  # one at a time, each joining requests already decoding
+    REFILL = "refill"  # more requests than C: each new one takes the slot one just freed
+    PREFILL_MIX = "prefill-mix"  # the longest prompts sent while shorter ones decode
+    WARM = "warm"  # the same prompts again on the warm engine, against their cold run
+
+
+class Condition(Word):
+    """Where one request of a scheduled cell ran, as the driver saw it and the engine said:
+    what separates damaged requests from healthy ones (harness.verdict.schedules)."""
+
+    FIRST_WAVE = "first wave"  # sent before any request finished
+    JOINED = "joined a running batch"  # sent while another request was decoding
+    FREED_SLOT = "took a freed slot"  # its slot had served another request of this run
+    LONG_PREFILL = "long prompt sent while others decoded"
+    BESIDE_PREFILL = "decoding while a long prompt was sent"
+    CACHED = "prompt served from cache"  # the engine said it reused cached prompt tokens
