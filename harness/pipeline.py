@@ -19,6 +19,7 @@ from harness.engines import guard
 from harness.errors import Interrupted, StorageError
 from harness.model.analysis import FollowUp
 from harness.model.report import Report, Timing
+from harness.model.schedule import ScheduledCell
 from harness.progress import ProgressFactory
 from harness.report.build import build_report
 from harness.report.files import write_report
@@ -28,6 +29,7 @@ from harness.stages.generate import follow, generate_all, interrupted
 from harness.stages.prepare import prepare
 from harness.stages.record import record_goldens
 from harness.stages.run import Baseline, FollowerRun, Generated, Prepared, Scored
+from harness.stages.schedules import run_schedules
 from harness.stages.score import EarlyScorer, baselines, score_all
 from harness.stages.sequential import looks, run_looks
 from harness.storage.folders import new_report_dir
@@ -114,13 +116,14 @@ def _follow_up(
     progress: ProgressFactory | None,
     timing: Timing,
     log: GenerationsLog,
-) -> tuple[Generated, Scored, FollowUp | None]:
-    """The sparse screen's follow-up; then the engines and generations.jsonl are closed."""
+) -> tuple[Generated, Scored, FollowUp | None, tuple[ScheduledCell, ...]]:
+    """The sparse screen's follow-up and the scheduled cells; then the engines and
+    generations.jsonl are closed."""
     with _closing(prep, log):
         t_gen = time.perf_counter()
-        done = follow_up(prep, generated, bases, scored, progress, timing, log)
+        generated, scored, followed = follow_up(prep, generated, bases, scored, progress, timing, log)
         timing.generate_stage_s += time.perf_counter() - t_gen
-        return done
+        return generated, scored, followed, run_schedules(prep, generated, bases, timing)
 
 
 def _sequential(
@@ -132,6 +135,7 @@ def _sequential(
         t_gen = time.perf_counter()
         generated, bases, scored, record = run_looks(prep, progress, timing, log)
         timing.generate_stage_s = time.perf_counter() - t_gen
+        scheduled = run_schedules(prep, generated, bases, timing)
     t_after = time.perf_counter()
     decision = analyse(
         prep,
@@ -143,7 +147,9 @@ def _sequential(
     now = time.perf_counter()
     timing.after_generation_s = now - t_after
     timing.harness_total_s = now - prep.t0
-    report = build_report(prep, generated, bases, scored, decision, timing=timing, sequential=record)
+    report = build_report(
+        prep, generated, bases, scored, decision, timing=timing, sequential=record, scheduled=scheduled
+    )
     return RunOutcome(write_report(report, folder), folder)
 
 
@@ -178,7 +184,7 @@ def execute(
         log.close()
         _close(prep)
         raise
-    generated, scored, followed = _follow_up(prep, generated, bases, scored, progress, timing, log)
+    generated, scored, followed, scheduled = _follow_up(prep, generated, bases, scored, progress, timing, log)
     decision = analyse(prep, generated, scored, followed)
     now = time.perf_counter()
     timing.after_generation_s = now - t_after
@@ -186,7 +192,15 @@ def execute(
     timing.scoring_overlapped = early is not None
     report = write_report(
         build_report(
-            prep, generated, bases, scored, decision, timing=timing, written=written, followed=followed
+            prep,
+            generated,
+            bases,
+            scored,
+            decision,
+            timing=timing,
+            written=written,
+            followed=followed,
+            scheduled=scheduled,
         ),
         folder,
     )

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from harness.model.cell import Cell
     from harness.model.limits import LimitCheck
     from harness.model.report import CellResult
+    from harness.model.schedule import ScheduledCell
     from harness.pipeline import RunOutcome
     from harness.stages.run import Prepared
 
@@ -64,6 +65,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "harness_cell" in metafunc.fixturenames:
         cells = _session(metafunc.config).planned_cells()
         metafunc.parametrize("harness_cell", cells, ids=[c.id for c in cells])
+    if "harness_schedule" in metafunc.fixturenames:
+        ids = _session(metafunc.config).planned_schedules()
+        metafunc.parametrize("harness_schedule", ids, ids=ids)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -151,6 +155,14 @@ def harness_cell_result(
 ) -> CellResult:
     """The result of the cell this test is parametrized with."""
     return _session(request.config).cell_result(request.node, harness_result, harness_cell)
+
+
+@pytest.fixture
+def harness_schedule_result(
+    request: pytest.FixtureRequest, harness_result: RunOutcome, harness_schedule: str
+) -> ScheduledCell:
+    """The scheduled cell this test is parametrized with (by its id)."""
+    return _session(request.config).scheduled(harness_result, harness_schedule)
 
 
 def pytest_terminal_summary(

@@ -27,15 +27,22 @@ if TYPE_CHECKING:
     from harness.model.limits import LimitCheck
     from harness.model.ranks import Ranks
     from harness.model.report import CellResult
+    from harness.model.schedule import ScheduledCell
     from harness.pipeline import RunOutcome
     from harness.progress import ProgressFactory
     from harness.stages.plan_only import PlanOnly
     from harness.stages.run import FollowerRun, Prepared
 
 # a test that asks for one of these needs the engine loaded (and, for results, generating)
-ENGINE_FIXTURES = {"harness_cell_result", "harness_result", "harness_prepared", "harness_engine"}
+ENGINE_FIXTURES = {
+    "harness_cell_result",
+    "harness_schedule_result",
+    "harness_result",
+    "harness_prepared",
+    "harness_engine",
+}
 # a test that asks for one of these makes the session a harness run (plan, limits, engine)
-HARNESS_FIXTURES = ENGINE_FIXTURES | {"harness_cell"}
+HARNESS_FIXTURES = ENGINE_FIXTURES | {"harness_cell", "harness_schedule"}
 CELLS_SHOWN = 8  # cell ids a selection line names before "and N more"
 
 
@@ -118,6 +125,29 @@ class HarnessSession:
             except HarnessError as exc:
                 self.cells, self.error = [], str(exc)
         return self.cells
+
+    def planned_schedules(self) -> list[str]:
+        """The ids of the run's scheduled cells (the schedule tests' parameters)."""
+        from harness.model.schedule import schedule_id
+        from harness.model.vocab import Schedule
+
+        cells, options = self.planned_cells(), self.run_config.schedules
+        if not cells:
+            return []
+        concurrency = options.concurrency_for([c.batch_size for c in cells])
+        return [
+            schedule_id(s, concurrency, w)
+            for w in self.run_config.beam_widths
+            for s in options.schedules
+            if s != Schedule.BULK
+        ]
+
+    def scheduled(self, outcome: RunOutcome, cell_id: str) -> ScheduledCell:
+        """The scheduled cell a schedule test is parametrized with, as the run decided it."""
+        found = [c for c in outcome.report.schedules if c.id == cell_id]
+        if not found:
+            pytest.fail(f"{cell_id}: the run has no such scheduled cell", pytrace=False)
+        return found[0]
 
     def selection_line(self, items: Sequence[pytest.Item]) -> str | None:
         """What a selection (-k, -m, --lf, --deselect, test ids) does to a harness run, when it
@@ -307,7 +337,14 @@ class HarnessSession:
         """The terminal summary of the run: its cells, findings and where the report is."""
         if self.outcome is None:
             return
-        from harness.report.summary import cell_lines, drift_lines, footer_lines, header_lines, legend
+        from harness.report.summary import (
+            cell_lines,
+            drift_lines,
+            footer_lines,
+            header_lines,
+            legend,
+            schedule_lines,
+        )
         from harness.stages.run import FollowerRun
 
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -321,6 +358,8 @@ class HarnessSession:
             *header_lines(report),
             legend(report),
             *cell_lines(report),
+            *schedule_lines(report),
+            *schedule_lines(report),
             *drift_lines(report),
             *footer_lines(report, self.outcome.folder),
         ]:

@@ -48,6 +48,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         footer_lines,
         header_lines,
         legend,
+        schedule_lines,
     )
     from harness.stages.run import FollowerRun
     from harness.verdict.failures import preflight_line
@@ -70,6 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         *header_lines(report),
         legend(report),
         *cell_lines(report),
+        *schedule_lines(report),
         *finding_lines(report),
         *footer_lines(report, result.folder),
     ]:

@@ -54,6 +54,7 @@ from harness.config.parse import (
     size,
     template,
 )
+from harness.config.schedule import ScheduleOptions
 from harness.errors import ConfigError
 from harness.model.vocab import Backend, Receiver, Rotation
 from harness.redact import redact_url
@@ -245,6 +246,7 @@ class RunConfig:
     engine_options: EngineOptions = group(EngineOptions)
     data: DatasetOptions = group(DatasetOptions)
     design: DesignOptions = group(DesignOptions)
+    schedules: ScheduleOptions = group(ScheduleOptions)
     request_fields: RequestFields = option(
         (),
         "--request-field",

@@ -94,6 +94,8 @@ class Engine(Protocol):
 
     def close(self) -> None: ...
 
+    def in_flight(self, settings: DecodingSettings) -> InFlight | NoInFlight: ...
+
 
 class Generates(Protocol):
     """A user's engine as the harness first meets it: an object with ``generate(prompts,

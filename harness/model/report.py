@@ -14,6 +14,7 @@ from harness.model.engine import EngineInfo
 from harness.model.json import JsonObject
 from harness.model.limits import EngineLimits, LimitCheck, MemoryBudget
 from harness.model.ranks import Ranks
+from harness.model.schedule import ScheduledCell
 from harness.model.scores import CellScores, Levels
 from harness.model.vocab import FindingKind, Question, Rotation, Verdict
 
@@ -35,6 +36,7 @@ class Timing:
     scoring_overlapped: bool = False
     after_generation_s: float = 0.0  # end of generation -> analysis done (what overlap shortens)
     harness_total_s: float = 0.0  # start of prepare() -> analysis done (report writing excluded)
+    schedules_s: float = 0.0  # wall time of the scheduled cells (harness.stages.schedules)
     merged_shards: int | None = None  # a merged report: how many shard timings were summed
 
 
@@ -120,11 +122,22 @@ def cell_verdict(*, error: bool, failed: bool, notice: bool) -> Verdict:
     return Verdict.UNTESTED if notice else Verdict.PASS
 
 
-def run_verdict(cells: Sequence[CellResult], engine_wide: EngineWide | None = None) -> Verdict:
-    """A run passes when every cell passes, no build limit is exceeded and the engine-wide
-    test does not fail."""
+def run_verdict(
+    cells: Sequence[CellResult],
+    engine_wide: EngineWide | None = None,
+    scheduled: Sequence[ScheduledCell] = (),
+) -> Verdict:
+    """A run passes when every cell passes, no build limit is exceeded, the engine-wide
+    test does not fail and no scheduled cell fails (``schedules_fail``)."""
     bad = any(c.verdict != Verdict.PASS or c.limits_verdict == Verdict.FAIL for c in cells)
-    return Verdict.FAIL if bad or (engine_wide is not None and engine_wide.failed) else Verdict.PASS
+    failed = bad or (engine_wide is not None and engine_wide.failed) or schedules_fail(scheduled)
+    return Verdict.FAIL if failed else Verdict.PASS
+
+
+def schedules_fail(scheduled: Sequence[ScheduledCell]) -> bool:
+    """A scheduled cell fails the run when it failed, raised or did not happen as planned; one
+    the engine cannot run (not applicable) is said with its reason and fails nothing."""
+    return any(c.verdict not in (Verdict.PASS, Verdict.NOT_APPLICABLE) for c in scheduled)
 
 
 @dataclass(frozen=True)
@@ -250,6 +263,7 @@ class Report:
     cells: tuple[CellResult, ...]
     boundaries: tuple[Boundary, ...] = ()  # per beam width: where batch sizes start failing
     engine_wide: EngineWide | None = None  # question 2 pooled over every batched cell
+    schedules: tuple[ScheduledCell, ...] = ()  # the in-flight schedules' cells (--schedules)
     shard: ShardInfo | None = None
     scores: ShardScores | None = None
     integrity: Integrity | None = None

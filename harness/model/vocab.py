@@ -24,6 +24,9 @@ class Verdict(Word):
     FAIL = "fail"
     ERROR = "error"  # a cell the engine could not run (its message says why)
     UNTESTED = "untested"  # generated and scored, but not as the cell asked (its notice says how)
+    # a scheduled cell the engine cannot run (no in-flight path, a static-batching release line,
+    # a beam width its in-flight path does not decode): said with the reason, never a pass
+    NOT_APPLICABLE = "not applicable"
 
 
 class CheckStatus(Word):

@@ -324,9 +324,13 @@ def audit(report: Report) -> list[str]:
     flags = _flags(report, out)
     decided = [_cell(report, cell, flags, out) for cell in report.cells]
     engine = _engine_wide(report, flags, out)
-    expected = run_verdict([replace(c, verdict=v) for c, v in zip(report.cells, decided)], engine)
+    expected = run_verdict(
+        [replace(c, verdict=v) for c, v in zip(report.cells, decided)], engine, report.schedules
+    )
     if report.cells and report.verdict != expected:
-        out.append(f"verdict {report.verdict}, but its cells and the engine-wide test make it {expected}")
+        out.append(
+            f"verdict {report.verdict}, but its cells, the engine-wide test and the scheduled cells make it {expected}"
+        )
     if report.signoff.verdict != report.verdict:
         out.append(f"signoff.verdict {report.signoff.verdict}, but the report's verdict is {report.verdict}")
     return out

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from harness.model.analysis import PositionStats
 from harness.model.limits import failing
 from harness.model.report import CellResult, Report
-from harness.model.vocab import CheckStatus, Rotation, Verdict
+from harness.model.vocab import CheckStatus, Condition, Rotation, Verdict
 from harness.report.summary import boundary_lines, design_lines, engine_lines, shard_note
 from harness.verdict.messages import ranges
 
@@ -123,6 +123,11 @@ def _findings(report: Report) -> list[str]:
             if ch.status == CheckStatus.WARN
         ]
     lines += [f"- {md(line)}" for line in engine_lines(report) + boundary_lines(report)]
+    for sc in report.schedules:
+        if sc.verdict in (Verdict.FAIL, Verdict.UNTESTED, Verdict.ERROR):
+            lines.append(
+                f"- **{md(sc.id)}**: {md(sc.message)}" + (f" — {md(sc.separation)}" if sc.separation else "")
+            )
     lines = lines or ["No degraded position and no exceeded build limit."]
     if report.engine_wide is not None and not report.engine_wide.failed:
         lines += ["", f"{md(report.engine_wide.message)}."]
@@ -155,6 +160,37 @@ def _table(cells: tuple[CellResult, ...], value: Callable[[PositionStats], str],
             + " | ".join(vals)
             + " |"
         )
+    return lines
+
+
+def _schedules(report: Report) -> list[str]:
+    """The scheduled cells: where their requests ran and what they lost (docs/method.md)."""
+    if not report.schedules:
+        return []
+    lines = [
+        "",
+        "## Schedules: requests sent into a running batch",
+        "",
+        "Each request against the same prompt at batch size 1 (warm: against its cold run); joined: "
+        "the share of requests after the first sent while another was in flight.",
+        "",
+        "| cell | verdict | requests | joined | peak in flight | freed slot | cached | mean drop | changed | damaged |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in report.schedules:
+        if c.verdict == Verdict.NOT_APPLICABLE:
+            lines.append(f"| {md(c.id)} | {md(c.verdict)} | {md(c.message)} |  |  |  |  |  |  |  |")
+            continue
+        joined = "–" if c.overlap is None else f"{c.overlap:.0%}"
+        drop = "–" if c.test is None else f"{c.test.drop:.3f}"
+        lines.append(
+            f"| {md(c.id)} | {md(c.verdict)} | {len(c.requests)} | {joined} | {c.peak or '–'} | "
+            f"{c.count(Condition.FREED_SLOT)} | {c.count(Condition.CACHED)} | {drop} | {c.changed} | "
+            f"{len(c.damaged)} |"
+        )
+    for c in report.schedules:
+        if c.damaged:
+            lines += ["", f"{md(c.id)} damaged requests: {md(', '.join(c.damaged))}"]
     return lines
 
 
@@ -193,6 +229,7 @@ def markdown(report: Report) -> str:
             "Degraded positions (0-indexed): "
             + "; ".join(f"{md(c.id)} {ranges(c.degraded_positions)}" for c in degraded),
         ]
+    lines += _schedules(report)
     s = report.signoff
     sha = report.integrity.sha256 if report.integrity else ""
     lines += [

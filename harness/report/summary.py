@@ -32,6 +32,22 @@ def cell_lines(report: Report) -> list[str]:
     return lines
 
 
+def schedule_lines(report: Report) -> list[str]:
+    """Per scheduled cell its verdict and one line; the cells the engine cannot run, one line
+    per reason."""
+    lines = [
+        f"{c.id:>22}  {str(c.verdict).upper():5}  {c.message}"
+        for c in report.schedules
+        if c.verdict != Verdict.NOT_APPLICABLE
+    ]
+    reasons: dict[str, list[str]] = {}
+    for c in report.schedules:
+        if c.verdict == Verdict.NOT_APPLICABLE:
+            reasons.setdefault(c.message, []).append(c.id)
+    lines += [f"{'not applicable':>22}  {', '.join(ids)}: {why}" for why, ids in reasons.items()]
+    return lines
+
+
 def legend(report: Report) -> str:
     """What the numbers of ``cell_lines`` are."""
     refs = any(p.quality is not None for c in report.cells for p in c.positions)
@@ -51,6 +67,11 @@ def finding_lines(report: Report) -> list[str]:
             lines.append(c.headline)
             if c.cause:
                 lines.append(f"  {c.cause}")
+    for sc in report.schedules:
+        if sc.verdict in (Verdict.FAIL, Verdict.UNTESTED, Verdict.ERROR):
+            lines.append(f"{sc.id}: {sc.verdict}: {sc.message}")
+            if sc.separation:
+                lines.append(f"  {sc.separation}")
     return lines + engine_lines(report) + boundary_lines(report) + drift_lines(report)
 
 

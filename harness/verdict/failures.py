@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from harness.model.analysis import DropTest, EngineWide, PositionStats, shown_p
 from harness.model.limits import LimitCheck, failing
 from harness.model.report import CellResult
+from harness.model.schedule import ScheduledCell
 from harness.model.vocab import CheckStatus, Verdict
 
 
@@ -84,3 +85,16 @@ def preflight_line(checks: Sequence[LimitCheck], see: str) -> str | None:
 def limits_unknown(checks: Sequence[LimitCheck]) -> bool:
     """True when no limit could be checked (e.g. an hf model has no build limits)."""
     return all(c.status == CheckStatus.UNKNOWN for c in checks)
+
+
+def schedule_failure(cell: ScheduledCell) -> str | None:
+    """A scheduled cell's failure message (it failed, raised, or its schedule did not happen),
+    or None when it passed or cannot run on this engine (the test skips with the reason)."""
+    if cell.verdict in (Verdict.PASS, Verdict.NOT_APPLICABLE):
+        return None
+    lines = [f"{cell.id}: {cell.verdict}: {cell.message}"]
+    if cell.separation:
+        lines.append(f"  {cell.separation}")
+    if cell.damaged:
+        lines.append(f"  damaged requests: {', '.join(cell.damaged)}")
+    return "\n".join(lines)

@@ -1,0 +1,63 @@
+"""The options of the schedule axis: which arrival schedules run besides the bulk cells, and at
+what concurrency (harness.stages.schedules; docs/method.md "Schedules")."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from harness.bounds import Range
+from harness.config.option import option
+from harness.config.parse import positive_int
+from harness.model.vocab import Receiver, Schedule
+
+IN_FLIGHT = tuple(s for s in Schedule if s != Schedule.BULK)  # the schedules besides bulk
+NONE = "none"
+MAX_CONCURRENCY = 1024
+
+
+def schedule_list(flag: str, bound: Range | None = None) -> Callable[[str], tuple[Schedule, ...]]:
+    """A parser of ``--schedules``: comma-separated schedules, or ``none`` (bulk cells only)."""
+
+    def parse(value: str) -> tuple[Schedule, ...]:
+        words = [w.strip() for w in value.split(",") if w.strip()]
+        if words == [NONE] or words == [Schedule.BULK.value]:
+            return ()
+        unknown = [w for w in words if w not in {s.value for s in IN_FLIGHT}]
+        if unknown or not words:
+            raise argparse.ArgumentTypeError(
+                f"{flag} {value!r}: expected a comma-separated list of {', '.join(IN_FLIGHT)}, or {NONE}"
+            )
+        return tuple(s for s in IN_FLIGHT if s.value in words)
+
+    return parse
+
+
+@dataclass(frozen=True)
+class ScheduleOptions:
+    """Which in-flight schedules run and at what concurrency."""
+
+    schedules: tuple[Schedule, ...] = option(
+        IN_FLIGHT,
+        "--schedules",
+        "arrival schedules run besides the bulk cells, each prompt sent into the engine's running batch and "
+        "compared with batch size 1: comma-separated from staggered, refill, prefill-mix, warm, or none "
+        "(default {default}; not applicable where the engine has no in-flight path; see docs/method.md)",
+        Receiver.PLAN,
+        parse=schedule_list,
+        metavar="LIST",
+    )
+    concurrency: int | None = option(
+        None,
+        "--concurrency",
+        "the most requests a schedule keeps in flight (default: the largest batch size of the grid)",
+        Receiver.PLAN,
+        parse=positive_int,
+        bound=Range(None, MAX_CONCURRENCY, "requests in flight at once"),
+        metavar="C",
+    )
+
+    def concurrency_for(self, batch_sizes: Sequence[int]) -> int:
+        """``--concurrency``, else the largest batch size of the grid (at least 2)."""
+        return self.concurrency or max(2, *batch_sizes)

@@ -1,0 +1,281 @@
+"""The scheduled cells of a run (``--schedules``): every prompt sent into the engine's
+in-flight path on each schedule, at the concurrency C, at every beam width of the run;
+scored against the same prompt at batch size 1 (``warm``: against its cold run, the
+``refill`` run of the same open path) and decided by ``harness.verdict.schedules``.
+
+Outputs of scheduled cells depend on what else was in flight, so they never come from (or go
+to) the generation cache. The batch-size-1 outputs they are compared with are the run's own;
+a prompt the run did not send at batch size 1 (a sequential run that stopped early) is sent
+now, through the cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+
+from harness.engines.base import InFlight, NoInFlight
+from harness.errors import HarnessError, describe
+from harness.model.cell import Cell
+from harness.model.report import Timing
+from harness.model.schedule import ScheduledCell, ServedRequest
+from harness.model.vocab import Condition, Schedule, Verdict
+from harness.stages.arrivals import RequestsFailed, Sent, drive
+from harness.stages.generate import generate_batch, output_text
+from harness.stages.run import Baseline, Generated, Prepared
+from harness.verdict.schedules import Drive, judge
+from harness.verdict.scoring import rouge_l
+
+LONG_SHARE = 0.25  # prefill-mix: the longest quarter of the prompts are its long prompts
+
+
+def _comparison(prep: Prepared, generated: Generated, width: int) -> list[str]:
+    """Batch size 1's output of every prompt at ``width`` (sent now where the run lacks it)."""
+    row = generated.outputs[Cell(1, width)].texts.row(0) if Cell(1, width) in generated.outputs else ()
+    out = []
+    for d, prompt in enumerate(prep.prompts):
+        text = row[d] if d < len(row) else None
+        if text is None:
+            texts, _ = generate_batch(
+                prep.engine, [prompt], prep.config.decoding(width), prep.cache, prep.timing
+            )
+            text = texts[0]
+        out.append(text)
+    return out
+
+
+def _order(prep: Prepared, schedule: Schedule, concurrency: int) -> list[int]:
+    """The documents in the order they are sent: the plan's ring; for ``prefill-mix`` the
+    shorter prompts first wave, then one long prompt after every C - 1 short ones."""
+    order = list(prep.plan.order)
+    if schedule != Schedule.PREFILL_MIX:
+        return order
+    lengths = prep.lengths()
+    ranked = sorted(order, key=lambda d: (-lengths[d], order.index(d)))
+    long = set(ranked[: max(1, round(LONG_SHARE * len(order)))])
+    short = [d for d in order if d not in long]
+    tall = [d for d in order if d in long]
+    out: list[int] = []
+    step = max(1, concurrency - 1)
+    while short or tall:
+        out.extend(short[:step])
+        short = short[step:]
+        if tall:
+            out.append(tall.pop(0))
+    return out
+
+
+def _conditions(
+    sent: Sequence[Sent], docs: Sequence[int], long: set[int], used: set[int]
+) -> list[ServedRequest]:
+    """Each request's place in the run, from the timings and what the engine said; ``used``:
+    the slots that had served a request of this open path before (updated)."""
+    first_answer = min((s.answered for s in sent if s.answered is not None), default=0.0)
+    long_sent = [s.sent for s in sent if docs[s.index] in long and s.in_flight > 0]
+    out = []
+    for s in sorted(sent, key=lambda r: r.answered or 0.0):  # slots free in answer order
+        g = s.generation
+        slot = g.slot if g else None
+        cached = g.cached_tokens if g else None
+        reused = None if slot is None else slot in used
+        held = {
+            Condition.FIRST_WAVE: s.sent < first_answer,
+            Condition.JOINED: s.in_flight > 0,
+            Condition.FREED_SLOT: bool(reused),
+            Condition.LONG_PREFILL: docs[s.index] in long and s.in_flight > 0,
+            Condition.BESIDE_PREFILL: any(s.sent < t < (s.answered or 0.0) for t in long_sent if t != s.sent),
+            Condition.CACHED: bool(cached),
+        }
+        if slot is not None:
+            used.add(slot)
+        out.append(
+            ServedRequest(
+                document=str(docs[s.index]),
+                rank=s.rank,
+                sent=round(s.sent, 6),
+                answered=round(s.answered or 0.0, 6),
+                in_flight=s.in_flight,
+                slot=slot,
+                slot_reused=reused,
+                cached_tokens=cached,
+                conditions=tuple(c for c, on in held.items() if on),
+            )
+        )
+    return sorted(out, key=lambda r: r.rank)
+
+
+def _scored(
+    prep: Prepared,
+    requests: list[ServedRequest],
+    texts: dict[int, str],
+    against: Sequence[str],
+    base: Baseline,
+) -> tuple[ServedRequest, ...]:
+    """Each request's ROUGE-L against the baseline and the reference, and its comparison's."""
+    cut = prep.cap.cut
+    docs = [int(r.document) for r in requests]
+    refs = [prep.dataset.documents[d].summary for d in docs]
+    mine = [cut(texts[d]) for d in docs]
+    theirs = [cut(against[d]) for d in docs]
+    basis = [base.texts[d] for d in docs]
+    agreement, agreement_bs1 = rouge_l(basis, mine), rouge_l(basis, theirs)
+    have = [i for i, r in enumerate(refs) if r is not None]
+    quality = dict(zip(have, rouge_l([refs[i] or "" for i in have], [mine[i] for i in have])))
+    quality_bs1 = dict(zip(have, rouge_l([refs[i] or "" for i in have], [theirs[i] for i in have])))
+    return tuple(
+        dataclasses.replace(
+            r,
+            document=prep.dataset.documents[docs[i]].id,
+            agreement=agreement[i],
+            agreement_bs1=agreement_bs1[i],
+            quality=quality.get(i),
+            quality_bs1=quality_bs1.get(i),
+            changed=mine[i] != theirs[i],
+        )
+        for i, r in enumerate(requests)
+    )
+
+
+def _long(prep: Prepared) -> set[int]:
+    """The longest quarter of the prompts (ties by the plan's order)."""
+    lengths, order = prep.lengths(), prep.plan.order
+    ranked = sorted(order, key=lambda d: -lengths[d])
+    return set(ranked[: max(1, round(LONG_SHARE * len(order)))])
+
+
+class _Runner:
+    """One beam width's scheduled cells: each cold schedule on a freshly opened in-flight path,
+    ``warm`` as a second pass on the path ``refill`` warmed."""
+
+    def __init__(self, prep: Prepared, width: int, against: list[str], base: Baseline) -> None:
+        self.prep, self.width, self.against, self.base = prep, width, against, base
+        self.settings = prep.config.decoding(width)
+        self.concurrency = prep.config.schedules.concurrency_for([c.batch_size for c in prep.plan.cells])
+        self.long = _long(prep)
+        self.timeout = prep.config.batch_timeout
+
+    def _pass(
+        self, flight: InFlight, schedule: Schedule, used: set[int]
+    ) -> tuple[list[ServedRequest], dict[int, str]]:
+        c = self.concurrency
+        docs = _order(self.prep, schedule, c)
+        wave = {Schedule.STAGGERED: 1, Schedule.PREFILL_MIX: c - 1}.get(schedule, c)
+        gap = None if schedule == Schedule.STAGGERED else 0.0
+        sent = drive(
+            flight,
+            [self.prep.prompts[d] for d in docs],
+            first_wave=max(1, wave),
+            cap=c,
+            gap=gap,
+            timeout=self.timeout,
+        )
+        texts = {docs[s.index]: output_text(s.generation.text if s.generation else "") for s in sent}
+        return _conditions(sent, docs, self.long, used), texts
+
+    def _drive(
+        self,
+        schedule: Schedule,
+        requests: list[ServedRequest],
+        texts: dict[int, str],
+        against: Sequence[str],
+        cache: str | None = None,
+    ) -> Drive:
+        scored = _scored(self.prep, requests, texts, against, self.base)
+        return Drive(
+            schedule,
+            self.width,
+            self.concurrency,
+            scored,
+            max((r.in_flight for r in requests), default=0) + 1,
+            cache,
+        )
+
+    def run(self, schedule: Schedule, warm: bool) -> list[Drive]:
+        """``schedule``'s drive (and, after ``refill``, ``warm``'s on the same open path)."""
+        opened = self.prep.engine.in_flight(self.settings)
+        if isinstance(opened, NoInFlight):
+            raise _NotApplicable(opened.reason)
+        used: set[int] = set()
+        try:
+            requests, texts = self._pass(opened, schedule, used)
+            out = [self._drive(schedule, requests, texts, self.against)] if schedule != Schedule.WARM else []
+            if warm:
+                cold = [texts.get(d, "") for d in range(len(self.prep.prompts))]
+                again, warm_texts = self._pass(opened, Schedule.REFILL, used)
+                out.append(self._drive(Schedule.WARM, again, warm_texts, cold, opened.cache))
+            return out
+        finally:
+            opened.close()
+
+
+class _NotApplicable(Exception):
+    """The engine has no in-flight path for this setting (its reason)."""
+
+
+def _cells(
+    chosen: Sequence[Schedule], width: int, concurrency: int, verdict: Verdict, message: str
+) -> list[ScheduledCell]:
+    return [ScheduledCell(s, width, concurrency, verdict, message) for s in chosen]
+
+
+def _elsewhere(prep: Prepared) -> str | None:
+    """Why this run cannot send the scheduled cells' requests (None: it can)."""
+    if prep.config.shard is not None:
+        return "a --shard run leaves the schedules to an unsharded run (merge does not combine them)"
+    if prep.ranks.world_size > 1:
+        return (
+            "under MPI every rank takes part in each engine call, and the schedules' requests are sent "
+            "by rank 0 alone"
+        )
+    return None
+
+
+def run_schedules(
+    prep: Prepared, generated: Generated, bases: dict[int, Baseline], timing: Timing
+) -> tuple[ScheduledCell, ...]:
+    """Every scheduled cell the run asks for (``--schedules``), decided; an engine without an
+    in-flight path gives cells that are not applicable, with its reason."""
+    chosen = [s for s in prep.config.schedules.schedules if s != Schedule.BULK]
+    if not chosen:
+        return ()
+    t = time.perf_counter()
+    concurrency = prep.config.schedules.concurrency_for([c.batch_size for c in prep.plan.cells])
+    away = _elsewhere(prep)
+    if away is not None:
+        return tuple(
+            c
+            for w in prep.config.beam_widths
+            for c in _cells(chosen, w, concurrency, Verdict.NOT_APPLICABLE, away)
+        )
+    drives: list[Drive] = []
+    fixed: list[ScheduledCell] = []
+    for width in prep.config.beam_widths:
+        if width not in bases:
+            fixed += _cells(
+                chosen,
+                width,
+                concurrency,
+                Verdict.ERROR,
+                f"no batch-size-1 outputs at beam width {width} to compare with",
+            )
+            continue
+        runner = _Runner(prep, width, _comparison(prep, generated, width), bases[width])
+        cold: list[Schedule] = [s for s in chosen if s != Schedule.WARM]
+        if Schedule.WARM in chosen and Schedule.REFILL not in cold:
+            cold.append(Schedule.WARM)  # its cold run is a refill pass, not reported as a cell
+        for schedule in cold:
+            warm = Schedule.WARM in chosen and schedule in (Schedule.REFILL, Schedule.WARM)
+            names = [schedule] + ([Schedule.WARM] if warm and schedule != Schedule.WARM else [])
+            try:
+                drives += runner.run(schedule, warm)
+            except _NotApplicable as exc:
+                fixed += _cells([s for s in chosen], width, concurrency, Verdict.NOT_APPLICABLE, str(exc))
+                break
+            except (RequestsFailed, RuntimeError) as exc:
+                if isinstance(exc, HarnessError):
+                    raise
+                fixed += _cells(names, width, concurrency, Verdict.ERROR, describe(exc))
+    timing.schedules_s = time.perf_counter() - t
+    decided = judge(drives, prep.config.tolerance, prep.config.alpha)
+    return tuple(sorted((*decided, *fixed), key=lambda c: (c.beam_width, list(Schedule).index(c.schedule))))

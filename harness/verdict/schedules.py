@@ -1,0 +1,204 @@
+"""The verdict of scheduled cells (``--schedules``; docs/method.md "Schedules").
+
+Each request of a scheduled cell is paired with the same prompt at batch size 1 (``warm``:
+with its own cold run): the drop of its quality against the reference summary, or, without
+references, of its agreement with the baseline. A cell is tested as a whole, and over the
+requests of each condition it has on some but not all of its requests (a freed slot, a long
+prompt beside it, a cached prompt): damage that only refilled slots suffer shows in that
+group first. Every test of every scheduled cell is one Holm family at the run's alpha; a
+test flags where its drop is beyond the tolerance and its adjusted p-value below alpha.
+
+A schedule counts only where it happened: where too few requests joined a running batch
+(an engine faster than the arrivals, a server that answered one by one), the cell is
+untested with the reason, never passed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness.model.analysis import DropTest
+from harness.model.schedule import GroupTest, ScheduledCell, ServedRequest
+from harness.model.vocab import Condition, Schedule, Verdict
+from harness.verdict.statistics import holm, paired_test
+
+MIN_GROUP = 5  # requests a condition needs before its own group is tested
+JOINED_SHARE = 0.5  # of the requests after the first, joined a running batch: the schedule happened
+# a changed output whose drop is at least this lost content (quality against the references),
+# where its drift would move it by a few hundredths; without references, its agreement with
+# the baseline fell by at least DAMAGE_AGREEMENT
+DAMAGE = 0.1
+DAMAGE_AGREEMENT = 0.5
+
+
+@dataclass(frozen=True)
+class Drive:
+    """What one schedule's run gave before it is judged: its requests (scored, conditions set),
+    the most requests in flight at once, and what the engine said of its cache (``warm``)."""
+
+    schedule: Schedule
+    beam_width: int
+    concurrency: int
+    requests: tuple[ServedRequest, ...]
+    peak: int
+    cache: str | None = None
+
+
+def drop(request: ServedRequest) -> float | None:
+    """The request's paired drop: quality against the references below its comparison's, else
+    agreement with the baseline below its comparison's (None: neither scored)."""
+    if request.quality is not None and request.quality_bs1 is not None:
+        return request.quality_bs1 - request.quality
+    if request.agreement is not None and request.agreement_bs1 is not None:
+        return request.agreement_bs1 - request.agreement
+    return None
+
+
+def is_damaged(request: ServedRequest) -> bool:
+    """A changed output that lost content, not one that drifted (see DAMAGE)."""
+    d = drop(request)
+    if not request.changed or d is None:
+        return False
+    by_quality = request.quality is not None and request.quality_bs1 is not None
+    return d >= (DAMAGE if by_quality else DAMAGE_AGREEMENT)
+
+
+def joined_share(requests: Sequence[ServedRequest]) -> float | None:
+    """The share of requests after the first sent while another was in flight."""
+    later = [r for r in requests if r.rank > 0]
+    return sum(r.in_flight > 0 for r in later) / len(later) if later else None
+
+
+def not_happened(drive: Drive) -> str | None:
+    """Why the schedule did not happen as planned (None: it did)."""
+    share = joined_share(drive.requests)
+    if drive.schedule == Schedule.WARM:
+        return None  # a second pass over the same prompts: no overlap asked of it
+    if share is None or share < JOINED_SHARE:
+        return (
+            f"only {0 if share is None else share:.0%} of the requests after the first joined a running batch "
+            f"(at most {drive.peak} in flight at once); the engine answered faster than the requests "
+            "arrived, or served them one by one"
+        )
+    if drive.schedule == Schedule.PREFILL_MIX:
+        long = [r for r in drive.requests if Condition.LONG_PREFILL in r.conditions]
+        if not long:
+            return "no long prompt was sent while others were decoding"
+    return None
+
+
+def _groups(requests: Sequence[ServedRequest], tolerance: float) -> list[GroupTest]:
+    """A test per condition held by at least MIN_GROUP requests but not by all of them."""
+    out = []
+    for condition in Condition:
+        held = [r for r in requests if condition in r.conditions]
+        drops = [d for r in held if (d := drop(r)) is not None]
+        if len(drops) >= MIN_GROUP and len(held) < len(requests):
+            out.append(GroupTest(condition, paired_test(drops, tolerance)))
+    return out
+
+
+def separation(requests: Sequence[ServedRequest]) -> str | None:
+    """Which requests were damaged and the condition that best sets them apart from the
+    healthy ones (the largest difference of damaged shares), e.g. "damaged: 22 of 24 requests
+    that took a freed slot; 0 of 8 others" (None: none damaged)."""
+    hit = [r for r in requests if r.damaged]
+    if not hit:
+        return None
+    best: tuple[float, str] | None = None
+    for condition in Condition:
+        inside = [r for r in requests if condition in r.conditions]
+        outside = [r for r in requests if condition not in r.conditions]
+        if not inside or not outside:
+            continue
+        a, b = sum(r.damaged for r in inside), sum(r.damaged for r in outside)
+        gap = a / len(inside) - b / len(outside)
+        text = f"damaged: {a} of {len(inside)} requests that {_verb(condition)}; {b} of {len(outside)} others"
+        if best is None or gap > best[0]:
+            best = (gap, text)
+    if best is None or best[0] <= 0:
+        return f"damaged: {len(hit)} of {len(requests)} requests, with no condition setting them apart"
+    return best[1]
+
+
+def _verb(condition: Condition) -> str:
+    """A condition as what a request did: "took a freed slot", "were sent in the first wave"."""
+    return {
+        Condition.FIRST_WAVE: "were sent in the first wave",
+        Condition.JOINED: "joined a running batch",
+        Condition.FREED_SLOT: "took a freed slot",
+        Condition.LONG_PREFILL: "were long prompts sent while others decoded",
+        Condition.BESIDE_PREFILL: "were decoding while a long prompt was sent",
+        Condition.CACHED: "were served from cache",
+    }[condition]
+
+
+def _flag(test: DropTest, adjusted: float, tolerance: float, alpha: float) -> DropTest:
+    return dataclasses.replace(test, p_adjusted=adjusted, flagged=test.drop > tolerance and adjusted < alpha)
+
+
+def judge(drives: Sequence[Drive], tolerance: float, alpha: float) -> tuple[ScheduledCell, ...]:
+    """Every scheduled cell that ran, decided under one Holm family."""
+    tested: list[tuple[Drive, DropTest | None, list[GroupTest], str | None]] = []
+    for drive in drives:
+        why = not_happened(drive)
+        drops = [d for r in drive.requests if (d := drop(r)) is not None]
+        whole = paired_test(drops, tolerance) if len(drops) >= 2 else None
+        tested.append((drive, whole, _groups(drive.requests, tolerance), why))
+    family = [
+        t for _, whole, groups, why in tested if why is None for t in (whole, *[g.test for g in groups]) if t
+    ]
+    adjusted = dict(zip(map(id, family), holm([t.p_value for t in family])))
+    out = []
+    for drive, whole, groups, why in tested:
+        requests = tuple(dataclasses.replace(r, damaged=is_damaged(r)) for r in drive.requests)
+        if why is None:
+            whole = whole and _flag(whole, adjusted[id(whole)], tolerance, alpha)
+            groups = [
+                GroupTest(g.condition, _flag(g.test, adjusted[id(g.test)], tolerance, alpha)) for g in groups
+            ]
+        failed = why is None and (bool(whole and whole.flagged) or any(g.test.flagged for g in groups))
+        verdict = Verdict.UNTESTED if why else Verdict.FAIL if failed else Verdict.PASS
+        out.append(
+            ScheduledCell(
+                schedule=drive.schedule,
+                beam_width=drive.beam_width,
+                concurrency=drive.concurrency,
+                verdict=verdict,
+                message=_message(drive, whole, groups, why, requests),
+                requests=requests,
+                test=whole,
+                groups=tuple(groups),
+                overlap=joined_share(requests),
+                peak=drive.peak,
+                separation=separation(requests) if failed else None,
+                cache=drive.cache,
+            )
+        )
+    return tuple(out)
+
+
+def _message(
+    drive: Drive,
+    whole: DropTest | None,
+    groups: Sequence[GroupTest],
+    why: str | None,
+    requests: Sequence[ServedRequest],
+) -> str:
+    """The cell's one line: what was compared, and what it found."""
+    against = "their cold run" if drive.schedule == Schedule.WARM else "batch size 1"
+    if why is not None:
+        return f"untested: {why}"
+    if whole is None:
+        return f"nothing scored against {against}"
+    changed = sum(r.changed for r in requests)
+    head = (
+        f"{len(requests)} requests against {against}: mean drop {whole.drop:.3f}, {changed} outputs changed"
+    )
+    flagged = [g for g in groups if g.test.flagged]
+    if whole.flagged or flagged:
+        where = "; ".join(f"requests that {_verb(g.condition)}: drop {g.test.drop:.3f}" for g in flagged)
+        return f"{head}; degraded" + (f" ({where})" if where else "")
+    return f"{head}; no loss beyond the tolerance"
