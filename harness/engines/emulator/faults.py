@@ -68,7 +68,7 @@ stale-slot      in flight only (inflight.py, like the three below; bulk ``genera
 prefill-corrupt in flight only: while a prompt longer than the prefill chunk is admitted,
                 each chunk's keys and values land in the slots decoding at that step too.
 warm-cache      in flight only: a prompt served again from the session's prefix cache reads
-                every other KV block (16 positions) of its prompt as zeros.
+                every KV block (16 positions) of its prompt but the first and last as zeros.
 inflight-graph  in flight only: a decode step over A requests, A not a power of two, runs
                 the graph captured for the next power; the requests past the previous power
                 read another request's KV (damage follows how many are in flight).

@@ -27,7 +27,8 @@ The in-flight faults (faults.py, ``IN_FLIGHT_ONLY``) damage the model's state he
 stale-slot keeps a refilled slot's previous keys and values over the first half of the new
 prompt; prefill-corrupt writes each chunk of a long prompt being admitted into the slots that
 decode at that step too (a block table shared by mistake), at the chunk's positions;
-warm-cache zeroes every other KV block of a prompt served from the prefix cache; and
+warm-cache reads a prompt served from the prefix cache with every KV block (16 positions) but
+its first and last zeroed, as if the blocks between had been evicted and reused; and
 inflight-graph pads a step of A requests (A not a power of two) to the next power, the requests
 past the previous power reading another request's KV, as the bulk graph-ladder fault does.
 Bulk faults are not applied here: this path is healthy on them.
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
     from harness.engines.emulator.engine import EmulatorEngine
 
 STALE_SHARE = 0.5  # stale-slot: the share of a refilled slot's new prompt left as it was
-WARM_BLOCK = 16  # warm-cache: positions per KV block; every other one reads zeros
+WARM_BLOCK = 16  # warm-cache: positions per KV block; all but a prompt's first and last read zeros
 
 
 @dataclass(eq=False)
@@ -226,7 +227,7 @@ class EmulatorInFlight(InFlight):
         self.kv.write_slot(slot, request.prefill)
         self.kv.k[:, slot, :, :stale], self.kv.v[:, slot, :, :stale] = kept
         if self.fault == FaultKind.WARM_CACHE and request.cached:
-            for start in range(WARM_BLOCK, length, 2 * WARM_BLOCK):
+            for start in range(WARM_BLOCK, length - WARM_BLOCK, WARM_BLOCK):
                 self.kv.k[:, slot, :, start : start + WARM_BLOCK] = 0
                 self.kv.v[:, slot, :, start : start + WARM_BLOCK] = 0
         self._plan_flip(request)
