@@ -86,7 +86,7 @@ class EmulatorInFlight(InFlight):
     docstring); ``submit`` is safe from any thread, ``result()`` blocks until the answer."""
 
     cache = (
-        "the emulator's in-flight session keeps each prompt it has admitted: the same prompt "
+        "the in-flight session's prefix cache keeps each prompt it has admitted: the same prompt "
         "sent again is served from it, all its prompt tokens cached, and admitted in one step"
     )
 
