@@ -60,7 +60,8 @@ def add_build_engine(sub: Subcommands) -> None:
         metavar="KIND[:k=v,...]",
         help="build a faulty engine: full-batch[:slot=], padding, stride, "
         "partial[:position=,fraction=,seed=], truncate[:keep=], graph-ladder, beam-buffer, "
-        "late-loss[:fraction=,loss=,seed=], slot-cut[:batch=,position=,keep=], or "
+        "late-loss[:fraction=,loss=,seed=], slot-cut[:batch=,position=,keep=], the in-flight-only "
+        "stale-slot, prefill-corrupt, warm-cache, inflight-graph, or "
         "drift[:rate=,seed=] for drift alone (see docs/method.md)",
     )
     p_build.add_argument(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness import __version__, bounds
 from harness.config.basics import CACHE_FOLDER, harness_cache_dir
-from harness.engines.emulator import DEFAULT_COMPUTE_DTYPE
+from harness.engines.emulator import DEFAULT_COMPUTE_DTYPE, DEFAULT_PREFILL_CHUNK
 from harness.engines.emulator.drift import Drift
 from harness.engines.emulator.engine import TOKENIZER_DIR, WEIGHTS_FILE
 from harness.engines.emulator.faults import Fault, split_fault
@@ -75,9 +75,11 @@ def engine_config(
     compute_dtype: str,
     fault: Fault | None = None,
     drift: Drift | None = None,
+    prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
 ) -> dict[str, Json]:
     """config.json for an emulator engine, in TensorRT-LLM's unified layout; a fault under
-    ``emulator.fault``, drift under ``emulator.drift`` (``--fault drift`` is drift alone)."""
+    ``emulator.fault``, drift under ``emulator.drift`` (``--fault drift`` is drift alone);
+    ``emulator.prefill_chunk``: the prompt tokens the in-flight path prefills per step."""
     fault, drift = split_fault(fault, drift)
     max_batch_size, max_beam_width, max_input_len, max_seq_len = _built(limits)
     heads = model_config["num_attention_heads"]
@@ -121,6 +123,7 @@ def engine_config(
             "compute_dtype": compute_dtype,
             "kv_cache": "one buffer of max_batch_size x max_beam_width beam slots; beam b of "
             "entry s in slot s * num_beams + b; no check of num_beams",
+            "prefill_chunk": prefill_chunk,
             **({"fault": fault.as_dict()} if fault else {}),
             **({"drift": drift.as_dict()} if drift else {}),
         },
@@ -144,6 +147,7 @@ def build_engine(
     compute_dtype: str = DEFAULT_COMPUTE_DTYPE,
     fault: Fault | None = None,
     drift: Drift | None = None,
+    prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
 ) -> Path:
     """Write the engine directory (atomically: a half-built engine is never left behind)."""
     src = Path(model_dir) if model_dir else BUNDLED_MODEL
@@ -191,7 +195,7 @@ def build_engine(
         for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model"):
             if (src / name).is_file():
                 shutil.copyfile(src / name, tok / name)
-        config = engine_config(model_config, limits, compute_dtype, fault, drift)
+        config = engine_config(model_config, limits, compute_dtype, fault, drift, prefill_chunk)
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         if output.exists():
             shutil.rmtree(output)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +19,11 @@ from pathlib import Path
 import torch
 
 from harness.config import DecodingSettings, EngineOptions
-from harness.engines.base import EngineBase, Generation
+from harness.engines.base import EngineBase, Generation, InFlight, NoInFlight
+from harness.engines.emulator import DEFAULT_PREFILL_CHUNK
 from harness.engines.emulator.drift import Drift, Trace, drift_from_config, plan_flips
 from harness.engines.emulator.faults import Fault, fault_from_config
-from harness.engines.emulator.model import MistralEmulator, ModelShape, PrefillCache, SlotKVCache
+from harness.engines.emulator.model import MistralEmulator, ModelShape, PrefillCache, allocate_cache
 from harness.engines.emulator.search import Beams, greedy_ties
 from harness.engines.protocols import Tokenizer
 from harness.engines.tokenizer import auto_tokenizer, count_tokens
@@ -102,6 +104,13 @@ class EmulatorEngine(EngineBase):
         self.fault: Fault | None = fault_from_config(emu.data.get("fault"), str(file))
         self.drift: Drift | None = drift_from_config(emu.data.get("drift"), str(file))
         self._traces: dict[tuple[str, DecodingSettings], Trace] = {}  # drift: bs1 outputs
+        chunk = emu.data.get("prefill_chunk", DEFAULT_PREFILL_CHUNK)  # absent: an older build
+        if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+            raise EngineError(f"{file}: emulator.prefill_chunk {chunk!r} must be a positive integer")
+        self.prefill_chunk = chunk
+        # one decoding at a time: an in-flight session's steps and bulk generate share the
+        # model, the prompt-phase cache and the drift traces
+        self.busy = threading.RLock()
 
         weights_file = self.path / WEIGHTS_FILE
         if not weights_file.is_file():
@@ -125,7 +134,7 @@ class EmulatorEngine(EngineBase):
             ) from None
         self.prefills = PrefillCache(self.model)  # prompt phases, reused across batches
         # Allocated once, for max_batch_size x max_beam_width beam slots, as at engine build.
-        self.cache = _allocate_cache(
+        self.cache = allocate_cache(
             self.shape, self.max_batch_size * self.max_beam_width, self.max_seq_len, dtype, file
         )
         self.limits = read_limits(config, str(file))
@@ -148,8 +157,22 @@ class EmulatorEngine(EngineBase):
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:
         return count_tokens(self.tokenizer, prompts)
 
-    @torch.inference_mode()
+    def in_flight(self, settings: DecodingSettings) -> InFlight | NoInFlight:
+        """The emulator's in-flight scheduler (inflight.py), greedy decoding only."""
+        if settings.beam_width > 1:
+            return NoInFlight(
+                f"the emulator's in-flight scheduler decodes greedy only (beam width {settings.beam_width})"
+            )
+        from harness.engines.emulator.inflight import EmulatorInFlight
+
+        return EmulatorInFlight(self, settings)
+
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
+        with self.busy:
+            return self._generate(prompts, settings)
+
+    @torch.inference_mode()
+    def _generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         ids = self.tokenizer(list(prompts))["input_ids"]
         longest = max(len(x) for x in ids)
         if longest > self.max_input_len:
@@ -358,30 +381,6 @@ def _load_tokenizer(tok_dir: Path, vocab_size: int) -> tuple[Tokenizer, int]:
             f"engine's vocab_size is {vocab_size}; use the model's own tokenizer"
         )
     return tokenizer, eos
-
-
-def _allocate_cache(
-    shape: ModelShape, slots: int, max_seq_len: int, dtype: torch.dtype, file: Path
-) -> SlotKVCache:
-    """The KV cache the build limits ask for; EngineError naming them when it cannot exist."""
-    size = (
-        2
-        * shape.num_layers
-        * slots
-        * shape.num_kv_heads
-        * max_seq_len
-        * shape.head_size
-        * torch.tensor([], dtype=dtype).element_size()
-    )
-    try:
-        return SlotKVCache(shape, slots, max_seq_len, dtype)
-    except (RuntimeError, MemoryError, OverflowError, TypeError) as exc:
-        raise EngineError(
-            f"{file}: the KV cache of max_batch_size x max_beam_width = {slots} beam "
-            f"slots x max_seq_len {max_seq_len} needs {size / 2**30:.1f} GiB and "
-            f"cannot be allocated ({first_line(exc) or type(exc).__name__}); "
-            "rebuild the engine with smaller limits"
-        ) from None
 
 
 def _strided_rows(done: list[bool], width: int) -> torch.Tensor:

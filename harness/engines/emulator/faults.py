@@ -62,6 +62,16 @@ slot-cut        one slot of one batch size: in batches of exactly ``batch`` entr
                 batch size and position is untouched, so only a sweep reaches it, and a
                 sparse sweep seats few prompts there. Parameters: ``batch`` (default 6),
                 ``position`` (default 4), ``keep``.
+stale-slot      in flight only (inflight.py, like the three below; bulk ``generate`` is never
+                touched): a slot refilled after an earlier request of the session keeps that
+                occupant's keys and values over the first half of the new prompt.
+prefill-corrupt in flight only: while a prompt longer than the prefill chunk is admitted,
+                each chunk's keys and values land in the slots decoding at that step too.
+warm-cache      in flight only: a prompt served again from the session's prefix cache reads
+                every KV block (16 positions) of its prompt but the first and last as zeros.
+inflight-graph  in flight only: a decode step over A requests, A not a power of two, runs
+                the graph captured for the next power; the requests past the previous power
+                read another request's KV (damage follows how many are in flight).
 ==============  ==========================================================================
 """
 
@@ -95,6 +105,16 @@ class FaultKind(Word):
     BEAM_BUFFER = "beam-buffer"
     LATE_LOSS = "late-loss"
     SLOT_CUT = "slot-cut"
+    STALE_SLOT = "stale-slot"
+    PREFILL_CORRUPT = "prefill-corrupt"
+    WARM_CACHE = "warm-cache"
+    INFLIGHT_GRAPH = "inflight-graph"
+
+
+# the faults of the in-flight path alone (inflight.py): bulk generate never sees them
+IN_FLIGHT_ONLY = frozenset(
+    {FaultKind.STALE_SLOT, FaultKind.PREFILL_CORRUPT, FaultKind.WARM_CACHE, FaultKind.INFLIGHT_GRAPH}
+)
 
 
 KINDS = ", ".join(k.value for k in FaultKind)
@@ -109,6 +129,7 @@ PARAMETERS: dict[FaultKind, frozenset[str]] = {
     FaultKind.BEAM_BUFFER: frozenset(),
     FaultKind.LATE_LOSS: frozenset({"fraction", "loss", "seed"}),
     FaultKind.SLOT_CUT: frozenset({"batch", "position", "keep"}),
+    **{kind: frozenset() for kind in IN_FLIGHT_ONLY},
 }
 FLOATS = frozenset({"rate", "margin", "fraction", "keep", "loss"})
 # Any: a parameter's type follows its key (those in FLOATS are floats, the others ints), which a
@@ -172,6 +193,10 @@ class Fault:
             FaultKind.STRIDE: "uneven-finish stride",
             FaultKind.GRAPH_LADDER: "CUDA-graph ladder (padded batch sizes damage their last entries)",
             FaultKind.BEAM_BUFFER: "decode buffer sized without the beam factor",
+            FaultKind.STALE_SLOT: "in flight: a refilled slot keeps its last occupant's KV",
+            FaultKind.PREFILL_CORRUPT: "in flight: a chunked prefill writes into the decoding slots",
+            FaultKind.WARM_CACHE: "in flight: a prompt served from the prefix cache reads zeroed KV blocks",
+            FaultKind.INFLIGHT_GRAPH: "in flight: decode steps padded to a power of two misread KV",
         }[self.kind]
 
     # -- the hooks the engine calls -------------------------------------------------------

@@ -13,8 +13,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+
+from harness.errors import EngineError, first_line
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,14 @@ class SlotKVCache:
                 store[:, first:last, :, n:] = 0
         self._drop_dead()
 
+    def write_slot(self, slot: int, prompt: Prefill) -> None:
+        """One slot's prompt keys and values, all layers, and zeros after them (the in-flight
+        path admits one request at a time into the slot it frees for it)."""
+        n = prompt.k.shape[2]
+        for store, part in ((self.k, prompt.k), (self.v, prompt.v)):
+            store[:, slot, :, :n] = part
+            store[:, slot, :, n:] = 0
+
     def write_at(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store one new position per row (row r at ``positions[r]``); k/v ``[rows, kv_heads, D]``."""
         n = min(k.shape[0], self.slots)
@@ -102,6 +113,30 @@ class SlotKVCache:
             gathered = store[:, src.clamp(max=self.slots - 1), :, :length]
             gathered[:, src >= self.slots] = 0  # read from beyond the allocation
             store[:, moved, :, :length] = gathered
+
+
+def allocate_cache(
+    shape: ModelShape, slots: int, max_seq_len: int, dtype: torch.dtype, file: Path
+) -> SlotKVCache:
+    """The KV cache the build limits ask for; EngineError naming them when it cannot exist."""
+    size = (
+        2
+        * shape.num_layers
+        * slots
+        * shape.num_kv_heads
+        * max_seq_len
+        * shape.head_size
+        * torch.tensor([], dtype=dtype).element_size()
+    )
+    try:
+        return SlotKVCache(shape, slots, max_seq_len, dtype)
+    except (RuntimeError, MemoryError, OverflowError, TypeError) as exc:
+        raise EngineError(
+            f"{file}: the KV cache of max_batch_size x max_beam_width = {slots} beam "
+            f"slots x max_seq_len {max_seq_len} needs {size / 2**30:.1f} GiB and "
+            f"cannot be allocated ({first_line(exc) or type(exc).__name__}); "
+            "rebuild the engine with smaller limits"
+        ) from None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,298 @@
+"""The emulator's in-flight path: requests sent one by one join a running batch of slots.
+
+``EmulatorEngine.in_flight(settings)`` opens an ``EmulatorInFlight`` for greedy decoding (the
+scheduler has no beam search: a beam width above 1 gets ``NoInFlight``). A background thread
+runs the scheduler's steps, as an in-flight batching manager does:
+
+- a step first admits queued requests into free slots, lowest slot first. A prompt of L tokens
+  takes ceil(L / ``emulator.prefill_chunk``) steps to admit (chunked prefill) while the other
+  slots go on decoding; with its last chunk in, its keys and values (the engine's
+  ``PrefillCache``: the prompt phase bulk ``generate`` uses) are written into its slot and its
+  first token is taken from the prompt phase's logits;
+- then one decode step runs over every slot, each request at its own position (prompt length
+  plus tokens so far); idle slots decode a harmless token at position 0, which the next
+  admission overwrites. A request ends at the end token or ``max_new_tokens`` and frees its slot.
+
+The decode step always runs over all ``slots`` rows, so one request's arithmetic never depends
+on how many others are in flight: with no fault and no drift every output equals the prompt's
+batch-size-1 ``generate`` output token for token, under any arrival pattern
+(tests/unit/engines/test_emulator_inflight.py checks it).
+
+A prompt admitted again within one session is served from the session's prefix cache: admitted
+in one step, it reports all its prompt tokens cached. Benign drift (drift.py) applies as in
+bulk: a request that has shared a decode step with another takes the runner-up of one near-tie
+of its batch-size-1 output, placed by a hash of its prompt (the same at any arrival pattern).
+
+The in-flight faults (faults.py, ``IN_FLIGHT_ONLY``) damage the model's state here, nowhere else:
+stale-slot keeps a refilled slot's previous keys and values over the first half of the new
+prompt; prefill-corrupt writes each chunk of a long prompt being admitted into the slots that
+decode at that step too (a block table shared by mistake), at the chunk's positions;
+warm-cache reads a prompt served from the prefix cache with every KV block (16 positions) but
+its first and last zeroed, as if the blocks between had been evicted and reused; and
+inflight-graph pads a step of A requests (A not a power of two) to the next power, the requests
+past the previous power reading another request's KV, as the bulk graph-ladder fault does.
+Bulk faults are not applied here: this path is healthy on them.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from harness.config import DecodingSettings
+from harness.engines.base import Generation, InFlight, Pending
+from harness.engines.emulator.faults import IN_FLIGHT_ONLY, FaultKind
+from harness.engines.emulator.model import Prefill, allocate_cache
+from harness.engines.emulator.search import greedy_ties
+from harness.model.cell import captured_below, is_captured
+
+if TYPE_CHECKING:
+    from harness.engines.emulator.engine import EmulatorEngine
+
+STALE_SHARE = 0.5  # stale-slot: the share of a refilled slot's new prompt left as it was
+WARM_BLOCK = 16  # warm-cache: positions per KV block; all but a prompt's first and last read zeros
+
+
+@dataclass(eq=False)
+class _Request:
+    """One request from its submission to its answer."""
+
+    prompt: str
+    future: Future[Generation]
+    ids: tuple[int, ...] = ()
+    prefill: Prefill | None = None
+    slot: int = -1
+    chunks: int = 0  # prefill chunks still to admit
+    total: int = 0  # prefill chunks in all
+    cached: int = 0  # prompt tokens served from the session's prefix cache
+    out: list[int] = field(default_factory=list)
+    shared: bool = False  # has decoded in a step with another request (drift)
+    flip: int | None = None  # drift: the step from which it takes a near-tie's runner-up
+
+    @property
+    def position(self) -> int:
+        """Where its last token goes in the next decode step."""
+        return len(self.ids) + len(self.out) - 1
+
+
+class EmulatorInFlight(InFlight):
+    """One in-flight session of an emulator engine for greedy ``settings`` (see the module
+    docstring); ``submit`` is safe from any thread, ``result()`` blocks until the answer."""
+
+    cache = (
+        "the in-flight session's prefix cache keeps each prompt it has admitted: the same prompt "
+        "sent again is served from it, all its prompt tokens cached, and admitted in one step"
+    )
+
+    def __init__(self, engine: EmulatorEngine, settings: DecodingSettings) -> None:
+        self.engine, self.settings = engine, settings
+        self.slots: int = engine.max_batch_size
+        fault = engine.fault
+        self.fault = fault.kind if fault is not None and fault.kind in IN_FLIGHT_ONLY else None
+        # its own KV cache: the bulk path's stays as generate left it
+        self.kv = allocate_cache(
+            engine.shape, self.slots, engine.max_seq_len, engine.model.dtype, engine.path / "config.json"
+        )
+        self._rows: list[_Request | None] = [None] * self.slots
+        self._served: set[int] = set()  # slots an earlier request of this session ran in
+        self._seen: set[tuple[int, ...]] = set()  # the session's prefix cache
+        self._queue: deque[_Request] = deque()
+        self._wake = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="emulator-in-flight", daemon=True)
+        self._thread.start()
+
+    def submit(self, prompt: str) -> Pending:
+        request = _Request(prompt, Future())
+        with self._wake:
+            if self._closed:
+                raise RuntimeError("the emulator's in-flight session is closed")
+            self._queue.append(request)
+            self._wake.notify()
+        return request.future
+
+    def close(self) -> None:
+        """Stop the scheduler; requests not finished by then raise from ``result()``."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    @property
+    def running(self) -> bool:
+        """Whether the scheduler's thread is alive."""
+        return self._thread.is_alive()
+
+    # -- the scheduler's thread -----------------------------------------------------------
+
+    def _run(self) -> None:
+        error: BaseException = RuntimeError("the in-flight session was closed before this request finished")
+        try:
+            while self._wait():
+                with self.engine.busy, torch.inference_mode():
+                    self._step()
+        except BaseException as exc:  # every waiting request hears of it, not only the log
+            error = exc
+        with self._wake:
+            self._closed = True
+            left = [*self._queue, *(r for r in self._rows if r is not None)]
+            self._queue.clear()
+        for request in left:
+            if not request.future.done():
+                request.future.set_exception(error)
+
+    def _wait(self) -> bool:
+        """Sleep until there is work; False once closed."""
+        with self._wake:
+            while not self._closed and not self._queue and not any(self._rows):
+                self._wake.wait()
+            return not self._closed
+
+    def _step(self) -> None:
+        """Admit what fits, advance every chunked prefill, then one decode step over all slots."""
+        self._admit()
+        admitting = [r for r in self._rows if r is not None and r.chunks > 0]
+        leaks = [r for r in admitting if r.total > 1] if self.fault == FaultKind.PREFILL_CORRUPT else []
+        chunks = {id(r): r.total - r.chunks for r in leaks}  # the chunk each admits this step
+        for request in admitting:
+            request.chunks -= 1
+            if request.chunks == 0:
+                self._seat(request)
+        decoding = [r for r in self._rows if r is not None and r.chunks == 0]
+        if not decoding:
+            return
+        for long in leaks:
+            self._leak(long, chunks[id(long)], [r for r in decoding if r is not long])
+        tokens = torch.zeros(self.slots, dtype=torch.long)
+        positions = torch.zeros(self.slots, dtype=torch.long)
+        for request in decoding:
+            tokens[request.slot], positions[request.slot] = request.out[-1], request.position
+            request.shared = request.shared or len(decoding) > 1
+        self.kv.read_map = self._graph_rows(decoding) if self.fault == FaultKind.INFLIGHT_GRAPH else None
+        try:
+            logits = self.engine.model.decode(tokens, positions, self.kv)
+        finally:
+            self.kv.read_map = None
+        self._take(decoding, logits[[r.slot for r in decoding]])
+
+    def _admit(self) -> None:
+        """Queued requests into the free slots, lowest first; refused ones answered at once."""
+        while None in self._rows:
+            with self._wake:
+                if not self._queue:
+                    return
+                request = self._queue.popleft()
+            if not request.future.set_running_or_notify_cancel():
+                continue  # cancelled while queued
+            request.ids = tuple(self.engine.tokenizer([request.prompt])["input_ids"][0])
+            refusal = self._refusal(len(request.ids))
+            if refusal is not None:
+                request.future.set_exception(RuntimeError(refusal))
+                continue
+            request.slot = self._rows.index(None)
+            request.cached = len(request.ids) if request.ids in self._seen else 0
+            self._seen.add(request.ids)
+            chunks = 1 if request.cached else math.ceil(len(request.ids) / self.engine.prefill_chunk)
+            request.total = request.chunks = chunks
+            request.prefill = self.engine.prefills.get(request.ids)
+            self._rows[request.slot] = request
+
+    def _refusal(self, length: int) -> str | None:
+        """What ``generate`` refuses a prompt of ``length`` tokens for, if anything."""
+        engine, new = self.engine, self.settings.max_new_tokens
+        if length > engine.max_input_len:
+            return f"input length {length} exceeds the engine's max_input_len {engine.max_input_len}"
+        if length + new > engine.max_seq_len:
+            return (
+                f"input length {length} + max_new_tokens {new} exceeds the engine's max_seq_len "
+                f"{engine.max_seq_len}"
+            )
+        return None
+
+    def _seat(self, request: _Request) -> None:
+        """A fully prefilled prompt into its slot, its first token from the prompt's logits."""
+        assert request.prefill is not None
+        slot, length = request.slot, len(request.ids)
+        stale = math.ceil(STALE_SHARE * length) if slot in self._served else 0
+        if self.fault != FaultKind.STALE_SLOT:
+            stale = 0
+        kept = self.kv.k[:, slot, :, :stale].clone(), self.kv.v[:, slot, :, :stale].clone()
+        self.kv.write_slot(slot, request.prefill)
+        self.kv.k[:, slot, :, :stale], self.kv.v[:, slot, :, :stale] = kept
+        if self.fault == FaultKind.WARM_CACHE and request.cached:
+            for start in range(WARM_BLOCK, length - WARM_BLOCK, WARM_BLOCK):
+                self.kv.k[:, slot, :, start : start + WARM_BLOCK] = 0
+                self.kv.v[:, slot, :, start : start + WARM_BLOCK] = 0
+        self._plan_flip(request)
+        self._take([request], request.prefill.logits[None])
+
+    def _leak(self, long: _Request, chunk: int, victims: list[_Request]) -> None:
+        """prefill-corrupt: chunk ``chunk`` of ``long``'s prompt lands in the victims' slots too."""
+        assert long.prefill is not None
+        size = self.engine.prefill_chunk
+        start, end = chunk * size, min((chunk + 1) * size, len(long.ids))
+        for victim in victims:
+            self.kv.k[:, victim.slot, :, start:end] = long.prefill.k[:, :, start:end]
+            self.kv.v[:, victim.slot, :, start:end] = long.prefill.v[:, :, start:end]
+
+    def _graph_rows(self, decoding: list[_Request]) -> torch.Tensor | None:
+        """inflight-graph: the slot each row reads; None where the step is a captured size."""
+        active = len(decoding)
+        if is_captured(active):
+            return None
+        rows = torch.arange(self.slots)
+        floor = captured_below(active)
+        for rank in range(floor, active):
+            rows[decoding[rank].slot] = decoding[rank - floor].slot
+        return rows
+
+    def _plan_flip(self, request: _Request) -> None:
+        """Drift: the step from which the request takes a near-tie's runner-up, if it does."""
+        engine, drift = self.engine, self.engine.drift
+        if drift is None:
+            return
+        key = (request.prompt, self.settings)
+        if key not in engine._traces:
+            engine._record_traces([request.prompt], self.settings)
+        # padded length 0 never occurs in bulk: the in-flight path's own placements
+        where = drift.placement(request.prompt, self.slots, 1, 0, 0)
+        request.flip = None if where is None else engine._traces[key].flip_step(where)
+
+    def _take(self, requests: list[_Request], logits: torch.Tensor) -> None:
+        """Each request's next token from its logits row; ended requests answered."""
+        tokens = logits.argmax(-1)
+        drift, eos = self.engine.drift, self.engine.eos_id
+        for i, request in enumerate(requests):
+            if drift is not None and request.flip is not None and request.shared:
+                pending = {0: request.flip}
+                step = len(request.out)
+                greedy_ties(
+                    logits[i : i + 1], tokens[i : i + 1], step, [False], pending, [[]], eos, drift.margin
+                )
+                request.flip = request.flip if pending else None
+            token = int(tokens[i])
+            if token != eos:
+                request.out.append(token)
+            if token == eos or len(request.out) >= self.settings.max_new_tokens:
+                self._finish(request)
+
+    def _finish(self, request: _Request) -> None:
+        text = self.engine.tokenizer.decode(request.out, skip_special_tokens=True).strip()
+        self._rows[request.slot] = None
+        self._served.add(request.slot)
+        request.future.set_result(
+            Generation(
+                text=text,
+                token_ids=tuple(request.out),
+                beams=(text,),
+                slot=request.slot,
+                cached_tokens=request.cached,
+            )
+        )
