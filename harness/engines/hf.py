@@ -104,6 +104,7 @@ class HFEngine(EngineBase):
                 f"{self.path}: cannot load as a transformers model ({first_line(exc) or type(exc).__name__})"
             ) from None
         self.model.eval()
+        self.opened: list[InFlight] = []  # in-flight paths close() stops (their loops are not daemons)
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -162,10 +163,17 @@ class HFEngine(EngineBase):
             )
         from harness.engines.hf_inflight import ContinuousBatching, HfInFlight
 
-        return HfInFlight(
+        path = HfInFlight(
             cast(ContinuousBatching, self.model),
             self.tokenizer,
             settings,
             generation_config=getattr(self.model, "generation_config", None),
             on_cpu=self.device == "cpu",
         )
+        self.opened.append(path)
+        return path
+
+    def close(self) -> None:
+        """Stop every in-flight path still open (closing one twice does nothing)."""
+        while self.opened:
+            self.opened.pop().close()

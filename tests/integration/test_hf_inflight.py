@@ -120,3 +120,14 @@ def test_close_leaves_no_thread_and_refuses_later_requests(engine: HFEngine, pro
         assert "continuous batching" in str(exc)
     with pytest.raises(RuntimeError, match="closed"):
         path.submit(prompts[1])
+
+
+def test_closing_the_engine_stops_a_path_left_open(prompts: list[str]) -> None:
+    from harness.engines.emulator.build import BUNDLED_MODEL
+
+    before = set(threading.enumerate())
+    engine = HFEngine(BUNDLED_MODEL, device="cpu")
+    path = opened(engine)
+    path.submit(prompts[0])
+    engine.close()  # the manager's loop is no daemon: left running, it would hold the process
+    assert set(threading.enumerate()) - before == set()
