@@ -31,6 +31,9 @@ JOINED_SHARE = 0.5  # of the requests after the first, joined a running batch: t
 # the baseline fell by at least DAMAGE_AGREEMENT
 DAMAGE = 0.1
 DAMAGE_AGREEMENT = 0.5
+# a condition sets the damaged requests apart when the share of them it holds, less the share
+# of the other requests damaged, is at least this
+SEPARATES = 0.5
 
 
 @dataclass(frozen=True)
@@ -102,25 +105,28 @@ def _groups(requests: Sequence[ServedRequest], tolerance: float) -> list[GroupTe
 
 def separation(requests: Sequence[ServedRequest]) -> str | None:
     """Which requests were damaged and the condition that best sets them apart from the
-    healthy ones (the largest difference of damaged shares), e.g. "damaged: 22 of 24 requests
+    healthy ones (the share of the damaged it holds less the damaged share outside it), e.g. "damaged: 22 of 24 requests
     that took a freed slot; 0 of 8 others" (None: none damaged)."""
     hit = [r for r in requests if r.damaged]
     if not hit:
         return None
-    best: tuple[float, str] | None = None
+    best: tuple[float, float, str] | None = None
     for condition in Condition:
         inside = [r for r in requests if condition in r.conditions]
         outside = [r for r in requests if condition not in r.conditions]
         if not inside or not outside:
             continue
         a, b = sum(r.damaged for r in inside), sum(r.damaged for r in outside)
-        gap = a / len(inside) - b / len(outside)
+        gap = a / len(hit) - b / len(outside)  # damage it covers, less damage outside it
         text = f"damaged: {a} of {len(inside)} requests that {_verb(condition)}; {b} of {len(outside)} others"
-        if best is None or gap > best[0]:
-            best = (gap, text)
-    if best is None or best[0] <= 0:
-        return f"damaged: {len(hit)} of {len(requests)} requests, with no condition setting them apart"
-    return best[1]
+        score = (gap, a / len(inside), text)  # ties: the condition with fewer healthy requests
+        if best is None or score[:2] > best[:2]:
+            best = score
+    if best is None or best[0] < SEPARATES:
+        common = [_verb(c) for c in Condition if all(c in r.conditions for r in requests)]
+        shared = f" (all requests {' and '.join(common)})" if common else ""
+        return f"damaged: {len(hit)} of {len(requests)} requests, no condition setting them apart{shared}"
+    return best[2]
 
 
 def _verb(condition: Condition) -> str:
@@ -198,7 +204,12 @@ def _message(
         f"{len(requests)} requests against {against}: mean drop {whole.drop:.3f}, {changed} outputs changed"
     )
     flagged = [g for g in groups if g.test.flagged]
-    if whole.flagged or flagged:
-        where = "; ".join(f"requests that {_verb(g.condition)}: drop {g.test.drop:.3f}" for g in flagged)
-        return f"{head}; degraded" + (f" ({where})" if where else "")
-    return f"{head}; no loss beyond the tolerance"
+    if not (whole.flagged or flagged):
+        return f"{head}; no loss beyond the tolerance"
+    worst = max(flagged, key=lambda g: g.test.drop, default=None)
+    where = (
+        ""
+        if worst is None
+        else f"; worst: requests that {_verb(worst.condition)}, drop {worst.test.drop:.3f}"
+    )
+    return f"{head}; degraded{where}"
