@@ -132,6 +132,10 @@ class InFlight(ABC):
 
     slots: int | None = None
     cache: str = "the engine does not say whether it reuses cached prompt tokens"
+    # whether each opening starts with slots that served nothing (a new scheduler, a new cache);
+    # else (a server, a plug-in) a slot that served a request of an earlier schedule of the run
+    # counts as reused
+    fresh_slots: bool = False
 
     @abstractmethod
     def submit(self, prompt: str) -> Pending:

@@ -154,6 +154,7 @@ class _Runner:
         self.concurrency = prep.config.schedules.concurrency_for([c.batch_size for c in prep.plan.cells])
         self.long = _long(prep)
         self.timeout = prep.config.batch_timeout
+        self.served: set[int] = set()  # slots that served a request of this run (harness.engines.base)
 
     def _pass(
         self, flight: InFlight, schedule: Schedule, used: set[int]
@@ -196,7 +197,7 @@ class _Runner:
         opened = self.prep.engine.in_flight(self.settings)
         if isinstance(opened, NoInFlight):
             raise _NotApplicable(opened.reason)
-        used: set[int] = set()
+        used = set() if opened.fresh_slots else self.served
         try:
             requests, texts = self._pass(opened, schedule, used)
             out = [self._drive(schedule, requests, texts, self.against)] if schedule != Schedule.WARM else []

@@ -119,8 +119,9 @@ def separation(requests: Sequence[ServedRequest]) -> str | None:
         a, b = sum(r.damaged for r in inside), sum(r.damaged for r in outside)
         gap = a / len(hit) - b / len(outside)  # damage it covers, less damage outside it
         text = f"damaged: {a} of {len(inside)} requests that {_verb(condition)}; {b} of {len(outside)} others"
-        score = (gap, a / len(inside), text)  # ties: the condition with fewer healthy requests
-        if best is None or score[:2] > best[:2]:
+        # ties: the condition with fewer healthy requests, then the later (narrower) condition
+        score = (gap, a / len(inside), text)
+        if best is None or score[:2] >= best[:2]:
             best = score
     if best is None or best[0] < SEPARATES:
         common = [_verb(c) for c in Condition if all(c in r.conditions for r in requests)]

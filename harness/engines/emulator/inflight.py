@@ -89,6 +89,7 @@ class EmulatorInFlight(InFlight):
         "the in-flight session's prefix cache keeps each prompt it has admitted: the same prompt "
         "sent again is served from it, all its prompt tokens cached, and admitted in one step"
     )
+    fresh_slots = True  # each session allocates its own KV cache and slots
 
     def __init__(self, engine: EmulatorEngine, settings: DecodingSettings) -> None:
         self.engine, self.settings = engine, settings

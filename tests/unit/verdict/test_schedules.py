@@ -1,0 +1,82 @@
+"""The scheduled cells' verdict (harness.verdict.schedules): a schedule counts only where it
+happened; damage confined to one condition flags its group and is named by it; drift passes;
+one Holm family over every scheduled test."""
+
+from __future__ import annotations
+
+from harness.model.schedule import ServedRequest
+from harness.model.vocab import Condition, Schedule, Verdict
+from harness.verdict.schedules import Drive, judge
+
+FREED, FIRST = (Condition.JOINED, Condition.FREED_SLOT), (Condition.FIRST_WAVE,)
+
+
+def request(
+    rank: int,
+    *,
+    lost: float = 0.0,
+    changed: bool = False,
+    in_flight: int = 3,
+    conditions: tuple[Condition, ...] = FREED,
+    noise: float = 0.0,
+) -> ServedRequest:
+    """A request whose quality is batch size 1's (0.5, plus ``noise``) less ``lost``."""
+    return ServedRequest(
+        document=f"d{rank}",
+        rank=rank,
+        sent=rank * 0.1,
+        answered=rank * 0.1 + 1,
+        in_flight=in_flight,
+        slot=rank % 4,
+        slot_reused=Condition.FREED_SLOT in conditions,
+        conditions=conditions,
+        agreement=1.0 - lost,
+        agreement_bs1=1.0,
+        quality=0.5 + noise - lost,
+        quality_bs1=0.5 + noise,
+        changed=changed or lost > 0,
+    )
+
+
+def refill(requests: list[ServedRequest], schedule: Schedule = Schedule.REFILL) -> Drive:
+    return Drive(schedule, 1, 4, tuple(requests), peak=4)
+
+
+def test_a_schedule_whose_requests_never_overlapped_is_untested_not_passed() -> None:
+    serial = [request(i, in_flight=0, conditions=()) for i in range(20)]
+    (cell,) = judge([refill(serial)], tolerance=0.02, alpha=0.01)
+    assert cell.verdict == Verdict.UNTESTED and cell.overlap == 0.0
+    assert "joined a running batch" in cell.message and "one by one" in cell.message
+
+
+def test_damage_on_the_refilled_slots_fails_and_is_named_by_that_condition() -> None:
+    first = [request(i, in_flight=i, conditions=FIRST, noise=0.01 * i) for i in range(4)]
+    first += [request(i, lost=0.0, conditions=(Condition.JOINED,), noise=0.02) for i in range(24, 28)]
+    later = [request(i, lost=0.3 + 0.01 * (i % 3), noise=0.01 * (i % 5)) for i in range(4, 24)]
+    (cell,) = judge([refill(first + later)], tolerance=0.02, alpha=0.01)
+    assert cell.verdict == Verdict.FAIL and len(cell.damaged) == 20
+    assert cell.separation == "damaged: 20 of 20 requests that took a freed slot; 0 of 8 others"
+    assert "worst: requests that" in cell.message
+
+
+def test_outputs_that_changed_without_losing_quality_pass_as_drift() -> None:
+    drifted = [request(i, changed=i % 3 == 0, noise=0.01 * (i % 4)) for i in range(24)]
+    (cell,) = judge([refill(drifted)], tolerance=0.02, alpha=0.01)
+    assert cell.verdict == Verdict.PASS and cell.changed == 8 and not cell.damaged
+
+
+def test_one_holm_family_spans_every_scheduled_cell() -> None:
+    mild = [request(i, lost=0.05 + 0.02 * (i % 5)) for i in range(12)]
+    alone = judge([refill(mild)], tolerance=0.02, alpha=0.01)[0]
+    clean = [request(i, noise=0.01 * (i % 4)) for i in range(12)]
+    together = judge([refill(mild), refill(clean, Schedule.STAGGERED)], tolerance=0.02, alpha=0.01)[0]
+    assert alone.test is not None and together.test is not None
+    assert together.test.p_adjusted is not None and alone.test.p_adjusted is not None
+    assert together.test.p_adjusted > alone.test.p_adjusted  # more tests in the family
+
+
+def test_a_warm_pass_needs_no_overlap_and_is_compared_with_its_cold_run() -> None:
+    warm = [request(i, in_flight=0, conditions=(Condition.CACHED,), lost=0.4) for i in range(10)]
+    (cell,) = judge([refill(warm, Schedule.WARM)], tolerance=0.02, alpha=0.01)
+    assert cell.verdict == Verdict.FAIL and "against their cold run" in cell.message
+    assert cell.separation is not None and "all requests were served from cache" in cell.separation
