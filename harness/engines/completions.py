@@ -7,6 +7,13 @@ width from ``best_of`` (else ``n``) and rejects fields it does not know, so noth
 sent; vLLM takes it from ``n`` (its beam-search path ignores ``best_of``). Both answer with W
 choices, the best first.
 
+What an answer says of the server's prompt cache and slots (the in-flight path reads them):
+the prompt tokens it served from cache as llama-server's ``timings.cache_n`` or OpenAI's (and
+vLLM's, llama-server's too) ``usage.prompt_tokens_details.cached_tokens``; the slot it ran in as
+llama-server's ``id_slot``, which its ``/v1/completions`` answers carry only inside
+``__verbose`` (a server started with verbose logging). llama-server's ``tokens_cached`` is not
+read: it counts what the slot holds after the request, the generated tokens included.
+
 An answer the harness cannot read fails its cell (``ServerError``) with the position and the
 server's own words; ``python -m harness serve`` says where it put each request
 (``harness_batch``), and a batch it split or reordered fails the cell too.
@@ -117,6 +124,39 @@ def generation(answer_payload: Mapping[str, Json], answer: Answer, position: int
         beams=texts,
         timing=answer.timing(_completion_tokens(answer_payload, len(choices))),
     )
+
+
+# where an answer says how many prompt tokens were served from cache, in the order read
+CACHED_TOKEN_FIELDS = ("timings.cache_n", "usage.prompt_tokens_details.cached_tokens")
+
+
+def cached_tokens(answer_payload: Mapping[str, Json]) -> tuple[int | None, tuple[str, ...]]:
+    """The prompt tokens the server says it served from cache (from the first field of
+    ``CACHED_TOKEN_FIELDS`` it gives), and every field that said it; (None, ()) where the
+    answer does not say."""
+    said: dict[str, int] = {}
+    for field in CACHED_TOKEN_FIELDS:
+        value: Json = dict(answer_payload)
+        for key in field.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if (count := _count(value)) is not None:
+            said[field] = count
+    return next(iter(said.values()), None), tuple(said)
+
+
+def slot(answer_payload: Mapping[str, Json]) -> int | None:
+    """The slot the server says the request ran in (llama-server's ``id_slot``, at the top of a
+    native answer or in an OpenAI answer's ``__verbose``); None where it does not say."""
+    verbose = answer_payload.get("__verbose")
+    for where in (answer_payload, verbose if isinstance(verbose, dict) else {}):
+        if (found := _count(where.get("id_slot"))) is not None:
+            return found
+    return None
+
+
+def _count(value: Json) -> int | None:
+    """A count or slot number as a server wrote it: a non-negative int, else not said."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def reported_width(answer_payload: Mapping[str, Json]) -> int | None:

@@ -25,6 +25,11 @@ choices, or W identical ones with no evidence of beam search, fail the cell with
 (llama-cpp-python and llama-server do not run beam search). SGLang has no beam search: beam
 widths above 1 fail there.
 
+In flight (``in_flight``, issue 33): each request on a connection and a worker thread of its own
+as the schedule sends it, the bulk path's request for one prompt with its timeout, retries and
+errors; what the answers say of slots and cached prompt tokens is read where the server gives
+it (``harness.engines.openai_inflight``).
+
 The key a server wants comes from the environment, and the address may not hold credentials
 (``harness.engines.server_address``).
 
@@ -37,23 +42,27 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from harness import __version__
 from harness.config import DecodingSettings, EngineOptions
 from harness.config.parse import Json
 from harness.engines import completions
-from harness.engines.base import EngineBase, FailureKind, Generation
+from harness.engines.base import EngineBase, FailureKind, Generation, InFlight, NoInFlight
 from harness.engines.beams import BeamCheck
 from harness.engines.completions import BEAM_SEARCH_FIELDS, ServerError, server_message
-from harness.engines.http_batch import Answer, send_batch
+from harness.engines.http_batch import Answer, Connect, send_batch
 from harness.engines.server_address import address, api_key
 from harness.errors import EngineError
 from harness.model.engine import EngineInfo, KvCacheReuse
 from harness.model.vocab import Backend, CacheReuse
 from harness.redact import redact_url, remember_url
+
+if TYPE_CHECKING:
+    from harness.engines.openai_inflight import OpenAIInFlight
 
 POSITION_SEMANTICS = (
     "arrival slot: requests are sent concurrently in position order; the "
@@ -106,6 +115,7 @@ class OpenAIEngine(EngineBase):
         self.retries = int(retries)
         self.backoff = float(backoff)
         self.beams = BeamCheck()
+        self.opened: list[OpenAIInFlight] = []  # in-flight paths, closed with the engine
         self.model, entry, served = self._choose_model(model)
         root = entry.get("root")
         identity = f"server:{self.model}"
@@ -148,9 +158,15 @@ class OpenAIEngine(EngineBase):
             headers["Content-Type"] = "application/json"
         return headers
 
-    def _with_retries(self, attempt: Callable[[], T], fail: Callable[[_Retryable, int, str], Exception]) -> T:
+    def _with_retries(
+        self,
+        attempt: Callable[[], T],
+        fail: Callable[[_Retryable, int, str], Exception],
+        stop: threading.Event | None = None,
+    ) -> T:
         """attempt() again after a _Retryable, up to --retries times, with doubling backoff;
-        ``fail(last failure, attempts, first reason)`` once they are used up."""
+        ``fail(last failure, attempts, first reason)`` once they are used up. ``stop`` set
+        (an in-flight path closing) cuts the backoff short."""
         first = ""
         for k in range(self.retries + 1):
             try:
@@ -159,7 +175,10 @@ class OpenAIEngine(EngineBase):
                 first = first or str(exc)
                 if k == self.retries:
                     raise fail(exc, k + 1, first) from None
-                time.sleep(self.backoff * 2**k)
+                if stop is None:
+                    time.sleep(self.backoff * 2**k)
+                else:
+                    stop.wait(self.backoff * 2**k)
         raise AssertionError("unreachable")
 
     # --- model list (at load: fails fast, before any generation) ------------------------------
@@ -224,11 +243,14 @@ class OpenAIEngine(EngineBase):
         """The /v1/completions request for one prompt (``completions.request_body``)."""
         return completions.request_body(self.model, prompt, settings)
 
-    def _attempt(self, bodies: Sequence[dict[str, Json]]) -> list[tuple[dict[str, Json], Answer]]:
+    def _attempt(
+        self, bodies: Sequence[dict[str, Json]], connect: Connect | None = None
+    ) -> list[tuple[dict[str, Json], Answer]]:
         """One try at a batch: every request on the wire in position order, every answer read
-        as it comes, each within --request-timeout of its send (see ``http_batch``)."""
+        as it comes, each within --request-timeout of its send (see ``http_batch``); its
+        connections from ``connect`` where given (the in-flight path's, which it can shut)."""
         try:
-            answers = self._exchange(bodies)
+            answers = self._exchange(bodies) if connect is None else self._send(bodies, connect)
         except TimeoutError:
             raise self._timeout() from None
         except (OSError, http.client.HTTPException) as exc:
@@ -248,8 +270,11 @@ class OpenAIEngine(EngineBase):
 
     def _exchange(self, bodies: Sequence[dict[str, Json]]) -> list[Answer]:
         """The HTTP exchange of one try (a subclass that records answers wraps this)."""
+        return self._send(bodies, self._connection)
+
+    def _send(self, bodies: Sequence[dict[str, Json]], connect: Connect) -> list[Answer]:
         return send_batch(
-            self._connection, self._path("/completions"), bodies, self._headers(True), self.request_timeout
+            connect, self._path("/completions"), bodies, self._headers(True), self.request_timeout
         )
 
     def _timeout(self) -> ServerError:
@@ -261,19 +286,45 @@ class OpenAIEngine(EngineBase):
             FailureKind.TIMEOUT,
         )
 
-    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
-        bodies = [self.body(p, settings) for p in prompts]
+    def _failed(self, size: int) -> Callable[[_Retryable, int, str], Exception]:
+        """What a batch of ``size`` whose retries are used up raises: its first symptom and last."""
 
         def fail(last: _Retryable, attempts: int, first: str) -> Exception:
             reason = str(last)
             symptoms = f"first: {first}; last: {reason}" if first != reason else f"last: {reason}"
             return ServerError(
-                f"{self.shown}: a batch of {len(bodies)} failed {attempts} time(s) "
+                f"{self.shown}: a batch of {size} failed {attempts} time(s) "
                 f"(--retries {self.retries}); {symptoms}",
                 last.kind,
             )
 
-        answered = self._with_retries(lambda: self._attempt(bodies), fail)
+        return fail
+
+    def _request_one(
+        self, body: dict[str, Json], connect: Connect, stop: threading.Event
+    ) -> tuple[dict[str, Json], Answer]:
+        """One request alone, as a batch of one with the bulk path's timeout, retries and errors:
+        its answer's JSON object and the answer (the in-flight path). Connections come from
+        ``connect``; ``stop`` set cuts the backoff between tries short."""
+        return self._with_retries(lambda: self._attempt([body], connect), self._failed(1), stop)[0]
+
+    def in_flight(self, settings: DecodingSettings) -> InFlight | NoInFlight:
+        """Requests sent one by one, each on its own connection (``harness.engines.openai_inflight``);
+        a beam width above 1 sends the bulk path's beam fields and checks each answer as it does."""
+        from harness.engines.openai_inflight import OpenAIInFlight
+
+        path = OpenAIInFlight(self, settings)
+        self.opened.append(path)
+        return path
+
+    def close(self) -> None:
+        """Close every in-flight path still open (closing one twice does nothing)."""
+        while self.opened:
+            self.opened.pop().close()
+
+    def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
+        bodies = [self.body(p, settings) for p in prompts]
+        answered = self._with_retries(lambda: self._attempt(bodies), self._failed(len(bodies)))
         payloads = [payload for payload, _ in answered]
         results = [
             completions.generation(p, a, position, self.shown) for position, (p, a) in enumerate(answered)
@@ -283,7 +334,10 @@ class OpenAIEngine(EngineBase):
         return results
 
     def _check_beams(
-        self, settings: DecodingSettings, payloads: Sequence[dict[str, Json]], results: Sequence[Generation]
+        self,
+        settings: DecodingSettings,
+        payloads: Sequence[Mapping[str, Json]],
+        results: Sequence[Generation],
     ) -> None:
         """Fewer than W choices, or W identical ones with no other evidence: no beam search
         ran, and the cell fails with the reason (``harness.engines.beams``)."""

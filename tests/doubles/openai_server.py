@@ -7,8 +7,9 @@ no more than it was asked for) and gives ``n`` choices as configured: one
 choice for any ``n`` (llama-cpp-python), ``n`` greedy copies (llama-server), or distinct beams
 (a server that runs beam search); it serves one request at a time behind a lock
 (llama-cpp-python) or all at once; it can trickle its answers byte by byte, crash (close the
-connection unanswered, then stop listening) at the k-th completion, and it records what it
-received.
+connection unanswered, then stop listening) at the k-th completion, add fields of a server's
+own to each answer (llama-server's ``timings``, ``id_slot``), answer ``GET /props`` (llama-server's
+``total_slots``), and it records what it received and how many requests it held at once.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ class BehavingServer(ThreadingHTTPServer):
     ``serial``: one request at a time; ``seconds``: time per answer; ``trickle``: seconds
     between the bytes of each answer; ``crash_at``: the k-th completion (1-based) closes its
     connection unanswered and the server stops listening (later connections are refused);
-    ``model``: the id in /v1/models; ``paths`` and ``bodies``: what it received."""
+    ``model``: the id in /v1/models; ``fields(body, k)``: fields added to the k-th answer
+    (0-based); ``props``: the answer to GET /props (None: a 404); ``paths`` and ``bodies``: what
+    it received; ``most``: the most completions it held at once."""
 
     daemon_threads = True
     request_queue_size = 64
@@ -43,12 +46,16 @@ class BehavingServer(ThreadingHTTPServer):
         trickle: float = 0.0,
         crash_at: int | None = None,
         model: str = "m",
+        fields: Callable[[dict[str, Any], int], dict[str, Any]] | None = None,
+        props: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.model = model
         self.beams, self.serial, self.seconds, self.trickle = beams, serial, seconds, trickle
         self.crash_at = crash_at
         self.crashed = False
+        self.fields, self.props = fields, props
+        self.holding = self.most = 0
         self.lock = threading.Lock()
         self.engine_lock = threading.Lock()
         self.paths: list[str] = []
@@ -102,6 +109,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         with self.server.lock:
             self.server.paths.append(self.path)
+        if self.path.split("?")[0] == "/props":
+            if self.server.props is None:
+                self.send_error(404)
+            else:
+                self._send(self.server.props)
+            return
         self._send({"object": "list", "data": [{"id": self.server.model, "object": "model"}]})
 
     def do_POST(self) -> None:
@@ -109,7 +122,10 @@ class _Handler(BaseHTTPRequestHandler):
         with self.server.lock:
             self.server.paths.append(self.path)
             self.server.bodies.append(body)
+            k = len(self.server.bodies) - 1
             crashed = self.server.crash_at is not None and len(self.server.bodies) >= self.server.crash_at
+            self.server.holding += not crashed
+            self.server.most = max(self.server.most, self.server.holding)
         if crashed:
             self.server.crash()
             self.close_connection = True
@@ -120,7 +136,12 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(self.server.seconds)
         else:
             time.sleep(self.server.seconds)
-        self._send(self.server.answer(body))
+        with self.server.lock:
+            self.server.holding -= 1
+        answer = self.server.answer(body)
+        if self.server.fields is not None:
+            answer.update(self.server.fields(body, k))
+        self._send(answer)
 
 
 @pytest.fixture

@@ -180,7 +180,7 @@ def test_request_fields_reach_the_server_the_report_and_nothing_else(
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert (
         all(b["repeat_penalty"] == 1.0 and b["top_k"] == 1 and b["stop"] == ["END"] for b in server.bodies)
-        and len(server.bodies) == 24
+        and len(server.bodies) == 24 + 4 * 8  # the bulk cells', then 4 schedules of the 8 prompts
     )
     assert all(p.endswith(f"?api_key={key}") for p in server.paths)
     report = only_report(tmp_path)
