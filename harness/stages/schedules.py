@@ -16,11 +16,12 @@ import time
 from collections.abc import Sequence
 
 from harness.engines.base import InFlight, NoInFlight
+from harness.engines.batching import judge_batch
 from harness.errors import HarnessError, describe
 from harness.model.cell import Cell
 from harness.model.report import Timing
 from harness.model.schedule import ScheduledCell, ServedRequest
-from harness.model.vocab import Condition, Schedule, Verdict
+from harness.model.vocab import Condition, Schedule, Served, Verdict
 from harness.stages.arrivals import RequestsFailed, Sent, drive
 from harness.stages.generate import generate_batch, output_text
 from harness.stages.run import Baseline, Generated, Prepared
@@ -137,6 +138,17 @@ def _scored(
     )
 
 
+def first_wave_served(sent: Sequence[Sent], max_tokens: int) -> Served | None:
+    """How the engine answered the requests sent before any answer came back, where it timed
+    them (harness.engines.batching; None: a first wave of one, or no timing)."""
+    first = min((s.answered for s in sent if s.answered is not None), default=0.0)
+    wave = [s.generation for s in sent if s.sent < first and s.generation is not None]
+    timings = [g.timing for g in wave]
+    if len(wave) < 2 or any(t is None for t in timings):
+        return None
+    return judge_batch(timings, [g.text for g in wave], max_tokens).verdict
+
+
 def _long(prep: Prepared) -> set[int]:
     """The longest quarter of the prompts (ties by the plan's order)."""
     lengths, order = prep.lengths(), prep.plan.order
@@ -158,7 +170,7 @@ class _Runner:
 
     def _pass(
         self, flight: InFlight, schedule: Schedule, used: set[int]
-    ) -> tuple[list[ServedRequest], dict[int, str]]:
+    ) -> tuple[list[ServedRequest], dict[int, str], Served | None]:
         c = self.concurrency
         docs = _order(self.prep, schedule, c)
         wave = {Schedule.STAGGERED: 1, Schedule.PREFILL_MIX: c - 1}.get(schedule, c)
@@ -172,7 +184,18 @@ class _Runner:
             timeout=self.timeout,
         )
         texts = {docs[s.index]: output_text(s.generation.text if s.generation else "") for s in sent}
-        return _conditions(sent, docs, self.long, used), texts
+        return (
+            _conditions(sent, docs, self.long, used),
+            texts,
+            first_wave_served(sent, self.settings.max_new_tokens),
+        )
+
+    def judged(self, drives: list[Drive]) -> list[Drive]:
+        """Every drive of this width marked served one after another where any first wave was
+        (a queue is the engine's, not one schedule's)."""
+        if any(d.served == Served.ONE_AFTER_ANOTHER for d in drives):
+            return [dataclasses.replace(d, served=Served.ONE_AFTER_ANOTHER) for d in drives]
+        return drives
 
     def _drive(
         self,
@@ -180,17 +203,12 @@ class _Runner:
         requests: list[ServedRequest],
         texts: dict[int, str],
         against: Sequence[str],
+        served: Served | None,
         cache: str | None = None,
     ) -> Drive:
         scored = _scored(self.prep, requests, texts, against, self.base)
-        return Drive(
-            schedule,
-            self.width,
-            self.concurrency,
-            scored,
-            max((r.in_flight for r in requests), default=0) + 1,
-            cache,
-        )
+        peak = max((r.in_flight for r in requests), default=0) + 1
+        return Drive(schedule, self.width, self.concurrency, scored, peak, cache, served)
 
     def run(self, schedule: Schedule, warm: bool) -> list[Drive]:
         """``schedule``'s drive (and, after ``refill``, ``warm``'s on the same open path)."""
@@ -199,12 +217,14 @@ class _Runner:
             raise _NotApplicable(opened.reason)
         used = set() if opened.fresh_slots else self.served
         try:
-            requests, texts = self._pass(opened, schedule, used)
-            out = [self._drive(schedule, requests, texts, self.against)] if schedule != Schedule.WARM else []
+            requests, texts, served = self._pass(opened, schedule, used)
+            out = [self._drive(schedule, requests, texts, self.against, served)]
+            if schedule == Schedule.WARM:
+                out = []  # the cold run of a warm pass with no refill cell asked for
             if warm:
                 cold = [texts.get(d, "") for d in range(len(self.prep.prompts))]
-                again, warm_texts = self._pass(opened, Schedule.REFILL, used)
-                out.append(self._drive(Schedule.WARM, again, warm_texts, cold, opened.cache))
+                again, warm_texts, served = self._pass(opened, Schedule.REFILL, used)
+                out.append(self._drive(Schedule.WARM, again, warm_texts, cold, served, opened.cache))
             return out
         finally:
             opened.close()
@@ -265,11 +285,12 @@ def run_schedules(
         cold: list[Schedule] = [s for s in chosen if s != Schedule.WARM]
         if Schedule.WARM in chosen and Schedule.REFILL not in cold:
             cold.append(Schedule.WARM)  # its cold run is a refill pass, not reported as a cell
+        ran: list[Drive] = []
         for schedule in cold:
             warm = Schedule.WARM in chosen and schedule in (Schedule.REFILL, Schedule.WARM)
             names = [schedule] + ([Schedule.WARM] if warm and schedule != Schedule.WARM else [])
             try:
-                drives += runner.run(schedule, warm)
+                ran += runner.run(schedule, warm)
             except _NotApplicable as exc:
                 fixed += _cells([s for s in chosen], width, concurrency, Verdict.NOT_APPLICABLE, str(exc))
                 break
@@ -277,6 +298,7 @@ def run_schedules(
                 if isinstance(exc, HarnessError):
                     raise
                 fixed += _cells(names, width, concurrency, Verdict.ERROR, describe(exc))
+        drives += runner.judged(ran)
     timing.schedules_s = time.perf_counter() - t
     decided = judge(drives, prep.config.tolerance, prep.config.alpha)
     return tuple(sorted((*decided, *fixed), key=lambda c: (c.beam_width, list(Schedule).index(c.schedule))))

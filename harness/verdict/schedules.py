@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from harness.model.analysis import DropTest
 from harness.model.schedule import GroupTest, ScheduledCell, ServedRequest
-from harness.model.vocab import Condition, Schedule, Verdict
+from harness.model.vocab import Condition, Schedule, Served, Verdict
 from harness.verdict.statistics import holm, paired_test
 
 MIN_GROUP = 5  # requests a condition needs before its own group is tested
@@ -47,6 +47,9 @@ class Drive:
     requests: tuple[ServedRequest, ...]
     peak: int
     cache: str | None = None
+    # how the engine answered a first wave sent at once, where it timed its requests
+    # (harness.engines.batching; None: not judged): one after another is a queue, not a batch
+    served: Served | None = None
 
 
 def drop(request: ServedRequest) -> float | None:
@@ -77,6 +80,11 @@ def joined_share(requests: Sequence[ServedRequest]) -> float | None:
 def not_happened(drive: Drive) -> str | None:
     """Why the schedule did not happen as planned (None: it did)."""
     share = joined_share(drive.requests)
+    if drive.served == Served.ONE_AFTER_ANOTHER:
+        return (
+            "the engine answered requests sent together one after another (a queue, not a running batch: "
+            "their answers' timing, harness.engines.batching)"
+        )
     if drive.schedule == Schedule.WARM:
         return None  # a second pass over the same prompts: no overlap asked of it
     if share is None or share < JOINED_SHARE:

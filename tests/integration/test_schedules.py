@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -15,16 +16,15 @@ from harness.config import RunConfig
 from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.faults import parse_fault
 from harness.errors import ConfigError
+from harness.model.report import Report
 from harness.model.vocab import Schedule, Verdict
 from tests.integration.common import run_here, run_options
 
 SCHEMA = Path(__file__).resolve().parents[2] / "harness" / "report" / "report.schema.json"
 
 
-def _run(
-    tmp: Path, dataset: Path | None, engine: str, **more: object
-) -> tuple[object, dict[str, object], Path]:
-    options = run_options(tmp, dataset, "1,4", "1", cache=False, max_new_tokens="24", looks=1, **more)
+def _run(tmp: Path, dataset: Path | None, engine: str, **more: object) -> tuple[Report, dict[str, Any], Path]:
+    options = {**run_options(tmp, dataset, "1,4", "1", cache=False, max_new_tokens="24", looks=1), **more}
     outcome = run_here(RunConfig.from_options({**options, "engine": engine}))
     data = json.loads((outcome.folder / "report.json").read_text())
     jsonschema.validate(data, json.loads(SCHEMA.read_text()))

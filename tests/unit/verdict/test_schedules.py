@@ -4,6 +4,8 @@ one Holm family over every scheduled test."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from harness.model.schedule import ServedRequest
 from harness.model.vocab import Condition, Schedule, Verdict
 from harness.verdict.schedules import Drive, judge
@@ -80,3 +82,23 @@ def test_a_warm_pass_needs_no_overlap_and_is_compared_with_its_cold_run() -> Non
     (cell,) = judge([refill(warm, Schedule.WARM)], tolerance=0.02, alpha=0.01)
     assert cell.verdict == Verdict.FAIL and "against their cold run" in cell.message
     assert cell.separation is not None and "all requests were served from cache" in cell.separation
+
+
+def test_an_engine_that_answers_a_first_wave_one_after_another_is_a_queue_not_a_batch() -> None:
+    from harness.engines.base import Generation, RequestTiming
+    from harness.model.vocab import Served
+    from harness.stages.arrivals import Sent
+    from harness.stages.schedules import first_wave_served
+
+    def sent(i: int, finished: float) -> Sent:
+        timing = RequestTiming(sent=0.0, written=0.001, first_byte=finished, finished=finished, tokens=20)
+        return Sent(i, i, 0.0, i, finished, Generation(text="word " * 20, timing=timing))
+
+    queue = [sent(i, 1.0 * (i + 1)) for i in range(4)]  # each answer a whole request-time later
+    batch = [sent(i, 1.0 + 0.02 * i) for i in range(4)]  # all four decoded together
+    assert first_wave_served(queue, 64) == Served.ONE_AFTER_ANOTHER
+    assert first_wave_served(batch, 64) == Served.TOGETHER
+    assert first_wave_served([dataclasses.replace(s, generation=Generation("x")) for s in queue], 64) is None
+    requests = [request(i) for i in range(12)]
+    (cell,) = judge([dataclasses.replace(refill(requests), served=Served.ONE_AFTER_ANOTHER)], 0.02, 0.01)
+    assert cell.verdict == Verdict.UNTESTED and "one after another" in cell.message
