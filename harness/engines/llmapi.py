@@ -32,6 +32,9 @@ the LLM, as every reload does before the next LLM loads. Every LLM gets
 ``kv_cache_config=KvCacheConfig(enable_block_reuse=...)`` (off unless --kv-cache-reuse on):
 1.x turns block reuse on by default, which would serve the rotation's repeated prompts their
 prefill from earlier batches.
+The in-flight path (``in_flight``, ``harness.engines.llmapi_inflight``) sends one
+``LLM.generate_async`` per request on the same LLM and SamplingParams, its answers read by
+``request_generation`` as the bulk path reads them.
 ``tensorrt_llm`` is imported when an engine is constructed, never when this module is.
 """
 
