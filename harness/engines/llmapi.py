@@ -32,6 +32,9 @@ the LLM, as every reload does before the next LLM loads. Every LLM gets
 ``kv_cache_config=KvCacheConfig(enable_block_reuse=...)`` (off unless --kv-cache-reuse on):
 1.x turns block reuse on by default, which would serve the rotation's repeated prompts their
 prefill from earlier batches.
+The in-flight path (``in_flight``, ``harness.engines.llmapi_inflight``) sends one
+``LLM.generate_async`` per request on the same LLM and SamplingParams, its answers read by
+``request_generation`` as the bulk path reads them.
 ``tensorrt_llm`` is imported when an engine is constructed, never when this module is.
 """
 
@@ -45,8 +48,8 @@ from types import ModuleType
 
 from harness.config import DecodingSettings, EngineOptions, read_by
 from harness.engines import trtllm_compat as compat
-from harness.engines.base import EngineBase, Generation
-from harness.engines.protocols import Llm, LlmClass, Tokenizer
+from harness.engines.base import EngineBase, Generation, InFlight, NoInFlight
+from harness.engines.protocols import Llm, LlmClass, RequestOutput, Tokenizer
 from harness.engines.tokenizer import count_tokens, load_tokenizer
 from harness.engines.trtllm import engine_files, require_tensorrt_llm
 from harness.errors import EngineError
@@ -126,6 +129,8 @@ class LlmApiEngine(EngineBase):
         self.llm: Llm | None = None
         self.llm_beam_width: int | None = None
         self.closed = False
+        self.version = version
+        self.opened: list[InFlight] = []  # in-flight paths, closed with the engine
         self.failures = compat.LoadFailures()
         self._load(None if self.is_engine else 1)  # load errors surface now, not in a cell
         self.info = EngineInfo(
@@ -223,6 +228,8 @@ class LlmApiEngine(EngineBase):
 
     def close(self) -> None:
         self.closed = True
+        while self.opened:
+            self.opened.pop().close()
         self._release()
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
@@ -232,13 +239,25 @@ class LlmApiEngine(EngineBase):
         if not isinstance(results, list) or len(results) != len(prompts):
             got = len(results) if isinstance(results, list) else type(results).__name__
             raise RuntimeError(f"LLM.generate returned {got} results for {len(prompts)} prompts")
-        gens = []
-        for result in results:
-            outputs = sorted(result.outputs, key=lambda o: getattr(o, "index", 0))
-            if not outputs:
-                raise RuntimeError("LLM.generate returned a request without outputs")
-            texts = tuple((o.text or "").strip() for o in outputs)
-            gens.append(
-                Generation(text=texts[0], token_ids=tuple(int(t) for t in outputs[0].token_ids), beams=texts)
-            )
-        return gens
+        return [request_generation(result) for result in results]
+
+    def in_flight(self, settings: DecodingSettings) -> InFlight | NoInFlight:
+        """``LLM.generate_async`` per request on the LLM and SamplingParams this setting's bulk
+        cells use (``harness.engines.llmapi_inflight``); NoInFlight where the release's LLM has
+        no generate_async."""
+        from harness.engines.llmapi_inflight import open_in_flight
+
+        path = open_in_flight(self, settings)
+        if isinstance(path, InFlight):
+            self.opened.append(path)
+        return path
+
+
+def request_generation(result: RequestOutput, call: str = "LLM.generate") -> Generation:
+    """One request's RequestOutput as a Generation: its beams sorted by ``index``, beam 0 scored,
+    every beam kept (the bulk and the in-flight path read answers alike)."""
+    outputs = sorted(result.outputs, key=lambda o: getattr(o, "index", 0))
+    if not outputs:
+        raise RuntimeError(f"{call} returned a request without outputs")
+    texts = tuple((o.text or "").strip() for o in outputs)
+    return Generation(text=texts[0], token_ids=tuple(int(t) for t in outputs[0].token_ids), beams=texts)

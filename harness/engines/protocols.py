@@ -14,9 +14,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 __all__ = [
+    "AsyncLlm",
     "CompletionOutput",
     "Llm",
     "LlmClass",
+    "RequestFuture",
     "RequestOutput",
     "Runner",
     "RunnerClass",
@@ -73,6 +75,19 @@ class Llm(Protocol):
     def generate(
         self, prompts: list[str], sampling_params: object, /, **kwargs: object
     ) -> list[RequestOutput] | RequestOutput: ...
+
+
+class RequestFuture(Protocol):
+    """What ``LLM.generate_async`` returns: the request's RequestOutput while the executor fills
+    it (a ``GenerationResult``); ``result()`` blocks until it is done and returns it."""
+
+    def result(self) -> RequestOutput: ...
+
+
+class AsyncLlm(Protocol):
+    """A ``tensorrt_llm.LLM`` with ``generate_async``: one prompt per call, sent at once."""
+
+    def generate_async(self, inputs: str, /, *, sampling_params: object) -> RequestFuture: ...
 
 
 class LlmClass(Protocol):

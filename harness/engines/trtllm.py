@@ -41,7 +41,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 from harness.config import DecodingSettings, EngineOptions, read_by
 from harness.engines import trtllm_compat as compat
-from harness.engines.base import EngineBase, Generation
+from harness.engines.base import EngineBase, Generation, InFlight, NoInFlight
 from harness.engines.lazy import require
 from harness.engines.protocols import Runner, RunnerClass, Tokenizer
 from harness.engines.tokenizer import count_tokens, load_tokenizer
@@ -52,6 +52,15 @@ from harness.model.vocab import Backend, Layout, TrtllmRuntime
 from harness.storage.fingerprint import weights_identity
 
 RUNNERS = {TrtllmRuntime.CPP: "ModelRunnerCpp", TrtllmRuntime.PYTHON: "ModelRunner"}
+# why a tensorrt_llm.runtime runner has no in-flight path: what its generate does with a batch
+WHOLE_BATCHES = {
+    "ModelRunnerCpp": "ModelRunnerCpp.generate takes whole batches (batch_input_ids) and, not streaming, "
+    "returns when every request of the batch is done: it enqueues them all at once "
+    "(self.session.enqueue_requests) and waits in _initialize_and_fill_output "
+    "(tensorrt_llm/runtime/model_runner_cpp.py ModelRunnerCpp.generate at v0.16.0, 42a7b09)",
+    "ModelRunner": "ModelRunner.generate takes whole batches (batch_input_ids) and decodes them as one "
+    "GenerationSession batch, returning when all are done (tensorrt_llm/runtime/model_runner.py)",
+}
 T_co = TypeVar("T_co", covariant=True)
 
 
@@ -244,6 +253,14 @@ class TrtllmEngine(EngineBase):
     def close(self) -> None:
         self.closed = True
         self._release()
+
+    def in_flight(self, settings: DecodingSettings) -> InFlight | NoInFlight:
+        """None here: the runners take whole batches; TensorRT-LLM's in-flight requests go
+        through the LLM API (the llmapi backend)."""
+        return NoInFlight(
+            f"TensorRT-LLM {self.version}: {WHOLE_BATCHES[self.runner_name]}; in-flight requests go "
+            "through the LLM API: --backend llmapi"
+        )
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         ids = self._encode(prompts)

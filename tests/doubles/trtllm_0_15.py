@@ -16,7 +16,16 @@ v0.16.0 = 42a7b09), as stored in the index:
   None, but got ..."); ``_check_arguments`` (ValueError "The sum of prompt length (P) and
   max_tokens (T) should not exceed max_seq_len (M)", then ValueError "sampling_params's
   beam_width (W) should not exceed max_beam_width (M)", comparing ``sampling_params.beam_width``
-  with ``build_config.max_beam_width``); only ``_shutdown()``, no public ``shutdown()``.
+  with ``build_config.max_beam_width``); only ``_shutdown()``, no public ``shutdown()``;
+  ``generate_async(inputs, sampling_params=None, lora_request=None, prompt_adapter_request=None,
+  streaming=False)`` (l.241-248, lines counted by hand), which prepares the sampling params
+  (l.266), tokenizes, runs ``_check_arguments`` (l.280), hands the request to the executor
+  (l.281-287) and returns ``RequestOutput(result, prompt, self.tokenizer)`` (l.288);
+  ``generate`` calls it once per prompt (l.223-227) and then ``future.result()`` on each
+  (l.234). ``RequestOutput`` (l.29-47) copies the ``GenerationResult``'s fields and adds
+  ``prompt`` and ``tokenizer``: no ``cached_tokens`` (the ``executor`` module that defines
+  ``GenerationResult`` is not stored at this commit; its ``abort()``, read in later versions,
+  is not modelled here). At @8f91cff ``llmapi/llm.py`` is not stored: 0.15 is taken to match.
 - ``LlmArgs`` is a plain dataclass without ``max_beam_width`` (trtllm-facts §3; ``llm_utils.py``
   is not stored at these commits): an unknown keyword is Python's TypeError; the limit comes
   from ``build_config`` (``BuildConfig.max_beam_width``, default 1).
@@ -205,6 +214,10 @@ class LLM(llm_api.LlmApi[SamplingParams]):
     @takes("inputs, sampling_params=None, use_tqdm=True, lora_request=None, prompt_adapter_request=None")
     def generate(self, a: Args) -> Any:
         return self._generate(a["inputs"], a["sampling_params"], a["use_tqdm"])
+
+    @takes("inputs, sampling_params=None, lora_request=None, prompt_adapter_request=None, streaming=False")
+    def generate_async(self, a: Args) -> llm_api.PendingOutput:
+        return self._generate_async(a["inputs"], a["sampling_params"], a["streaming"])
 
     def _running(self) -> runners.Executor:
         if self._executor is None or not self._executor.alive:

@@ -24,6 +24,19 @@ documentation. Where a later 1.x file is the source, that is said:
   ``disable_overlap_scheduler=True`` and ``cuda_graph_config=None``. What the real backend does
   when the last two are missing is not recorded: the double refuses at construction with a
   text marked "TEST DOUBLE".
+- ``tensorrt_llm/llmapi/llm.py`` @4c05a74 (a later 1.x version, ``BaseLLM``): ``generate_async(
+  inputs, sampling_params=None, lora_request=None, prompt_adapter_request=None, streaming=False,
+  kv_cache_retention_config=None, disaggregated_params=None, _postproc_params=None,
+  scheduling_params=None, cache_salt=None)`` returns the ``RequestOutput``
+  (``RequestOutput._from_generation_result`` copies the ``GenerationResult``'s fields); ``generate``
+  calls it per prompt, then ``result()`` on each. ``executor/result.py`` @a678b91 (a later 1.x
+  version): ``GenerationResultBase.__init__`` sets ``self.cached_tokens = 0`` and
+  ``_handle_response`` ``self.cached_tokens = getattr(response_result, 'cached_tokens', 0)``, so the
+  RequestOutput says how many prompt tokens came from reused blocks; how many the executor
+  counts is not modelled: the double says the prompt less its last token for a prompt this LLM
+  has served before with block reuse on, 0 otherwise (TEST DOUBLE figure);
+  ``GenerationResult.abort()`` aborts the request, ``finished`` says it is done,
+  ``result(timeout=None)`` returns the result once done.
 - ``tensorrt_llm/sampling_params.py`` (a later 1.x version, with the range validators 1.2 added):
   ``@dataclass(slots=True, kw_only=True)``; ``best_of`` defaults to ``n``; ValueError "best_of (X)
   cannot be less than n (Y)"; greedy (no beam search and top_k 1, top_p 0, temperature 0 or
@@ -59,6 +72,23 @@ DEFAULT_CUDA_GRAPHS = object()  # CudaGraphConfig() by default; None disables CU
 
 class RequestError(RuntimeError):
     """Double of tensorrt_llm.executor.utils.RequestError."""
+
+
+@dataclass
+class RequestOutput(llm_api.RequestOutput):
+    """Double of the 1.x RequestOutput: also the prompt tokens served from reused KV blocks."""
+
+    cached_tokens: int = 0
+
+
+class PendingOutput(llm_api.PendingOutput):
+    """Double of the 1.x GenerationResult while it is answered: ``abort()`` too."""
+
+    aborted = False
+
+    def abort(self) -> None:
+        self.aborted = True
+        self._answer = None
 
 
 class ModelRunnerCpp(line_0_15.ModelRunnerCpp):
@@ -142,6 +172,7 @@ class _BaseLLM(llm_api.LlmApi[SamplingParams], Generic[_A]):
     BACKEND = "pytorch"
     SAMPLING_PARAMS = SamplingParams
     KV_CACHE_CONFIG = KvCacheConfig
+    PENDING = PendingOutput
 
     @takes("""model, tokenizer=None, tokenizer_mode='auto', skip_tokenizer_init=False, trust_remote_code=False,
         tensor_parallel_size=1, dtype='auto', revision=None, tokenizer_revision=None, **kwargs""")
@@ -167,6 +198,20 @@ class _BaseLLM(llm_api.LlmApi[SamplingParams], Generic[_A]):
         kv_cache_retention_config=None, disaggregated_params=None, scheduling_params=None, cache_salt=None""")
     def generate(self, a: Args) -> Any:
         return self._generate(a["inputs"], a["sampling_params"], a["use_tqdm"])
+
+    @takes("""inputs, sampling_params=None, lora_request=None, prompt_adapter_request=None, streaming=False,
+        kv_cache_retention_config=None, disaggregated_params=None, _postproc_params=None, scheduling_params=None,
+        cache_salt=None""")
+    def generate_async(self, a: Args) -> llm_api.PendingOutput:
+        return self._generate_async(a["inputs"], a["sampling_params"], a["streaming"])
+
+    def _output(
+        self, request_id: int, prompt: str, ids: list[int], outputs: list[llm_api.CompletionOutput]
+    ) -> RequestOutput:
+        seen: set[tuple[int, ...]] = self.__dict__.setdefault("seen", set())
+        cached = len(ids) - 1 if self.block_reuse and tuple(ids) in seen else 0
+        seen.add(tuple(ids))
+        return RequestOutput(request_id, prompt, ids, outputs, cached_tokens=cached)
 
     def _running(self) -> runners.Executor:
         if self._executor is None:

@@ -7,7 +7,13 @@ Shared because it is identical in the source of both lines:
 - ``RequestOutput.outputs[k].index/.text/.token_ids`` (``llmapi/llm.py`` @v0.16.0 and the 1.x
   ``llm.py``);
 - ``LLM`` (``llmapi/llm.py``): the args built from the keywords, the tokenizer, a batch of
-  prompts in position order, one request per prompt (``LlmApi``); the parameters both lines'
+  prompts in position order, one request per prompt (``LlmApi``); ``generate`` is a loop over
+  ``generate_async``, one call per prompt, then ``result()`` on each (l.209-234 @42a7b09;
+  ``BaseLLM.generate`` in 1.x @4c05a74), and ``generate_async`` checks the request at once
+  (``_prepare_sampling_params``, ``_check_arguments``, l.266-280 @42a7b09) and returns the
+  request's ``RequestOutput``, a ``GenerationResult`` whose ``result()`` blocks until the
+  executor has answered and returns it (``executor/result.py`` ``GenerationResult.result``, read
+  at later versions: the 0.16 ``executor`` module is not stored); the parameters both lines'
   args classes take first (``LlmArgsBase``); the OpenAI-style fields of ``SamplingParams``
   and the rules both lines apply to them (``OpenAiSampling``); ``BuildConfig``.
 """
@@ -15,6 +21,7 @@ Shared because it is identical in the source of both lines:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -37,6 +44,29 @@ class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     finished: bool = True
+
+
+class PendingOutput:
+    """Double of what ``generate_async`` returns: a request the executor is answering. The real
+    one is the RequestOutput itself, filled as responses arrive; ``result(timeout=None)`` waits
+    for the last and returns it. Here the answer is made when first read (the executor's own
+    refusal of the request, ``_verify_request``, is raised then, as a response error would be)."""
+
+    def __init__(self, answer: Callable[[], RequestOutput]) -> None:
+        self._answer: Callable[[], RequestOutput] | None = answer
+        self._output: RequestOutput | None = None
+
+    def result(self, timeout: float | None = None) -> RequestOutput:
+        if self._output is None:
+            if self._answer is None:
+                raise RuntimeError("TEST DOUBLE: the request was aborted")
+            answer, self._answer = self._answer, None
+            self._output = answer()
+        return self._output
+
+    @property
+    def finished(self) -> bool:
+        return self._output is not None
 
 
 def hf_tokenizer(folder: str, trust_remote_code: bool) -> Any:
@@ -165,6 +195,7 @@ class LlmApi(Generic[_P]):
 
     SAMPLING_PARAMS: type[_P]
     KV_CACHE_CONFIG: type
+    PENDING: type[PendingOutput] = PendingOutput
 
     def _start(self, runner: str, args: _Args, kwargs: dict[str, Any], max_beam_width: int) -> None:
         """After the args (``named_args`` and ``kwargs``) and the line's setup."""
@@ -179,6 +210,8 @@ class LlmApi(Generic[_P]):
         )
         self._executor: Executor | None = Executor(max_beam_width)
         self._next_id = 0
+        self.block_reuse = bool((args.kv_cache_config or self.KV_CACHE_CONFIG()).enable_block_reuse)
+        self.unread: list[PendingOutput] = []
 
     def _generate(self, inputs: Any, sampling_params: Any, use_tqdm: bool) -> Any:
         batch = inputs if isinstance(inputs, list) else [inputs]
@@ -190,23 +223,52 @@ class LlmApi(Generic[_P]):
                 "use_tqdm": use_tqdm,
             }
         )
-        outs = [self._one(prompt, sampling_params, i) for i, prompt in enumerate(batch)]
+        futures = [self._submit(prompt, sampling_params, i) for i, prompt in enumerate(batch)]
+        outs = [future.result() for future in futures]
         return outs if isinstance(inputs, list) else outs[0]
 
-    def _one(self, prompt: str, sp: object, position: int) -> RequestOutput:
+    def _generate_async(self, prompt: Any, sampling_params: Any, streaming: bool) -> PendingOutput:
+        """One request sent now (``generate_async``); recorded, and kept as unread until read."""
+        common.RECORDER.calls.append(
+            {"runner": "LLM.generate_async", "prompts": [prompt], "sampling_params": sampling_params}
+        )
+        if streaming:
+            raise NotImplementedError("TEST DOUBLE: streaming is not modelled")
+        future = self._submit(prompt, sampling_params, 0)  # a request alone: position 0
+        self.unread.append(future)
+        return future
+
+    def _submit(self, prompt: str, sp: object, position: int) -> PendingOutput:
         if not isinstance(sp, self.SAMPLING_PARAMS):
             raise TypeError(f"The sampling_params must be type SamplingParams or None, but got {type(sp)}")
         executor = self._running()
         ids: list[int] = self.tokenizer(prompt)["input_ids"]
         self._check_arguments(len(ids), sp)
-        self._verify_request(executor, sp.executor_beam_width())
         self._next_id += 1
-        outputs = []
-        for k in range(sp.n):
-            gen = [t for t in common.generated(ids, k, sp.max_tokens, sp.end_id, position) if t >= 0]
-            text = self.tokenizer.decode(gen, skip_special_tokens=True)
-            outputs.append(CompletionOutput(index=k, text=text, token_ids=gen))
-        return RequestOutput(request_id=self._next_id, prompt=prompt, prompt_token_ids=ids, outputs=outputs)
+        request_id = self._next_id
+
+        def answer() -> RequestOutput:
+            self._verify_request(executor, sp.executor_beam_width())
+            outputs = []
+            for k in range(sp.n):
+                gen = [t for t in common.generated(ids, k, sp.max_tokens, sp.end_id, position) if t >= 0]
+                text = self.tokenizer.decode(gen, skip_special_tokens=True)
+                outputs.append(CompletionOutput(index=k, text=text, token_ids=gen))
+            return self._output(request_id, prompt, ids, outputs)
+
+        return self.PENDING(answer)
+
+    def _output(
+        self, request_id: int, prompt: str, ids: list[int], outputs: list[CompletionOutput]
+    ) -> RequestOutput:
+        """The request's RequestOutput (a line adds what its own says)."""
+        return RequestOutput(request_id=request_id, prompt=prompt, prompt_token_ids=ids, outputs=outputs)
+
+    @property
+    def running_requests(self) -> int:
+        """Requests sent with generate_async and neither read nor aborted."""
+        self.unread = [f for f in self.unread if not f.finished and not getattr(f, "aborted", False)]
+        return len(self.unread)
 
     def _running(self) -> Executor:
         """The executor; RuntimeError once the LLM is shut down."""

@@ -159,5 +159,8 @@ def test_pipeline_with_llmapi(tmp_path: Path, small_dataset: Path, trt: Recorder
         batches = plan.batches(cell)
         for batch in batches[:1] if cell.beam_width == 2 else batches:
             expected.append([prompts[d] for d in batch.documents])
-    assert [c["prompts"] for c in trt.calls] == expected
+    assert [c["prompts"] for c in trt.calls if c["runner"] == "LLM"] == expected
+    # the scheduled cells sent their requests one by one (generate_async), greedy ones only
+    sent = [c for c in trt.calls if c["runner"] == "LLM.generate_async"]
+    assert sent and all(len(c["prompts"]) == 1 and c["sampling_params"].n == 1 for c in sent)
     assert "submission order" in written_report(tmp_path)["engine"]["details"]["batch_position"]
