@@ -55,7 +55,11 @@ class _Flight:
             record = Sent(index=index, rank=len(self.sent), sent=self.now(), in_flight=self.open)
             self.sent.append(record)
             self.open += 1
-        pending = flight.submit(prompt)
+        try:
+            pending = flight.submit(prompt)
+        except Exception as exc:  # a refusal at submit: said as the request's error
+            self._settle(record, None, exc)
+            return record
         threading.Thread(target=self._await, args=(record, pending), daemon=True).start()
         return record
 
@@ -65,6 +69,9 @@ class _Flight:
             error: BaseException | None = None
         except BaseException as exc:  # the engine's own exception types: said with the cell
             generation, error = None, exc
+        self._settle(record, generation, error)
+
+    def _settle(self, record: Sent, generation: Generation | None, error: BaseException | None) -> None:
         with self.lock:
             record.answered, record.generation, record.error = self.now(), generation, error
             self.open -= 1

@@ -22,7 +22,7 @@ from harness.model.cell import Cell
 from harness.model.report import Timing
 from harness.model.schedule import ScheduledCell, ServedRequest
 from harness.model.vocab import Condition, Schedule, Served, Verdict
-from harness.stages.arrivals import RequestsFailed, Sent, drive
+from harness.stages.arrivals import Sent, drive
 from harness.stages.generate import generate_batch, output_text
 from harness.stages.run import Baseline, Generated, Prepared
 from harness.verdict.schedules import Drive, judge
@@ -294,9 +294,9 @@ def run_schedules(
             except _NotApplicable as exc:
                 fixed += _cells([s for s in chosen], width, concurrency, Verdict.NOT_APPLICABLE, str(exc))
                 break
-            except (RequestsFailed, RuntimeError) as exc:
-                if isinstance(exc, HarnessError):
-                    raise
+            except HarnessError:
+                raise
+            except Exception as exc:  # the engine's own errors (RequestsFailed: a request's): the cell's
                 fixed += _cells(names, width, concurrency, Verdict.ERROR, describe(exc))
         drives += runner.judged(ran)
     timing.schedules_s = time.perf_counter() - t

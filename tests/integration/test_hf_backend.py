@@ -75,3 +75,36 @@ def test_dtype_is_the_hf_backends_alone() -> None:
         EngineError, match="--dtype does not apply to the emulator backend .*read by the hf backend"
     ):
         load_engine("bundled", None, EngineOptions(dtype=Dtype.BFLOAT16))
+
+
+@pytest.mark.slow  # transformers generates the bulk grid and four schedules on the CPU
+def test_bfloat16_continuous_batching_runs_every_schedule_and_its_drift_passes(tmp_path: Path) -> None:
+    """Real in-flight software: transformers' continuous batching serves the bundled model in
+    bfloat16 under every schedule. Its requests overlap, a few of its outputs differ from
+    static generate's at batch size 1 (its own attention path and batch shapes) without losing
+    quality, and every scheduled cell passes; beam 2 is not applicable (no beam search there),
+    never scored as greedy."""
+    from harness.config import RunConfig
+    from harness.engines.emulator.build import BUNDLED_MODEL
+    from harness.pipeline import RunOutcome, run
+
+    options = run_options(
+        tmp_path,
+        None,
+        "1,4",
+        "1,2",
+        goldens="g",
+        cache=False,
+        backend="hf",
+        dtype="bfloat16",
+        looks=1,
+        max_new_tokens="32",
+    )
+    result = run(RunConfig.from_options({**options, "engine": str(BUNDLED_MODEL)}))
+    assert isinstance(result, RunOutcome)
+    greedy = [c for c in result.report.schedules if c.beam_width == 1]
+    assert [c.verdict for c in greedy] == ["pass"] * 4, [c.message for c in greedy]
+    assert all((c.overlap or 0) >= 0.5 for c in greedy if c.schedule != "warm")
+    beams = [c for c in result.report.schedules if c.beam_width == 2]
+    assert all(c.verdict == "not applicable" and "greedy" in c.message for c in beams)
+    print({c.id: (c.changed, c.peak, c.test.drop if c.test else None) for c in greedy})  # the record

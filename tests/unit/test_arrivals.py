@@ -40,6 +40,8 @@ class Timed(InFlight):
                 self.running -= 1
 
     def submit(self, prompt: str) -> Pending:
+        if prompt == "refused":
+            raise ValueError("beam width 4 is more than the engine's max_beam_width 1")
         future: Future[Generation] = self.pool.submit(self._run, prompt)
         return future
 
@@ -75,6 +77,11 @@ def test_staggered_arrivals_are_paced_by_the_first_requests_own_time() -> None:
 def test_a_request_that_raises_fails_the_drive_naming_it() -> None:
     with pytest.raises(RequestsFailed, match=r"request 3 of 4 raised: the engine's own error"):
         drive(Timed(0.01), ["a", "b", "boom", "c"], first_wave=4, cap=4)
+
+
+def test_a_request_the_engine_refuses_at_submit_fails_the_drive_naming_it() -> None:
+    with pytest.raises(RequestsFailed, match=r"request 2 of 3 raised: beam width 4 is more than"):
+        drive(Timed(0.01), ["a", "refused", "c"], first_wave=3, cap=3)
 
 
 def test_a_request_that_never_answers_fails_once_the_timeout_passes() -> None:
