@@ -67,7 +67,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("harness_cell", cells, ids=[c.id for c in cells])
     if "harness_schedule" in metafunc.fixturenames:
         ids = _session(metafunc.config).planned_schedules()
-        metafunc.parametrize("harness_schedule", ids, ids=ids)
+        if ids:  # none: the harness_schedule fixture skips, saying why
+            metafunc.parametrize("harness_schedule", ids, ids=ids)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -155,6 +156,14 @@ def harness_cell_result(
 ) -> CellResult:
     """The result of the cell this test is parametrized with."""
     return _session(request.config).cell_result(request.node, harness_result, harness_cell)
+
+
+@pytest.fixture
+def harness_schedule(request: pytest.FixtureRequest) -> str:
+    """A run without scheduled cells (--schedules none, a --shard run): skipped with the reason."""
+    if _session(request.config).run_config.shard is not None:
+        pytest.skip("a --shard run leaves the schedules to an unsharded run (merge does not combine them)")
+    pytest.skip("no scheduled cells: --schedules none")
 
 
 @pytest.fixture

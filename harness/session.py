@@ -132,7 +132,7 @@ class HarnessSession:
         from harness.model.vocab import Schedule
 
         cells, options = self.planned_cells(), self.run_config.schedules
-        if not cells:
+        if not cells or self.run_config.shard is not None:  # a shard's tests are its cells'
             return []
         concurrency = options.concurrency_for([c.batch_size for c in cells])
         return [
