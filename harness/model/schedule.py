@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.model.analysis import DropTest
-from harness.model.vocab import Condition, Schedule, Verdict
+from harness.model.vocab import Condition, Schedule, Served, Verdict
 
 
 def schedule_id(schedule: Schedule, concurrency: int, beam_width: int) -> str:
@@ -72,6 +72,8 @@ class ScheduledCell:
     peak: int | None = None  # the most requests in flight at once
     separation: str | None = None
     cache: str | None = None  # warm: what the engine said it serves a repeated prompt from
+    # how the engine answered a first wave sent at once (harness.engines.batching; None: not judged)
+    served: Served | None = None
 
     @property
     def id(self) -> str:

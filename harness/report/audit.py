@@ -30,6 +30,7 @@ from harness.model.scores import mean
 from harness.model.vocab import Rotation, Verdict
 from harness.verdict.analysis import pools
 from harness.verdict.follow_up import CONFIRM_SHARE, screen_alpha
+from harness.verdict.schedules import decided_again
 from harness.verdict.sequential import final_alpha
 from harness.verdict.statistics import ENGINE_SHARE, family_weights, holm
 
@@ -331,6 +332,7 @@ def audit(report: Report) -> list[str]:
         out.append(
             f"verdict {report.verdict}, but its cells, the engine-wide test and the scheduled cells make it {expected}"
         )
+    out += decided_again(report.schedules, report.method.tolerance, report.method.alpha)
     if report.signoff.verdict != report.verdict:
         out.append(f"signoff.verdict {report.signoff.verdict}, but the report's verdict is {report.verdict}")
     return out

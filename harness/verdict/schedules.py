@@ -190,6 +190,7 @@ def judge(drives: Sequence[Drive], tolerance: float, alpha: float) -> tuple[Sche
                 peak=drive.peak,
                 separation=separation(requests) if failed else None,
                 cache=drive.cache,
+                served=drive.served,
             )
         )
     return tuple(out)
@@ -222,3 +223,25 @@ def _message(
         else f"; worst: requests that {_verb(worst.condition)}, drop {worst.test.drop:.3f}"
     )
     return f"{head}; degraded{where}"
+
+
+def decided_again(cells: Sequence[ScheduledCell], tolerance: float, alpha: float) -> list[str]:
+    """Every recorded decision of the judged scheduled cells that does not follow from their
+    own requests (``judge`` over them again, one family): what ``harness.report.audit`` says."""
+    judged = [c for c in cells if c.verdict in (Verdict.PASS, Verdict.FAIL, Verdict.UNTESTED)]
+    out = [
+        f"{c.id}: {c.verdict}, but it holds {len(c.requests)} requests"
+        for c in cells
+        if c not in judged and c.requests
+    ]
+    drives = [
+        Drive(c.schedule, c.beam_width, c.concurrency, c.requests, c.peak or 0, c.cache, c.served)
+        for c in judged
+    ]
+    for cell, again in zip(judged, judge(drives, tolerance, alpha)):
+        for what in ("verdict", "test", "groups", "separation", "damaged", "overlap"):
+            if getattr(cell, what) != getattr(again, what):
+                out.append(
+                    f"{cell.id}: {what} {getattr(cell, what)}, but its requests make it {getattr(again, what)}"
+                )
+    return out

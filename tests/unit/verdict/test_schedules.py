@@ -102,3 +102,21 @@ def test_an_engine_that_answers_a_first_wave_one_after_another_is_a_queue_not_a_
     requests = [request(i) for i in range(12)]
     (cell,) = judge([dataclasses.replace(refill(requests), served=Served.ONE_AFTER_ANOTHER)], 0.02, 0.01)
     assert cell.verdict == Verdict.UNTESTED and "one after another" in cell.message
+
+
+def test_the_audit_decides_every_scheduled_cell_again_from_its_requests() -> None:
+    from harness.verdict.schedules import decided_again
+
+    first = [request(i, in_flight=i, conditions=FIRST) for i in range(4)]
+    damaged = [request(i, lost=0.3 + 0.01 * (i % 3)) for i in range(4, 24)]
+    cells = judge([refill(first + damaged), refill(first, Schedule.STAGGERED)], tolerance=0.02, alpha=0.01)
+    assert decided_again(cells, 0.02, 0.01) == []
+    forged = dataclasses.replace(cells[0], verdict=Verdict.PASS)
+    assert any(
+        line.startswith("refill-c4-beam1: verdict pass, but its requests make it fail")
+        for line in decided_again([forged, cells[1]], 0.02, 0.01)
+    )
+    hidden = dataclasses.replace(cells[0], verdict=Verdict.NOT_APPLICABLE)
+    assert decided_again([hidden], 0.02, 0.01) == [
+        "refill-c4-beam1: not applicable, but it holds 24 requests"
+    ]
