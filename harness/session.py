@@ -224,7 +224,11 @@ class HarnessSession:
                 self.prepared = prepare(self.run_config)
             except HarnessError as exc:
                 raise _usage(exc) from None
-            self._announce(self.prepared.plan.describe(), self.prepared.limit_failures())
+            from harness.stages.schedules import schedules_line
+
+            scheduled = schedules_line(self.run_config, self.prepared.plan)
+            plan_line = self.prepared.plan.describe() + (f"\n{scheduled}" if scheduled else "")
+            self._announce(plan_line, self.prepared.limit_failures())
         return self.prepared
 
     def planned(self, *, announce: bool = True) -> PlanOnly:

@@ -51,6 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         schedule_lines,
     )
     from harness.stages.run import FollowerRun
+    from harness.stages.schedules import schedules_line
     from harness.verdict.failures import preflight_line
 
     values = {spec.dest: getattr(args, spec.dest) for spec in OPTIONS}
@@ -59,6 +60,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return dry_run(config)
     prepared = prepare(config)
     print(prepared.plan.describe(), flush=True)
+    scheduled = schedules_line(prepared.config, prepared.plan)
+    if scheduled:
+        print(scheduled, flush=True)
     warning = preflight_line(prepared.limit_failures(), "the findings at the end name them")
     if warning:
         print(warning, flush=True)

@@ -61,3 +61,15 @@ class ScheduleOptions:
     def concurrency_for(self, batch_sizes: Sequence[int]) -> int:
         """``--concurrency``, else the largest batch size of the grid (at least 2)."""
         return self.concurrency or max(2, *batch_sizes)
+
+    def describe(self, batch_sizes: Sequence[int], prompts: int, beam_widths: Sequence[int]) -> str | None:
+        """The line said before a run: what the scheduled cells may send besides the plan."""
+        chosen = [x for x in self.schedules if x != Schedule.BULK]
+        if not chosen:
+            return None
+        per_width = prompts * (len(chosen) + (Schedule.WARM in chosen and Schedule.REFILL not in chosen))
+        return (
+            f"schedules: {', '.join(chosen)} at concurrency {self.concurrency_for(batch_sizes)}: up to "
+            f"{per_width * len(beam_widths):,} more requests ({per_width:,} per beam width its in-flight path "
+            "decodes), sent in flight, never from the generation cache (--schedules none: bulk cells only)"
+        )

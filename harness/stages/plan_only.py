@@ -22,6 +22,7 @@ from harness.model.cell import Cell
 from harness.model.limits import EngineLimits, LimitCheck, MemoryBudget, failing
 from harness.plan import Plan, make_plan
 from harness.stages.prepare import load_run_dataset, peeked_limits, planned_batch_sizes
+from harness.stages.schedules import schedules_line
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class PlanOnly:
     memory: tuple[MemoryBudget, ...]
     max_new_tokens: int
     lengths: str  # where the prompt lengths came from, or why they are unknown
+    scheduled: str | None = None  # what the scheduled cells may send (harness.stages.schedules)
 
     @property
     def limit_failures(self) -> list[LimitCheck]:
@@ -48,6 +50,7 @@ class PlanOnly:
         beam_tokens = sum(len(plan.batches(c)) * c.batch_size * c.beam_width for c in cells) * tokens
         return [
             plan.describe(),
+            *([self.scheduled] if self.scheduled else []),
             f"cells: {', '.join(c.id for c in plan.cells)}",
             f"tokens: at most {sequences * tokens:,} generated ({tokens} per sequence), "
             f"{beam_tokens:,} counting every beam; {batches * tokens:,} decode steps "
@@ -123,6 +126,7 @@ def plan_only(config: RunConfig) -> PlanOnly:
     if config.shard:
         plan = plan.shard(*config.shard)
     return PlanOnly(
+        scheduled=schedules_line(config, plan),
         plan=plan,
         limits=limits,
         checks=checked.checks,

@@ -15,6 +15,7 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
+from harness.config import RunConfig
 from harness.engines.base import InFlight, NoInFlight
 from harness.engines.batching import judge_batch
 from harness.errors import HarnessError, describe
@@ -22,6 +23,7 @@ from harness.model.cell import Cell
 from harness.model.report import Timing
 from harness.model.schedule import ScheduledCell, ServedRequest
 from harness.model.vocab import Condition, Schedule, Served, Verdict
+from harness.plan import Plan
 from harness.stages.arrivals import Sent, drive
 from harness.stages.generate import generate_batch, output_text
 from harness.stages.run import Baseline, Generated, Prepared
@@ -250,6 +252,13 @@ def _elsewhere(prep: Prepared) -> str | None:
             "by rank 0 alone"
         )
     return None
+
+
+def schedules_line(config: RunConfig, plan: Plan) -> str | None:
+    """The line said before a run: what its scheduled cells may send (None: none run)."""
+    if config.shard is not None:
+        return None
+    return config.schedules.describe([c.batch_size for c in plan.cells], len(plan.order), config.beam_widths)
 
 
 def run_schedules(
