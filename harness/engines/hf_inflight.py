@@ -17,14 +17,19 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from harness.config import DecodingSettings
 from harness.engines.base import BatchError, Generation, InFlight, RequestTiming
+from harness.engines.protocols import Tokenizer
 from harness.model.vocab import FailureKind
 
-if TYPE_CHECKING:
-    from harness.engines.hf import HfTokenizer
+
+class CbTokenizer(Tokenizer, Protocol):
+    """The tokenizer as the in-flight path uses it: one prompt's ids, its special ids to drop."""
+
+    all_special_ids: list[int]
+
 
 # transformers' own page is 256 tokens: a prompt shorter than that would never share a
 # prefix; 32 lets a warm second pass reuse all but the last page of a short prompt
@@ -109,7 +114,7 @@ class HfInFlight(InFlight):
     def __init__(
         self,
         model: ContinuousBatching,
-        tokenizer: HfTokenizer,
+        tokenizer: CbTokenizer,
         settings: DecodingSettings,
         *,
         generation_config: object,

@@ -49,7 +49,8 @@ from types import ModuleType
 from harness.config import DecodingSettings, EngineOptions, read_by
 from harness.engines import trtllm_compat as compat
 from harness.engines.base import EngineBase, Generation, InFlight, NoInFlight
-from harness.engines.protocols import Llm, LlmClass, RequestOutput, Tokenizer
+from harness.engines.llmapi_inflight import LlmApiInFlight, cache_sentence, request_generation
+from harness.engines.protocols import Llm, LlmClass, Tokenizer
 from harness.engines.tokenizer import count_tokens, load_tokenizer
 from harness.engines.trtllm import engine_files, require_tensorrt_llm
 from harness.errors import EngineError
@@ -245,19 +246,14 @@ class LlmApiEngine(EngineBase):
         """``LLM.generate_async`` per request on the LLM and SamplingParams this setting's bulk
         cells use (``harness.engines.llmapi_inflight``); NoInFlight where the release's LLM has
         no generate_async."""
-        from harness.engines.llmapi_inflight import open_in_flight
-
-        path = open_in_flight(self, settings)
-        if isinstance(path, InFlight):
-            self.opened.append(path)
+        llm = self._llm_for(settings.beam_width)
+        if not callable(getattr(llm, "generate_async", None)):
+            return NoInFlight(
+                f"TensorRT-LLM {self.version}'s LLM ({self.info.details['llm_class']}) has no "
+                "generate_async, the LLM API's one-request entry point"
+            )
+        path = LlmApiInFlight(
+            llm, self.sampling(settings), cache_sentence(self.reuse.status), lambda: self.llm, str(self.path)
+        )
+        self.opened.append(path)
         return path
-
-
-def request_generation(result: RequestOutput, call: str = "LLM.generate") -> Generation:
-    """One request's RequestOutput as a Generation: its beams sorted by ``index``, beam 0 scored,
-    every beam kept (the bulk and the in-flight path read answers alike)."""
-    outputs = sorted(result.outputs, key=lambda o: getattr(o, "index", 0))
-    if not outputs:
-        raise RuntimeError(f"{call} returned a request without outputs")
-    texts = tuple((o.text or "").strip() for o in outputs)
-    return Generation(text=texts[0], token_ids=tuple(int(t) for t in outputs[0].token_ids), beams=texts)

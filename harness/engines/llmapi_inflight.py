@@ -23,30 +23,29 @@ the prompt tokens served from reused KV-cache blocks, ``RequestOutput.cached_tok
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import cast
 
-from harness.config import DecodingSettings
-from harness.engines.base import Generation, InFlight, NoInFlight, Pending
-from harness.engines.llmapi import LlmApiEngine, request_generation
-from harness.engines.protocols import AsyncLlm, Llm, RequestFuture
+from harness.engines.base import Generation, InFlight, Pending
+from harness.engines.protocols import AsyncLlm, Llm, RequestFuture, RequestOutput
+from harness.model.engine import KvCacheReuse
 from harness.model.vocab import CacheReuse
 
 
-def open_in_flight(engine: LlmApiEngine, settings: DecodingSettings) -> InFlight | NoInFlight:
-    """The in-flight path of ``engine`` for ``settings``, or why the release has none."""
-    llm = engine._llm_for(settings.beam_width)
-    if not callable(getattr(llm, "generate_async", None)):
-        return NoInFlight(
-            f"TensorRT-LLM {engine.version}'s LLM ({engine.info.details['llm_class']}) has no "
-            "generate_async, the LLM API's one-request entry point"
-        )
-    return LlmApiInFlight(engine, llm, engine.sampling(settings))
+def request_generation(result: RequestOutput, call: str = "LLM.generate") -> Generation:
+    """One request's RequestOutput as a Generation: its beams sorted by ``index``, beam 0 scored,
+    every beam kept (the bulk path, ``harness.engines.llmapi``, and the in-flight path read
+    answers alike)."""
+    outputs = sorted(result.outputs, key=lambda o: getattr(o, "index", 0))
+    if not outputs:
+        raise RuntimeError(f"{call} returned a request without outputs")
+    texts = tuple((o.text or "").strip() for o in outputs)
+    return Generation(text=texts[0], token_ids=tuple(int(t) for t in outputs[0].token_ids), beams=texts)
 
 
-def cache_sentence(engine: LlmApiEngine) -> str:
+def cache_sentence(status: KvCacheReuse) -> str:
     """What a prompt sent again is served from, by the block reuse the LLM was loaded with."""
-    status = engine.reuse.status
     if status.setting == CacheReuse.ON:
         return (
             f"KV-cache block reuse is on ({status.how}): a prompt sent again may be served its "
@@ -82,9 +81,13 @@ class LlmApiInFlight(InFlight):
     """``generate_async`` on one LLM with one SamplingParams (see the module docstring);
     ``submit`` and ``result()`` may be called from any thread."""
 
-    def __init__(self, engine: LlmApiEngine, llm: Llm, sampling_params: object) -> None:
-        self.engine, self.llm, self.sampling_params = engine, llm, sampling_params
-        self.cache = cache_sentence(engine)
+    def __init__(
+        self, llm: Llm, sampling_params: object, cache: str, loaded: Callable[[], object], where: str
+    ) -> None:
+        """``loaded``: the LLM the engine holds now (a path refuses once its LLM was released);
+        ``where``: the engine, as its errors name it."""
+        self.llm, self.sampling_params, self.cache = llm, sampling_params, cache
+        self.loaded, self.where = loaded, where
         self.lock = threading.Lock()
         self.unread: list[RequestFuture] = []  # sent, answer not read yet
         self.closed = False
@@ -93,8 +96,8 @@ class LlmApiInFlight(InFlight):
         with self.lock:
             if self.closed:
                 raise RuntimeError("the llmapi in-flight path is closed; open another with in_flight()")
-        if self.engine.llm is not self.llm:
-            raise RuntimeError(f"{self.engine.path}: the LLM this in-flight path was opened on was released")
+        if self.loaded() is not self.llm:
+            raise RuntimeError(f"{self.where}: the LLM this in-flight path was opened on was released")
         future = cast(AsyncLlm, self.llm).generate_async(prompt, sampling_params=self.sampling_params)
         with self.lock:
             self.unread.append(future)

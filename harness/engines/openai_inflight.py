@@ -39,18 +39,46 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from harness.config import DecodingSettings
 from harness.config.parse import Json
 from harness.engines import completions
 from harness.engines.base import Generation, InFlight, Pending, RequestTiming
 from harness.engines.completions import ServerError
+from harness.engines.http_batch import Answer, Connect
 from harness.model.vocab import FailureKind
 
-if TYPE_CHECKING:
-    from harness.engines.openai import OpenAIEngine
+
+class Server(Protocol):
+    """What the in-flight path uses of the openai backend (``Server``): the address its
+    requests go to, how it connects and what it sends, one request with the bulk path's retries
+    and errors, and its check of beam answers."""
+
+    shown: str
+    base_path: str
+    query: str
+    request_timeout: float
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection: ...
+
+    def _headers(self, body: bool) -> dict[str, str]: ...
+
+    def body(self, prompt: str, settings: DecodingSettings) -> dict[str, Json]: ...
+
+    def _request_one(
+        self, body: dict[str, Json], connect: Connect, stop: threading.Event
+    ) -> tuple[dict[str, Json], Answer]: ...
+
+    def _check_beams(
+        self,
+        settings: DecodingSettings,
+        payloads: Sequence[Mapping[str, Json]],
+        results: Sequence[Generation],
+    ) -> None: ...
+
 
 PROPS_TIMEOUT_S = 5.0  # GET /props answers at once on a live llama-server
 WORKER = "harness-openai-inflight"  # the workers' thread name
@@ -61,7 +89,7 @@ NOT_SAID = (
 )
 
 
-def said_slots(engine: OpenAIEngine) -> int | None:
+def said_slots(engine: Server) -> int | None:
     """llama-server's slot count (``GET /props`` at the server's root: ``total_slots``), or None
     where the server does not answer that question; never raises."""
     root = engine.base_path.removesuffix("/v1")
@@ -90,7 +118,7 @@ class OpenAIInFlight(InFlight):
     """Requests to an OpenAI-compatible server for one decoding setting, each sent alone from a
     worker thread (see the module docstring); ``submit`` is safe from any thread."""
 
-    def __init__(self, engine: OpenAIEngine, settings: DecodingSettings) -> None:
+    def __init__(self, engine: Server, settings: DecodingSettings) -> None:
         self.engine, self.settings = engine, settings
         self.slots = said_slots(engine)
         self.cache = NOT_SAID

@@ -41,19 +41,43 @@ import threading
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 import torch
 
 from harness.config import DecodingSettings
 from harness.engines.base import Generation, InFlight, Pending
-from harness.engines.emulator.faults import IN_FLIGHT_ONLY, FaultKind
-from harness.engines.emulator.model import Prefill, allocate_cache
+from harness.engines.emulator.drift import Drift, Trace
+from harness.engines.emulator.faults import IN_FLIGHT_ONLY, Fault, FaultKind
+from harness.engines.emulator.model import MistralEmulator, ModelShape, Prefill, PrefillCache, allocate_cache
 from harness.engines.emulator.search import greedy_ties
+from harness.engines.protocols import Tokenizer
 from harness.model.cell import captured_below, is_captured
 
-if TYPE_CHECKING:
-    from harness.engines.emulator.engine import EmulatorEngine
+
+class Emulator(Protocol):
+    """What the scheduler reads of the emulator engine (``EmulatorEngine``): its model, prompt
+    phases and tokenizer, its build limits, fault and drift, the lock its bulk batches hold, and
+    the batch-size-1 traces drift flips near-ties of."""
+
+    model: MistralEmulator
+    prefills: PrefillCache
+    tokenizer: Tokenizer
+    eos_id: int
+    shape: ModelShape
+    path: Path
+    max_batch_size: int
+    max_input_len: int
+    max_seq_len: int
+    prefill_chunk: int
+    fault: Fault | None
+    drift: Drift | None
+    busy: threading.RLock
+    _traces: dict[tuple[str, DecodingSettings], Trace]
+
+    def _record_traces(self, prompts: list[str], settings: DecodingSettings) -> None: ...
+
 
 STALE_SHARE = 0.5  # stale-slot: the share of a refilled slot's new prompt left as it was
 WARM_BLOCK = 16  # warm-cache: positions per KV block; all but a prompt's first and last read zeros
@@ -91,7 +115,7 @@ class EmulatorInFlight(InFlight):
     )
     fresh_slots = True  # each session allocates its own KV cache and slots
 
-    def __init__(self, engine: EmulatorEngine, settings: DecodingSettings) -> None:
+    def __init__(self, engine: Emulator, settings: DecodingSettings) -> None:
         self.engine, self.settings = engine, settings
         self.slots: int = engine.max_batch_size
         fault = engine.fault
