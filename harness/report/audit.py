@@ -332,7 +332,8 @@ def audit(report: Report) -> list[str]:
         out.append(
             f"verdict {report.verdict}, but its cells, the engine-wide test and the scheduled cells make it {expected}"
         )
-    out += decided_again(report.schedules, report.method.tolerance, report.method.alpha)
+    m = report.method
+    out += decided_again(report.schedules, m.tolerance, m.alpha, m.deterministic)
     if report.signoff.verdict != report.verdict:
         out.append(f"signoff.verdict {report.signoff.verdict}, but the report's verdict is {report.verdict}")
     return out

@@ -309,5 +309,6 @@ def run_schedules(
                 fixed += _cells(names, width, concurrency, Verdict.ERROR, describe(exc))
         drives += runner.judged(ran)
     timing.schedules_s = time.perf_counter() - t
-    decided = judge(drives, prep.config.tolerance, prep.config.alpha)
+    config = prep.config
+    decided = judge(drives, config.tolerance, config.alpha, config.deterministic)
     return tuple(sorted((*decided, *fixed), key=lambda c: (c.beam_width, list(Schedule).index(c.schedule))))

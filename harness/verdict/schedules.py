@@ -154,8 +154,11 @@ def _flag(test: DropTest, adjusted: float, tolerance: float, alpha: float) -> Dr
     return dataclasses.replace(test, p_adjusted=adjusted, flagged=test.drop > tolerance and adjusted < alpha)
 
 
-def judge(drives: Sequence[Drive], tolerance: float, alpha: float) -> tuple[ScheduledCell, ...]:
-    """Every scheduled cell that ran, decided under one Holm family."""
+def judge(
+    drives: Sequence[Drive], tolerance: float, alpha: float, deterministic: bool = False
+) -> tuple[ScheduledCell, ...]:
+    """Every scheduled cell that ran, decided under one Holm family; with ``deterministic``
+    (--deterministic, a batch-invariant engine) an output that changed fails its cell too."""
     tested: list[tuple[Drive, DropTest | None, list[GroupTest], str | None]] = []
     for drive in drives:
         why = not_happened(drive)
@@ -174,7 +177,10 @@ def judge(drives: Sequence[Drive], tolerance: float, alpha: float) -> tuple[Sche
             groups = [
                 GroupTest(g.condition, _flag(g.test, adjusted[id(g.test)], tolerance, alpha)) for g in groups
             ]
-        failed = why is None and (bool(whole and whole.flagged) or any(g.test.flagged for g in groups))
+        changed = deterministic and any(r.changed for r in requests)
+        failed = why is None and (
+            bool(whole and whole.flagged) or any(g.test.flagged for g in groups) or changed
+        )
         verdict = Verdict.UNTESTED if why else Verdict.FAIL if failed else Verdict.PASS
         out.append(
             ScheduledCell(
@@ -182,7 +188,7 @@ def judge(drives: Sequence[Drive], tolerance: float, alpha: float) -> tuple[Sche
                 beam_width=drive.beam_width,
                 concurrency=drive.concurrency,
                 verdict=verdict,
-                message=_message(drive, whole, groups, why, requests),
+                message=_message(drive, whole, groups, why, requests, changed),
                 requests=requests,
                 test=whole,
                 groups=tuple(groups),
@@ -202,6 +208,7 @@ def _message(
     groups: Sequence[GroupTest],
     why: str | None,
     requests: Sequence[ServedRequest],
+    deterministic_fail: bool = False,
 ) -> str:
     """The cell's one line: what was compared, and what it found."""
     against = "their cold run" if drive.schedule == Schedule.WARM else "batch size 1"
@@ -214,6 +221,8 @@ def _message(
         f"{len(requests)} requests against {against}: mean drop {whole.drop:.3f}, {changed} outputs changed"
     )
     flagged = [g for g in groups if g.test.flagged]
+    if deterministic_fail and not (whole.flagged or flagged):
+        return f"{head}; under --deterministic every output must be batch size 1's"
     if not (whole.flagged or flagged):
         return f"{head}; no loss beyond the tolerance"
     worst = max(flagged, key=lambda g: g.test.drop, default=None)
@@ -225,7 +234,9 @@ def _message(
     return f"{head}; degraded{where}"
 
 
-def decided_again(cells: Sequence[ScheduledCell], tolerance: float, alpha: float) -> list[str]:
+def decided_again(
+    cells: Sequence[ScheduledCell], tolerance: float, alpha: float, deterministic: bool = False
+) -> list[str]:
     """Every recorded decision of the judged scheduled cells that does not follow from their
     own requests (``judge`` over them again, one family): what ``harness.report.audit`` says."""
     judged = [c for c in cells if c.verdict in (Verdict.PASS, Verdict.FAIL, Verdict.UNTESTED)]
@@ -238,7 +249,7 @@ def decided_again(cells: Sequence[ScheduledCell], tolerance: float, alpha: float
         Drive(c.schedule, c.beam_width, c.concurrency, c.requests, c.peak or 0, c.cache, c.served)
         for c in judged
     ]
-    for cell, again in zip(judged, judge(drives, tolerance, alpha)):
+    for cell, again in zip(judged, judge(drives, tolerance, alpha, deterministic)):
         for what in ("verdict", "test", "groups", "separation", "damaged", "overlap"):
             if getattr(cell, what) != getattr(again, what):
                 out.append(

@@ -61,10 +61,12 @@ def test_damage_on_the_refilled_slots_fails_and_is_named_by_that_condition() -> 
     assert "worst: requests that" in cell.message
 
 
-def test_outputs_that_changed_without_losing_quality_pass_as_drift() -> None:
+def test_outputs_that_changed_without_losing_quality_pass_as_drift_unless_deterministic() -> None:
     drifted = [request(i, changed=i % 3 == 0, noise=0.01 * (i % 4)) for i in range(24)]
     (cell,) = judge([refill(drifted)], tolerance=0.02, alpha=0.01)
     assert cell.verdict == Verdict.PASS and cell.changed == 8 and not cell.damaged
+    (strict,) = judge([refill(drifted)], tolerance=0.02, alpha=0.01, deterministic=True)
+    assert strict.verdict == Verdict.FAIL and "under --deterministic" in strict.message
 
 
 def test_one_holm_family_spans_every_scheduled_cell() -> None:
