@@ -3,7 +3,7 @@
 One loop serves every schedule: requests go out in a given order, ``first_wave`` of them at
 once, then each next one as soon as fewer than ``cap`` are in flight and ``gap`` seconds have
 passed since the last was sent. ``staggered`` is a first wave of one and a gap of a request's
-own time over the concurrency (paced by the engine's speed, measured on the first request);
+own time over the concurrency (paced by the engine's speed: the latest answered request's);
 ``refill`` a first wave of C and no gap, so each new request takes the place one just freed.
 Answers are awaited in threads of their own, so a request's answer time is when it came back,
 whatever the order.
@@ -77,6 +77,15 @@ class _Flight:
             self.open -= 1
             self.lock.notify_all()
 
+    def pace(self, cap: int) -> float:
+        """The latest answered request's own time over ``cap`` (0: none answered yet)."""
+        with self.lock:
+            done = [r for r in self.sent if r.answered is not None]
+        if not done:
+            return 0.0
+        latest = max(done, key=lambda r: r.answered or 0.0)
+        return ((latest.answered or latest.sent) - latest.sent) / cap
+
     def settle(self, timeout: float | None) -> None:
         """Wait until every request sent so far has come back."""
         while True:
@@ -109,19 +118,19 @@ def drive(
     timeout: float | None = None,
 ) -> list[Sent]:
     """Send ``prompts`` in order on the schedule the arguments make (module docstring) and wait
-    for every answer; ``gap`` None: the first request goes alone and the rest arrive at its own
-    time over ``cap`` apart. A request that raised raises ``RequestsFailed`` naming it."""
+    for every answer; ``gap`` None: paced by the engine, the first request alone and each next
+    one the latest answered request's own time over ``cap`` after the last (a first request that
+    warmed the engine up does not set the pace for good). A request that raised raises
+    ``RequestsFailed`` naming it."""
     run = _Flight()
-    last, pace = 0.0, gap
+    last = 0.0
     for i, prompt in enumerate(prompts):
-        if pace is None and i == 1:  # paced by the engine: the first request's time alone
-            run.settle(timeout)
-            first = run.sent[0]
-            pace = ((first.answered or first.sent) - first.sent) / cap
+        if gap is None and i == 1:
+            run.settle(timeout)  # the first request alone
         while i >= first_wave:
             with run.lock:
                 room = run.open < cap
-            due = last + (pace or 0.0)
+            due = last + (run.pace(cap) if gap is None else gap)
             if room and run.now() >= due:
                 break
             run.wait(due if room else None, timeout)

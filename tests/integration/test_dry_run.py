@@ -45,8 +45,13 @@ def test_a_dry_run_on_a_tensorrt_llm_engine_prints_plan_limits_and_estimate(
     lines = out.splitlines()
     # 16 prompts: bs1 16 + bs4 64, at both beam widths
     assert lines[0].startswith("plan: 160 sequences in 64 batches over 4 cells under test")
-    assert lines[1] == "cells: bs1-beam1, bs4-beam1, bs1-beam2, bs4-beam2"
-    assert lines[2] == (
+    assert lines[1] == (
+        "schedules: staggered, refill, prefill-mix, warm at concurrency 4: up to 128 more requests "
+        "(64 per beam width its in-flight path decodes), sent in flight, never from the generation "
+        "cache (--schedules none: bulk cells only)"
+    )
+    assert lines[2] == "cells: bs1-beam1, bs4-beam1, bs1-beam2, bs4-beam2"
+    assert lines[3] == (
         "tokens: at most 5,120 generated (32 per sequence), 7,680 counting every "
         "beam; 2,048 decode steps (64 batches x 32)"
     )

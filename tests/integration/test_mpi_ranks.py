@@ -72,7 +72,8 @@ def test_every_rank_drives_the_engine_only_rank_0_scores(
     assert follower.returncode == 0, out[-3000:]
     assert "rank 1 of 2: this rank drives the engine; rank 0 scores, asserts and writes the report" in out
     assert "passed" not in out.splitlines()[-1] and "failed" not in out.splitlines()[-1]
-    assert "13 skipped" in out.splitlines()[-1]  # 4 cells x (limits, positions, throughput), engine-wide
+    # 4 cells x (limits, positions, throughput), engine-wide, 4 schedules x 2 beam widths
+    assert "21 skipped" in out.splitlines()[-1]
     assert "rank 1 of 2: drove the engine through" in out
     assert not (tmp_path / "r").exists() or not list((tmp_path / "r").glob("*/report.json"))
 

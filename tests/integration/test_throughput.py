@@ -36,7 +36,7 @@ def test_whole_suite_with_benchmarks_runs_both(tmp_path: Path, small_dataset: Pa
         f"--benchmark-json={out}",
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "6 passed" in proc.stdout  # limits, positions and throughput for 2 cells
+    assert "10 passed" in proc.stdout  # limits, positions and throughput for 2 cells; 4 schedules
     assert list((tmp_path / "r").glob("*/report.json"))
     data = json.loads(out.read_text())
     assert data["machine_info"]["accelerator"]["device"] in ("cpu", "cuda")
@@ -71,6 +71,6 @@ def test_benchmark_only_skips_the_quality_run(tmp_path: Path, small_dataset: Pat
         f"--benchmark-json={out}",
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "1 passed, 3 skipped" in proc.stdout  # positions, limits, engine-wide
+    assert "1 passed, 7 skipped" in proc.stdout  # positions, limits, engine-wide, 4 schedules
     assert not list((tmp_path / "r").glob("*/report.json"))  # nothing generated for the quality tests
     assert [b["extra_info"]["cell"] for b in json.loads(out.read_text())["benchmarks"]] == ["bs2-beam1"]

@@ -90,3 +90,17 @@ def test_a_request_that_never_answers_fails_once_the_timeout_passes() -> None:
         drive(engine, ["a", "hang"], first_wave=2, cap=2, timeout=0.3)
     assert time.perf_counter() - t < 5
     engine.close()
+
+
+def test_a_slow_first_request_does_not_set_the_pace_for_good() -> None:
+    """An engine whose first request warms it up (a manager starting, kernels compiled) answers
+    it slowly; the pace follows the requests answered since, so the later ones still overlap."""
+
+    class WarmingUp(Timed):
+        def _run(self, prompt: str) -> Generation:
+            if prompt == "p0":
+                time.sleep(0.6)
+            return super()._run(prompt)
+
+    sent = drive(WarmingUp(0.05), [f"p{i}" for i in range(12)], first_wave=1, cap=4, gap=None)
+    assert sum(s.in_flight > 0 for s in sent[1:]) >= 6
