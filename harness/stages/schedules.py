@@ -54,9 +54,7 @@ def _order(prep: Prepared, schedule: Schedule, concurrency: int) -> list[int]:
     order = list(prep.plan.order)
     if schedule != Schedule.PREFILL_MIX:
         return order
-    lengths = prep.lengths()
-    ranked = sorted(order, key=lambda d: (-lengths[d], order.index(d)))
-    long = set(ranked[: max(1, round(LONG_SHARE * len(order)))])
+    long = _long(prep)
     short = [d for d in order if d not in long]
     tall = [d for d in order if d in long]
     out: list[int] = []
@@ -152,9 +150,10 @@ def first_wave_served(sent: Sequence[Sent], max_tokens: int) -> Served | None:
 
 
 def _long(prep: Prepared) -> set[int]:
-    """The longest quarter of the prompts (ties by the plan's order)."""
+    """The longest quarter of the prompts (ties by the plan's order): prefill-mix's long prompts,
+    and what the long-prompt conditions mean in every schedule."""
     lengths, order = prep.lengths(), prep.plan.order
-    ranked = sorted(order, key=lambda d: -lengths[d])
+    ranked = sorted(order, key=lambda d: -lengths[d])  # stable: ties keep the plan's order
     return set(ranked[: max(1, round(LONG_SHARE * len(order)))])
 
 
