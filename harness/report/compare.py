@@ -214,6 +214,23 @@ def _limits_changed(old: Report, new: Report, lines: list[str]) -> dict[str, dic
     return changed
 
 
+def _schedules_changed(old: Report, new: Report, lines: list[str]) -> bool:
+    """A line per scheduled cell whose verdict changed; whether one that passed no longer does
+    (failed, untested, raised, or is no longer run while the old run ran it)."""
+    before = {c.id: c for c in old.schedules}
+    after = {c.id: c for c in new.schedules}
+    worse = False
+    for cid in list(after) + [c for c in before if c not in after]:
+        o, n = before.get(cid), after.get(cid)
+        if o is not None and n is not None and o.verdict == n.verdict:
+            continue
+        was = o.verdict if o else "not run"
+        now = n.verdict if n else "not run"
+        lines.append(f"{cid}: {was} -> {now}" + (f": {n.message}" if n else ""))
+        worse = worse or (was == Verdict.PASS and now != Verdict.PASS)
+    return worse
+
+
 def compare(old_loaded: LoadedReport, new_loaded: LoadedReport, tolerance: float | None = None) -> Comparison:
     """What changed from OLD to NEW, per cell and position."""
     old, new = old_loaded.report, new_loaded.report
@@ -238,6 +255,7 @@ def compare(old_loaded: LoadedReport, new_loaded: LoadedReport, tolerance: float
             continue
         cells.append(_cell_change(oc, nc, tol, lines))
     limits_changed = _limits_changed(old, new, lines)
+    scheduled_worse = _schedules_changed(old, new, lines)
     statuses = {p.status for c in cells for p in c.positions}
     errors = {c.id for c in new.cells if c.verdict == Verdict.ERROR} - {
         c.id for c in old.cells if c.verdict == Verdict.ERROR
@@ -246,6 +264,7 @@ def compare(old_loaded: LoadedReport, new_loaded: LoadedReport, tolerance: float
     worse = bool(
         errors
         or lost
+        or scheduled_worse
         or statuses & {Change.NEW_DEGRADATION, Change.WORSE, Change.DROPPED, Change.UNMEASURED}
         or (old.verdict == Verdict.PASS and new.verdict == Verdict.FAIL)
     )

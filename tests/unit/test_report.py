@@ -325,3 +325,24 @@ def test_the_quality_question_is_blind_only_under_the_smallest_drop_the_run_dete
     assert blindness(level, [sharp, thin], tolerance=0.02) is None
     said = blindness(level, [replace(sharp, detectable_drop=0.09), thin], tolerance=0.02)
     assert said is not None and "under twice the smallest drop this run detects (0.090)" in said
+
+
+def test_compare_names_every_scheduled_cell_whose_verdict_changed(reports: dict[str, Path]) -> None:
+    from dataclasses import replace
+
+    from harness.model.schedule import ScheduledCell
+    from harness.model.vocab import Schedule, Verdict
+    from harness.report.compare import _schedules_changed
+
+    base = load_report(reports["fixed"]).report
+    refill = ScheduledCell(Schedule.REFILL, 1, 8, Verdict.PASS, "64 requests against batch size 1: ...")
+    warm = ScheduledCell(Schedule.WARM, 1, 8, Verdict.PASS, "64 requests against their cold run: ...")
+    old = replace(base, schedules=(refill, warm))
+    broken = replace(refill, verdict=Verdict.FAIL, message="degraded; worst: requests that took a freed slot")
+    lines: list[str] = []
+    assert _schedules_changed(old, replace(base, schedules=(broken, warm)), lines)
+    assert lines == ["refill-c8-beam1: pass -> fail: degraded; worst: requests that took a freed slot"]
+    gone: list[str] = []
+    assert _schedules_changed(old, replace(base, schedules=(refill,)), gone)  # NEW no longer runs warm
+    assert gone == ["warm-c8-beam1: pass -> not run"]
+    assert not _schedules_changed(replace(base, schedules=(broken,)), replace(base, schedules=(refill,)), [])
