@@ -40,6 +40,7 @@ __all__ = [
     "class_label",
     "code_class",
     "generates",
+    "said_count",
 ]
 
 
@@ -271,12 +272,12 @@ def as_generation(output: object) -> Generation:
         if isinstance(beams, (list, tuple))
         else (),
         token_ids=tuple(ids) if isinstance(ids, (list, tuple)) else (),
-        slot=_count(getattr(output, "slot", None)),
-        cached_tokens=_count(getattr(output, "cached_tokens", None)),
+        slot=said_count(getattr(output, "slot", None)),
+        cached_tokens=said_count(getattr(output, "cached_tokens", None)),
     )
 
 
-def _count(value: object) -> int | None:
+def said_count(value: object) -> int | None:
     """A slot number or token count an engine gave: a non-negative int, else not said."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 

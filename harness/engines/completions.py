@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 
 from harness.config import DecodingSettings
 from harness.config.parse import Json
-from harness.engines.base import BatchError, FailureKind, Generation
+from harness.engines.base import BatchError, FailureKind, Generation, said_count
 from harness.engines.http_batch import Answer
 from harness.redact import redact
 
@@ -139,7 +139,7 @@ def cached_tokens(answer_payload: Mapping[str, Json]) -> tuple[int | None, tuple
         value: Json = dict(answer_payload)
         for key in field.split("."):
             value = value.get(key) if isinstance(value, dict) else None
-        if (count := _count(value)) is not None:
+        if (count := said_count(value)) is not None:
             said[field] = count
     return next(iter(said.values()), None), tuple(said)
 
@@ -149,14 +149,9 @@ def slot(answer_payload: Mapping[str, Json]) -> int | None:
     native answer or in an OpenAI answer's ``__verbose``); None where it does not say."""
     verbose = answer_payload.get("__verbose")
     for where in (answer_payload, verbose if isinstance(verbose, dict) else {}):
-        if (found := _count(where.get("id_slot"))) is not None:
+        if (found := said_count(where.get("id_slot"))) is not None:
             return found
     return None
-
-
-def _count(value: Json) -> int | None:
-    """A count or slot number as a server wrote it: a non-negative int, else not said."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def reported_width(answer_payload: Mapping[str, Json]) -> int | None:

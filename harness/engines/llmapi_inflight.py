@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import cast
 
-from harness.engines.base import Generation, InFlight, Pending
+from harness.engines.base import Generation, InFlight, Pending, said_count
 from harness.engines.protocols import AsyncLlm, Llm, RequestFuture, RequestOutput
 from harness.model.engine import KvCacheReuse
 from harness.model.vocab import CacheReuse
@@ -57,11 +57,6 @@ def cache_sentence(status: KvCacheReuse) -> str:
     return f"KV-cache block reuse is not known ({status.how})"
 
 
-def _count(value: object) -> int | None:
-    """A token count the release gave: a non-negative int, else not said."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
 class _Pending:
     """One request on its way; ``result()`` waits for its RequestOutput and reads it."""
 
@@ -74,7 +69,7 @@ class _Pending:
         finally:
             self.path._forget(self.future)
         gen = request_generation(output, "LLM.generate_async")
-        return replace(gen, cached_tokens=_count(getattr(output, "cached_tokens", None)))
+        return replace(gen, cached_tokens=said_count(getattr(output, "cached_tokens", None)))
 
 
 class LlmApiInFlight(InFlight):

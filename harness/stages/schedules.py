@@ -33,16 +33,14 @@ from harness.verdict.scoring import rouge_l
 LONG_SHARE = 0.25  # prefill-mix: the longest quarter of the prompts are its long prompts
 
 
-def _comparison(prep: Prepared, generated: Generated, width: int) -> list[str]:
+def _comparison(prep: Prepared, generated: Generated, width: int, timing: Timing) -> list[str]:
     """Batch size 1's output of every prompt at ``width`` (sent now where the run lacks it)."""
     row = generated.outputs[Cell(1, width)].texts.row(0) if Cell(1, width) in generated.outputs else ()
     out = []
     for d, prompt in enumerate(prep.prompts):
         text = row[d] if d < len(row) else None
         if text is None:
-            texts, _ = generate_batch(
-                prep.engine, [prompt], prep.config.decoding(width), prep.cache, prep.timing
-            )
+            texts, _ = generate_batch(prep.engine, [prompt], prep.config.decoding(width), prep.cache, timing)
             text = texts[0]
         out.append(text)
     return out
@@ -68,10 +66,11 @@ def _order(prep: Prepared, schedule: Schedule, concurrency: int) -> list[int]:
 
 
 def _conditions(
-    sent: Sequence[Sent], docs: Sequence[int], long: set[int], used: set[int]
+    sent: Sequence[Sent], docs: Sequence[int], ids: Sequence[str], long: set[int], used: set[int]
 ) -> list[ServedRequest]:
-    """Each request's place in the run, from the timings and what the engine said; ``used``:
-    the slots that had served a request of this open path before (updated)."""
+    """Each request's place in the run, in arrival order (``docs``: the documents sent, ``ids``
+    their names by document), from the timings and what the engine said; ``used``: the slots
+    that had served a request of this open path before (updated)."""
     first_answer = min((s.answered for s in sent if s.answered is not None), default=0.0)
     long_sent = [s.sent for s in sent if docs[s.index] in long and s.in_flight > 0]
     out = []
@@ -92,7 +91,7 @@ def _conditions(
             used.add(slot)
         out.append(
             ServedRequest(
-                document=str(docs[s.index]),
+                document=ids[docs[s.index]],
                 rank=s.rank,
                 sent=round(s.sent, 6),
                 answered=round(s.answered or 0.0, 6),
@@ -109,13 +108,14 @@ def _conditions(
 def _scored(
     prep: Prepared,
     requests: list[ServedRequest],
+    docs: Sequence[int],
     texts: dict[int, str],
     against: Sequence[str],
     base: Baseline,
 ) -> tuple[ServedRequest, ...]:
-    """Each request's ROUGE-L against the baseline and the reference, and its comparison's."""
+    """Each request's ROUGE-L against the baseline and the reference, and its comparison's
+    (``docs``: each request's document, in arrival order as ``requests``)."""
     cut = prep.cap.cut
-    docs = [int(r.document) for r in requests]
     refs = [prep.dataset.documents[d].summary for d in docs]
     mine = [cut(texts[d]) for d in docs]
     theirs = [cut(against[d]) for d in docs]
@@ -127,7 +127,6 @@ def _scored(
     return tuple(
         dataclasses.replace(
             r,
-            document=prep.dataset.documents[docs[i]].id,
             agreement=agreement[i],
             agreement_bs1=agreement_bs1[i],
             quality=quality.get(i),
@@ -157,21 +156,33 @@ def _long(prep: Prepared) -> set[int]:
     return set(ranked[: max(1, round(LONG_SHARE * len(order)))])
 
 
+@dataclasses.dataclass(frozen=True)
+class _Pass:
+    """One pass of requests on an open path: each request (arrival order) and its document,
+    the texts by document, and how the engine served its first wave."""
+
+    requests: list[ServedRequest]
+    docs: list[int]
+    texts: dict[int, str]
+    served: Served | None
+
+
 class _Runner:
     """One beam width's scheduled cells: each cold schedule on a freshly opened in-flight path,
     ``warm`` as a second pass on the path ``refill`` warmed."""
 
-    def __init__(self, prep: Prepared, width: int, against: list[str], base: Baseline) -> None:
-        self.prep, self.width, self.against, self.base = prep, width, against, base
+    def __init__(
+        self, prep: Prepared, width: int, concurrency: int, against: list[str], base: Baseline
+    ) -> None:
+        self.prep, self.width, self.concurrency = prep, width, concurrency
+        self.against, self.base = against, base
         self.settings = prep.config.decoding(width)
-        self.concurrency = prep.config.schedules.concurrency_for([c.batch_size for c in prep.plan.cells])
         self.long = _long(prep)
+        self.ids = [d.id for d in prep.dataset.documents]
         self.timeout = prep.config.batch_timeout
         self.served: set[int] = set()  # slots that served a request of this run (harness.engines.base)
 
-    def _pass(
-        self, flight: InFlight, schedule: Schedule, used: set[int]
-    ) -> tuple[list[ServedRequest], dict[int, str], Served | None]:
+    def _pass(self, flight: InFlight, schedule: Schedule, used: set[int]) -> _Pass:
         c = self.concurrency
         docs = _order(self.prep, schedule, c)
         wave = {Schedule.STAGGERED: 1, Schedule.PREFILL_MIX: c - 1}.get(schedule, c)
@@ -185,8 +196,9 @@ class _Runner:
             timeout=self.timeout,
         )
         texts = {docs[s.index]: output_text(s.generation.text if s.generation else "") for s in sent}
-        return (
-            _conditions(sent, docs, self.long, used),
+        return _Pass(
+            _conditions(sent, docs, self.ids, self.long, used),
+            docs,
             texts,
             first_wave_served(sent, self.settings.max_new_tokens),
         )
@@ -199,17 +211,11 @@ class _Runner:
         return drives
 
     def _drive(
-        self,
-        schedule: Schedule,
-        requests: list[ServedRequest],
-        texts: dict[int, str],
-        against: Sequence[str],
-        served: Served | None,
-        cache: str | None = None,
+        self, schedule: Schedule, done: _Pass, against: Sequence[str], cache: str | None = None
     ) -> Drive:
-        scored = _scored(self.prep, requests, texts, against, self.base)
-        peak = max((r.in_flight for r in requests), default=0) + 1
-        return Drive(schedule, self.width, self.concurrency, scored, peak, cache, served)
+        scored = _scored(self.prep, done.requests, done.docs, done.texts, against, self.base)
+        peak = max((r.in_flight for r in done.requests), default=0) + 1
+        return Drive(schedule, self.width, self.concurrency, scored, peak, cache, done.served)
 
     def run(self, schedule: Schedule, warm: bool) -> list[Drive]:
         """``schedule``'s drive (and, after ``refill``, ``warm``'s on the same open path)."""
@@ -218,14 +224,13 @@ class _Runner:
             raise _NotApplicable(opened.reason)
         used = set() if opened.fresh_slots else self.served
         try:
-            requests, texts, served = self._pass(opened, schedule, used)
-            out = [self._drive(schedule, requests, texts, self.against, served)]
-            if schedule == Schedule.WARM:
-                out = []  # the cold run of a warm pass with no refill cell asked for
+            first = self._pass(opened, schedule, used)
+            # WARM here: the cold run of a warm pass with no refill cell asked for, not reported
+            out = [self._drive(schedule, first, self.against)] if schedule != Schedule.WARM else []
             if warm:
-                cold = [texts.get(d, "") for d in range(len(self.prep.prompts))]
-                again, warm_texts, served = self._pass(opened, Schedule.REFILL, used)
-                out.append(self._drive(Schedule.WARM, again, warm_texts, cold, served, opened.cache))
+                cold = [first.texts.get(d, "") for d in range(len(self.prep.prompts))]
+                again = self._pass(opened, Schedule.REFILL, used)
+                out.append(self._drive(Schedule.WARM, again, cold, opened.cache))
             return out
         finally:
             opened.close()
@@ -289,7 +294,7 @@ def run_schedules(
                 f"no batch-size-1 outputs at beam width {width} to compare with",
             )
             continue
-        runner = _Runner(prep, width, _comparison(prep, generated, width), bases[width])
+        runner = _Runner(prep, width, concurrency, _comparison(prep, generated, width, timing), bases[width])
         cold: list[Schedule] = [s for s in chosen if s != Schedule.WARM]
         if Schedule.WARM in chosen and Schedule.REFILL not in cold:
             cold.append(Schedule.WARM)  # its cold run is a refill pass, not reported as a cell
@@ -300,7 +305,7 @@ def run_schedules(
             try:
                 ran += runner.run(schedule, warm)
             except _NotApplicable as exc:
-                fixed += _cells([s for s in chosen], width, concurrency, Verdict.NOT_APPLICABLE, str(exc))
+                fixed += _cells(chosen, width, concurrency, Verdict.NOT_APPLICABLE, str(exc))
                 break
             except HarnessError:
                 raise

@@ -167,6 +167,18 @@ class EmulatorEngine(EngineBase):
 
         return EmulatorInFlight(self, settings)
 
+    def refusal(self, length: int, max_new_tokens: int) -> str | None:
+        """Why a prompt of ``length`` tokens is refused, as TensorRT-LLM refuses it (None: it fits);
+        the bulk batches and the in-flight path alike."""
+        if length > self.max_input_len:
+            return f"input length {length} exceeds the engine's max_input_len {self.max_input_len}"
+        if length + max_new_tokens > self.max_seq_len:
+            return (
+                f"input length {length} + max_new_tokens {max_new_tokens} "
+                f"exceeds the engine's max_seq_len {self.max_seq_len}"
+            )
+        return None
+
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         with self.busy:
             return self._generate(prompts, settings)
@@ -174,16 +186,9 @@ class EmulatorEngine(EngineBase):
     @torch.inference_mode()
     def _generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         ids = self.tokenizer(list(prompts))["input_ids"]
-        longest = max(len(x) for x in ids)
-        if longest > self.max_input_len:
-            raise RuntimeError(
-                f"input length {longest} exceeds the engine's max_input_len {self.max_input_len}"
-            )
-        if longest + settings.max_new_tokens > self.max_seq_len:
-            raise RuntimeError(
-                f"input length {longest} + max_new_tokens {settings.max_new_tokens} "
-                f"exceeds the engine's max_seq_len {self.max_seq_len}"
-            )
+        refused = self.refusal(max(len(x) for x in ids), settings.max_new_tokens)
+        if refused is not None:
+            raise RuntimeError(refused)
         flips = self._plan_drift(prompts, [len(x) for x in ids], settings) if len(prompts) > 1 else {}
         run = self._pass(prompts, settings, flips)
         self._lose_kv(prompts, settings.beam_width)

@@ -68,7 +68,6 @@ class Emulator(Protocol):
     shape: ModelShape
     path: Path
     max_batch_size: int
-    max_input_len: int
     max_seq_len: int
     prefill_chunk: int
     fault: Fault | None
@@ -77,6 +76,8 @@ class Emulator(Protocol):
     _traces: dict[tuple[str, DecodingSettings], Trace]
 
     def _record_traces(self, prompts: list[str], settings: DecodingSettings) -> None: ...
+
+    def refusal(self, length: int, max_new_tokens: int) -> str | None: ...
 
 
 STALE_SHARE = 0.5  # stale-slot: the share of a refilled slot's new prompt left as it was
@@ -217,7 +218,7 @@ class EmulatorInFlight(InFlight):
             if not request.future.set_running_or_notify_cancel():
                 continue  # cancelled while queued
             request.ids = tuple(self.engine.tokenizer([request.prompt])["input_ids"][0])
-            refusal = self._refusal(len(request.ids))
+            refusal = self.engine.refusal(len(request.ids), self.settings.max_new_tokens)
             if refusal is not None:
                 request.future.set_exception(RuntimeError(refusal))
                 continue
@@ -228,18 +229,6 @@ class EmulatorInFlight(InFlight):
             request.total = request.chunks = chunks
             request.prefill = self.engine.prefills.get(request.ids)
             self._rows[request.slot] = request
-
-    def _refusal(self, length: int) -> str | None:
-        """What ``generate`` refuses a prompt of ``length`` tokens for, if anything."""
-        engine, new = self.engine, self.settings.max_new_tokens
-        if length > engine.max_input_len:
-            return f"input length {length} exceeds the engine's max_input_len {engine.max_input_len}"
-        if length + new > engine.max_seq_len:
-            return (
-                f"input length {length} + max_new_tokens {new} exceeds the engine's max_seq_len "
-                f"{engine.max_seq_len}"
-            )
-        return None
 
     def _seat(self, request: _Request) -> None:
         """A fully prefilled prompt into its slot, its first token from the prompt's logits."""
