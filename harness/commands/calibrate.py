@@ -40,7 +40,7 @@ def add(sub: Subcommands) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from harness.tools.calibrate.run import run_calibration
-    from harness.tools.calibrate.table import Targets, table
+    from harness.tools.calibrate.table import Targets, flight_table, table
 
     own = {spec.dest: getattr(args, spec.dest) for spec in declared(Settings)}
     # every run option calibrate shares (SHARED), as given; the cache as a folder or none
@@ -50,7 +50,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         **shared,
         cache_dir=None if args.no_cache else Path(args.cache_dir).expanduser(),
     )
-    outcomes = run_calibration(settings, say=lambda line: print(line, flush=True))
-    lines, ok = table(outcomes, settings, Targets())
-    print("\n".join(lines))
-    return 0 if ok else 1
+    outcomes, flights = run_calibration(settings, say=lambda line: print(line, flush=True))
+    lines, ok = table(outcomes, settings, Targets()) if outcomes else ([], True)
+    more, flights_ok = flight_table(flights, settings, Targets())
+    print("\n".join([*lines, *([""] if lines and more else []), *more]))
+    return 0 if ok and flights_ok else 1

@@ -80,6 +80,9 @@ class Generation:
     # the prompt tokens it says it served from a cache (None: the engine does not say)
     slot: int | None = None
     cached_tokens: int | None = None
+    # seconds from its submission until the engine had its first token, its prompt prefilled
+    # (None: the engine does not say)
+    first_token: float | None = None
 
 
 @runtime_checkable

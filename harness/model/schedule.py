@@ -58,7 +58,8 @@ class ScheduledCell:
     """One schedule at one beam width: its requests, its paired test against batch size 1 (the
     cold run for ``warm``), and its verdict and message. ``overlap``: the share of requests after
     the first that were sent while another of the cell's was in flight (a schedule counts only
-    where it happened); ``separation``: which requests were damaged and what sets them apart."""
+    where it happened); ``separation``: which requests were damaged and what sets them apart,
+    ``separated_by`` that condition."""
 
     schedule: Schedule
     beam_width: int
@@ -71,6 +72,7 @@ class ScheduledCell:
     overlap: float | None = None
     peak: int | None = None  # the most requests in flight at once
     separation: str | None = None
+    separated_by: Condition | None = None  # the condition ``separation`` names (None: none)
     cache: str | None = None  # warm: what the engine said it serves a repeated prompt from
     # how the engine answered a first wave sent at once (harness.engines.batching; None: not judged)
     served: Served | None = None

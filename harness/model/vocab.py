@@ -217,5 +217,10 @@ class Condition(Word):
     JOINED = "joined a running batch"  # sent while another request was decoding
     FREED_SLOT = "took a freed slot"  # its slot had served another request of this run
     LONG_PREFILL = "long prompt sent while others decoded"
-    BESIDE_PREFILL = "decoding while a long prompt was sent"
-    CACHED = "prompt served from cache"  # the engine said it reused cached prompt tokens
+    # in flight while a long prompt was prefilled: from its sending to its first token where
+    # the engine says when that was (Generation.first_token), else at its sending
+    BESIDE_PREFILL = "in flight while a long prompt was prefilled"
+    CACHED = "prompt served from cache"
+    # its slot at or past the largest power of two below the slots the pass used (4-7 of 8): the
+    # rows a step padded up to the next CUDA-graph size holds past its last captured size
+    LATE_SLOT = "ran in a late slot"  # the engine said it reused cached prompt tokens

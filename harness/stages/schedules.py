@@ -15,11 +15,12 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
-from harness.config import RunConfig
-from harness.engines.base import InFlight, NoInFlight
+from harness.bounds import ScoringCap
+from harness.config import DecodingSettings, RunConfig
+from harness.engines.base import Engine, InFlight, NoInFlight
 from harness.engines.batching import judge_batch
 from harness.errors import HarnessError, describe
-from harness.model.cell import Cell
+from harness.model.cell import Cell, captured_below
 from harness.model.report import Timing
 from harness.model.schedule import ScheduledCell, ServedRequest
 from harness.model.vocab import Condition, Schedule, Served, Verdict
@@ -46,17 +47,45 @@ def _comparison(prep: Prepared, generated: Generated, width: int, timing: Timing
     return out
 
 
-def _order(prep: Prepared, schedule: Schedule, concurrency: int) -> list[int]:
+@dataclasses.dataclass(frozen=True)
+class Ground:
+    """What one beam width's scheduled cells are sent and scored with: the engine; the prompts
+    in dataset order with their ids, reference summaries (None: none) and lengths; the order a
+    schedule sends them in; the texts agreement is measured against (goldens, else batch
+    size 1) and batch size 1's own outputs, each request's paired comparison."""
+
+    engine: Engine
+    prompts: Sequence[str]
+    ids: Sequence[str]
+    references: Sequence[str | None]
+    lengths: Sequence[int]
+    order: Sequence[int]
+    baseline: Sequence[str]
+    against: Sequence[str]
+    settings: DecodingSettings
+    concurrency: int
+    cap: ScoringCap
+    timeout: float | None
+
+    @property
+    def long(self) -> frozenset[int]:
+        """The longest quarter of the prompts (ties by the order): prefill-mix's long prompts,
+        and what the long-prompt conditions mean in every schedule."""
+        ranked = sorted(self.order, key=lambda d: -self.lengths[d])  # stable: ties keep the order
+        return frozenset(ranked[: max(1, round(LONG_SHARE * len(self.order)))])
+
+
+def _order(ground: Ground, schedule: Schedule) -> list[int]:
     """The documents in the order they are sent: the plan's ring; for ``prefill-mix`` the
     shorter prompts first wave, then one long prompt after every C - 1 short ones."""
-    order = list(prep.plan.order)
+    order = list(ground.order)
     if schedule != Schedule.PREFILL_MIX:
         return order
-    long = _long(prep)
+    long = ground.long
     short = [d for d in order if d not in long]
     tall = [d for d in order if d in long]
     out: list[int] = []
-    step = max(1, concurrency - 1)
+    step = max(1, ground.concurrency - 1)
     while short or tall:
         out.extend(short[:step])
         short = short[step:]
@@ -66,13 +95,15 @@ def _order(prep: Prepared, schedule: Schedule, concurrency: int) -> list[int]:
 
 
 def _conditions(
-    sent: Sequence[Sent], docs: Sequence[int], ids: Sequence[str], long: set[int], used: set[int]
+    sent: Sequence[Sent], docs: Sequence[int], ids: Sequence[str], long: frozenset[int], used: set[int]
 ) -> list[ServedRequest]:
     """Each request's place in the run, in arrival order (``docs``: the documents sent, ``ids``
     their names by document), from the timings and what the engine said; ``used``: the slots
     that had served a request of this open path before (updated)."""
     first_answer = min((s.answered for s in sent if s.answered is not None), default=0.0)
-    long_sent = [s.sent for s in sent if docs[s.index] in long and s.in_flight > 0]
+    slots = [g.slot for s in sent if (g := s.generation) is not None and g.slot is not None]
+    late = captured_below(max(slots) + 1) if slots else None
+    prefills = [(s.rank, s.sent, _prefilled(s)) for s in sent if docs[s.index] in long]
     out = []
     for s in sorted(sent, key=lambda r: r.answered or 0.0):  # slots free in answer order
         g = s.generation
@@ -84,8 +115,12 @@ def _conditions(
             Condition.JOINED: s.in_flight > 0,
             Condition.FREED_SLOT: bool(reused),
             Condition.LONG_PREFILL: docs[s.index] in long and s.in_flight > 0,
-            Condition.BESIDE_PREFILL: any(s.sent < t < (s.answered or 0.0) for t in long_sent if t != s.sent),
+            Condition.BESIDE_PREFILL: any(
+                rank != s.rank and s.sent <= end and (s.answered or 0.0) > start
+                for rank, start, end in prefills
+            ),
             Condition.CACHED: bool(cached),
+            Condition.LATE_SLOT: late is not None and slot is not None and late > 0 and slot >= late,
         }
         if slot is not None:
             used.add(slot)
@@ -105,21 +140,27 @@ def _conditions(
     return sorted(out, key=lambda r: r.rank)
 
 
+def _prefilled(s: Sent) -> float:
+    """When a request's prompt was prefilled: its first token where the engine says when, else
+    its sending."""
+    g = s.generation
+    return s.sent + (g.first_token or 0.0) if g is not None else s.sent
+
+
 def _scored(
-    prep: Prepared,
+    ground: Ground,
     requests: list[ServedRequest],
     docs: Sequence[int],
     texts: dict[int, str],
     against: Sequence[str],
-    base: Baseline,
 ) -> tuple[ServedRequest, ...]:
     """Each request's ROUGE-L against the baseline and the reference, and its comparison's
     (``docs``: each request's document, in arrival order as ``requests``)."""
-    cut = prep.cap.cut
-    refs = [prep.dataset.documents[d].summary for d in docs]
+    cut = ground.cap.cut
+    refs = [ground.references[d] for d in docs]
     mine = [cut(texts[d]) for d in docs]
     theirs = [cut(against[d]) for d in docs]
-    basis = [base.texts[d] for d in docs]
+    basis = [ground.baseline[d] for d in docs]
     agreement, agreement_bs1 = rouge_l(basis, mine), rouge_l(basis, theirs)
     have = [i for i, r in enumerate(refs) if r is not None]
     quality = dict(zip(have, rouge_l([refs[i] or "" for i in have], [mine[i] for i in have])))
@@ -148,14 +189,6 @@ def first_wave_served(sent: Sequence[Sent], max_tokens: int) -> Served | None:
     return judge_batch(timings, [g.text for g in wave], max_tokens).verdict
 
 
-def _long(prep: Prepared) -> set[int]:
-    """The longest quarter of the prompts (ties by the plan's order): prefill-mix's long prompts,
-    and what the long-prompt conditions mean in every schedule."""
-    lengths, order = prep.lengths(), prep.plan.order
-    ranked = sorted(order, key=lambda d: -lengths[d])  # stable: ties keep the plan's order
-    return set(ranked[: max(1, round(LONG_SHARE * len(order)))])
-
-
 @dataclasses.dataclass(frozen=True)
 class _Pass:
     """One pass of requests on an open path: each request (arrival order) and its document,
@@ -171,64 +204,53 @@ class _Runner:
     """One beam width's scheduled cells: each cold schedule on a freshly opened in-flight path,
     ``warm`` as a second pass on the path ``refill`` warmed."""
 
-    def __init__(
-        self, prep: Prepared, width: int, concurrency: int, against: list[str], base: Baseline
-    ) -> None:
-        self.prep, self.width, self.concurrency = prep, width, concurrency
-        self.against, self.base = against, base
-        self.settings = prep.config.decoding(width)
-        self.long = _long(prep)
-        self.ids = [d.id for d in prep.dataset.documents]
-        self.timeout = prep.config.batch_timeout
+    def __init__(self, ground: Ground) -> None:
+        self.ground = ground
+        self.long = ground.long
         self.served: set[int] = set()  # slots that served a request of this run (harness.engines.base)
 
     def _pass(self, flight: InFlight, schedule: Schedule, used: set[int]) -> _Pass:
-        c = self.concurrency
-        docs = _order(self.prep, schedule, c)
+        g = self.ground
+        c = g.concurrency
+        docs = _order(g, schedule)
         wave = {Schedule.STAGGERED: 1, Schedule.PREFILL_MIX: c - 1}.get(schedule, c)
         gap = None if schedule == Schedule.STAGGERED else 0.0
         sent = drive(
             flight,
-            [self.prep.prompts[d] for d in docs],
+            [g.prompts[d] for d in docs],
             first_wave=max(1, wave),
             cap=c,
             gap=gap,
-            timeout=self.timeout,
+            timeout=g.timeout,
         )
         texts = {docs[s.index]: output_text(s.generation.text if s.generation else "") for s in sent}
         return _Pass(
-            _conditions(sent, docs, self.ids, self.long, used),
+            _conditions(sent, docs, g.ids, self.long, used),
             docs,
             texts,
-            first_wave_served(sent, self.settings.max_new_tokens),
+            first_wave_served(sent, g.settings.max_new_tokens),
         )
-
-    def judged(self, drives: list[Drive]) -> list[Drive]:
-        """Every drive of this width marked served one after another where any first wave was
-        (a queue is the engine's, not one schedule's)."""
-        if any(d.served == Served.ONE_AFTER_ANOTHER for d in drives):
-            return [dataclasses.replace(d, served=Served.ONE_AFTER_ANOTHER) for d in drives]
-        return drives
 
     def _drive(
         self, schedule: Schedule, done: _Pass, against: Sequence[str], cache: str | None = None
     ) -> Drive:
-        scored = _scored(self.prep, done.requests, done.docs, done.texts, against, self.base)
+        g = self.ground
+        scored = _scored(g, done.requests, done.docs, done.texts, against)
         peak = max((r.in_flight for r in done.requests), default=0) + 1
-        return Drive(schedule, self.width, self.concurrency, scored, peak, cache, done.served)
+        return Drive(schedule, g.settings.beam_width, g.concurrency, scored, peak, cache, done.served)
 
     def run(self, schedule: Schedule, warm: bool) -> list[Drive]:
         """``schedule``'s drive (and, after ``refill``, ``warm``'s on the same open path)."""
-        opened = self.prep.engine.in_flight(self.settings)
+        opened = self.ground.engine.in_flight(self.ground.settings)
         if isinstance(opened, NoInFlight):
             raise _NotApplicable(opened.reason)
         used = set() if opened.fresh_slots else self.served
         try:
             first = self._pass(opened, schedule, used)
             # WARM here: the cold run of a warm pass with no refill cell asked for, not reported
-            out = [self._drive(schedule, first, self.against)] if schedule != Schedule.WARM else []
+            out = [self._drive(schedule, first, self.ground.against)] if schedule != Schedule.WARM else []
             if warm:
-                cold = [first.texts.get(d, "") for d in range(len(self.prep.prompts))]
+                cold = [first.texts.get(d, "") for d in range(len(self.ground.prompts))]
                 again = self._pass(opened, Schedule.REFILL, used)
                 out.append(self._drive(Schedule.WARM, again, cold, opened.cache))
             return out
@@ -238,6 +260,54 @@ class _Runner:
 
 class _NotApplicable(Exception):
     """The engine has no in-flight path for this setting (its reason)."""
+
+
+def drive_width(ground: Ground, chosen: Sequence[Schedule]) -> tuple[list[Drive], list[ScheduledCell]]:
+    """Every schedule of ``chosen`` (not ``bulk``) at one beam width, not yet judged: each
+    cold schedule on a freshly opened in-flight path, ``warm`` as a second pass on the path a
+    ``refill`` pass warmed; and the cells that could not run (not applicable, or the engine's
+    error), decided. Drives of an engine that answered any first wave one after another are all
+    marked so (a queue is the engine's, not one schedule's)."""
+    runner = _Runner(ground)
+    width, c = ground.settings.beam_width, ground.concurrency
+    cold: list[Schedule] = [s for s in chosen if s not in (Schedule.WARM, Schedule.BULK)]
+    if Schedule.WARM in chosen and Schedule.REFILL not in cold:
+        cold.append(Schedule.WARM)  # its cold run is a refill pass, not reported as a cell
+    ran: list[Drive] = []
+    fixed: list[ScheduledCell] = []
+    for schedule in cold:
+        warm = Schedule.WARM in chosen and schedule in (Schedule.REFILL, Schedule.WARM)
+        names = [schedule] + ([Schedule.WARM] if warm and schedule != Schedule.WARM else [])
+        try:
+            ran += runner.run(schedule, warm)
+        except _NotApplicable as exc:
+            return [], _cells(chosen, width, c, Verdict.NOT_APPLICABLE, str(exc))
+        except HarnessError:
+            raise
+        except Exception as exc:  # the engine's own errors (RequestsFailed: a request's): the cell's
+            fixed += _cells(names, width, c, Verdict.ERROR, describe(exc))
+    if any(d.served == Served.ONE_AFTER_ANOTHER for d in ran):
+        ran = [dataclasses.replace(d, served=Served.ONE_AFTER_ANOTHER) for d in ran]
+    return ran, fixed
+
+
+def _ground(prep: Prepared, generated: Generated, base: Baseline, concurrency: int, timing: Timing) -> Ground:
+    """A run's ground for one beam width's scheduled cells."""
+    width = base.beam_width
+    return Ground(
+        engine=prep.engine,
+        prompts=prep.prompts,
+        ids=[d.id for d in prep.dataset.documents],
+        references=[d.summary for d in prep.dataset.documents],
+        lengths=prep.lengths(),
+        order=prep.plan.order,
+        baseline=base.texts,
+        against=_comparison(prep, generated, width, timing),
+        settings=prep.config.decoding(width),
+        concurrency=concurrency,
+        cap=prep.cap,
+        timeout=prep.config.batch_timeout,
+    )
 
 
 def _cells(
@@ -294,24 +364,9 @@ def run_schedules(
                 f"no batch-size-1 outputs at beam width {width} to compare with",
             )
             continue
-        runner = _Runner(prep, width, concurrency, _comparison(prep, generated, width, timing), bases[width])
-        cold: list[Schedule] = [s for s in chosen if s != Schedule.WARM]
-        if Schedule.WARM in chosen and Schedule.REFILL not in cold:
-            cold.append(Schedule.WARM)  # its cold run is a refill pass, not reported as a cell
-        ran: list[Drive] = []
-        for schedule in cold:
-            warm = Schedule.WARM in chosen and schedule in (Schedule.REFILL, Schedule.WARM)
-            names = [schedule] + ([Schedule.WARM] if warm and schedule != Schedule.WARM else [])
-            try:
-                ran += runner.run(schedule, warm)
-            except _NotApplicable as exc:
-                fixed += _cells(chosen, width, concurrency, Verdict.NOT_APPLICABLE, str(exc))
-                break
-            except HarnessError:
-                raise
-            except Exception as exc:  # the engine's own errors (RequestsFailed: a request's): the cell's
-                fixed += _cells(names, width, concurrency, Verdict.ERROR, describe(exc))
-        drives += runner.judged(ran)
+        ran, failed = drive_width(_ground(prep, generated, bases[width], concurrency, timing), chosen)
+        drives += ran
+        fixed += failed
     timing.schedules_s = time.perf_counter() - t
     config = prep.config
     decided = judge(drives, config.tolerance, config.alpha, config.deterministic)

@@ -16,13 +16,13 @@ untested with the reason, never passed.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from harness.model.analysis import DropTest
 from harness.model.schedule import GroupTest, ScheduledCell, ServedRequest
 from harness.model.vocab import Condition, Schedule, Served, Verdict
-from harness.verdict.statistics import holm, paired_test
+from harness.verdict.statistics import confined_p, holm, paired_test
 
 MIN_GROUP = 5  # requests a condition needs before its own group is tested
 JOINED_SHARE = 0.5  # of the requests after the first, joined a running batch: the schedule happened
@@ -32,8 +32,11 @@ JOINED_SHARE = 0.5  # of the requests after the first, joined a running batch: t
 DAMAGE = 0.1
 DAMAGE_AGREEMENT = 0.5
 # a condition sets the damaged requests apart when the share of them it holds, less the share
-# of the other requests damaged, is at least this
+# of the other requests damaged, is at least this, and so few damaged fell outside it by chance
+# less often than CONFINED_P (a condition all but a few requests hold covers the damage by
+# holding everything: its few others say nothing)
 SEPARATES = 0.5
+CONFINED_P = 0.05
 
 
 @dataclass(frozen=True)
@@ -111,31 +114,67 @@ def _groups(requests: Sequence[ServedRequest], tolerance: float) -> list[GroupTe
     return out
 
 
-def separation(requests: Sequence[ServedRequest]) -> str | None:
-    """Which requests were damaged and the condition that best sets them apart from the
-    healthy ones (the share of the damaged it holds less the damaged share outside it), e.g. "damaged: 22 of 24 requests
-    that took a freed slot; 0 of 8 others" (None: none damaged)."""
-    hit = [r for r in requests if r.damaged]
-    if not hit:
-        return None
-    best: tuple[float, float, str] | None = None
+@dataclass(frozen=True)
+class Separation:
+    """Which requests of a failing cell were damaged, and the condition that sets them apart
+    from the healthy ones (None: none does), as one sentence."""
+
+    condition: Condition | None
+    text: str
+
+
+def _gaps(requests: Sequence[ServedRequest]) -> dict[Condition, tuple[float, float, str]]:
+    """Per condition that confines the damage (CONFINED_P): the share of the damaged it holds
+    less the damaged share outside it, the damaged share inside it, and the sentence that says
+    so."""
+    hit = sum(r.damaged for r in requests)
+    out = {}
     for condition in Condition:
         inside = [r for r in requests if condition in r.conditions]
         outside = [r for r in requests if condition not in r.conditions]
-        if not inside or not outside:
-            continue
         a, b = sum(r.damaged for r in inside), sum(r.damaged for r in outside)
-        gap = a / len(hit) - b / len(outside)  # damage it covers, less damage outside it
-        text = f"damaged: {a} of {len(inside)} requests that {_verb(condition)}; {b} of {len(outside)} others"
-        # ties: the condition with fewer healthy requests, then the later (narrower) condition
-        score = (gap, a / len(inside), text)
-        if best is None or score[:2] >= best[:2]:
-            best = score
-    if best is None or best[0] < SEPARATES:
-        common = [_verb(c) for c in Condition if all(c in r.conditions for r in requests)]
-        shared = f" (all requests {' and '.join(common)})" if common else ""
-        return f"damaged: {len(hit)} of {len(requests)} requests, no condition setting them apart{shared}"
-    return best[2]
+        if hit and inside and outside and confined_p(b, len(outside), hit, len(requests)) < CONFINED_P:
+            text = f"damaged: {a} of {len(inside)} requests that {_verb(condition)}; {b} of {len(outside)} others"
+            out[condition] = (a / hit - b / len(outside), a / len(inside), text)
+    return out
+
+
+def consensus(failing: Sequence[Sequence[ServedRequest]]) -> dict[Condition, float]:
+    """How well each condition sets the damaged requests apart over every failing cell of a
+    run: its mean gap (0 where it does not split a cell). A cause is the engine's, not one
+    schedule's: where two conditions set one cell's damage apart alike (every request after a
+    first wave took a freed slot, and was beside a long prompt), the one that does so in the
+    other failing cells is named."""
+    gaps = [_gaps(requests) for requests in failing]
+    return {c: sum(g[c][0] for g in gaps if c in g) / len(gaps) for c in Condition} if gaps else {}
+
+
+def separating(
+    requests: Sequence[ServedRequest], schedule: Schedule, prefer: Mapping[Condition, float] | None = None
+) -> Separation | None:
+    """The condition that best sets the damaged requests apart (the share of the damaged it
+    holds less the damaged share outside it; ties: the run's ``consensus``, then the fewer
+    healthy requests it holds), e.g. "damaged: 22 of 24 requests that took a freed slot; 0 of 8
+    others" (None: none damaged). A ``warm`` cell whose requests were all served from cache
+    names the cache: it is what its comparison with the cold run changes."""
+    hit = sum(r.damaged for r in requests)
+    if not hit:
+        return None
+    gaps = _gaps(requests)
+    rank = {c: (gap, (prefer or {}).get(c, 0.0), share) for c, (gap, share, _) in gaps.items()}
+    best = max(rank, key=lambda c: rank[c], default=None)
+    if best is not None and rank[best][0] >= SEPARATES:
+        return Separation(best, gaps[best][2])
+    common = [c for c in Condition if all(c in r.conditions for r in requests)]
+    if schedule == Schedule.WARM and Condition.CACHED in common:
+        return Separation(
+            Condition.CACHED,
+            f"damaged: {hit} of {len(requests)} requests, each served from cache, against their cold run",
+        )
+    shared = f" (all requests {' and '.join(_verb(c) for c in common)})" if common else ""
+    return Separation(
+        None, f"damaged: {hit} of {len(requests)} requests, no condition setting them apart{shared}"
+    )
 
 
 def _verb(condition: Condition) -> str:
@@ -145,8 +184,9 @@ def _verb(condition: Condition) -> str:
         Condition.JOINED: "joined a running batch",
         Condition.FREED_SLOT: "took a freed slot",
         Condition.LONG_PREFILL: "were long prompts sent while others decoded",
-        Condition.BESIDE_PREFILL: "were decoding while a long prompt was sent",
+        Condition.BESIDE_PREFILL: "were in flight while a long prompt was prefilled",
         Condition.CACHED: "were served from cache",
+        Condition.LATE_SLOT: "ran in a late slot (past the largest power of two below the slots used)",
     }[condition]
 
 
@@ -194,10 +234,25 @@ def judge(
                 groups=tuple(groups),
                 overlap=joined_share(requests),
                 peak=drive.peak,
-                separation=separation(requests) if failed else None,
                 cache=drive.cache,
                 served=drive.served,
             )
+        )
+    return _separated(out)
+
+
+def _separated(cells: list[ScheduledCell]) -> tuple[ScheduledCell, ...]:
+    """Each failing cell with the condition that sets its damaged requests apart, ties broken
+    by the run's ``consensus``."""
+    failing = [c for c in cells if c.verdict == Verdict.FAIL]
+    prefer = consensus([c.requests for c in failing])
+    out = []
+    for cell in cells:
+        found = separating(cell.requests, cell.schedule, prefer) if cell in failing else None
+        out.append(
+            cell
+            if found is None
+            else dataclasses.replace(cell, separation=found.text, separated_by=found.condition)
         )
     return tuple(out)
 
@@ -250,7 +305,7 @@ def decided_again(
         for c in judged
     ]
     for cell, again in zip(judged, judge(drives, tolerance, alpha, deterministic)):
-        for what in ("verdict", "test", "groups", "separation", "damaged", "overlap"):
+        for what in ("verdict", "test", "groups", "separation", "separated_by", "damaged", "overlap"):
             if getattr(cell, what) != getattr(again, what):
                 out.append(
                     f"{cell.id}: {what} {getattr(cell, what)}, but its requests make it {getattr(again, what)}"

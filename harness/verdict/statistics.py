@@ -51,6 +51,13 @@ def one_sided_welch_p(here: Sequence[float], elsewhere: Sequence[float], toleran
 ENGINE_SHARE = 0.1  # the share of alpha the engine-wide test is weighted with (docs/method.md)
 
 
+def confined_p(damaged_outside: int, outside: int, damaged: int, total: int) -> float:
+    """How likely so few damaged requests (``damaged_outside`` or fewer) would fall outside a
+    condition that ``outside`` of ``total`` requests lack, were the ``damaged`` ones scattered
+    at random: the hypergeometric tail of Fisher's exact test, one-sided."""
+    return float(stats.hypergeom.cdf(damaged_outside, total, damaged, outside))
+
+
 def holm(p_values: Sequence[float], weights: Sequence[float] | None = None) -> list[float]:
     """Holm-Bonferroni adjusted p-values (step-down, monotone, capped at 1); with ``weights``,
     the weighted Holm procedure: tests taken in order of p / w, each adjusted by the weight

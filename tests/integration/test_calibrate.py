@@ -10,7 +10,7 @@ import pytest
 from harness.__main__ import main
 from harness.tools.calibrate.run import run_calibration
 from harness.tools.calibrate.settings import Settings
-from harness.tools.calibrate.table import Outcome, Targets, table
+from harness.tools.calibrate.table import Outcome, Targets, flight_table, table
 from harness.verdict.decide import family_size
 from harness.verdict.statistics import min_detectable_drop, per_test_share
 
@@ -40,7 +40,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, list[Outco
     settings = _settings(
         root, trials=20, prompts=12, pool=16, max_new_tokens=12, only=("healthy", "full-batch")
     )
-    return settings, run_calibration(settings, say=lambda line: None)
+    return settings, run_calibration(settings, say=lambda line: None)[0]
 
 
 def test_rates_and_table(tiny: tuple[Settings, list[Outcome]]) -> None:
@@ -58,7 +58,7 @@ def test_rates_and_table(tiny: tuple[Settings, list[Outcome]]) -> None:
 
 def test_same_seed_same_results_and_a_missed_target_is_reported(tiny: tuple[Settings, list[Outcome]]) -> None:
     settings, outcomes = tiny
-    again = run_calibration(settings, say=lambda line: None)  # generations from the cache
+    again, _ = run_calibration(settings, say=lambda line: None)  # generations from the cache
     assert [(o.flagged, o.exact, o.named) for o in again] == [(o.flagged, o.exact, o.named) for o in outcomes]
     lines, ok = table(outcomes, settings, Targets(exact=1.01))
     assert not ok and lines[-1].endswith("TARGETS MISSED") and "MISSED" in lines[2]
@@ -72,7 +72,7 @@ def test_a_horizon_decides_over_the_first_share_of_each_rotation(
     prompts per position the full-batch corruption the whole rotation finds in 20 of 20 trials
     is found less often, at the whole alpha."""
     settings, _ = tiny
-    outcomes = run_calibration(replace(settings, horizon=0.25), say=lambda line: None)
+    outcomes, _ = run_calibration(replace(settings, horizon=0.25), say=lambda line: None)
     by = {o.model.name: o for o in outcomes}
     assert set(by["full-batch"].cost) == {(3 * 8 + 3 * 4 + 10) / (12 * 12 + 12)}
     assert 0 < by["full-batch"].flagged < 20 and by["healthy"].flagged == 0
@@ -115,7 +115,7 @@ def test_a_sweep_model_reports_its_boundary(tmp_path: Path) -> None:
     """The graph ladder swept to 8: trials at the sweep's cost (each prompt at one position
     per size) find the first failing size, 3, and the damaged positions per size."""
     settings = _settings(tmp_path, trials=10, prompts=40, pool=40, max_new_tokens=16, only=("graph-ladder",))
-    [o] = run_calibration(settings, say=lambda line: None)
+    [o], _ = run_calibration(settings, say=lambda line: None)
     assert (
         family_size(o.model.design(), references=True) == 3 * 35 + 7 + 1
     )  # sizes 2..8 at beam width 1, and the engine-wide test
@@ -151,3 +151,22 @@ def test_the_sweep_models_truth_is_what_the_emulator_damages(to: int) -> None:
             assert buffer.dead_entries(prompts, to, width) == set(buffer_damage(size, width, to))
     assert ladder_damage(5) == {4} and ladder_damage(8) == set() and ladder_damage(3) == {2}
     assert buffer_damage(8, 2, 8) == {4, 5, 6, 7} and buffer_damage(4, 2, 8) == set()
+
+
+def test_in_flight_faults_fail_the_schedules_named_by_their_condition_and_healthy_passes(tmp_path: Path) -> None:
+    """One round of 32 prompts per model at C 8, on 30% drift: a refilled slot's stale state
+    fails the scheduled cells, which name the freed slots; so does a chunked prefill that
+    corrupts the requests beside it."""
+    only = ("stale-slot+drift", "prefill-corrupt+drift")
+    base = _settings(tmp_path, trials=20, prompts=32, pool=32, max_new_tokens=16, only=only)
+    settings = replace(base, flight_rounds=1)
+    bulk, flights = run_calibration(settings, say=lambda line: None)
+    assert bulk == []  # in-flight models on drift have no bulk cells of their own
+    by = {o.model.name: o for o in flights}
+    stale = by["stale-slot+drift"]
+    assert stale.detected == 20 and stale.named == 20 and stale.exact == 20 and stale.wrong == 0
+    assert by["prefill-corrupt+drift"].detected == 20
+    lines, ok = flight_table(flights, settings, Targets())
+    assert lines[2].startswith("stale state on a refilled slot (in flight) + 30% drift")
+    assert lines[2].endswith("detected >= 95%, exact >= 95%: ok")
+    assert lines[-1].startswith("calibrate in flight: false alarms n/a; worst detection 100.0%")

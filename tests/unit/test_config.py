@@ -156,9 +156,9 @@ def test_every_run_option_calibrate_shares_reaches_its_settings(monkeypatch: pyt
 
     got: list[Settings] = []
 
-    def run_calibration(settings: Settings, say: object = None) -> list[object]:
+    def run_calibration(settings: Settings, say: object = None) -> tuple[list[object], list[object]]:
         got.append(settings)
-        return []
+        return [], []
 
     monkeypatch.setattr(calibration, "run_calibration", run_calibration)
     monkeypatch.setattr("harness.tools.calibrate.table.table", lambda *a: ([], True))

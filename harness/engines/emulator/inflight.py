@@ -18,6 +18,10 @@ on how many others are in flight: with no fault and no drift every output equals
 batch-size-1 ``generate`` output token for token, under any arrival pattern
 (tests/unit/engines/test_emulator_inflight.py checks it).
 
+Each answer says the slot it ran in, the prompt tokens served from cache and when, after its
+submission, its prompt was in and its first token taken (``first_token``), as engines that
+time their requests do (vLLM's first_token_time, TensorRT-LLM's request performance metrics).
+
 A prompt admitted again within one session is served from the session's prefix cache: admitted
 in one step, it reports all its prompt tokens cached. Benign drift (drift.py) applies as in
 bulk: a request that has shared a decode step with another takes the runner-up of one near-tie
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -99,6 +104,8 @@ class _Request:
     out: list[int] = field(default_factory=list)
     shared: bool = False  # has decoded in a step with another request (drift)
     flip: int | None = None  # drift: the step from which it takes a near-tie's runner-up
+    submitted: float = field(default_factory=time.perf_counter)
+    first_token: float | None = None  # seconds from its submission until its prompt was in
 
     @property
     def position(self) -> int:
@@ -245,6 +252,7 @@ class EmulatorInFlight(InFlight):
                 self.kv.k[:, slot, :, start : start + WARM_BLOCK] = 0
                 self.kv.v[:, slot, :, start : start + WARM_BLOCK] = 0
         self._plan_flip(request)
+        request.first_token = time.perf_counter() - request.submitted
         self._take([request], request.prefill.logits[None])
 
     def _leak(self, long: _Request, chunk: int, victims: list[_Request]) -> None:
@@ -308,5 +316,6 @@ class EmulatorInFlight(InFlight):
                 beams=(text,),
                 slot=request.slot,
                 cached_tokens=request.cached,
+                first_token=request.first_token,
             )
         )

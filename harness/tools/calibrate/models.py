@@ -9,14 +9,15 @@ stands for, which sizes its Holm family as that run's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from harness.config.basics import DEFAULT_BEAM_WIDTHS
 from harness.engines.emulator.build import build_limits
-from harness.engines.emulator.faults import Fault, FaultKind
+from harness.engines.emulator.faults import IN_FLIGHT_ONLY, Fault, FaultKind
 from harness.model.cell import Cell
 from harness.model.limits import EngineLimits
-from harness.model.vocab import FindingKind, Word
+from harness.model.vocab import Condition, FindingKind, Word
 from harness.plan import grid
 from harness.tools.calibrate.settings import SWEEP_TO
 
@@ -57,10 +58,18 @@ class Model:
     twin: str = "healthy"  # the same engine without the fault: partial's unhit prompts, extras
     target: Target = Target.DETECT
     sweep: bool = False  # a --sweep to limits.max_batch_size (sparse rotation, its family)
+    # an in-flight fault (bulk cells pass it): the condition its damaged requests share, which a
+    # failing scheduled cell should name
+    flight: Condition | None = None
 
     @property
     def should_fail(self) -> bool:
         return any(self.damaged.values())
+
+    @property
+    def fails_in_flight(self) -> bool:
+        """Its scheduled cells should fail: an in-flight fault."""
+        return self.fault is not None and self.fault.kind in IN_FLIGHT_ONLY
 
     def boundary(self, beam_width: int) -> int | None:
         """The first damaged batch size of a beam width (None: every size passes)."""
@@ -288,6 +297,10 @@ def models(rounds: int, fraction: float, position: int, sweep_to: int = SWEEP_TO
     healthy = Model(
         "healthy", "healthy", None, (c81, c82), {c81: frozenset(), c82: frozenset()}, None, target=Target.PASS
     )
+    in_flight = tuple(
+        replace(healthy, name=kind.value, label=f"{label} (in flight)", fault=Fault(kind), flight=named)
+        for kind, label, named in IN_FLIGHT_FAULTS
+    )
     under = f"drift-{DRIFT_UNDER:g}"
     return (
         healthy,
@@ -298,5 +311,26 @@ def models(rounds: int, fraction: float, position: int, sweep_to: int = SWEEP_TO
         on_drift(partial, under),
         uniform,
         spread,
+        *in_flight,
         *sweep_models(sweep_to),
     )
+
+
+# the in-flight faults (faults.py IN_FLIGHT_ONLY): what each is, and the condition its damaged
+# requests share
+IN_FLIGHT_FAULTS = (
+    (FaultKind.STALE_SLOT, "stale state on a refilled slot", Condition.FREED_SLOT),
+    (FaultKind.PREFILL_CORRUPT, "chunked prefill corrupts decoders", Condition.BESIDE_PREFILL),
+    (FaultKind.WARM_CACHE, "warm cache serves damaged blocks", Condition.CACHED),
+    (FaultKind.INFLIGHT_GRAPH, "graph padding by requests in flight", Condition.LATE_SLOT),
+)
+
+
+def flight_models(everything: Sequence[Model]) -> tuple[Model, ...]:
+    """The models calibrate runs under the schedules: the healthy engine, benign drift at every
+    rate (among requests that share decode steps), and every in-flight fault alone and on
+    DRIFT_UNDER drift."""
+    passing = [m for m in everything if m.fault is None and m.target == Target.PASS and not m.sweep]
+    faults = [m for m in everything if m.fault is not None and m.fault.kind in IN_FLIGHT_ONLY]
+    under = f"drift-{DRIFT_UNDER:g}"
+    return (*passing, *faults, *(on_drift(m, under) for m in faults))

@@ -12,14 +12,24 @@ from harness.errors import ConfigError
 from harness.model.cell import Cell
 from harness.model.vocab import Rotation
 from harness.plan import SPARSE_MIN
-from harness.tools.calibrate.generation import BatchSizeOne, Observations, generate, jobs, make_pool, observe
-from harness.tools.calibrate.models import Model, models
+from harness.tools.calibrate.generation import (
+    BatchSizeOne,
+    Observations,
+    Pool,
+    generate,
+    jobs,
+    make_pool,
+    observe,
+)
+from harness.tools.calibrate.inflight import FlightOutcome, calibrate_flight
+from harness.tools.calibrate.models import Model, flight_models, models
 from harness.tools.calibrate.settings import Settings
 from harness.tools.calibrate.table import Outcome
 from harness.tools.calibrate.trials import model_key, trial
 
 
-def _chosen(s: Settings) -> tuple[tuple[Model, ...], tuple[Model, ...]]:
+def _chosen(s: Settings) -> tuple[tuple[Model, ...], tuple[Model, ...], tuple[Model, ...]]:
+    """The bulk models asked for, every bulk model, and the in-flight models asked for."""
     if s.prompts > s.pool:
         raise ConfigError(
             f"--prompts {s.prompts} exceeds --pool {s.pool}; a trial draws its prompts from the pool"
@@ -30,13 +40,16 @@ def _chosen(s: Settings) -> tuple[tuple[Model, ...], tuple[Model, ...]]:
             "so it takes the fixed full-rotation design: give --looks 1 (and no --rotation sparse)"
         )
     everything = models(s.rounds, s.fraction, s.position, s.sweep_to)
-    unknown = set(s.only) - {m.name for m in everything}
+    flying = flight_models(everything)
+    known = list(dict.fromkeys(m.name for m in (*everything, *flying)))
+    unknown = set(s.only) - set(known)
     if unknown:
         raise ConfigError(
             f"--only {','.join(s.only)}: unknown model(s) {', '.join(sorted(unknown))}; "
-            f"choose from {', '.join(m.name for m in everything)}"
+            f"choose from {', '.join(known)}"
         )
     chosen = tuple(m for m in everything if m.name in s.only) if s.only else everything
+    flights = tuple(m for m in flying if m.name in s.only) if s.only else flying
     if any(m.sweep for m in chosen) and s.prompts < SPARSE_MIN * s.sweep_to:
         raise ConfigError(
             f"--sweep-to {s.sweep_to}: a sweep needs at least "
@@ -44,7 +57,7 @@ def _chosen(s: Settings) -> tuple[tuple[Model, ...], tuple[Model, ...]]:
             f"largest batch); give --prompts {SPARSE_MIN * s.sweep_to} (and a --pool "
             "at least as large), or leave the sweep models out with --only"
         )
-    return chosen, everything
+    return chosen, everything, flights
 
 
 def _effects(
@@ -57,13 +70,28 @@ def _effects(
     return differing, delta
 
 
-def run_calibration(s: Settings, say: Callable[[str], None] = print) -> list[Outcome]:
-    """Build, generate, score, then run the trials; returns one outcome per model."""
+def run_calibration(
+    s: Settings, say: Callable[[str], None] = print
+) -> tuple[list[Outcome], list[FlightOutcome]]:
+    """Build, generate, score, then run the trials: one outcome per bulk model, then one per
+    in-flight model (its scheduled cells)."""
+    chosen, everything, flights = _chosen(s)
+    pool = make_pool(s)
+    bulk = _bulk(chosen, everything, pool, s, say) if chosen else []
+    return bulk, calibrate_flight(flights, pool, s, model_key, say)
+
+
+def _bulk(
+    chosen: tuple[Model, ...],
+    everything: tuple[Model, ...],
+    pool: Pool,
+    s: Settings,
+    say: Callable[[str], None],
+) -> list[Outcome]:
+    """The bulk models' rotation rounds, then their trials."""
     from harness.engines.emulator.engine import EmulatorEngine
     from harness.verdict.scoring import rouge_l
 
-    chosen, everything = _chosen(s)
-    pool = make_pool(s)
     planned = jobs(pool, chosen, everything, s)
     t0 = time.perf_counter()
     say(

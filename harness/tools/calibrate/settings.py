@@ -57,6 +57,15 @@ class Settings:
         Receiver.CALIBRATE,
         parse=positive_int,
     )
+    flight_rounds: int = option(
+        4,
+        "--flight-rounds",
+        "rounds of every schedule per in-flight model, each a fresh draw of --prompts prompts in a fresh order "
+        "(default {default}; a round takes a few seconds: in-flight outputs are never cached)",
+        Receiver.CALIBRATE,
+        parse=positive_int,
+        metavar="N",
+    )
     jobs: int = option(
         JOBS,
         "--jobs",
@@ -68,7 +77,8 @@ class Settings:
         (),
         "--only",
         "comma-separated models: healthy, drift-0.1, drift-0.3, drift-0.6, overflow, full-batch, padding, stride "
-        "(each also +drift), partial, partial+drift, truncate, late-loss; swept to max_batch_size 8: graph-ladder, "
+        "(each also +drift), partial, partial+drift, truncate, late-loss; in flight (bulk cells and schedules): "
+        "stale-slot, prefill-corrupt, warm-cache, inflight-graph (each also +drift, schedules only); swept to max_batch_size 8: graph-ladder, "
         "beam-buffer, slot-cut (each also +drift), sweep-drift-0.3 (default: every model)",
         Receiver.CALIBRATE,
         parse=names,

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from harness.model.cell import Cell
 from harness.model.vocab import Rotation
+from harness.tools.calibrate.inflight import SCHEDULES, FlightOutcome
 from harness.tools.calibrate.models import Model, Target
 from harness.tools.calibrate.settings import Settings
 from harness.verdict.decide import family_size
@@ -70,6 +71,18 @@ class Targets:
     # ones without drift (with drift: never more than the fixed design)
     faulty_cost: float = 0.4
     healthy_cost: float = 0.7
+    # the scheduled cells (issue 33): each in-flight fault detected on every schedule it damages,
+    # its damaged requests named exactly by its condition; healthy and drifting engines pass
+    flight_detection: float = 0.95
+    flight_exact: float = 0.95
+
+    def check_flight(self, o: FlightOutcome) -> tuple[bool, str]:
+        """An in-flight model's rates against its targets."""
+        if not o.should_fail:
+            return o.failed / o.trials <= self.false_alarm, f"fails the run <= {self.false_alarm:.0%}"
+        said = f"detected >= {self.flight_detection:.0%}, exact >= {self.flight_exact:.0%}"
+        detected = o.detected / o.trials >= self.flight_detection
+        return detected and o.exact / o.trials >= self.flight_exact, said
 
     def check(self, o: Outcome, sequential: bool = False) -> tuple[bool, str]:
         ok, said = self._check(o)
@@ -172,6 +185,54 @@ def table(outcomes: Sequence[Outcome], s: Settings, targets: Targets) -> tuple[l
     family = family_size(grid_models[0].design(), references=True) if grid_models else None
     lines += ["", _note(s, family)]
     lines.append(_summary(outcomes, s, ok_all))
+    return lines, ok_all
+
+
+def flight_table(outcomes: Sequence[FlightOutcome], s: Settings, targets: Targets) -> tuple[list[str], bool]:
+    """The scheduled cells' table (module harness.tools.calibrate.inflight), its note and a
+    one-line summary; and whether every target holds."""
+    if not outcomes:
+        return [], True
+    heads = "".join(f" {sc.value[:7]:>7}" for sc in SCHEDULES)
+    lines = [
+        "in flight: the scheduled cells (C = max_batch_size 8, beam width 1)",
+        f"{'model':48} {'expect':6} {'fails':>6} {'detect':>7} {'named':>7} {'exact':>7} {'wrong':>6}"
+        f"  changed:{heads}  target",
+    ]
+    ok_all = True
+    for o in outcomes:
+        ok, target = targets.check_flight(o)
+        ok_all &= ok
+        m = o.model
+        rate = [
+            f"{x / o.trials:7.1%}" if o.should_fail else f"{'-':>7}" for x in (o.detected, o.named, o.exact)
+        ]
+        changed = "".join(f" {o.changed[sc]:7.0%}" for sc in SCHEDULES)
+        lines.append(
+            f"{m.label:48} {'fail' if o.should_fail else 'pass':6} {o.failed / o.trials:6.1%} {' '.join(rate)} "
+            f"{o.wrong / o.trials:6.1%}          {changed}  {target}: {'ok' if ok else 'MISSED'}"
+        )
+    lines += [
+        "",
+        f"each trial: per schedule and arrival rank, the request of that rank from one of {s.flight_rounds} rounds "
+        f"(each: {s.prompts} prompts drawn from the pool in a fresh order, sent on every schedule to an engine with "
+        "its own drift seed, scored against batch size 1 on it; warm: against its cold run), every cell judged "
+        "in one Holm family. fails = a scheduled cell failed or did not happen; detect = a scheduled cell failed on its "
+        "scores; named = a failing cell names the fault's condition and none another; exact = named, and no "
+        "failing cell has a damaged request outside it; wrong = a failing cell names another condition; changed = the rounds' outputs unlike "
+        "their comparison's. The bulk table's rows of the same names hold their bulk cells.",
+    ]
+    healthy = [o for o in outcomes if not o.should_fail]
+    faults = [o for o in outcomes if o.should_fail]
+    summary = "calibrate in flight: false alarms " + (
+        ", ".join(f"{o.failed / o.trials:.1%} {o.model.name}" for o in healthy) or "n/a"
+    )
+    worst = min(faults, key=lambda o: o.detected, default=None)
+    if worst is not None:
+        summary += f"; worst detection {worst.detected / worst.trials:.1%} ({worst.model.name})"
+        least = min(faults, key=lambda o: o.exact)
+        summary += f"; worst exact naming {least.exact / least.trials:.1%} ({least.model.name})"
+    lines.append(summary + f"; {s.trials} trials; " + ("all targets met" if ok_all else "TARGETS MISSED"))
     return lines, ok_all
 
 

@@ -26,7 +26,7 @@ from harness.errors import EngineError
 from harness.inputs.data import build_prompt, load_dataset
 
 GREEDY = DecodingSettings(max_new_tokens=32, beam_width=1, length_penalty=1.0)
-CHUNK = 128  # the default emulator.prefill_chunk the engines here are built with
+CHUNK = 192  # the default emulator.prefill_chunk the engines here are built with
 
 Engines = Callable[[str], EmulatorEngine]
 
@@ -274,3 +274,21 @@ def test_prefill_chunk_is_a_build_setting(tmp_path: Path) -> None:
     (path / "config.json").write_text(json.dumps(config))
     with pytest.raises(EngineError, match="prefill_chunk"):
         EmulatorEngine(path)
+
+
+def test_each_answer_says_when_its_prompt_was_in(engines: Engines, prompts: list[str]) -> None:
+    """first_token: from its submission to its prompt's last chunk; a long prompt admitted
+    beside seven others takes longer to get there than the first of them."""
+    engine = engines("healthy")
+    session = opened(engine)
+    try:
+        with together(engine):
+            pending = [session.submit(p) for p in prompts[:8]]
+        t0 = time.perf_counter()
+        got = [p.result() for p in pending]
+        waited = time.perf_counter() - t0
+    finally:
+        session.close()
+    firsts = [g.first_token for g in got if isinstance(g, Generation)]
+    assert len(firsts) == 8 and all(f is not None and 0 < f for f in firsts)
+    assert max(f for f in firsts if f is not None) < waited + 5  # within the pass, not a clock of its own

@@ -8,7 +8,7 @@ import dataclasses
 
 from harness.model.schedule import ServedRequest
 from harness.model.vocab import Condition, Schedule, Verdict
-from harness.verdict.schedules import Drive, judge
+from harness.verdict.schedules import Drive, judge, separating
 
 FREED, FIRST = (Condition.JOINED, Condition.FREED_SLOT), (Condition.FIRST_WAVE,)
 
@@ -83,7 +83,13 @@ def test_a_warm_pass_needs_no_overlap_and_is_compared_with_its_cold_run() -> Non
     warm = [request(i, in_flight=0, conditions=(Condition.CACHED,), lost=0.4) for i in range(10)]
     (cell,) = judge([refill(warm, Schedule.WARM)], tolerance=0.02, alpha=0.01)
     assert cell.verdict == Verdict.FAIL and "against their cold run" in cell.message
-    assert cell.separation is not None and "all requests were served from cache" in cell.separation
+    # the cache is what a warm pass changes against its cold run: named, though every request holds it
+    assert cell.separation == "damaged: 10 of 10 requests, each served from cache, against their cold run"
+    found = separating(cell.requests, Schedule.WARM)
+    assert found is not None and found.condition == Condition.CACHED
+    # the same requests in a cold cell: nothing sets them apart
+    cold = separating(cell.requests, Schedule.REFILL)
+    assert cold is not None and cold.condition is None and "no condition setting them apart" in cold.text
 
 
 def test_an_engine_that_answers_a_first_wave_one_after_another_is_a_queue_not_a_batch() -> None:
@@ -122,3 +128,35 @@ def test_the_audit_decides_every_scheduled_cell_again_from_its_requests() -> Non
     assert decided_again([hidden], 0.02, 0.01) == [
         "refill-c4-beam1: not applicable, but it holds 24 requests"
     ]
+
+
+def test_a_condition_nearly_every_request_holds_does_not_name_the_damage() -> None:
+    """Joined held by all but two requests covered every damaged one and was named, though the
+    damage was on the late slots: a condition with fewer than MIN_GROUP others says nothing."""
+    late = (Condition.JOINED, Condition.LATE_SLOT)
+    requests = [request(0, in_flight=0, conditions=FIRST), request(1, in_flight=0, conditions=FIRST)]
+    requests += [request(i, conditions=(Condition.JOINED,), noise=0.01 * (i % 3)) for i in range(2, 20)]
+    requests += [request(i, lost=0.3, conditions=late) for i in range(20, 32)]
+    (cell,) = judge([refill(requests)], tolerance=0.02, alpha=0.01)
+    assert cell.verdict == Verdict.FAIL and cell.separated_by == Condition.LATE_SLOT
+    assert cell.separation is not None and cell.separation.startswith(
+        "damaged: 12 of 12 requests that ran in a late slot"
+    )
+
+
+def test_two_conditions_that_set_one_cell_apart_alike_are_told_apart_by_the_other_failing_cells() -> None:
+    """prefill-mix: every request after the first wave took a freed slot and was beside a long
+    prompt, so both set its damage apart; in the staggered cell only the long prompt does."""
+    both = (Condition.JOINED, Condition.FREED_SLOT, Condition.BESIDE_PREFILL)
+    mix = [request(i, in_flight=i, conditions=FIRST) for i in range(6)]
+    mix += [
+        request(i, conditions=(*both, Condition.LONG_PREFILL), noise=0.01 * (i % 3)) for i in range(6, 20)
+    ]
+    mix += [request(i, lost=0.3, conditions=both) for i in range(20, 32)]
+    beside = (Condition.JOINED, Condition.BESIDE_PREFILL)
+    staggered = [request(i, conditions=FREED, noise=0.01 * (i % 3)) for i in range(16)]
+    staggered += [request(i, lost=0.3, conditions=beside) for i in range(16, 28)]
+    alone = judge([refill(mix, Schedule.PREFILL_MIX)], tolerance=0.02, alpha=0.01)[0]
+    assert alone.separated_by == Condition.JOINED  # on its own: a three-way tie, the first in order
+    cells = judge([refill(mix, Schedule.PREFILL_MIX), refill(staggered, Schedule.STAGGERED)], 0.02, 0.01)
+    assert [c.separated_by for c in cells] == [Condition.BESIDE_PREFILL, Condition.BESIDE_PREFILL]

@@ -1,0 +1,175 @@
+"""Calibrate's scheduled cells: each in-flight model's engine driven on every schedule by the
+run's own stage (``harness.stages.schedules.drive_width``), round by round, then trials that
+decide resampled requests with the run's own verdict (``harness.verdict.schedules.judge``).
+
+A round sends a fresh draw of ``--prompts`` prompts from the pool, in a fresh order, on every
+schedule at the engine's max_batch_size, to an engine with its own drift seed; each request is
+scored against the same prompt at batch size 1 on that engine (``warm``: against its cold
+run). In-flight outputs depend on when each request arrived, so they are never cached: the
+rounds are the cost, a few seconds each. A trial takes, for every schedule and arrival rank,
+the request of that rank from a random round (its conditions, scores and damage as they
+were), and judges the trial's cells as one Holm family, as a run does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from harness.bounds import ScoringCap
+from harness.config import DecodingSettings
+from harness.errors import EngineError
+from harness.model.schedule import ScheduledCell
+from harness.model.vocab import Condition, Schedule, Verdict
+from harness.tools.calibrate.generation import Pool, engine_dir
+from harness.tools.calibrate.models import Model
+from harness.tools.calibrate.settings import Settings
+from harness.verdict.schedules import Drive, judge
+
+SCHEDULES = (Schedule.STAGGERED, Schedule.REFILL, Schedule.PREFILL_MIX, Schedule.WARM)
+Round = dict[Schedule, Drive]
+
+
+def rounds(m: Model, pool: Pool, s: Settings) -> list[Round]:
+    """``s.flight_rounds`` rounds of ``m`` on every schedule (module docstring)."""
+    from harness.engines.emulator.engine import EmulatorEngine
+    from harness.stages.generate import generate_batch
+    from harness.stages.schedules import Ground, drive_width
+
+    settings = DecodingSettings(max_new_tokens=s.max_new_tokens, beam_width=1, length_penalty=1.0)
+    out = []
+    for r in range(s.flight_rounds):
+        chosen = [int(i) for i in np.random.default_rng([s.seed, r, 33]).permutation(len(pool.prompts))]
+        chosen = chosen[: s.prompts]
+        engine = EmulatorEngine(engine_dir(pool, m, r))
+        try:
+            prompts = [pool.prompts[i] for i in chosen]
+            alone = [generate_batch(engine, [p], settings)[0][0] for p in prompts]
+            ground = Ground(
+                engine=engine,
+                prompts=prompts,
+                ids=[f"cal-{i}" for i in chosen],
+                references=[pool.references[i] for i in chosen],
+                lengths=engine.count_tokens(prompts),
+                order=range(len(prompts)),  # the draw is already shuffled
+                baseline=alone,
+                against=alone,
+                settings=settings,
+                concurrency=m.limits.max_batch_size or 8,
+                cap=ScoringCap.for_tokens(s.max_new_tokens),
+                timeout=None,
+            )
+            drives, failed = drive_width(ground, SCHEDULES)
+        finally:
+            engine.close()
+        if failed:
+            raise EngineError(
+                f"calibrate: {m.name} round {r}: {failed[0].id} {failed[0].verdict}: {failed[0].message}"
+            )
+        out.append({d.schedule: d for d in drives})
+    return out
+
+
+@dataclass(frozen=True)
+class FlightTrial:
+    """One trial's scheduled cells, judged, against what is true of the model."""
+
+    cells: tuple[ScheduledCell, ...]
+    expected: Condition | None
+
+    @property
+    def failed(self) -> bool:
+        """The run fails on its scheduled cells (a cell failed, or did not happen)."""
+        return any(c.verdict in (Verdict.FAIL, Verdict.UNTESTED) for c in self.cells)
+
+    @property
+    def detected(self) -> bool:
+        """A scheduled cell failed on its requests' scores (not for want of overlap)."""
+        return any(c.verdict == Verdict.FAIL for c in self.cells)
+
+    def _named(self) -> list[Condition | None]:
+        return [c.separated_by for c in self.cells if c.verdict == Verdict.FAIL]
+
+    @property
+    def named(self) -> bool:
+        """A failing cell names the fault's condition, and none names another (a cell whose
+        damage no condition confines names none)."""
+        return self.expected is not None and self.expected in self._named() and not self.wrong
+
+    @property
+    def exact(self) -> bool:
+        """Named, and in every failing cell no damaged request lies outside the fault's condition."""
+        return self.named and all(
+            not any(r.damaged and self.expected not in r.conditions for r in c.requests)
+            for c in self.cells
+            if c.verdict == Verdict.FAIL
+        )
+
+    @property
+    def wrong(self) -> bool:
+        """A failing cell names another condition than the fault's."""
+        return any(n is not None and n != self.expected for n in self._named())
+
+
+def trial(m: Model, done: Sequence[Round], rng: np.random.Generator, s: Settings) -> FlightTrial:
+    """One trial of ``m`` over its rounds (module docstring)."""
+    drives = []
+    for schedule in SCHEDULES:
+        ranks = len(done[0][schedule].requests)
+        picks = rng.integers(len(done), size=ranks)
+        requests = tuple(done[j][schedule].requests[k] for k, j in enumerate(picks))
+        first = done[int(picks[0])][schedule]
+        drives.append(replace(first, requests=requests, peak=max(r.in_flight for r in requests) + 1))
+    return FlightTrial(judge(drives, s.tolerance, s.alpha), m.flight)
+
+
+@dataclass(frozen=True)
+class FlightOutcome:
+    """One in-flight model's rates over all trials, and its rounds' changed outputs."""
+
+    model: Model
+    trials: int
+    failed: int  # trials whose scheduled cells fail the run
+    detected: int  # trials in which a scheduled cell failed on its scores
+    named: int
+    exact: int
+    wrong: int
+    changed: dict[Schedule, float]  # per schedule: the rounds' share of outputs unlike their comparison's
+    seconds: float  # the rounds' wall time
+
+    @property
+    def should_fail(self) -> bool:
+        return self.model.fails_in_flight
+
+
+def calibrate_flight(
+    chosen: Sequence[Model], pool: Pool, s: Settings, key: Callable[[str], int], say: Callable[[str], None]
+) -> list[FlightOutcome]:
+    """Every in-flight model's rounds, then its trials."""
+    out = []
+    for m in chosen:
+        t0 = time.perf_counter()
+        done = rounds(m, pool, s)
+        seconds = time.perf_counter() - t0
+        say(f"in flight: {m.name}: {s.flight_rounds} rounds on {len(SCHEDULES)} schedules in {seconds:.0f} s")
+        got = [
+            trial(m, done, np.random.default_rng([s.seed, key(m.name), t, 33]), s) for t in range(s.trials)
+        ]
+        changed = {sc: float(np.mean([r.changed for d in done for r in d[sc].requests])) for sc in SCHEDULES}
+        out.append(
+            FlightOutcome(
+                m,
+                s.trials,
+                failed=sum(g.failed for g in got),
+                detected=sum(g.detected for g in got),
+                named=sum(g.named for g in got),
+                exact=sum(g.exact for g in got),
+                wrong=sum(g.wrong for g in got),
+                changed=changed,
+                seconds=seconds,
+            )
+        )
+    return out

@@ -1,0 +1,48 @@
+"""Each request's conditions, read from the timings and what the engine said
+(harness.stages.schedules._conditions)."""
+
+from __future__ import annotations
+
+from harness.engines.base import Generation
+from harness.model.vocab import Condition
+from harness.stages.arrivals import Sent
+from harness.stages.schedules import _conditions
+
+
+def sent(rank: int, at: float, done: float, slot: int, first_token: float | None = None) -> Sent:
+    g = Generation(text="x", slot=slot, first_token=first_token)
+    return Sent(index=rank, rank=rank, sent=at, in_flight=min(rank, 3), answered=done, generation=g)
+
+
+def _held(records: list[Sent], condition: Condition) -> list[int]:
+    requests = _conditions(
+        records, list(range(len(records))), [f"d{i}" for i in range(len(records))], frozenset({1}), set()
+    )
+    return [r.rank for r in requests if condition in r.conditions]
+
+
+def test_a_request_sent_while_a_long_prompt_was_still_being_prefilled_was_beside_it() -> None:
+    """Request 2 went out after the long prompt 1 but before its first token: it shared the
+    steps that prefilled it (a chunked prefill's victims include it). Without the engine's
+    first-token time only request 0, in flight when 1 was sent, counts."""
+    records = [
+        sent(0, 0.0, 1.0, 0),
+        sent(1, 0.1, 1.2, 1, first_token=0.3),
+        sent(2, 0.2, 1.1, 2),
+        sent(3, 0.5, 1.3, 3),
+    ]
+    assert _held(records, Condition.BESIDE_PREFILL) == [0, 2]
+    untimed = [sent(0, 0.0, 1.0, 0), sent(1, 0.1, 1.2, 1), sent(2, 0.2, 1.1, 2), sent(3, 0.5, 1.3, 3)]
+    assert _held(untimed, Condition.BESIDE_PREFILL) == [0]
+
+
+def test_late_slots_are_those_past_the_largest_power_of_two_below_the_slots_used() -> None:
+    eight = [sent(i, 0.01 * i, 1.0, slot=i) for i in range(8)]
+    assert _held(eight, Condition.LATE_SLOT) == [4, 5, 6, 7]
+    six = [sent(i, 0.01 * i, 1.0, slot=i) for i in range(6)]
+    assert _held(six, Condition.LATE_SLOT) == [4, 5]
+    unsaid = [
+        Sent(index=i, rank=i, sent=0.0, in_flight=0, answered=1.0, generation=Generation(text="x"))
+        for i in range(8)
+    ]
+    assert _held(unsaid, Condition.LATE_SLOT) == []
