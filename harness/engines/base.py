@@ -11,6 +11,7 @@ every engine and never probe for them.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -260,7 +261,8 @@ def code_class(engine: object) -> type:
 
 def as_generation(output: object) -> Generation:
     """One output of a user's engine as a Generation: a Generation as it is, a string as its
-    text, an object with ``text`` (and ``beams``, ``token_ids``) by those; a text that is not
+    text, an object with ``text`` (and ``beams``, ``token_ids``, and what an in-flight answer says:
+    ``slot``, ``cached_tokens``, ``first_token``) by those; a text that is not
     a string counts as ""."""
     if isinstance(output, Generation):
         return output
@@ -277,7 +279,15 @@ def as_generation(output: object) -> Generation:
         token_ids=tuple(ids) if isinstance(ids, (list, tuple)) else (),
         slot=said_count(getattr(output, "slot", None)),
         cached_tokens=said_count(getattr(output, "cached_tokens", None)),
+        first_token=said_seconds(getattr(output, "first_token", None)),
     )
+
+
+def said_seconds(value: object) -> float | None:
+    """A time an engine gave in seconds: a finite non-negative number, else not said."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
 
 
 def said_count(value: object) -> int | None:
