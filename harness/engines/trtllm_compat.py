@@ -126,6 +126,20 @@ def runner_reuse(runner_cls: RunnerClass, name: str, version: str, setting: Cach
     )
 
 
+def cache_sentence(status: KvCacheReuse, counted: str) -> str:
+    """What a prompt sent again in flight is served from, by the block reuse the engine was
+    loaded with (a warm schedule's report says it); ``counted``: whether the release says how
+    many prompt tokens came from reused blocks."""
+    if status.setting == CacheReuse.ON:
+        return (
+            f"KV-cache block reuse is on ({status.how}): a prompt sent again may be served its "
+            f"prefill from blocks an earlier request left; {counted}"
+        )
+    if status.setting == CacheReuse.OFF:
+        return f"KV-cache block reuse is off ({status.how}): a prompt sent again is prefilled afresh"
+    return f"KV-cache block reuse is not known ({status.how})"
+
+
 def llm_reuse(version: str, setting: CacheReuse) -> Reuse:
     """Block reuse for the LLM API: ``kv_cache_config=KvCacheConfig(enable_block_reuse=...)``
     (``tensorrt_llm.llmapi.KvCacheConfig``; 1.x's ``llm_args.py`` defaults it to True, so it is
