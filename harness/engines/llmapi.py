@@ -49,7 +49,7 @@ from types import ModuleType
 from harness.config import DecodingSettings, EngineOptions, read_by
 from harness.engines import trtllm_compat as compat
 from harness.engines.base import EngineBase, Generation, InFlight, NoInFlight
-from harness.engines.llmapi_inflight import LlmApiInFlight, cache_sentence, request_generation
+from harness.engines.llmapi_inflight import COUNTED, LlmApiInFlight, request_generation
 from harness.engines.protocols import Llm, LlmClass, Tokenizer
 from harness.engines.tokenizer import count_tokens, load_tokenizer
 from harness.engines.trtllm import engine_files, require_tensorrt_llm
@@ -253,7 +253,11 @@ class LlmApiEngine(EngineBase):
                 "generate_async, the LLM API's one-request entry point"
             )
         path = LlmApiInFlight(
-            llm, self.sampling(settings), cache_sentence(self.reuse.status), lambda: self.llm, str(self.path)
+            llm,
+            self.sampling(settings),
+            compat.cache_sentence(self.reuse.status, COUNTED),
+            lambda: self.llm,
+            str(self.path),
         )
         self.opened.append(path)
         return path

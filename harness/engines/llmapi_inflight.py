@@ -29,8 +29,9 @@ from typing import cast
 
 from harness.engines.base import Generation, InFlight, Pending, said_count
 from harness.engines.protocols import AsyncLlm, Llm, RequestFuture, RequestOutput
-from harness.model.engine import KvCacheReuse
-from harness.model.vocab import CacheReuse
+
+# what the LLM API says of a prompt's tokens served from reused blocks (the warm schedule's sentence)
+COUNTED = "the answer's cached_tokens says how many where the release reports it"
 
 
 def request_generation(result: RequestOutput, call: str = "LLM.generate") -> Generation:
@@ -42,19 +43,6 @@ def request_generation(result: RequestOutput, call: str = "LLM.generate") -> Gen
         raise RuntimeError(f"{call} returned a request without outputs")
     texts = tuple((o.text or "").strip() for o in outputs)
     return Generation(text=texts[0], token_ids=tuple(int(t) for t in outputs[0].token_ids), beams=texts)
-
-
-def cache_sentence(status: KvCacheReuse) -> str:
-    """What a prompt sent again is served from, by the block reuse the LLM was loaded with."""
-    if status.setting == CacheReuse.ON:
-        return (
-            f"KV-cache block reuse is on ({status.how}): a prompt sent again may be served its "
-            "prefill from blocks an earlier request left; the answer's cached_tokens says how many "
-            "where the release reports it"
-        )
-    if status.setting == CacheReuse.OFF:
-        return f"KV-cache block reuse is off ({status.how}): a prompt sent again is prefilled afresh"
-    return f"KV-cache block reuse is not known ({status.how})"
 
 
 class _Pending:

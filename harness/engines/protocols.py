@@ -11,11 +11,15 @@ written down and checked where it is called. Nothing here imports those librarie
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import Protocol
 
 __all__ = [
     "AsyncLlm",
     "CompletionOutput",
+    "Executor",
+    "ExecutorResponse",
+    "ExecutorResult",
     "Llm",
     "LlmClass",
     "RequestFuture",
@@ -101,3 +105,39 @@ class LlmClass(Protocol):
 
     @property
     def generate(self) -> Callable[..., object]: ...
+
+
+class ExecutorResult(Protocol):
+    """A ``tensorrt_llm.bindings.executor.Result``: whether it is the request's last, and each
+    beam's token ids (the prompt's included unless the request's OutputConfig excludes them)."""
+
+    @property
+    def is_final(self) -> bool: ...
+
+    @property
+    def output_token_ids(self) -> Sequence[Sequence[int]]: ...
+
+
+class ExecutorResponse(Protocol):
+    """A ``tensorrt_llm.bindings.executor.Response``: an error or a result for one request."""
+
+    def has_error(self) -> bool: ...
+
+    @property
+    def error_msg(self) -> str: ...
+
+    @property
+    def result(self) -> ExecutorResult: ...
+
+
+class Executor(Protocol):
+    """The ``tensorrt_llm.bindings.executor.Executor`` a ``ModelRunnerCpp`` holds (0.10 on): one
+    request enqueued per call, its responses awaited by its id (``harness.engines.trtllm_inflight``)."""
+
+    def enqueue_request(self, request: object, /) -> int: ...
+
+    def await_responses(self, request_id: int, timeout: timedelta, /) -> Sequence[ExecutorResponse]: ...
+
+    def cancel_request(self, request_id: int, /) -> None: ...
+
+    def can_enqueue_requests(self) -> bool: ...

@@ -27,7 +27,15 @@ engine is tested as it was built. Calls follow trtllm-facts §2:
   TensorRT that 0.9 and later pin);
 - the output's beam dimension may be the executor's maximum (to 0.13, unused beams empty) or
   the request's: only the first W are cut;
-- ``close()`` shuts the runner's Executor down (0.10 on) and releases the runner.
+- ``close()`` closes the in-flight paths still open, shuts the runner's Executor down (0.10 on)
+  and releases the runner.
+
+The in-flight path (``in_flight``, the scheduled cells): where the C++ runner holds an Executor
+(0.10 on), one ``Request`` per prompt enqueued on it and awaited by its id
+(``harness.engines.trtllm_inflight``), on the runner the bulk cells load for the beam width and
+with the sampling they pass (``sampling_keywords``); the answers are cut as the bulk path's
+(``answer``). The runners that batch statically have none, and say why with their source
+(``STATIC_ONLY``): 0.9's ``ModelRunnerCpp`` (a ``GptSession``) and the Python ``ModelRunner``.
 
 ``tensorrt_llm`` is imported when an engine is constructed, never when this module is.
 """
@@ -41,10 +49,11 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 from harness.config import DecodingSettings, EngineOptions, read_by
 from harness.engines import trtllm_compat as compat
-from harness.engines.base import EngineBase, Generation, InFlight, NoInFlight
+from harness.engines.base import EngineBase, Generation, InFlight, NoInFlight, said_count
 from harness.engines.lazy import require
 from harness.engines.protocols import Runner, RunnerClass, Tokenizer
 from harness.engines.tokenizer import count_tokens, load_tokenizer
+from harness.engines.trtllm_inflight import COUNTED, RequestMaker, TrtllmInFlight
 from harness.errors import EngineError, describe
 from harness.limits.engine_config import read_engine_config
 from harness.model.engine import EngineInfo
@@ -52,14 +61,18 @@ from harness.model.vocab import Backend, Layout, TrtllmRuntime
 from harness.storage.fingerprint import weights_identity
 
 RUNNERS = {TrtllmRuntime.CPP: "ModelRunnerCpp", TrtllmRuntime.PYTHON: "ModelRunner"}
-# why a tensorrt_llm.runtime runner has no in-flight path: what its generate does with a batch
-WHOLE_BATCHES = {
-    "ModelRunnerCpp": "ModelRunnerCpp.generate takes whole batches (batch_input_ids) and, not streaming, "
-    "returns when every request of the batch is done: it enqueues them all at once "
-    "(self.session.enqueue_requests) and waits in _initialize_and_fill_output "
-    "(tensorrt_llm/runtime/model_runner_cpp.py ModelRunnerCpp.generate at v0.16.0, 42a7b09)",
-    "ModelRunner": "ModelRunner.generate takes whole batches (batch_input_ids) and decodes them as one "
-    "GenerationSession batch, returning when all are done (tensorrt_llm/runtime/model_runner.py)",
+# why a runner without an Executor has no in-flight path: it batches statically, in its source
+STATIC_ONLY = {
+    "ModelRunnerCpp": "ModelRunnerCpp holds a GptSession, not an Executor, and batches statically: "
+    "its generate hands the whole batch to GptSession.generate, which returns when every request of "
+    "it is done, so no request joins a batch in flight (tensorrt_llm/runtime/model_runner_cpp.py, "
+    "ModelRunnerCpp.__init__ l.75, from_dir l.173, generate l.238-355 at v0.9.0, 250d9c29); the "
+    "Executor, and an in-flight path, come with 0.10",
+    "ModelRunner": "the Python ModelRunner batches statically: its generate decodes the whole batch in "
+    "one GenerationSession.decode call, returning when every request of it is done, so no request "
+    "joins a batch in flight (tensorrt_llm/runtime/model_runner.py, ModelRunner.generate: "
+    "self.session.decode l.686 at v0.9.0, 250d9c29; l.856 at 0.13.0.dev2024082000, 04c5298); the "
+    "C++ runner (--trtllm-runtime cpp, 0.10 on) or --backend llmapi has one",
 }
 T_co = TypeVar("T_co", covariant=True)
 
@@ -121,6 +134,21 @@ def cut_generations(
     return out
 
 
+def sampling_keywords(settings: DecodingSettings) -> dict[str, object]:
+    """A cell's sampling, as the keywords of the runners' ``generate``: ``num_beams``, greedy as
+    ``top_k=1``, ``length_penalty`` and ``early_stopping`` (the in-flight path renames them as
+    ``ModelRunnerCpp.generate`` does for the executor's SamplingConfig)."""
+    beams = settings.beam_width
+    keywords: dict[str, object] = {
+        "num_beams": beams,
+        "length_penalty": settings.length_penalty,
+        "early_stopping": 1 if settings.early_stopping else 0,
+    }
+    if beams == 1:
+        keywords["top_k"] = 1  # greedy
+    return keywords
+
+
 class TrtllmEngine(EngineBase):
     """A TensorRT-LLM engine directory (config.json and rank*.engine) on one GPU."""
 
@@ -166,6 +194,7 @@ class TrtllmEngine(EngineBase):
         self.runner: Runner | None = None
         self.runner_width: int | None = None  # the beam width the runner serves (None: any)
         self.closed = False
+        self.opened: list[InFlight] = []  # in-flight paths, closed with the engine
         self.failures = compat.LoadFailures()
         self._load_first()
         self.limits = limits
@@ -247,20 +276,59 @@ class TrtllmEngine(EngineBase):
     def _encode(self, prompts: Sequence[str]) -> list[list[int]]:
         return [list(ids) for ids in self.tokenizer(list(prompts))["input_ids"]]
 
+    def encode_one(self, prompt: str) -> list[int]:
+        """One prompt's token ids (an in-flight request's)."""
+        return self._encode([prompt])[0]
+
     def count_tokens(self, prompts: Sequence[str]) -> list[int]:
         return count_tokens(self.tokenizer, prompts)
 
     def close(self) -> None:
         self.closed = True
+        while self.opened:
+            self.opened.pop().close()
         self._release()
 
     def in_flight(self, settings: DecodingSettings) -> InFlight | NoInFlight:
-        """None here: the runners take whole batches; TensorRT-LLM's in-flight requests go
-        through the LLM API (the llmapi backend)."""
-        return NoInFlight(
-            f"TensorRT-LLM {self.version}: {WHOLE_BATCHES[self.runner_name]}; in-flight requests go "
-            "through the LLM API: --backend llmapi"
+        """The Executor's enqueue/await path (``harness.engines.trtllm_inflight``) on the runner
+        this setting's bulk cells use; NoInFlight, with the source's reason, for a runner that
+        batches statically (0.9's ``ModelRunnerCpp``, the Python ``ModelRunner``)."""
+        static = f"TensorRT-LLM {self.version}: {STATIC_ONLY[self.runner_name]}"
+        if self.runner_name != RUNNERS[TrtllmRuntime.CPP]:
+            return NoInFlight(static)
+        if self.runner is not None and compat.executor_of(self.runner) is None:
+            return NoInFlight(static)  # this release's ModelRunnerCpp holds none: no reload to learn it
+        runner = self._runner_for(settings.beam_width)
+        executor = compat.executor_of(runner)
+        if executor is None:
+            return NoInFlight(static)
+        if not executor.can_enqueue_requests():
+            return NoInFlight(
+                f"TensorRT-LLM {self.version}: rank {self.rank} cannot enqueue requests on the Executor "
+                "(only its leader, rank 0, can)"
+            )
+        bindings = require(
+            "tensorrt_llm.bindings.executor", backend="trtllm", package="TensorRT-LLM", extra="trtllm"
         )
+        make = RequestMaker.of(
+            bindings,
+            sampling_keywords(settings),
+            settings.max_new_tokens,
+            self.tokens.end_id,
+            self.tokens.pad_id,
+        )
+        path = TrtllmInFlight(
+            self,
+            runner,
+            executor,
+            make,
+            settings.beam_width,
+            slots=said_count(getattr(runner, "max_batch_size", None)),
+            cache=compat.cache_sentence(self.reuse.status, COUNTED),
+            where=str(self.path),
+        )
+        self.opened.append(path)
+        return path
 
     def generate(self, prompts: Sequence[str], settings: DecodingSettings) -> list[Generation]:
         ids = self._encode(prompts)
@@ -293,14 +361,6 @@ class TrtllmEngine(EngineBase):
         """One ``generate`` call: the prompts in position order, sampling as keywords."""
         import torch
 
-        beams = settings.beam_width
-        sampling: dict[str, object] = {
-            "num_beams": beams,
-            "length_penalty": settings.length_penalty,
-            "early_stopping": 1 if settings.early_stopping else 0,
-        }
-        if beams == 1:
-            sampling["top_k"] = 1  # greedy
         with torch.no_grad():
             return runner.generate(
                 batch_input_ids=[torch.tensor(x, dtype=torch.int32) for x in ids],
@@ -309,8 +369,14 @@ class TrtllmEngine(EngineBase):
                 pad_id=self.tokens.pad_id,
                 output_sequence_lengths=True,
                 return_dict=True,
-                **sampling,
+                **sampling_keywords(settings),
             )
+
+    def answer(self, prompt_len: int, beams: Sequence[Sequence[int]], width: int) -> Generation:
+        """One in-flight request's final beams (its prompt included, as the executor returns them),
+        cut and read as a bulk output is: beam 0 scored, the first ``width`` kept."""
+        [entry] = cut_generations([beams], [[len(b) for b in beams]], [prompt_len], width, self.tokens.end_id)
+        return self._generation(entry)
 
     def _generation(self, entry: list[list[int]]) -> Generation:
         vocab = len(self.tokenizer)

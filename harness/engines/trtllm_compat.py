@@ -19,6 +19,9 @@ with the source file and line of each):
 - 0.15/0.16 ``LLM`` frees its executor only through ``_shutdown()``; later ones have ``shutdown()``;
   ``ModelRunnerCpp`` from 0.10 holds an ``Executor`` with ``shutdown()`` (``.session`` to 0.16,
   ``.executor`` in 1.x); 0.9's ``GptSession`` has none and is freed when released;
+- the in-flight path (``harness.engines.trtllm_inflight``) needs the runner's Executor
+  (``executor_of``): ``ModelRunnerCpp`` holds one from 0.10 on (``.session``, ``.executor`` in
+  1.x); 0.9's holds a ``GptSession``, which has no requests to enqueue;
 - engines of the 0.5-0.8 builders (legacy config.json) do not deserialize under the TensorRT
   that 0.9 and later pin: refused in one line.
 """
@@ -31,8 +34,9 @@ import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
-from harness.engines.protocols import RunnerClass
+from harness.engines.protocols import Executor, RunnerClass
 from harness.errors import EngineError, describe
 from harness.model.engine import KvCacheReuse
 from harness.model.vocab import CacheReuse, TrtllmRuntime
@@ -43,6 +47,7 @@ PER_WIDTH = {
     TrtllmRuntime.PYTHON: "a fresh ModelRunner per beam width (its first call fixes the decoder's width)",
 }
 REUSE_KEYWORD = "kv_cache_enable_block_reuse"  # ModelRunnerCpp.from_dir, where the release has it
+EXECUTOR_ATTRIBUTES = ("session", "executor")  # where ModelRunnerCpp keeps its Executor: to 0.16, 1.x
 
 
 def legacy_refusal(path: Path, version: str) -> str:
@@ -76,6 +81,17 @@ def shutdown(obj: object) -> None:
             if callable(method):
                 method()
                 return
+
+
+def executor_of(runner: object) -> Executor | None:
+    """The ``tensorrt_llm.bindings.executor.Executor`` a runner holds (``ModelRunnerCpp.session``
+    0.10-0.16, ``.executor`` in 1.x), by the methods the in-flight path calls; None for a runner
+    without one (0.9's ``GptSession``, the Python session)."""
+    for name in EXECUTOR_ATTRIBUTES:
+        target = getattr(runner, name, None)
+        if all(callable(getattr(target, m, None)) for m in ("enqueue_request", "await_responses")):
+            return cast(Executor, target)
+    return None
 
 
 def release(slot: list[object]) -> None:
@@ -124,6 +140,20 @@ def runner_reuse(runner_cls: RunnerClass, name: str, version: str, setting: Cach
             CacheReuse.OFF, f"TensorRT-LLM {version}'s {name} has no KV-cache block reuse across requests"
         )
     )
+
+
+def cache_sentence(status: KvCacheReuse, counted: str) -> str:
+    """What a prompt sent again in flight is served from, by the block reuse the engine was
+    loaded with (a warm schedule's report says it); ``counted``: whether the release says how
+    many prompt tokens came from reused blocks."""
+    if status.setting == CacheReuse.ON:
+        return (
+            f"KV-cache block reuse is on ({status.how}): a prompt sent again may be served its "
+            f"prefill from blocks an earlier request left; {counted}"
+        )
+    if status.setting == CacheReuse.OFF:
+        return f"KV-cache block reuse is off ({status.how}): a prompt sent again is prefilled afresh"
+    return f"KV-cache block reuse is not known ({status.how})"
 
 
 def llm_reuse(version: str, setting: CacheReuse) -> Reuse:

@@ -53,6 +53,33 @@ index, so this is the nearest state read:
   ``KvCacheConfig`` l.231; the executor's own default is off too, ``executor/executor.h``
   l.494).
 
+- The in-flight path (``tests/doubles/trtllm_executor.py`` has what the lines share): the
+  Executor binding (``cpp/tensorrt_llm/pybind/executor/executor.cpp`` l.105-125) has
+  ``enqueue_request(request)``, ``await_responses(id, timeout=None)`` (the GIL released while it
+  waits, ``pybind/executor/executor.h`` l.64-83), ``cancel_request(id)``, ``shutdown()`` and
+  ``can_enqueue_requests()``; ``executor.h`` l.967-1030 declares them. ``Request(input_token_ids,
+  max_new_tokens, streaming=False, sampling_config=SamplingConfig(), output_config=OutputConfig(),
+  end_id=None, pad_id=None, ...)`` (``pybind/executor/bindings.cpp`` l.246-262; ``executor.h``
+  l.329-342): the second parameter is ``max_new_tokens`` here, as ``ModelRunnerCpp.generate``
+  passes it (``model_runner_cpp.py`` l.483-494). ``SamplingConfig(beam_width=1, top_k=None, ...,
+  length_penalty=None, early_stopping=None, no_repeat_ngram_size=None)`` (``bindings.cpp``
+  l.174-188), which ``generate`` builds from its ``accepted_parameters`` with ``num_beams``
+  renamed ``beam_width`` (l.442-460). ``generate`` enqueues the batch (l.503), awaits the ids
+  (l.555) and raises ``RuntimeError(response.error_msg)`` for an error response (l.597-598).
+  The executor itself is closed source at this commit: its responses are modelled from the
+  bindings' tests (``tests/bindings/test_executor_bindings.py``: ``test_shutdown`` l.78-110,
+  ``test_multi_request_with_ids`` l.329-387, ``test_gpt_executor_timed_out`` l.691-704,
+  ``test_single_request_invalid_inputs`` l.707-735) and the public ``llmRequest.h`` (``validate``
+  l.260-312: a prompt over ``max_input_len`` refused, ``max_new_tokens`` cut to ``max_seq_len``).
+  The texts this executor gives for a refused enqueue or await after ``shutdown()`` are not in
+  the source (the tests expect an exception only): marked "TEST DOUBLE"; nor is what it puts
+  before the validation's message (none here). Beam widths: the rule above (a request whose
+  width differs from the executor's maximum is answered with that error); ``docs/source/
+  executor.md`` l.63-72 at this commit describes instead an executor that reconfigures itself
+  for any width up to its maximum once its queue is empty: the harness sends every request of a
+  path at the width its runner was loaded with, so the two differ only for a width above the
+  maximum, which both refuse.
+
 Not modelled: legacy (builder_config) engines (an engine from 0.5-0.8 would not deserialize
 with this release's TensorRT anyway), the hlapi ``LLM`` beyond its refusal by the llmapi backend.
 """
@@ -66,6 +93,7 @@ from typing import Any
 import pytest
 
 from tests.doubles import trtllm_common as common
+from tests.doubles import trtllm_executor
 from tests.doubles import trtllm_runners as runners
 from tests.doubles.signatures import Args, takes
 
@@ -76,10 +104,60 @@ LINE = "0.12-0.13"
 CPP_ACCEPTED = runners.EXECUTOR_ACCEPTED | {"min_length"}
 
 
+def beam_refusal(beams: int, max_beam_width: int) -> str | None:
+    """In-flight batching's answer to a request whose beam width differs from the executor's
+    maximum (#1282, tensorrtllm_backend #154; see the module docstring)."""
+    if beams == max_beam_width:
+        return None
+    return (
+        "Encountered an error in forward function: [TensorRT-LLM][ERROR] Assertion failed: "
+        f"Request with beam width {beams} differs from the max beam width {max_beam_width}"
+    )
+
+
+class SamplingConfig(trtllm_executor.SamplingConfig):
+    """Double of bindings.executor.SamplingConfig 0.13.0.dev (``bindings.cpp`` l.174-188)."""
+
+    @takes("""beam_width=1, top_k=None, top_p=None, top_p_min=None, top_p_reset_ids=None, top_p_decay=None,
+        random_seed=None, temperature=None, min_length=None, beam_search_diversity_rate=None,
+        repetition_penalty=None, presence_penalty=None, frequency_penalty=None, length_penalty=None,
+        early_stopping=None, no_repeat_ngram_size=None""")
+    def __init__(self, a: Args) -> None:
+        super().__init__(a)
+
+
+class Request(trtllm_executor.Request):
+    """Double of bindings.executor.Request 0.13.0.dev (``bindings.cpp`` l.246-262)."""
+
+    @takes("""input_token_ids, max_new_tokens, streaming=False, sampling_config=None, output_config=None,
+        end_id=None, pad_id=None, bad_words=None, stop_words=None, embedding_bias=None,
+        external_draft_tokens_config=None, prompt_tuning_config=None, lora_config=None, lookahead_config=None,
+        logits_post_processor_name=None, encoder_input_token_ids=None, client_id=None,
+        return_all_generated_tokens=False""")
+    def __init__(self, a: Args) -> None:
+        super().__init__(a["input_token_ids"], a["max_new_tokens"], a, SamplingConfig)
+
+
+class Executor(trtllm_executor.InflightExecutor):
+    """Double of bindings.executor.Executor 0.13.0.dev: the shared in-flight rules, this line's
+    beam-width answer and shutdown refusals (see the module docstring)."""
+
+    SHUTDOWN_ENQUEUE = (
+        "TEST DOUBLE: enqueue_request after shutdown() (the executor's text is not in the source)"
+    )
+    SHUTDOWN_AWAIT = (
+        "TEST DOUBLE: await_responses after shutdown() (the executor's text is not in the source)"
+    )
+
+    def beam_error(self, beams: int) -> str | None:
+        return beam_refusal(beams, self.max_beam_width)
+
+
 class ModelRunnerCpp(runners.ExecutorRunner):
     """Double of tensorrt_llm.runtime.ModelRunnerCpp 0.13.0.dev2024082000 (Executor)."""
 
     ACCEPTED = CPP_ACCEPTED
+    EXECUTOR = Executor
 
     @classmethod
     @takes("""engine_dir, *, lora_dir=None, rank=0, max_batch_size=None, max_input_len=None,
@@ -95,12 +173,7 @@ class ModelRunnerCpp(runners.ExecutorRunner):
         return self.max_beam_width
 
     def refusal(self, beams: int) -> str | None:
-        if beams == self.max_beam_width:
-            return None
-        return (
-            "Encountered an error in forward function: [TensorRT-LLM][ERROR] Assertion failed: "
-            f"Request with beam width {beams} differs from the max beam width {self.max_beam_width}"
-        )
+        return beam_refusal(beams, self.max_beam_width)
 
     @takes("""batch_input_ids, *, encoder_input_ids=None, sampling_config=None, lora_uids=None,
         streaming=False, stopping_criteria=None, logits_processor=None, max_new_tokens=1, end_id=None,
@@ -157,6 +230,7 @@ def install(monkeypatch: pytest.MonkeyPatch) -> common.Recorder:
         {
             "tensorrt_llm": {"LLM": LLM, "SamplingParams": SamplingParams},
             "tensorrt_llm.runtime": {"ModelRunner": ModelRunner, "ModelRunnerCpp": ModelRunnerCpp},
+            **trtllm_executor.bindings_modules(Executor, Request, SamplingConfig),
         },
     )
 

@@ -53,6 +53,31 @@ v0.16.0 = 42a7b09), as stored in the index:
   @42a7b09, lines counted by hand), shut down through it; KV-cache block reuse is
   ``from_dir(kv_cache_enable_block_reuse=False)`` (l.102 @8f91cff, l.105 @42a7b09) and the
   executor's ``KvCacheConfig(enableBlockReuse = false)`` (``executor/executor.h`` @42a7b09).
+- The in-flight path (``tests/doubles/trtllm_executor.py`` has what the lines share):
+  ``ModelRunnerCpp.generate`` @42a7b09 builds one ``trtllm.Request(input_token_ids=...,
+  max_tokens=max_new_tokens, pad_id=..., end_id=..., sampling_config=..., streaming=...,
+  output_config=..., ...)`` per prompt, ``self.session.enqueue_requests``, then
+  ``self.session.await_responses(request_ids)`` and ``RuntimeError(response.error_msg)`` for an
+  error response (``generate``, ``_initialize_and_fill_output``, ``_fill_output``); its
+  SamplingConfig comes from ``accepted_parameters`` with ``num_beams`` renamed ``beam_width``
+  (and ``random_seed`` ``seed``). ``executor/executor.h`` @42a7b09 declares the Executor's
+  ``enqueueRequest``, ``awaitResponses(IdType, timeout)`` ("Responses may be empty"),
+  ``cancelRequest``, ``shutdown`` and ``canEnqueueRequests``, the ``Request`` constructor
+  (``inputTokenIds, maxTokens, streaming, samplingConfig, outputConfig, endId, padId,
+  positionIds, ...``: the second parameter is ``max_tokens`` from here on), the
+  ``SamplingConfig`` constructor (``beamWidth, topK, topP, topPMin, topPResetIds, topPDecay,
+  seed, temperature, minTokens, beamSearchDiversityRate, repetitionPenalty, presencePenalty,
+  frequencyPenalty, lengthPenalty, earlyStopping, noRepeatNgramSize, numReturnSequences``),
+  ``OutputConfig`` (``excludeInputFromOutput`` false by default), ``Result`` (``isFinal``,
+  ``outputTokenIds``, ``sequenceIndex``, ``requestPerfMetrics`` when asked for: no count of
+  reused tokens) and ``Response``. ``llmRequest.h`` @42a7b09 ``GenericLlmRequest::validate``:
+  a prompt over ``max_input_len`` refused, ``max_new_tokens`` cut to ``max_seq_len``. The
+  pybind files (the Python names) and the executor's implementation are not stored at these
+  commits, the executor's being closed source: the Python names are taken as
+  ``ModelRunnerCpp`` uses them and in snake case of the header, the responses as the shared
+  module models them, and a beam width above the executor's maximum is answered with the
+  "TEST DOUBLE" text above (``wide_request``); the refusals after ``shutdown()`` are marked
+  "TEST DOUBLE" too.
 """
 
 from __future__ import annotations
@@ -64,6 +89,7 @@ from typing import Any
 import pytest
 
 from tests.doubles import trtllm_common as common
+from tests.doubles import trtllm_executor
 from tests.doubles import trtllm_llmapi as llm_api
 from tests.doubles import trtllm_runners as runners
 from tests.doubles.signatures import Args, takes
@@ -76,10 +102,62 @@ LINE = "0.15-0.16"
 CPP_ACCEPTED = runners.EXECUTOR_ACCEPTED | {"min_tokens", "num_return_sequences"}
 
 
+def wide_request(width: int, max_beam_width: int) -> str | None:
+    """The C++ executor's answer to a request wider than its maximum (text not in the source)."""
+    if width <= max_beam_width:
+        return None
+    return (
+        f"TEST DOUBLE: request beam width {width} above the executor's max_beam_width "
+        f"{max_beam_width} (the C++ check's text is not modelled)"
+    )
+
+
+class SamplingConfig(trtllm_executor.SamplingConfig):
+    """Double of bindings.executor.SamplingConfig 0.16 (``executor.h`` @42a7b09)."""
+
+    @takes("""beam_width=1, top_k=None, top_p=None, top_p_min=None, top_p_reset_ids=None, top_p_decay=None,
+        seed=None, temperature=None, min_tokens=None, beam_search_diversity_rate=None, repetition_penalty=None,
+        presence_penalty=None, frequency_penalty=None, length_penalty=None, early_stopping=None,
+        no_repeat_ngram_size=None, num_return_sequences=None""")
+    def __init__(self, a: Args) -> None:
+        super().__init__(a)
+
+
+class Request(trtllm_executor.Request):
+    """Double of bindings.executor.Request 0.16 (``executor.h`` @42a7b09, ``max_tokens``)."""
+
+    @takes("""input_token_ids, max_tokens, streaming=False, sampling_config=None, output_config=None,
+        end_id=None, pad_id=None, position_ids=None, bad_words=None, stop_words=None, embedding_bias=None,
+        external_draft_tokens_config=None, prompt_tuning_config=None, mrope_config=None, lora_config=None,
+        lookahead_config=None, kv_cache_retention_config=None, logits_post_processor_name=None,
+        encoder_input_token_ids=None, client_id=None, return_all_generated_tokens=False, priority=0.5,
+        type=None, context_phase_params=None, encoder_input_features=None, encoder_output_length=None,
+        cross_attention_mask=None, num_return_sequences=1, eagle_config=None, skip_cross_attn_blocks=None,
+        guided_decoding_params=None, allotted_time_ms=None""")
+    def __init__(self, a: Args) -> None:
+        super().__init__(a["input_token_ids"], a["max_tokens"], a, SamplingConfig)
+
+
+class Executor(trtllm_executor.InflightExecutor):
+    """Double of bindings.executor.Executor 0.16: the shared in-flight rules, this line's
+    beam-width answer and shutdown refusals (see the module docstring)."""
+
+    SHUTDOWN_ENQUEUE = (
+        "TEST DOUBLE: enqueue_request after shutdown() (the executor's text is not in the source)"
+    )
+    SHUTDOWN_AWAIT = (
+        "TEST DOUBLE: await_responses after shutdown() (the executor's text is not in the source)"
+    )
+
+    def beam_error(self, beams: int) -> str | None:
+        return wide_request(beams, self.max_beam_width)
+
+
 class ModelRunnerCpp(runners.ExecutorRunner):
     """Double of tensorrt_llm.runtime.ModelRunnerCpp 0.15/0.16 ([batch, num_beams, ...])."""
 
     ACCEPTED = CPP_ACCEPTED
+    EXECUTOR: type[trtllm_executor.InflightExecutor] = Executor
 
     @classmethod
     @takes("""engine_dir, *, lora_dir=None, rank=0, max_batch_size=None, max_input_len=None,
@@ -219,7 +297,7 @@ class LLM(llm_api.LlmApi[SamplingParams]):
     def generate_async(self, a: Args) -> llm_api.PendingOutput:
         return self._generate_async(a["inputs"], a["sampling_params"], a["streaming"])
 
-    def _running(self) -> runners.Executor:
+    def _running(self) -> trtllm_executor.Executor:
         if self._executor is None or not self._executor.alive:
             raise RuntimeError("the LLM's executor was shut down")
         return self._executor
@@ -238,12 +316,10 @@ class LLM(llm_api.LlmApi[SamplingParams]):
                 f"max_beam_width ({build.max_beam_width})"
             )
 
-    def _verify_request(self, executor: runners.Executor, width: int) -> None:
-        if width > executor.max_beam_width:
-            raise RuntimeError(
-                f"TEST DOUBLE: request beam width {width} above the executor's max_beam_width "
-                f"{executor.max_beam_width} (the C++ check's text is not modelled)"
-            )
+    def _verify_request(self, executor: trtllm_executor.Executor, width: int) -> None:
+        error = wide_request(width, executor.max_beam_width)
+        if error is not None:
+            raise RuntimeError(error)
 
     def _shutdown(self) -> None:
         self._stop()
@@ -257,7 +333,12 @@ def install(monkeypatch: pytest.MonkeyPatch) -> common.Recorder:
         monkeypatch,
         VERSION,
         "tests/doubles/trtllm_0_15.py",
-        {"tensorrt_llm": package, **modules, "tensorrt_llm._tensorrt_engine": None},
+        {
+            "tensorrt_llm": package,
+            **modules,
+            **trtllm_executor.bindings_modules(Executor, Request, SamplingConfig),
+            "tensorrt_llm._tensorrt_engine": None,
+        },
     )
 
 

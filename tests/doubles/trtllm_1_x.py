@@ -49,6 +49,32 @@ documentation. Where a later 1.x file is the source, that is said:
   assumed (the only code this double takes from another line's module, and marked so).
 - ``runtime/model_runner.py`` (a 1.x version): ``from_engine(engine, *, max_output_len, ...)``
   keyword-only; ``from_dir(engine_dir, *, ...)`` likewise (trtllm-facts §2).
+- The in-flight path (``tests/doubles/trtllm_executor.py`` has what the lines share), from 1.x
+  sources only: ``ModelRunnerCpp.generate`` @03832911 builds one ``trtllm.Request(
+  input_token_ids=..., max_tokens=max_new_tokens, pad_id=..., end_id=..., sampling_config=...,
+  streaming=..., output_config=..., ..., language_adapter_uid=...)`` per prompt,
+  ``self.executor.enqueue_requests``, then ``self.executor.await_responses()`` until every id's
+  response is final, and ``RuntimeError(response.error_msg)`` for an error response; its
+  SamplingConfig comes from ``accepted_parameters`` (``min_p``, ``beam_width_array`` added) with
+  ``rename_params = {"num_beams": "beam_width", "random_seed": "seed"}``. The executor
+  (``cpp/tensorrt_llm/executor/executorImpl.cpp`` at 1.2.0rc2 = b35ac1b6): ``enqueueRequests``
+  first ``TLLM_CHECK_WITH_INFO(!mShutdownCalled, "Shutdown called, cannot enqueue requests")``
+  (and refuses past a configured ``maxQueueSize``, not set by ``ModelRunnerCpp``),
+  ``awaitResponses(IdType, timeout)`` ``TLLM_CHECK_WITH_INFO(!mShutdownCalled, "Shutdown
+  called")``, a terminated id's error response, ``wait_for`` the timeout; ``fetchNewRequests``
+  validates each request (``LlmRequest::validate``, ``batch_manager/llmRequest.cpp`` in a 1.x
+  version) and turns what it throws into the request's error response "Encountered an error when
+  fetching new request: " + the message; ``TrtGptModelInflightBatching::verifyRequests`` then
+  ``changeBeamWidth`` (``trtGptModelInflightBatching.cpp`` at b35ac1b6) check "Requested beam
+  width W is larger than configured max beam width M" (``TLLM_CHECK_WITH_INFO``: "[TensorRT-LLM]
+  [ERROR] Assertion failed: " before it), which ``forwardAsync`` turns into "Encountered an error
+  in forwardAsync function: " + the message for every active request (``terminateActiveRequests``;
+  the double answers the wide request, the only kind the harness's paths send together); a
+  smaller width is served once no other width is in flight (``getLeaderNewReqWithIds`` keeps a
+  request of another width queued: not modelled, the harness sends one width per path). The
+  ``Request`` parameters: the first seven as the 1.x ``executor.h`` declares them
+  (``inputTokenIds, maxTokens, streaming, samplingConfig, outputConfig, endId, padId``), then the
+  keywords ``ModelRunnerCpp`` passes (their order is not read: keyword-only here).
 """
 
 from __future__ import annotations
@@ -61,8 +87,8 @@ import pytest
 
 from tests.doubles import trtllm_0_15 as line_0_15
 from tests.doubles import trtllm_common as common
+from tests.doubles import trtllm_executor
 from tests.doubles import trtllm_llmapi as llm_api
-from tests.doubles import trtllm_runners as runners
 from tests.doubles.signatures import Args, takes
 
 VERSION = "1.0.0"
@@ -91,13 +117,56 @@ class PendingOutput(llm_api.PendingOutput):
         self._answer = None
 
 
+class SamplingConfig(trtllm_executor.SamplingConfig):
+    """Double of bindings.executor.SamplingConfig 1.x: the names ``ModelRunnerCpp.generate``
+    @03832911 passes it (its ``accepted_parameters``, renamed)."""
+
+    @takes("""beam_width=1, top_k=None, top_p=None, top_p_min=None, top_p_reset_ids=None, top_p_decay=None,
+        seed=None, temperature=None, min_tokens=None, beam_search_diversity_rate=None, repetition_penalty=None,
+        presence_penalty=None, frequency_penalty=None, length_penalty=None, early_stopping=None,
+        no_repeat_ngram_size=None, num_return_sequences=None, min_p=None, beam_width_array=None""")
+    def __init__(self, a: Args) -> None:
+        super().__init__(a)
+
+
+class Request(trtllm_executor.Request):
+    """Double of bindings.executor.Request 1.x (``max_tokens``; see the module docstring)."""
+
+    @takes("""input_token_ids, max_tokens, streaming=False, sampling_config=None, output_config=None,
+        end_id=None, pad_id=None, *, position_ids=None, bad_words=None, stop_words=None,
+        external_draft_tokens_config=None, prompt_tuning_config=None, mrope_config=None, lora_config=None,
+        lookahead_config=None, logits_post_processor_name=None, encoder_input_token_ids=None,
+        return_all_generated_tokens=False, encoder_input_features=None, encoder_output_length=None,
+        cross_attention_mask=None, skip_cross_attn_blocks=None, language_adapter_uid=None""")
+    def __init__(self, a: Args) -> None:
+        super().__init__(a["input_token_ids"], a["max_tokens"], a, SamplingConfig)
+
+
+class Executor(trtllm_executor.InflightExecutor):
+    """Double of bindings.executor.Executor 1.x (``executorImpl.cpp`` at b35ac1b6; see the module
+    docstring)."""
+
+    PROMPT_PREFIX = "Encountered an error when fetching new request: "
+    SHUTDOWN_ENQUEUE = "[TensorRT-LLM][ERROR] Assertion failed: Shutdown called, cannot enqueue requests"
+    SHUTDOWN_AWAIT = "[TensorRT-LLM][ERROR] Assertion failed: Shutdown called"
+
+    def beam_error(self, beams: int) -> str | None:
+        if beams <= self.max_beam_width:
+            return None
+        return (
+            "Encountered an error in forwardAsync function: [TensorRT-LLM][ERROR] Assertion failed: "
+            f"Requested beam width {beams} is larger than configured max beam width {self.max_beam_width}"
+        )
+
+
 class ModelRunnerCpp(line_0_15.ModelRunnerCpp):
     """Double of the 1.x ModelRunnerCpp: the 0.16 interface, more accepted sampling keywords,
     the Executor kept as ``self.executor`` (``model_runner_cpp.py`` l.77 @03832911, counted by
-    hand; ``.session`` before)."""
+    hand; ``.session`` before), with 1.x's own Executor."""
 
     ACCEPTED = line_0_15.CPP_ACCEPTED | {"min_p", "beam_width_array"}
     EXECUTOR_ATTR = "executor"
+    EXECUTOR = Executor
 
 
 class ModelRunner(line_0_15.ModelRunner):
@@ -213,7 +282,7 @@ class _BaseLLM(llm_api.LlmApi[SamplingParams], Generic[_A]):
         seen.add(tuple(ids))
         return RequestOutput(request_id, prompt, ids, outputs, cached_tokens=cached)
 
-    def _running(self) -> runners.Executor:
+    def _running(self) -> trtllm_executor.Executor:
         if self._executor is None:
             raise RuntimeError("the LLM was shut down")
         return self._executor
@@ -221,7 +290,7 @@ class _BaseLLM(llm_api.LlmApi[SamplingParams], Generic[_A]):
     def _check_arguments(self, prompt_len: int, sp: SamplingParams) -> None:
         return  # the PyTorch backend leaves the request checks to its executor
 
-    def _verify_request(self, executor: runners.Executor, width: int) -> None:
+    def _verify_request(self, executor: trtllm_executor.Executor, width: int) -> None:
         if width != self.args.max_beam_width:
             raise RequestError(
                 f"Request beam width {width} is not equal to max_beam_width "
@@ -278,7 +347,7 @@ class _TrtLLM(_BaseLLM[TrtLlmArgs]):
                 f"sampling_params.{which} cannot exceed max_beam_width ({limit}) when use_beam_search is True"
             )
 
-    def _verify_request(self, executor: runners.Executor, width: int) -> None:
+    def _verify_request(self, executor: trtllm_executor.Executor, width: int) -> None:
         return  # the C++ executor of 1.x accepts a beam width up to its maximum
 
 
@@ -294,6 +363,7 @@ def install(monkeypatch: pytest.MonkeyPatch) -> common.Recorder:
         "tensorrt_llm._tensorrt_engine": {"LLM": _TrtLLM},
         "tensorrt_llm.executor": {"__path__": []},
         "tensorrt_llm.executor.utils": {"RequestError": RequestError},
+        **trtllm_executor.bindings_modules(Executor, Request, SamplingConfig),
     }
     return common.install_line(
         monkeypatch, VERSION, "tests/doubles/trtllm_1_x.py", {"tensorrt_llm": package, **modules, **engines}

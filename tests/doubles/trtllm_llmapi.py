@@ -27,7 +27,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from tests.doubles import trtllm_common as common
 from tests.doubles.signatures import Args
-from tests.doubles.trtllm_runners import Executor
+from tests.doubles.trtllm_executor import Executor
 
 
 @dataclass

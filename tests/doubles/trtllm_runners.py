@@ -13,29 +13,10 @@ from typing import Any, TypeVar
 from tests.doubles import trtllm_common as common
 from tests.doubles.signatures import Args
 from tests.doubles.trtllm_common import Limits
+from tests.doubles.trtllm_executor import InflightExecutor
 
 _R = TypeVar("_R", bound="ExecutorRunner")
 _S = TypeVar("_S", bound="SessionRunner")
-
-
-class Executor:
-    """Stand-in for ``tensorrt_llm.bindings.executor.Executor`` (``ModelRunnerCpp.session`` from
-    0.10 on): only what the runner uses, plus ``shutdown()``."""
-
-    def __init__(self, max_beam_width: int) -> None:
-        self.max_beam_width = max_beam_width
-        self.alive = True
-        common.RECORDER.gpu.claim(self)
-
-    def holds_gpu(self) -> bool:
-        return self.alive
-
-    def can_enqueue_requests(self) -> bool:
-        return True  # the leader (rank 0) process
-
-    def shutdown(self) -> None:
-        self.alive = False
-        common.RECORDER.shutdowns += 1
 
 
 # the ``accepted_parameters`` of ModelRunnerCpp.generate (model_runner_cpp.py) that
@@ -67,20 +48,23 @@ class ExecutorRunner:
     ``assert`` on runtime limits above the engine's, the sampling keywords filtered through
     ``accepted_parameters`` (others dropped silently), ``num_beams`` renamed to ``beam_width``,
     ``_check_inputs``, and a response error raised as ``RuntimeError(response.error_msg)``.
-    A line sets ``ACCEPTED``, ``width`` (the output's beam dimension) and ``refusal``."""
+    A line sets ``ACCEPTED``, ``EXECUTOR`` (its Executor, with its in-flight rules), ``width``
+    (the output's beam dimension) and ``refusal``."""
 
     ACCEPTED: frozenset[str] = frozenset()
+    EXECUTOR: type[InflightExecutor]
     NAME = "ModelRunnerCpp"
     EXECUTOR_ATTR = "session"  # where the runner keeps its Executor (1.x: "executor")
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.max_beam_width = limits.max_beam_width
-        setattr(self, self.EXECUTOR_ATTR, Executor(limits.max_beam_width))
+        self.max_batch_size = limits.max_batch_size  # ModelRunnerCpp.__init__ keeps it (l.53 @04c5298)
+        setattr(self, self.EXECUTOR_ATTR, self.EXECUTOR(limits))
 
     @property
-    def executor_(self) -> Executor:
-        executor: Executor = getattr(self, self.EXECUTOR_ATTR)
+    def executor_(self) -> InflightExecutor:
+        executor: InflightExecutor = getattr(self, self.EXECUTOR_ATTR)
         return executor
 
     @classmethod

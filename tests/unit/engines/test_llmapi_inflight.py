@@ -4,8 +4,9 @@ On the lines whose LLM API the backend runs (0.15-0.16, 1.x), requests sent one 
 before any answer is read, give what the bulk ``generate`` gives for the same prompts, beam
 search included where the line's bulk path runs it, with the same SamplingParams; the line's
 refusals come from ``submit`` as they come from ``generate``. 0.9 and 0.12 have no LLM API the
-backend runs (refused at load, naming the release). The trtllm runners have no in-flight path
-and say why. The doubles are not TensorRT-LLM: each says which release source it was read from.
+backend runs (refused at load, naming the release). The trtllm backend's in-flight path is tested
+in test_trtllm_inflight.py. The doubles are not TensorRT-LLM: each says which release source it
+was read from.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ import pytest
 from harness.config import DecodingSettings, EngineOptions
 from harness.engines.base import Generation, InFlight, NoInFlight, Pending
 from harness.engines.llmapi import LlmApiEngine
-from harness.engines.trtllm import TrtllmEngine
 from harness.errors import EngineError
-from harness.model.vocab import CacheReuse, TrtllmRuntime
+from harness.model.vocab import CacheReuse
 from harness.stages.arrivals import drive
 from tests.doubles import trtllm_common as common
 from tests.doubles.trtllm_common import BUNDLED_MODEL
@@ -189,18 +189,3 @@ def test_an_llm_without_generate_async_has_no_in_flight_path(
     answer = engine.in_flight(DecodingSettings(beam_width=1, max_new_tokens=5))
     assert isinstance(answer, NoInFlight)
     assert f"TensorRT-LLM {llmapi_line.VERSION}" in answer.reason and "no generate_async" in answer.reason
-
-
-@pytest.mark.parametrize("runtime", ["cpp", "python"])
-def test_trtllm_runners_have_no_in_flight_path_and_say_why(
-    tmp_path: Path, trt_line: ModuleType, runtime: str
-) -> None:
-    path = trt_line.make_engine_dir(tmp_path / "e", max_beam_width=2, max_batch_size=8)
-    engine = TrtllmEngine(
-        path, options=EngineOptions(tokenizer=str(BUNDLED_MODEL), trtllm_runtime=TrtllmRuntime(runtime))
-    )
-    answer = engine.in_flight(DecodingSettings(beam_width=1, max_new_tokens=5))
-    assert isinstance(answer, NoInFlight)
-    runner = "ModelRunnerCpp" if runtime == "cpp" else "ModelRunner"
-    assert answer.reason.startswith(f"TensorRT-LLM {trt_line.VERSION}: {runner}.generate takes whole batches")
-    assert answer.reason.endswith("in-flight requests go through the LLM API: --backend llmapi")

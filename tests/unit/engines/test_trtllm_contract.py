@@ -19,7 +19,7 @@ from harness.config import DecodingSettings, EngineOptions
 from harness.engines.llmapi import LlmApiEngine
 from harness.engines.trtllm import TrtllmEngine
 from harness.errors import EngineError
-from harness.model.vocab import TrtllmRuntime
+from harness.model.vocab import TrtllmRuntime, Verdict
 from tests.doubles import trtllm_common as common
 from tests.doubles.trtllm_common import BUNDLED_MODEL, continuation
 from tests.unit.engines.pipeline_runs import run_config, run_pipeline, written_report
@@ -37,6 +37,7 @@ LLMAPI_REFUSAL = {
     "1.x": "ValueError: sampling_params.n (4) cannot exceed max_beam_width (2) when use_beam_search is True",
 }
 RUNTIMES = ["cpp", "python"]
+EXECUTOR_LINES = {"0.12-0.13", "0.15-0.16", "1.x"}  # whose ModelRunnerCpp holds an Executor: in-flight
 
 
 @runtime_checkable
@@ -136,7 +137,9 @@ def test_the_default_grid_on_a_beam_4_engine_runs_and_passes_on_every_line(
     """A healthy engine built with max_beam_width 4, the default grid (batch sizes 1, 2, 4, 8;
     beam widths 1, 2, 4): every cell runs and passes on every line and runner, though 0.9's
     decoder is fixed at load (C++) or by the first call (Python) and 0.12-0.13's executor
-    refuses other widths; one runner per beam width, each loaded once, one engine on the GPU."""
+    refuses other widths; the bulk cells load one runner per beam width, each once, and the
+    scheduled cells load each again where the runner has an in-flight path (the C++ runner's
+    Executor), where they pass too; never two engines on the GPU."""
     engine = trt_line.make_engine_dir(tmp_path / "e", max_beam_width=4, max_batch_size=8)
     result = run_pipeline(run_config(tmp_path, small_dataset, engine, trtllm_runtime=runtime))
     assert [(c.cell.batch_size, c.cell.beam_width) for c in result.report.cells] == [
@@ -146,12 +149,17 @@ def test_the_default_grid_on_a_beam_4_engine_runs_and_passes_on_every_line(
     assert {c.cell.id: c.verdict for c in result.report.cells} == {
         c.cell.id: "pass" for c in result.report.cells
     }
+    in_flight = runtime == "cpp" and trt_line.LINE in EXECUTOR_LINES
+    assert [c.verdict for c in result.report.schedules] == [
+        Verdict.PASS if in_flight else Verdict.NOT_APPLICABLE for _ in result.report.schedules
+    ], [c.message for c in result.report.schedules]
     loads = common.recorder().loads
-    assert len(loads) == 3 and common.recorder().gpu.loads == 3, [
+    widths = [1, 2, 4] * (2 if in_flight else 1)
+    assert len(loads) == len(widths) and common.recorder().gpu.loads == len(widths), [
         load.get("max_beam_width") for load in loads
     ]
     if runtime == "cpp":
-        assert [load["max_beam_width"] for load in loads] == [1, 2, 4]
+        assert [load["max_beam_width"] for load in loads] == widths
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
