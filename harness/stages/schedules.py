@@ -354,7 +354,9 @@ def run_schedules(
         )
     drives: list[Drive] = []
     fixed: list[ScheduledCell] = []
-    for width in prep.config.beam_widths:
+    # widest first: the bulk cells ran in order of beam width, so an engine that loads a runner
+    # per width (trtllm) still holds the widest one, and loads each other width once more
+    for width in sorted(prep.config.beam_widths, reverse=True):
         if width not in bases:
             fixed += _cells(
                 chosen,

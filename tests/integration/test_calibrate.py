@@ -153,7 +153,9 @@ def test_the_sweep_models_truth_is_what_the_emulator_damages(to: int) -> None:
     assert buffer_damage(8, 2, 8) == {4, 5, 6, 7} and buffer_damage(4, 2, 8) == set()
 
 
-def test_in_flight_faults_fail_the_schedules_named_by_their_condition_and_healthy_passes(tmp_path: Path) -> None:
+def test_in_flight_faults_fail_the_schedules_named_by_their_condition_and_healthy_passes(
+    tmp_path: Path,
+) -> None:
     """One round of 32 prompts per model at C 8, on 30% drift: a refilled slot's stale state
     fails the scheduled cells, which name the freed slots; so does a chunked prefill that
     corrupts the requests beside it."""
