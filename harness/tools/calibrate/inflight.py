@@ -6,7 +6,7 @@ A round sends a fresh draw of ``--prompts`` prompts from the pool, in a fresh or
 schedule at the engine's max_batch_size, to an engine with its own drift seed; each request is
 scored against the same prompt at batch size 1 on that engine (``warm``: against its cold
 run). In-flight outputs depend on when each request arrived, so they are never cached: the
-rounds are the cost, a few seconds each. A trial takes, for every schedule and arrival rank,
+rounds are the cost, a few seconds each, on ``--jobs`` worker processes. A trial takes, for every schedule and arrival rank,
 the request of that rank from a random round (its conditions, scores and damage as they
 were), and judges the trial's cells as one Holm family, as a run does.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -33,44 +34,78 @@ SCHEDULES = (Schedule.STAGGERED, Schedule.REFILL, Schedule.PREFILL_MIX, Schedule
 Round = dict[Schedule, Drive]
 
 
-def rounds(m: Model, pool: Pool, s: Settings) -> list[Round]:
-    """``s.flight_rounds`` rounds of ``m`` on every schedule (module docstring)."""
+@dataclass(frozen=True)
+class FlightJob:
+    """One round of one model on every schedule (runs in a worker process): its engine, the
+    pool and the round's draw from it."""
+
+    name: str
+    engine_dir: str
+    concurrency: int
+    prompts: tuple[str, ...]
+    references: tuple[str, ...]
+    chosen: tuple[int, ...]  # the pool's prompts this round sends, in its order
+    max_new_tokens: int
+    round: int
+
+
+def jobs(m: Model, pool: Pool, s: Settings) -> list[FlightJob]:
+    """``s.flight_rounds`` rounds of ``m`` (module docstring); engines built here, once."""
+    out = []
+    for r in range(s.flight_rounds):
+        draw = np.random.default_rng([s.seed, r, 33]).permutation(len(pool.prompts))[: s.prompts]
+        out.append(
+            FlightJob(
+                m.name,
+                str(engine_dir(pool, m, r)),
+                m.limits.max_batch_size or 8,
+                pool.prompts,
+                pool.references,
+                tuple(int(i) for i in draw),
+                s.max_new_tokens,
+                r,
+            )
+        )
+    return out
+
+
+def drive_round(job: FlightJob) -> Round:
+    """One round: the draw sent on every schedule by the run's own stage, each request scored
+    against the same prompt at batch size 1 on the same engine."""
+    import torch
+
     from harness.engines.emulator.engine import EmulatorEngine
     from harness.stages.generate import generate_batch
     from harness.stages.schedules import Ground, drive_width
 
-    settings = DecodingSettings(max_new_tokens=s.max_new_tokens, beam_width=1, length_penalty=1.0)
-    out = []
-    for r in range(s.flight_rounds):
-        chosen = [int(i) for i in np.random.default_rng([s.seed, r, 33]).permutation(len(pool.prompts))]
-        chosen = chosen[: s.prompts]
-        engine = EmulatorEngine(engine_dir(pool, m, r))
-        try:
-            prompts = [pool.prompts[i] for i in chosen]
-            alone = [generate_batch(engine, [p], settings)[0][0] for p in prompts]
-            ground = Ground(
-                engine=engine,
-                prompts=prompts,
-                ids=[f"cal-{i}" for i in chosen],
-                references=[pool.references[i] for i in chosen],
-                lengths=engine.count_tokens(prompts),
-                order=range(len(prompts)),  # the draw is already shuffled
-                baseline=alone,
-                against=alone,
-                settings=settings,
-                concurrency=m.limits.max_batch_size or 8,
-                cap=ScoringCap.for_tokens(s.max_new_tokens),
-                timeout=None,
-            )
-            drives, failed = drive_width(ground, SCHEDULES)
-        finally:
-            engine.close()
-        if failed:
-            raise EngineError(
-                f"calibrate: {m.name} round {r}: {failed[0].id} {failed[0].verdict}: {failed[0].message}"
-            )
-        out.append({d.schedule: d for d in drives})
-    return out
+    torch.set_num_threads(1)
+    settings = DecodingSettings(max_new_tokens=job.max_new_tokens, beam_width=1, length_penalty=1.0)
+    engine = EmulatorEngine(job.engine_dir)
+    try:
+        prompts = [job.prompts[i] for i in job.chosen]
+        alone = [generate_batch(engine, [p], settings)[0][0] for p in prompts]
+        ground = Ground(
+            engine=engine,
+            prompts=prompts,
+            ids=[f"cal-{i}" for i in job.chosen],
+            references=[job.references[i] for i in job.chosen],
+            lengths=engine.count_tokens(prompts),
+            order=range(len(prompts)),  # the draw is already shuffled
+            baseline=alone,
+            against=alone,
+            settings=settings,
+            concurrency=job.concurrency,
+            cap=ScoringCap.for_tokens(job.max_new_tokens),
+            timeout=None,
+        )
+        drives, failed = drive_width(ground, SCHEDULES)
+    finally:
+        engine.close()
+    if failed:
+        raise EngineError(
+            f"calibrate: {job.name} round {job.round}: {failed[0].id} {failed[0].verdict}: {failed[0].message}"
+        )
+    return {d.schedule: d for d in drives}
 
 
 @dataclass(frozen=True)
@@ -138,7 +173,6 @@ class FlightOutcome:
     exact: int
     wrong: int
     changed: dict[Schedule, float]  # per schedule: the rounds' share of outputs unlike their comparison's
-    seconds: float  # the rounds' wall time
 
     @property
     def should_fail(self) -> bool:
@@ -148,28 +182,42 @@ class FlightOutcome:
 def calibrate_flight(
     chosen: Sequence[Model], pool: Pool, s: Settings, key: Callable[[str], int], say: Callable[[str], None]
 ) -> list[FlightOutcome]:
-    """Every in-flight model's rounds, then its trials."""
+    """Every in-flight model's rounds (on ``s.jobs`` worker processes), then its trials."""
+    if not chosen:
+        return []
+    planned = {m.name: jobs(m, pool, s) for m in chosen}
+    t0 = time.perf_counter()
+    every = [j for js in planned.values() for j in js]
+    say(f"in flight: {len(every)} rounds of {len(chosen)} models on every schedule, {s.jobs} worker(s) ...")
+    if s.jobs > 1:
+        with ProcessPoolExecutor(max_workers=s.jobs) as workers:
+            driven = list(workers.map(drive_round, every))
+    else:
+        driven = [drive_round(j) for j in every]
+    seconds = time.perf_counter() - t0
+    say(f"in flight: driven in {seconds:.0f} s")
+    done: dict[str, list[Round]] = {m.name: [] for m in chosen}
+    for job, got in zip(every, driven):
+        done[job.name].append(got)
     out = []
     for m in chosen:
-        t0 = time.perf_counter()
-        done = rounds(m, pool, s)
-        seconds = time.perf_counter() - t0
-        say(f"in flight: {m.name}: {s.flight_rounds} rounds on {len(SCHEDULES)} schedules in {seconds:.0f} s")
-        got = [
-            trial(m, done, np.random.default_rng([s.seed, key(m.name), t, 33]), s) for t in range(s.trials)
+        trials = [
+            trial(m, done[m.name], np.random.default_rng([s.seed, key(m.name), t, 33]), s)
+            for t in range(s.trials)
         ]
-        changed = {sc: float(np.mean([r.changed for d in done for r in d[sc].requests])) for sc in SCHEDULES}
+        changed = {
+            sc: float(np.mean([r.changed for d in done[m.name] for r in d[sc].requests])) for sc in SCHEDULES
+        }
         out.append(
             FlightOutcome(
                 m,
                 s.trials,
-                failed=sum(g.failed for g in got),
-                detected=sum(g.detected for g in got),
-                named=sum(g.named for g in got),
-                exact=sum(g.exact for g in got),
-                wrong=sum(g.wrong for g in got),
+                failed=sum(g.failed for g in trials),
+                detected=sum(g.detected for g in trials),
+                named=sum(g.named for g in trials),
+                exact=sum(g.exact for g in trials),
+                wrong=sum(g.wrong for g in trials),
                 changed=changed,
-                seconds=seconds,
             )
         )
     return out
