@@ -182,6 +182,7 @@ def server_command(
     ctx_per_slot: int,
     threads: int,
     n_predict: int | None,
+    extra_args: Sequence[str] = (),
 ) -> list[str]:
     # both servers take the model and the address by the same names
     listen = ["--model", str(gguf), "--host", "127.0.0.1", "--port", str(port)]
@@ -203,9 +204,11 @@ def server_command(
         ]
         if n_predict is not None:
             cmd += ["--n-predict", str(n_predict)]
-        return cmd
+        return [*cmd, *extra_args]
     if kind == "llama-cpp-python":
         # one model, one lock: parallel has no equivalent (it answers one request at a time)
+        if extra_args:
+            raise ValueError(f"extra_args {list(extra_args)!r} are llama-server's flags, not {kind}'s")
         return [
             str(lay.venv_python),
             "-m",
@@ -236,8 +239,10 @@ def start(
     cache: Path | str | None = None,
     timeout: float = 120.0,
     log_dir: Path | None = None,
+    extra_args: Sequence[str] = (),
 ) -> Server:
     """Start ``kind`` on a free loopback port; returns once ``GET /v1/models`` answers 200.
+    ``extra_args``: more of llama-server's flags, after the ones set here (``["--kv-unified"]``).
 
     ``threads`` defaults to 1: ggml's worker threads spin while they wait for each other, and
     with 2 threads on this 2-core machine any other busy process made 16 short requests take
@@ -261,6 +266,7 @@ def start(
             ctx_per_slot=ctx_per_slot,
             threads=threads,
             n_predict=n_predict,
+            extra_args=extra_args,
         )
         log_path = log_dir / f"{kind}-{p}.log"
         env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(lay.bin)}
