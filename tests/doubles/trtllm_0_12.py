@@ -140,14 +140,8 @@ class Request(trtllm_executor.Request):
 
 class Executor(trtllm_executor.InflightExecutor):
     """Double of bindings.executor.Executor 0.13.0.dev: the shared in-flight rules, this line's
-    beam-width answer and shutdown refusals (see the module docstring)."""
-
-    SHUTDOWN_ENQUEUE = (
-        "TEST DOUBLE: enqueue_request after shutdown() (the executor's text is not in the source)"
-    )
-    SHUTDOWN_AWAIT = (
-        "TEST DOUBLE: await_responses after shutdown() (the executor's text is not in the source)"
-    )
+    beam-width answer (its shutdown refusals: the shared double's, its executor being closed
+    source)."""
 
     def beam_error(self, beams: int) -> str | None:
         return beam_refusal(beams, self.max_beam_width)

@@ -205,8 +205,13 @@ class InflightExecutor(Executor):
 
     STEP_S = 0.002  # the decode loop's pause between steps (scaffolding)
     PROMPT_PREFIX = ""  # what the line's executor puts before the validation's message
-    SHUTDOWN_ENQUEUE = ""
-    SHUTDOWN_AWAIT = ""
+    # where a line's source does not hold the executor's text (0.13's and 0.16's are closed)
+    SHUTDOWN_ENQUEUE = (
+        "TEST DOUBLE: enqueue_request after shutdown() (the executor's text is not in the source)"
+    )
+    SHUTDOWN_AWAIT = (
+        "TEST DOUBLE: await_responses after shutdown() (the executor's text is not in the source)"
+    )
 
     def __init__(self, limits: Limits) -> None:
         super().__init__(limits.max_beam_width)

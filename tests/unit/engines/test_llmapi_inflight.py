@@ -19,13 +19,14 @@ from typing import Any, cast
 import pytest
 
 from harness.config import DecodingSettings, EngineOptions
-from harness.engines.base import Generation, InFlight, NoInFlight, Pending
+from harness.engines.base import NoInFlight
 from harness.engines.llmapi import LlmApiEngine
 from harness.errors import EngineError
 from harness.model.vocab import CacheReuse
 from harness.stages.arrivals import drive
 from tests.doubles import trtllm_common as common
 from tests.doubles.trtllm_common import BUNDLED_MODEL
+from tests.unit.engines.inflight_paths import answer, opened
 
 PROMPTS = [
     "A short one. TL;DR: ",
@@ -42,18 +43,6 @@ def _engine(trt: ModuleType, tmp_path: Path, max_beam_width: int = 4, reuse: str
     path = trt.make_engine_dir(tmp_path / "e", max_beam_width=max_beam_width, max_batch_size=8)
     options = EngineOptions(tokenizer=str(BUNDLED_MODEL), kv_cache_reuse=CacheReuse(reuse))
     return LlmApiEngine(path, options=options)
-
-
-def _open(engine: LlmApiEngine, settings: DecodingSettings) -> InFlight:
-    path = engine.in_flight(settings)
-    assert isinstance(path, InFlight), path
-    return path
-
-
-def _read(pending: Pending) -> Generation:
-    answer = pending.result()
-    assert isinstance(answer, Generation)
-    return answer
 
 
 def _calls(runner: str) -> list[dict[str, Any]]:
@@ -83,10 +72,10 @@ def test_requests_sent_one_by_one_give_generate_s_outputs(
     engine = _engine(llmapi_line, tmp_path)
     settings = DecodingSettings(beam_width=beams, max_new_tokens=9)
     bulk = engine.generate(PROMPTS, settings)
-    path = _open(engine, settings)
+    path = opened(engine, settings)
     pending = [path.submit(p) for p in PROMPTS]  # all sent before any answer is read
     assert cast(Any, engine.llm).running_requests == len(PROMPTS)
-    answers = {i: _read(pending[i]) for i in reversed(range(len(PROMPTS)))}  # read last first
+    answers = {i: answer(pending[i]) for i in reversed(range(len(PROMPTS)))}  # read last first
     gens = [answers[i] for i in range(len(PROMPTS))]
     assert [(g.text, g.token_ids, g.beams) for g in gens] == [(g.text, g.token_ids, g.beams) for g in bulk]
     assert all(len(g.beams) == beams for g in gens)
@@ -106,7 +95,7 @@ def test_the_schedule_driver_reads_answers_on_its_own_threads(
     settings = DecodingSettings(beam_width=1, max_new_tokens=7)
     bulk = engine.generate(PROMPTS * 2, settings)
     before = set(threading.enumerate())
-    path = _open(engine, settings)
+    path = opened(engine, settings)
     sent = drive(path, PROMPTS * 2, first_wave=3, cap=3, timeout=30)
     path.close()
     assert [s.generation.text if s.generation else None for s in sent] == [g.text for g in bulk]
@@ -122,7 +111,7 @@ def test_a_beam_width_the_engine_refuses_is_refused_at_submit_as_by_generate(
     settings = DecodingSettings(beam_width=2, max_new_tokens=8)
     with pytest.raises(ValueError) as bulk:
         engine.generate(PROMPTS[:1], settings)
-    path = _open(engine, settings)
+    path = opened(engine, settings)
     with pytest.raises(ValueError) as sent:
         path.submit(PROMPTS[0])
     assert str(sent.value) == str(bulk.value)
@@ -134,9 +123,9 @@ def test_a_checkpoint_runs_in_flight_on_the_llm_loaded_for_the_beam_width(llmapi
     engine = LlmApiEngine(BUNDLED_MODEL)
     settings = DecodingSettings(beam_width=2, max_new_tokens=6)
     bulk = engine.generate(PROMPTS[:2], settings)
-    path = _open(engine, settings)
+    path = opened(engine, settings)
     pending = [path.submit(p) for p in PROMPTS[:2]]
-    assert [_read(p).beams for p in pending] == [g.beams for g in bulk]
+    assert [answer(p).beams for p in pending] == [g.beams for g in bulk]
     assert engine.llm_beam_width == 2 and len(common.recorder().loads) == 2  # widths 1 (at load), 2
     engine.generate(PROMPTS[:1], DecodingSettings(beam_width=1, max_new_tokens=6))  # reloads width 1
     with pytest.raises(RuntimeError, match="was released"):
@@ -148,9 +137,9 @@ def test_warm_says_whether_block_reuse_is_on_and_what_the_release_counts(
     tmp_path: Path, llmapi_line: ModuleType, reuse: str
 ) -> None:
     engine = _engine(llmapi_line, tmp_path, reuse=reuse)
-    path = _open(engine, DecodingSettings(beam_width=1, max_new_tokens=5))
+    path = opened(engine, DecodingSettings(beam_width=1, max_new_tokens=5))
     assert f"KV-cache block reuse is {reuse}" in path.cache and "enable_block_reuse" in path.cache
-    first, again = (_read(path.submit(PROMPTS[1])) for _ in range(2))
+    first, again = (answer(path.submit(PROMPTS[1])) for _ in range(2))
     assert first.text == again.text
     if llmapi_line.LINE == "0.15-0.16":
         assert first.cached_tokens is again.cached_tokens is None  # its RequestOutput does not say
@@ -165,7 +154,7 @@ def test_close_refuses_later_requests_and_aborts_unread_ones_where_the_release_c
     tmp_path: Path, llmapi_line: ModuleType
 ) -> None:
     engine = _engine(llmapi_line, tmp_path)
-    path = _open(engine, DecodingSettings(beam_width=1, max_new_tokens=5))
+    path = opened(engine, DecodingSettings(beam_width=1, max_new_tokens=5))
     path.submit(PROMPTS[0]).result()
     path.submit(PROMPTS[1])  # never read
     path.close()
@@ -173,7 +162,7 @@ def test_close_refuses_later_requests_and_aborts_unread_ones_where_the_release_c
     assert cast(Any, engine.llm).running_requests == (0 if llmapi_line.LINE == "1.x" else 1)
     with pytest.raises(RuntimeError, match="closed"):
         path.submit(PROMPTS[0])
-    other = _open(engine, DecodingSettings(beam_width=1, max_new_tokens=5))
+    other = opened(engine, DecodingSettings(beam_width=1, max_new_tokens=5))
     engine.close()  # closes the paths still open, then shuts the LLM down
     with pytest.raises(RuntimeError, match="closed"):
         other.submit(PROMPTS[0])
@@ -186,6 +175,6 @@ def test_an_llm_without_generate_async_has_no_in_flight_path(
     """Not a modelled line (both have generate_async): a release whose LLM lacks it is named."""
     engine = _engine(llmapi_line, tmp_path)
     monkeypatch.setattr(type(engine.llm), "generate_async", None)
-    answer = engine.in_flight(DecodingSettings(beam_width=1, max_new_tokens=5))
-    assert isinstance(answer, NoInFlight)
+    refused = engine.in_flight(DecodingSettings(beam_width=1, max_new_tokens=5))
+    assert isinstance(refused, NoInFlight)
     assert f"TensorRT-LLM {llmapi_line.VERSION}" in answer.reason and "no generate_async" in answer.reason

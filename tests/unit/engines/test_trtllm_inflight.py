@@ -22,13 +22,14 @@ from types import ModuleType
 import pytest
 
 from harness.config import DecodingSettings, EngineOptions
-from harness.engines.base import Generation, InFlight, NoInFlight, Pending
+from harness.engines.base import NoInFlight
 from harness.engines.trtllm import TrtllmEngine
 from harness.model.vocab import CacheReuse, TrtllmRuntime
 from harness.stages.arrivals import RequestsFailed, drive
 from tests.doubles import trtllm_common as common
 from tests.doubles.trtllm_common import BUNDLED_MODEL
 from tests.doubles.trtllm_executor import InflightExecutor
+from tests.unit.engines.inflight_paths import answer, opened
 
 PROMPTS = [
     "A short one. TL;DR: ",
@@ -60,22 +61,10 @@ def _engine(
     return TrtllmEngine(path, options=options)
 
 
-def _open(engine: TrtllmEngine, settings: DecodingSettings) -> InFlight:
-    path = engine.in_flight(settings)
-    assert isinstance(path, InFlight), path
-    return path
-
-
 def _executor(engine: TrtllmEngine) -> InflightExecutor:
     executor = getattr(engine.runner, "executor", None) or getattr(engine.runner, "session", None)
     assert isinstance(executor, InflightExecutor)
     return executor
-
-
-def _read(pending: Pending) -> Generation:
-    answer = pending.result()
-    assert isinstance(answer, Generation)
-    return answer
 
 
 @pytest.fixture
@@ -92,12 +81,12 @@ def test_requests_decoded_together_give_each_prompt_s_batch_size_1_output(
     engine = _engine(executor_line, tmp_path)
     settings = DecodingSettings(beam_width=beams, max_new_tokens=9)
     alone = [engine.generate([p], settings)[0] for p in PROMPTS]  # batch size 1, one call each
-    path = _open(engine, settings)
+    path = opened(engine, settings)
     executor = _executor(engine)
     executor.hold()  # all three queued before the executor's first step
     pending = [path.submit(p) for p in PROMPTS]
     executor.release()
-    answers = [_read(pending[i]) for i in reversed(range(len(PROMPTS)))][::-1]  # read last first
+    answers = [answer(pending[i]) for i in reversed(range(len(PROMPTS)))][::-1]  # read last first
     assert [(g.text, g.token_ids, g.beams) for g in answers] == [
         (g.text, g.token_ids, g.beams) for g in alone
     ]
@@ -125,7 +114,7 @@ def test_requests_sent_on_a_schedule_join_the_ones_decoding(
     engine = _engine(executor_line, tmp_path)
     settings = DecodingSettings(beam_width=1, max_new_tokens=9)
     alone = [engine.generate([p], settings)[0].text for p in PROMPTS * 2]
-    path = _open(engine, settings)
+    path = opened(engine, settings)
     assert path.slots == 8 and path.fresh_slots is False  # the executor's max_batch_size
     sent = drive(path, PROMPTS * 2, first_wave=3, cap=3, timeout=30)
     path.close()
@@ -141,7 +130,7 @@ def test_a_prompt_over_max_input_len_is_that_request_s_error_in_the_line_s_words
 ) -> None:
     engine = _engine(executor_line, tmp_path)
     settings = DecodingSettings(beam_width=1, max_new_tokens=8)
-    path = _open(engine, settings)
+    path = opened(engine, settings)
     long, short = path.submit(TOO_LONG), path.submit(PROMPTS[0])  # enqueue refuses neither
     with pytest.raises(RuntimeError) as exc:
         long.result()
@@ -150,7 +139,7 @@ def test_a_prompt_over_max_input_len_is_that_request_s_error_in_the_line_s_words
         PROMPT_PREFIX[executor_line.LINE] + f"Prompt length ({length}) exceeds maximum input length (1024). "
         "Set log level to info and check TRTGptModel logs for how maximum input length is set"
     )
-    assert _read(short).text == engine.generate([PROMPTS[0]], settings)[0].text  # the other is answered
+    assert answer(short).text == engine.generate([PROMPTS[0]], settings)[0].text  # the other is answered
     # the schedule driver says which request failed; the schedules stage makes that the cell's error
     with pytest.raises(RequestsFailed, match=r"request 2 of 3 raised: .*Prompt length \(\d+\) exceeds"):
         drive(path, [PROMPTS[0], TOO_LONG, PROMPTS[1]], first_wave=3, cap=3, timeout=30)
@@ -163,11 +152,11 @@ def test_a_beam_width_is_served_up_to_the_engine_s_and_refused_above_as_the_line
 ) -> None:
     engine = _engine(executor_line, tmp_path, max_beam_width=2)
     settings = DecodingSettings(beam_width=beams, max_new_tokens=8)
-    path = _open(engine, settings)  # the bulk path's runner for the width: the engine's maximum for 4
+    path = opened(engine, settings)  # the bulk path's runner for the width: the engine's maximum for 4
     pending = [path.submit(p) for p in PROMPTS[:2]]
     if beams == 2:
-        assert [len(_read(p).beams) for p in pending] == [2, 2]
-        assert [_read(p).beams for p in pending] == [
+        assert [len(answer(p).beams) for p in pending] == [2, 2]
+        assert [answer(p).beams for p in pending] == [
             engine.generate([p], settings)[0].beams for p in PROMPTS[:2]
         ]
         return
@@ -187,8 +176,8 @@ def test_runners_that_batch_statically_are_not_applicable_with_their_source(
         pytest.skip("this line's ModelRunnerCpp holds an Executor")
     engine = _engine(trt_line, tmp_path, max_beam_width=2, runtime=runtime)
     loads = len(common.recorder().loads)
-    answer = engine.in_flight(DecodingSettings(beam_width=2, max_new_tokens=5))
-    assert isinstance(answer, NoInFlight)
+    refused = engine.in_flight(DecodingSettings(beam_width=2, max_new_tokens=5))
+    assert isinstance(refused, NoInFlight)
     assert answer.reason.startswith(f"TensorRT-LLM {trt_line.VERSION}: ")
     if runtime == "python":
         assert "the Python ModelRunner batches statically" in answer.reason
@@ -204,8 +193,8 @@ def test_only_the_executor_s_leader_rank_has_a_path(
 ) -> None:
     engine = _engine(executor_line, tmp_path)
     monkeypatch.setattr(_executor(engine), "can_enqueue_requests", lambda: False)
-    answer = engine.in_flight(DecodingSettings(beam_width=1, max_new_tokens=5))
-    assert isinstance(answer, NoInFlight) and "cannot enqueue requests" in answer.reason
+    refused = engine.in_flight(DecodingSettings(beam_width=1, max_new_tokens=5))
+    assert isinstance(refused, NoInFlight) and "cannot enqueue requests" in refused.reason
 
 
 def test_close_cancels_unread_requests_and_refuses_later_ones(
@@ -213,10 +202,10 @@ def test_close_cancels_unread_requests_and_refuses_later_ones(
 ) -> None:
     engine = _engine(executor_line, tmp_path)
     settings = DecodingSettings(beam_width=1, max_new_tokens=9)
-    path = _open(engine, settings)
+    path = opened(engine, settings)
     executor = _executor(engine)
     read = path.submit(PROMPTS[0])
-    assert _read(read).text
+    assert answer(read).text
     unread = path.submit(PROMPTS[1])
     path.close()
     assert executor.running() == 0  # cancelled, and its last response read: nothing left in the executor
@@ -224,8 +213,8 @@ def test_close_cancels_unread_requests_and_refuses_later_ones(
         path.submit(PROMPTS[0])
     with pytest.raises(RuntimeError, match="was closed before this request was answered"):
         unread.result()
-    assert engine.generate(PROMPTS[:1], settings)[0].text == _read(read).text  # the bulk path is untouched
-    other = _open(engine, settings)
+    assert engine.generate(PROMPTS[:1], settings)[0].text == answer(read).text  # the bulk path is untouched
+    other = opened(engine, settings)
     engine.close()  # closes the paths still open, then shuts the executor down
     with pytest.raises(RuntimeError, match="in-flight path is closed"):
         other.submit(PROMPTS[0])
@@ -234,7 +223,7 @@ def test_close_cancels_unread_requests_and_refuses_later_ones(
 
 def test_a_reader_waiting_when_the_path_closes_is_told_so(tmp_path: Path, executor_line: ModuleType) -> None:
     engine = _engine(executor_line, tmp_path)
-    path = _open(engine, DecodingSettings(beam_width=1, max_new_tokens=9))
+    path = opened(engine, DecodingSettings(beam_width=1, max_new_tokens=9))
     executor = _executor(engine)
     executor.hold()  # nothing is decoded: the reader waits
     pending = path.submit(PROMPTS[0])
@@ -262,7 +251,7 @@ def test_a_reader_waiting_when_the_path_closes_is_told_so(tmp_path: Path, execut
 
 def test_a_path_refuses_once_its_runner_is_released(tmp_path: Path, executor_line: ModuleType) -> None:
     engine = _engine(executor_line, tmp_path)
-    path = _open(engine, DecodingSettings(beam_width=1, max_new_tokens=5))
+    path = opened(engine, DecodingSettings(beam_width=1, max_new_tokens=5))
     engine.generate(PROMPTS[:1], DecodingSettings(beam_width=2, max_new_tokens=5))  # loads width 2
     with pytest.raises(RuntimeError, match="was released"):
         path.submit(PROMPTS[0])
@@ -270,7 +259,7 @@ def test_a_path_refuses_once_its_runner_is_released(tmp_path: Path, executor_lin
 
 def test_a_shut_down_executor_refuses_as_the_line_does(tmp_path: Path, executor_line: ModuleType) -> None:
     engine = _engine(executor_line, tmp_path)
-    path = _open(engine, DecodingSettings(beam_width=1, max_new_tokens=5))
+    path = opened(engine, DecodingSettings(beam_width=1, max_new_tokens=5))
     executor = _executor(engine)
     executor.hold()
     pending = path.submit(PROMPTS[0])
@@ -315,11 +304,11 @@ def test_warm_says_whether_block_reuse_is_on_and_that_no_count_is_reported(
     tmp_path: Path, executor_line: ModuleType, reuse: str
 ) -> None:
     engine = _engine(executor_line, tmp_path, reuse=reuse)
-    path = _open(engine, DecodingSettings(beam_width=1, max_new_tokens=5))
+    path = opened(engine, DecodingSettings(beam_width=1, max_new_tokens=5))
     on = reuse == "on"
     assert path.cache.startswith(f"KV-cache block reuse is {reuse} (ModelRunnerCpp.from_dir(")
     assert f"kv_cache_enable_block_reuse={on}" in path.cache
     assert ("do not say how many prompt tokens came from reused blocks" in path.cache) is on
-    first, again = (_read(path.submit(PROMPTS[1])) for _ in range(2))
+    first, again = (answer(path.submit(PROMPTS[1])) for _ in range(2))
     assert first.text == again.text and first.cached_tokens is again.cached_tokens is None
     path.close()
