@@ -177,4 +177,4 @@ def test_an_llm_without_generate_async_has_no_in_flight_path(
     monkeypatch.setattr(type(engine.llm), "generate_async", None)
     refused = engine.in_flight(DecodingSettings(beam_width=1, max_new_tokens=5))
     assert isinstance(refused, NoInFlight)
-    assert f"TensorRT-LLM {llmapi_line.VERSION}" in answer.reason and "no generate_async" in answer.reason
+    assert f"TensorRT-LLM {llmapi_line.VERSION}" in refused.reason and "no generate_async" in refused.reason

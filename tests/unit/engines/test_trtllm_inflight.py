@@ -178,13 +178,13 @@ def test_runners_that_batch_statically_are_not_applicable_with_their_source(
     loads = len(common.recorder().loads)
     refused = engine.in_flight(DecodingSettings(beam_width=2, max_new_tokens=5))
     assert isinstance(refused, NoInFlight)
-    assert answer.reason.startswith(f"TensorRT-LLM {trt_line.VERSION}: ")
+    assert refused.reason.startswith(f"TensorRT-LLM {trt_line.VERSION}: ")
     if runtime == "python":
-        assert "the Python ModelRunner batches statically" in answer.reason
-        assert "tensorrt_llm/runtime/model_runner.py, ModelRunner.generate" in answer.reason
+        assert "the Python ModelRunner batches statically" in refused.reason
+        assert "tensorrt_llm/runtime/model_runner.py, ModelRunner.generate" in refused.reason
     else:
-        assert "ModelRunnerCpp holds a GptSession, not an Executor, and batches statically" in answer.reason
-        assert "model_runner_cpp.py" in answer.reason and "v0.9.0, 250d9c29" in answer.reason
+        assert "ModelRunnerCpp holds a GptSession, not an Executor, and batches statically" in refused.reason
+        assert "model_runner_cpp.py" in refused.reason and "v0.9.0, 250d9c29" in refused.reason
     assert len(common.recorder().loads) == loads  # learnt without loading a runner for the width
 
 
