@@ -221,6 +221,7 @@ class Condition(Word):
     # the engine says when that was (Generation.first_token), else at its sending
     BESIDE_PREFILL = "in flight while a long prompt was prefilled"
     CACHED = "prompt served from cache"
-    # its slot at or past the largest power of two below the slots the pass used (4-7 of 8): the
-    # rows a step padded up to the next CUDA-graph size holds past its last captured size
-    LATE_SLOT = "ran in a late slot"  # the engine said it reused cached prompt tokens
+    # at some moment, with a number of requests in flight off the CUDA-graph ladder (3, 5, 6, 7),
+    # its slot's place among theirs at or past the largest power of two below that number: the
+    # rows of a step padded up to the next captured size past its last captured one
+    PAST_GRAPH = "ran past a captured graph size"  # the engine said it reused cached prompt tokens

@@ -20,7 +20,7 @@ from harness.config import DecodingSettings, RunConfig
 from harness.engines.base import Engine, InFlight, NoInFlight
 from harness.engines.batching import judge_batch
 from harness.errors import HarnessError, describe
-from harness.model.cell import Cell, captured_below
+from harness.model.cell import Cell, captured_below, is_captured
 from harness.model.report import Timing
 from harness.model.schedule import ScheduledCell, ServedRequest
 from harness.model.vocab import Condition, Schedule, Served, Verdict
@@ -77,13 +77,14 @@ class Ground:
 
 def _order(ground: Ground, schedule: Schedule) -> list[int]:
     """The documents in the order they are sent: the plan's ring; for ``prefill-mix`` the
-    shorter prompts first wave, then one long prompt after every C - 1 short ones."""
+    shorter prompts first wave, then one long prompt after every C - 1 short ones, the longest
+    first (the one an engine is likeliest to prefill in chunks goes in beside the first wave)."""
     order = list(ground.order)
     if schedule != Schedule.PREFILL_MIX:
         return order
     long = ground.long
     short = [d for d in order if d not in long]
-    tall = [d for d in order if d in long]
+    tall = sorted((d for d in order if d in long), key=lambda d: -ground.lengths[d])  # stable
     out: list[int] = []
     step = max(1, ground.concurrency - 1)
     while short or tall:
@@ -101,8 +102,7 @@ def _conditions(
     their names by document), from the timings and what the engine said; ``used``: the slots
     that had served a request of this open path before (updated)."""
     first_answer = min((s.answered for s in sent if s.answered is not None), default=0.0)
-    slots = [g.slot for s in sent if (g := s.generation) is not None and g.slot is not None]
-    late = captured_below(max(slots) + 1) if slots else None
+    padded = _past_graph(sent)
     prefills = [(s.rank, s.sent, _prefilled(s)) for s in sent if docs[s.index] in long]
     out = []
     for s in sorted(sent, key=lambda r: r.answered or 0.0):  # slots free in answer order
@@ -120,7 +120,7 @@ def _conditions(
                 for rank, start, end in prefills
             ),
             Condition.CACHED: bool(cached),
-            Condition.LATE_SLOT: late is not None and slot is not None and late > 0 and slot >= late,
+            Condition.PAST_GRAPH: s.rank in padded,
         }
         if slot is not None:
             used.add(slot)
@@ -138,6 +138,26 @@ def _conditions(
             )
         )
     return sorted(out, key=lambda r: r.rank)
+
+
+def _past_graph(sent: Sequence[Sent]) -> set[int]:
+    """The requests (ranks) that at some moment, with a number A of requests in flight that is
+    not a power of two (3, 5, 6, 7, ...), held a slot whose place among the in-flight requests'
+    slots was at or past the largest power of two below A: the rows a step padded up to the
+    next captured CUDA-graph size holds past its last captured one (the in-flight side of the
+    bulk graph ladder, ``harness.model.cell``). Only requests whose engine named their slot."""
+    slotted = [
+        (s.sent, s.answered if s.answered is not None else float("inf"), s.generation.slot, s.rank)
+        for s in sent
+        if s.generation is not None and s.generation.slot is not None
+    ]
+    moments = sorted({t for start, end, _, _ in slotted for t in (start, end) if t != float("inf")})
+    out: set[int] = set()
+    for t in moments:
+        active = sorted((slot, rank) for start, end, slot, rank in slotted if start <= t < end)
+        if len(active) > 2 and not is_captured(len(active)):
+            out.update(rank for _, rank in active[captured_below(len(active)) :])
+    return out
 
 
 def _prefilled(s: Sent) -> float:

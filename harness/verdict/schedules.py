@@ -186,7 +186,7 @@ def _verb(condition: Condition) -> str:
         Condition.LONG_PREFILL: "were long prompts sent while others decoded",
         Condition.BESIDE_PREFILL: "were in flight while a long prompt was prefilled",
         Condition.CACHED: "were served from cache",
-        Condition.LATE_SLOT: "ran in a late slot (past the largest power of two below the slots used)",
+        Condition.PAST_GRAPH: "ran past a captured graph size (a row of a step padded up to the next one)",
     }[condition]
 
 

@@ -36,13 +36,16 @@ def test_a_request_sent_while_a_long_prompt_was_still_being_prefilled_was_beside
     assert _held(untimed, Condition.BESIDE_PREFILL) == [0]
 
 
-def test_late_slots_are_those_past_the_largest_power_of_two_below_the_slots_used() -> None:
-    eight = [sent(i, 0.01 * i, 1.0, slot=i) for i in range(8)]
-    assert _held(eight, Condition.LATE_SLOT) == [4, 5, 6, 7]
-    six = [sent(i, 0.01 * i, 1.0, slot=i) for i in range(6)]
-    assert _held(six, Condition.LATE_SLOT) == [4, 5]
+def test_the_rows_past_a_captured_graph_size_are_those_past_the_power_of_two_below_how_many_ran() -> None:
+    """Eight at once in slots 0-7 (a captured size): none past it. As they finish (slot 7 first,
+    then 6, ...) seven, six and five are in flight: slots 4-6 are past the 4 below them; at
+    three, slot 2 is past the 2 below it. Slots 0 and 1 never are."""
+    eight = [sent(i, 0.0, 10.0 - i, slot=i) for i in range(8)]  # slot 7 answers first
+    assert _held(eight, Condition.PAST_GRAPH) == [2, 4, 5, 6]
+    at_once = [sent(i, 0.0, 1.0, slot=i) for i in range(8)]  # all answered together
+    assert _held(at_once, Condition.PAST_GRAPH) == []
     unsaid = [
-        Sent(index=i, rank=i, sent=0.0, in_flight=0, answered=1.0, generation=Generation(text="x"))
+        Sent(index=i, rank=i, sent=0.0, in_flight=0, answered=1.0 + i, generation=Generation(text="x"))
         for i in range(8)
     ]
-    assert _held(unsaid, Condition.LATE_SLOT) == []
+    assert _held(unsaid, Condition.PAST_GRAPH) == []

@@ -28,7 +28,7 @@ from harness.model.vocab import Condition, Schedule, Verdict
 from harness.tools.calibrate.generation import Pool, engine_dir
 from harness.tools.calibrate.models import Model
 from harness.tools.calibrate.settings import Settings
-from harness.verdict.schedules import Drive, judge
+from harness.verdict.schedules import Drive, is_damaged, judge
 
 SCHEDULES = (Schedule.STAGGERED, Schedule.REFILL, Schedule.PREFILL_MIX, Schedule.WARM)
 Round = dict[Schedule, Drive]
@@ -114,6 +114,9 @@ class FlightTrial:
 
     cells: tuple[ScheduledCell, ...]
     expected: Condition | None
+    # the requests (schedule, rank) whose prompt lost content to benign drift alone in the same
+    # round on the drifting twin: damage the fault did not do
+    benign: frozenset[tuple[Schedule, int]] = frozenset()
 
     @property
     def failed(self) -> bool:
@@ -136,9 +139,13 @@ class FlightTrial:
 
     @property
     def exact(self) -> bool:
-        """Named, and in every failing cell no damaged request lies outside the fault's condition."""
+        """Named, and in every failing cell no damaged request lies outside the fault's condition
+        (but those that benign drift alone damaged)."""
         return self.named and all(
-            not any(r.damaged and self.expected not in r.conditions for r in c.requests)
+            not any(
+                r.damaged and self.expected not in r.conditions and (c.schedule, r.rank) not in self.benign
+                for r in c.requests
+            )
             for c in self.cells
             if c.verdict == Verdict.FAIL
         )
@@ -149,16 +156,39 @@ class FlightTrial:
         return any(n is not None and n != self.expected for n in self._named())
 
 
-def trial(m: Model, done: Sequence[Round], rng: np.random.Generator, s: Settings) -> FlightTrial:
-    """One trial of ``m`` over its rounds (module docstring)."""
+Benign = frozenset[tuple[int, Schedule, str]]  # (round, schedule, document) drift alone damaged
+
+
+def benign(twin: Sequence[Round]) -> Benign:
+    """The requests of a drifting twin's rounds that lost content (``is_damaged``): drift
+    flips a prompt's near-tie by a hash of the prompt and the round's drift seed, whatever else
+    ran, so the same prompt in the same round of a faulty engine on that drift loses as much."""
+    return frozenset(
+        (j, schedule, r.document)
+        for j, done in enumerate(twin)
+        for schedule, drive in done.items()
+        for r in drive.requests
+        if is_damaged(r)
+    )
+
+
+def trial(
+    m: Model, done: Sequence[Round], rng: np.random.Generator, s: Settings, drifted: Benign = frozenset()
+) -> FlightTrial:
+    """One trial of ``m`` over its rounds (module docstring); ``drifted``: what its drift alone
+    damages."""
     drives = []
+    excused: set[tuple[Schedule, int]] = set()
     for schedule in SCHEDULES:
         ranks = len(done[0][schedule].requests)
         picks = rng.integers(len(done), size=ranks)
         requests = tuple(done[j][schedule].requests[k] for k, j in enumerate(picks))
+        excused |= {
+            (schedule, k) for k, j in enumerate(picks) if (int(j), schedule, requests[k].document) in drifted
+        }
         first = done[int(picks[0])][schedule]
         drives.append(replace(first, requests=requests, peak=max(r.in_flight for r in requests) + 1))
-    return FlightTrial(judge(drives, s.tolerance, s.alpha), m.flight)
+    return FlightTrial(judge(drives, s.tolerance, s.alpha), m.flight, frozenset(excused))
 
 
 @dataclass(frozen=True)
@@ -180,12 +210,21 @@ class FlightOutcome:
 
 
 def calibrate_flight(
-    chosen: Sequence[Model], pool: Pool, s: Settings, key: Callable[[str], int], say: Callable[[str], None]
+    chosen: Sequence[Model],
+    pool: Pool,
+    s: Settings,
+    key: Callable[[str], int],
+    say: Callable[[str], None],
+    models: Sequence[Model] = (),
 ) -> list[FlightOutcome]:
-    """Every in-flight model's rounds (on ``s.jobs`` worker processes), then its trials."""
+    """Every in-flight model's rounds (on ``s.jobs`` worker processes), then its trials; a
+    faulty model on drift is held against its drifting twin (among ``models``), whose rounds
+    are driven too."""
     if not chosen:
         return []
-    planned = {m.name: jobs(m, pool, s) for m in chosen}
+    twins = {m.twin for m in chosen if m.fails_in_flight and m.drift}
+    extra = [m for m in models if m.name in twins and m not in chosen]
+    planned = {m.name: jobs(m, pool, s) for m in (*chosen, *extra)}
     t0 = time.perf_counter()
     every = [j for js in planned.values() for j in js]
     say(f"in flight: {len(every)} rounds of {len(chosen)} models on every schedule, {s.jobs} worker(s) ...")
@@ -196,13 +235,14 @@ def calibrate_flight(
         driven = [drive_round(j) for j in every]
     seconds = time.perf_counter() - t0
     say(f"in flight: driven in {seconds:.0f} s")
-    done: dict[str, list[Round]] = {m.name: [] for m in chosen}
+    done: dict[str, list[Round]] = {name: [] for name in planned}
     for job, got in zip(every, driven):
         done[job.name].append(got)
     out = []
     for m in chosen:
+        drifted = benign(done[m.twin]) if m.fails_in_flight and m.drift else frozenset()
         trials = [
-            trial(m, done[m.name], np.random.default_rng([s.seed, key(m.name), t, 33]), s)
+            trial(m, done[m.name], np.random.default_rng([s.seed, key(m.name), t, 33]), s, drifted)
             for t in range(s.trials)
         ]
         changed = {

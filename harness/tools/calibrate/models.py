@@ -322,7 +322,7 @@ IN_FLIGHT_FAULTS = (
     (FaultKind.STALE_SLOT, "stale state on a refilled slot", Condition.FREED_SLOT),
     (FaultKind.PREFILL_CORRUPT, "chunked prefill corrupts decoders", Condition.BESIDE_PREFILL),
     (FaultKind.WARM_CACHE, "warm cache serves damaged blocks", Condition.CACHED),
-    (FaultKind.INFLIGHT_GRAPH, "graph padding by requests in flight", Condition.LATE_SLOT),
+    (FaultKind.INFLIGHT_GRAPH, "graph padding by requests in flight", Condition.PAST_GRAPH),
 )
 
 

@@ -78,7 +78,7 @@ def run_calibration(
     chosen, everything, flights = _chosen(s)
     pool = make_pool(s)
     bulk = _bulk(chosen, everything, pool, s, say) if chosen else []
-    return bulk, calibrate_flight(flights, pool, s, model_key, say)
+    return bulk, calibrate_flight(flights, pool, s, model_key, say, flight_models(everything))
 
 
 def _bulk(

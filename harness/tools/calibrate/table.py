@@ -219,7 +219,8 @@ def flight_table(outcomes: Sequence[FlightOutcome], s: Settings, targets: Target
         "its own drift seed, scored against batch size 1 on it; warm: against its cold run), every cell judged "
         "in one Holm family. fails = a scheduled cell failed or did not happen; detect = a scheduled cell failed on its "
         "scores; named = a failing cell names the fault's condition and none another; exact = named, and no "
-        "failing cell has a damaged request outside it; wrong = a failing cell names another condition; changed = the rounds' outputs unlike "
+        "failing cell has a damaged request outside it (on drift: but those its drifting twin, same round, "
+        "damaged too); wrong = a failing cell names another condition; changed = the rounds' outputs unlike "
         "their comparison's. The bulk table's rows of the same names hold their bulk cells.",
     ]
     healthy = [o for o in outcomes if not o.should_fail]

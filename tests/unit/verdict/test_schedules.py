@@ -132,15 +132,16 @@ def test_the_audit_decides_every_scheduled_cell_again_from_its_requests() -> Non
 
 def test_a_condition_nearly_every_request_holds_does_not_name_the_damage() -> None:
     """Joined held by all but two requests covered every damaged one and was named, though the
-    damage was on the late slots: a condition with fewer than MIN_GROUP others says nothing."""
-    late = (Condition.JOINED, Condition.LATE_SLOT)
+    damage was on the rows past a captured graph size: a condition that all but a few requests
+    hold covers the damage by holding everything, and its few others say nothing."""
+    late = (Condition.JOINED, Condition.PAST_GRAPH)
     requests = [request(0, in_flight=0, conditions=FIRST), request(1, in_flight=0, conditions=FIRST)]
     requests += [request(i, conditions=(Condition.JOINED,), noise=0.01 * (i % 3)) for i in range(2, 20)]
     requests += [request(i, lost=0.3, conditions=late) for i in range(20, 32)]
     (cell,) = judge([refill(requests)], tolerance=0.02, alpha=0.01)
-    assert cell.verdict == Verdict.FAIL and cell.separated_by == Condition.LATE_SLOT
+    assert cell.verdict == Verdict.FAIL and cell.separated_by == Condition.PAST_GRAPH
     assert cell.separation is not None and cell.separation.startswith(
-        "damaged: 12 of 12 requests that ran in a late slot"
+        "damaged: 12 of 12 requests that ran past a captured graph size"
     )
 
 
