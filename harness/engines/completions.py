@@ -11,7 +11,8 @@ What an answer says of the server's prompt cache and slots (the in-flight path r
 the prompt tokens it served from cache as llama-server's ``timings.cache_n`` or OpenAI's (and
 vLLM's, llama-server's too) ``usage.prompt_tokens_details.cached_tokens``; the slot it ran in as
 llama-server's ``id_slot``, which its ``/v1/completions`` answers carry only inside
-``__verbose`` (a server started with verbose logging). llama-server's ``tokens_cached`` is not
+``__verbose``, a debugging field (verbose logging, or the request field ``verbose``, which
+``--request-field verbose=true`` sends). llama-server's ``tokens_cached`` is not
 read: it counts what the slot holds after the request, the generated tokens included.
 
 An answer the harness cannot read fails its cell (``ServerError``) with the position and the

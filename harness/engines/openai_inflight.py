@@ -17,7 +17,8 @@ opening), where the server's answers give it (``harness.engines.completions``):
   ``usage.prompt_tokens_details.cached_tokens``; ``cache`` then names the field. Never
   llama-server's ``tokens_cached``, which counts what the slot holds after the request.
 - ``slot``: llama-server's ``id_slot``; its ``/v1/completions`` answers carry it only in
-  ``__verbose`` (verbose logging), so usually None.
+  ``__verbose``, a debugging field (verbose logging, or ``--request-field verbose=true``), so
+  usually None.
 - ``slots``: llama-server's ``total_slots`` (its --parallel) from ``GET /props`` at the server's
   root, asked once at opening; any other answer, or none within ``PROPS_TIMEOUT_S``: None.
 
