@@ -49,3 +49,32 @@ def test_the_rows_past_a_captured_graph_size_are_those_past_the_power_of_two_bel
         for i in range(8)
     ]
     assert _held(unsaid, Condition.PAST_GRAPH) == []
+
+
+def test_prefill_mix_sends_its_long_prompts_longest_first_after_each_short_wave() -> None:
+    """The longest prompt, the one an engine likeliest splits, goes in beside the first wave."""
+    from typing import cast
+
+    from harness.bounds import ScoringCap
+    from harness.config import DecodingSettings
+    from harness.engines.base import Engine
+    from harness.model.vocab import Schedule
+    from harness.stages.schedules import Ground, _order
+
+    lengths = [100, 300, 90, 250, 80, 400, 70, 60]  # the longest quarter: documents 5 and 1
+    ground = Ground(
+        engine=cast(Engine, None),
+        prompts=["p"] * 8,
+        ids=[f"d{i}" for i in range(8)],
+        references=[None] * 8,
+        lengths=lengths,
+        order=range(8),
+        baseline=[""] * 8,
+        against=[""] * 8,
+        settings=DecodingSettings(beam_width=1, max_new_tokens=8),
+        concurrency=4,
+        cap=ScoringCap.for_tokens(8),
+        timeout=None,
+    )
+    assert _order(ground, Schedule.PREFILL_MIX) == [0, 2, 3, 5, 4, 6, 7, 1]
+    assert _order(ground, Schedule.REFILL) == list(range(8))
