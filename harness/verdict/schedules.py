@@ -123,7 +123,10 @@ class Separation:
     text: str
 
 
-def _gaps(requests: Sequence[ServedRequest]) -> dict[Condition, tuple[float, float, str]]:
+Gaps = dict[Condition, tuple[float, float, str]]
+
+
+def _gaps(requests: Sequence[ServedRequest]) -> Gaps:
     """Per condition that confines the damage (CONFINED_P): the share of the damaged it holds
     less the damaged share outside it, the damaged share inside it, and the sentence that says
     so."""
@@ -139,28 +142,31 @@ def _gaps(requests: Sequence[ServedRequest]) -> dict[Condition, tuple[float, flo
     return out
 
 
-def consensus(failing: Sequence[Sequence[ServedRequest]]) -> dict[Condition, float]:
+def consensus(failing: Sequence[Gaps]) -> dict[Condition, float]:
     """How well each condition sets the damaged requests apart over every failing cell of a
     run: its mean gap (0 where it does not split a cell). A cause is the engine's, not one
     schedule's: where two conditions set one cell's damage apart alike (every request after a
     first wave took a freed slot, and was beside a long prompt), the one that does so in the
-    other failing cells is named."""
-    gaps = [_gaps(requests) for requests in failing]
-    return {c: sum(g[c][0] for g in gaps if c in g) / len(gaps) for c in Condition} if gaps else {}
+    other failing cells is named (``failing``: each failing cell's ``_gaps``)."""
+    return {c: sum(g[c][0] for g in failing if c in g) / len(failing) for c in Condition} if failing else {}
 
 
 def separating(
-    requests: Sequence[ServedRequest], schedule: Schedule, prefer: Mapping[Condition, float] | None = None
+    requests: Sequence[ServedRequest],
+    schedule: Schedule,
+    prefer: Mapping[Condition, float] | None = None,
+    gaps: Gaps | None = None,
 ) -> Separation | None:
     """The condition that best sets the damaged requests apart (the share of the damaged it
     holds less the damaged share outside it; ties: the run's ``consensus``, then the fewer
     healthy requests it holds), e.g. "damaged: 22 of 24 requests that took a freed slot; 0 of 8
     others" (None: none damaged). A ``warm`` cell whose requests were all served from cache
-    names the cache: it is what its comparison with the cold run changes."""
+    names the cache: it is what its comparison with the cold run changes. ``gaps``: the
+    requests' ``_gaps``, where already computed."""
     hit = sum(r.damaged for r in requests)
     if not hit:
         return None
-    gaps = _gaps(requests)
+    gaps = _gaps(requests) if gaps is None else gaps
     rank = {c: (gap, (prefer or {}).get(c, 0.0), share) for c, (gap, share, _) in gaps.items()}
     best = max(rank, key=lambda c: rank[c], default=None)
     if best is not None and rank[best][0] >= SEPARATES:
@@ -244,16 +250,13 @@ def judge(
 def _separated(cells: list[ScheduledCell]) -> tuple[ScheduledCell, ...]:
     """Each failing cell with the condition that sets its damaged requests apart, ties broken
     by the run's ``consensus``."""
-    failing = [c for c in cells if c.verdict == Verdict.FAIL]
-    prefer = consensus([c.requests for c in failing])
-    out = []
-    for cell in cells:
-        found = separating(cell.requests, cell.schedule, prefer) if cell in failing else None
-        out.append(
-            cell
-            if found is None
-            else dataclasses.replace(cell, separation=found.text, separated_by=found.condition)
-        )
+    gaps = {i: _gaps(c.requests) for i, c in enumerate(cells) if c.verdict == Verdict.FAIL}
+    prefer = consensus(list(gaps.values()))
+    out = list(cells)
+    for i, held in gaps.items():
+        found = separating(cells[i].requests, cells[i].schedule, prefer, held)
+        if found is not None:
+            out[i] = dataclasses.replace(cells[i], separation=found.text, separated_by=found.condition)
     return tuple(out)
 
 
