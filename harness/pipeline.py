@@ -19,7 +19,6 @@ from harness.engines import guard
 from harness.errors import Interrupted, StorageError
 from harness.model.analysis import FollowUp
 from harness.model.report import Report, Timing
-from harness.model.schedule import ScheduledCell
 from harness.progress import ProgressFactory
 from harness.report.build import build_report
 from harness.report.files import write_report
@@ -35,6 +34,7 @@ from harness.stages.sequential import looks, run_looks
 from harness.storage.folders import new_report_dir
 from harness.storage.generations import GenerationsLog
 from harness.storage.goldens import GoldenSet
+from harness.verdict.schedules import Flights
 from harness.verdict.sequential import look_alpha
 
 __all__ = ["FollowerRun", "RunOutcome", "execute", "prepare", "run"]
@@ -116,7 +116,7 @@ def _follow_up(
     progress: ProgressFactory | None,
     timing: Timing,
     log: GenerationsLog,
-) -> tuple[Generated, Scored, FollowUp | None, tuple[ScheduledCell, ...]]:
+) -> tuple[Generated, Scored, FollowUp | None, Flights]:
     """The sparse screen's follow-up and the scheduled cells; then the engines and
     generations.jsonl are closed."""
     with _closing(prep, log):
@@ -143,13 +143,12 @@ def _sequential(
         scored,
         alpha=look_alpha(prep.config.alpha, record.looks, record.looks),
         looked=record,
+        flights=scheduled,
     )
     now = time.perf_counter()
     timing.after_generation_s = now - t_after
     timing.harness_total_s = now - prep.t0
-    report = build_report(
-        prep, generated, bases, scored, decision, timing=timing, sequential=record, scheduled=scheduled
-    )
+    report = build_report(prep, generated, bases, scored, decision, timing=timing, sequential=record)
     return RunOutcome(write_report(report, folder), folder)
 
 
@@ -185,7 +184,7 @@ def execute(
         _close(prep)
         raise
     generated, scored, followed, scheduled = _follow_up(prep, generated, bases, scored, progress, timing, log)
-    decision = analyse(prep, generated, scored, followed)
+    decision = analyse(prep, generated, scored, followed, flights=scheduled)
     now = time.perf_counter()
     timing.after_generation_s = now - t_after
     timing.harness_total_s = now - prep.t0
@@ -200,7 +199,6 @@ def execute(
             timing=timing,
             written=written,
             followed=followed,
-            scheduled=scheduled,
         ),
         folder,
     )

@@ -181,6 +181,8 @@ class RunAnalysis:
 
     cells: tuple[CellAnalysis, ...]
     engine_wide: EngineWide | None = None
+    # the scheduled cells' tests' adjusted p-values, in the order given (harness.verdict.schedules)
+    scheduled: tuple[float, ...] = ()
 
 
 def cell_fails(degraded: bool, omnibus: bool, nondeterministic: bool, empty: bool) -> bool:

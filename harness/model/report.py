@@ -193,6 +193,8 @@ class Method:
     family: int | None = None
     # the share of alpha the engine-wide test holds in the family (None: the design makes none)
     engine_share: float | None = None
+    # the share of alpha the scheduled cells' tests hold in the family (None: the run makes none)
+    schedule_share: float | None = None
     # what the sparse screen's follow-up spent (None: the design has none); ``sequences``
     # counts the screen's and the follow-up's
     follow_up: FollowUp | None = None

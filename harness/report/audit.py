@@ -30,9 +30,9 @@ from harness.model.scores import mean
 from harness.model.vocab import Rotation, Verdict
 from harness.verdict.analysis import pools
 from harness.verdict.follow_up import CONFIRM_SHARE, screen_alpha
-from harness.verdict.schedules import decided_again
+from harness.verdict.schedules import decided_again, share_of
 from harness.verdict.sequential import final_alpha
-from harness.verdict.statistics import ENGINE_SHARE, family_weights, holm
+from harness.verdict.statistics import ENGINE_SHARE, family_weights, holm, joint_holm
 
 FIGURE = 1e-5  # two figures rounded to 6 decimals, and their difference
 P_ROUNDING = 1e-12  # p-values are kept to 12 decimals
@@ -84,9 +84,35 @@ def _follow_ups(report: Report) -> Iterator[_Test]:
                     yield _Test(f"{cell.id} position {s.position} follow-up {name}", test)
 
 
-def _flags(report: Report, out: list[str]) -> dict[int, bool]:
+def _scheduled_p(report: Report) -> list[float]:
+    """The recorded p-values the scheduled cells add to the run's family (those that ran as
+    planned: ``harness.verdict.schedules.Examined.tests``)."""
+    tested = [c for c in report.schedules if c.verdict in (Verdict.PASS, Verdict.FAIL)]
+    return [t.p_value for c in tested for t in (c.test, *[g.test for g in c.groups]) if t is not None]
+
+
+def _schedule_share(report: Report, out: list[str]) -> float:
+    """The share of alpha the method gives the scheduled cells' tests; a recorded one that
+    differs is listed."""
+    share = share_of(report.schedules)
+    recorded = report.method.schedule_share or 0.0
+    if recorded != share:
+        out.append(
+            f"method.schedule_share {recorded}, but the method gives these scheduled cells {share} of alpha"
+        )
+    return share
+
+
+def _screen(report: Report) -> float:
+    """The alpha the run's main family is decided at."""
+    return screen_alpha(final_alpha(report.method), report.method.follow_up is not None)
+
+
+def _flags(report: Report, out: list[str]) -> tuple[dict[int, bool], list[float], list[float]]:
     """Each test's flag as the method decides it from the recorded drop and p-value (by
-    ``id`` of the test); a recorded adjusted p or flag that differs is listed."""
+    ``id`` of the test); a recorded adjusted p or flag that differs is listed. Also the bulk
+    tests' p-values and weights in the family (clean ones included), which the scheduled
+    cells' tests are corrected with."""
     tests = list(_tests(report))
     # the tests the run's design makes but these cells do not (another shard's, an engine
     # error) count as clean, as the analysis counts them
@@ -105,17 +131,12 @@ def _flags(report: Report, out: list[str]) -> dict[int, bool]:
     if again and follow is None:
         out.append("positions carry follow-up tests, but the method records no follow-up")
     p_values = [t.test.p_value for t in tests] + [1.0] * clean
-    decided = _decided(
-        tests,
-        holm(p_values, family_weights(len(tests), len(p_values), engine, share is not None)),
-        screen_alpha(final_alpha(report.method), follow is not None),
-        report.method.tolerance,
-        out,
-    )
+    weights = family_weights(len(tests), len(p_values), engine, share is not None)
+    adjusted, _ = joint_holm(p_values, weights, _scheduled_p(report), _schedule_share(report, out))
+    decided = _decided(tests, adjusted, _screen(report), report.method.tolerance, out)
     alpha = report.method.alpha * CONFIRM_SHARE
-    return decided | _decided(
-        again, holm([t.test.p_value for t in again]), alpha, report.method.tolerance, out
-    )
+    followed = _decided(again, holm([t.test.p_value for t in again]), alpha, report.method.tolerance, out)
+    return decided | followed, p_values, weights
 
 
 def _decided(
@@ -322,7 +343,7 @@ def audit(report: Report) -> list[str]:
     method (empty: every verdict follows)."""
     out: list[str] = []
     _method(report, out)
-    flags = _flags(report, out)
+    flags, bulk, weights = _flags(report, out)
     decided = [_cell(report, cell, flags, out) for cell in report.cells]
     engine = _engine_wide(report, flags, out)
     expected = run_verdict(
@@ -333,7 +354,15 @@ def audit(report: Report) -> list[str]:
             f"verdict {report.verdict}, but its cells, the engine-wide test and the scheduled cells make it {expected}"
         )
     m = report.method
-    out += decided_again(report.schedules, m.tolerance, m.alpha, m.deterministic)
+    out += decided_again(
+        report.schedules,
+        m.tolerance,
+        _screen(report),
+        m.deterministic,
+        bulk=bulk,
+        weights=weights,
+        share=share_of(report.schedules),
+    )
     if report.signoff.verdict != report.verdict:
         out.append(f"signoff.verdict {report.signoff.verdict}, but the report's verdict is {report.verdict}")
     return out

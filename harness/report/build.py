@@ -29,11 +29,9 @@ from harness.model.report import (
     ShardScores,
     Signoff,
     Timing,
-    schedules_fail,
 )
-from harness.model.schedule import ScheduledCell
 from harness.model.scores import Levels, finite, mean
-from harness.model.vocab import Question, Role, Rotation, Verdict
+from harness.model.vocab import Question, Role, Rotation
 from harness.report.provenance import engine_files, environment
 from harness.report.serialize import seal
 from harness.stages.run import Baseline, Generated, Prepared, Scored
@@ -260,7 +258,6 @@ def build_report(
     written: tuple[str, ...] = (),
     followed: FollowUp | None = None,
     sequential: Looks | None = None,
-    scheduled: tuple[ScheduledCell, ...] = (),
 ) -> Report:
     """The sealed report of one run, from what its stages produced (``followed``: what the
     sparse screen's follow-up spent)."""
@@ -271,7 +268,7 @@ def build_report(
     )
     shard, scores = _shard_blocks(prep, scored, decision, outputs)
     config, info, plan = prep.config, prep.engine.info, prep.plan
-    verdict = Verdict.FAIL if schedules_fail(scheduled) else decision.verdict
+    verdict = decision.verdict
     finished = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     blind = blindness(scored.levels, decision.cells, config.tolerance)
     report = Report(
@@ -308,6 +305,7 @@ def build_report(
             blind=blind,
             family=decision.family,
             engine_share=decision.engine_share,
+            schedule_share=decision.schedule_share,
             follow_up=followed,
             sequential=sequential,
         ),
@@ -317,7 +315,7 @@ def build_report(
         cells=cells,
         boundaries=decision.boundaries,
         engine_wide=reported_engine(decision.engine_wide),
-        schedules=scheduled,
+        schedules=decision.scheduled,
         shard=shard,
         scores=scores,
     )

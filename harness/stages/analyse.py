@@ -9,6 +9,7 @@ from harness.model.analysis import FollowUp, Looks
 from harness.stages.generate import output_checks
 from harness.stages.run import Generated, Prepared, Scored
 from harness.verdict.decide import Decision, decide
+from harness.verdict.schedules import Flights
 from harness.verdict.sequential import with_open_engine
 
 
@@ -20,11 +21,13 @@ def analyse(
     *,
     alpha: float | None = None,
     looked: Looks | None = None,
+    flights: Flights | None = None,
 ) -> Decision:
     """The decision of one run (rank 0's); ``followed``: what its sparse screen's follow-up
     spent (None: the design has none); ``alpha``: the share of --alpha this look's family is
     corrected at (a sequential design's looks; None: all of it); ``looked``: where a sequential
-    run stopped each cell (a cell stopped before the last look holds part of its rotation)."""
+    run stopped each cell (a cell stopped before the last look holds part of its rotation);
+    ``flights``: its scheduled cells, decided in the same Holm family."""
     config, plan, lengths = prep.config, prep.plan, prep.lengths()
     decision = decide(
         plan.cells,
@@ -45,5 +48,6 @@ def analyse(
             for c in plan.cells
             if looked is not None and looked.decided.get(c.id, looked.looks) < looked.looks
         ),
+        flights=flights,
     )
     return with_open_engine(decision, looked)

@@ -28,8 +28,9 @@ from harness.plan import Plan
 from harness.stages.arrivals import Sent, drive
 from harness.stages.generate import generate_batch, output_text
 from harness.stages.run import Baseline, Generated, Prepared
-from harness.verdict.schedules import Drive, judge
+from harness.verdict.schedules import Drive, Flights, share_of
 from harness.verdict.scoring import rouge_l
+from harness.verdict.statistics import SCHEDULE_SHARE
 
 LONG_SHARE = 0.25  # prefill-mix: the longest quarter of the prompts are its long prompts
 
@@ -348,6 +349,14 @@ def _elsewhere(prep: Prepared) -> str | None:
     return None
 
 
+def planned(prep: Prepared) -> Flights:
+    """The scheduled cells a run will send, before it sends them: none, but their share of
+    alpha kept where it asks for some and can send them (an engine that turns out to have no
+    in-flight path gives its share back only once they ran: ``run_schedules``)."""
+    chosen = [s for s in prep.config.schedules.schedules if s != Schedule.BULK]
+    return Flights(share=SCHEDULE_SHARE) if chosen and _elsewhere(prep) is None else Flights()
+
+
 def schedules_line(config: RunConfig, plan: Plan) -> str | None:
     """The line said before a run: what its scheduled cells may send (None: none run)."""
     if config.shard is not None:
@@ -357,20 +366,23 @@ def schedules_line(config: RunConfig, plan: Plan) -> str | None:
 
 def run_schedules(
     prep: Prepared, generated: Generated, bases: dict[int, Baseline], timing: Timing
-) -> tuple[ScheduledCell, ...]:
-    """Every scheduled cell the run asks for (``--schedules``), decided; an engine without an
-    in-flight path gives cells that are not applicable, with its reason."""
+) -> Flights:
+    """Every scheduled cell the run asks for (``--schedules``), not yet decided (their tests
+    join the run's Holm family: ``harness.verdict.decide``); an engine without an in-flight
+    path gives cells that are not applicable, with its reason."""
     chosen = [s for s in prep.config.schedules.schedules if s != Schedule.BULK]
     if not chosen:
-        return ()
+        return Flights()
     t = time.perf_counter()
     concurrency = prep.config.schedules.concurrency_for([c.batch_size for c in prep.plan.cells])
     away = _elsewhere(prep)
     if away is not None:
-        return tuple(
-            c
-            for w in prep.config.beam_widths
-            for c in _cells(chosen, w, concurrency, Verdict.NOT_APPLICABLE, away)
+        return Flights(
+            fixed=tuple(
+                c
+                for w in prep.config.beam_widths
+                for c in _cells(chosen, w, concurrency, Verdict.NOT_APPLICABLE, away)
+            )
         )
     drives: list[Drive] = []
     fixed: list[ScheduledCell] = []
@@ -390,6 +402,4 @@ def run_schedules(
         drives += ran
         fixed += failed
     timing.schedules_s = time.perf_counter() - t
-    config = prep.config
-    decided = judge(drives, config.tolerance, config.alpha, config.deterministic)
-    return tuple(sorted((*decided, *fixed), key=lambda c: (c.beam_width, list(Schedule).index(c.schedule))))
+    return Flights(tuple(drives), tuple(fixed), share_of(fixed, drives))

@@ -20,6 +20,7 @@ from harness.progress import ProgressFactory
 from harness.stages.analyse import analyse
 from harness.stages.generate import BatchFailed, _First, failure_text, over_cap, run_cell
 from harness.stages.run import Baseline, CellOutputs, Generated, Prepared, Scored
+from harness.stages.schedules import planned
 from harness.stages.score import baselines, level, no_baseline, score_cell
 from harness.storage.generations import CellTexts, GenerationsLog
 from harness.verdict.sequential import BETA, INTERIM_SHARE, engine_open, look_alpha, stage, undecided
@@ -149,7 +150,10 @@ def run_looks(
         )
         if k == k_all:
             break
-        decision = analyse(prep, generated, scored, alpha=look_alpha(config.alpha, k, k_all))
+        # the scheduled cells run after the last look; their share of alpha is kept for them
+        decision = analyse(
+            prep, generated, scored, alpha=look_alpha(config.alpha, k, k_all), flights=planned(prep)
+        )
         still = set(undecided(decision, n, tolerance=config.tolerance, alpha=config.alpha, looks=k_all))
         for cell in going:
             if cell.id not in still and held[cell].judged:

@@ -52,7 +52,7 @@ from harness.verdict.messages import cell_message, drift_note, empty_note, engin
 from harness.verdict.statistics import (
     change_test,
     family_weights,
-    holm,
+    joint_holm,
     mean_ci,
     min_detectable_drop,
     paired_test,
@@ -171,17 +171,23 @@ class _Family:
         family: int | None = None,
         engine: int | None = None,
         pooled: bool = False,
-    ) -> list[DropTest]:
+        scheduled: Sequence[float] = (),
+        share: float = 0.0,
+    ) -> tuple[list[DropTest], list[float]]:
         """Every test with its adjusted p and flag; ``family`` pads with clean tests (p = 1);
         ``engine``: the engine-wide test's index, weighted by ``family_weights``; ``pooled``:
-        the design makes one, so where these scores do not, a clean test takes its weight."""
+        the design makes one, so where these scores do not, a clean test takes its weight.
+        ``scheduled``: the p-values of the scheduled cells' tests, in the family at ``share``
+        of alpha (``joint_holm``), whose adjusted p-values come back second."""
         nulls = max(0, (family or 0) - len(self.tests))
         p_values = [t.p_value for t in self.tests] + [1.0] * nulls
-        adjusted = holm(p_values, family_weights(len(self.tests), len(p_values), engine, pooled))
-        return [
+        weights = family_weights(len(self.tests), len(p_values), engine, pooled)
+        adjusted, others = joint_holm(p_values, weights, scheduled, share)
+        tests = [
             replace(t, p_adjusted=adj, flagged=t.drop > tolerance and adj < alpha)
             for t, adj in zip(self.tests, adjusted)
         ]
+        return tests, others
 
 
 Slots = tuple[int | None, int | None, int | None]  # a position's tests in the family
@@ -280,6 +286,8 @@ def analyze(
     family: int | None = None,
     pools_design: bool = False,
     follows_up: bool = False,
+    scheduled: Sequence[float] = (),
+    schedule_share: float = 0.0,
 ) -> RunAnalysis:
     """Analyse every cell and the engine as a whole; ``levels[beam_width]`` holds batch size
     1's per-prompt levels.
@@ -291,7 +299,9 @@ def analyze(
     makes the engine-wide test (its weight stays its own where these scores do not make it);
     ``follows_up``: the design follows up a sparse screen (``harness.verdict.follow_up``), so
     the screen's family is corrected at its share of alpha and the suspicious positions of the
-    cells with follow-up scores are tested again over those, in a family of their own."""
+    cells with follow-up scores are tested again over those, in a family of their own;
+    ``scheduled``: the p-values of the scheduled cells' tests (``harness.verdict.schedules``),
+    in the screen's family at ``schedule_share`` of its alpha, adjusted in the result."""
     tests, again = _Family(), _Family()
     follow: list[dict[int, tuple[PositionStats, Slots]]] = []
     rows: list[list[PositionStats]] = []
@@ -314,9 +324,9 @@ def analyze(
     engine = tests.add(paired_test(everywhere, tolerance)) if len(everywhere) >= 2 else None
     pooled = engine is not None or pools_design
     screen = screen_alpha(alpha, follows_up)
-    done = tests.settle(tolerance, screen, family, engine, pooled)
-    confirmed = again.settle(tolerance, alpha * CONFIRM_SHARE)
-    share = per_test_share(max(len(done), family or 0, 1), pooled)
+    done, on_schedule = tests.settle(tolerance, screen, family, engine, pooled, scheduled, schedule_share)
+    confirmed, _ = again.settle(tolerance, alpha * CONFIRM_SHARE)
+    share = per_test_share(max(len(done), family or 0, 1), pooled, schedule_share)
     detectable = [
         max(
             (min_detectable_drop(n, sd, tolerance=tolerance, alpha=screen, share=share) for n, sd in spread),
@@ -335,7 +345,8 @@ def analyze(
         for cell, row, slot, oi, d, fu in zip(scores, rows, slots, omnibus, detectable, follow)
     )
     if engine is None:
-        return RunAnalysis(cells)
+        return RunAnalysis(cells, scheduled=tuple(on_schedule))
     test, batched = done[engine], tuple(c.id for c in scores if c.batch_size > 1)
     failed = any(a.verdict == Verdict.FAIL for a in cells)
-    return RunAnalysis(cells, EngineWide(test, batched, engine_message(test, batched, failed, tolerance)))
+    wide = EngineWide(test, batched, engine_message(test, batched, failed, tolerance))
+    return RunAnalysis(cells, wide, tuple(on_schedule))

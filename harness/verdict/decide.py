@@ -17,11 +17,14 @@ from harness.model.analysis import CellAnalysis, EngineWide, Finding
 from harness.model.cell import Cell
 from harness.model.limits import EngineLimits, LimitCheck, failing
 from harness.model.report import Boundary, CellResult, cell_verdict, run_verdict
+from harness.model.schedule import ScheduledCell
 from harness.model.scores import CellScores, Levels, finite
 from harness.model.vocab import Verdict
 from harness.verdict.analysis import analyze, pools
 from harness.verdict.boundaries import boundaries
 from harness.verdict.evidence import CellEvidence, Shortfall
+from harness.verdict.follow_up import screen_alpha
+from harness.verdict.schedules import Flights, examine, family_p_values, settle
 from harness.verdict.signatures import match
 from harness.verdict.statistics import ENGINE_SHARE
 
@@ -102,10 +105,12 @@ class Decision:
     family: int
     engine_wide: EngineWide | None = None
     engine_share: float | None = None  # the engine-wide test's share of alpha (None: the design makes none)
+    scheduled: tuple[ScheduledCell, ...] = ()  # the in-flight schedules' cells (--schedules)
+    schedule_share: float | None = None  # their tests' share of alpha (None: the run makes none)
 
     @property
     def verdict(self) -> Verdict:
-        return run_verdict(self.cells, self.engine_wide)
+        return run_verdict(self.cells, self.engine_wide, self.scheduled)
 
 
 def decide(
@@ -124,6 +129,7 @@ def decide(
     notices: Mapping[Cell, str | None] | None = None,
     follows_up: bool = False,
     partial: frozenset[Cell] = frozenset(),
+    flights: Flights | None = None,
 ) -> Decision:
     """The decision of a run over ``cells`` (the cells under test, in plan order) from their
     scores, batch size 1's levels per beam width and each cell's padding shortfall; ``design``
@@ -133,23 +139,30 @@ def decide(
     its sparse screen up (``harness.verdict.follow_up``: the follow-up's scores ride on each
     followed cell's ``CellScores.follow_up``); ``partial``: cells that hold part of their
     rotation (a sequential run stopped them early), named uniform only where the padding the
-    part may be too small to test for is ruled out (``harness.verdict.signatures``)."""
+    part may be too small to test for is ruled out (``harness.verdict.signatures``);
+    ``flights``: the scheduled cells, whose tests join the family at their share of alpha."""
     outside = [c.id for c in scores if c not in design]
     if outside:
         raise ValueError(f"cells {', '.join(outside)} are not in the design the Holm family is sized by")
     references = any(finite(level.quality) for level in levels.values())
-    family = family_size(design, references)
+    size = family_size(design, references)
     pooled = references and pools(design)  # the design makes the engine-wide test
+    flights = flights or Flights()
+    examined = examine(flights.drives, tolerance)
     run = analyze(
         scores,
         levels,
         tolerance=tolerance,
         alpha=alpha,
         deterministic=deterministic,
-        family=family,
+        family=size,
         pools_design=pooled,
         follows_up=follows_up,
+        scheduled=family_p_values(examined),
+        schedule_share=flights.share,
     )
+    screen = screen_alpha(alpha, follows_up)
+    scheduled = flights.cells(settle(examined, run.scheduled, tolerance, screen, deterministic))
     analyses = {a.cell: a for a in run.cells}
     findings: dict[Cell, Finding] = {}
     if any(a.verdict == Verdict.FAIL for a in analyses.values()):
@@ -172,7 +185,9 @@ def decide(
     return Decision(
         cells=results,
         boundaries=boundaries(results),
-        family=family,
+        family=size,
         engine_wide=run.engine_wide,
         engine_share=ENGINE_SHARE if pooled else None,
+        scheduled=scheduled,
+        schedule_share=flights.share or None,
     )

@@ -5,8 +5,9 @@ with its own cold run): the drop of its quality against the reference summary, o
 references, of its agreement with the baseline. A cell is tested as a whole, and over the
 requests of each condition it has on some but not all of its requests (a freed slot, a long
 prompt beside it, a cached prompt): damage that only refilled slots suffer shows in that
-group first. Every test of every scheduled cell is one Holm family at the run's alpha; a
-test flags where its drop is beyond the tolerance and its adjusted p-value below alpha.
+group first. Every test of every scheduled cell is in the run's one Holm family with the bulk
+cells' tests, holding SCHEDULE_SHARE of its alpha (``harness.verdict.decide``); a test flags
+where its drop is beyond the tolerance and its adjusted p-value below alpha.
 
 A schedule counts only where it happened: where too few requests joined a running batch
 (an engine faster than the arrivals, a server that answered one by one), the cell is
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from harness.model.analysis import DropTest
 from harness.model.schedule import GroupTest, ScheduledCell, ServedRequest
 from harness.model.vocab import Condition, Schedule, Served, Verdict
-from harness.verdict.statistics import confined_p, holm, paired_test
+from harness.verdict.statistics import SCHEDULE_SHARE, confined_p, joint_holm, paired_test
 
 MIN_GROUP = 5  # requests a condition needs before its own group is tested
 JOINED_SHARE = 0.5  # of the requests after the first, joined a running batch: the schedule happened
@@ -53,6 +54,24 @@ class Drive:
     # how the engine answered a first wave sent at once, where it timed its requests
     # (harness.engines.batching; None: not judged): one after another is a queue, not a batch
     served: Served | None = None
+
+
+@dataclass(frozen=True)
+class Flights:
+    """A run's scheduled cells before the decision: the drives to judge, the cells that could
+    not run (decided already: not applicable, the engine's error), and the share of alpha the
+    drives' tests hold in the run's Holm family (``share_of``)."""
+
+    drives: tuple[Drive, ...] = ()
+    fixed: tuple[ScheduledCell, ...] = ()
+    share: float = 0.0
+
+    def cells(self, decided: Sequence[ScheduledCell]) -> tuple[ScheduledCell, ...]:
+        """Every scheduled cell, the ``decided`` drives' with the fixed ones, by beam width and
+        schedule."""
+        return tuple(
+            sorted((*decided, *self.fixed), key=lambda c: (c.beam_width, list(Schedule).index(c.schedule)))
+        )
 
 
 def drop(request: ServedRequest) -> float | None:
@@ -200,29 +219,67 @@ def _flag(test: DropTest, adjusted: float, tolerance: float, alpha: float) -> Dr
     return dataclasses.replace(test, p_adjusted=adjusted, flagged=test.drop > tolerance and adjusted < alpha)
 
 
-def judge(
-    drives: Sequence[Drive], tolerance: float, alpha: float, deterministic: bool = False
-) -> tuple[ScheduledCell, ...]:
-    """Every scheduled cell that ran, decided under one Holm family; with ``deterministic``
-    (--deterministic, a batch-invariant engine) an output that changed fails its cell too."""
-    tested: list[tuple[Drive, DropTest | None, list[GroupTest], str | None]] = []
+@dataclass(frozen=True)
+class Examined:
+    """One drive with its tests before Holm: the whole cell's, one per condition it splits,
+    and why the schedule did not happen (None: it did; then its tests are in the family)."""
+
+    drive: Drive
+    whole: DropTest | None
+    groups: tuple[GroupTest, ...]
+    why: str | None
+
+    @property
+    def tests(self) -> list[DropTest]:
+        """The tests this cell adds to the run's Holm family."""
+        if self.why is not None:
+            return []
+        return [t for t in (self.whole, *[g.test for g in self.groups]) if t is not None]
+
+
+def examine(drives: Sequence[Drive], tolerance: float) -> list[Examined]:
+    """Each drive's tests, before Holm."""
+    out = []
     for drive in drives:
-        why = not_happened(drive)
         drops = [d for r in drive.requests if (d := drop(r)) is not None]
         whole = paired_test(drops, tolerance) if len(drops) >= 2 else None
-        tested.append((drive, whole, _groups(drive.requests, tolerance), why))
-    family = [
-        t for _, whole, groups, why in tested if why is None for t in (whole, *[g.test for g in groups]) if t
-    ]
-    adjusted = dict(zip(map(id, family), holm([t.p_value for t in family])))
+        out.append(Examined(drive, whole, tuple(_groups(drive.requests, tolerance)), not_happened(drive)))
+    return out
+
+
+def family_p_values(examined: Sequence[Examined]) -> list[float]:
+    """The p-values the scheduled cells add to the run's Holm family, in order."""
+    return [t.p_value for e in examined for t in e.tests]
+
+
+def share_of(cells: Sequence[ScheduledCell], drives: Sequence[Drive] = ()) -> float:
+    """The share of alpha the run's scheduled tests hold in its Holm family: SCHEDULE_SHARE
+    where the run sent scheduled requests (``drives``) or meant to (a cell of ``cells`` the
+    engine's error or a missing batch-size-1 output left without them), none where every
+    scheduled cell is not applicable (none asked for, no in-flight path, a shard)."""
+    meant = drives or any(c.verdict != Verdict.NOT_APPLICABLE for c in cells)
+    return SCHEDULE_SHARE if meant else 0.0
+
+
+def settle(
+    examined: Sequence[Examined],
+    adjusted: Sequence[float],
+    tolerance: float,
+    alpha: float,
+    deterministic: bool = False,
+) -> tuple[ScheduledCell, ...]:
+    """The scheduled cells, decided from their tests' ``adjusted`` p-values (``family``'s
+    order, corrected with the run's other tests: ``harness.verdict.decide``) at ``alpha``;
+    with ``deterministic`` (--deterministic, a batch-invariant engine) an output that changed
+    fails its cell too."""
+    held = iter(adjusted)
     out = []
-    for drive, whole, groups, why in tested:
+    for e in examined:
+        drive, whole, groups, why = e.drive, e.whole, list(e.groups), e.why
         requests = tuple(dataclasses.replace(r, damaged=is_damaged(r)) for r in drive.requests)
         if why is None:
-            whole = whole and _flag(whole, adjusted[id(whole)], tolerance, alpha)
-            groups = [
-                GroupTest(g.condition, _flag(g.test, adjusted[id(g.test)], tolerance, alpha)) for g in groups
-            ]
+            whole = whole and _flag(whole, next(held), tolerance, alpha)
+            groups = [GroupTest(g.condition, _flag(g.test, next(held), tolerance, alpha)) for g in groups]
         changed = deterministic and any(r.changed for r in requests)
         failed = why is None and (
             bool(whole and whole.flagged) or any(g.test.flagged for g in groups) or changed
@@ -245,6 +302,17 @@ def judge(
             )
         )
     return _separated(out)
+
+
+def judge(
+    drives: Sequence[Drive], tolerance: float, alpha: float, deterministic: bool = False
+) -> tuple[ScheduledCell, ...]:
+    """Scheduled cells decided where the run's bulk tests are clean: in the run's family at
+    SCHEDULE_SHARE of ``alpha``, the bulk tests' share held by a clean test (calibrate's
+    in-flight trials, whose fault models the bulk cells cannot see)."""
+    examined = examine(drives, tolerance)
+    _, adjusted = joint_holm([], [], family_p_values(examined), SCHEDULE_SHARE)
+    return settle(examined, adjusted, tolerance, alpha, deterministic)
 
 
 def _separated(cells: list[ScheduledCell]) -> tuple[ScheduledCell, ...]:
@@ -293,10 +361,18 @@ def _message(
 
 
 def decided_again(
-    cells: Sequence[ScheduledCell], tolerance: float, alpha: float, deterministic: bool = False
+    cells: Sequence[ScheduledCell],
+    tolerance: float,
+    alpha: float,
+    deterministic: bool = False,
+    *,
+    bulk: Sequence[float] = (),
+    weights: Sequence[float] = (),
+    share: float = SCHEDULE_SHARE,
 ) -> list[str]:
     """Every recorded decision of the judged scheduled cells that does not follow from their
-    own requests (``judge`` over them again, one family): what ``harness.report.audit`` says."""
+    own requests (their tests again, corrected with the run's bulk tests ``bulk`` of relative
+    ``weights`` at ``share``, decided at ``alpha``): what ``harness.report.audit`` says."""
     judged = [c for c in cells if c.verdict in (Verdict.PASS, Verdict.FAIL, Verdict.UNTESTED)]
     out = [
         f"{c.id}: {c.verdict}, but it holds {len(c.requests)} requests"
@@ -307,7 +383,12 @@ def decided_again(
         Drive(c.schedule, c.beam_width, c.concurrency, c.requests, c.peak or 0, c.cache, c.served)
         for c in judged
     ]
-    for cell, again in zip(judged, judge(drives, tolerance, alpha, deterministic)):
+    examined = examine(drives, tolerance)
+    tests = family_p_values(examined)
+    if tests and share == 0.0:
+        return [*out, "scheduled cells were tested, but the method gives them no share of alpha"]
+    _, adjusted = joint_holm(bulk, weights, tests, share)
+    for cell, again in zip(judged, settle(examined, adjusted, tolerance, alpha, deterministic)):
         for what in ("verdict", "test", "groups", "separation", "separated_by", "damaged", "overlap"):
             if getattr(cell, what) != getattr(again, what):
                 out.append(

@@ -248,7 +248,7 @@ def _engine_done(
 def _look(decision: Decision, tolerance: float, alpha: float, looks: int) -> dict[str, float]:
     """What settles a test at a look: the tolerance, ``alpha``, its family's per-test share of
     it, and the futility level of ``looks`` looks."""
-    share = per_test_share(decision.family, decision.engine_share is not None)
+    share = per_test_share(decision.family, decision.engine_share is not None, decision.schedule_share or 0.0)
     return dict(tolerance=tolerance, alpha=alpha, share=share, beta=look_beta(looks))
 
 

@@ -49,6 +49,9 @@ def one_sided_welch_p(here: Sequence[float], elsewhere: Sequence[float], toleran
 
 
 ENGINE_SHARE = 0.1  # the share of alpha the engine-wide test is weighted with (docs/method.md)
+# the share of alpha the scheduled cells' tests hold in the run's one Holm family, where the
+# run makes them (--schedules); the bulk cells' tests hold the rest (docs/method.md)
+SCHEDULE_SHARE = 0.1
 
 
 def confined_p(damaged_outside: int, outside: int, damaged: int, total: int) -> float:
@@ -73,13 +76,15 @@ def holm(p_values: Sequence[float], weights: Sequence[float] | None = None) -> l
     return adjusted
 
 
-def per_test_share(family: int, pooled: bool) -> float:
-    """The share of alpha one test other than the engine-wide one holds at Holm's first step
-    (the Bonferroni bound of its power), in a family of ``family`` tests; ``pooled``: the
-    design makes the engine-wide test, which holds ENGINE_SHARE."""
+def per_test_share(family: int, pooled: bool, scheduled: float = 0.0) -> float:
+    """The share of alpha one bulk test other than the engine-wide one holds at Holm's first
+    step (the Bonferroni bound of its power), in a family of ``family`` bulk tests; ``pooled``:
+    the design makes the engine-wide test, which holds ENGINE_SHARE of the bulk tests' share;
+    ``scheduled``: the share the scheduled cells' tests hold (``joint_holm``)."""
+    bulk = 1.0 - scheduled
     if not pooled or family < 2:
-        return 1.0 / max(family, 1)
-    return (1.0 - ENGINE_SHARE) / (family - 1)
+        return bulk / max(family, 1)
+    return bulk * (1.0 - ENGINE_SHARE) / (family - 1)
 
 
 def family_weights(made: int, family: int, engine: int | None, pooled: bool) -> list[float]:
@@ -93,6 +98,27 @@ def family_weights(made: int, family: int, engine: int | None, pooled: bool) -> 
         return [1.0] * family
     others = per_test_share(family, True) * family
     return [ENGINE_SHARE * family if i == slot else others for i in range(family)]
+
+
+def joint_holm(
+    bulk: Sequence[float], weights: Sequence[float], scheduled: Sequence[float], share: float
+) -> tuple[list[float], list[float]]:
+    """One weighted Holm family over a run's bulk tests (p-values ``bulk``, relative weights
+    ``weights``: ``family_weights``) and its scheduled cells' tests (``scheduled``): the bulk
+    tests hold 1 - ``share`` of alpha, the scheduled ones ``share`` in equal parts. A part the
+    design makes but these tests do not (no scheduled test made, no bulk test) holds its share
+    as a clean test (p = 1), so no part is ever corrected more liberally than the whole. Gives
+    the adjusted p-values of the bulk tests and of the scheduled ones."""
+    if not 0.0 <= share < 1.0 or (scheduled and share == 0.0):
+        raise ValueError(f"scheduled tests need a share of alpha in (0, 1), not {share}")
+    if share == 0.0:
+        return holm(bulk, weights), []
+    p_bulk, w_bulk = (list(bulk), list(weights)) if bulk else ([1.0], [1.0])
+    p_run = list(scheduled) or [1.0]
+    total = math.fsum(w_bulk)
+    w = [x * (1.0 - share) / total for x in w_bulk] + [share / len(p_run)] * len(p_run)
+    adjusted = holm(p_bulk + p_run, w)
+    return adjusted[: len(bulk)], adjusted[len(p_bulk) : len(p_bulk) + len(scheduled)]
 
 
 def mean_ci(xs: Sequence[float], level: float = 0.95) -> tuple[float, float]:

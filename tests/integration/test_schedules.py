@@ -6,6 +6,7 @@ passing; an engine without an in-flight path gets cells that are not applicable,
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from harness.engines.emulator.faults import parse_fault
 from harness.errors import ConfigError
 from harness.model.report import Report
 from harness.model.vocab import Schedule, Verdict
+from harness.report.audit import audit
+from harness.verdict.statistics import SCHEDULE_SHARE
 from tests.integration.common import run_here, run_options
 
 SCHEMA = Path(__file__).resolve().parents[2] / "harness" / "report" / "report.schema.json"
@@ -28,6 +31,7 @@ def _run(tmp: Path, dataset: Path | None, engine: str, **more: object) -> tuple[
     outcome = run_here(RunConfig.from_options({**options, "engine": engine}))
     data = json.loads((outcome.folder / "report.json").read_text())
     jsonschema.validate(data, json.loads(SCHEMA.read_text()))
+    assert audit(outcome.report) == []  # every verdict, scheduled ones included, follows from its figures
     return outcome.report, data, outcome.folder
 
 
@@ -80,6 +84,11 @@ def test_a_plug_in_with_generate_async_runs_the_schedules_and_a_stale_slot_fails
     assert first.separation == "damaged: 12 of 12 requests that took a freed slot; 0 of 4 others"
     assert all(c.verdict == Verdict.FAIL and all(r.slot_reused for r in c.requests) for c in later[:2])
     assert {r.slot for r in first.requests} == {0, 1, 2, 3}
+    assert report.method.schedule_share == SCHEDULE_SHARE  # its tests hold their share of the run's family
+    own = replace(report, schedules=tuple(replace(c, groups=()) for c in report.schedules))
+    assert any(": groups ()" in line for line in audit(own))  # a test left out of the family is listed
+    unshared = replace(report, method=replace(report.method, schedule_share=None))
+    assert any(line.startswith("method.schedule_share 0.0") for line in audit(unshared))
 
 
 def test_an_engine_without_an_in_flight_path_gets_cells_that_are_not_applicable(
@@ -89,6 +98,7 @@ def test_an_engine_without_an_in_flight_path_gets_cells_that_are_not_applicable(
     assert report.verdict == Verdict.PASS and len(report.schedules) == 4
     assert all(c.verdict == Verdict.NOT_APPLICABLE for c in report.schedules)
     assert "defines no generate_async(prompt, settings)" in report.schedules[0].message
+    assert report.method.schedule_share is None  # no scheduled test: the bulk tests hold all of alpha
 
 
 def test_schedules_none_runs_the_bulk_cells_only_and_a_wrong_name_is_one_line(

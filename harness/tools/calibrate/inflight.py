@@ -8,7 +8,9 @@ scored against the same prompt at batch size 1 on that engine (``warm``: against
 run). In-flight outputs depend on when each request arrived, so they are never cached: the
 rounds are the cost, a few seconds each, on ``--jobs`` worker processes. A trial takes, for every schedule and arrival rank,
 the request of that rank from a random round (its conditions, scores and damage as they
-were), and judges the trial's cells as one Holm family, as a run does.
+were), and judges the trial's cells in the run's Holm family at their share of alpha, as a
+run does (the bulk tests' share held by clean ones: these faults are the ones bulk cells
+cannot see).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from harness.tools.calibrate.inflight import SCHEDULES, FlightOutcome
 from harness.tools.calibrate.models import Model, Target
 from harness.tools.calibrate.settings import Settings
 from harness.verdict.decide import family_size
-from harness.verdict.statistics import ENGINE_SHARE
+from harness.verdict.statistics import ENGINE_SHARE, SCHEDULE_SHARE
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,8 @@ def flight_table(outcomes: Sequence[FlightOutcome], s: Settings, targets: Target
         f"each trial: per schedule and arrival rank, the request of that rank from one of {s.flight_rounds} rounds "
         f"(each: {s.prompts} prompts drawn from the pool in a fresh order, sent on every schedule to an engine with "
         "its own drift seed, scored against batch size 1 on it; warm: against its cold run), every cell judged "
-        "in one Holm family. fails = a scheduled cell failed or did not happen; detect = a scheduled cell failed on its "
+        f"in the run's Holm family at the scheduled tests' share of alpha ({SCHEDULE_SHARE:g}; the bulk tests' "
+        "share held by clean ones, as a bulk cell cannot see these faults). fails = a scheduled cell failed or did not happen; detect = a scheduled cell failed on its "
         "scores; named = a failing cell names the fault's condition and none another; exact = named, and no "
         "failing cell has a damaged request outside it (on drift: but those its drifting twin, same round, "
         "damaged too); wrong = a failing cell names another condition; changed = the rounds' outputs unlike "
@@ -248,8 +249,9 @@ def _note(s: Settings, family: int | None) -> str:
         f"each trial: {s.prompts} prompts drawn from a pool of {s.pool} generated ones; "
         f"{rounds}; for partial, which prompts are hit at position {s.position} (each with "
         f"probability {s.fraction:.0%}). Holm family of {family or '-'} tests "
-        f"(the default grid's, the engine-wide test weighted {ENGINE_SHARE:g} of alpha; tests "
-        f"outside the model's cells count as clean). tolerance "
+        f"(the default grid's, the engine-wide test weighted {ENGINE_SHARE:g} of the bulk tests' "
+        f"alpha; tests outside the model's cells count as clean; the scheduled cells' tests "
+        f"hold {SCHEDULE_SHARE:g} of alpha, clean for bulk models). tolerance "
         f"{s.tolerance}, alpha {s.alpha}, max_new_tokens {s.max_new_tokens}, seed {s.seed}, "
         f"{s.rotation} rotation"
         + (" (each prompt at one position per cell)" if s.rotation == Rotation.SPARSE else "")

@@ -23,7 +23,9 @@ from harness.tools.calibrate.models import Model, Target
 from harness.tools.calibrate.settings import Settings
 from harness.verdict.decide import Decision, decide
 from harness.verdict.evidence import Shortfall
+from harness.verdict.schedules import Flights
 from harness.verdict.sequential import look_alpha, rotated, stage, start, undecided
+from harness.verdict.statistics import SCHEDULE_SHARE
 
 
 def model_key(name: str) -> int:
@@ -119,7 +121,9 @@ def _decide(
     partial: frozenset[Cell] = frozenset(),
 ) -> Decision:
     """The run's decision over a trial's cells (the model's and its extras, in that order), with
-    the design of the run the model stands for, at ``alpha``."""
+    the design of the run the model stands for, at ``alpha``: a default run, whose scheduled
+    cells hold their share of the family (clean here: in-flight models are judged by
+    ``harness.tools.calibrate.inflight``, and their faults are what bulk cells cannot see)."""
     return decide(
         model.cells + model.extra,
         scores,
@@ -131,6 +135,7 @@ def _decide(
         alpha=alpha,
         follows_up=follows_up,
         partial=partial,
+        flights=Flights(share=SCHEDULE_SHARE),
     )
 
 

@@ -157,7 +157,8 @@ def test_two_conditions_that_set_one_cell_apart_alike_are_told_apart_by_the_othe
     beside = (Condition.JOINED, Condition.BESIDE_PREFILL)
     staggered = [request(i, conditions=FREED, noise=0.01 * (i % 3)) for i in range(16)]
     staggered += [request(i, lost=0.3, conditions=beside) for i in range(16, 28)]
-    alone = judge([refill(mix, Schedule.PREFILL_MIX)], tolerance=0.02, alpha=0.01)[0]
+    # alpha 0.1: the scheduled tests' share of it (SCHEDULE_SHARE) makes these 12-of-32 cells fail
+    alone = judge([refill(mix, Schedule.PREFILL_MIX)], tolerance=0.02, alpha=0.1)[0]
     assert alone.separated_by == Condition.JOINED  # on its own: a three-way tie, the first in order
-    cells = judge([refill(mix, Schedule.PREFILL_MIX), refill(staggered, Schedule.STAGGERED)], 0.02, 0.01)
+    cells = judge([refill(mix, Schedule.PREFILL_MIX), refill(staggered, Schedule.STAGGERED)], 0.02, 0.1)
     assert [c.separated_by for c in cells] == [Condition.BESIDE_PREFILL, Condition.BESIDE_PREFILL]
