@@ -93,13 +93,10 @@ def _scheduled_p(report: Report) -> list[float]:
 
 def _schedule_share(report: Report, out: list[str]) -> float:
     """The share of alpha the method gives the scheduled cells' tests; a recorded one that
-    differs is listed."""
-    share = share_of(report.schedules)
-    recorded = report.method.schedule_share or 0.0
-    if recorded != share:
-        out.append(
-            f"method.schedule_share {recorded}, but the method gives these scheduled cells {share} of alpha"
-        )
+    does not follow from them is listed."""
+    share, wrong = share_of(report.schedules, report.method.schedule_share)
+    if wrong is not None:
+        out.append(wrong)
     return share
 
 
@@ -361,7 +358,7 @@ def audit(report: Report) -> list[str]:
         m.deterministic,
         bulk=bulk,
         weights=weights,
-        share=share_of(report.schedules),
+        share=share_of(report.schedules, m.schedule_share)[0],
     )
     if report.signoff.verdict != report.verdict:
         out.append(f"signoff.verdict {report.signoff.verdict}, but the report's verdict is {report.verdict}")

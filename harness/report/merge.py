@@ -37,6 +37,7 @@ from harness.plan import Plan
 from harness.report.build import blindness, questions, reported, reported_engine, worst_position
 from harness.report.serialize import check_sealed, load_report, seal
 from harness.verdict.decide import decide
+from harness.verdict.schedules import Flights
 from harness.verdict.sequential import final_alpha, with_open_engine
 
 # Options that do not change what a run measures (paths differ between CI jobs; the engine's
@@ -332,6 +333,7 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
         errors={c: e.error for c, e in entries.items() if e.error is not None},
         notices={c: e.notice for c, e in entries.items()},
         follows_up=method.follow_up is not None,
+        flights=Flights(share=method.schedule_share or 0.0),  # the shards' (their run's design)
     )
     followed = _follow_ups([s.report.method.follow_up for s in shards])
     looked = _looks([s.report.method.sequential for s in shards])
@@ -368,6 +370,7 @@ def merge(paths: Sequence[str | Path]) -> tuple[Report, list[str]]:
             blind=blind,
             family=decision.family,
             engine_share=decision.engine_share,
+            schedule_share=decision.schedule_share,
         ),
         options={**base.options, "shard": None},
         timing=_timing([r.timing for r in reports]),

@@ -28,7 +28,7 @@ from harness.plan import Plan
 from harness.stages.arrivals import Sent, drive
 from harness.stages.generate import generate_batch, output_text
 from harness.stages.run import Baseline, Generated, Prepared
-from harness.verdict.schedules import Drive, Flights, share_of
+from harness.verdict.schedules import Drive, Flights
 from harness.verdict.scoring import rouge_l
 from harness.verdict.statistics import SCHEDULE_SHARE
 
@@ -350,11 +350,12 @@ def _elsewhere(prep: Prepared) -> str | None:
 
 
 def planned(prep: Prepared) -> Flights:
-    """The scheduled cells a run will send, before it sends them: none, but their share of
-    alpha kept where it asks for some and can send them (an engine that turns out to have no
-    in-flight path gives its share back only once they ran: ``run_schedules``)."""
+    """The scheduled cells a run asks for, before it sends them: none yet, but their share of
+    alpha kept wherever it asks for some. The family is the run's design, fixed before anything
+    runs: a shard, an MPI run or an engine without an in-flight path keeps the share as the
+    unsharded run on an engine with one does, so none is corrected more liberally."""
     chosen = [s for s in prep.config.schedules.schedules if s != Schedule.BULK]
-    return Flights(share=SCHEDULE_SHARE) if chosen and _elsewhere(prep) is None else Flights()
+    return Flights(share=SCHEDULE_SHARE) if chosen else Flights()
 
 
 def schedules_line(config: RunConfig, plan: Plan) -> str | None:
@@ -382,7 +383,8 @@ def run_schedules(
                 c
                 for w in prep.config.beam_widths
                 for c in _cells(chosen, w, concurrency, Verdict.NOT_APPLICABLE, away)
-            )
+            ),
+            share=SCHEDULE_SHARE,
         )
     drives: list[Drive] = []
     fixed: list[ScheduledCell] = []
@@ -402,4 +404,4 @@ def run_schedules(
         drives += ran
         fixed += failed
     timing.schedules_s = time.perf_counter() - t
-    return Flights(tuple(drives), tuple(fixed), share_of(fixed, drives))
+    return Flights(tuple(drives), tuple(fixed), planned(prep).share)

@@ -252,13 +252,23 @@ def family_p_values(examined: Sequence[Examined]) -> list[float]:
     return [t.p_value for e in examined for t in e.tests]
 
 
-def share_of(cells: Sequence[ScheduledCell], drives: Sequence[Drive] = ()) -> float:
-    """The share of alpha the run's scheduled tests hold in its Holm family: SCHEDULE_SHARE
-    where the run sent scheduled requests (``drives``) or meant to (a cell of ``cells`` the
-    engine's error or a missing batch-size-1 output left without them), none where every
-    scheduled cell is not applicable (none asked for, no in-flight path, a shard)."""
-    meant = drives or any(c.verdict != Verdict.NOT_APPLICABLE for c in cells)
-    return SCHEDULE_SHARE if meant else 0.0
+def share_of(cells: Sequence[ScheduledCell], recorded: float | None) -> tuple[float, str | None]:
+    """The share of alpha a report's scheduled tests held (``recorded``: its method's), and
+    what is wrong with it (None: nothing): SCHEDULE_SHARE where the run asked for scheduled
+    cells, which any cell but a not-applicable one shows it did; none (or SCHEDULE_SHARE) where
+    none ran or every one was not applicable."""
+    share = recorded or 0.0
+    sent = any(c.verdict != Verdict.NOT_APPLICABLE for c in cells)
+    if share not in (0.0, SCHEDULE_SHARE):
+        return (
+            SCHEDULE_SHARE,
+            f"method.schedule_share {share}, but the method gives scheduled cells {SCHEDULE_SHARE}",
+        )
+    if sent and share == 0.0:
+        return SCHEDULE_SHARE, (
+            f"method.schedule_share {recorded}, but these scheduled cells ran: the method gives them {SCHEDULE_SHARE}"
+        )
+    return share, None
 
 
 def settle(
