@@ -372,6 +372,7 @@ def run_schedules(
     join the run's Holm family: ``harness.verdict.decide``); an engine without an in-flight
     path gives cells that are not applicable, with its reason."""
     chosen = [s for s in prep.config.schedules.schedules if s != Schedule.BULK]
+    share = planned(prep).share
     if not chosen:
         return Flights()
     t = time.perf_counter()
@@ -384,7 +385,7 @@ def run_schedules(
                 for w in prep.config.beam_widths
                 for c in _cells(chosen, w, concurrency, Verdict.NOT_APPLICABLE, away)
             ),
-            share=SCHEDULE_SHARE,
+            share=share,
         )
     drives: list[Drive] = []
     fixed: list[ScheduledCell] = []
@@ -404,4 +405,4 @@ def run_schedules(
         drives += ran
         fixed += failed
     timing.schedules_s = time.perf_counter() - t
-    return Flights(tuple(drives), tuple(fixed), planned(prep).share)
+    return Flights(tuple(drives), tuple(fixed), share)

@@ -106,7 +106,7 @@ class Decision:
     engine_wide: EngineWide | None = None
     engine_share: float | None = None  # the engine-wide test's share of alpha (None: the design makes none)
     scheduled: tuple[ScheduledCell, ...] = ()  # the in-flight schedules' cells (--schedules)
-    schedule_share: float | None = None  # their tests' share of alpha (None: the run makes none)
+    schedule_share: float | None = None  # their tests' share of alpha (None: the run asks for none)
 
     @property
     def verdict(self) -> Verdict:

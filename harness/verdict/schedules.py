@@ -60,7 +60,7 @@ class Drive:
 class Flights:
     """A run's scheduled cells before the decision: the drives to judge, the cells that could
     not run (decided already: not applicable, the engine's error), and the share of alpha the
-    drives' tests hold in the run's Holm family (``share_of``)."""
+    drives' tests hold in the run's Holm family (``harness.stages.schedules.planned``)."""
 
     drives: tuple[Drive, ...] = ()
     fixed: tuple[ScheduledCell, ...] = ()
@@ -394,10 +394,7 @@ def decided_again(
         for c in judged
     ]
     examined = examine(drives, tolerance)
-    tests = family_p_values(examined)
-    if tests and share == 0.0:
-        return [*out, "scheduled cells were tested, but the method gives them no share of alpha"]
-    _, adjusted = joint_holm(bulk, weights, tests, share)
+    _, adjusted = joint_holm(bulk, weights, family_p_values(examined), share)
     for cell, again in zip(judged, settle(examined, adjusted, tolerance, alpha, deterministic)):
         for what in ("verdict", "test", "groups", "separation", "separated_by", "damaged", "overlap"):
             if getattr(cell, what) != getattr(again, what):
