@@ -18,6 +18,17 @@ on how many others are in flight: with no fault and no drift every output equals
 batch-size-1 ``generate`` output token for token, under any arrival pattern
 (tests/unit/engines/test_emulator_inflight.py checks it).
 
+The decode steps run on one intra-op thread (``DECODE_THREADS``), whatever torch's default. A
+step is a few small matrix products that a second thread does not speed up (about 1.8 ms a step
+of the bundled engine either way on an idle 2-core machine), and each product waits for the
+slower of its threads: while anything else needs a core (the arrivals loop and the answers of
+the run itself, another process) a step on two threads took 3.7 to 9.6 ms, on one 1.9 to 2.5 ms.
+With 8 slots (the bundled engine's), and with 1 to 4, 16 or 32, one thread gives the same bits
+as two on the 2-core machine (tests/unit/engines/test_emulator_inflight.py compares the
+answers); with 5 to 7 slots the products may round differently in the last place. Prompt
+phases keep the default threads: they are shared with bulk ``generate`` (``PrefillCache``),
+whose outputs must not depend on which path computed a prompt first.
+
 Each answer says the slot it ran in, the prompt tokens served from cache and when, after its
 submission, its prompt was in and its first token taken (``first_token``), as engines that
 time their requests do (vLLM's first_token_time, TensorRT-LLM's request performance metrics).
@@ -44,7 +55,9 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -85,6 +98,7 @@ class Emulator(Protocol):
     def refusal(self, length: int, max_new_tokens: int) -> str | None: ...
 
 
+DECODE_THREADS: int | None = 1  # intra-op threads of a decode step (None: torch's default)
 STALE_SHARE = 0.5  # stale-slot: the share of a refilled slot's new prompt left as it was
 WARM_BLOCK = 16  # warm-cache: positions per KV block; all but a prompt's first and last read zeros
 
@@ -210,7 +224,8 @@ class EmulatorInFlight(InFlight):
             request.shared = request.shared or len(decoding) > 1
         self.kv.read_map = self._graph_rows(decoding) if self.fault == FaultKind.INFLIGHT_GRAPH else None
         try:
-            logits = self.engine.model.decode(tokens, positions, self.kv)
+            with _threads(DECODE_THREADS):
+                logits = self.engine.model.decode(tokens, positions, self.kv)
         finally:
             self.kv.read_map = None
         self._take(decoding, logits[[r.slot for r in decoding]])
@@ -319,3 +334,20 @@ class EmulatorInFlight(InFlight):
                 first_token=request.first_token,
             )
         )
+
+
+@contextmanager
+def _threads(count: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to ``count`` in this thread for the block (None: left as
+    they are). ``torch.set_num_threads`` also sets the count a thread that first runs torch
+    work meanwhile starts with; the scheduler holds the engine's ``busy`` lock here, so no
+    other decoding of this engine runs in the meantime."""
+    before = torch.get_num_threads()
+    if count is None or count == before:
+        yield
+        return
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

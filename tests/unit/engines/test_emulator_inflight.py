@@ -16,12 +16,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import torch
 
 from harness.config import DecodingSettings
 from harness.engines.base import Generation, InFlight, NoInFlight
+from harness.engines.emulator import inflight
 from harness.engines.emulator.build import build_engine, build_limits
 from harness.engines.emulator.engine import EmulatorEngine
 from harness.engines.emulator.faults import parse_drift, parse_fault
+from harness.engines.emulator.model import SlotKVCache
 from harness.errors import EngineError
 from harness.inputs.data import build_prompt, load_dataset
 
@@ -292,3 +295,55 @@ def test_each_answer_says_when_its_prompt_was_in(engines: Engines, prompts: list
     firsts = [g.first_token for g in got if isinstance(g, Generation)]
     assert len(firsts) == 8 and all(f is not None and 0 < f for f in firsts)
     assert max(f for f in firsts if f is not None) < waited + 5  # within the pass, not a clock of its own
+
+
+def fixed_schedule(engine: EmulatorEngine, prompts: Sequence[str]) -> list[tuple[object, ...]]:
+    """Every answer of a schedule that is the same on every run: all the prompts queued before
+    the first step (eight admitted together, each later one into the first slot freed; the
+    long ones prefilled in two chunks while the others decode), then all again, served from the
+    prefix cache."""
+    session = opened(engine)
+    try:
+        out: list[tuple[object, ...]] = []
+        for _ in range(2):
+            with together(engine):
+                pending = [session.submit(p) for p in prompts]
+            for answer in [p.result() for p in pending]:
+                assert isinstance(answer, Generation)
+                out.append((answer.token_ids, answer.text, answer.slot, answer.cached_tokens))
+        return out
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize(
+    "spec", ["healthy", "stale-slot", "prefill-corrupt", "warm-cache", "inflight-graph", "drift:1.0"]
+)
+def test_decoding_on_one_thread_gives_the_tokens_of_two(
+    engines: Engines, prompts: list[str], spec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler decodes on one intra-op thread (``DECODE_THREADS``); with two (torch's
+    default on the 2-core machines, the path before) every answer is the same, token for token,
+    healthy and under each in-flight fault and drift."""
+    engine = engines(spec)
+    seen: list[int] = []
+    decode = engine.model.decode
+
+    def counted(tokens: torch.Tensor, positions: torch.Tensor, cache: SlotKVCache) -> torch.Tensor:
+        seen.append(torch.get_num_threads())
+        return decode(tokens, positions, cache)
+
+    monkeypatch.setattr(engine.model, "decode", counted)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # read by the scheduler's thread when it starts
+    try:
+        monkeypatch.setattr(inflight, "DECODE_THREADS", None)
+        two = fixed_schedule(engine, prompts[:12])
+        assert set(seen) == {2}
+        seen.clear()
+        monkeypatch.setattr(inflight, "DECODE_THREADS", 1)
+        one = fixed_schedule(engine, prompts[:12])
+        assert set(seen) == {1}
+    finally:
+        torch.set_num_threads(before)
+    assert one == two
