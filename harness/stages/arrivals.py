@@ -5,8 +5,9 @@ once, then each next one as soon as fewer than ``cap`` are in flight and ``gap``
 passed since the last was sent. ``staggered`` is a first wave of one and a gap of a request's
 own time over the concurrency (paced by the engine's speed: the latest answered request's);
 ``refill`` a first wave of C and no gap, so each new request takes the place one just freed.
-Answers are awaited in threads of their own, so a request's answer time is when it came back,
-whatever the order.
+A request's answer time is when it came back, whatever the order: an answer that is a
+``concurrent.futures.Future`` (the emulator's) is taken by a callback the moment it is set, any
+other is awaited in a thread of its own.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from harness.engines.base import Generation, InFlight, Pending, as_generation
@@ -60,7 +62,10 @@ class _Flight:
         except Exception as exc:  # a refusal at submit: said as the request's error
             self._settle(record, None, exc)
             return record
-        threading.Thread(target=self._await, args=(record, pending), daemon=True).start()
+        if isinstance(pending, Future):  # no thread: settled by the thread that answers it
+            pending.add_done_callback(lambda done: self._await(record, done))
+        else:
+            threading.Thread(target=self._await, args=(record, pending), daemon=True).start()
         return record
 
     def _await(self, record: Sent, pending: Pending) -> None:

@@ -104,3 +104,47 @@ def test_a_slow_first_request_does_not_set_the_pace_for_good() -> None:
 
     sent = drive(WarmingUp(0.05), [f"p{i}" for i in range(12)], first_wave=1, cap=4, gap=None)
     assert sum(s.in_flight > 0 for s in sent[1:]) >= 6
+
+
+class Answer:
+    """An answer that is not a ``concurrent.futures.Future``: only ``result()``."""
+
+    def __init__(self, future: Future[Generation]) -> None:
+        self.future = future
+
+    def result(self) -> object:
+        return self.future.result()
+
+
+class Plain(Timed):
+    """``Timed`` whose answers are plain objects with ``result()``, not futures."""
+
+    def submit(self, prompt: str) -> Pending:
+        future = super().submit(prompt)
+        assert isinstance(future, Future)
+        return Answer(future)
+
+
+@pytest.mark.parametrize("engine", [Timed(0.03, slots=4), Plain(0.03, slots=4)], ids=["future", "plain"])
+def test_answers_are_taken_when_they_come_back(engine: Timed) -> None:
+    """A future's answer is taken by a callback as it is set, without a thread per request
+    (the emulator answers 256 requests a run); any other answer by a thread of its own. Either
+    way each request's answer time is when it came back."""
+    threads: list[int] = []  # threads started since the drive began
+    run, before = engine._run, threading.active_count()
+
+    def counted(prompt: str) -> Generation:
+        threads.append(threading.active_count() - before)
+        return run(prompt)
+
+    engine._run = counted  # type: ignore[method-assign]
+    t0 = time.perf_counter()
+    sent = drive(engine, [f"p{i}" for i in range(12)], first_wave=4, cap=4)
+    took = time.perf_counter() - t0
+    engine.close()
+    assert [s.generation.text for s in sent if s.generation] == [f"P{i}" for i in range(12)]
+    assert all(s.answered is not None and 0.03 <= s.answered - s.sent < took for s in sent)
+    if isinstance(engine, Plain):
+        assert max(threads) > 4  # the pool's four and one per request in flight
+    else:
+        assert max(threads) <= 4  # the pool's alone
