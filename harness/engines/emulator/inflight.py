@@ -217,11 +217,12 @@ class EmulatorInFlight(InFlight):
             return
         for long in leaks:
             self._leak(long, chunks[id(long)], [r for r in decoding if r is not long])
-        tokens = torch.zeros(self.slots, dtype=torch.long)
-        positions = torch.zeros(self.slots, dtype=torch.long)
+        last, at = [0] * self.slots, [0] * self.slots  # idle slots: token 0 at position 0
         for request in decoding:
-            tokens[request.slot], positions[request.slot] = request.out[-1], request.position
+            last[request.slot], at[request.slot] = request.out[-1], request.position
             request.shared = request.shared or len(decoding) > 1
+        tokens = torch.tensor(last, dtype=torch.long)
+        positions = torch.tensor(at, dtype=torch.long)
         self.kv.read_map = self._graph_rows(decoding) if self.fault == FaultKind.INFLIGHT_GRAPH else None
         try:
             with _threads(DECODE_THREADS):
@@ -314,7 +315,7 @@ class EmulatorInFlight(InFlight):
                     logits[i : i + 1], tokens[i : i + 1], step, [False], pending, [[]], eos, drift.margin
                 )
                 request.flip = request.flip if pending else None
-            token = int(tokens[i])
+        for request, token in zip(requests, tokens.tolist()):  # read after drift's flips
             if token != eos:
                 request.out.append(token)
             if token == eos or len(request.out) >= self.settings.max_new_tokens:
