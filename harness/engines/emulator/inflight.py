@@ -229,7 +229,7 @@ class EmulatorInFlight(InFlight):
                 logits = self.engine.model.decode(tokens, positions, self.kv)
         finally:
             self.kv.read_map = None
-        self._take(decoding, logits[[r.slot for r in decoding]])
+        self._take(decoding, logits, [r.slot for r in decoding])
 
     def _admit(self) -> None:
         """Queued requests into the free slots, lowest first; refused ones answered at once."""
@@ -269,7 +269,7 @@ class EmulatorInFlight(InFlight):
                 self.kv.v[:, slot, :, start : start + WARM_BLOCK] = 0
         self._plan_flip(request)
         request.first_token = time.perf_counter() - request.submitted
-        self._take([request], request.prefill.logits[None])
+        self._take([request], request.prefill.logits[None], [0])
 
     def _leak(self, long: _Request, chunk: int, victims: list[_Request]) -> None:
         """prefill-corrupt: chunk ``chunk`` of ``long``'s prompt lands in the victims' slots too."""
@@ -303,19 +303,22 @@ class EmulatorInFlight(InFlight):
         where = drift.placement(request.prompt, self.slots, 1, 0, 0)
         request.flip = None if where is None else engine._traces[key].flip_step(where)
 
-    def _take(self, requests: list[_Request], logits: torch.Tensor) -> None:
-        """Each request's next token from its logits row; ended requests answered."""
+    def _take(self, requests: list[_Request], logits: torch.Tensor, rows: list[int]) -> None:
+        """Each request's next token from its row of ``logits`` (``rows``: each request's; the
+        argmax of every row, not a copy of the requests' rows); ended requests answered."""
         tokens = logits.argmax(-1)
         drift, eos = self.engine.drift, self.engine.eos_id
-        for i, request in enumerate(requests):
+        for request, r in zip(requests, rows):
             if drift is not None and request.flip is not None and request.shared:
                 pending = {0: request.flip}
                 step = len(request.out)
                 greedy_ties(
-                    logits[i : i + 1], tokens[i : i + 1], step, [False], pending, [[]], eos, drift.margin
+                    logits[r : r + 1], tokens[r : r + 1], step, [False], pending, [[]], eos, drift.margin
                 )
                 request.flip = request.flip if pending else None
-        for request, token in zip(requests, tokens.tolist()):  # read after drift's flips
+        ids = tokens.tolist()  # read after drift's flips, which change ``tokens`` in place
+        for request, r in zip(requests, rows):
+            token = ids[r]
             if token != eos:
                 request.out.append(token)
             if token == eos or len(request.out) >= self.settings.max_new_tokens:
