@@ -18,16 +18,18 @@ on how many others are in flight: with no fault and no drift every output equals
 batch-size-1 ``generate`` output token for token, under any arrival pattern
 (tests/unit/engines/test_emulator_inflight.py checks it).
 
-The decode steps run on one intra-op thread (``DECODE_THREADS``), whatever torch's default. A
-step is a few small matrix products that a second thread does not speed up (about 1.8 ms a step
-of the bundled engine either way on an idle 2-core machine), and each product waits for the
-slower of its threads: while anything else needs a core (the arrivals loop and the answers of
-the run itself, another process) a step on two threads took 3.7 to 9.6 ms, on one 1.9 to 2.5 ms.
-With 8 slots (the bundled engine's), and with 1 to 4, 16 or 32, one thread gives the same bits
-as two on the 2-core machine (tests/unit/engines/test_emulator_inflight.py compares the
-answers); with 5 to 7 slots the products may round differently in the last place. Prompt
-phases keep the default threads: they are shared with bulk ``generate`` (``PrefillCache``),
-whose outputs must not depend on which path computed a prompt first.
+The decode steps run on one intra-op thread (``DECODE_THREADS``), whatever torch's default. The
+scheduler's thread is not the process's main thread, which keeps the OpenMP team of its earlier
+torch work, and a parallel operation of a second team was several times slower on the 2-core
+machine (an add of 200,000 floats on two threads: 18 us in the main thread, 85 us in another).
+On two threads a step of the bundled engine took 5.4 to 5.9 ms, on one 2.8 to 3.1 ms (the same
+minutes), and two threads lost more while another process held a core; in the main thread of
+an otherwise idle process one thread and two take about as long (the products are small). With 8 slots (the bundled engine's), and with 1 to 4, 16 or
+32, one thread gives the same bits as two on the 2-core machine
+(tests/unit/engines/test_emulator_inflight.py compares the answers); with 5 to 7 slots the
+products may round differently in the last place. Prompt phases keep the default threads, and
+the second team's cost: they are shared with bulk ``generate`` (``PrefillCache``), whose
+outputs must not depend on which path computed a prompt first.
 
 Each answer says the slot it ran in, the prompt tokens served from cache and when, after its
 submission, its prompt was in and its first token taken (``first_token``), as engines that
