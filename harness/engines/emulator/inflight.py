@@ -20,8 +20,9 @@ batch-size-1 ``generate`` output token for token, under any arrival pattern
 
 The decode steps run on one intra-op thread (``DECODE_THREADS``), whatever torch's default. The
 scheduler's thread is not the process's main thread, which keeps the OpenMP team of its earlier
-torch work, and a parallel operation of a second team was several times slower on the 2-core
-machine (an add of 200,000 floats on two threads: 18 us in the main thread, 85 us in another).
+torch work, and a parallel operation of a second team was several times slower on the idle
+2-core machine (an add of 200,000 floats on two threads: 18 us in the main thread, 85 us in
+another).
 On two threads a step of the bundled engine took 5.4 to 5.9 ms, on one 2.8 to 3.1 ms (the same
 minutes), and two threads lost more while another process held a core; in the main thread of
 an otherwise idle process one thread and two take about as long (the products are small). With 8 slots (the bundled engine's), and with 1 to 4, 16 or
