@@ -14,11 +14,14 @@ from harness.stages.arrivals import RequestsFailed, drive
 
 
 class Timed(InFlight):
-    """Answers each prompt upper-cased after ``seconds``; ``slots`` workers; counts how many ran
-    at once; a prompt "boom" raises, a prompt "hang" never answers."""
+    """Answers each prompt upper-cased after ``seconds`` (``cycle`` times: the k-th request
+    submitted after ``seconds * cycle[k % len(cycle)]``); ``slots`` workers; counts how many ran at
+    once; a prompt "boom" raises, a prompt "hang" never answers."""
 
-    def __init__(self, seconds: float, slots: int = 64) -> None:
-        self.seconds, self.slots = seconds, slots
+    def __init__(self, seconds: float, slots: int = 64, cycle: tuple[float, ...] = (1.0,)) -> None:
+        self.seconds, self.slots, self.cycle = seconds, slots, cycle
+        self.submitted = 0
+        self.durations: dict[str, float] = {}  # each prompt's time, set when it is submitted
         self.pool = ThreadPoolExecutor(slots)
         self.lock = threading.Lock()
         self.running = self.most = 0
@@ -33,7 +36,7 @@ class Timed(InFlight):
                 raise ValueError("the engine's own error")
             if prompt == "hang":
                 self.closed.wait()
-            time.sleep(self.seconds)
+            time.sleep(self.durations.get(prompt, self.seconds))
             return Generation(text=prompt.upper(), slot=0)
         finally:
             with self.lock:
@@ -42,6 +45,8 @@ class Timed(InFlight):
     def submit(self, prompt: str) -> Pending:
         if prompt == "refused":
             raise ValueError("beam width 4 is more than the engine's max_beam_width 1")
+        self.durations[prompt] = self.seconds * self.cycle[self.submitted % len(self.cycle)]
+        self.submitted += 1
         future: Future[Generation] = self.pool.submit(self._run, prompt)
         return future
 
@@ -51,7 +56,9 @@ class Timed(InFlight):
 
 
 def test_refill_sends_a_first_wave_of_c_then_one_as_each_answer_comes_back() -> None:
-    engine = Timed(0.05)
+    # uneven output lengths, as refill's requests have: answers come back 40 ms apart, not all
+    # at once (four that came back together would leave the next one nothing to join)
+    engine = Timed(0.04, cycle=(1.0, 2.0, 3.0, 4.0))
     sent = drive(engine, [f"p{i}" for i in range(12)], first_wave=4, cap=4)
     assert [s.in_flight for s in sent[:4]] == [0, 1, 2, 3]  # the first wave, all at once
     # each later one into a place just freed, beside the others still decoding (two answers

@@ -25,12 +25,14 @@ torch work, and a parallel operation of a second team was several times slower o
 another).
 On two threads a step of the bundled engine took 5.4 to 5.9 ms, on one 2.8 to 3.1 ms (the same
 minutes), and two threads lost more while another process held a core; in the main thread of
-an otherwise idle process one thread and two take about as long (the products are small). With 8 slots (the bundled engine's), and with 1 to 4, 16 or
-32, one thread gives the same bits as two on the 2-core machine
-(tests/unit/engines/test_emulator_inflight.py compares the answers); with 5 to 7 slots the
-products may round differently in the last place. Prompt phases keep the default threads, and
-the second team's cost: they are shared with bulk ``generate`` (``PrefillCache``), whose
-outputs must not depend on which path computed a prompt first.
+an otherwise idle process one thread and two take about as long (the products are small).
+A step's logits are not bit for bit the batch-size-1 step's on any thread count (it attends
+over the longest row's positions and multiplies 8 rows at once), so what the path keeps is the
+tokens: with one decode thread every output of the 64 bundled prompts, all queued at once,
+equals its batch-size-1 output for engines of 3, 5, 6, 7 and 8 slots, and the answers are the
+same as with two threads (tests/unit/engines/test_emulator_inflight.py). Prompt phases keep the
+default threads: they are shared with bulk ``generate`` (``PrefillCache``), whose outputs must
+not depend on which path computed a prompt first.
 
 Each answer says the slot it ran in, the prompt tokens served from cache and when, after its
 submission, its prompt was in and its first token taken (``first_token``), as engines that

@@ -347,3 +347,21 @@ def test_decoding_on_one_thread_gives_the_tokens_of_two(
     finally:
         torch.set_num_threads(before)
     assert one == two
+
+
+@pytest.mark.parametrize("slots", [5, 6, 7])
+def test_an_engine_of_any_slot_count_answers_the_tokens_of_batch_size_one(
+    tmp_path: Path, prompts: list[str], alone: dict[str, Generation], slots: int
+) -> None:
+    """On one decode thread a step of 5 to 7 rows multiplies differently from one of 8 or 1, in
+    the last place; the tokens stay batch size 1's, every prompt queued at once (each later one
+    into a slot freed mid-run)."""
+    engine = EmulatorEngine(
+        build_engine(tmp_path / "e", build_limits(max_batch_size=slots, max_beam_width=1))
+    )
+    session = opened(engine)
+    try:
+        out = run(session, prompts)
+    finally:
+        session.close()
+    assert same(out, alone, prompts) == [True] * len(prompts)
