@@ -71,5 +71,6 @@ class ScheduleOptions:
         return (
             f"schedules: {', '.join(chosen)} at concurrency {self.concurrency_for(batch_sizes)}: up to "
             f"{per_width * len(beam_widths):,} more requests ({per_width:,} per beam width its in-flight path "
-            "decodes), sent in flight, never from the generation cache (--schedules none: bulk cells only)"
+            "decodes), sent in flight; a rerun of the same engine replays them from the generation cache, "
+            "as it does batches (--schedules none: bulk cells only)"
         )

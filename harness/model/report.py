@@ -53,6 +53,20 @@ class CacheStats:
     # entries found but not used: damaged, edited after written, or another engine's or batch's
     batches_rejected: int = 0
     key: JsonObject = field(default_factory=dict)  # what the fingerprint covers (cache_key)
+    # scheduled passes replayed as a run recorded them (harness.stages.schedules)
+    passes_from_cache: int = 0
+
+    def tally(self) -> str:
+        """What came from the cache and what was generated, as the run's summary says it."""
+        replayed = (
+            f", {self.passes_from_cache} scheduled pass{'' if self.passes_from_cache == 1 else 'es'} replayed"
+            if self.passes_from_cache
+            else ""
+        )
+        return (
+            f"{self.generations_from_cache} generations from the cache, {self.batches_generated} batches "
+            f"generated{replayed}"
+        )
 
 
 @dataclass(frozen=True)

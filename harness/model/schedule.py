@@ -76,6 +76,9 @@ class ScheduledCell:
     cache: str | None = None  # warm: what the engine said it serves a repeated prompt from
     # how the engine answered a first wave sent at once (harness.engines.batching; None: not judged)
     served: Served | None = None
+    # its requests replayed from the generation cache, as a run with the same key sent them
+    # (harness.stages.recorded; --no-cache sends them again)
+    replayed: bool = False
 
     @property
     def id(self) -> str:

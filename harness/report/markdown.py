@@ -85,8 +85,7 @@ def _header(report: Report) -> list[str]:
         ),
         *[f"- Memory per GPU: {md(m.message)}" for m in report.memory],
         "- Baseline: " + "; ".join(f"beam {w}: {md(n)}" for w, n in report.baseline.items()),
-        f"- Generation cache: {md(cache.reason)}, {md(cache.generations_from_cache)} "
-        f"generations from the cache, {md(cache.batches_generated)} batches generated",
+        f"- Generation cache: {md(cache.reason)}, {md(cache.tally())}",
         "- Questions: " + "; ".join(f"{md(q)}: {md(how)}" for q, how in method.questions.items()),
         f"- Method: tolerance {md(method.tolerance)}, alpha {md(method.alpha)}, "
         f"seed {md(method.seed)}, "
@@ -188,6 +187,13 @@ def _schedules(report: Report) -> list[str]:
             f"{c.count(Condition.FREED_SLOT)} | {c.count(Condition.CACHED)} | {drop} | {c.changed} | "
             f"{len(c.damaged)} |"
         )
+    replayed = [c.id for c in report.schedules if c.replayed]
+    if replayed:
+        lines += [
+            "",
+            f"Replayed from the generation cache, as an earlier run of this engine sent them "
+            f"(`--no-cache` sends them again): {md(', '.join(replayed))}",
+        ]
     for c in report.schedules:
         if c.damaged:
             lines += ["", f"{md(c.id)} damaged requests: {md(', '.join(c.damaged))}"]

@@ -261,7 +261,13 @@ def _cache(reports: Sequence[Report]) -> CacheStats:
         base,
         **{
             k: sum(getattr(r.cache, k) for r in reports)
-            for k in ("batches_from_cache", "batches_generated", "generations_from_cache", "batches_rejected")
+            for k in (
+                "batches_from_cache",
+                "batches_generated",
+                "generations_from_cache",
+                "batches_rejected",
+                "passes_from_cache",
+            )
         },
     )
 

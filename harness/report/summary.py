@@ -179,8 +179,7 @@ def footer_lines(report: Report, folder: object) -> list[str]:
     """Cache and goldens written, then ``closing_lines``."""
     cache = report.cache
     return [
-        f"generation cache {cache.reason}: {cache.generations_from_cache} generations from "
-        f"the cache, {cache.batches_generated} batches generated",
+        f"generation cache {cache.reason}: {cache.tally()}",
         *[f"goldens written: {path}" for path in report.goldens_written],
         *closing_lines(report, folder),
     ]

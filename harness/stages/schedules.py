@@ -3,10 +3,15 @@ in-flight path on each schedule, at the concurrency C, at every beam width of th
 scored against the same prompt at batch size 1 (``warm``: against its cold run, the
 ``refill`` run of the same open path) and decided by ``harness.verdict.schedules``.
 
-Outputs of scheduled cells depend on what else was in flight, so they never come from (or go
-to) the generation cache. The batch-size-1 outputs they are compared with are the run's own;
-a prompt the run did not send at batch size 1 (a sequential run that stopped early) is sent
-now, through the cache.
+Outputs of scheduled cells depend on what else was in flight and when, so no single request is
+ever taken from the generation cache. A whole beam width's passes are: kept where every schedule
+ran and happened as planned, and replayed by a rerun with the same key (the engine's
+fingerprint, the settings, and what the passes send: ``harness.stages.recorded``), their
+conditions, scores and verdicts computed again from the records, each cell saying it was
+replayed; ``--no-cache`` sends them again. A cached rerun thus judges the same evidence, as it
+does for the bulk cells. The batch-size-1 outputs they are compared with are the run's own; a
+prompt the run did not send at batch size 1 (a sequential run that stopped early) is sent now,
+through the cache.
 """
 
 from __future__ import annotations
@@ -17,18 +22,21 @@ from collections.abc import Sequence
 
 from harness.bounds import ScoringCap
 from harness.config import DecodingSettings, RunConfig
-from harness.engines.base import Engine, InFlight, NoInFlight
+from harness.engines.base import Engine, NoInFlight
 from harness.engines.batching import judge_batch
 from harness.errors import HarnessError, describe
 from harness.model.cell import Cell, captured_below, is_captured
+from harness.model.json import Json
 from harness.model.report import Timing
 from harness.model.schedule import ScheduledCell, ServedRequest
 from harness.model.vocab import Condition, Schedule, Served, Verdict
 from harness.plan import Plan
 from harness.stages.arrivals import Sent, drive
 from harness.stages.generate import generate_batch, output_text
+from harness.stages.recorded import Opened, Shape, dumped, loaded, plan
 from harness.stages.run import Baseline, Generated, Prepared
-from harness.verdict.schedules import Drive, Flights
+from harness.storage.cache import GenerationCache
+from harness.verdict.schedules import Drive, Flights, not_happened
 from harness.verdict.scoring import rouge_l
 from harness.verdict.statistics import SCHEDULE_SHARE
 
@@ -67,6 +75,7 @@ class Ground:
     concurrency: int
     cap: ScoringCap
     timeout: float | None
+    cache: GenerationCache | None = None  # where passes are kept and replayed (None: never)
 
     @property
     def long(self) -> frozenset[int]:
@@ -223,27 +232,29 @@ class _Pass:
 
 class _Runner:
     """One beam width's scheduled cells: each cold schedule on a freshly opened in-flight path,
-    ``warm`` as a second pass on the path ``refill`` warmed."""
+    ``warm`` as a second pass on the path ``refill`` warmed; or each path's passes as a run
+    recorded them (``harness.stages.recorded``), replayed."""
 
     def __init__(self, ground: Ground) -> None:
         self.ground = ground
         self.long = ground.long
         self.served: set[int] = set()  # slots that served a request of this run (harness.engines.base)
+        self.opened: list[Opened] = []  # each path's passes, as sent or replayed
 
-    def _pass(self, flight: InFlight, schedule: Schedule, used: set[int]) -> _Pass:
+    def shapes(self, schedule: Schedule, warm: bool) -> list[Shape]:
+        """How each pass of ``schedule``'s path sends (``warm``: a refill pass again after it)."""
+        g, c = self.ground, self.ground.concurrency
+        out = []
+        for kind in [schedule] + ([Schedule.REFILL] if warm else []):
+            wave = {Schedule.STAGGERED: 1, Schedule.PREFILL_MIX: c - 1}.get(kind, c)
+            gap = None if kind == Schedule.STAGGERED else 0.0
+            prompts = tuple(g.prompts[d] for d in _order(g, kind))
+            out.append(Shape(prompts, max(1, wave), c, gap))
+        return out
+
+    def _pass(self, schedule: Schedule, sent: Sequence[Sent], used: set[int]) -> _Pass:
         g = self.ground
-        c = g.concurrency
         docs = _order(g, schedule)
-        wave = {Schedule.STAGGERED: 1, Schedule.PREFILL_MIX: c - 1}.get(schedule, c)
-        gap = None if schedule == Schedule.STAGGERED else 0.0
-        sent = drive(
-            flight,
-            [g.prompts[d] for d in docs],
-            first_wave=max(1, wave),
-            cap=c,
-            gap=gap,
-            timeout=g.timeout,
-        )
         texts = {docs[s.index]: output_text(s.generation.text if s.generation else "") for s in sent}
         return _Pass(
             _conditions(sent, docs, g.ids, self.long, used),
@@ -253,30 +264,57 @@ class _Runner:
         )
 
     def _drive(
-        self, schedule: Schedule, done: _Pass, against: Sequence[str], cache: str | None = None
+        self, schedule: Schedule, done: _Pass, against: Sequence[str], cache: str | None, replayed: bool
     ) -> Drive:
         g = self.ground
         scored = _scored(g, done.requests, done.docs, done.texts, against)
         peak = max((r.in_flight for r in done.requests), default=0) + 1
-        return Drive(schedule, g.settings.beam_width, g.concurrency, scored, peak, cache, done.served)
+        return Drive(
+            schedule, g.settings.beam_width, g.concurrency, scored, peak, cache, done.served, replayed
+        )
 
-    def run(self, schedule: Schedule, warm: bool) -> list[Drive]:
-        """``schedule``'s drive (and, after ``refill``, ``warm``'s on the same open path)."""
+    def _send(self, schedule: Schedule, warm: bool) -> Opened:
+        """``schedule``'s passes sent on a freshly opened in-flight path."""
         opened = self.ground.engine.in_flight(self.ground.settings)
         if isinstance(opened, NoInFlight):
             raise _NotApplicable(opened.reason)
-        used = set() if opened.fresh_slots else self.served
         try:
-            first = self._pass(opened, schedule, used)
-            # WARM here: the cold run of a warm pass with no refill cell asked for, not reported
-            out = [self._drive(schedule, first, self.ground.against)] if schedule != Schedule.WARM else []
-            if warm:
-                cold = [first.texts.get(d, "") for d in range(len(self.ground.prompts))]
-                again = self._pass(opened, Schedule.REFILL, used)
-                out.append(self._drive(Schedule.WARM, again, cold, opened.cache))
-            return out
+            passes = tuple(
+                tuple(
+                    drive(
+                        opened,
+                        shape.prompts,
+                        first_wave=shape.first_wave,
+                        cap=shape.cap,
+                        gap=shape.gap,
+                        timeout=self.ground.timeout,
+                    )
+                )
+                for shape in self.shapes(schedule, warm)
+            )
+            return Opened(passes, opened.cache, opened.fresh_slots)
         finally:
             opened.close()
+
+    def run(self, schedule: Schedule, warm: bool, recorded: Opened | None = None) -> list[Drive]:
+        """``schedule``'s drive (and, after ``refill``, ``warm``'s on the same open path), sent
+        now or, given ``recorded``, replayed."""
+        path = recorded if recorded is not None else self._send(schedule, warm)
+        self.opened.append(path)
+        replayed = recorded is not None
+        used = set() if path.fresh_slots else self.served
+        first = self._pass(schedule, path.passes[0], used)
+        # WARM here: the cold run of a warm pass with no refill cell asked for, not reported
+        out = (
+            [self._drive(schedule, first, self.ground.against, None, replayed)]
+            if schedule != Schedule.WARM
+            else []
+        )
+        if warm:
+            cold = [first.texts.get(d, "") for d in range(len(self.ground.prompts))]
+            again = self._pass(Schedule.REFILL, path.passes[1], used)
+            out.append(self._drive(Schedule.WARM, again, cold, path.cache, replayed))
+        return out
 
 
 class _NotApplicable(Exception):
@@ -288,19 +326,26 @@ def drive_width(ground: Ground, chosen: Sequence[Schedule]) -> tuple[list[Drive]
     cold schedule on a freshly opened in-flight path, ``warm`` as a second pass on the path a
     ``refill`` pass warmed; and the cells that could not run (not applicable, or the engine's
     error), decided. Drives of an engine that answered any first wave one after another are all
-    marked so (a queue is the engine's, not one schedule's)."""
+    marked so (a queue is the engine's, not one schedule's).
+
+    With a generation cache the beam width's passes are replayed where a run with the same key
+    kept them, and kept where every schedule ran and happened as planned (``not_happened``):
+    a rerun judges what the engine did then, and a schedule that did not happen is sent again."""
     runner = _Runner(ground)
     width, c = ground.settings.beam_width, ground.concurrency
     cold: list[Schedule] = [s for s in chosen if s not in (Schedule.WARM, Schedule.BULK)]
     if Schedule.WARM in chosen and Schedule.REFILL not in cold:
         cold.append(Schedule.WARM)  # its cold run is a refill pass, not reported as a cell
+    warms = [Schedule.WARM in chosen and s in (Schedule.REFILL, Schedule.WARM) for s in cold]
+    shapes = [runner.shapes(s, warm) for s, warm in zip(cold, warms)]
+    key = plan(list(zip(cold, shapes)))
+    replay = _replay(ground.cache, ground.settings, key, shapes)
     ran: list[Drive] = []
     fixed: list[ScheduledCell] = []
-    for schedule in cold:
-        warm = Schedule.WARM in chosen and schedule in (Schedule.REFILL, Schedule.WARM)
+    for i, (schedule, warm) in enumerate(zip(cold, warms)):
         names = [schedule] + ([Schedule.WARM] if warm and schedule != Schedule.WARM else [])
         try:
-            ran += runner.run(schedule, warm)
+            ran += runner.run(schedule, warm, replay[i] if replay is not None else None)
         except _NotApplicable as exc:
             return [], _cells(chosen, width, c, Verdict.NOT_APPLICABLE, str(exc))
         except HarnessError:
@@ -309,7 +354,30 @@ def drive_width(ground: Ground, chosen: Sequence[Schedule]) -> tuple[list[Drive]
             fixed += _cells(names, width, c, Verdict.ERROR, describe(exc))
     if any(d.served == Served.ONE_AFTER_ANOTHER for d in ran):
         ran = [dataclasses.replace(d, served=Served.ONE_AFTER_ANOTHER) for d in ran]
+    if (
+        ground.cache is not None
+        and replay is None
+        and not fixed
+        and all(not_happened(d) is None for d in ran)
+    ):
+        ground.cache.put_passes(ground.settings, key, dumped(runner.opened))
     return ran, fixed
+
+
+def _replay(
+    cache: GenerationCache | None, settings: DecodingSettings, key: Json, shapes: Sequence[Sequence[Shape]]
+) -> list[Opened] | None:
+    """The beam width's paths as a run kept them for ``key`` (None: none kept, or one that
+    cannot be read, which the cache counts as rejected)."""
+    stored = cache.get_passes(settings, key) if cache is not None else None
+    if cache is None or stored is None:
+        return None
+    paths = loaded(stored, shapes)
+    if paths is None:
+        cache.rejected()
+        return None
+    cache.replayed(sum(len(p.passes) for p in paths))
+    return paths
 
 
 def _ground(prep: Prepared, generated: Generated, base: Baseline, concurrency: int, timing: Timing) -> Ground:
@@ -328,6 +396,7 @@ def _ground(prep: Prepared, generated: Generated, base: Baseline, concurrency: i
         concurrency=concurrency,
         cap=prep.cap,
         timeout=prep.config.batch_timeout,
+        cache=prep.cache,
     )
 
 

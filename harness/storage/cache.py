@@ -15,6 +15,12 @@ batch or engine, written by an older harness, damaged) is a miss: generated agai
 overwritten, and counted in the report (``batches_rejected``). The sha256 is not keyed: it
 catches edits and mix-ups, not someone who recomputes it (docs/reliability.md).
 
+A beam width's scheduled passes (``harness.stages.schedules``) are kept the same way, one entry
+per beam width, keyed by the fingerprint, the settings and what the passes send (the schedules,
+the prompts in the order each sends them, their waves and pacing, the arrival loop's code), so a
+rerun replays what the engine did in flight (``get_passes``/``put_passes``); what an entry
+holds is the stage's to read.
+
 Each file is written atomically, so runs sharing a cache never see half a batch, whatever
 kills them. Writers hold the folder's lock shared (they never wait for each other); a new
 cache object takes it exclusively, without waiting, to remove temporary files that killed
@@ -64,6 +70,18 @@ def _texts(value: Json, size: int | None = None) -> list[str] | None:
         return None
     texts = [t for t in value if isinstance(t, str)]
     return texts if len(texts) == len(value) else None
+
+
+def _outputs(outputs: Json, beams: Json, size: int) -> tuple[list[str], list[list[str]] | None] | None:
+    """A batch entry's outputs and beams when they are ``size`` texts (and rows of texts)."""
+    texts = _texts(outputs, size)
+    if texts is None:
+        return None
+    if beams is None:
+        return texts, None
+    kept = [_texts(b) for b in beams] if isinstance(beams, list) and len(beams) == size else [None]
+    rows = [b for b in kept if b is not None]
+    return (texts, rows) if len(rows) == len(kept) else None
 
 
 def _content_sha256(key: str, texts: Json, beams: Json) -> str:
@@ -131,6 +149,12 @@ class GenerationCache:
             )
         ).hexdigest()
 
+    def _plan_key(self, settings: DecodingSettings, plan: Json) -> str:
+        """A beam width's scheduled passes' key: a sha256 of the fingerprint, the settings and
+        the plan (never a batch's: a batch's prompts are a list of texts, a plan is not)."""
+        body = [self.fingerprint, settings.as_dict(), {"in_flight": plan}]
+        return hashlib.sha256(json.dumps(body, ensure_ascii=False).encode("utf-8")).hexdigest()
+
     def _path(self, key: str) -> Path:
         assert self.folder is not None
         return self.folder / key[:2] / f"{key}.json"
@@ -145,9 +169,45 @@ class GenerationCache:
     ) -> tuple[list[str], list[list[str]] | None] | None:
         """The batch's outputs and, where stored, every beam of each; None when missing or
         when the entry is not this batch's as written (then counted as rejected)."""
+        key = self._key(settings, prompts)
+        stored = self._read(key)
+        if stored is None:
+            return None
+        outputs, beams = stored.get("outputs"), stored.get("beams")
+        intact = stored.get("sha256") == _content_sha256(key, outputs, beams)
+        found = _outputs(outputs, beams, len(prompts)) if intact else None
+        if found is None:
+            self.rejected()
+            return None
+        self.stats.batches_from_cache += 1
+        self.stats.generations_from_cache += len(found[0])
+        return found
+
+    def get_passes(self, settings: DecodingSettings, plan: Json) -> Json | None:
+        """What a beam width's scheduled passes sent and got, as ``put_passes`` stored it, when
+        cached for this ``plan`` and intact; else None (an entry that is not this plan's as
+        written is counted as rejected). The caller counts what it replays (``replayed``) and
+        rejects what it cannot read (``rejected``)."""
+        key = self._plan_key(settings, plan)
+        stored = self._read(key)
+        if stored is None:
+            return None
+        passes = stored.get("passes")
+        if passes is None or stored.get("sha256") != _content_sha256(key, passes, None):
+            self.rejected()
+            return None
+        return passes
+
+    def replayed(self, passes: int) -> None:
+        """``passes`` scheduled passes were taken from the cache."""
+        self.stats.passes_from_cache += passes
+
+    def _read(self, key: str) -> JsonObject | None:
+        """The entry under ``key`` when it says it is this engine's and this key's (its
+        content's sha256 is the caller's to check); None when there is none (not counted) or
+        it is not (counted as rejected: damaged, another engine's or key's)."""
         if self.folder is None:
             return None
-        key = self._key(settings, prompts)
         path = self._path(key)
         try:
             confine.inside(self._root, path)
@@ -160,39 +220,21 @@ class GenerationCache:
             return None
         except (OSError, ValueError):  # unreadable, undecodable: generate again, and overwrite
             text = ""
-        found = self._verified(text, key, len(prompts)) if text else None
-        if found is None:
-            self._reject()
-            return None
-        self.stats.batches_from_cache += 1
-        self.stats.generations_from_cache += len(found[0])
-        return found
-
-    def _verified(self, text: str, key: str, size: int) -> tuple[list[str], list[list[str]] | None] | None:
-        """An entry's outputs and beams when it is this batch's, as written; else None."""
         try:
-            stored = bounds.loads(text)
+            stored = bounds.loads(text) if text else None
         except ValueError:  # damaged, or nested too deep
-            return None
-        if not isinstance(stored, dict) or stored.get("format") != FORMAT:
-            return None
-        outputs, beams = stored.get("outputs"), stored.get("beams")
+            stored = None
         if (
-            stored.get("fingerprint") != self.fingerprint
+            not isinstance(stored, dict)
+            or stored.get("format") != FORMAT
+            or stored.get("fingerprint") != self.fingerprint
             or stored.get("key") != key
-            or stored.get("sha256") != _content_sha256(key, outputs, beams)
         ):
-            return None  # another engine's or batch's entry, or edited after it was written
-        texts = _texts(outputs, size)
-        if texts is None:
+            self.rejected()
             return None
-        if beams is None:
-            return texts, None
-        kept = [_texts(b) for b in beams] if isinstance(beams, list) and len(beams) == size else [None]
-        rows = [b for b in kept if b is not None]
-        return (texts, rows) if len(rows) == len(kept) else None
+        return stored
 
-    def _reject(self) -> None:
+    def rejected(self) -> None:
         """A miss that found an entry it could not use: counted, and said in the reason."""
         self.stats.batches_rejected += 1
         self._say()
@@ -217,19 +259,21 @@ class GenerationCache:
         beams: Sequence[Sequence[str]] | None = None,
     ) -> None:
         self.stats.batches_generated += 1
-        if self.folder is None or not self.writable:
-            return
         key = self._key(settings, prompts)
         outputs: Json = list(texts)
         kept: Json = [list(b) for b in beams] if beams is not None else None
-        entry: JsonObject = {
-            "format": FORMAT,
-            "fingerprint": self.fingerprint,
-            "key": key,
-            "outputs": outputs,
-            "beams": kept,
-            "sha256": _content_sha256(key, outputs, kept),
-        }
+        self._write(key, {"outputs": outputs, "beams": kept, "sha256": _content_sha256(key, outputs, kept)})
+
+    def put_passes(self, settings: DecodingSettings, plan: Json, passes: Json) -> None:
+        """Keep what a beam width's scheduled passes sent and got, for ``plan``."""
+        key = self._plan_key(settings, plan)
+        self._write(key, {"passes": passes, "sha256": _content_sha256(key, passes, None)})
+
+    def _write(self, key: str, body: JsonObject) -> None:
+        """The entry under ``key``: whose it is and ``body``, written atomically."""
+        if self.folder is None or not self.writable:
+            return
+        entry: JsonObject = {"format": FORMAT, "fingerprint": self.fingerprint, "key": key, **body}
         try:
             with file_lock(
                 self.folder / LOCK_FILE, purpose="writing the generation cache", shared=True, root=self._root

@@ -54,6 +54,7 @@ class Drive:
     # how the engine answered a first wave sent at once, where it timed its requests
     # (harness.engines.batching; None: not judged): one after another is a queue, not a batch
     served: Served | None = None
+    replayed: bool = False  # its requests as a run with the same cache key sent them
 
 
 @dataclass(frozen=True)
@@ -309,6 +310,7 @@ def settle(
                 peak=drive.peak,
                 cache=drive.cache,
                 served=drive.served,
+                replayed=drive.replayed,
             )
         )
     return _separated(out)
@@ -354,7 +356,9 @@ def _message(
         return f"nothing scored against {against}"
     changed = sum(r.changed for r in requests)
     head = (
-        f"{len(requests)} requests against {against}: mean drop {whole.drop:.3f}, {changed} outputs changed"
+        f"{len(requests)} requests against {against}"
+        + (" (replayed from the generation cache; --no-cache sends them again)" if drive.replayed else "")
+        + f": mean drop {whole.drop:.3f}, {changed} outputs changed"
     )
     flagged = [g for g in groups if g.test.flagged]
     if deterministic_fail and not (whole.flagged or flagged):

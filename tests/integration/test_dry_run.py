@@ -47,8 +47,8 @@ def test_a_dry_run_on_a_tensorrt_llm_engine_prints_plan_limits_and_estimate(
     assert lines[0].startswith("plan: 160 sequences in 64 batches over 4 cells under test")
     assert lines[1] == (
         "schedules: staggered, refill, prefill-mix, warm at concurrency 4: up to 128 more requests "
-        "(64 per beam width its in-flight path decodes), sent in flight, never from the generation "
-        "cache (--schedules none: bulk cells only)"
+        "(64 per beam width its in-flight path decodes), sent in flight; a rerun of the same engine "
+        "replays them from the generation cache, as it does batches (--schedules none: bulk cells only)"
     )
     assert lines[2] == "cells: bs1-beam1, bs4-beam1, bs1-beam2, bs4-beam2"
     assert lines[3] == (

@@ -73,6 +73,26 @@ def test_a_healthy_engine_passes_every_schedule_with_the_requests_overlapping(
     assert all(r.cached_tokens for r in warm.requests) and warm.cache  # said what it did
 
 
+def test_a_rerun_replays_the_scheduled_passes_from_the_cache_and_no_cache_sends_them_again(
+    tmp_path: Path, small_dataset: Path
+) -> None:
+    engine = str(build_engine(tmp_path / "engine", build_limits(max_batch_size=4, max_beam_width=1)))
+    cached = {"no_cache": False, "cache_dir": str(tmp_path / "cache")}
+    first, _, _ = _run(tmp_path, small_dataset, engine, **cached)
+    second, data, folder = _run(tmp_path, small_dataset, engine, **cached)
+    assert not any(c.replayed for c in first.schedules) and first.cache.passes_from_cache == 0
+    assert all(c.replayed for c in second.schedules) and second.cache.passes_from_cache == 4
+    assert [replace(c, replayed=False, message="") for c in second.schedules] == [
+        replace(c, message="") for c in first.schedules
+    ]  # the same requests, timings, conditions, scores and verdicts
+    assert data["cache"]["passes_from_cache"] == 4 and data["schedules"][0]["replayed"] is True
+    assert "Replayed from the generation cache" in (folder / "report.md").read_text()
+    html = (folder / "report.html").read_text()
+    assert "(replayed from the generation cache; --no-cache sends them again)" in html
+    third, _, _ = _run(tmp_path, small_dataset, engine)  # --no-cache
+    assert not any(c.replayed for c in third.schedules) and third.cache.passes_from_cache == 0
+
+
 def test_a_plug_in_with_generate_async_runs_the_schedules_and_a_stale_slot_fails_them(
     tmp_path: Path, small_dataset: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

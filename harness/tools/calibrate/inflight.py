@@ -5,8 +5,8 @@ decide resampled requests with the run's own verdict (``harness.verdict.schedule
 A round sends a fresh draw of ``--prompts`` prompts from the pool, in a fresh order, on every
 schedule at the engine's max_batch_size, to an engine with its own drift seed; each request is
 scored against the same prompt at batch size 1 on that engine (``warm``: against its cold
-run). In-flight outputs depend on when each request arrived, so they are never cached: the
-rounds are the cost, a few seconds each, on ``--jobs`` worker processes. A trial takes, for every schedule and arrival rank,
+run). A round is a fresh sample of when each request arrived, so it is never replayed from the
+generation cache (its ``Ground`` has none): the rounds are the cost, a few seconds each, on ``--jobs`` worker processes. A trial takes, for every schedule and arrival rank,
 the request of that rank from a random round (its conditions, scores and damage as they
 were), and judges the trial's cells in the run's Holm family at their share of alpha, as a
 run does (the bulk tests' share held by clean ones: these faults are the ones bulk cells

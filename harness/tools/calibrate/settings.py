@@ -61,7 +61,7 @@ class Settings:
         4,
         "--flight-rounds",
         "rounds of every schedule per in-flight model, each a fresh draw of --prompts prompts in a fresh order "
-        "(default {default}; a round takes a few seconds: in-flight outputs are never cached)",
+        "(default {default}; a round takes a few seconds: rounds are never replayed from the cache)",
         Receiver.CALIBRATE,
         parse=positive_int,
         metavar="N",
