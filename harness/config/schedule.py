@@ -62,8 +62,11 @@ class ScheduleOptions:
         """``--concurrency``, else the largest batch size of the grid (at least 2)."""
         return self.concurrency or max(2, *batch_sizes)
 
-    def describe(self, batch_sizes: Sequence[int], prompts: int, beam_widths: Sequence[int]) -> str | None:
-        """The line said before a run: what the scheduled cells may send besides the plan."""
+    def describe(
+        self, batch_sizes: Sequence[int], prompts: int, beam_widths: Sequence[int], *, cached: bool
+    ) -> str | None:
+        """The line said before a run: what the scheduled cells may send besides the plan
+        (``cached``: the run has a generation cache, which replays a rerun's passes)."""
         chosen = [x for x in self.schedules if x != Schedule.BULK]
         if not chosen:
             return None
@@ -71,6 +74,11 @@ class ScheduleOptions:
         return (
             f"schedules: {', '.join(chosen)} at concurrency {self.concurrency_for(batch_sizes)}: up to "
             f"{per_width * len(beam_widths):,} more requests ({per_width:,} per beam width its in-flight path "
-            "decodes), sent in flight; a rerun of the same engine replays them from the generation cache, "
-            "as it does batches (--schedules none: bulk cells only)"
+            "decodes), sent in flight"
+            + (
+                "; a rerun of the same engine replays them from the generation cache, as it does batches"
+                if cached
+                else ""
+            )
+            + " (--schedules none: bulk cells only)"
         )

@@ -5,7 +5,7 @@ passes: each request as the arrival loop recorded it (``Sent``: its prompt's ind
 rank, when it went out and came back, how many others were in flight, the engine's answer with
 its slot, cached tokens and timings) and what the engine said of the path (its cache, whether
 its slots were fresh). A rerun with the same key (``harness.storage.cache``: the engine's
-fingerprint, the settings, and ``Plan`` here) replays them: the conditions, scores and verdicts
+fingerprint, the settings, and ``sending_plan`` here) replays them: the conditions, scores and verdicts
 are computed again from the records by the current code, exactly as from a live pass. Only
 whole beam widths whose every schedule happened as planned are kept
 (``harness.stages.schedules``); ``--no-cache`` sends them again.
@@ -57,7 +57,7 @@ def loop_digest() -> str:
     return hashlib.sha256(Path(arrivals.__file__).read_bytes()).hexdigest()
 
 
-def plan(paths: Sequence[tuple[Schedule, Sequence[Shape]]]) -> Json:
+def sending_plan(paths: Sequence[tuple[Schedule, Sequence[Shape]]]) -> Json:
     """A beam width's passes as the cache key holds them: each path's schedule and the shape of
     each of its passes, with the arrival loop's digest."""
     return {

@@ -33,7 +33,7 @@ from harness.model.vocab import Condition, Schedule, Served, Verdict
 from harness.plan import Plan
 from harness.stages.arrivals import Sent, drive
 from harness.stages.generate import generate_batch, output_text
-from harness.stages.recorded import Opened, Shape, dumped, loaded, plan
+from harness.stages.recorded import Opened, Shape, dumped, loaded, sending_plan
 from harness.stages.run import Baseline, Generated, Prepared
 from harness.storage.cache import GenerationCache
 from harness.verdict.schedules import Drive, Flights, not_happened
@@ -230,6 +230,18 @@ class _Pass:
     served: Served | None
 
 
+def _shapes(g: Ground, schedule: Schedule, warm: bool) -> list[Shape]:
+    """How each pass of ``schedule``'s path sends (``warm``: a refill pass again after it)."""
+    c = g.concurrency
+    out = []
+    for kind in [schedule] + ([Schedule.REFILL] if warm else []):
+        wave = {Schedule.STAGGERED: 1, Schedule.PREFILL_MIX: c - 1}.get(kind, c)
+        gap = None if kind == Schedule.STAGGERED else 0.0
+        prompts = tuple(g.prompts[d] for d in _order(g, kind))
+        out.append(Shape(prompts, max(1, wave), c, gap))
+    return out
+
+
 class _Runner:
     """One beam width's scheduled cells: each cold schedule on a freshly opened in-flight path,
     ``warm`` as a second pass on the path ``refill`` warmed; or each path's passes as a run
@@ -240,17 +252,6 @@ class _Runner:
         self.long = ground.long
         self.served: set[int] = set()  # slots that served a request of this run (harness.engines.base)
         self.opened: list[Opened] = []  # each path's passes, as sent or replayed
-
-    def shapes(self, schedule: Schedule, warm: bool) -> list[Shape]:
-        """How each pass of ``schedule``'s path sends (``warm``: a refill pass again after it)."""
-        g, c = self.ground, self.ground.concurrency
-        out = []
-        for kind in [schedule] + ([Schedule.REFILL] if warm else []):
-            wave = {Schedule.STAGGERED: 1, Schedule.PREFILL_MIX: c - 1}.get(kind, c)
-            gap = None if kind == Schedule.STAGGERED else 0.0
-            prompts = tuple(g.prompts[d] for d in _order(g, kind))
-            out.append(Shape(prompts, max(1, wave), c, gap))
-        return out
 
     def _pass(self, schedule: Schedule, sent: Sequence[Sent], used: set[int]) -> _Pass:
         g = self.ground
@@ -290,7 +291,7 @@ class _Runner:
                         timeout=self.ground.timeout,
                     )
                 )
-                for shape in self.shapes(schedule, warm)
+                for shape in _shapes(self.ground, schedule, warm)
             )
             return Opened(passes, opened.cache, opened.fresh_slots)
         finally:
@@ -328,55 +329,66 @@ def drive_width(ground: Ground, chosen: Sequence[Schedule]) -> tuple[list[Drive]
     error), decided. Drives of an engine that answered any first wave one after another are all
     marked so (a queue is the engine's, not one schedule's).
 
-    With a generation cache the beam width's passes are replayed where a run with the same key
-    kept them, and kept where every schedule ran and happened as planned (``not_happened``):
-    a rerun judges what the engine did then, and a schedule that did not happen is sent again."""
-    runner = _Runner(ground)
+    With a generation cache the beam width's passes are kept where every schedule ran and
+    happened as planned (``not_happened``), and replayed where a run with the same key kept
+    them and they still happened under this run's rules (every request within its
+    --batch-timeout, every schedule as planned); else they are sent again, and kept anew."""
     width, c = ground.settings.beam_width, ground.concurrency
     cold: list[Schedule] = [s for s in chosen if s not in (Schedule.WARM, Schedule.BULK)]
     if Schedule.WARM in chosen and Schedule.REFILL not in cold:
         cold.append(Schedule.WARM)  # its cold run is a refill pass, not reported as a cell
     warms = [Schedule.WARM in chosen and s in (Schedule.REFILL, Schedule.WARM) for s in cold]
-    shapes = [runner.shapes(s, warm) for s, warm in zip(cold, warms)]
-    key = plan(list(zip(cold, shapes)))
-    replay = _replay(ground.cache, ground.settings, key, shapes)
-    ran: list[Drive] = []
+    shapes = [_shapes(ground, s, warm) for s, warm in zip(cold, warms)]
+    key = sending_plan(list(zip(cold, shapes)))
+    kept = _kept(ground, key, shapes)
+    if kept is not None:
+        replayed = _Runner(ground)
+        ran = _queued([d for i, (s, w) in enumerate(zip(cold, warms)) for d in replayed.run(s, w, kept[i])])
+        if all(not_happened(d) is None for d in ran):
+            assert ground.cache is not None
+            ground.cache.replayed(sum(len(p.passes) for p in kept))
+            return ran, []
+    runner = _Runner(ground)
+    sent: list[Drive] = []
     fixed: list[ScheduledCell] = []
-    for i, (schedule, warm) in enumerate(zip(cold, warms)):
+    for schedule, warm in zip(cold, warms):
         names = [schedule] + ([Schedule.WARM] if warm and schedule != Schedule.WARM else [])
         try:
-            ran += runner.run(schedule, warm, replay[i] if replay is not None else None)
+            sent += runner.run(schedule, warm)
         except _NotApplicable as exc:
             return [], _cells(chosen, width, c, Verdict.NOT_APPLICABLE, str(exc))
         except HarnessError:
             raise
         except Exception as exc:  # the engine's own errors (RequestsFailed: a request's): the cell's
             fixed += _cells(names, width, c, Verdict.ERROR, describe(exc))
-    if any(d.served == Served.ONE_AFTER_ANOTHER for d in ran):
-        ran = [dataclasses.replace(d, served=Served.ONE_AFTER_ANOTHER) for d in ran]
-    if (
-        ground.cache is not None
-        and replay is None
-        and not fixed
-        and all(not_happened(d) is None for d in ran)
-    ):
+    ran = _queued(sent)
+    if ground.cache is not None and not fixed and all(not_happened(d) is None for d in ran):
         ground.cache.put_passes(ground.settings, key, dumped(runner.opened))
     return ran, fixed
 
 
-def _replay(
-    cache: GenerationCache | None, settings: DecodingSettings, key: Json, shapes: Sequence[Sequence[Shape]]
-) -> list[Opened] | None:
-    """The beam width's paths as a run kept them for ``key`` (None: none kept, or one that
-    cannot be read, which the cache counts as rejected)."""
-    stored = cache.get_passes(settings, key) if cache is not None else None
+def _queued(ran: list[Drive]) -> list[Drive]:
+    """Every drive marked as answered one after another where any first wave was."""
+    if any(d.served == Served.ONE_AFTER_ANOTHER for d in ran):
+        return [dataclasses.replace(d, served=Served.ONE_AFTER_ANOTHER) for d in ran]
+    return ran
+
+
+def _kept(ground: Ground, key: Json, shapes: Sequence[Sequence[Shape]]) -> list[Opened] | None:
+    """The beam width's paths as a run kept them for ``key`` (None: none kept; one that cannot
+    be read, which the cache counts as rejected; or one with a request that took longer than
+    this run's --batch-timeout allows, which this run would have failed)."""
+    cache = ground.cache
+    stored = cache.get_passes(ground.settings, key) if cache is not None else None
     if cache is None or stored is None:
         return None
     paths = loaded(stored, shapes)
     if paths is None:
         cache.rejected()
         return None
-    cache.replayed(sum(len(p.passes) for p in paths))
+    took = [(s.answered or 0.0) - s.sent for p in paths for sent in p.passes for s in sent]
+    if ground.timeout is not None and max(took, default=0.0) > ground.timeout:
+        return None
     return paths
 
 
@@ -431,7 +443,9 @@ def schedules_line(config: RunConfig, plan: Plan) -> str | None:
     """The line said before a run: what its scheduled cells may send (None: none run)."""
     if config.shard is not None:
         return None
-    return config.schedules.describe([c.batch_size for c in plan.cells], len(plan.order), config.beam_widths)
+    return config.schedules.describe(
+        [c.batch_size for c in plan.cells], len(plan.order), config.beam_widths, cached=not config.no_cache
+    )
 
 
 def run_schedules(

@@ -244,7 +244,7 @@ class GenerationCache:
         rejected = (
             (
                 f"; {n} {'entry' if n == 1 else 'entries'} rejected (damaged, edited after "
-                "written, or not this engine's and batch's) and generated again"
+                "written, or not this engine's batch or scheduled passes) and generated again"
             )
             if n
             else ""

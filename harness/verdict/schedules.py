@@ -38,6 +38,9 @@ DAMAGE_AGREEMENT = 0.5
 # holding everything: its few others say nothing)
 SEPARATES = 0.5
 CONFINED_P = 0.05
+REPLAYED = (
+    " (replayed from the generation cache; --no-cache sends them again)"  # a replayed cell's line ends so
+)
 
 
 @dataclass(frozen=True)
@@ -302,7 +305,8 @@ def settle(
                 beam_width=drive.beam_width,
                 concurrency=drive.concurrency,
                 verdict=verdict,
-                message=_message(drive, whole, groups, why, requests, changed),
+                message=_message(drive, whole, groups, why, requests, changed)
+                + (REPLAYED if drive.replayed else ""),
                 requests=requests,
                 test=whole,
                 groups=tuple(groups),
@@ -356,9 +360,7 @@ def _message(
         return f"nothing scored against {against}"
     changed = sum(r.changed for r in requests)
     head = (
-        f"{len(requests)} requests against {against}"
-        + (" (replayed from the generation cache; --no-cache sends them again)" if drive.replayed else "")
-        + f": mean drop {whole.drop:.3f}, {changed} outputs changed"
+        f"{len(requests)} requests against {against}: mean drop {whole.drop:.3f}, {changed} outputs changed"
     )
     flagged = [g for g in groups if g.test.flagged]
     if deterministic_fail and not (whole.flagged or flagged):

@@ -17,7 +17,7 @@ import pytest
 
 from harness.bounds import ScoringCap
 from harness.config import DecodingSettings
-from harness.engines.base import Engine, Generation, InFlight, Pending
+from harness.engines.base import Engine, Generation, InFlight, Pending, RequestTiming
 from harness.model.vocab import Schedule, Verdict
 from harness.stages.schedules import Ground, drive_width
 from harness.storage.cache import GenerationCache, _content_sha256
@@ -30,24 +30,38 @@ PROMPTS = [f"prompt {i} " + "word " * (i % 5) for i in range(12)]
 
 class Served(InFlight):
     """Answers each prompt upper-cased, its slot the worker's, after a time that varies with
-    the prompt (20-50 ms: uneven output lengths); ``at_once``: answered inside ``submit``, so
-    nothing is ever in flight; a prompt in ``failing`` raises."""
+    the prompt (20-50 ms: uneven output lengths), timed as a server times its requests;
+    ``at_once``: answered inside ``submit``, so nothing is ever in flight; a prompt in
+    ``failing`` raises; ``fresh``: each opening's slots are its own (else a slot an earlier
+    path used counts as reused, as a server's)."""
 
-    fresh_slots = True
     cache = "a double's own prefix cache"
 
-    def __init__(self, at_once: bool, failing: frozenset[str]) -> None:
-        self.at_once, self.failing = at_once, failing
+    def __init__(self, at_once: bool, failing: frozenset[str], fresh: bool) -> None:
+        self.at_once, self.failing, self.fresh_slots = at_once, failing, fresh
         self.pool = ThreadPoolExecutor(4)
-        self.local = threading.local()
+        self.t0 = time.perf_counter()
 
     def _answer(self, prompt: str) -> Generation:
+        start = time.perf_counter() - self.t0
         if prompt in self.failing:
             raise RuntimeError("the double's own error")
         if not self.at_once:
-            time.sleep(0.02 + 0.01 * (len(prompt) % 4))
+            time.sleep(0.01 * self._tokens(prompt))
         name = threading.current_thread().name
-        return Generation(text=prompt.upper(), slot=int(name.rsplit("_", 1)[-1]) if "_" in name else 0)
+        end = time.perf_counter() - self.t0
+        return Generation(
+            text=prompt.upper(),
+            slot=int(name.rsplit("_", 1)[-1]) if "_" in name else 0,
+            timing=RequestTiming(
+                sent=start, written=start, first_byte=end, finished=end, tokens=self._tokens(prompt)
+            ),
+        )
+
+    @staticmethod
+    def _tokens(prompt: str) -> int:
+        """Its output's length: 2 to 5 tokens of 10 ms each."""
+        return 2 + len(prompt) % 4
 
     def submit(self, prompt: str) -> Pending:
         if self.at_once:
@@ -63,16 +77,20 @@ class Served(InFlight):
 class Counted:
     """An engine whose in-flight path is ``Served``; counts its openings."""
 
-    def __init__(self, at_once: bool = False, failing: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, at_once: bool = False, failing: frozenset[str] = frozenset(), fresh: bool = True
+    ) -> None:
         self.opened = 0
-        self.at_once, self.failing = at_once, failing
+        self.at_once, self.failing, self.fresh = at_once, failing, fresh
 
     def in_flight(self, settings: DecodingSettings) -> InFlight:
         self.opened += 1
-        return Served(self.at_once, self.failing)
+        return Served(self.at_once, self.failing, self.fresh)
 
 
-def ground(engine: Counted, cache: GenerationCache | None, concurrency: int = 4) -> Ground:
+def ground(
+    engine: Counted, cache: GenerationCache | None, concurrency: int = 4, timeout: float = 30.0
+) -> Ground:
     n = len(PROMPTS)
     texts = [p.upper() for p in PROMPTS]
     return Ground(
@@ -87,7 +105,7 @@ def ground(engine: Counted, cache: GenerationCache | None, concurrency: int = 4)
         settings=SETTINGS,
         concurrency=concurrency,
         cap=ScoringCap.for_tokens(8),
-        timeout=30.0,
+        timeout=timeout,
         cache=cache,
     )
 
@@ -100,17 +118,48 @@ def entries(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.json"))
 
 
-def test_a_rerun_replays_the_passes_as_they_were_sent_without_opening_the_engine(tmp_path: Path) -> None:
-    engine = Counted()
+@pytest.mark.parametrize("fresh", [True, False], ids=["fresh-slots", "a-servers-slots"])
+def test_a_rerun_replays_the_passes_as_they_were_sent_without_opening_the_engine(
+    tmp_path: Path, fresh: bool
+) -> None:
+    """The same drives, slots reused across paths and the first waves' timing included."""
+    engine = Counted(fresh=fresh)
     first, fixed = drive_width(ground(engine, cache_in(tmp_path)), ALL)
     assert fixed == [] and engine.opened == 3  # staggered, refill then warm on its path, prefill-mix
     assert all(not_happened(d) is None and not d.replayed for d in first)
+    assert any(d.served is not None for d in first)  # first waves judged from the requests' timing
+    if not fresh:  # a later path's requests find the slots an earlier path used
+        assert any(r.slot_reused for d in first[1:] for r in d.requests)
     rerun = cache_in(tmp_path)
     again, fixed = drive_width(ground(engine, rerun), ALL)
     assert fixed == [] and engine.opened == 3  # nothing sent
     assert [dataclasses.replace(d, replayed=False) for d in again] == first and all(d.replayed for d in again)
     assert rerun.stats.passes_from_cache == 4 and rerun.stats.batches_rejected == 0
     assert "4 scheduled passes replayed" in rerun.stats.tally()
+
+
+def test_a_kept_width_that_no_longer_happens_or_took_too_long_is_sent_again_and_kept_anew(
+    tmp_path: Path,
+) -> None:
+    """Replayed only where this run's own rules pass it: every schedule happened, and every
+    request came back within this run's --batch-timeout; else sent, and the entry overwritten."""
+    engine = Counted()
+    drive_width(ground(engine, cache_in(tmp_path)), ALL)
+    (entry,) = entries(tmp_path)
+    stored = json.loads(entry.read_text())
+    for path in stored["passes"]:
+        for records in path["passes"]:
+            for r in records:
+                r["in_flight"] = 0  # as if nothing had joined a running batch
+    stored["sha256"] = _content_sha256(stored["key"], stored["passes"], None)
+    entry.write_text(json.dumps(stored))
+    rerun = cache_in(tmp_path)
+    again, _ = drive_width(ground(engine, rerun), ALL)
+    assert engine.opened == 6 and not any(d.replayed for d in again)
+    assert all(not_happened(d) is None for d in again) and rerun.stats.passes_from_cache == 0
+    assert json.loads(entry.read_text())["passes"] != stored["passes"]  # kept anew
+    strict, _ = drive_width(ground(engine, cache_in(tmp_path), timeout=0.001), ALL)
+    assert engine.opened == 9 and not any(d.replayed for d in strict)
 
 
 def test_no_cache_or_another_plan_sends_them_again(tmp_path: Path) -> None:
