@@ -1,12 +1,12 @@
 """Each request's conditions, read from the timings and what the engine said
-(harness.stages.schedules._conditions)."""
+(harness.stages.conditions)."""
 
 from __future__ import annotations
 
 from harness.engines.base import Generation
 from harness.model.vocab import Condition
 from harness.stages.arrivals import Sent
-from harness.stages.schedules import _conditions
+from harness.stages.conditions import conditions
 
 
 def sent(rank: int, at: float, done: float, slot: int, first_token: float | None = None) -> Sent:
@@ -15,7 +15,7 @@ def sent(rank: int, at: float, done: float, slot: int, first_token: float | None
 
 
 def _held(records: list[Sent], condition: Condition) -> list[int]:
-    requests = _conditions(
+    requests = conditions(
         records, list(range(len(records))), [f"d{i}" for i in range(len(records))], frozenset({1}), set()
     )
     return [r.rank for r in requests if condition in r.conditions]

@@ -96,7 +96,7 @@ def test_an_engine_that_answers_a_first_wave_one_after_another_is_a_queue_not_a_
     from harness.engines.base import Generation, RequestTiming
     from harness.model.vocab import Served
     from harness.stages.arrivals import Sent
-    from harness.stages.schedules import first_wave_served
+    from harness.stages.conditions import first_wave_served
 
     def sent(i: int, finished: float) -> Sent:
         timing = RequestTiming(sent=0.0, written=0.001, first_byte=finished, finished=finished, tokens=20)
