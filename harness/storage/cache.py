@@ -141,18 +141,11 @@ class GenerationCache:
                         if TEMP_NAME.match(stray.name):
                             confine.remove(self._root, stray, missing_ok=True)
 
-    def _key(self, settings: DecodingSettings, prompts: Sequence[str]) -> str:
-        """The batch's key: a sha256 of the fingerprint, the settings and the prompts."""
-        return hashlib.sha256(
-            json.dumps([self.fingerprint, settings.as_dict(), list(prompts)], ensure_ascii=False).encode(
-                "utf-8"
-            )
-        ).hexdigest()
-
-    def _plan_key(self, settings: DecodingSettings, plan: Json) -> str:
-        """A beam width's scheduled passes' key: a sha256 of the fingerprint, the settings and
-        the plan (never a batch's: a batch's prompts are a list of texts, a plan is not)."""
-        body = [self.fingerprint, settings.as_dict(), {"in_flight": plan}]
+    def _key(self, settings: DecodingSettings, what: Json) -> str:
+        """An entry's key: a sha256 of the fingerprint, the settings and ``what`` it holds the
+        outputs of: a batch's prompts (a list of texts), or a beam width's scheduled passes'
+        plan (``{"in_flight": plan}``, never a list, so never a batch's key)."""
+        body = [self.fingerprint, settings.as_dict(), what]
         return hashlib.sha256(json.dumps(body, ensure_ascii=False).encode("utf-8")).hexdigest()
 
     def _path(self, key: str) -> Path:
@@ -169,7 +162,7 @@ class GenerationCache:
     ) -> tuple[list[str], list[list[str]] | None] | None:
         """The batch's outputs and, where stored, every beam of each; None when missing or
         when the entry is not this batch's as written (then counted as rejected)."""
-        key = self._key(settings, prompts)
+        key = self._key(settings, list(prompts))
         stored = self._read(key)
         if stored is None:
             return None
@@ -188,7 +181,7 @@ class GenerationCache:
         cached for this ``plan`` and intact; else None (an entry that is not this plan's as
         written is counted as rejected). The caller counts what it replays (``replayed``) and
         rejects what it cannot read (``rejected``)."""
-        key = self._plan_key(settings, plan)
+        key = self._key(settings, {"in_flight": plan})
         stored = self._read(key)
         if stored is None:
             return None
@@ -259,14 +252,14 @@ class GenerationCache:
         beams: Sequence[Sequence[str]] | None = None,
     ) -> None:
         self.stats.batches_generated += 1
-        key = self._key(settings, prompts)
+        key = self._key(settings, list(prompts))
         outputs: Json = list(texts)
         kept: Json = [list(b) for b in beams] if beams is not None else None
         self._write(key, {"outputs": outputs, "beams": kept, "sha256": _content_sha256(key, outputs, kept)})
 
     def put_passes(self, settings: DecodingSettings, plan: Json, passes: Json) -> None:
         """Keep what a beam width's scheduled passes sent and got, for ``plan``."""
-        key = self._plan_key(settings, plan)
+        key = self._key(settings, {"in_flight": plan})
         self._write(key, {"passes": passes, "sha256": _content_sha256(key, passes, None)})
 
     def _write(self, key: str, body: JsonObject) -> None:
