@@ -55,7 +55,7 @@ from harness.engines.base import InFlight
 from harness.inputs.data import build_prompt, load_dataset
 from harness.model.report import Report
 from harness.model.schedule import ScheduledCell
-from harness.model.vocab import Schedule, Verdict
+from harness.model.vocab import Schedule, Served, Verdict
 from harness.report.audit import audit
 from harness.report.serialize import load_report
 from harness.stages import schedules
@@ -157,24 +157,32 @@ def _print(report: Report, folder: Path, seen: Seen) -> None:
 def test_every_schedule_through_llama_server_is_judged_from_its_own_requests(
     config: str, gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seen = Seen()
-    monkeypatch.setattr(schedules, "drive", seen.drive)
-    t = time.monotonic()
-    with llama_cpp.start("llama-server", gguf, parallel=SLOTS, extra_args=CONFIGS[config]) as server:
-        options = run_options(
-            tmp_path,
-            None,
-            "1,4",
-            "1",
-            cache=False,
-            max_new_tokens=str(MAX_NEW_TOKENS),
-            looks=1,
-            concurrency=str(SLOTS),
-            engine=server.base_url,
-            backend="openai",
-        )
-        outcome = run_here(RunConfig.from_options(options))
-    took = time.monotonic() - t
+    # A first wave's answers read as a queue where the machine starved the server (CI's other
+    # workers on the same two cores; seen once in a CI run of prefill-chunks-64, never alone):
+    # every cell is then untested, as the harness must say. One such run is sent again, once.
+    for attempt in (1, 2):
+        seen = Seen()
+        monkeypatch.setattr(schedules, "drive", seen.drive)
+        t = time.monotonic()
+        with llama_cpp.start("llama-server", gguf, parallel=SLOTS, extra_args=CONFIGS[config]) as server:
+            options = run_options(
+                tmp_path / f"attempt-{attempt}",
+                None,
+                "1,4",
+                "1",
+                cache=False,
+                max_new_tokens=str(MAX_NEW_TOKENS),
+                looks=1,
+                concurrency=str(SLOTS),
+                engine=server.base_url,
+                backend="openai",
+            )
+            outcome = run_here(RunConfig.from_options(options))
+        took = time.monotonic() - t
+        queued = all(c.served == Served.ONE_AFTER_ANOTHER for c in outcome.report.schedules)
+        if not queued:
+            break
+        print(f"\n{config}: every first wave read as answered one after another; sent again once")
 
     # what the run recorded, read back from its report.json as any reader reads it
     report = load_report(outcome.folder).report
